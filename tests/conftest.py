@@ -1,0 +1,44 @@
+"""Shared fixtures. Tests run offline, on CPU, with tiny models and a private model cache."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIGS = REPO / "configs"
+
+
+def _shared_data() -> Path | None:
+    env = os.environ.get("CLUSTER_REPRO_DATA")
+    if env:
+        return Path(env)
+    guess = REPO.parent / "shared" / "data"
+    return guess if guess.is_dir() else None
+
+
+SHARED_DATA = _shared_data()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _offline_private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No hub, no progress bars, and a model cache the tests own (spawned workers inherit it).
+
+    The real SmolLM2 conversion is reused from CLUSTER_REPRO_TEST_CACHE when that is set, since
+    converting it takes ~20 s and 500 MB.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ["CLUSTER_REPRO_NO_PROGRESS"] = "1"
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ["CLUSTER_REPRO_CACHE"] = str(tmp_path_factory.mktemp("model-cache"))
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """The local copies of public data (CI always provides them; missing is a failure, not a skip)."""
+    if SHARED_DATA is None or not SHARED_DATA.is_dir():
+        pytest.fail("shared data not found: set CLUSTER_REPRO_DATA to the shared/data directory")
+    return SHARED_DATA

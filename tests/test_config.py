@@ -1,0 +1,98 @@
+"""The one typed config: every shipped config validates; mistakes get errors that say what to fix."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from repro.config import ConfigError, derive, from_dict, load_config, parse_override
+from tests.conftest import CONFIGS
+
+SHIPPED = sorted(CONFIGS.rglob("*.yaml"))
+
+
+def test_configs_are_shipped() -> None:
+    names = {p.relative_to(CONFIGS).as_posix() for p in SHIPPED}
+    assert {"demo.yaml", "demo-quick.yaml", "mini/code.yaml", "mini/medical.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.relative_to(CONFIGS).as_posix())
+def test_every_shipped_config_validates(path: Path) -> None:
+    cfg = load_config(path)
+    assert cfg.world_size >= 1
+    assert len(cfg.hash()) == 12
+    # Each config's header says how to run it (torchtune's habit).
+    assert "cluster-repro" in path.read_text().split("\n\n")[0]
+
+
+def test_shipped_mini_configs_point_at_real_files(shared_data: Path) -> None:
+    for name in ("mini/code.yaml", "mini/medical.yaml"):
+        cfg = load_config(CONFIGS / name)
+        for s in cfg.data.sources:
+            assert (shared_data / s.path).is_file(), f"{name}: {s.path} not in {shared_data}"
+
+
+def test_misspelled_key_suggests_the_right_one() -> None:
+    with pytest.raises(ConfigError, match=r"unknown key 'train.lrr'; did you mean 'train.lr'"):
+        from_dict({"train": {"lrr": 1e-4}})
+    with pytest.raises(ConfigError, match=r"did you mean 'world_size'"):
+        from_dict({"world_sise": 4})
+
+
+def test_wrong_type_and_value_name_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"train\.epochs: expected an integer, got 'two'"):
+        from_dict({"train": {"epochs": "two"}})
+    with pytest.raises(ConfigError, match=r"train\.optimizer: 'adam' is not allowed.*adamw"):
+        from_dict({}, ["train.optimizer=adam"])
+    with pytest.raises(ConfigError, match=r"selection\.fraction.*not 50"):
+        from_dict({}, ["selection.fraction=50"])
+    with pytest.raises(ConfigError, match=r"global_batch_size: 10 must be a positive multiple"):
+        from_dict({}, ["world_size=4", "train.per_device_batch_size=1", "train.global_batch_size=10"])
+    with pytest.raises(ConfigError, match=r"model\.lora\.enabled: expected true or false"):
+        from_dict({"model": {"lora": {"enabled": "yes"}}})
+
+
+def test_file_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: {lr: [\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not valid YAML"):
+        load_config(bad)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("trian: {lr: 0.1}\n")
+    with pytest.raises(ConfigError, match=r"typo\.yaml: unknown key 'trian'; did you mean 'train'"):
+        load_config(typo)
+
+
+def test_overrides_parse_and_apply() -> None:
+    assert parse_override("train.lr=1e-4") == ("train.lr", 1e-4)
+    assert parse_override("world_size=8") == ("world_size", 8)
+    assert parse_override("model.lora.target_modules=[q_proj,k_proj]") == (
+        "model.lora.target_modules", ["q_proj", "k_proj"])
+    cfg = load_config(CONFIGS / "demo.yaml", ["train.lr=1e-4", "world_size=8",
+                                              "train.global_batch_size=32",
+                                              "selection.params.seed_offset=3"])
+    assert cfg.train.lr == 1e-4 and cfg.world_size == 8
+    assert cfg.selection.params == {"seed_offset": 3}
+
+
+def test_hash_is_stable_and_ignores_paths() -> None:
+    a = load_config(CONFIGS / "demo.yaml")
+    b = load_config(CONFIGS / "demo.yaml", ["output_dir=/elsewhere", "data_dir=/data", "name=x"])
+    c = load_config(CONFIGS / "demo.yaml", ["train.lr=0.5"])
+    assert a.hash() == b.hash()
+    assert a.hash() != c.hash()
+    assert a.hash() == load_config(CONFIGS / "demo.yaml").hash()
+
+
+def test_derived_values() -> None:
+    cfg = from_dict({}, ["world_size=4", "train.per_device_batch_size=2",
+                         "train.global_batch_size=16", "train.epochs=3"])
+    d = derive(cfg, n_pool=100, n_selected=50, per_worker_len=13)
+    assert d.grad_accum == 2 and d.per_worker_batch == 2
+    assert d.steps_per_epoch == 3  # 13 // (2*2), the partial step dropped
+    assert d.total_steps == 9
+    cfg2 = from_dict({}, ["world_size=4", "train.global_batch_size=64"])
+    with pytest.raises(ConfigError, match="fewer than one optimizer step"):
+        derive(cfg2, n_pool=10, n_selected=8, per_worker_len=2)
