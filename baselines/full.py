@@ -1,0 +1,17 @@
+"""`full`: keep the whole pool (the full-data reference every method is compared with)."""
+from __future__ import annotations
+
+from repro.interfaces import SelectionContext, SelectionError
+from repro.registry import register_selector
+from repro.types import Pool, Selection
+
+
+@register_selector("full")
+class FullSelector:
+    """Keeps every example, in pool order. A budget other than the pool size is an error."""
+
+    def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
+        if budget is not None and budget != len(pool):
+            raise SelectionError(f"selector 'full' keeps all {len(pool)} examples; got a budget of "
+                                 f"{budget} (remove selection.fraction / selection.n)")
+        return Selection(ids=list(pool.ids), info={"method": "full"})

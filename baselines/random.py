@@ -1,0 +1,33 @@
+"""`random`: a seeded uniform sample without replacement, of a given size or fraction."""
+from __future__ import annotations
+
+import numpy as np
+
+from repro.interfaces import SelectionContext, SelectionError
+from repro.registry import register_selector
+from repro.types import Pool, Selection
+
+
+@register_selector("random")
+class RandomSelector:
+    """Uniform sample of `budget` ids (selection.n or selection.fraction), seeded by the run seed.
+
+    `seed_offset` lets several random draws at one run seed differ (e.g. for variance estimates).
+    The kept ids stay in pool order; the allocator shuffles.
+    """
+
+    def __init__(self, seed_offset: int = 0) -> None:
+        self.seed_offset = seed_offset
+
+    def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
+        if budget is None:
+            raise SelectionError("selector 'random' needs a budget: set selection.n (a count) or "
+                                 "selection.fraction (0 < f <= 1)")
+        if budget > len(pool):
+            raise SelectionError(f"selector 'random': budget {budget} is larger than the pool "
+                                 f"({len(pool)} examples)")
+        rng = np.random.default_rng(ctx.seed + self.seed_offset)
+        keep = np.sort(rng.choice(len(pool), size=budget, replace=False))
+        ids = pool.ids
+        return Selection(ids=[ids[i] for i in keep],
+                         info={"method": "random", "seed": ctx.seed + self.seed_offset})

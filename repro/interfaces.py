@@ -1,0 +1,69 @@
+"""The two contracts every method plugs into: `Selector` and `Allocator`.
+
+No base class is needed: any object with the right method works. Any selector can be crossed with
+any allocator; that is how the suite separates what a selection buys from what an allocation buys.
+
+    selector.select(pool, budget, ctx) -> Selection        (which examples, optional groups/weights)
+    allocator.allocate(selection, world_size, seed, epochs) -> Schedule
+                                                          (each worker's ordered ids, loss weights)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from repro.types import Pool, Schedule, Selection
+
+if TYPE_CHECKING:
+    from repro.config import ExperimentConfig
+
+
+class SelectionError(ValueError):
+    """A selection cannot be made as asked (budget larger than the pool, pool too small, ...)."""
+
+
+@dataclass
+class SelectionContext:
+    """What a selector may use beyond the pool: the config, a seed, where to write features.
+
+    `model_dir` is the local directory of the target model (for selectors that need the model:
+    features, losses, gradients). `workdir` is the run directory; a selector that computes
+    features writes `workdir / "features.npy"`.
+    """
+
+    config: "ExperimentConfig"
+    seed: int
+    world_size: int
+    workdir: Path
+    model_dir: Path | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Selector(Protocol):
+    def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
+        """Return the kept ids. `budget` is a count (None: the method decides, e.g. CluSTER's ratio)."""
+        ...
+
+
+@runtime_checkable
+class Allocator(Protocol):
+    def allocate(self, selection: Selection, world_size: int, seed: int, epochs: int = 1,
+                 weight_mode: str = "none") -> Schedule:
+        """Deal the selected ids to `world_size` workers for each epoch, with loss weights."""
+        ...
+
+
+def resolve_budget(fraction: float | None, n: int | None, n_pool: int) -> int | None:
+    """The kept count from the config: n wins, else round(fraction * n_pool); None if neither."""
+    if n_pool <= 0:
+        raise SelectionError("the pool is empty: nothing to select from")
+    if n is not None:
+        if n > n_pool:
+            raise SelectionError(f"selection.n = {n} is larger than the pool ({n_pool} examples); "
+                                 f"use at most {n_pool} or a fraction")
+        return n
+    if fraction is not None:
+        return max(1, round(fraction * n_pool))
+    return None

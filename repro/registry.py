@@ -1,0 +1,137 @@
+"""Name registries for selectors and allocators, open to other installed packages.
+
+A name resolves, in order, to: a built-in registered with `@register_selector("name")`; a
+third-party class advertised in the entry-point group `cluster_repro.selectors` (or
+`cluster_repro.allocators`) of any installed distribution; or a `module:Class` path. An unknown
+name gets a "did you mean" and the list of known names.
+
+A third party's pyproject.toml:
+
+    [project.entry-points."cluster_repro.selectors"]
+    my-method = "my_package.selector:MySelector"
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from importlib.metadata import entry_points
+from typing import Any, Callable
+
+from repro.config import ConfigError
+
+# Modules whose import registers the built-in implementations. Imported on first use, so that
+# `import repro` stays light.
+_BUILTIN_MODULES = {
+    "selectors": ["baselines", "method"],
+    "allocators": ["repro.allocation", "method"],
+}
+
+
+class Registry:
+    """Maps names to classes (or factories) of one kind: selectors or allocators."""
+
+    def __init__(self, kind: str, group: str) -> None:
+        self.kind = kind
+        self.group = group
+        self._items: dict[str, Any] = {}
+        self._loaded_builtins = False
+
+    def register(self, name: str) -> Callable[[Any], Any]:
+        def deco(obj: Any) -> Any:
+            if name in self._items and self._items[name] is not obj:
+                raise ValueError(f"{self.kind} {name!r} is registered twice "
+                                 f"({self._items[name]!r} and {obj!r})")
+            self._items[name] = obj
+            obj.registry_name = name
+            return obj
+
+        return deco
+
+    def _load_builtins(self) -> None:
+        if self._loaded_builtins:
+            return
+        self._loaded_builtins = True
+        for mod in _BUILTIN_MODULES[self.kind]:
+            importlib.import_module(mod)
+
+    def _entry_points(self) -> dict[str, Any]:
+        return {ep.name: ep for ep in entry_points(group=self.group)}
+
+    def names(self) -> list[str]:
+        """Built-in and entry-point names, sorted."""
+        self._load_builtins()
+        return sorted(set(self._items) | set(self._entry_points()))
+
+    def origin(self, name: str) -> str:
+        self._load_builtins()
+        if name in self._items:
+            obj = self._items[name]
+            return f"{obj.__module__}:{obj.__qualname__}"
+        ep = self._entry_points().get(name)
+        if ep is not None:
+            dist = getattr(ep, "dist", None)
+            return f"{ep.value} (entry point of {dist.name if dist else 'an installed package'})"
+        return "?"
+
+    def get(self, name: str) -> Any:
+        """The class registered under `name`; raises ConfigError with suggestions if unknown."""
+        self._load_builtins()
+        if name in self._items:
+            return self._items[name]
+        eps = self._entry_points()
+        if name in eps:
+            try:
+                obj = eps[name].load()
+            except Exception as e:  # a broken third-party package: say which one
+                raise ConfigError(f"{self.kind[:-1]} {name!r}: entry point {eps[name].value!r} "
+                                  f"failed to load: {type(e).__name__}: {e}") from e
+            self._items[name] = obj
+            return obj
+        if ":" in name:
+            mod_name, _, attr = name.partition(":")
+            try:
+                obj = getattr(importlib.import_module(mod_name), attr)
+            except (ImportError, AttributeError) as e:
+                raise ConfigError(f"{self.kind[:-1]} {name!r}: cannot import: {e}") from e
+            return obj
+        known = self.names()
+        hint = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+        extra = f" Did you mean {hint[0]!r}?" if hint else ""
+        raise ConfigError(
+            f"unknown {self.kind[:-1]} {name!r}.{extra} Known: {', '.join(known)}. "
+            f"Others can be added by an installed package (entry-point group {self.group!r}) "
+            "or named as 'module:Class'."
+        )
+
+    def create(self, name: str, params: dict[str, Any], key: str) -> Any:
+        """Instantiate `name` with `params`; a wrong parameter names the config key and signature."""
+        cls = self.get(name)
+        try:
+            sig = inspect.signature(cls)
+        except (TypeError, ValueError):
+            sig = None
+        if sig is not None:
+            accepts_kwargs = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+            allowed = [p for p in sig.parameters if sig.parameters[p].kind
+                       in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+            if not accepts_kwargs:
+                for p in params:
+                    if p not in allowed:
+                        hint = difflib.get_close_matches(p, allowed, n=1)
+                        extra = f"; did you mean {key}.{hint[0]}?" if hint else ""
+                        raise ConfigError(f"{key}.{p}: {self.kind[:-1]} {name!r} takes no "
+                                          f"parameter {p!r}{extra} (it takes: "
+                                          f"{', '.join(allowed) or 'none'})")
+        try:
+            return cls(**params)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{key}: {self.kind[:-1]} {name!r} rejected its parameters "
+                              f"{params!r}: {e}") from e
+
+
+SELECTORS = Registry("selectors", "cluster_repro.selectors")
+ALLOCATORS = Registry("allocators", "cluster_repro.allocators")
+
+register_selector = SELECTORS.register
+register_allocator = ALLOCATORS.register
