@@ -1,0 +1,458 @@
+"""Loading instruction data into Pools, and tokenizing Examples for training.
+
+`load_pool(cfg)` reads every `cfg.data.sources[i]` (the generated demo pool, a local .json/.jsonl
+file under the data directory, or a hub dataset "hf:<id>"), renders rows with their prompt format
+(`repro.prompts`), and returns (train_pool, heldout_pool). Bad rows either stop the load with a
+message naming the file, line/row and field (`data.on_bad_row: error`, the default) or are skipped
+and counted by reason in `train_pool.skipped` with one summary line on stderr (`skip`): never
+silently dropped. `load_pool_report` also returns per-source counts (rows read, test ids excluded,
+skipped, train/held-out sizes), since `Pool` has no field for exclusions.
+
+Example ids are stable across runs: "{source name}-{row's own id}" when the row has one ("id",
+"task_id", or the key of an id -> object file), else "{source name}-{row index:06d}". The source
+name is the file stem (hub: the last part of the id), with ".{i}" added if an earlier source
+already uses it. An id that already starts with "{name}-" (the demo's "demo-train-00000") is kept.
+
+`tokenize_example`, `TokenizedPool` and `collate` turn Examples into training tensors.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from repro.config import DataSource, ExperimentConfig
+from repro.prompts import DataError, RowError, detect_format, render
+from repro.types import Example, Pool
+
+__all__ = ["DataError", "SourceReport", "load_pool", "load_pool_report", "tokenize_example",
+           "TokenizedPool", "collate", "IGNORE_INDEX"]
+
+IGNORE_INDEX = -100  # label value the loss ignores (prompt and padding positions)
+_ID_FIELDS = ("id", "task_id")
+_SKIP_HINT = "; set data.on_bad_row=skip to skip and count bad rows instead"
+
+
+@dataclass
+class SourceReport:
+    """What loading one source did. `rows` counts rows read, bad and excluded ones included (a
+    `limit` stops reading early; for the demo, its held-out rows are included)."""
+
+    index: int
+    path: str
+    name: str
+    format: str
+    rows: int = 0
+    excluded: int = 0  # rows whose id is in exclude_ids_file (e.g. the PubMedQA test set)
+    skipped: dict[str, int] = field(default_factory=dict)
+    n_train: int = 0
+    n_heldout: int = 0
+
+
+@dataclass
+class _Raw:
+    """One row as read: `where` locates it for messages ("line 3", "row 12", "key '123'")."""
+
+    where: str
+    index: int  # 0-based position among the file's rows (blank jsonl lines not counted)
+    row: Any = None
+    key: str | None = None  # the id when the file maps id -> object
+    error: RowError | None = None
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _read_jsonl(path: Path) -> Iterator[_Raw]:
+    # Bytes, line by line: one bad line (bad UTF-8, bad JSON) is one bad row, not a dead file.
+    index = 0
+    for lineno, line in enumerate(path.read_bytes().split(b"\n"), start=1):
+        line = line.rstrip(b"\r")
+        if lineno == 1 and line.startswith(b"\xef\xbb\xbf"):
+            line = line[3:]  # UTF-8 byte-order mark
+        if not line.strip():
+            continue
+        raw = _Raw(f"line {lineno}", index)
+        index += 1
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raw.error = RowError("invalid_utf8", None,
+                                 f"not valid UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 text")
+            yield raw
+            continue
+        try:
+            raw.row = json.loads(text)
+        except json.JSONDecodeError as e:
+            raw.error = RowError("invalid_json", None,
+                                 f"not valid JSON ({e.msg} at column {e.colno}); expected one JSON "
+                                 "object per line")
+        yield raw
+
+
+def _read_json(path: Path) -> Iterator[_Raw]:
+    # surrogateescape keeps bad bytes as lone surrogates, so they surface per row and field
+    # (prompts.text_field reports them) instead of failing the whole file.
+    text = path.read_bytes().decode("utf-8", errors="surrogateescape").lstrip("\ufeff")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg} (a .json "
+                        "file must parse as a whole; a .jsonl file can skip bad lines)") from None
+    if isinstance(data, list):
+        for i, row in enumerate(data):
+            yield _Raw(f"row {i} (0-based)", i, row)
+    elif isinstance(data, dict) and all(isinstance(v, dict) for v in data.values()):
+        for i, (k, row) in enumerate(data.items()):
+            yield _Raw(f"row {i} (key {k!r})", i, row, key=str(k))
+    else:
+        raise DataError(f"{path}: expected a JSON list of objects, or an object mapping id -> object; "
+                        f"got a {type(data).__name__}")
+
+
+def _read_hub(i: int, src: DataSource) -> Iterator[_Raw]:
+    hub_id = src.path[3:]
+    try:
+        import datasets
+
+        ds = datasets.load_dataset(hub_id, split=src.split)
+    except Exception as e:  # offline, unknown id, bad split, auth...: all need the same advice
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise DataError(
+            f"data.sources[{i}]: could not load the hub dataset {hub_id!r} (split {src.split!r}): "
+            f"{type(e).__name__}: {first}. If the hub is unreachable or the id is wrong, download the "
+            f"data file (.json or .jsonl) into your data directory and set data.sources[{i}].path to "
+            "its path relative to data_dir (or CLUSTER_REPRO_DATA)") from None
+    for k, row in enumerate(ds):
+        yield _Raw(f"row {k} (0-based)", k, dict(row))
+
+
+def _resolve(cfg: ExperimentConfig, i: int, rel: str, key: str) -> Path:
+    """A source file's path: absolute, or relative to the data directory; DataError if missing."""
+    p = Path(rel).expanduser()
+    where = "the data directory"
+    if not p.is_absolute():
+        d = cfg.resolved_data_dir()
+        origin = "data_dir" if cfg.data_dir else "CLUSTER_REPRO_DATA"
+        if d is None:
+            raise DataError(f"data.sources[{i}].{key} = {rel!r} is relative, but no data directory is "
+                            "set: set the config key data_dir or the environment variable "
+                            "CLUSTER_REPRO_DATA to the folder that holds it")
+        if not d.is_dir():
+            raise DataError(f"data.sources[{i}].{key} = {rel!r}: the data directory {str(d)!r} (from "
+                            f"{origin}) does not exist; fix data_dir or CLUSTER_REPRO_DATA")
+        where = f"data directory {str(d)!r} from {origin}"
+        p = d / p
+    if not p.is_file():
+        raise DataError(f"data.sources[{i}].{key}: file {str(p)!r} not found (relative paths are "
+                        f"resolved against {where}; set data_dir or CLUSTER_REPRO_DATA)")
+    return p
+
+
+def _exclude_ids(cfg: ExperimentConfig, i: int, src: DataSource) -> set[str]:
+    if not src.exclude_ids_file:
+        return set()
+    p = _resolve(cfg, i, src.exclude_ids_file, "exclude_ids_file")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"data.sources[{i}].exclude_ids_file {str(p)!r}: not valid JSON: {e}") from None
+    if isinstance(data, dict):
+        return {str(k) for k in data}
+    if isinstance(data, list) and all(isinstance(x, (str, int)) for x in data):
+        return {str(x) for x in data}
+    raise DataError(f"data.sources[{i}].exclude_ids_file {str(p)!r}: expected a JSON object whose "
+                    "keys are the ids (or a list of ids)")
+
+
+# ----------------------------------------------------------------------------- rows -> Examples
+
+
+def _row_id(raw: _Raw) -> str | None:
+    """The row's own id (mapping key, "id" or "task_id"), or None; RowError if present but bad."""
+    if raw.key is not None:
+        return raw.key
+    for k in _ID_FIELDS:
+        if k in raw.row:
+            v = raw.row[k]
+            if v is None or (isinstance(v, str) and not v.strip()):
+                raise RowError(f"missing_field:{k}", k, f"field {k!r}: expected a non-empty id, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (str, int)):
+                raise RowError(f"not_string:{k}", k,
+                               f"field {k!r}: expected a string or integer id, got {type(v).__name__}")
+            return str(v)
+    return None
+
+
+class _SourceLoader:
+    """Turns one source's raw rows into Examples, applying exclusions, bad-row policy and limit."""
+
+    def __init__(self, cfg: ExperimentConfig, seen: dict[str, str], report: SourceReport,
+                 file: str, fmt: str, exclude: set[str]):
+        self.cfg, self.seen, self.report = cfg, seen, report
+        self.file, self.fmt, self.exclude = file, fmt, exclude
+
+    def bad(self, raw: _Raw, err: RowError) -> None:
+        if self.cfg.data.on_bad_row == "error":
+            raise DataError(f"{self.file}: {raw.where}: {err}{_SKIP_HINT}") from None
+        sk = self.report.skipped
+        sk[err.reason] = sk.get(err.reason, 0) + 1
+
+    def examples(self, raws: Iterator[_Raw], limit: int | None) -> list[Example]:
+        out: list[Example] = []
+        name = self.report.name
+        for raw in raws:
+            if limit is not None and len(out) >= limit:
+                break  # "first N valid rows": later rows are not read, nor judged
+            self.report.rows += 1
+            try:
+                if raw.error is not None:
+                    raise raw.error
+                if not isinstance(raw.row, dict):
+                    raise RowError("not_object", None,
+                                   f"expected a JSON object, got {type(raw.row).__name__}")
+                rid = _row_id(raw)
+                if rid is not None and rid in self.exclude:
+                    self.report.excluded += 1
+                    continue
+                r = render(raw.row, self.fmt)
+                eid = f"{name}-{raw.index:06d}" if rid is None else (
+                    rid if rid.startswith(f"{name}-") else f"{name}-{rid}")
+                if eid in self.seen:
+                    raise RowError("duplicate_id", "id", f"field 'id': expected a unique id, but "
+                                   f"{eid!r} was already used by {self.seen[eid]}")
+            except RowError as err:
+                self.bad(raw, err)
+                continue
+            self.seen[eid] = f"{self.file}: {raw.where}"
+            out.append(Example(id=eid, prompt=r.prompt, response=r.response, source=name,
+                               category=r.category, meta=r.meta))
+        return out
+
+
+def _first_object(raws: list[_Raw]) -> Any:
+    return next((r.row for r in raws if r.error is None and isinstance(r.row, dict)), None)
+
+
+def _load_source(cfg: ExperimentConfig, i: int, src: DataSource, names: set[str],
+                 seen: dict[str, str]) -> tuple[list[Example], list[Example], SourceReport]:
+    held: list[Example] = []
+    if src.path == "demo":
+        from repro.demo_pool import generate_demo_pool  # lazy: only demo runs need the generator
+
+        train_rows, held_rows = generate_demo_pool(cfg.seed, cfg.data.demo_train_size,
+                                                   cfg.data.demo_heldout_per_category)
+        name, file = "demo", "demo pool (generated)"
+        train_raws = [_Raw(f"train row {k}", k, r) for k, r in enumerate(train_rows)]
+        held_raws = [_Raw(f"held-out row {k}", k, r) for k, r in enumerate(held_rows)]
+        fmt = "demo" if src.format == "auto" else src.format
+    else:
+        if src.path.startswith("hf:"):
+            name, file = src.path[3:].rstrip("/").split("/")[-1], src.path
+            if src.split != "train":
+                name = f"{name}-{src.split}"
+            train_raws = list(_read_hub(i, src))
+        else:
+            if not src.path.endswith((".json", ".jsonl")):
+                raise DataError(f"data.sources[{i}].path = {src.path!r}: expected 'demo', 'hf:<hub id>', "
+                                "or a .json / .jsonl file")
+            p = _resolve(cfg, i, src.path, "path")
+            name, file = p.name.rsplit(".", 1)[0], str(p)
+            train_raws = list(_read_jsonl(p) if p.suffix == ".jsonl" else _read_json(p))
+        held_raws = []
+        fmt = src.format
+        if not train_raws:
+            raise DataError(f"data.sources[{i}]: {file} has no rows")
+        if fmt == "auto":
+            first = _first_object(train_raws)
+            if first is None:
+                r0 = train_raws[0]
+                raise DataError(f"{file}: none of its {len(train_raws)} rows is a readable JSON object, "
+                                f"so the prompt format cannot be detected ({r0.where}: "
+                                f"{r0.error or 'not an object'})")
+            fmt = detect_format(first, f"the first row of {file}")
+    if name in names:
+        name = f"{name}.{i}"  # two sources with the same stem must not collide on ids
+    names.add(name)
+    report = SourceReport(i, file, name, fmt)
+    loader = _SourceLoader(cfg, seen, report, file, fmt, _exclude_ids(cfg, i, src))
+    train = loader.examples(iter(train_raws), src.limit)
+    if src.path == "demo":
+        held = loader.examples(iter(held_raws), None)  # the demo's own held-out tasks, with answers
+    elif cfg.data.heldout_fraction > 0 and train:
+        # Membership by a seeded shuffle (stable for a seed); both parts keep the file order.
+        order = list(range(len(train)))
+        random.Random(cfg.seed).shuffle(order)
+        n_held = math.floor(len(train) * cfg.data.heldout_fraction)
+        held_idx = set(order[len(train) - n_held:])
+        held = [e for k, e in enumerate(train) if k in held_idx]
+        train = [e for k, e in enumerate(train) if k not in held_idx]
+    report.n_train, report.n_heldout = len(train), len(held)
+    return train, held, report
+
+
+def load_pool_report(cfg: ExperimentConfig) -> tuple[Pool, Pool, list[SourceReport]]:
+    """`load_pool`, plus one SourceReport per source (rows read, excluded, skipped, sizes)."""
+    train: list[Example] = []
+    held: list[Example] = []
+    reports: list[SourceReport] = []
+    names: set[str] = set()
+    seen: dict[str, str] = {}  # id -> where it was first seen, across all sources
+    for i, src in enumerate(cfg.data.sources):
+        t, h, rep = _load_source(cfg, i, src, names, seen)
+        train += t
+        held += h
+        reports.append(rep)
+        if rep.excluded:
+            print(f"[data] {rep.path}: excluded {rep.excluded} rows listed in {src.exclude_ids_file}",
+                  file=sys.stderr)
+    skipped: dict[str, int] = {}
+    for rep in reports:
+        for k, v in rep.skipped.items():
+            skipped[k] = skipped.get(k, 0) + v
+    if skipped:
+        detail = "; ".join(f"{r.path}: " + ", ".join(f"{k}={v}" for k, v in sorted(r.skipped.items()))
+                           for r in reports if r.skipped)
+        print(f"[data] skipped {sum(skipped.values())} bad rows (data.on_bad_row=skip): {detail}",
+              file=sys.stderr)
+    if not train:
+        raise DataError("no training examples were loaded from data.sources ("
+                        + ", ".join(f"{r.path}: {r.rows} rows read, {r.excluded} excluded, "
+                                    f"{sum(r.skipped.values())} skipped" for r in reports) + ")")
+    return Pool(train, name="train", skipped=skipped), Pool(held, name="heldout"), reports
+
+
+def load_pool(cfg: ExperimentConfig) -> tuple[Pool, Pool]:
+    """(train_pool, heldout_pool) from `cfg.data.sources`. Skip counts are on train_pool.skipped
+    (rows are skipped before the split, so they belong to neither part); DataError on any problem."""
+    train, held, _ = load_pool_report(cfg)
+    return train, held
+
+
+# ----------------------------------------------------------------------------- tokenization
+
+
+def _encode_prompts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    # Prompts get the tokenizer's default specials (BOS for Llama-style tokenizers), but only the
+    # leading ones: a tokenizer that appends EOS by default must not end the prompt with it.
+    with_sp = tokenizer(texts, add_special_tokens=True)["input_ids"]
+    plain = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    out = []
+    for w, p in zip(with_sp, plain):
+        n = len(p)
+        for start in range(len(w) - n + 1):
+            if w[start:start + n] == p:
+                w = w[:start + n]
+                break
+        out.append(list(w))
+    return out
+
+
+def _assemble(ex_id: str, prompt: list[int], response: list[int], eos: int,
+              max_length: int) -> dict[str, Any]:
+    ids = (prompt + response + [eos])[:max_length]
+    labels = ([IGNORE_INDEX] * len(prompt) + response + [eos])[:max_length]
+    n_resp = len(ids) - len(prompt)
+    if n_resp <= 0:
+        raise DataError(f"example {ex_id!r}: the prompt is {len(prompt)} tokens, so no response token "
+                        f"fits in data.max_length={max_length}; raise data.max_length or skip such "
+                        "examples (on_bad_row=skip)")
+    return {"input_ids": ids, "labels": labels, "n_response_tokens": n_resp}
+
+
+def _eos(tokenizer: Any) -> int:
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise DataError("the tokenizer has no eos token; responses must end with one (set "
+                        "tokenizer.eos_token)")
+    return int(eos)
+
+
+def tokenize_example(ex: Example, tokenizer: Any, max_length: int) -> dict:
+    """input_ids = prompt tokens + response tokens + eos; labels = -100 on prompt positions, the
+    token ids on response positions (eos included). The concatenation is cut from the right at
+    max_length tokens (the prompt is never cut from the left); if no response token survives,
+    DataError (example id, prompt length, max_length). Returns {"input_ids", "labels",
+    "n_response_tokens"}. No BOS unless the tokenizer adds one by default; prompt and response
+    are tokenized separately and concatenated, so the label boundary is exact."""
+    (p,) = _encode_prompts(tokenizer, [ex.prompt])
+    r = tokenizer(ex.response, add_special_tokens=False)["input_ids"]
+    return _assemble(ex.id, p, list(r), _eos(tokenizer), max_length)
+
+
+class TokenizedPool:
+    """A Pool's examples tokenized once, in pool order. `tp["some-id"]` (or `tp[k]` by position)
+    gives the `tokenize_example` dict. Examples with no response token left after truncation
+    raise DataError (on_bad_row="error") or are skipped and counted in `.skipped` ("skip")."""
+
+    def __init__(self, pool: Pool, tokenizer: Any, max_length: int, on_bad_row: str = "error",
+                 batch_size: int = 512):
+        if on_bad_row not in ("error", "skip"):
+            raise ValueError(f"on_bad_row: expected 'error' or 'skip', got {on_bad_row!r}")
+        self.max_length = max_length
+        self.skipped: dict[str, int] = {}
+        self._items: dict[str, dict[str, Any]] = {}
+        self.ids: list[str] = []
+        eos = _eos(tokenizer)
+        exs = pool.examples
+        for s in range(0, len(exs), batch_size):  # batched: fast tokenizers parallelize a batch
+            chunk = exs[s:s + batch_size]
+            prompts = _encode_prompts(tokenizer, [e.prompt for e in chunk])
+            resps = tokenizer([e.response for e in chunk], add_special_tokens=False)["input_ids"]
+            for ex, p, r in zip(chunk, prompts, resps):
+                try:
+                    item = _assemble(ex.id, p, list(r), eos, max_length)
+                except DataError:
+                    if on_bad_row == "error":
+                        raise
+                    self.skipped["no_response_tokens"] = self.skipped.get("no_response_tokens", 0) + 1
+                    continue
+                self._items[ex.id] = item
+                self.ids.append(ex.id)
+        if self.skipped:
+            print(f"[data] tokenization skipped {self.skipped['no_response_tokens']} of {len(exs)} "
+                  f"examples whose prompt leaves no response token within max_length={max_length}",
+                  file=sys.stderr)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __contains__(self, ex_id: object) -> bool:
+        return ex_id in self._items
+
+    def __getitem__(self, key: str | int) -> dict[str, Any]:
+        if isinstance(key, int):
+            key = self.ids[key]
+        try:
+            return self._items[key]
+        except KeyError:
+            raise KeyError(f"example id {key!r} is not in this TokenizedPool "
+                           f"({len(self.ids)} examples; skipped: {self.skipped or 'none'})") from None
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (self._items[i] for i in self.ids)
+
+
+def collate(batch: list[dict], pad_token_id: int) -> dict[str, Any]:
+    """Right-pad to the longest in the batch: input_ids (pad_token_id), labels (-100),
+    attention_mask (1 on real tokens). Returns int64 tensors of shape (batch, longest)."""
+    import torch  # lazy: loading data does not need torch
+
+    if not batch:
+        raise ValueError("collate: empty batch")
+    if pad_token_id is None:
+        raise DataError("the tokenizer has no pad token id; set tokenizer.pad_token (e.g. to eos)")
+    n = max(len(b["input_ids"]) for b in batch)
+    input_ids = torch.full((len(batch), n), int(pad_token_id), dtype=torch.long)
+    labels = torch.full((len(batch), n), IGNORE_INDEX, dtype=torch.long)
+    mask = torch.zeros((len(batch), n), dtype=torch.long)
+    for k, b in enumerate(batch):
+        m = len(b["input_ids"])
+        input_ids[k, :m] = torch.tensor(b["input_ids"], dtype=torch.long)
+        labels[k, :m] = torch.tensor(b["labels"], dtype=torch.long)
+        mask[k, :m] = 1
+    return {"input_ids": input_ids, "labels": labels, "attention_mask": mask}
