@@ -56,6 +56,11 @@ ALPACA_PROMPT_NO_INPUT = (
     "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:"
 )
 
+# The generated demo pool's own compact template: the Alpaca preamble would triple the tokens of
+# these short tasks (and the CPU demo's training time) without teaching anything.
+DEMO_PROMPT = "### Instruction:\n{instruction}\n\n### Response:\n"
+DEMO_PROMPT_INPUT = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
+
 # PubMedQA has no instruction of its own; we phrase it as an Alpaca task so it mixes with
 # MedInstruct-style data, and the response ends with a parseable "Answer: yes|no|maybe".
 PUBMEDQA_INSTRUCTION = (
@@ -121,14 +126,18 @@ def render_alpaca(row: Mapping[str, Any]) -> Rendered:
 
 
 def render_demo(row: Mapping[str, Any]) -> Rendered:
-    """Demo rows: the Alpaca template, with the category and meta (answer keys) kept."""
+    """Demo rows: the compact demo template, with the category and meta (answer keys) kept."""
     r = render_alpaca(row)
+    inp = text_field(row, "input", required=False)
+    instruction = text_field(row, "instruction")
+    prompt = (DEMO_PROMPT_INPUT.format(instruction=instruction, input=inp) if inp.strip()
+              else DEMO_PROMPT.format(instruction=instruction))
     category = text_field(row, "category")
     meta = row.get("meta") or {}
     if not isinstance(meta, dict):
         raise RowError("not_mapping:meta", "meta",
                        f"field 'meta': expected a mapping, got {type(meta).__name__}")
-    return Rendered(r.prompt, r.response, category, dict(meta))
+    return Rendered(prompt, r.response, category, dict(meta))
 
 
 def render_magicoder(row: Mapping[str, Any]) -> Rendered:

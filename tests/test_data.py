@@ -271,7 +271,9 @@ def test_demo_source_keeps_category_and_meta(tmp_path):
     assert train.ids[0] == "demo-train-00000"  # the generator's ids, not re-prefixed
     assert all(e.category for e in train.examples + held.examples)
     assert all(e.meta.get("answer") is not None for e in held.examples)
-    assert train.examples[0].prompt.startswith("Below is an instruction")
+    ex = train.examples[0]
+    assert ex.prompt.startswith("### Instruction:\n") and ex.prompt.endswith("### Response:\n")
+    assert "Below is an instruction" not in ex.prompt  # the compact demo template
 
 
 # ----------------------------------------------------------------------------- pubmedqa exclusion

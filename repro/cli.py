@@ -1,0 +1,162 @@
+"""`cluster-repro`: the command line. Each subcommand has --help.
+
+    cluster-repro demo [--quick]                  the embedded CPU mini-reproduction
+    cluster-repro run CONFIG [key.sub=value ...]  every stage of one experiment
+    cluster-repro select CONFIG [k=v ...]         stages up to the schedule (selection.csv)
+    cluster-repro validate CONFIG [k=v ...]       load and check a config, print its hash
+    cluster-repro ls selectors|allocators|configs what is available
+    cluster-repro results [--output-dir DIR]      merge result part files into results.csv/.parquet
+    cluster-repro bench ddp [--world-sizes 1,4,8] DDP throughput and all-reduce wait
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from repro.config import ConfigError, load_config
+
+EPILOG = ("Overrides use dotted keys, e.g. train.lr=1e-4 selection.fraction=0.5 world_size=8. "
+          "Data files are read relative to data_dir (or $CLUSTER_REPRO_DATA).")
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="a YAML config file (see `cluster-repro ls configs`)")
+    p.add_argument("overrides", nargs="*", metavar="key.sub=value",
+                   help="override any config key, e.g. train.epochs=2")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="cluster-repro",
+        description="Reproduce and benchmark CluSTER (gradient-clustered data selection and "
+                    "worker-aware allocation for data-parallel fine-tuning).",
+        epilog=EPILOG)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("demo", help="run the CPU mini-reproduction on the generated demo pool",
+                       description="Fine-tune SmolLM2-135M-Instruct (LoRA) with 4 gloo DDP workers "
+                       "on the generated demo pool, once per method, and print the results table. "
+                       "At most ~10 minutes on 2 cores; --quick uses a tiny random model (~1-2 min).",
+                       epilog=EPILOG)
+    p.add_argument("--quick", action="store_true", help="tiny random model, small pool (for tests)")
+    p.add_argument("--force", action="store_true", help="redo every stage even if its output exists")
+    p.add_argument("overrides", nargs="*", metavar="key.sub=value",
+                   help="override demo config keys, e.g. output_dir=/tmp/demo")
+
+    for name, helptext in (("run", "run every stage of one experiment (pool to results)"),
+                           ("select", "run the stages up to the schedule and write selection.csv")):
+        p = sub.add_parser(name, help=helptext, description=helptext + ".", epilog=EPILOG)
+        _add_config_args(p)
+        p.add_argument("--force", action="store_true",
+                       help="redo every stage even if its output exists")
+
+    p = sub.add_parser("validate", help="load and validate a config; print it and its hash",
+                       epilog=EPILOG)
+    _add_config_args(p)
+    p.add_argument("--quiet", action="store_true", help="print only the hash")
+
+    p = sub.add_parser("ls", help="list registered selectors, allocators or shipped configs")
+    p.add_argument("what", choices=["selectors", "allocators", "configs"])
+
+    p = sub.add_parser("bench", help="benchmarks: ddp (throughput and all-reduce wait vs world size)",
+                       description="Benchmarks, measured side by side in one run, as ratios.")
+    p.add_argument("what", choices=["ddp"])
+    p.add_argument("--config", default=None, help="config to train (default: the demo config)")
+    p.add_argument("--world-sizes", default="1,4,8", help="comma-separated (default 1,4,8)")
+    p.add_argument("--steps", type=int, default=6, help="optimizer steps per run (default 6)")
+    p.add_argument("--per-device-batch", type=int, default=4, help="per-worker batch (default 4)")
+    p.add_argument("--output-dir", default="runs/bench", help="where runs and bench_ddp.json go")
+    p.add_argument("overrides", nargs="*", metavar="key.sub=value")
+
+    p = sub.add_parser("results", help="merge every run's result part file into one CSV + Parquet")
+    p.add_argument("--output-dir", default="runs",
+                   help="the output_dir the runs wrote to (default: runs)")
+    p.add_argument("--out", default=None, help="merged CSV path (default: OUTPUT_DIR/results.csv)")
+    return ap
+
+
+def _cmd_ls(what: str) -> int:
+    from repro.registry import ALLOCATORS, SELECTORS
+
+    if what == "configs":
+        from repro.demo import CONFIG_DIR
+
+        for p in sorted(CONFIG_DIR.rglob("*.yaml")):
+            first = p.read_text(encoding="utf-8").splitlines()[:1]
+            print(f"{p.relative_to(CONFIG_DIR.parent)}\t{first[0].lstrip('# ') if first else ''}")
+        return 0
+    reg = SELECTORS if what == "selectors" else ALLOCATORS
+    for name in reg.names():
+        obj = reg.get(name)
+        doc = (obj.__doc__ or "").strip().splitlines()
+        print(f"{name:20s} {doc[0] if doc else ''}  [{reg.origin(name)}]")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    # Overrides may come before or after flags (`validate CONFIG --quiet k=v`): argparse stops
+    # filling a trailing nargs="*" positional at the first flag, so collect the rest here.
+    args, extra = parser.parse_known_args(argv)
+    bad = [x for x in extra if x.startswith("-") or "=" not in x or not hasattr(args, "overrides")]
+    if bad:
+        parser.error(f"unrecognized arguments: {' '.join(bad)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
+    try:
+        if args.cmd == "demo":
+            from repro.demo import run_demo, summary_table
+
+            run_dirs, merged = run_demo(quick=args.quick, overrides=args.overrides, force=args.force)
+            print(summary_table(run_dirs))
+            print(f"\nResults: {merged} (one row per run, benchmark and metric); run folders:")
+            for d in run_dirs:
+                print(f"  {d}")
+            return 0
+        if args.cmd in ("run", "select"):
+            from repro.pipeline import run_experiment
+
+            cfg = load_config(args.config, args.overrides)
+            run_dir = run_experiment(cfg, force=args.force,
+                                     until="results" if args.cmd == "run" else "schedule")
+            what = "results.part.csv" if args.cmd == "run" else "selection.csv"
+            print(f"{run_dir / what}")
+            return 0
+        if args.cmd == "validate":
+            import yaml
+
+            cfg = load_config(args.config, args.overrides)
+            if not args.quiet:
+                print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+            print(f"config_hash: {cfg.hash()}")
+            return 0
+        if args.cmd == "ls":
+            return _cmd_ls(args.what)
+        if args.cmd == "bench":
+            from repro.bench import bench_ddp, format_ddp
+
+            rows = bench_ddp(args.config, [int(x) for x in args.world_sizes.split(",")],
+                             args.steps, args.per_device_batch, Path(args.output_dir),
+                             args.overrides)
+            print(format_ddp(rows))
+            print(f"\n{Path(args.output_dir) / 'bench_ddp.json'}")
+            return 0
+        if args.cmd == "results":
+            from repro.results import merge_results
+
+            path, n = merge_results(Path(args.output_dir), Path(args.out) if args.out else None)
+            print(f"{path} ({n} rows); also {path.with_suffix('.parquet')}")
+            return 0
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, ValueError) as e:
+        # DataError and SelectionError are ValueErrors with messages that name the file/key.
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""The stages of one experiment, as functions that talk only through files in the run directory.
+
+    model -> pool -> select -> schedule -> train -> eval -> results
+
+Run directory: `<output_dir>/<name>/<config_hash>/`. Each stage writes its outputs atomically and
+last a marker file (`stages/<stage>.json`, holding the stage's summary); a stage whose marker exists is skipped, so a killed job
+resumes where it stopped, and `force=True` redoes everything. Files (schemas in docs/files.md):
+
+    config.yaml          the full config            pool.jsonl / heldout.jsonl  the examples
+    stages/pool.json     counts, skipped rows       stages/model.json  where the model directory is
+    selection.json       kept ids, groups           features.npy  (selectors with features)
+    schedule.json        each worker's ids/epoch    selection.csv example_id,cluster,worker,position,weight
+    derived.json         steps, batch, accumulation train.json    training timings, throughput
+    train_log/rank*.jsonl per step and worker       model/        the fine-tuned weights or adapter
+    stages/eval.json     scores                     results.part.csv  tidy result rows
+"""
+from __future__ import annotations
+
+import resource
+import shutil
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+from repro.config import ExperimentConfig, derive, save_config
+from repro.interfaces import SelectionContext, SelectionError, resolve_budget
+from repro.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_json, read_jsonl
+from repro.registry import ALLOCATORS, SELECTORS
+from repro.types import Example, Pool, Schedule, Selection
+
+STAGES = ("model", "pool", "select", "schedule", "train", "eval", "results")
+
+
+def _log(msg: str) -> None:
+    print(f"[cluster-repro] {msg}", file=sys.stderr, flush=True)
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def stage_marker(run_dir: Path, name: str) -> Path:
+    """The file whose presence means stage `name` finished (it holds the stage's summary)."""
+    return run_dir / "stages" / f"{name}.json"
+
+
+def _stage(run_dir: Path, name: str, force: bool, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    marker = stage_marker(run_dir, name)
+    if marker.is_file() and not force:
+        _log(f"{name}: done already ({marker}), skipped")
+        return read_json(marker)
+    t0 = time.perf_counter()
+    info = fn()
+    info["stage_s"] = time.perf_counter() - t0
+    atomic_write_json(marker, info)
+    _log(f"{name}: done in {info['stage_s']:.1f}s")
+    return info
+
+
+def model_dir_of(run_dir: Path) -> Path:
+    return Path(read_json(stage_marker(run_dir, "model"))["model_dir"])
+
+
+def load_pool_files(run_dir: Path) -> tuple[Pool, Pool]:
+    train = Pool([Example.from_dict(r) for r in read_jsonl(run_dir / "pool.jsonl")], "train")
+    held = Pool([Example.from_dict(r) for r in read_jsonl(run_dir / "heldout.jsonl")], "heldout")
+    return train, held
+
+
+# ----------------------------------------------------------------------------- stages
+
+
+def stage_pool(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
+    """Load the data, and drop (or refuse, per data.on_bad_row) examples that leave no response
+    token within data.max_length under the model's tokenizer, so later stages never meet them."""
+    from transformers import AutoTokenizer
+
+    from repro.data import TokenizedPool, load_pool_report
+
+    train, held, reports = load_pool_report(cfg)
+    tok = AutoTokenizer.from_pretrained(model_dir_of(run_dir))
+    skipped = dict(train.skipped)
+    pools = []
+    for pool in (train, held):
+        tp = TokenizedPool(pool, tok, cfg.data.max_length, on_bad_row=cfg.data.on_bad_row)
+        for reason, n in tp.skipped.items():
+            skipped[f"{pool.name}:{reason}"] = n
+        pools.append([e for e in pool.examples if e.id in tp])
+    train_ex, held_ex = pools
+    if not train_ex:
+        raise SelectionError(f"the training pool is empty after loading ({skipped or 'no rows'})")
+    atomic_write_jsonl(run_dir / "pool.jsonl", [e.to_dict() for e in train_ex])
+    atomic_write_jsonl(run_dir / "heldout.jsonl", [e.to_dict() for e in held_ex])
+    return {"n_pool": len(train_ex), "n_heldout": len(held_ex), "skipped": skipped,
+            "sources": [vars(r) for r in reports],
+            "categories": dict(Counter(e.category or "none" for e in train_ex))}
+
+
+def stage_model(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
+    from repro.models import materialize_model
+
+    return {"model_dir": str(materialize_model(cfg.model, cfg.seed))}
+
+
+def validate_selection(sel: Selection, pool: Pool, method: str) -> None:
+    """A selector's output must name pool ids, once each (unless it says it samples with replacement)."""
+    known = set(pool.ids)
+    bad = [i for i in sel.ids if i not in known]
+    if bad:
+        raise SelectionError(f"selector {method!r} returned ids not in the pool, e.g. {bad[:3]}")
+    if not sel.info.get("with_replacement") and len(set(sel.ids)) != len(sel.ids):
+        raise SelectionError(f"selector {method!r} returned duplicate ids; set "
+                             "info['with_replacement'] = True if that is intended")
+    for name in ("clusters", "scores"):
+        v = getattr(sel, name)
+        if v is not None and len(v) != len(sel.ids):
+            raise SelectionError(f"selector {method!r}: {name} has {len(v)} entries for "
+                                 f"{len(sel.ids)} ids")
+    if not sel.ids:
+        raise SelectionError(f"selector {method!r} kept nothing")
+
+
+def stage_select(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
+    train, _ = load_pool_files(run_dir)
+    s = cfg.selection
+    selector = SELECTORS.create(s.method, s.params, "selection.params")
+    budget = resolve_budget(s.fraction, s.n, len(train))
+    ctx = SelectionContext(config=cfg, seed=cfg.seed, world_size=cfg.world_size, workdir=run_dir,
+                           model_dir=model_dir_of(run_dir))
+    t0 = time.perf_counter()
+    sel = selector.select(train, budget, ctx)
+    seconds = time.perf_counter() - t0
+    validate_selection(sel, train, s.method)
+    n_unique = len(set(sel.ids))
+    atomic_write_json(run_dir / "selection.json", {
+        "method": s.method, "ids": sel.ids, "clusters": sel.clusters, "scores": sel.scores,
+        "group_weights": ({str(k): v for k, v in sel.group_weights.items()}
+                          if sel.group_weights else None),
+        "info": sel.info,
+    })
+    return {"method": s.method, "budget": budget, "n_selected": len(sel.ids),
+            "n_unique": n_unique, "n_pool": len(train), "kept_fraction": n_unique / len(train),
+            "selection_s": seconds, "peak_mem_mb": _peak_rss_mb(), "info": sel.info}
+
+
+def load_selection(run_dir: Path) -> Selection:
+    d = read_json(run_dir / "selection.json")
+    gw = d.get("group_weights")
+    return Selection(ids=d["ids"], clusters=d.get("clusters"), scores=d.get("scores"),
+                     group_weights={int(k): v for k, v in gw.items()} if gw else None,
+                     info=d.get("info") or {})
+
+
+def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
+    sel = load_selection(run_dir)
+    a = cfg.allocation
+    allocator = ALLOCATORS.create(a.method, a.params, "allocation.params")
+    t0 = time.perf_counter()
+    sched = allocator.allocate(sel, cfg.world_size, cfg.seed, epochs=cfg.train.epochs,
+                               weight_mode=a.weight_mode)
+    seconds = time.perf_counter() - t0
+    lens = {len(w) for epoch in sched.order for w in epoch}
+    if len(lens) != 1 or sched.world_size != cfg.world_size or sched.epochs != cfg.train.epochs:
+        raise SelectionError(f"allocator {a.method!r} returned an uneven schedule: per-worker "
+                             f"lengths {sorted(lens)}, {sched.world_size} workers, "
+                             f"{sched.epochs} epochs (expected equal lengths, {cfg.world_size} "
+                             f"workers, {cfg.train.epochs} epochs)")
+    n_pool = read_json(stage_marker(run_dir, "pool"))["n_pool"]
+    derived = derive(cfg, n_pool=n_pool, n_selected=len(sel.ids),
+                     per_worker_len=sched.per_worker_len())
+    atomic_write_json(run_dir / "schedule.json", sched.to_dict())
+    atomic_write_json(run_dir / "derived.json", derived.to_dict())
+    lines = ["example_id,cluster,worker,position,weight"]
+    for k, ids in enumerate(sched.order[0]):
+        for pos, i in enumerate(ids):
+            lines.append(f"{i},{sched.clusters.get(i, -1)},{k},{pos},{sched.weight(i, k):.6g}")
+    atomic_write_text(run_dir / "selection.csv", "\n".join(lines) + "\n")
+    return {"allocator": a.method, "allocation_s": seconds, "derived": derived.to_dict(),
+            "worker_weights": sched.worker_weights, "info": sched.info}
+
+
+def stage_train(cfg: ExperimentConfig, run_dir: Path, force: bool) -> dict[str, Any]:
+    from repro.trainer import run_training
+
+    if force:
+        for p in ("checkpoints", "train_log", "model"):
+            shutil.rmtree(run_dir / p, ignore_errors=True)
+        (run_dir / "train.json").unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    info = run_training(run_dir, cfg.world_size, cfg.launch.master_port)
+    info["train_stage_s"] = time.perf_counter() - t0
+    return info
+
+
+def stage_eval(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
+    import torch
+
+    from repro.evaluation import demo_task_scores, heldout_loss
+    from repro.models import load_finetuned
+
+    _, held = load_pool_files(run_dir)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model_dir = model_dir_of(run_dir)
+    model, tok = load_finetuned(run_dir / "model", model_dir, cfg.model, device=device)
+    out: dict[str, Any] = {"scores": {}}
+    t0 = time.perf_counter()
+    if cfg.eval.heldout_loss and len(held):
+        out["scores"]["heldout"] = heldout_loss(model, tok, held, cfg.data.max_length,
+                                                cfg.eval.batch_size, device)
+    if cfg.eval.demo_tasks and any(e.meta.get("check") for e in held.examples):
+        scores, samples = demo_task_scores(model, tok, held, cfg.eval.max_new_tokens,
+                                           cfg.eval.batch_size, device, cfg.eval.limit)
+        out["scores"]["demo"] = scores
+        atomic_write_jsonl(run_dir / "eval_samples.jsonl", samples)
+    if cfg.eval.benchmarks:
+        out["missing_benchmarks"] = list(cfg.eval.benchmarks)
+        _log(f"eval: benchmarks {cfg.eval.benchmarks} need the evals/ harness integration, which "
+             "is not installed in this version; they are reported as missing")
+    out["eval_s"] = time.perf_counter() - t0
+    return out
+
+
+def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
+    """Tidy rows from the run's stage files (one per benchmark and metric)."""
+    from repro.results import provenance
+
+    pool, sel, sch, train, ev = (read_json(stage_marker(run_dir, s))
+                                 for s in ("pool", "select", "schedule", "train", "eval"))
+    selection_s = sel["stage_s"] + sch["stage_s"]
+    end_to_end = pool["stage_s"] + selection_s + train["train_stage_s"] + ev["stage_s"]
+    base = {
+        "run_id": f"{cfg.name}-{cfg.hash()}", "config_hash": cfg.hash(), "name": cfg.name,
+        "method": cfg.selection.method, "allocator": cfg.allocation.method,
+        "weight_mode": cfg.allocation.weight_mode,
+        "ratio": cfg.selection.params.get("ratio"), "kept_fraction": sel["kept_fraction"],
+        "n_selected": sel["n_selected"], "n_pool": sel["n_pool"],
+        "model": cfg.model.name_or_path,
+        "dataset": "+".join(Path(s.path).stem for s in cfg.data.sources),
+        "world_size": cfg.world_size, "seed": cfg.seed, "selection_s": round(selection_s, 3),
+        "train_s": round(train["train_s"], 3), "eval_s": round(ev["eval_s"], 3),
+        "end_to_end_s": round(end_to_end, 3),
+        "tokens_per_s": round(train["tokens_per_s"], 2) if train.get("tokens_per_s") else None,
+        "allreduce_wait_share": (round(train["allreduce_wait_share"], 4)
+                                 if train.get("allreduce_wait_share") is not None else None),
+        "peak_mem_mb": round(max(train["peak_mem_mb"], sel.get("peak_mem_mb", 0)), 1),
+        **provenance(),
+    }
+    rows = []
+    scores = ev["scores"]
+    if "heldout" in scores:
+        h = scores["heldout"]
+        rows.append({**base, "benchmark": "heldout", "metric": "loss", "value": h["loss"],
+                     "stderr": h["loss_stderr"], "n": h["n"]})
+        rows.append({**base, "benchmark": "heldout", "metric": "perplexity",
+                     "value": h["perplexity"], "stderr": None, "n": h["n"]})
+    for cat, s in scores.get("demo", {}).items():
+        metric = "exact_or_exec"
+        rows.append({**base, "benchmark": f"demo/{cat}", "metric": metric, "value": s["value"],
+                     "stderr": s["stderr"], "n": s["n"]})
+    for b in ev.get("missing_benchmarks", []):
+        rows.append({**base, "benchmark": b, "metric": "missing", "value": None, "n": 0})
+    return rows
+
+
+def stage_results(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
+    from repro.results import PART_NAME, write_rows
+
+    rows = result_rows(cfg, run_dir)
+    write_rows(run_dir / PART_NAME, rows)
+    return {"rows": len(rows), "path": str(run_dir / PART_NAME)}
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def run_experiment(cfg: ExperimentConfig, force: bool = False, until: str = "results") -> Path:
+    """Run the stages up to and including `until`; returns the run directory."""
+    if until not in STAGES:
+        raise ValueError(f"until: expected one of {STAGES}, got {until!r}")
+    run_dir = cfg.run_dir()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+    _log(f"run {cfg.name} ({cfg.selection.method} + {cfg.allocation.method}, "
+         f"world size {cfg.world_size}) -> {run_dir}")
+    steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        ("model", lambda: stage_model(cfg, run_dir)),
+        ("pool", lambda: stage_pool(cfg, run_dir)),
+        ("select", lambda: stage_select(cfg, run_dir)),
+        ("schedule", lambda: stage_schedule(cfg, run_dir)),
+        ("train", lambda: stage_train(cfg, run_dir, force)),
+        ("eval", lambda: stage_eval(cfg, run_dir)),
+        ("results", lambda: stage_results(cfg, run_dir)),
+    ]
+    for name, fn in steps:
+        _stage(run_dir, name, force, fn)
+        if name == until:
+            break
+    return run_dir

@@ -1,0 +1,353 @@
+"""The data-parallel trainer: real torch.distributed DDP, one process per worker.
+
+Reads top to bottom: `train_worker` is what each process runs. Worker k trains on exactly the
+ordered ids that schedule.json gives it, multiplying each example's loss by its weight (CluSTER's
+rank weight w_k, 1.0 otherwise). DDP averages gradients over workers, so one optimizer step follows
+sum_k (w_k / K) * grad_k. Checkpoints every `train.checkpoint_every` steps; a restarted run resumes
+from the newest complete checkpoint and ends with the same weights as an uninterrupted one.
+
+Per step and worker it logs compute seconds, seconds waiting at the gradient all-reduce (from the
+moment this worker's last gradient bucket was ready until the synchronized gradients were back),
+tokens, tokens/s and peak memory, to train_log/rank{k}.jsonl.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import resource
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from repro.config import Derived, ExperimentConfig, load_config
+from repro.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
+from repro.types import Example, Pool, Schedule
+
+CKPT_DIR = "checkpoints"
+
+
+# ----------------------------------------------------------------------------- pieces
+
+
+def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Token-mean next-token loss over response tokens, each example's tokens scaled by its weight.
+
+    sum_i w_i * sum_t loss_it / sum_i n_i (n_i = response tokens of example i). With all w_i = w
+    this is w times the usual mean token loss.
+    """
+    logits = logits[:, :-1].float()
+    targets = labels[:, 1:]
+    tok = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1),
+                          ignore_index=-100, reduction="none").view(targets.shape)
+    mask = targets != -100
+    per_example = (tok * mask).sum(dim=1)
+    return (weights.to(per_example.dtype) * per_example).sum() / mask.sum().clamp(min=1)
+
+
+class AllReduceTimer:
+    """State for `timed_allreduce_hook`: when this worker's last gradient bucket was ready."""
+
+    def __init__(self) -> None:
+        self.last_ready = 0.0
+
+
+# No annotations: DDP inspects a hook's signature and rejects string annotations.
+def timed_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
+    """A DDP comm hook: the default all-reduce (sum / world size), noting the ready time."""
+    state.last_ready = time.perf_counter()
+    return default_hooks.allreduce_hook(None, bucket)
+
+
+def make_optimizer(cfg: ExperimentConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    t = cfg.train
+    if t.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay)
+    if t.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=t.lr, weight_decay=t.weight_decay)
+    from transformers.optimization import Adafactor
+
+    # The paper's recipe: a fixed lr (no relative step), no parameter scaling.
+    return Adafactor(params, lr=t.lr, weight_decay=t.weight_decay, scale_parameter=False,
+                     relative_step=False, warmup_init=False)
+
+
+def make_scheduler(cfg: ExperimentConfig, opt: torch.optim.Optimizer, total_steps: int
+                   ) -> torch.optim.lr_scheduler.LambdaLR:
+    warm = cfg.train.warmup_steps
+    linear = cfg.train.schedule == "linear"
+
+    def factor(step: int) -> float:
+        if warm and step < warm:
+            return (step + 1) / warm
+        if not linear:
+            return 1.0
+        return max(0.0, (total_steps - step) / max(1, total_steps - warm))
+
+    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def _set_rng_state(s: dict[str, Any]) -> None:
+    random.setstate(s["python"])
+    np.random.set_state(s["numpy"])
+    torch.set_rng_state(s["torch"])
+    if s.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint (complete ones are renamed into place as a whole)."""
+    d = run_dir / CKPT_DIR
+    done = sorted(p for p in d.glob("step-*") if (p / "meta.json").is_file()) if d.is_dir() else []
+    return done[-1] if done else None
+
+
+def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer,
+                    sched: Any, rank: int, world_size: int, keep: int) -> None:
+    """All ranks call this together. Rank 0 writes weights and optimizer; each rank its RNG."""
+    from repro.models import trainable_state_dict
+
+    root = run_dir / CKPT_DIR
+    final = root / f"step-{step:07d}"
+    tmp = root / f".step-{step:07d}.tmp"
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    dist.barrier()
+    torch.save(_rng_state(), tmp / f"rng-rank{rank}.pt")
+    if rank == 0:
+        torch.save(trainable_state_dict(model), tmp / "trainable.pt")
+        torch.save(opt.state_dict(), tmp / "optimizer.pt")
+        torch.save(sched.state_dict(), tmp / "scheduler.pt")
+    dist.barrier()
+    if rank == 0:
+        (tmp / "meta.json").write_text(json.dumps({"step": step, "world_size": world_size}))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+    dist.barrier()
+
+
+def load_checkpoint(ckpt: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, sched: Any,
+                    rank: int, world_size: int) -> int:
+    from repro.models import load_trainable_state_dict
+
+    meta = json.loads((ckpt / "meta.json").read_text())
+    if meta["world_size"] != world_size:
+        raise RuntimeError(f"{ckpt}: written with world_size {meta['world_size']}, resumed with "
+                           f"{world_size}; resume with the same world size or use --force")
+    load_trainable_state_dict(model, torch.load(ckpt / "trainable.pt", weights_only=True))
+    opt.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
+    sched.load_state_dict(torch.load(ckpt / "scheduler.pt", weights_only=False))
+    _set_rng_state(torch.load(ckpt / f"rng-rank{rank}.pt", weights_only=False))
+    return int(meta["step"])
+
+
+# ----------------------------------------------------------------------------- the worker
+
+
+def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
+    """One data-parallel worker. The process group is already initialized."""
+    from repro.data import TokenizedPool, collate
+    from repro.distributed import set_worker_threads
+    from repro.models import load_model_and_tokenizer, save_finetuned
+    from repro.pipeline import model_dir_of
+
+    t_start = time.perf_counter()
+    run_dir = Path(run_dir_str)
+    cfg = load_config(run_dir / "config.yaml")
+    derived = Derived(**read_json(run_dir / "derived.json"))
+    schedule = Schedule.from_dict(read_json(run_dir / "schedule.json"))
+    model_dir = model_dir_of(run_dir)
+    assert schedule.world_size == world_size, "schedule.json was made for another world size"
+
+    use_cuda = torch.cuda.is_available()
+    device = torch.device(f"cuda:{rank % max(1, torch.cuda.device_count())}" if use_cuda else "cpu")
+    threads = set_worker_threads(world_size, cfg.launch.torch_threads)
+    bf16 = use_cuda and cfg.model.precision in ("auto", "bf16")
+
+    seed_everything(cfg.seed)  # same seed on every rank: identical LoRA init (DDP also broadcasts)
+    model, tokenizer = load_model_and_tokenizer(model_dir, cfg.model, device=str(device))
+    model.to(device)
+    model.train()
+
+    my_ids = {i for epoch in schedule.order for i in epoch[rank]}
+    pool = Pool([Example.from_dict(r) for r in read_jsonl(run_dir / "pool.jsonl") if r["id"] in my_ids])
+    tokenized = TokenizedPool(pool, tokenizer, cfg.data.max_length, on_bad_row="error")
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = make_optimizer(cfg, params)
+    sched = make_scheduler(cfg, opt, derived.total_steps)
+
+    start_step = 0
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is not None:
+        start_step = load_checkpoint(ckpt, model, opt, sched, rank, world_size)
+    else:
+        seed_everything(cfg.seed + rank)  # per-rank stream for dropout etc.
+
+    ddp = DDP(model, device_ids=[device.index] if use_cuda else None)
+    timer = AllReduceTimer()
+    ddp.register_comm_hook(timer, timed_allreduce_hook)
+
+    log_path = run_dir / "train_log" / f"rank{rank}.jsonl"
+    old_rows = read_jsonl(log_path) if log_path.is_file() else []
+    atomic_write_jsonl(log_path, [r for r in old_rows if r["step"] < start_step])
+    log = open(log_path, "a", encoding="utf-8")
+
+    b, accum = derived.per_worker_batch, derived.grad_accum
+    per_step = b * accum
+    pad_id = tokenizer.pad_token_id
+    t_loop = time.perf_counter()
+    if rank == 0 and start_step:
+        print(f"[train] resuming from {ckpt} at step {start_step}/{derived.total_steps}",
+              file=sys.stderr, flush=True)
+    progress = _progress(rank, derived.total_steps, start_step)
+    totals = {"tokens": 0, "compute_s": 0.0, "wait_s": 0.0, "steps": 0}
+    for step in range(start_step, derived.total_steps):
+        epoch, s = divmod(step, derived.steps_per_epoch)
+        ids = schedule.order[epoch][rank][s * per_step:(s + 1) * per_step]
+        t0 = time.perf_counter()
+        wait = 0.0
+        tokens = 0
+        loss_sum = 0.0
+        for micro in range(accum):
+            chunk = ids[micro * b:(micro + 1) * b]
+            batch = collate([tokenized[i] for i in chunk], pad_id)
+            batch = {k: v.to(device) for k, v in batch.items()}
+            weights = torch.tensor([schedule.weight(i, rank) for i in chunk], device=device)
+            tokens += int(batch["attention_mask"].sum())
+            sync = micro == accum - 1
+            with (contextlib.nullcontext() if sync else ddp.no_sync()):
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+                    logits = ddp(input_ids=batch["input_ids"],
+                                 attention_mask=batch["attention_mask"]).logits
+                loss = weighted_lm_loss(logits, batch["labels"], weights) / accum
+                loss.backward()
+                if sync:
+                    t_synced = time.perf_counter()
+                    wait = max(0.0, t_synced - timer.last_ready)
+            loss_sum += float(loss.detach())
+        if cfg.train.grad_clip:
+            torch.nn.utils.clip_grad_norm_(params, cfg.train.grad_clip)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        step_s = time.perf_counter() - t0
+        row = {"step": step, "rank": rank, "epoch": epoch, "loss": loss_sum,
+               "lr": sched.get_last_lr()[0], "step_s": step_s, "compute_s": step_s - wait,
+               "allreduce_wait_s": wait, "tokens": tokens, "tokens_per_s": tokens / step_s,
+               "peak_mem_mb": peak_memory_mb(device)}
+        log.write(json.dumps(row) + "\n")
+        log.flush()
+        totals["tokens"] += tokens
+        totals["compute_s"] += step_s - wait
+        totals["wait_s"] += wait
+        totals["steps"] += 1
+        if progress is not None:
+            progress.set_postfix(loss=f"{loss_sum:.3f}")
+            progress.update(1)
+        done = step + 1
+        if cfg.train.checkpoint_every and done % cfg.train.checkpoint_every == 0 \
+                and done < derived.total_steps:
+            save_checkpoint(run_dir, done, ddp.module, opt, sched, rank, world_size,
+                            cfg.train.keep_checkpoints)
+        _maybe_fail_for_tests(done)
+    log.close()
+    if progress is not None:
+        progress.close()
+    loop_s = time.perf_counter() - t_loop
+
+    totals.update(loop_s=loop_s, startup_s=t_loop - t_start, peak_mem_mb=peak_memory_mb(device),
+                  threads=threads)
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, totals)
+    if rank == 0:
+        save_finetuned(ddp.module, tokenizer, run_dir / "model")
+        train_s = max(g["loop_s"] for g in gathered)
+        tok = sum(g["tokens"] for g in gathered)
+        step_time = sum(g["compute_s"] + g["wait_s"] for g in gathered)
+        atomic_write_json(run_dir / "train.json", {
+            "train_s": train_s,
+            "startup_s": max(g["startup_s"] for g in gathered),
+            "steps_run": gathered[0]["steps"],
+            "resumed_from_step": start_step,
+            "total_steps": derived.total_steps,
+            "tokens": tok,
+            "tokens_per_s": tok / train_s if train_s > 0 else None,
+            "allreduce_wait_share": (sum(g["wait_s"] for g in gathered) / step_time
+                                     if step_time > 0 else None),
+            "peak_mem_mb": max(g["peak_mem_mb"] for g in gathered),
+            "per_worker": gathered,
+            "device": str(device.type),
+            "bf16": bf16,
+        })
+    dist.barrier()
+
+
+def _progress(rank: int, total: int, start: int) -> Any:
+    if rank != 0:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=start, desc="train", unit="step", dynamic_ncols=True,
+                disable=os.environ.get("CLUSTER_REPRO_NO_PROGRESS") == "1")
+
+
+def _maybe_fail_for_tests(done_steps: int) -> None:
+    """Tests simulate a crash: CLUSTER_REPRO_CRASH_AFTER_STEP=N kills every worker after step N."""
+    at = os.environ.get("CLUSTER_REPRO_CRASH_AFTER_STEP")
+    if at is not None and done_steps == int(at):
+        os._exit(137)
+
+
+def run_training(run_dir: Path, world_size: int, master_port: int | None = None) -> dict[str, Any]:
+    """Spawn the workers locally (or, under SLURM/torchrun, join the existing group)."""
+    from repro.distributed import env_rank_world, spawn_workers
+
+    env = env_rank_world()
+    if env is not None and env[1] == world_size and world_size > 1:
+        from repro.distributed import init_process_group
+
+        rank, ws, _ = env
+        init_process_group(rank, ws, os.environ.get("MASTER_ADDR", "127.0.0.1"),
+                           int(os.environ.get("MASTER_PORT", "29500")))
+        try:
+            train_worker(rank, ws, str(run_dir))
+        finally:
+            dist.destroy_process_group()
+    else:
+        spawn_workers(train_worker, world_size, args=(str(run_dir),), master_port=master_port)
+    return read_json(run_dir / "train.json")

@@ -1,0 +1,53 @@
+"""The quick demo end to end: real 4-process gloo DDP, every stage, result rows, the table."""
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from repro.results import COLUMNS, PART_NAME
+from tests.conftest import REPO
+
+
+def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
+    env = {**os.environ, "CLUSTER_REPRO_NO_PROGRESS": "1"}
+    p = subprocess.run([sys.executable, "-m", "repro", "demo", "--quick", f"output_dir={tmp_path}"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    out = p.stdout
+    assert "| method | data used" in out and "Quality per category" in out
+    assert f"{tmp_path / 'results.csv'}" in out
+
+    rows = list(csv.DictReader(open(tmp_path / "results.csv", newline="")))
+    assert set(COLUMNS) <= set(rows[0])
+    methods = {r["method"] for r in rows}
+    assert methods == {"full", "random"}
+    for r in rows:
+        assert r["world_size"] == "4" and r["model"] == "tiny-random-llama"
+        assert r["git_sha"] and "torch" in r["versions"] and r["hardware"]
+        assert float(r["train_s"]) > 0 and float(r["end_to_end_s"]) >= float(r["train_s"])
+    full = {(r["benchmark"], r["metric"]): r for r in rows if r["method"] == "full"}
+    rand = {(r["benchmark"], r["metric"]): r for r in rows if r["method"] == "random"}
+    assert float(full[("heldout", "loss")]["value"]) > 0
+    assert full[("demo/overall", "exact_or_exec")]["n"] == "24"  # 12 categories x 2 held-out
+    n_full, n_rand = int(full[("heldout", "loss")]["n_selected"]), int(rand[("heldout", "loss")]["n_selected"])
+    assert n_full == int(full[("heldout", "loss")]["n_pool"]) and n_rand == round(n_full / 2)
+    assert float(rand[("heldout", "loss")]["kept_fraction"]) == n_rand / n_full
+
+    run_dirs = [d for d in tmp_path.glob("*/*") if (d / PART_NAME).is_file()]
+    assert len(run_dirs) == 2
+    for d in run_dirs:
+        assert sorted(p.name for p in (d / "train_log").iterdir()) == [
+            f"rank{k}.jsonl" for k in range(4)]
+        header = (d / "selection.csv").read_text().splitlines()[0]
+        assert header == "example_id,cluster,worker,position,weight"
+    assert (tmp_path / "results.parquet").stat().st_size > 0
+
+    # Running again skips every finished stage and gives the same rows.
+    again = subprocess.run([sys.executable, "-m", "repro", "demo", "--quick",
+                            f"output_dir={tmp_path}"], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stderr.count("done already") == 2 * 7

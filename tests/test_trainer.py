@@ -1,0 +1,126 @@
+"""The data-parallel trainer, through real 4-process gloo DDP on the tiny model.
+
+- Weighting: with worker weights w_k, one DDP step equals the serial update with gradient
+  sum_k (w_k / K) * grad_k (plain SGD, so the update is the gradient itself).
+- Resume: a run killed after a checkpoint and resumed ends with the same weights as an
+  uninterrupted one. The kill is every worker calling os._exit(137) right after a step
+  (CLUSTER_REPRO_CRASH_AFTER_STEP), i.e. an abrupt death with no cleanup, at a known step.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from repro.config import from_dict
+from repro.io import atomic_write_json, read_json
+from repro.pipeline import load_pool_files, model_dir_of, run_experiment
+from repro.types import Schedule
+from tests.conftest import CONFIGS, REPO
+
+
+def _tiny_cfg(tmp_path: Path, *extra: str):
+    return from_dict({}, [f"output_dir={tmp_path}", "name=t", "model.name_or_path=tiny-random-llama",
+                          "data.demo_train_size=48", "data.demo_heldout_per_category=1",
+                          "data.max_length=256", "eval.demo_tasks=false", *extra])
+
+
+def _trainable(run_dir: Path, cfg) -> dict[str, torch.Tensor]:
+    from repro.models import load_finetuned, trainable_state_dict
+
+    model_dir = model_dir_of(run_dir)
+    model, _ = load_finetuned(run_dir / "model", model_dir, cfg.model)
+    return {k: v for k, v in model.named_parameters() if "lora_" in k}
+
+
+def test_weighted_ddp_step_equals_serial_weighted_update(tmp_path: Path) -> None:
+    from repro.data import TokenizedPool, collate
+    from repro.models import load_model_and_tokenizer
+    from repro.trainer import seed_everything, weighted_lm_loss
+
+    K, lr = 4, 0.5
+    weights = [0.4, 1.0, 1.6, 2.2]
+    cfg = _tiny_cfg(tmp_path, f"world_size={K}", "train.optimizer=sgd", f"train.lr={lr}",
+                    "train.per_device_batch_size=2", "train.global_batch_size=8",
+                    "train.max_steps=1", "train.schedule=constant", "eval.heldout_loss=false")
+    run_dir = run_experiment(cfg, until="schedule")
+    sched = Schedule.from_dict(read_json(run_dir / "schedule.json"))
+    sched.worker_weights = weights
+    atomic_write_json(run_dir / "schedule.json", sched.to_dict())
+    run_experiment(cfg, until="train")
+
+    # The serial reference, in this process, from the same initial weights.
+    model_dir = model_dir_of(run_dir)
+    seed_everything(cfg.seed)
+    model, tok = load_model_and_tokenizer(model_dir, cfg.model)
+    params = {k: p for k, p in model.named_parameters() if p.requires_grad}
+    init = {k: p.detach().clone() for k, p in params.items()}
+    pool, _ = load_pool_files(run_dir)
+    tp = TokenizedPool(pool, tok, cfg.data.max_length)
+    per_worker = []  # grad_k with unit weight: the loss is linear in the weight
+    for k in range(K):
+        model.zero_grad()
+        ids = sched.order[0][k][:2]
+        b = collate([tp[i] for i in ids], tok.pad_token_id)
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+        weighted_lm_loss(logits, b["labels"], torch.ones(2)).backward()
+        per_worker.append({n: p.grad.detach().clone() for n, p in params.items()})
+    trained = _trainable(run_dir, cfg)
+    assert set(trained) == set(params)
+    far_from_unweighted = 0.0
+    for name in params:
+        weighted = sum(weights[k] / K * per_worker[k][name] for k in range(K))
+        plain = sum(per_worker[k][name] / K for k in range(K))
+        torch.testing.assert_close(trained[name], init[name] - lr * weighted, rtol=1e-5, atol=1e-7)
+        far_from_unweighted += float((trained[name] - (init[name] - lr * plain)).abs().sum())
+    assert far_from_unweighted > 1e-4  # the weights changed the update
+
+    log = [json.loads(line) for line in
+           (run_dir / "train_log" / "rank0.jsonl").read_text().splitlines()]
+    assert len(log) == 1 and log[0]["tokens"] > 0 and log[0]["allreduce_wait_s"] >= 0
+
+
+def _run_cli(args: list[str], env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "repro", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_killed_run_resumes_to_the_same_weights(tmp_path: Path) -> None:
+    common = ["model.name_or_path=tiny-random-llama", "data.demo_train_size=64",
+              "data.demo_heldout_per_category=1", "world_size=2", "train.per_device_batch_size=2",
+              "train.global_batch_size=4", "train.epochs=1", "train.checkpoint_every=3",
+              "eval.demo_tasks=false", "data.max_length=256"]
+    cfg_path = CONFIGS / "demo-quick.yaml"
+    a = _run_cli(["run", str(cfg_path), f"output_dir={tmp_path / 'a'}", *common])
+    assert a.returncode == 0, a.stderr[-3000:]
+
+    b_out = tmp_path / "b"
+    crashed = _run_cli(["run", str(cfg_path), f"output_dir={b_out}", *common],
+                       {"CLUSTER_REPRO_CRASH_AFTER_STEP": "5"})
+    assert crashed.returncode != 0
+    run_b = next(b_out.glob("*/*"))
+    assert not (run_b / "train.json").exists()
+    assert sorted(p.name for p in (run_b / "checkpoints").glob("step-*")) == ["step-0000003"]
+    resumed = _run_cli(["run", str(cfg_path), f"output_dir={b_out}", *common])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stderr
+    info = read_json(run_b / "train.json")
+    assert info["resumed_from_step"] == 3 and info["steps_run"] == info["total_steps"] - 3
+    # Stages finished before the kill were not redone.
+    assert "select: done already" in resumed.stderr
+
+    run_a = next((tmp_path / "a").glob("*/*"))
+    assert run_a.name == run_b.name  # same config hash
+    cfg = from_dict({}, common)
+    wa, wb = _trainable(run_a, cfg), _trainable(run_b, cfg)
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+    # The per-rank log holds each step exactly once after the resume.
+    steps = [json.loads(l)["step"] for l in (run_b / "train_log" / "rank1.jsonl").read_text().splitlines()]
+    assert steps == list(range(info["total_steps"]))
