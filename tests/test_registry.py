@@ -96,3 +96,36 @@ def test_rank_weights_need_group_weights() -> None:
     for k in range(2):
         for i in sched.order[0][k]:
             assert sched.weight(i, k) == {"a": 0.5, "c": 0.5, "b": 1.5, "d": 1.5}[i]
+
+
+def test_a_third_party_selector_registers_through_its_entry_point(tmp_path: Path, monkeypatch) -> None:
+    """An installed distribution's entry point is found without touching this repository.
+
+    The distribution is real metadata on sys.path (a .dist-info folder with entry_points.txt),
+    which is what `pip install` leaves behind; importlib.metadata discovers it the same way.
+    """
+    import importlib
+    import sys
+
+    pkg = tmp_path / "acme_select"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "from repro.types import Selection\n"
+        "class FirstN:\n"
+        "    '''Keeps the first `budget` examples.'''\n"
+        "    def select(self, pool, budget, ctx):\n"
+        "        return Selection(ids=pool.ids[:budget])\n")
+    dist = tmp_path / "acme_select-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-select\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[cluster_repro.selectors]\nfirst-n = acme_select:FirstN\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    try:
+        assert "first-n" in SELECTORS.names()
+        assert "acme-select" in SELECTORS.origin("first-n")
+        sel = SELECTORS.create("first-n", {}, "selection.params")
+        assert sel.select(_pool(10), 3, _ctx(tmp_path)).ids == ["x000", "x001", "x002"]
+    finally:
+        SELECTORS._items.pop("first-n", None)
+        sys.modules.pop("acme_select", None)

@@ -38,15 +38,18 @@ def _trainable(run_dir: Path, cfg) -> dict[str, torch.Tensor]:
     return {k: v for k, v in model.named_parameters() if "lora_" in k}
 
 
-def test_weighted_ddp_step_equals_serial_weighted_update(tmp_path: Path) -> None:
+@pytest.mark.parametrize("per_device", [2, 1], ids=["batch2-accum1", "batch1-accum2"])
+def test_weighted_ddp_step_equals_serial_weighted_update(tmp_path: Path, per_device: int) -> None:
     from repro.data import TokenizedPool, collate
     from repro.models import load_model_and_tokenizer
     from repro.trainer import seed_everything, weighted_lm_loss
 
-    K, lr = 4, 0.5
+    K, lr, global_batch = 4, 0.5, 8
+    accum = global_batch // (per_device * K)
     weights = [0.4, 1.0, 1.6, 2.2]
     cfg = _tiny_cfg(tmp_path, f"world_size={K}", "train.optimizer=sgd", f"train.lr={lr}",
-                    "train.per_device_batch_size=2", "train.global_batch_size=8",
+                    f"train.per_device_batch_size={per_device}",
+                    f"train.global_batch_size={global_batch}",
                     "train.max_steps=1", "train.schedule=constant", "eval.heldout_loss=false")
     run_dir = run_experiment(cfg, until="schedule")
     sched = Schedule.from_dict(read_json(run_dir / "schedule.json"))
@@ -65,10 +68,11 @@ def test_weighted_ddp_step_equals_serial_weighted_update(tmp_path: Path) -> None
     per_worker = []  # grad_k with unit weight: the loss is linear in the weight
     for k in range(K):
         model.zero_grad()
-        ids = sched.order[0][k][:2]
-        b = collate([tp[i] for i in ids], tok.pad_token_id)
-        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
-        weighted_lm_loss(logits, b["labels"], torch.ones(2)).backward()
+        for m in range(accum):  # micro-batches, each a token mean, averaged over accumulation
+            ids = sched.order[0][k][m * per_device:(m + 1) * per_device]
+            b = collate([tp[i] for i in ids], tok.pad_token_id)
+            logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+            (weighted_lm_loss(logits, b["labels"], torch.ones(per_device)) / accum).backward()
         per_worker.append({n: p.grad.detach().clone() for n, p in params.items()})
     trained = _trainable(run_dir, cfg)
     assert set(trained) == set(params)
@@ -124,3 +128,24 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path: Path) -> None:
     # The per-rank log holds each step exactly once after the resume.
     steps = [json.loads(l)["step"] for l in (run_b / "train_log" / "rank1.jsonl").read_text().splitlines()]
     assert steps == list(range(info["total_steps"]))
+
+
+def test_optimizers_and_schedule() -> None:
+    from transformers.optimization import Adafactor
+
+    from repro.trainer import make_optimizer, make_scheduler
+
+    p = [torch.nn.Parameter(torch.ones(3))]
+    assert isinstance(make_optimizer(from_dict({}, ["train.optimizer=adafactor"]), p), Adafactor)
+    assert isinstance(make_optimizer(from_dict({}, ["train.optimizer=adamw"]), p), torch.optim.AdamW)
+    cfg = from_dict({}, ["train.lr=1.0", "train.warmup_steps=2", "train.schedule=linear"])
+    opt = torch.optim.SGD(p, lr=1.0)
+    sched = make_scheduler(cfg, opt, total_steps=6)
+    lrs = []
+    for _ in range(6):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    # Warm-up to the peak over 2 steps, then linear decay to zero at the end.
+    assert lrs[:2] == [0.5, 1.0]
+    assert lrs[2] > lrs[3] > lrs[4] > lrs[5] > 0 and abs(lrs[2] - 1.0) < 1e-9
