@@ -3,6 +3,7 @@
     cluster-repro demo [--quick]                  the embedded CPU mini-reproduction
     cluster-repro run CONFIG [key.sub=value ...]  every stage of one experiment
     cluster-repro select CONFIG [k=v ...]         stages up to the schedule (selection.csv)
+    cluster-repro grid RUNS_FILE [k=v ...]        every run of a run list (configs/runs/)
     cluster-repro validate CONFIG [k=v ...]       load and check a config, print its hash
     cluster-repro ls selectors|allocators|configs what is available
     cluster-repro results [--output-dir DIR]      merge result part files into results.csv/.parquet
@@ -50,6 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
         _add_config_args(p)
         p.add_argument("--force", action="store_true",
                        help="redo every stage even if its output exists")
+
+    p = sub.add_parser("grid", help="run every experiment of a run-list file, in order",
+                       description="Run every experiment of a run-list file (configs/runs/*.yaml) "
+                       "in order; a run can take another run's kept count (match_kept_count_of).",
+                       epilog=EPILOG)
+    p.add_argument("runs_file", help="a run-list YAML file, e.g. configs/runs/demo-grid.yaml")
+    p.add_argument("overrides", nargs="*", metavar="key.sub=value",
+                   help="overrides applied to every run")
+    p.add_argument("--force", action="store_true", help="redo every stage of every run")
 
     p = sub.add_parser("validate", help="load and validate a config; print it and its hash",
                        epilog=EPILOG)
@@ -113,6 +123,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nResults: {merged} (one row per run, benchmark and metric); run folders:")
             for d in run_dirs:
                 print(f"  {d}")
+            return 0
+        if args.cmd == "grid":
+            from repro.demo import summary_table
+            from repro.grid import load_run_list, run_list
+
+            run_dirs = run_list(load_run_list(args.runs_file), args.overrides, force=args.force)
+            print(summary_table(run_dirs))
             return 0
         if args.cmd in ("run", "select"):
             from repro.pipeline import run_experiment

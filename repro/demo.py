@@ -1,9 +1,10 @@
 """The embedded default: a small real data-parallel experiment that runs on a laptop's CPU.
 
-`cluster-repro demo` runs each variant below on the generated demo pool (SmolLM2-135M-Instruct with
-LoRA, 4 gloo workers), then prints a table of quality per category and overall, data used, and the
+`cluster-repro demo` runs the runs of configs/runs/demo.yaml (full data, CluSTER at r = 0.5 and
+random at CluSTER's kept count) on the generated demo pool (SmolLM2-135M-Instruct with LoRA,
+4 gloo workers), then prints a table of quality per category and overall, data used, and the
 selection, training and end-to-end seconds. `--quick` swaps in a tiny random model and a smaller
-pool (what the tests use). Every variant is the same config plus a few overrides.
+pool (what the tests use). Every run is the same config plus a few overrides.
 """
 from __future__ import annotations
 
@@ -12,37 +13,32 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repro.config import ExperimentConfig, from_dict, load_config
-from repro.pipeline import run_experiment
+from repro.config import ConfigError, ExperimentConfig, load_config
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-
-# The runs of the demo: (label, overrides on top of the demo config).
-VARIANTS: list[tuple[str, list[str]]] = [
-    ("full", ["selection.method=full"]),
-    ("random-0.5", ["selection.method=random", "selection.fraction=0.5"]),
-]
+# The demo's runs (full, CluSTER r = 0.5, random at CluSTER's kept count): a run-list file.
+DEMO_RUNS = CONFIG_DIR / "runs" / "demo.yaml"
 
 
 def demo_config(quick: bool, overrides: list[str] = ()) -> ExperimentConfig:
-    name = "demo-quick.yaml" if quick else "demo.yaml"
-    path = CONFIG_DIR / name
-    if path.is_file():
-        return load_config(path, overrides)
-    # Installed without the repository's configs/: the dataclass defaults are the demo.
-    return from_dict({}, overrides, source="<embedded demo defaults>")
+    """The demo's base config (configs/demo.yaml, or demo-quick.yaml) with overrides."""
+    path = CONFIG_DIR / ("demo-quick.yaml" if quick else "demo.yaml")
+    if not path.is_file():
+        raise ConfigError(f"{path} not found: the demo reads the repository's configs/ folder "
+                          "(install with `make install`, which installs this checkout in place)")
+    return load_config(path, overrides)
 
 
-def run_demo(quick: bool = False, overrides: list[str] = (), force: bool = False
-             ) -> tuple[list[Path], Path]:
-    """Run every variant; return the run directories and the merged results CSV."""
+def run_demo(quick: bool = False, overrides: list[str] = (), force: bool = False,
+             runs_file: Path | None = None) -> tuple[list[Path], Path]:
+    """Run every run of the demo's run list; return the run directories and the merged results."""
+    from repro.grid import load_run_list, run_list
     from repro.results import merge_results
 
-    run_dirs = []
-    for label, extra in VARIANTS:
-        cfg = demo_config(quick, [*extra, *overrides])
-        print(f"\n=== demo run: {label} ===", file=sys.stderr, flush=True)
-        run_dirs.append(run_experiment(cfg, force=force))
+    rl = load_run_list(runs_file or DEMO_RUNS)
+    if quick:
+        rl.base = CONFIG_DIR / "demo-quick.yaml"
+    run_dirs = run_list(rl, list(overrides), force=force)
     out_dir = Path(demo_config(quick, list(overrides)).output_dir)
     merged, _ = merge_results(out_dir)
     return run_dirs, merged
@@ -54,6 +50,16 @@ def _fmt(v: Any, digits: int = 3) -> str:
     if isinstance(v, float):
         return f"{v:.{digits}f}"
     return str(v)
+
+
+def _label(row: dict[str, Any]) -> str:
+    """method, with CluSTER's ratio (as the paper's r) and a non-default allocator."""
+    out = row["method"]
+    if row.get("ratio"):
+        out += f" r={float(row['ratio']) / 100:g}"
+    if row.get("allocator") and row["allocator"] != "uniform-shuffle":
+        out += f" ({row['allocator']}" + (", weighted" if row.get("weight_mode") == "rank" else "") + ")"
+    return out
 
 
 def summary_table(run_dirs: list[Path]) -> str:
@@ -74,7 +80,7 @@ def summary_table(run_dirs: list[Path]) -> str:
         loss = r.get(("heldout", "loss"), {}).get("value")
         ppl = r.get(("heldout", "perplexity"), {}).get("value")
         wait = any_row.get("allreduce_wait_share")
-        cells = [any_row["method"] + ("" if not any_row.get("ratio") else f" r={any_row['ratio']}"),
+        cells = [_label(any_row),
                  f"{100 * float(any_row['kept_fraction']):.0f}%", any_row["n_selected"],
                  _fmt(float(overall) if overall else None), _fmt(float(loss) if loss else None),
                  _fmt(float(ppl) if ppl else None, 2), _fmt(float(any_row["selection_s"]), 1),
@@ -87,7 +93,7 @@ def summary_table(run_dirs: list[Path]) -> str:
                 cats.append(b)
     if cats:
         lines += ["", "Quality per category (exact match / execution on held-out items):", ""]
-        methods = [next(iter(r.values()))["method"] for r in runs]
+        methods = [_label(next(iter(r.values()))) for r in runs]
         lines.append("| category | " + " | ".join(methods) + " |")
         lines.append("|---|" + "---|" * len(methods))
         for c in sorted(cats):

@@ -1,0 +1,94 @@
+"""Run lists: several experiments that share a base config, run one after another.
+
+A run-list file (YAML):
+
+    base: demo.yaml                  # a config file, relative to this file
+    overrides: [output_dir=runs]     # optional, applied to every run
+    runs:
+      - label: cluster-r0.5
+        overrides: [selection.method=cluster, selection.params.ratio=50,
+                    allocation.method=cluster-interleave, allocation.weight_mode=rank]
+      - label: random-like-cluster-r0.5
+        match_kept_count_of: cluster-r0.5    # selection.n = that run's kept count
+        overrides: [selection.method=random]
+
+`match_kept_count_of` is how a baseline is compared at the same budget as a CluSTER run whose
+kept count is only known once its clusters are. (The SLURM launcher expands paper-scale grids;
+this is the local, sequential form the demo and the mini reproductions use.)
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from repro.config import ConfigError, ExperimentConfig, load_config
+from repro.io import read_json
+
+
+@dataclass
+class RunSpec:
+    label: str
+    overrides: list[str] = field(default_factory=list)
+    match_kept_count_of: str | None = None
+
+
+@dataclass
+class RunList:
+    base: Path
+    overrides: list[str]
+    runs: list[RunSpec]
+
+
+def load_run_list(path: str | Path) -> RunList:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"run-list file {str(p)!r} not found")
+    data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    unknown = set(data) - {"base", "overrides", "runs"}
+    if unknown:
+        raise ConfigError(f"{p}: unknown keys {sorted(unknown)} (allowed: base, overrides, runs)")
+    if "base" not in data or not data.get("runs"):
+        raise ConfigError(f"{p}: needs 'base' (a config file) and a non-empty 'runs' list")
+    runs, labels = [], set()
+    for i, r in enumerate(data["runs"]):
+        if not isinstance(r, dict) or "label" not in r:
+            raise ConfigError(f"{p}: runs[{i}] needs a 'label'")
+        extra = set(r) - {"label", "overrides", "match_kept_count_of"}
+        if extra:
+            raise ConfigError(f"{p}: runs[{i}] has unknown keys {sorted(extra)} "
+                              "(allowed: label, overrides, match_kept_count_of)")
+        spec = RunSpec(str(r["label"]), [str(o) for o in r.get("overrides") or []],
+                       r.get("match_kept_count_of"))
+        if spec.match_kept_count_of is not None and spec.match_kept_count_of not in labels:
+            raise ConfigError(f"{p}: runs[{i}] ({spec.label}) matches the kept count of "
+                              f"{spec.match_kept_count_of!r}, which must be an earlier run's label")
+        labels.add(spec.label)
+        runs.append(spec)
+    return RunList((p.parent / data["base"]).resolve(), [str(o) for o in data.get("overrides") or []],
+                   runs)
+
+
+def run_configs(rl: RunList, extra: list[str] = ()) -> list[tuple[RunSpec, ExperimentConfig]]:
+    """Every run's config (validated up front, so a typo fails before hours of work)."""
+    return [(r, load_config(rl.base, [*rl.overrides, *r.overrides, *extra])) for r in rl.runs]
+
+
+def run_list(rl: RunList, extra: list[str] = (), force: bool = False) -> list[Path]:
+    """Run every experiment of the list in order; returns their run directories."""
+    from repro.pipeline import run_experiment, stage_marker
+
+    run_configs(rl, extra)  # validate all first
+    done: dict[str, Path] = {}
+    for spec in rl.runs:
+        ov = [*rl.overrides, *spec.overrides, *extra]
+        if spec.match_kept_count_of:
+            ref = done[spec.match_kept_count_of]
+            kept = read_json(stage_marker(ref, "select"))["n_unique"]
+            ov.append(f"selection.n={kept}")
+        cfg = load_config(rl.base, ov)
+        print(f"\n=== {spec.label} ===", file=sys.stderr, flush=True)
+        done[spec.label] = run_experiment(cfg, force=force)
+    return list(done.values())
