@@ -126,6 +126,8 @@ class Registry:
         try:
             return cls(**params)
         except (TypeError, ValueError) as e:
+            if str(e).startswith(key):  # the class already named the key and what is allowed
+                raise ConfigError(str(e)) from e
             raise ConfigError(f"{key}: {self.kind[:-1]} {name!r} rejected its parameters "
                               f"{params!r}: {e}") from e
 

@@ -23,21 +23,26 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
     rows = list(csv.DictReader(open(tmp_path / "results.csv", newline="")))
     assert set(COLUMNS) <= set(rows[0])
     methods = {r["method"] for r in rows}
-    assert methods == {"full", "random"}
+    assert methods == {"full", "cluster", "random"}
     for r in rows:
         assert r["world_size"] == "4" and r["model"] == "tiny-random-llama"
         assert r["git_sha"] and "torch" in r["versions"] and r["hardware"]
         assert float(r["train_s"]) > 0 and float(r["end_to_end_s"]) >= float(r["train_s"])
-    full = {(r["benchmark"], r["metric"]): r for r in rows if r["method"] == "full"}
-    rand = {(r["benchmark"], r["metric"]): r for r in rows if r["method"] == "random"}
-    assert float(full[("heldout", "loss")]["value"]) > 0
-    assert full[("demo/overall", "exact_or_exec")]["n"] == "24"  # 12 categories x 2 held-out
-    n_full, n_rand = int(full[("heldout", "loss")]["n_selected"]), int(rand[("heldout", "loss")]["n_selected"])
-    assert n_full == int(full[("heldout", "loss")]["n_pool"]) and n_rand == round(n_full / 2)
-    assert float(rand[("heldout", "loss")]["kept_fraction"]) == n_rand / n_full
+    by = {m: {(r["benchmark"], r["metric"]): r for r in rows if r["method"] == m} for m in methods}
+    full, clus, rand = by["full"][("heldout", "loss")], by["cluster"][("heldout", "loss")], \
+        by["random"][("heldout", "loss")]
+    assert float(full["value"]) > 0
+    assert by["full"][("demo/overall", "exact_or_exec")]["n"] == "24"  # 12 categories x 2 held-out
+    n_pool = int(full["n_pool"])
+    assert int(full["n_selected"]) == n_pool
+    # CluSTER keeps K * m_adj; random is run at exactly CluSTER's kept count.
+    assert int(clus["n_selected"]) % 4 == 0 and 0 < int(clus["n_selected"]) < n_pool
+    assert rand["n_selected"] == clus["n_selected"]
+    assert clus["allocator"] == "cluster-interleave" and clus["weight_mode"] == "rank"
+    assert float(clus["ratio"]) == 50.0
 
     run_dirs = [d for d in tmp_path.glob("*/*") if (d / PART_NAME).is_file()]
-    assert len(run_dirs) == 2
+    assert len(run_dirs) == 3
     for d in run_dirs:
         assert sorted(p.name for p in (d / "train_log").iterdir()) == [
             f"rank{k}.jsonl" for k in range(4)]
@@ -50,4 +55,4 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
                             f"output_dir={tmp_path}"], cwd=REPO, env=env, capture_output=True,
                            text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stderr.count("done already") == 2 * 7
+    assert again.stderr.count("done already") == 3 * 7

@@ -1,0 +1,500 @@
+"""CluSTER steps 2-6, 8 and 9 (see shared/docs/method.md): normalize the gradient features, k-means
+with one cluster per data-parallel worker, the soft capacity cap, the balanced budget, the choice
+inside each cluster, the rank weights and the uniform (up-sampling) variant.
+
+Conventions: X is N x D (float32; converted when not), indices are row indices into X, K is the
+number of clusters (= world size). Squared Euclidean distances are in squared feature units and
+are computed in float64 wherever they decide an order (ties, the cap, the pruning).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from repro.interfaces import SelectionError
+
+NORM_MODES = ("auto", "l2", "center", "none")
+KMEANS_MODES = ("exact", "fast")
+PRUNE_MODES = ("close", "far", "rand", "mix", "big", "none")
+_BLOCK = 4096  # rows per block: bounds float64 temporaries to 4096 x D x 8 bytes (128 MiB at D=4096)
+_TORCH_BLOCK = 32768  # rows per torch matmul / index_add_ call (views, no copies; fewer calls win)
+_PROJ_DIM = 256  # the fast mode's restarts run on a random projection to this many dims (D > 512)
+_RESTARTS, _SAMPLE_ITERS, _FULL_PASSES = 3, 20, 10
+
+
+# -- helpers --------------------------------------------------------------------------------------
+def _matrix(X, name: str = "features") -> np.ndarray:
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise SelectionError(f"{name} must be a 2-D array (N x D), got shape {X.shape}")
+    return np.ascontiguousarray(X, dtype=np.float32)
+
+
+def _blocks(n: int):
+    for b in range(0, n, _BLOCK):
+        yield slice(b, min(b + _BLOCK, n))
+
+
+def _check_finite(X: np.ndarray) -> None:
+    """SelectionError naming the bad rows if any entry is NaN or +-inf.
+
+    One random projection instead of an N x D boolean mask (1.2 GB at 75k x 4096): a NaN/inf entry
+    always makes the row's projection non-finite; flagged rows are then checked exactly (a finite
+    row whose projection overflows is a false alarm that the exact check clears)."""
+    r = np.random.default_rng(0).standard_normal(X.shape[1]).astype(np.float32) + 1.0
+    with np.errstate(all="ignore"):
+        cand = np.flatnonzero(~np.isfinite(X @ r))
+    bad = cand[~np.isfinite(X[cand]).all(axis=1)] if cand.size else cand
+    if bad.size:
+        raise SelectionError(f"{bad.size} feature row(s) contain NaN or inf (first bad row index: "
+                             f"{int(bad[0])}); the feature extraction failed for those examples")
+
+
+def _row_norms(X: np.ndarray) -> np.ndarray:
+    """L2 norm of every row, float64 (blocked: no overflow/underflow from squaring in float32)."""
+    out = np.empty(X.shape[0])
+    for s in _blocks(X.shape[0]):
+        xb = X[s].astype(np.float64)
+        out[s] = np.sqrt(np.einsum("ij,ij->i", xb, xb))
+    return out
+
+
+def _check_k(k, n: int) -> int:
+    if int(k) != k or k < 1:
+        raise SelectionError(f"K = world size = {k} must be a positive integer")
+    if k > n:
+        raise SelectionError(f"K = world size = {k} is larger than the pool ({n})")
+    return int(k)
+
+
+def _check_labels(labels, n: int, k: int) -> np.ndarray:
+    labels = np.asarray(labels, dtype=np.int64)
+    if labels.shape != (n,):
+        raise SelectionError(f"labels must have shape ({n},), got {labels.shape}")
+    if n and (labels.min() < 0 or labels.max() >= k):
+        raise SelectionError(f"labels must lie in 0..{k - 1}")
+    return labels
+
+
+def _n_distinct_at_least(X: np.ndarray, k: int) -> int:
+    """The number of distinct rows if it is below k, else some count >= k. Cheap in the common case:
+    a column's distinct values (exact comparisons, no arithmetic) bound the distinct rows from
+    below; the exact np.unique over rows runs only when no column reaches k."""
+    for j in range(min(X.shape[1], 8)):
+        if np.unique(X[:, j]).size >= k:
+            return k
+    return int(np.unique(X, axis=0).shape[0])
+
+
+def pairwise_sq_distances(X, centers) -> np.ndarray:
+    """[N, K] squared distances (float64) from every row to every center; shared by the soft cap and
+    its reference so that both see identical numbers (ties included)."""
+    X, C = _matrix(X), np.asarray(centers, dtype=np.float64)
+    cn = np.einsum("ij,ij->i", C, C)
+    out = np.empty((X.shape[0], C.shape[0]))
+    for s in _blocks(X.shape[0]):
+        xb = X[s].astype(np.float64)
+        out[s] = np.einsum("ij,ij->i", xb, xb)[:, None] - 2.0 * (xb @ C.T) + cn
+    return np.maximum(out, 0.0, out=out)  # cancellation can give -1e-16 for a point on its center
+
+
+def sq_distances_to_own_center(X, centers, labels) -> np.ndarray:
+    """[N] squared distance (float64, squared feature units) from each row to its own center,
+    from explicit differences (no cancellation)."""
+    X, C = _matrix(X), np.asarray(centers, dtype=np.float64)
+    labels = _check_labels(labels, X.shape[0], C.shape[0])
+    out = np.empty(X.shape[0])
+    for s in _blocks(X.shape[0]):
+        diff = X[s].astype(np.float64) - C[labels[s]]
+        out[s] = np.einsum("ij,ij->i", diff, diff)
+    return out
+
+
+# -- step 2 ---------------------------------------------------------------------------------------
+def normalize_features(X, k: int, mode: str = "auto") -> np.ndarray:
+    """Step 2. "auto": K > 1 -> L2-normalize each row (unit norm); K == 1 -> subtract the mean row.
+    Also "l2", "center", "none" (a float32 copy). Returns a new float32 N x D array."""
+    if mode not in NORM_MODES:
+        raise SelectionError(f"unknown normalization {mode!r}; choose one of {NORM_MODES}")
+    if int(k) != k or k < 1:
+        raise SelectionError(f"K = world size = {k} must be a positive integer")
+    X = _matrix(X)
+    _check_finite(X)
+    if mode == "auto":
+        mode = "l2" if k > 1 else "center"
+    if mode == "l2":
+        norms = _row_norms(X)
+        zero = np.flatnonzero(norms == 0)
+        if zero.size:
+            raise SelectionError(f"{zero.size} feature row(s) are all zeros (first: row {int(zero[0])})"
+                                 "; they cannot be L2-normalized (an empty response?)")
+        return (X / norms[:, None]).astype(np.float32)
+    if mode == "center":
+        return X - X.mean(axis=0, dtype=np.float64).astype(np.float32)
+    return X.copy()
+
+
+# -- step 3 ---------------------------------------------------------------------------------------
+def kmeans(X, k: int, seed: int, n_init: int = 10, max_iter: int = 300, mode: str = "exact",
+           sample: int | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+    """Step 3: k-means with K clusters. Returns (labels int64 [N], centers float32 [K, D], inertia =
+    sum of squared distances of ALL points to their own center, squared feature units).
+
+    "exact": sklearn KMeans(k-means++, n_init, max_iter, random_state=seed), the authors' settings.
+    "fast": k-means++ restarts on a seeded (randomly projected) sample of `sample` rows (default
+    max(256 K, 20000)), then Lloyd passes on all rows (see _fast_kmeans; torch, CPU). Not the same
+    partition as "exact"; its inertia is typically within 0.1% of it.
+    Both: every cluster ends with >= 1 member (an empty one gets the row farthest from its center)."""
+    X = _matrix(X)
+    n = X.shape[0]
+    k = _check_k(k, n)
+    if mode not in KMEANS_MODES:
+        raise SelectionError(f"unknown k-means mode {mode!r}; choose one of {KMEANS_MODES}")
+    _check_finite(X)
+    n_distinct = _n_distinct_at_least(X, k)
+    if n_distinct < k:
+        raise SelectionError(f"only {n_distinct} distinct feature rows for K = world size = {k} "
+                             "clusters; the features are degenerate (duplicates or a constant row)")
+    if mode == "exact":
+        from sklearn.cluster import KMeans
+        km = KMeans(n_clusters=k, init="k-means++", n_init=n_init, max_iter=max_iter,
+                    random_state=seed)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            km.fit(X)
+        for w in caught:
+            if "distinct clusters" in str(w.message):
+                raise SelectionError(f"k-means found fewer distinct clusters than K = {k}: "
+                                     f"{w.message}")
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        labels = km.labels_.astype(np.int64)
+        centers = km.cluster_centers_.astype(np.float32)
+        inertia = float(km.inertia_)
+        if np.bincount(labels, minlength=k).min() == 0:  # never seen with sklearn; kept for safety
+            labels, centers = _repair_empty(X, labels, centers)
+            inertia = float(sq_distances_to_own_center(X, centers, labels).sum())
+        return labels, centers, inertia
+    labels, centers, inertia = _fast_kmeans(X, k, seed, n_init, max_iter, sample)
+    if np.bincount(labels, minlength=k).min() == 0:
+        labels, centers = _repair_empty(X, labels, centers)
+        inertia = float(sq_distances_to_own_center(X, centers, labels).sum())
+    return labels, centers, inertia
+
+
+def _fast_kmeans(X: np.ndarray, k: int, seed: int, n_init: int, max_iter: int,
+                 sample: int | None) -> tuple[np.ndarray, np.ndarray, float]:
+    """The "fast" mode. (1) A seeded sample of s rows (D > 512: projected to 256 dims by a seeded
+    Gaussian matrix, which preserves k-means costs up to a small factor) gets greedy k-means++ and
+    Lloyd (<= 20 iterations) min(n_init, 3) times; the lowest sample inertia wins; (2) that
+    partition is lifted to D dims (centers = means of its sample rows); (3) Lloyd passes on all rows
+    in D dims refine it (see _lloyd; at most min(max_iter, 10) passes, usually 3-5). Phases (1)-(2)
+    cost about two full passes at N = 75k, D = 4096."""
+    import torch
+
+    n, dim = X.shape
+    s = min(n, sample if sample else max(256 * k, 20000))
+    rng = np.random.default_rng([seed, 3])
+    rows = np.sort(rng.choice(n, s, replace=False)) if s < n else np.arange(n)
+    Xs = torch.from_numpy(np.ascontiguousarray(X[rows]))
+    Ys = Xs
+    if dim > 2 * _PROJ_DIM:
+        proj = rng.standard_normal((dim, _PROJ_DIM)).astype(np.float32) / np.float32(_PROJ_DIM**0.5)
+        Ys = Xs @ torch.from_numpy(proj)
+    best = None
+    for _ in range(max(1, min(n_init, _RESTARTS))):
+        init = torch.from_numpy(_kmeans_plusplus(Ys.numpy(), k, rng))
+        lab, _, part = _lloyd(Ys, init, _SAMPLE_ITERS, 1e-3)
+        if best is None or part < best[1]:
+            best = (lab, part)
+    counts = torch.bincount(best[0], minlength=k).double()
+    centers = (torch.zeros(k, dim).index_add_(0, best[0], Xs).double()
+               / counts.clamp_min(1)[:, None]).float()
+    for c in torch.nonzero(counts == 0).flatten().tolist():  # only for a projected duplicate
+        centers[c] = Xs[int(rng.integers(s))]
+    passes = max(1, min(max_iter, _FULL_PASSES))
+    labels, centers, inertia = _lloyd(torch.from_numpy(X), centers, passes, 1e-4)
+    return labels.numpy().astype(np.int64), centers.numpy().astype(np.float32), inertia
+
+
+def _kmeans_plusplus(Y: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Greedy k-means++ seeding (2 + ln k candidate draws per center, keep the one that lowers the
+    potential most), in float32 via the |y|^2 - 2 y.c + |c|^2 expansion. Returns k x d centers."""
+    ysq = np.einsum("ij,ij->i", Y, Y)
+    first = int(rng.integers(Y.shape[0]))
+    closest = np.maximum(ysq - 2.0 * (Y @ Y[first]) + ysq[first], 0).astype(np.float64)
+    chosen, trials = [first], 2 + int(np.log(k))
+    for _ in range(1, k):
+        cum = np.cumsum(closest)
+        cand = np.minimum(np.searchsorted(cum, rng.random(trials) * cum[-1]), Y.shape[0] - 1)
+        d = np.maximum(ysq[:, None] - 2.0 * (Y @ Y[cand].T) + ysq[cand], 0)
+        pots = np.minimum(closest[:, None], d).sum(0)
+        j = int(np.argmin(pots))
+        chosen.append(int(cand[j]))
+        closest = np.minimum(closest, d[:, j])
+    return np.ascontiguousarray(Y[chosen], dtype=np.float32)
+
+
+def _lloyd(Xt, C, n_pass: int, tol: float):
+    """Lloyd iterations on the rows of Xt (torch, float32 matmul in row blocks) from centers C.
+    One pass over the rows per iteration does both halves: assign each row to its nearest center
+    and accumulate the per-cluster sums that give the next centers. Stops after n_pass passes, or
+    when at most tol * N labels change or the inertia fell by less than tol / 10 (relative) in the
+    last pass. Returns (labels, centers, inertia): labels are the argmin for the returned centers,
+    inertia the sum of their squared distances (float64)."""
+    import torch
+
+    n, k = Xt.shape[0], C.shape[0]
+    narrow = Xt.shape[1] <= 512  # index_add_ has a per-row overhead: a one-hot matmul wins there
+    blocks = [slice(b, min(b + _TORCH_BLOCK, n)) for b in range(0, n, _TORCH_BLOCK)]
+    # inertia = sum_i |x_i|^2 + sum_i part_i, part_i = |c|^2 - 2 x_i.c for the row's center
+    # (per-row norms: a float32 norm over a whole 32768 x 4096 block is off by ~3%)
+    total_sq = sum(float(torch.linalg.vector_norm(Xt[s], dim=1).double().pow(2).sum())
+                   for s in blocks)
+    labels = torch.full((n,), -1, dtype=torch.int64)
+    part = torch.empty(n)
+    prev = math.inf
+    for it in range(max(1, n_pass)):
+        cn = (C.double() ** 2).sum(1).float()
+        sums = torch.zeros(k, Xt.shape[1], dtype=torch.float64)
+        changed = 0
+        for s in blocks:
+            xb = Xt[s]
+            part[s], lb = (cn - 2.0 * (xb @ C.T)).min(1)  # |x|^2 is common to all centers
+            changed += int((lb != labels[s]).sum())
+            labels[s] = lb
+            # float32 sums per block, added in float64 across blocks (rounding stays block-sized)
+            if it == n_pass - 1:
+                continue  # the last pass only assigns
+            if narrow:
+                sums += (torch.nn.functional.one_hot(lb, k).T.float() @ xb).double()
+            else:
+                sums += torch.zeros(k, Xt.shape[1]).index_add_(0, lb, xb).double()
+        inertia = max(total_sq + float(part.sum(dtype=torch.float64)), 0.0)
+        if changed <= n * tol or prev - inertia <= 0.1 * tol * inertia or it == n_pass - 1:
+            break
+        prev = inertia
+        counts = torch.bincount(labels, minlength=k).double()
+        new = (sums / counts.clamp_min(1)[:, None]).float()
+        empty = torch.nonzero(counts == 0).flatten().tolist()
+        if empty:  # reseed with the rows farthest from their current centers
+            far = part.double() + torch.cat([(Xt[s] * Xt[s]).sum(1, dtype=torch.float64)
+                                             for s in blocks])
+            for c, i in zip(empty, torch.argsort(far, descending=True, stable=True)[:len(empty)]):
+                new[c] = Xt[int(i)]
+        C = new
+    return labels, C, inertia
+
+
+def _repair_empty(X, labels, centers):
+    """Give every empty cluster one member: the row farthest from its own center among clusters with
+    >= 2 members; the emptied cluster's center becomes that row."""
+    k = centers.shape[0]
+    sizes = np.bincount(labels, minlength=k)
+    if sizes.min() > 0:
+        return labels, centers
+    labels, centers = labels.copy(), centers.copy()
+    far = sq_distances_to_own_center(X, centers, labels)
+    for c in np.flatnonzero(sizes == 0):
+        far_ok = np.where(sizes[labels] >= 2, far, -np.inf)
+        i = int(np.argmax(far_ok))
+        sizes[labels[i]] -= 1
+        labels[i], sizes[c], far[i] = c, 1, -np.inf
+        centers[c] = X[i]
+    return labels, centers
+
+
+# -- step 4 ---------------------------------------------------------------------------------------
+def _cap(n: int, k: int, cap_factor: float) -> int:
+    if not cap_factor > 0:
+        raise SelectionError(f"cap_factor must be > 0, got {cap_factor}")
+    return math.ceil(cap_factor * n / k)
+
+
+def soft_cap_assign(X, centers, labels, cap_factor: float = 1.5, n_candidates: int = 8) -> np.ndarray:
+    """Step 4. If the largest cluster has more than cap_factor * N / K members, reassign every row
+    with the same centers under cap = ceil(cap_factor * N / K): all (row, candidate) pairs, the
+    candidates being each row's n_candidates nearest centers, in increasing squared distance (stable:
+    ties by row index, then candidate rank); a row takes its candidate if still unassigned and the
+    center has room. Rows left over go to their nearest center with room, else their nearest center.
+    Otherwise returns a copy of labels. Returns int64 labels [N]."""
+    X = _matrix(X)
+    n, k = X.shape[0], np.asarray(centers).shape[0]
+    labels = _check_labels(labels, n, k)
+    cap = _cap(n, k, cap_factor)
+    if n == 0 or np.bincount(labels, minlength=k).max() <= cap_factor * n / k:
+        return labels.copy()
+    d = pairwise_sq_distances(X, centers)
+    order = np.argsort(d, axis=1, kind="stable")  # each row's centers, nearest first (ties: index)
+    nc = max(1, min(int(n_candidates), k))
+    cand = order[:, :nc]
+    flat = np.argsort(np.take_along_axis(d, cand, 1).ravel(), kind="stable")  # pair p = i*nc + r
+    pair_rows, pair_ctrs = (flat // nc).tolist(), cand.ravel()[flat].tolist()
+    out = [-1] * n
+    room = [cap] * k
+    left = n
+    for i, c in zip(pair_rows, pair_ctrs):  # the greedy pass (the one sequential part)
+        if out[i] < 0 and room[c] > 0:
+            out[i] = c
+            room[c] -= 1
+            left -= 1
+            if left == 0:
+                break
+    out = np.array(out, dtype=np.int64)
+    for i in np.flatnonzero(out < 0).tolist():  # only when K > n_candidates or cap * K < N
+        with_room = [c for c in order[i].tolist() if room[c] > 0]
+        out[i] = with_room[0] if with_room else order[i, 0]
+        if with_room:
+            room[out[i]] -= 1
+    return out
+
+
+def soft_cap_assign_reference(X, centers, labels, cap_factor: float = 1.5,
+                              n_candidates: int = 8) -> np.ndarray:
+    """The same rule as soft_cap_assign written as plain loops (for tests). Uses the same distance
+    matrix (pairwise_sq_distances) so that both see identical numbers."""
+    X = _matrix(X)
+    n, k = X.shape[0], np.asarray(centers).shape[0]
+    labels = [int(v) for v in _check_labels(labels, n, k)]
+    sizes = [labels.count(c) for c in range(k)]
+    if n == 0 or max(sizes) <= cap_factor * n / k:
+        return np.array(labels, dtype=np.int64)
+    cap = _cap(n, k, cap_factor)
+    d = pairwise_sq_distances(X, centers).tolist()
+    nearest = [sorted(range(k), key=lambda c: (d[i][c], c)) for i in range(n)]
+    pairs = []
+    for i in range(n):
+        for r, c in enumerate(nearest[i][:min(n_candidates, k)]):
+            pairs.append((d[i][c], i, r, c))
+    pairs.sort()  # by distance, then row index, then candidate rank
+    assigned, count = [None] * n, [0] * k
+    for _, i, _, c in pairs:
+        if assigned[i] is None and count[c] < cap:
+            assigned[i] = c
+            count[c] += 1
+    for i in range(n):
+        if assigned[i] is None:
+            for c in nearest[i]:
+                if count[c] < cap:
+                    assigned[i] = c
+                    count[c] += 1
+                    break
+        if assigned[i] is None:
+            assigned[i] = nearest[i][0]
+    return np.array(assigned, dtype=np.int64)
+
+
+# -- steps 5-6 ------------------------------------------------------------------------------------
+def balanced_budget(sizes, ratio: float, micro_batch: int = 1,
+                    drop_last: bool = False) -> tuple[int, int]:
+    """Step 5. Returns (m, m_adj): m = smallest cluster size, m_adj = floor(m * ratio / 100), rounded
+    down to a multiple of micro_batch when the loader drops the last incomplete batch. Every cluster
+    then keeps m_adj rows (kept fraction K * m_adj / N)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if sizes.size == 0:
+        raise SelectionError("no clusters: the cluster-size list is empty")
+    if not 0 < ratio <= 100:
+        raise SelectionError(f"ratio = {ratio}: ratio is a percentage in 1..100, e.g. 50 for the "
+                             "paper's r = 0.5")
+    if int(micro_batch) != micro_batch or micro_batch < 1:
+        raise SelectionError(f"micro batch must be a positive integer, got {micro_batch}")
+    m = int(sizes.min())
+    m_adj = math.floor(m * ratio / 100)
+    if drop_last:
+        m_adj = (m_adj // int(micro_batch)) * int(micro_batch)
+    if m_adj == 0:
+        raise SelectionError(
+            f"the balanced budget is 0 per cluster: the smallest cluster has m = {m} members, "
+            f"ratio {ratio}% keeps floor({m} * {ratio} / 100) = {math.floor(m * ratio / 100)}"
+            + (f", rounded down to a multiple of the micro batch {micro_batch}" if drop_last else "")
+            + "; use a larger pool or ratio, fewer workers, or drop_last = false")
+    return m, m_adj
+
+
+def choose_within_cluster(X, centers, labels, m_adj: int, mode: str,
+                          seed: int) -> dict[int, np.ndarray]:
+    """Steps 5-6: {cluster k: the row indices kept}. Members are ranked by squared distance to their
+    center, ascending (stable: ties by row index). "close" (the paper's default, "peripheral"): the
+    m_adj farthest, farthest first; "far" ("core"): the m_adj nearest; "rand": uniform without
+    replacement, seeded by (seed, k); "mix": floor(m_adj / 2) nearest, then the rest farthest;
+    "big": the m_adj largest row L2 norms of X (the CALLER passes the un-normalized features for this
+    mode; only K is taken from centers); "none": all members in row order (m_adj ignored)."""
+    if mode not in PRUNE_MODES:
+        raise SelectionError(f"unknown prune mode {mode!r}; choose one of {PRUNE_MODES}")
+    X = _matrix(X)
+    k = np.asarray(centers).shape[0]
+    labels = _check_labels(labels, X.shape[0], k)
+    members = [np.flatnonzero(labels == c) for c in range(k)]
+    if mode == "none":
+        return dict(enumerate(members))
+    m_adj = int(m_adj)
+    small = [c for c in range(k) if members[c].size < m_adj]
+    if m_adj < 1 or small:
+        raise SelectionError(f"cannot keep m_adj = {m_adj} per cluster: cluster(s) {small} are "
+                             "smaller (m_adj must be 1..smallest cluster size)")
+    if mode == "big":
+        norms = _row_norms(X)
+        return {c: idx[np.argsort(-norms[idx], kind="stable")[:m_adj]] for c, idx in enumerate(members)}
+    if mode == "rand":
+        return {c: np.random.default_rng([seed, c]).choice(idx, m_adj, replace=False)
+                for c, idx in enumerate(members)}
+    dist = sq_distances_to_own_center(X, centers, labels)
+    out = {}
+    for c, idx in enumerate(members):
+        ranked = idx[np.argsort(dist[idx], kind="stable")]  # nearest first
+        half = m_adj // 2
+        out[c] = {"close": ranked[::-1][:m_adj], "far": ranked[:m_adj],
+                  "mix": np.concatenate([ranked[:half], ranked[::-1][:m_adj - half]])}[mode]
+    return out
+
+
+# -- steps 8, 9 and diagnostics --------------------------------------------------------------------
+def rank_weights(sizes_after_cap, n_total: int) -> np.ndarray:
+    """Step 8: w_k = K * n_k / N (float64), n_k = cluster k's size after the cap, before the budget
+    trim. DDP averages worker gradients, so the update is sum_k (n_k / N) grad_k."""
+    sizes = np.asarray(sizes_after_cap, dtype=np.float64)
+    if sizes.size == 0 or n_total <= 0 or sizes.sum() != n_total:
+        raise SelectionError(f"rank weights need cluster sizes summing to N = {n_total}, got "
+                             f"{sizes.astype(np.int64).tolist()}")
+    return sizes.size * sizes / n_total
+
+
+def uniform_upsample(labels, k: int, seed: int) -> dict[int, np.ndarray]:
+    """Step 9: {cluster: rows}: every cluster's members (row order), then extra members drawn with
+    replacement (seeded by (seed, cluster)) up to the largest cluster's size. Weights are 1."""
+    labels = np.asarray(labels, dtype=np.int64)
+    labels = _check_labels(labels, labels.shape[0], k)
+    sizes = np.bincount(labels, minlength=k)
+    if sizes.min() == 0:
+        raise SelectionError(f"cluster(s) {np.flatnonzero(sizes == 0).tolist()} are empty: "
+                             "nothing to up-sample")
+    top = int(sizes.max())
+    out = {}
+    for c in range(k):
+        idx = np.flatnonzero(labels == c)
+        extra = np.random.default_rng([seed, c]).choice(idx, top - idx.size, replace=True)
+        out[c] = np.concatenate([idx, extra])
+    return out
+
+
+def cluster_agreement(labels, categories) -> dict:
+    """How well clusters match the pool's task categories (rows with category None are left out):
+    {"nmi", "ari", "purity" (share of rows in their cluster's majority category), "n"}. None -> {}."""
+    if categories is None:
+        return {}
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    labels = np.asarray(labels)
+    if len(categories) != labels.shape[0]:
+        raise SelectionError(f"{len(categories)} categories for {labels.shape[0]} labels")
+    keep = [i for i, c in enumerate(categories) if c is not None]
+    if not keep:
+        return {}
+    _, cats = np.unique(np.array([str(categories[i]) for i in keep]), return_inverse=True)
+    lab = labels[keep]
+    table = np.zeros((int(lab.max()) + 1, int(cats.max()) + 1), dtype=np.int64)
+    np.add.at(table, (lab, cats), 1)
+    return {"nmi": float(normalized_mutual_info_score(cats, lab)),
+            "ari": float(adjusted_rand_score(cats, lab)),
+            "purity": float(table.max(axis=1).sum() / len(keep)), "n": len(keep)}

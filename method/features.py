@@ -1,0 +1,316 @@
+"""CluSTER step 1: the gradient proxy feature of every pool example (method.md, step 1).
+
+For an example with response positions R (positions t whose SHIFTED label labels[t+1] is not
+-100, so the hidden state h_t predicts y_t = labels[t+1]), last-layer hidden states h_t (the LM
+head's input, after the final norm) and p_t = the model's probability of y_t:
+
+    g = (1/|R|) * sum_{t in R} (p_t - 1) * h_t          (float32 vector of size H = hidden size)
+
+(p_t - 1) h_t is the gold-token row of d(-log p_t(y_t))/d(W_head), so g is a BADGE-style
+embedding. Forward only, with the INITIAL model (no LoRA), bf16 autocast on GPU, fp32 on CPU.
+
+Two forms compute the same g:
+- `gradient_proxy_features` (used by the selector): runs the transformer body once for the last
+  hidden state only, then the LM head only at response positions, in row chunks, computing
+  log p(y) = logit_y - logsumexp(logits). Never holds [B, T, V] logits nor all layers' states.
+- `gradient_proxy_features_naive` (reference, what the authors' code does): all hidden states,
+  full-vocabulary log_softmax at every position. For tests and `method/bench_features.py`.
+
+`features_to_file` shards a pool over K data-parallel workers through a real process group
+(worker r embeds rows r, r+K, ...) and rank 0 writes an N x H float32 .npy memmap as rows arrive.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from repro.data import IGNORE_INDEX, collate, tokenize_example
+
+__all__ = ["gradient_proxy_features", "gradient_proxy_features_naive", "compute_features",
+           "features_to_file"]
+
+
+# ----------------------------------------------------------------------------- the two forms
+
+
+def _core(model: Any) -> Any:
+    """The plain causal LM inside DDP and peft wrappers (names and heads live there)."""
+    model = getattr(model, "module", model)  # DistributedDataParallel
+    return model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+
+
+def _device(model: Any) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _targets(batch: dict, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(targets [B, T-1], response mask [B, T-1], |R| per row [B]); ValueError on an empty row."""
+    targets = batch["labels"].to(device)[:, 1:]  # h_t predicts labels[t+1]
+    sel = targets != IGNORE_INDEX
+    counts = sel.sum(dim=1)
+    empty = (counts == 0).nonzero().flatten().tolist()
+    if empty:
+        raise ValueError(f"batch row {empty[0]} has no response position (every shifted label is "
+                         f"{IGNORE_INDEX}; {len(empty)} such row(s): {empty[:10]}); its gradient proxy "
+                         "feature is undefined")
+    return targets, sel, counts
+
+
+def _autocast(device: torch.device, bf16: bool | None):
+    on = device.type == "cuda" if bf16 is None else bf16
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=on)
+
+
+@torch.inference_mode()
+def gradient_proxy_features(model: Any, batch: dict, chunk_rows: int = 1024, *,
+                            bf16: bool | None = None) -> torch.Tensor:
+    """g for every row of a collated batch (input_ids, attention_mask, labels: [B, T] int64).
+
+    Returns [B, H] float32 on the model's device. The LM head runs on at most `chunk_rows` response
+    positions at a time, so the extra working memory is about chunk_rows * V * 4 bytes (1024 rows
+    x 49152 vocab = 192 MiB) instead of B * T * V * 4 * 2 for full logits plus log_softmax.
+    `bf16`: autocast to bfloat16; None = on when the model is on CUDA.
+    """
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows: expected >= 1, got {chunk_rows}")
+    core = _core(model)
+    cfg = core.config
+    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
+        # The head's output is transformed after the Linear (Gemma-2, Cohere): only the full
+        # forward gets the probabilities right, so use it rather than a wrong fast path.
+        warnings.warn(f"{type(core).__name__} transforms logits after the LM head; using the naive "
+                      "feature form", stacklevel=2)
+        return gradient_proxy_features_naive(model, batch, bf16=bf16)
+    device = _device(core)
+    targets, sel, counts = _targets(batch, device)
+    head = core.get_output_embeddings()
+    with _autocast(device, bf16):
+        hidden = core.get_decoder()(input_ids=batch["input_ids"].to(device),
+                                    attention_mask=batch["attention_mask"].to(device),
+                                    use_cache=False).last_hidden_state  # [B, T, H], after the norm
+    rows, pos = sel.nonzero(as_tuple=True)  # response positions, row-major
+    h = hidden[:, :-1][rows, pos]  # [M, H]: only these rows ever meet the head
+    y = targets[rows, pos]
+    del hidden
+    out = torch.zeros(sel.shape[0], h.shape[1], dtype=torch.float32, device=device)
+    for s in range(0, h.shape[0], chunk_rows):
+        hc, yc = h[s:s + chunk_rows], y[s:s + chunk_rows]
+        with _autocast(device, bf16):
+            logits = head(hc)
+        logits = logits.float()  # a new fp32 tensor under bf16; on CPU fp32 the head's own output
+        gold = logits.gather(1, yc[:, None]).squeeze(1)
+        # logsumexp in place: one [rows, V] buffer at a time (torch.logsumexp makes another).
+        m = logits.amax(dim=1, keepdim=True)
+        lse = logits.sub_(m).exp_().sum(dim=1).log_() + m.squeeze(1)
+        del logits
+        p = torch.exp(gold - lse)
+        out.index_add_(0, rows[s:s + chunk_rows], (p - 1.0)[:, None] * hc.float())  # segment sum
+    return out / counts[:, None].to(out.dtype)
+
+
+@torch.inference_mode()
+def gradient_proxy_features_naive(model: Any, batch: dict, *, bf16: bool | None = None) -> torch.Tensor:
+    """The same g the way the authors' code gets it: every layer's hidden states and a
+    full-vocabulary log_softmax at every position ([B, T, V] twice). Returns [B, H] float32."""
+    device = _device(model)
+    targets, sel, counts = _targets(batch, device)
+    with _autocast(device, bf16):
+        out = model(input_ids=batch["input_ids"].to(device),
+                    attention_mask=batch["attention_mask"].to(device),
+                    output_hidden_states=True, use_cache=False)
+    logp = torch.log_softmax(out.logits.float(), dim=-1)[:, :-1]  # [B, T-1, V]
+    lp = logp.gather(-1, targets.clamp(min=0)[..., None]).squeeze(-1)  # ignored slots: masked below
+    coef = (lp.exp() - 1.0) * sel
+    h = out.hidden_states[-1].float()[:, :-1]  # the last entry is the final-norm output
+    return (coef[..., None] * h).sum(dim=1) / counts[:, None].to(h.dtype)
+
+
+# ----------------------------------------------------------------------------- one process
+
+
+def _progress(total: int, desc: str, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="ex", dynamic_ncols=True,
+                disable=not enabled or os.environ.get("CLUSTER_REPRO_NO_PROGRESS") == "1")
+
+
+def _length_batches(items: dict[int, dict], batch_size: int) -> list[list[int]]:
+    # Longest first: batches of similar length waste little padding, and an out-of-memory comes
+    # at the start rather than after hours. Ties keep the input order (stable sort).
+    order = sorted(items, key=lambda i: -len(items[i]["input_ids"]))
+    return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+
+
+def compute_features(examples: list, tokenizer: Any, model: Any, max_length: int, batch_size: int,
+                     out: np.ndarray | None = None, rows: list[int] | None = None,
+                     progress: bool = True, *, bf16: bool | None = None) -> np.ndarray:
+    """g of every Example (repro.types.Example), in one process, in input order.
+
+    Example i's feature goes to out[rows[i]] (rows defaults to 0..n-1; `out` defaults to a new
+    n x H float32 array), so a caller can fill a memmap. Tokenization is repro.data's
+    (DataError if an example keeps no response token within max_length). Returns `out`.
+    """
+    rows = list(range(len(examples))) if rows is None else list(rows)
+    if len(rows) != len(examples):
+        raise ValueError(f"rows: expected {len(examples)} entries (one per example), got {len(rows)}")
+    hdim = _core(model).get_output_embeddings().weight.shape[1]
+    if out is None:
+        out = np.empty((len(examples), hdim), dtype=np.float32)
+    items = {i: tokenize_example(ex, tokenizer, max_length) for i, ex in enumerate(examples)}
+    device = _device(model)
+    bar = _progress(len(examples), "features", progress)
+    for b in _length_batches(items, batch_size):
+        batch = collate([items[i] for i in b], tokenizer.pad_token_id)
+        feats = gradient_proxy_features(model, {k: v.to(device) for k, v in batch.items()}, bf16=bf16)
+        out[[rows[i] for i in b]] = feats.cpu().numpy()
+        bar.update(len(b))
+    bar.close()
+    return out
+
+
+# ----------------------------------------------------------------------------- sharded to a file
+
+
+def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str, model_cfg: Any,
+                     max_length: int, batch_size: int, tmp_path: str, out_path: str,
+                     spawned: bool) -> None:
+    """Worker `rank` of `world_size` (the group is initialized when world_size > 1)."""
+    import torch.distributed as dist
+
+    from repro.distributed import set_worker_threads
+    from repro.io import atomic_write_json, read_jsonl
+    from repro.models import load_model_and_tokenizer
+    from repro.trainer import peak_memory_mb
+    from repro.types import Example
+
+    t0 = time.perf_counter()
+    use_cuda = torch.cuda.is_available()
+    device = torch.device(f"cuda:{rank % max(1, torch.cuda.device_count())}" if use_cuda else "cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)  # nccl collectives (and all_gather_object) use this device
+    if spawned:
+        set_worker_threads(world_size)  # K workers share the machine's cores
+    bf16 = use_cuda and model_cfg.precision in ("auto", "bf16")
+    # The feature uses the INITIAL base model: never the LoRA-wrapped one.
+    base_cfg = dataclasses.replace(model_cfg, lora=dataclasses.replace(model_cfg.lora, enabled=False))
+    model, tok = load_model_and_tokenizer(Path(model_dir), base_cfg, device=str(device))
+    model.eval()
+    rows = read_jsonl(pool_path)
+    n = len(rows)
+    mine = range(rank, n, world_size)
+    items = {i: tokenize_example(Example.from_dict(rows[i]), tok, max_length) for i in mine}
+    del rows
+    batches = _length_batches(items, batch_size)
+    rounds = math.ceil(math.ceil(n / world_size) / batch_size)  # the same on every rank
+    hdim = model.get_output_embeddings().weight.shape[1]
+    if rank == 0:
+        mm = np.lib.format.open_memmap(tmp_path, mode="w+", dtype=np.float32, shape=(n, hdim))
+        written = np.zeros(n, dtype=bool)
+        bar = _progress(n, f"features x{world_size}", True)
+    t_loop = time.perf_counter()
+    for j in range(rounds):
+        # Equal-size tensors for all_gather: pad to batch_size rows, index -1 marks padding.
+        feats = torch.zeros(batch_size, hdim, dtype=torch.float32, device=device)
+        idx = torch.full((batch_size,), -1, dtype=torch.long, device=device)
+        if j < len(batches):
+            b = batches[j]
+            batch = collate([items[i] for i in b], tok.pad_token_id)
+            feats[:len(b)] = gradient_proxy_features(
+                model, {k: v.to(device) for k, v in batch.items()}, bf16=bf16)
+            idx[:len(b)] = torch.tensor(b, dtype=torch.long)
+        if world_size > 1:
+            all_f = [torch.empty_like(feats) for _ in range(world_size)]
+            all_i = [torch.empty_like(idx) for _ in range(world_size)]
+            dist.all_gather(all_f, feats)
+            dist.all_gather(all_i, idx)
+        else:
+            all_f, all_i = [feats], [idx]
+        if rank == 0:  # written as it goes: rank 0 never holds more than one round in memory
+            for f, i in zip(all_f, all_i):
+                i = i.cpu().numpy()
+                keep = i >= 0
+                mm[i[keep]] = f.cpu().numpy()[keep]
+                written[i[keep]] = True
+                bar.update(int(keep.sum()))
+    compute_s = time.perf_counter() - t_loop
+    stats = {"rank": rank, "rows": len(items), "compute_s": compute_s,
+             "peak_mem_mb": peak_memory_mb(device)}
+    gathered = [stats]
+    if world_size > 1:
+        gathered = [None] * world_size
+        dist.all_gather_object(gathered, stats)
+    if rank == 0:
+        bar.close()
+        if not written.all():
+            raise RuntimeError(f"features: {int((~written).sum())} of {n} rows were never written "
+                               f"(first: {np.flatnonzero(~written)[:5].tolist()})")
+        mm.flush()
+        del mm
+        with open(tmp_path, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp_path, out_path)  # a file under the final name is always complete
+        atomic_write_json(Path(out_path).with_suffix(".json"), {
+            "seconds": time.perf_counter() - t0,  # rank 0: model load + tokenize + compute + write
+            "compute_s": max(g["compute_s"] for g in gathered),
+            "peak_mem_mb": max(g["peak_mem_mb"] for g in gathered),  # GPU: allocated; CPU: max RSS
+            "feature_type": "gradient-proxy", "n": n, "dim": int(hdim), "world_size": world_size, "batch_size": batch_size,
+            "max_length": max_length, "device": device.type, "bf16": bf16, "per_worker": gathered})
+    if world_size > 1:
+        dist.barrier()  # nobody leaves (and tears the group down) before the file is in place
+
+
+def features_to_file(run_dir: Path, world_size: int, model_dir: Path, model_cfg: Any,
+                     max_length: int, batch_size: int, out_path: Path) -> Path:
+    """g of every row of run_dir/"pool.jsonl", in pool order, into `out_path` (.npy, N x H float32).
+
+    Sharded over `world_size` workers in a real process group (gloo on CPU, nccl on GPU): spawned
+    here, or joined from torchrun/SLURM variables as repro.trainer.run_training does; world_size 1
+    runs in this process. Timing and peak memory go to out_path.with_suffix(".json"): "seconds"
+    (rank 0, from worker start to file written), "wall_s" (this call, spawn included),
+    "peak_mem_mb" (max over workers; MiB), "n", "dim", "world_size". Returns out_path.
+    """
+    import torch.distributed as dist
+
+    from repro.distributed import env_rank_world, init_process_group, spawn_workers
+    from repro.io import atomic_write_json, read_json
+
+    if world_size < 1 or batch_size < 1:
+        raise ValueError(f"world_size and batch_size must be >= 1, got {world_size}, {batch_size}")
+    t0 = time.perf_counter()
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(f".{out_path.name}.tmp-{os.getpid()}")
+    args = (str(Path(run_dir) / "pool.jsonl"), str(model_dir), model_cfg, max_length, batch_size,
+            str(tmp), str(out_path))
+    env = env_rank_world()
+    try:
+        if world_size == 1:
+            _features_worker(0, 1, *args, spawned=False)
+        elif dist.is_initialized() and dist.get_world_size() == world_size:
+            _features_worker(dist.get_rank(), world_size, *args, spawned=False)
+        elif env is not None and env[1] == world_size:
+            init_process_group(env[0], world_size, os.environ.get("MASTER_ADDR", "127.0.0.1"),
+                               int(os.environ.get("MASTER_PORT", "29500")))
+            try:
+                _features_worker(env[0], world_size, *args, spawned=False)
+            finally:
+                dist.destroy_process_group()
+        else:
+            spawn_workers(_features_worker, world_size, args=(*args, True))
+    finally:
+        tmp.unlink(missing_ok=True)  # only left behind by a failed run
+    meta_path = out_path.with_suffix(".json")
+    if meta_path.is_file() and (env is None or env[0] == 0):
+        meta = read_json(meta_path)
+        meta["wall_s"] = time.perf_counter() - t0
+        atomic_write_json(meta_path, meta)
+    return out_path

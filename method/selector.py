@@ -1,0 +1,172 @@
+"""`cluster`: CluSTER's selection (method.md steps 1-6, 8 and 9), registered as a selector.
+
+    features (step 1) -> normalize (2) -> k-means, K = world size (3) -> soft cap (4)
+    -> balanced budget m_adj (5) -> which m_adj to keep in each cluster (6) -> rank weights (8)
+
+or, with `variant: uniform` (step 9), every cluster up-sampled with replacement to the largest,
+unit weights. It works with either allocator: `cluster-interleave` (cluster k on worker k, the
+method) or `uniform-shuffle` (the standard allocation), so the suite can tell what each part buys.
+"""
+from __future__ import annotations
+
+import json
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from repro.interfaces import SelectionContext, SelectionError
+from repro.registry import register_selector
+from repro.types import Pool, Selection
+
+PRUNE_MODES = ("close", "far", "rand", "mix", "big", "none")
+FEATURE_TYPES = ("gradient-proxy", "lora-grad")
+
+
+def _check(value: Any, allowed: tuple, key: str) -> None:
+    if value not in allowed:
+        raise SelectionError(f"selection.params.{key}: {value!r} is not one of {', '.join(allowed)}")
+
+
+@register_selector("cluster")
+class ClusterSelector:
+    """CluSTER: gradient-proxy features, k-means with K = workers, soft cap, balanced budget.
+
+    ratio: percent of the smallest cluster kept per cluster (the paper's r = 1.0/0.75/0.5 is
+    100/75/50). prune: close (the paper's "peripheral": farthest from the center), far ("core"),
+    rand, mix, big, none. feature_type: gradient-proxy (the method) or lora-grad (per-example LoRA
+    gradients, projected to proj_dim). normalization: auto (L2 for K > 1, centering for K = 1),
+    l2, center, none. cap: the soft-cap factor (1.5), or null for none. kmeans: exact (scikit-learn,
+    the authors' settings) or fast. variant: prune, or uniform (step 9).
+    """
+
+    def __init__(self, ratio: float = 50, prune: str = "close",
+                 feature_type: str = "gradient-proxy", normalization: str = "auto",
+                 cap: float | None = 1.5, kmeans: str = "exact", variant: str = "prune",
+                 n_init: int = 10, max_iter: int = 300, feature_batch_size: int = 8,
+                 proj_dim: int = 8192) -> None:
+        if not 0 < float(ratio) <= 100:
+            raise SelectionError(f"selection.params.ratio: {ratio} is outside 1..100 (a "
+                                 "percentage: 50 for the paper's r = 0.5)")
+        _check(prune, PRUNE_MODES, "prune")
+        _check(feature_type, FEATURE_TYPES, "feature_type")
+        _check(normalization, ("auto", "l2", "center", "none"), "normalization")
+        _check(kmeans, ("exact", "fast"), "kmeans")
+        _check(variant, ("prune", "uniform"), "variant")
+        if cap is not None and cap < 1:
+            raise SelectionError(f"selection.params.cap: {cap} must be >= 1 (or null for no cap)")
+        self.ratio, self.prune, self.feature_type = float(ratio), prune, feature_type
+        self.normalization, self.cap, self.kmeans_mode = normalization, cap, kmeans
+        self.variant, self.n_init, self.max_iter = variant, n_init, max_iter
+        self.feature_batch_size, self.proj_dim = feature_batch_size, proj_dim
+
+    # -- step 1 -------------------------------------------------------------------------
+    def features(self, pool: Pool, ctx: SelectionContext) -> tuple[np.ndarray, dict[str, Any]]:
+        """N x D float32 features in pool order, written to <run dir>/features.npy (reused if complete)."""
+        cfg = ctx.config
+        out = Path(ctx.workdir) / "features.npy"
+        meta_path = out.with_suffix(".json")
+        if out.is_file() and meta_path.is_file():
+            meta = json.loads(meta_path.read_text())
+            if meta.get("n") == len(pool) and meta.get("feature_type", self.feature_type) == self.feature_type:
+                return np.load(out, mmap_mode="r"), {**meta, "reused": True}
+        if ctx.model_dir is None:
+            raise SelectionError("selector 'cluster' needs the target model (ctx.model_dir)")
+        if self.feature_type == "gradient-proxy":
+            from method.features import features_to_file
+
+            features_to_file(Path(ctx.workdir), ctx.world_size, Path(ctx.model_dir), cfg.model,
+                             cfg.data.max_length, self.feature_batch_size, out)
+        else:
+            self._lora_features(pool, ctx, out)
+        meta = json.loads(meta_path.read_text())
+        return np.load(out, mmap_mode="r"), meta
+
+    def _lora_features(self, pool: Pool, ctx: SelectionContext, out: Path) -> None:
+        import torch
+
+        from method.lora_grads import lora_gradient_features
+        from repro.data import TokenizedPool
+        from repro.io import atomic_write, atomic_write_json
+        from repro.models import load_model_and_tokenizer
+        from repro.trainer import peak_memory_mb, seed_everything
+
+        cfg = ctx.config
+        t0 = time.perf_counter()
+        seed_everything(ctx.seed)
+        model, tok = load_model_and_tokenizer(Path(ctx.model_dir), cfg.model)
+        tp = TokenizedPool(pool, tok, cfg.data.max_length)
+        X = lora_gradient_features(model, [tp[i] for i in pool.ids], tok.pad_token_id,
+                                   self.feature_batch_size, self.proj_dim, ctx.seed)
+        atomic_write(out, lambda fh: np.save(fh, X.astype(np.float32)), mode="wb")
+        atomic_write_json(out.with_suffix(".json"), {
+            "seconds": time.perf_counter() - t0, "peak_mem_mb": peak_memory_mb(torch.device("cpu")),
+            "n": len(pool), "dim": int(X.shape[1]), "world_size": 1, "feature_type": "lora-grad"})
+
+    # -- steps 2-6, 8, 9 ----------------------------------------------------------------
+    def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
+        from method import clustering as C
+
+        if budget is not None:
+            raise SelectionError("selector 'cluster' sets its own kept count from "
+                                 "selection.params.ratio; remove selection.n / selection.fraction")
+        k, n = ctx.world_size, len(pool)
+        X, feat_meta = self.features(pool, ctx)
+        X = np.asarray(X, dtype=np.float32)
+
+        tracemalloc.start()
+        t0 = time.perf_counter()
+        Xn = C.normalize_features(X, k, self.normalization)
+        labels, centers, inertia = C.kmeans(Xn, k, ctx.seed, self.n_init, self.max_iter,
+                                            self.kmeans_mode)
+        before = np.bincount(labels, minlength=k)
+        if self.cap is not None:
+            labels = C.soft_cap_assign(Xn, centers, labels, self.cap)
+        after = np.bincount(labels, minlength=k)
+        clustering_s = time.perf_counter() - t0
+        clustering_peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.reset_peak()
+
+        t1 = time.perf_counter()
+        if self.variant == "uniform":
+            chosen = C.uniform_upsample(labels, k, ctx.seed)
+            m, m_adj = int(after.min()), int(after.max())
+            weights = np.ones(k)
+        else:
+            t = ctx.config.train
+            m, m_adj = C.balanced_budget(after, self.ratio, t.per_device_batch_size, t.drop_last)
+            # "big" ranks by the raw feature norm; the other modes by distance in the clustered space.
+            chosen = C.choose_within_cluster(X if self.prune == "big" else Xn, centers, labels,
+                                             m_adj, self.prune, ctx.seed)
+            weights = C.rank_weights(after, n)
+        selection_s = time.perf_counter() - t1
+        selection_peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+
+        ids, clusters = [], []
+        pool_ids = pool.ids
+        for c in range(k):
+            for row in chosen[c]:
+                ids.append(pool_ids[int(row)])
+                clusters.append(c)
+        info: dict[str, Any] = {
+            "method": "cluster", "variant": self.variant, "ratio": self.ratio, "prune": self.prune,
+            "feature_type": self.feature_type, "normalization": self.normalization,
+            "cap": self.cap, "kmeans": self.kmeans_mode, "k": k, "n_pool": n,
+            "feature_dim": int(X.shape[1]), "inertia": float(inertia),
+            "cluster_sizes_before_cap": before.tolist(), "cluster_sizes_after_cap": after.tolist(),
+            "m": int(m), "m_adj": int(m_adj), "kept": len(ids),
+            "kept_fraction": len(set(ids)) / n, "weights": [float(w) for w in weights],
+            "features_s": feat_meta.get("seconds"), "features_peak_mem_mb": feat_meta.get("peak_mem_mb"),
+            "features_reused": bool(feat_meta.get("reused")),
+            "clustering_s": clustering_s, "clustering_peak_mem_mb": clustering_peak,
+            "selection_s": selection_s, "selection_peak_mem_mb": selection_peak,
+            "with_replacement": self.variant == "uniform",
+        }
+        cats = pool.categories()
+        if any(c is not None for c in cats):
+            info["category_agreement"] = C.cluster_agreement(labels, cats)
+        return Selection(ids=ids, clusters=clusters,
+                         group_weights={c: float(weights[c]) for c in range(k)}, info=info)

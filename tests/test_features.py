@@ -1,0 +1,157 @@
+"""CluSTER step 1, the gradient proxy feature (method/features.py), on the tiny random Llama.
+
+- the efficient form equals the naive (authors') form, with padding, uneven responses, chunking;
+- both equal an independent autograd check: the gold-token row of d(-log p_t(y_t))/d(W_head),
+  position by position, averaged (a shift-by-one variant is shown to differ, so the check bites);
+- an example with no response token is an error naming its row; batch position/size do not matter;
+- 4 gloo workers writing the .npy file give the single-process features, in pool order.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from method.features import (compute_features, features_to_file, gradient_proxy_features,
+                             gradient_proxy_features_naive)
+from repro.config import LoraConfig, ModelConfig
+from repro.data import IGNORE_INDEX, collate, tokenize_example
+from repro.io import atomic_write_jsonl
+from repro.types import Example
+
+CFG = ModelConfig(name_or_path="tiny-random-llama", lora=LoraConfig(enabled=False))
+
+
+def _examples(n: int) -> list[Example]:
+    """Varied prompt and response lengths (the tokenizer is byte-level: 1 token per byte)."""
+    out = []
+    for i in range(n):
+        prompt = f"### Instruction:\nTask {i}: " + "say something " * (i % 5) + "\n### Response:\n"
+        response = "ok " * (1 + (7 * i) % 11) + str(i)
+        out.append(Example(id=f"ex-{i:03d}", prompt=prompt, response=response, source="t"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from repro.models import load_model_and_tokenizer, materialize_model
+
+    model_dir = materialize_model(CFG, seed=0)
+    torch.manual_seed(0)
+    model, tok = load_model_and_tokenizer(model_dir, CFG)
+    return model_dir, model.eval(), tok
+
+
+def _batch(tok, exs: list[Example], max_length: int = 256) -> dict:
+    return collate([tokenize_example(e, tok, max_length) for e in exs], tok.pad_token_id)
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> None:
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_efficient_equals_naive_with_padding_and_chunks(tiny) -> None:
+    _, model, tok = tiny
+    exs = _examples(6)
+    batch = _batch(tok, exs)
+    n_resp = (batch["labels"][:, 1:] != IGNORE_INDEX).sum(1)
+    assert len(set(n_resp.tolist())) > 2 and (batch["attention_mask"] == 0).any()  # really uneven
+    naive = gradient_proxy_features_naive(model, batch)
+    assert naive.shape == (6, model.config.hidden_size) and naive.dtype == torch.float32
+    _close(gradient_proxy_features(model, batch), naive)
+    _close(gradient_proxy_features(model, batch, chunk_rows=3), naive)  # chunks split examples
+    # Truncation at max_length keeps the response's first tokens and drops the eos: still equal.
+    full = [tokenize_example(e, tok, 256) for e in exs]
+    cut = max(len(f["input_ids"]) - f["n_response_tokens"] for f in full) + 2
+    assert any(len(f["input_ids"]) > cut for f in full)
+    short = _batch(tok, exs, max_length=cut)
+    _close(gradient_proxy_features(model, short, chunk_rows=5), gradient_proxy_features_naive(model, short))
+
+
+def test_feature_is_the_gold_row_of_the_head_gradient(tiny) -> None:
+    """g = (1/|R|) sum_t [d(-log p_t(y_t)) / d W_head][y_t], by autograd, one position at a time."""
+    _, model, tok = tiny
+    ex = Example(id="one", prompt="Q: add 2 and 3\nA: ", response="five, 5", source="t")
+    b = _batch(tok, [ex])
+    head = model.get_output_embeddings().weight
+    was = head.requires_grad
+    head.requires_grad_(True)
+    try:
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits[0]
+        labels = b["labels"][0]
+        rows, shifted = [], []
+        for t in range(labels.numel() - 1):
+            if labels[t + 1] == IGNORE_INDEX:
+                continue
+            y = int(labels[t + 1])
+            loss = -torch.log_softmax(logits[t], dim=-1)[y]
+            (grad,) = torch.autograd.grad(loss, head, retain_graph=True)
+            rows.append(grad[y])
+            # The same with the label misaligned by one: what a wrong shift would compute.
+            y_wrong = int(labels[t]) if labels[t] != IGNORE_INDEX else 0
+            (g2,) = torch.autograd.grad(-torch.log_softmax(logits[t], -1)[y_wrong], head,
+                                        retain_graph=True)
+            shifted.append(g2[y_wrong])
+    finally:
+        head.requires_grad_(was)
+    assert len(rows) == len(tok(ex.response, add_special_tokens=False)["input_ids"]) + 1  # + eos
+    expected = torch.stack(rows).mean(0)[None]
+    _close(gradient_proxy_features(model, b), expected)
+    _close(gradient_proxy_features_naive(model, b), expected)
+    assert not torch.allclose(torch.stack(shifted).mean(0)[None], expected, rtol=1e-3)
+
+
+def test_no_response_token_is_an_error_naming_the_row(tiny) -> None:
+    _, model, tok = tiny
+    batch = _batch(tok, _examples(3))
+    batch["labels"][1] = IGNORE_INDEX
+    for fn in (gradient_proxy_features, gradient_proxy_features_naive):
+        with pytest.raises(ValueError, match="batch row 1 "):
+            fn(model, batch)
+    # Only the first label is a response token: it has no predecessor, so R is empty too.
+    batch = _batch(tok, _examples(2))
+    batch["labels"][0] = IGNORE_INDEX
+    batch["labels"][0, 0] = 65
+    with pytest.raises(ValueError, match="batch row 0 "):
+        gradient_proxy_features(model, batch)
+
+
+def test_batch_position_and_size_do_not_matter(tiny) -> None:
+    _, model, tok = tiny
+    exs = _examples(7)
+    target = exs[2]
+    alone = gradient_proxy_features(model, _batch(tok, [target]))[0]
+    for batch_exs, pos in (([target, exs[0], exs[5]], 0), ([exs[4], exs[6], exs[1], target], 3)):
+        _close(gradient_proxy_features(model, _batch(tok, batch_exs))[pos], alone)
+    # compute_features sorts by length inside, but returns input order, for any batch size.
+    ref = torch.cat([gradient_proxy_features(model, _batch(tok, [e])) for e in exs]).numpy()
+    for bs in (1, 3, 7):
+        got = compute_features(exs, tok, model, 256, bs, progress=False)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    out = np.zeros((10, ref.shape[1]), dtype=np.float32)
+    compute_features(exs, tok, model, 256, 2, out=out, rows=list(range(9, 2, -1)), progress=False)
+    np.testing.assert_allclose(out[9:2:-1], ref, rtol=1e-5, atol=1e-6)
+    assert not out[:3].any()
+
+
+def test_sharded_over_four_gloo_workers_equals_one_process(tiny, tmp_path: Path) -> None:
+    model_dir, model, tok = tiny
+    exs = _examples(18)  # not a multiple of 4: shards of 5, 5, 4, 4
+    run_dir = tmp_path / "run"
+    atomic_write_jsonl(run_dir / "pool.jsonl", [e.to_dict() for e in exs])
+    one = features_to_file(run_dir, 1, model_dir, CFG, 256, 2, tmp_path / "one.npy")
+    four = features_to_file(run_dir, 4, model_dir, CFG, 256, 2, tmp_path / "four.npy")
+    a, b = np.load(one), np.load(four)
+    assert a.shape == b.shape == (18, model.config.hidden_size) and b.dtype == np.float32
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    direct = compute_features(exs, tok, model, 256, 4, progress=False)  # pool order
+    np.testing.assert_allclose(a, direct, rtol=1e-5, atol=1e-6)
+    meta = json.loads((tmp_path / "four.json").read_text())
+    assert meta["n"] == 18 and meta["dim"] == a.shape[1] and meta["world_size"] == 4
+    assert meta["seconds"] > 0 and meta["peak_mem_mb"] > 0
+    assert sorted(w["rows"] for w in meta["per_worker"]) == [4, 4, 5, 5]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["four.json", "four.npy", "one.json",
+                                                          "one.npy", "run"]  # no temp files left
