@@ -3,8 +3,8 @@ with one cluster per data-parallel worker, the soft capacity cap, the balanced b
 inside each cluster, the rank weights and the uniform (up-sampling) variant.
 
 Conventions: X is N x D (float32; converted when not), indices are row indices into X, K is the
-number of clusters (= world size). Squared Euclidean distances are in squared feature units and
-are computed in float64 wherever they decide an order (ties, the cap, the pruning).
+number of clusters (= world size). Squared Euclidean distances are in squared feature units
+(float64 results from float32 products; see pairwise_sq_distances).
 """
 from __future__ import annotations
 
@@ -18,31 +18,23 @@ from repro.interfaces import SelectionError
 NORM_MODES = ("auto", "l2", "center", "none")
 KMEANS_MODES = ("exact", "fast")
 PRUNE_MODES = ("close", "far", "rand", "mix", "big", "none")
-_BLOCK = 4096  # rows per block: bounds float64 temporaries to 4096 x D x 8 bytes (128 MiB at D=4096)
-_TORCH_BLOCK = 32768  # rows per torch matmul / index_add_ call (views, no copies; fewer calls win)
+_BLOCK = 32768  # rows per torch matmul / index_add_ call (views, no copies; fewer calls win)
 _PROJ_DIM = 256  # the fast mode's restarts run on a random projection to this many dims (D > 512)
 _RESTARTS, _SAMPLE_ITERS, _FULL_PASSES = 3, 20, 10
 
 
 # -- helpers --------------------------------------------------------------------------------------
-def _matrix(X, name: str = "features") -> np.ndarray:
+def _matrix(X) -> np.ndarray:
     X = np.asarray(X)
     if X.ndim != 2:
-        raise SelectionError(f"{name} must be a 2-D array (N x D), got shape {X.shape}")
+        raise SelectionError(f"features must be a 2-D array (N x D), got shape {X.shape}")
     return np.ascontiguousarray(X, dtype=np.float32)
 
 
-def _blocks(n: int):
-    for b in range(0, n, _BLOCK):
-        yield slice(b, min(b + _BLOCK, n))
-
-
 def _check_finite(X: np.ndarray) -> None:
-    """SelectionError naming the bad rows if any entry is NaN or +-inf.
-
-    One random projection instead of an N x D boolean mask (1.2 GB at 75k x 4096): a NaN/inf entry
-    always makes the row's projection non-finite; flagged rows are then checked exactly (a finite
-    row whose projection overflows is a false alarm that the exact check clears)."""
+    """SelectionError naming the bad rows if any entry is NaN or +-inf. One random projection, not
+    an N x D mask (1.2 GB at 75k x 4096): NaN/inf always makes the row's projection non-finite;
+    flagged rows are checked exactly (a finite row whose projection overflows is cleared)."""
     r = np.random.default_rng(0).standard_normal(X.shape[1]).astype(np.float32) + 1.0
     with np.errstate(all="ignore"):
         cand = np.flatnonzero(~np.isfinite(X @ r))
@@ -52,13 +44,15 @@ def _check_finite(X: np.ndarray) -> None:
                              f"{int(bad[0])}); the feature extraction failed for those examples")
 
 
-def _row_norms(X: np.ndarray) -> np.ndarray:
-    """L2 norm of every row, float64 (blocked: no overflow/underflow from squaring in float32)."""
-    out = np.empty(X.shape[0])
-    for s in _blocks(X.shape[0]):
-        xb = X[s].astype(np.float64)
-        out[s] = np.sqrt(np.einsum("ij,ij->i", xb, xb))
-    return out
+def _sq_norms(X: np.ndarray) -> np.ndarray:
+    """Squared L2 norm of every row, float64. Products in float32 (a float64 copy of X costs ~10x
+    at 75k x 4096); rows whose float32 result leaves 1e-30..1e30 are redone in float64."""
+    sq = np.einsum("ij,ij->i", X, X).astype(np.float64)
+    odd = np.flatnonzero(~((sq > 1e-30) & (sq < 1e30)))
+    if odd.size:
+        xo = X[odd].astype(np.float64)
+        sq[odd] = np.einsum("ij,ij->i", xo, xo)
+    return sq
 
 
 def _check_k(k, n: int) -> int:
@@ -89,27 +83,25 @@ def _n_distinct_at_least(X: np.ndarray, k: int) -> int:
 
 
 def pairwise_sq_distances(X, centers) -> np.ndarray:
-    """[N, K] squared distances (float64) from every row to every center; shared by the soft cap and
-    its reference so that both see identical numbers (ties included)."""
-    X, C = _matrix(X), np.asarray(centers, dtype=np.float64)
-    cn = np.einsum("ij,ij->i", C, C)
-    out = np.empty((X.shape[0], C.shape[0]))
-    for s in _blocks(X.shape[0]):
-        xb = X[s].astype(np.float64)
-        out[s] = np.einsum("ij,ij->i", xb, xb)[:, None] - 2.0 * (xb @ C.T) + cn
-    return np.maximum(out, 0.0, out=out)  # cancellation can give -1e-16 for a point on its center
+    """[N, K] squared distances (float64, squared feature units) from every row to every center, as
+    |x|^2 + |c|^2 - 2 x.c with the products in float32 (float64 when they could overflow). The soft
+    cap and its reference both use it, so both see identical numbers (ties included)."""
+    X, C = _matrix(X), np.asarray(centers, dtype=np.float32)
+    xsq, cn = _sq_norms(X), _sq_norms(C)
+    if X.shape[0] and xsq.max() * max(cn.max(), 1.0) < 1e60:
+        dots = (X @ C.T).astype(np.float64)
+    else:
+        dots = np.concatenate([X[b:b + 4096].astype(np.float64) @ C.T.astype(np.float64)
+                               for b in range(0, X.shape[0], 4096)] or [np.empty((0, len(C)))])
+    out = xsq[:, None] + cn - 2.0 * dots
+    return np.maximum(out, 0.0, out=out)  # cancellation can give -1e-7 for a point on its center
 
 
 def sq_distances_to_own_center(X, centers, labels) -> np.ndarray:
-    """[N] squared distance (float64, squared feature units) from each row to its own center,
-    from explicit differences (no cancellation)."""
-    X, C = _matrix(X), np.asarray(centers, dtype=np.float64)
-    labels = _check_labels(labels, X.shape[0], C.shape[0])
-    out = np.empty(X.shape[0])
-    for s in _blocks(X.shape[0]):
-        diff = X[s].astype(np.float64) - C[labels[s]]
-        out[s] = np.einsum("ij,ij->i", diff, diff)
-    return out
+    """[N] squared distance (float64, squared feature units) from each row to its own center."""
+    X = _matrix(X)
+    labels = _check_labels(labels, X.shape[0], np.asarray(centers).shape[0])
+    return pairwise_sq_distances(X, centers)[np.arange(X.shape[0]), labels]
 
 
 # -- step 2 ---------------------------------------------------------------------------------------
@@ -125,12 +117,16 @@ def normalize_features(X, k: int, mode: str = "auto") -> np.ndarray:
     if mode == "auto":
         mode = "l2" if k > 1 else "center"
     if mode == "l2":
-        norms = _row_norms(X)
+        norms = np.sqrt(_sq_norms(X))
         zero = np.flatnonzero(norms == 0)
         if zero.size:
-            raise SelectionError(f"{zero.size} feature row(s) are all zeros (first: row {int(zero[0])})"
-                                 "; they cannot be L2-normalized (an empty response?)")
-        return (X / norms[:, None]).astype(np.float32)
+            raise SelectionError(f"{zero.size} feature row(s) are all zeros (first: row "
+                                 f"{int(zero[0])}); they cannot be L2-normalized (empty response?)")
+        with np.errstate(all="ignore"):
+            out = X / norms.astype(np.float32)[:, None]
+        odd = np.flatnonzero(~((norms > 1e-30) & (norms < 1e30)))  # norm not a safe float32
+        out[odd] = (X[odd] / norms[odd, None]).astype(np.float32)
+        return out
     if mode == "center":
         return X - X.mean(axis=0, dtype=np.float64).astype(np.float32)
     return X.copy()
@@ -146,7 +142,8 @@ def kmeans(X, k: int, seed: int, n_init: int = 10, max_iter: int = 300, mode: st
     "fast": k-means++ restarts on a seeded (randomly projected) sample of `sample` rows (default
     max(256 K, 20000)), then Lloyd passes on all rows (see _fast_kmeans; torch, CPU). Not the same
     partition as "exact"; its inertia is typically within 0.1% of it.
-    Both: every cluster ends with >= 1 member (an empty one gets the row farthest from its center)."""
+    Both: every cluster ends with >= 1 member (an empty one gets the row farthest from its
+    center)."""
     X = _matrix(X)
     n = X.shape[0]
     k = _check_k(k, n)
@@ -169,15 +166,11 @@ def kmeans(X, k: int, seed: int, n_init: int = 10, max_iter: int = 300, mode: st
                 raise SelectionError(f"k-means found fewer distinct clusters than K = {k}: "
                                      f"{w.message}")
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        labels = km.labels_.astype(np.int64)
-        centers = km.cluster_centers_.astype(np.float32)
+        labels, centers = km.labels_.astype(np.int64), km.cluster_centers_.astype(np.float32)
         inertia = float(km.inertia_)
-        if np.bincount(labels, minlength=k).min() == 0:  # never seen with sklearn; kept for safety
-            labels, centers = _repair_empty(X, labels, centers)
-            inertia = float(sq_distances_to_own_center(X, centers, labels).sum())
-        return labels, centers, inertia
-    labels, centers, inertia = _fast_kmeans(X, k, seed, n_init, max_iter, sample)
-    if np.bincount(labels, minlength=k).min() == 0:
+    else:
+        labels, centers, inertia = _fast_kmeans(X, k, seed, n_init, max_iter, sample)
+    if np.bincount(labels, minlength=k).min() == 0:  # sklearn relocates empties itself
         labels, centers = _repair_empty(X, labels, centers)
         inertia = float(sq_distances_to_own_center(X, centers, labels).sum())
     return labels, centers, inertia
@@ -192,22 +185,29 @@ def _fast_kmeans(X: np.ndarray, k: int, seed: int, n_init: int, max_iter: int,
     in D dims refine it (see _lloyd; at most min(max_iter, 10) passes, usually 3-5). Phases (1)-(2)
     cost about two full passes at N = 75k, D = 4096."""
     import torch
+    from threadpoolctl import threadpool_limits
 
     n, dim = X.shape
     s = min(n, sample if sample else max(256 * k, 20000))
     rng = np.random.default_rng([seed, 3])
-    rows = np.sort(rng.choice(n, s, replace=False)) if s < n else np.arange(n)
-    Xs = torch.from_numpy(np.ascontiguousarray(X[rows]))
+    Xs = torch.from_numpy(X[np.sort(rng.choice(n, s, replace=False))] if s < n else X)
     Ys = Xs
     if dim > 2 * _PROJ_DIM:
-        proj = rng.standard_normal((dim, _PROJ_DIM)).astype(np.float32) / np.float32(_PROJ_DIM**0.5)
-        Ys = Xs @ torch.from_numpy(proj)
-    best = None
-    for _ in range(max(1, min(n_init, _RESTARTS))):
-        init = torch.from_numpy(_kmeans_plusplus(Ys.numpy(), k, rng))
-        lab, _, part = _lloyd(Ys, init, _SAMPLE_ITERS, 1e-3)
-        if best is None or part < best[1]:
-            best = (lab, part)
+        proj = rng.standard_normal((dim, _PROJ_DIM)).astype(np.float32) / np.sqrt(_PROJ_DIM)
+        Ys = Xs @ torch.from_numpy(proj.astype(np.float32))
+    # the restarts are many millisecond-sized ops: one thread (OpenMP barriers in small parallel
+    # regions cost up to 10x on a busy 2-core machine); the winner is thread-count independent
+    threads, best = torch.get_num_threads(), None
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            for _ in range(max(1, min(n_init, _RESTARTS))):
+                init = torch.from_numpy(_kmeans_plusplus(Ys.numpy(), k, rng))
+                lab, _, part = _lloyd(Ys, init, _SAMPLE_ITERS, 1e-3)
+                if best is None or part < best[1]:
+                    best = (lab, part)
+    finally:
+        torch.set_num_threads(threads)
     counts = torch.bincount(best[0], minlength=k).double()
     centers = (torch.zeros(k, dim).index_add_(0, best[0], Xs).double()
                / counts.clamp_min(1)[:, None]).float()
@@ -247,7 +247,7 @@ def _lloyd(Xt, C, n_pass: int, tol: float):
 
     n, k = Xt.shape[0], C.shape[0]
     narrow = Xt.shape[1] <= 512  # index_add_ has a per-row overhead: a one-hot matmul wins there
-    blocks = [slice(b, min(b + _TORCH_BLOCK, n)) for b in range(0, n, _TORCH_BLOCK)]
+    blocks = [slice(b, min(b + _BLOCK, n)) for b in range(0, n, _BLOCK)]
     # inertia = sum_i |x_i|^2 + sum_i part_i, part_i = |c|^2 - 2 x_i.c for the row's center
     # (per-row norms: a float32 norm over a whole 32768 x 4096 block is off by ~3%)
     total_sq = sum(float(torch.linalg.vector_norm(Xt[s], dim=1).double().pow(2).sum())
@@ -275,15 +275,9 @@ def _lloyd(Xt, C, n_pass: int, tol: float):
         if changed <= n * tol or prev - inertia <= 0.1 * tol * inertia or it == n_pass - 1:
             break
         prev = inertia
-        counts = torch.bincount(labels, minlength=k).double()
-        new = (sums / counts.clamp_min(1)[:, None]).float()
-        empty = torch.nonzero(counts == 0).flatten().tolist()
-        if empty:  # reseed with the rows farthest from their current centers
-            far = part.double() + torch.cat([(Xt[s] * Xt[s]).sum(1, dtype=torch.float64)
-                                             for s in blocks])
-            for c, i in zip(empty, torch.argsort(far, descending=True, stable=True)[:len(empty)]):
-                new[c] = Xt[int(i)]
-        C = new
+        counts = torch.bincount(labels, minlength=k).double()[:, None]
+        # an empty cluster keeps its center (kmeans() repairs one still empty at the end)
+        C = torch.where(counts > 0, sums / counts.clamp_min(1), C.double()).float()
     return labels, C, inertia
 
 
@@ -306,28 +300,26 @@ def _repair_empty(X, labels, centers):
 
 
 # -- step 4 ---------------------------------------------------------------------------------------
-def _cap(n: int, k: int, cap_factor: float) -> int:
-    if not cap_factor > 0:
-        raise SelectionError(f"cap_factor must be > 0, got {cap_factor}")
-    return math.ceil(cap_factor * n / k)
-
-
-def soft_cap_assign(X, centers, labels, cap_factor: float = 1.5, n_candidates: int = 8) -> np.ndarray:
+def soft_cap_assign(X, centers, labels, cap_factor: float = 1.5,
+                    n_candidates: int = 8) -> np.ndarray:
     """Step 4. If the largest cluster has more than cap_factor * N / K members, reassign every row
     with the same centers under cap = ceil(cap_factor * N / K): all (row, candidate) pairs, the
-    candidates being each row's n_candidates nearest centers, in increasing squared distance (stable:
-    ties by row index, then candidate rank); a row takes its candidate if still unassigned and the
-    center has room. Rows left over go to their nearest center with room, else their nearest center.
-    Otherwise returns a copy of labels. Returns int64 labels [N]."""
+    candidates being each row's n_candidates nearest centers, in increasing squared distance
+    (stable: ties by row index, then candidate rank); a row takes its candidate if still unassigned
+    and the center has room. Rows left over go to their nearest center with room, else to their
+    nearest center. Otherwise returns a copy of labels. Returns int64 labels [N]."""
     X = _matrix(X)
     n, k = X.shape[0], np.asarray(centers).shape[0]
     labels = _check_labels(labels, n, k)
-    cap = _cap(n, k, cap_factor)
+    if not cap_factor > 0 or n_candidates < 1:
+        raise SelectionError(f"need cap_factor > 0 and n_candidates >= 1, got {cap_factor}, "
+                             f"{n_candidates}")
+    cap = math.ceil(cap_factor * n / k)
     if n == 0 or np.bincount(labels, minlength=k).max() <= cap_factor * n / k:
         return labels.copy()
     d = pairwise_sq_distances(X, centers)
     order = np.argsort(d, axis=1, kind="stable")  # each row's centers, nearest first (ties: index)
-    nc = max(1, min(int(n_candidates), k))
+    nc = min(int(n_candidates), k)
     cand = order[:, :nc]
     flat = np.argsort(np.take_along_axis(d, cand, 1).ravel(), kind="stable")  # pair p = i*nc + r
     pair_rows, pair_ctrs = (flat // nc).tolist(), cand.ravel()[flat].tolist()
@@ -360,7 +352,7 @@ def soft_cap_assign_reference(X, centers, labels, cap_factor: float = 1.5,
     sizes = [labels.count(c) for c in range(k)]
     if n == 0 or max(sizes) <= cap_factor * n / k:
         return np.array(labels, dtype=np.int64)
-    cap = _cap(n, k, cap_factor)
+    cap = math.ceil(cap_factor * n / k)
     d = pairwise_sq_distances(X, centers).tolist()
     nearest = [sorted(range(k), key=lambda c: (d[i][c], c)) for i in range(n)]
     pairs = []
@@ -375,22 +367,17 @@ def soft_cap_assign_reference(X, centers, labels, cap_factor: float = 1.5,
             count[c] += 1
     for i in range(n):
         if assigned[i] is None:
-            for c in nearest[i]:
-                if count[c] < cap:
-                    assigned[i] = c
-                    count[c] += 1
-                    break
-        if assigned[i] is None:
-            assigned[i] = nearest[i][0]
+            assigned[i] = next((c for c in nearest[i] if count[c] < cap), nearest[i][0])
+            count[assigned[i]] += 1
     return np.array(assigned, dtype=np.int64)
 
 
 # -- steps 5-6 ------------------------------------------------------------------------------------
 def balanced_budget(sizes, ratio: float, micro_batch: int = 1,
                     drop_last: bool = False) -> tuple[int, int]:
-    """Step 5. Returns (m, m_adj): m = smallest cluster size, m_adj = floor(m * ratio / 100), rounded
-    down to a multiple of micro_batch when the loader drops the last incomplete batch. Every cluster
-    then keeps m_adj rows (kept fraction K * m_adj / N)."""
+    """Step 5. Returns (m, m_adj): m = smallest cluster size, m_adj = floor(m * ratio / 100),
+    rounded down to a multiple of micro_batch when the loader drops the last incomplete batch.
+    Every cluster then keeps m_adj rows (kept fraction K * m_adj / N)."""
     sizes = np.asarray(sizes, dtype=np.int64)
     if sizes.size == 0:
         raise SelectionError("no clusters: the cluster-size list is empty")
@@ -404,22 +391,22 @@ def balanced_budget(sizes, ratio: float, micro_batch: int = 1,
     if drop_last:
         m_adj = (m_adj // int(micro_batch)) * int(micro_batch)
     if m_adj == 0:
+        rounded = f", rounded down to a multiple of micro batch {micro_batch}" if drop_last else ""
         raise SelectionError(
             f"the balanced budget is 0 per cluster: the smallest cluster has m = {m} members, "
             f"ratio {ratio}% keeps floor({m} * {ratio} / 100) = {math.floor(m * ratio / 100)}"
-            + (f", rounded down to a multiple of the micro batch {micro_batch}" if drop_last else "")
-            + "; use a larger pool or ratio, fewer workers, or drop_last = false")
+            f"{rounded}; use a larger pool or ratio, fewer workers, or drop_last = false")
     return m, m_adj
 
 
 def choose_within_cluster(X, centers, labels, m_adj: int, mode: str,
                           seed: int) -> dict[int, np.ndarray]:
-    """Steps 5-6: {cluster k: the row indices kept}. Members are ranked by squared distance to their
-    center, ascending (stable: ties by row index). "close" (the paper's default, "peripheral"): the
-    m_adj farthest, farthest first; "far" ("core"): the m_adj nearest; "rand": uniform without
-    replacement, seeded by (seed, k); "mix": floor(m_adj / 2) nearest, then the rest farthest;
-    "big": the m_adj largest row L2 norms of X (the CALLER passes the un-normalized features for this
-    mode; only K is taken from centers); "none": all members in row order (m_adj ignored)."""
+    """Steps 5-6: {cluster k: the row indices kept}. Members are ranked by squared distance to
+    their center, ascending (stable: ties by row index). "close" (the paper's default,
+    "peripheral"): the m_adj farthest, farthest first; "far" ("core"): the m_adj nearest; "rand":
+    uniform without replacement, seeded by (seed, k); "mix": floor(m_adj / 2) nearest, then the
+    rest farthest; "big": the m_adj largest row L2 norms of X (the CALLER passes the un-normalized
+    features for this mode; only K is read from centers); "none": all members in row order."""
     if mode not in PRUNE_MODES:
         raise SelectionError(f"unknown prune mode {mode!r}; choose one of {PRUNE_MODES}")
     X = _matrix(X)
@@ -434,8 +421,9 @@ def choose_within_cluster(X, centers, labels, m_adj: int, mode: str,
         raise SelectionError(f"cannot keep m_adj = {m_adj} per cluster: cluster(s) {small} are "
                              "smaller (m_adj must be 1..smallest cluster size)")
     if mode == "big":
-        norms = _row_norms(X)
-        return {c: idx[np.argsort(-norms[idx], kind="stable")[:m_adj]] for c, idx in enumerate(members)}
+        norms = np.sqrt(_sq_norms(X))
+        return {c: idx[np.argsort(-norms[idx], kind="stable")[:m_adj]]
+                for c, idx in enumerate(members)}
     if mode == "rand":
         return {c: np.random.default_rng([seed, c]).choice(idx, m_adj, replace=False)
                 for c, idx in enumerate(members)}
@@ -463,8 +451,7 @@ def rank_weights(sizes_after_cap, n_total: int) -> np.ndarray:
 def uniform_upsample(labels, k: int, seed: int) -> dict[int, np.ndarray]:
     """Step 9: {cluster: rows}: every cluster's members (row order), then extra members drawn with
     replacement (seeded by (seed, cluster)) up to the largest cluster's size. Weights are 1."""
-    labels = np.asarray(labels, dtype=np.int64)
-    labels = _check_labels(labels, labels.shape[0], k)
+    labels = _check_labels(labels, np.shape(labels)[0], k)
     sizes = np.bincount(labels, minlength=k)
     if sizes.min() == 0:
         raise SelectionError(f"cluster(s) {np.flatnonzero(sizes == 0).tolist()} are empty: "
@@ -479,11 +466,13 @@ def uniform_upsample(labels, k: int, seed: int) -> dict[int, np.ndarray]:
 
 
 def cluster_agreement(labels, categories) -> dict:
-    """How well clusters match the pool's task categories (rows with category None are left out):
-    {"nmi", "ari", "purity" (share of rows in their cluster's majority category), "n"}. None -> {}."""
+    """How well clusters match the pool's task categories (rows with category None left out):
+    {"nmi", "ari", "purity" (share of rows in their cluster's majority category), "n"}.
+    categories None -> {}."""
     if categories is None:
         return {}
     from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+    from sklearn.metrics.cluster import contingency_matrix
 
     labels = np.asarray(labels)
     if len(categories) != labels.shape[0]:
@@ -493,8 +482,7 @@ def cluster_agreement(labels, categories) -> dict:
         return {}
     _, cats = np.unique(np.array([str(categories[i]) for i in keep]), return_inverse=True)
     lab = labels[keep]
-    table = np.zeros((int(lab.max()) + 1, int(cats.max()) + 1), dtype=np.int64)
-    np.add.at(table, (lab, cats), 1)
+    table = contingency_matrix(lab, cats)  # clusters x categories
     return {"nmi": float(normalized_mutual_info_score(cats, lab)),
             "ari": float(adjusted_rand_score(cats, lab)),
             "purity": float(table.max(axis=1).sum() / len(keep)), "n": len(keep)}

@@ -69,9 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ls", help="list registered selectors, allocators or shipped configs")
     p.add_argument("what", choices=["selectors", "allocators", "configs"])
 
-    p = sub.add_parser("bench", help="benchmarks: ddp (throughput and all-reduce wait vs world size)",
-                       description="Benchmarks, measured side by side in one run, as ratios.")
-    p.add_argument("what", choices=["ddp"])
+    p = sub.add_parser("bench", help="benchmarks: ddp, features, cluster (side by side, as ratios)",
+                       description="Benchmarks, measured side by side in one run, as ratios. "
+                       "ddp: throughput and all-reduce wait vs world size. features: the lean vs "
+                       "naive gradient-proxy features vs a plain forward pass. cluster: k-means + "
+                       "soft cap + selection at the paper's pool size, exact vs fast.")
+    p.add_argument("what", choices=["ddp", "features", "cluster"])
     p.add_argument("--config", default=None, help="config to train (default: the demo config)")
     p.add_argument("--world-sizes", default="1,4,8", help="comma-separated (default 1,4,8)")
     p.add_argument("--steps", type=int, default=6, help="optimizer steps per run (default 6)")
@@ -150,6 +153,19 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.cmd == "ls":
             return _cmd_ls(args.what)
+        if args.cmd == "bench" and args.what == "features":
+            from method.bench_features import bench_features, format_features
+            from repro.config import ModelConfig, LoraConfig
+            from repro.models import materialize_model
+
+            model_dir = materialize_model(ModelConfig(lora=LoraConfig(enabled=False)), seed=0)
+            print(format_features(bench_features(model_dir)))
+            return 0
+        if args.cmd == "bench" and args.what == "cluster":
+            from method.bench_cluster import bench_cluster, format_cluster
+
+            print(format_cluster(bench_cluster()))
+            return 0
         if args.cmd == "bench":
             from repro.bench import bench_ddp, format_ddp
 
