@@ -174,8 +174,11 @@ def _memory_subprocess(form: str, model_dir: Any, batch_size: int, max_length: i
 
 def bench_features(model_dir: Any, batch_sizes: tuple[int, ...] = (8, 16), max_length: int = 256,
                    repeats: int = 5, n_batches: int = 3, device: str = "cpu",
-                   dtype: torch.dtype = torch.float32) -> list[dict]:
+                   dtype: torch.dtype = torch.float32, out_json: Path | None = None) -> list[dict]:
     """One row per batch size: examples/s of the three forms, ratios to plain, working memory.
+
+    Wall-clock throughput, and on CPU also the ratios by process CPU seconds (less sensitive to
+    other jobs sharing the cores). Rows so far are rewritten to `out_json` after each batch size.
 
     `model_dir`: a local model directory, or a shape name of `_SHAPES` / a transformers config
     (random weights: GPU timing without downloads). On CUDA the features run under bf16 autocast.
@@ -190,14 +193,16 @@ def bench_features(model_dir: Any, batch_sizes: tuple[int, ...] = (8, 16), max_l
         for form in FORMS:  # warm-up: allocator, kernels, lazy initialization
             _run(form, model, batches[0], bf16)
         times: dict[str, list[float]] = {f: [] for f in FORMS}
+        cpu: dict[str, list[float]] = {f: [] for f in FORMS}
         for rep in range(repeats):
             for form in FORMS[rep % 3:] + FORMS[:rep % 3]:  # rotate: no form always runs first
                 _sync(device)
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 for b in batches:
                     _run(form, model, b, bf16)
                 _sync(device)
                 times[form].append(time.perf_counter() - t0)
+                cpu[form].append(time.process_time() - c0)
         eps = {f: n_batches * bs / statistics.median(times[f]) for f in FORMS}
         cells = sum(b["attention_mask"].numel() for b in batches)  # padded positions
         real = sum(int(b["attention_mask"].sum()) for b in batches)
@@ -208,6 +213,9 @@ def bench_features(model_dir: Any, batch_sizes: tuple[int, ...] = (8, 16), max_l
                "response_share": resp / cells,  # positions that meet the LM head in (a)
                **{f"{f}_ex_s": eps[f] for f in FORMS},
                **{f"{f}_times_s": times[f] for f in FORMS},
+               **{f"{f}_cpu_s": cpu[f] for f in FORMS},
+               "efficient_vs_plain_cpu": statistics.median(cpu["plain"]) / statistics.median(cpu["efficient"]),
+               "naive_vs_plain_cpu": statistics.median(cpu["plain"]) / statistics.median(cpu["naive"]),
                "efficient_vs_plain": eps["efficient"] / eps["plain"],
                "naive_vs_plain": eps["naive"] / eps["plain"]}
         # CPU: a fresh process per form, so one form's freed-but-cached heap cannot hide another's
@@ -223,6 +231,8 @@ def bench_features(model_dir: Any, batch_sizes: tuple[int, ...] = (8, 16), max_l
                              "peak RSS above the loaded model, "
                              + ("fresh subprocess per form" if fresh else "in process"))
         rows.append(row)
+        if out_json is not None:
+            Path(out_json).write_text(json.dumps(rows, indent=2) + "\n")
         print(format_features([row]), file=sys.stderr, flush=True)
     return rows
 
@@ -233,14 +243,15 @@ def format_features(rows: list[dict]) -> str:
         return "n/a" if v is None else f"{v:.0f}"
 
     lines = ["| model | device | batch | padded len | response share | efficient ex/s | naive ex/s "
-             "| plain ex/s | efficient/plain | naive/plain | efficient MB | naive MB | plain MB "
-             "| mem efficient/naive |", "|---" * 14 + "|"]
+             "| plain ex/s | efficient/plain | naive/plain | same by CPU s | efficient MB | naive MB "
+             "| plain MB | mem efficient/naive |", "|---" * 15 + "|"]
     for r in rows:
         ratio = r["mem_efficient_vs_naive"]
         lines.append(
             f"| {r['model']} | {r['device']} {r['dtype']} | {r['batch_size']} | {r['padded_len']:.0f} "
             f"| {100 * r['response_share']:.0f}% | {r['efficient_ex_s']:.2f} | {r['naive_ex_s']:.2f} "
             f"| {r['plain_ex_s']:.2f} | {r['efficient_vs_plain']:.3f}x | {r['naive_vs_plain']:.3f}x "
+            f"| {r['efficient_vs_plain_cpu']:.3f}x / {r['naive_vs_plain_cpu']:.3f}x "
             f"| {mb(r['efficient_mem_mb'])} | {mb(r['naive_mem_mb'])} | {mb(r['plain_mem_mb'])} "
             f"| {'n/a' if ratio is None else f'{ratio:.3f}x'} |")
     return "\n".join(lines)
@@ -278,9 +289,7 @@ def main(argv: list[str] | None = None) -> None:
         batches = _batches(tok, vocab, sizes[0], a.n_batches, a.max_length)
         print(json.dumps({"mem_mb": _measure_memory_here(a.mem_form, m, batches, "cpu", False)}))
         return
-    rows = bench_features(model, sizes, a.max_length, a.repeats, a.n_batches, a.device, dtype)
-    if a.out:
-        a.out.write_text(json.dumps(rows, indent=2) + "\n")
+    rows = bench_features(model, sizes, a.max_length, a.repeats, a.n_batches, a.device, dtype, a.out)
     print(format_features(rows))
 
 
