@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -73,6 +74,7 @@ def bench_cluster(n: int = 75197, d: int = 4096, ks=(4, 8), modes=("exact", "fas
                 r["random_over_exact"] = float(
                     C.sq_distances_to_own_center(Xn, means, rand).sum()) / exact
             rows.append(r)
+            _progress(r)
             del Xn, labels
         for r in rows:
             if r["k"] == k and exact:
@@ -84,7 +86,14 @@ def bench_cluster(n: int = 75197, d: int = 4096, ks=(4, 8), modes=("exact", "fas
             r.pop("Xn"), r.pop("labels")
             r.update(kind="growth", load1=load, threads=torch.get_num_threads())
             rows.append(r)
+            _progress(r)
     return rows
+
+
+def _progress(r: dict) -> None:
+    print(f"[bench_cluster] {r['kind']} N={r['n']} K={r['k']} {r['mode']}: kmeans "
+          f"{r['kmeans_s']:.1f} s, total {r['total_s']:.1f} s, inertia {r['inertia']:.2f}, "
+          f"load {r['load1']:.1f}", file=sys.stderr, flush=True)
 
 
 def format_cluster(rows: list[dict]) -> str:
