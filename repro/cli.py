@@ -87,7 +87,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", default="runs",
                    help="the output_dir the runs wrote to (default: runs)")
     p.add_argument("--out", default=None, help="merged CSV path (default: OUTPUT_DIR/results.csv)")
+
+    # Subcommands owned by other packages (eval, launch/status, report): each such module has
+    # `register(subparsers, epilog)` that adds its parsers and sets `func(args) -> int` on them.
+    for module in PLUGIN_MODULES:
+        mod = _import_optional(module)
+        if mod is not None:
+            mod.register(sub, EPILOG)
     return ap
+
+
+PLUGIN_MODULES = ("evals.cli", "slurm.cli", "reports.cli")
+
+
+def _import_optional(module: str):
+    """The module, or None when it does not exist yet; any other import error propagates."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name == module:
+            return None
+        raise
 
 
 def _cmd_ls(what: str) -> int:
@@ -119,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         args.overrides = [*args.overrides, *extra]
     try:
+        if getattr(args, "func", None) is not None:
+            return int(args.func(args) or 0)
         if args.cmd == "demo":
             from repro.demo import run_demo, summary_table
 
