@@ -15,7 +15,7 @@ from pathlib import Path
 
 from repro.io import atomic_write_text
 from reports.figures import FIGURES, all_figures
-from reports.load import build_runs, find_result_files, group_cells, input_digest, read_result_rows
+from reports.load import ReportInputError, build_runs, find_result_files, group_cells, input_digest, read_result_rows
 from reports.render import to_csv, to_latex, to_markdown
 from reports.reported import load_reported
 from reports.tables import Report, all_tables
@@ -44,11 +44,17 @@ def version_warnings(runs: list) -> list[str]:
     return out
 
 
-def build_report(results: Path, out: Path, figures: bool = True) -> Path:
+def build_report(results: Path, out: Path, figures: bool = True,
+                 run_ids: set[str] | None = None) -> Path:
     """Write the report for the results at `results` (a folder or a CSV) into `out`; returns the
-    index page. figures=False skips the figures (and their links)."""
+    index page. figures=False skips the figures (and their links); run_ids keeps only those runs
+    (the demo reports its own runs)."""
     files, root = find_result_files(Path(results))
     rows = read_result_rows(files, root)
+    if run_ids is not None:
+        rows = [(w, r) for w, r in rows if r["run_id"] in run_ids]
+        if not rows:
+            raise ReportInputError(f"none of the runs {sorted(run_ids)} has rows in {results}")
     runs = build_runs(rows, root)
     cells = group_cells(runs)
     rep = Report(cells)

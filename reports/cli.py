@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 
 
-def register(sub: argparse._SubParsersAction, epilog: str) -> None:
+def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG001 (own epilog)
     p = sub.add_parser(
         "report", help="rebuild every table and figure from the results (Markdown, LaTeX, CSV, "
                        "PNG, PDF)",
@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
         "workers), per-worker balance, and the paper's reported numbers beside ours; figures of "
         "quality vs data used, time breakdown, cluster sizes and worker balance. The same "
         "results give byte-identical files. See docs/reports.md.",
-        epilog=epilog)
+        epilog="Example: cluster-repro report --results runs --out runs/report (then open "
+               "runs/report/index.md).")
     p.add_argument("--results", default="runs",
                    help="the output_dir the runs wrote to (every results.part.csv under it is "
                         "read), or one results CSV (default: runs)")

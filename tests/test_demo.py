@@ -49,6 +49,10 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
         header = (d / "selection.csv").read_text().splitlines()[0]
         assert header == "example_id,cluster,worker,position,weight"
     assert (tmp_path / "results.parquet").stat().st_size > 0
+    # The demo ends with its report (reports/): index page, tables and figures of its three runs.
+    index = tmp_path / "demo-report" / "index.md"
+    assert f"{index}" in out and "from" in index.read_text() and "3 runs" in index.read_text()
+    assert (tmp_path / "demo-report" / "figures" / "quality_vs_data.png").is_file()
 
     # Running again skips every finished stage and gives the same rows.
     again = subprocess.run([sys.executable, "-m", "repro", "demo", "--quick",
