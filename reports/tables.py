@@ -223,8 +223,8 @@ def main_table(rep: Report) -> Table:
 
 
 def differences_table(rep: Report) -> Table:
-    cols = IDENT_COLS + [Column("benchmark"), Column("vs"), Column("ours (%)", "pct"), Column("reference (%)", "pct"),
-            Column("difference (points)", "delta"), Column("paired on")]
+    cols = IDENT_COLS + [Column("benchmark"), Column("vs"), Column("ours", "pct"), Column("reference", "pct"),
+            Column("difference", "delta"), Column("paired on")]
     rows = []
     for c in rep.cells:
         refs = [w for w in ("full", "random") if not (w == c.first.method or
@@ -251,7 +251,8 @@ def differences_table(rep: Report) -> Table:
                      "Paired bootstrap (2,000 resamples, 95% percentile interval) over items where "
                      "both runs have per-item scores, else over seeds; a single pair has no "
                      "interval.",
-                     "Loss and perplexity differences are in their own units (lower is better)."])
+                     "Scores and differences in percent / points; loss and perplexity in their "
+                     "own units (lower is better)."])
 
 
 def overhead_table(rep: Report) -> Table:
@@ -377,7 +378,17 @@ def all_tables(rep: Report, reported: list[dict[str, Any]]) -> list[Table]:
     tables = [main_table(rep), differences_table(rep), overhead_table(rep)]
     tables += [ablation_table(rep, *a) for a in ABLATIONS]
     tables += [balance_table(rep), reported_table(rep, reported)]
-    return tables
+    return [drop_blank_columns(t) for t in tables]
+
+
+def drop_blank_columns(t: Table) -> Table:
+    """Leave out columns that are "not evaluated" in every row (e.g. code benchmarks in a report
+    of demo runs only); missing cells (None) keep their column."""
+    if not t.rows:
+        return t
+    keep = [i for i in range(len(t.columns)) if any(row[i] != NOT_EVALUATED for row in t.rows)]
+    return Table(t.name, t.title, [t.columns[i] for i in keep],
+                 [[row[i] for i in keep] for row in t.rows], t.notes)
 
 
 __all__ = ["Column", "Table", "Report", "all_tables", "norm_benchmark"]

@@ -242,3 +242,24 @@ def test_bad_input_names_file_row_and_column(tmp_path: Path) -> None:
                         str(tmp_path / "o2")], cwd=REPO, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 2 and "error:" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_gpu_energy_reads_visible_devices_in_joules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML cannot run on this CPU machine, so a stand-in `pynvml` module (a mock, said here)
+    checks the arithmetic: visible devices only, millijoules to joules; and without NVML the
+    energy is None (the report then says "not measured")."""
+    import types
+
+    from repro.pipeline import gpu_energy_j
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails: no NVML
+    assert gpu_energy_j() is None
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 4,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetTotalEnergyConsumption=lambda h: [1000, 2000, 4000, 8000][h])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    assert gpu_energy_j() == pytest.approx(10.0)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert gpu_energy_j() == pytest.approx(15.0)
