@@ -218,9 +218,13 @@ def worker_balance(rep: Report, out_dir: Path) -> list[Path]:
         axes[1].bar(x, wait, width, label=name)
     axes[0].set_ylabel("tokens per step")
     axes[1].set_ylabel("all-reduce wait, s (summed over steps)")
+    n_workers = max(max(ks) for _, ks in cells) + 1
     for ax in axes:
         ax.set_xlabel("worker")
-        ax.legend(fontsize=6)
+        ax.set_xticks(range(n_workers))
+    fig.subplots_adjust(top=0.72)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", ncol=2, fontsize=6,
+               frameon=False)
     return _save(fig, out_dir, "worker_balance")
 
 
