@@ -263,3 +263,25 @@ def test_gpu_energy_reads_visible_devices_in_joules(monkeypatch: pytest.MonkeyPa
     assert gpu_energy_j() == pytest.approx(10.0)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert gpu_energy_j() == pytest.approx(15.0)
+
+
+def test_bootstrap_intervals() -> None:
+    import numpy as np
+
+    from reports.stats import mean_ci, paired_diff
+
+    assert mean_ci([], "k") is None and mean_ci([None], "k") is None
+    one = mean_ci([0.5], "k")
+    assert one.value == 0.5 and one.single and one.lo is None
+    e = mean_ci([1.0, 2.0, 3.0, 10.0], "k")
+    assert e.value == 4.0 and 1.0 <= e.lo < e.value < e.hi <= 10.0
+    assert mean_ci([1.0, 2.0, 3.0, 10.0], "k") == e  # seeded by the key: reproducible
+    const = paired_diff([np.full(50, 0.25)], "k", "items")
+    assert (const.value, const.lo, const.hi, const.n) == (0.25, 0.25, 0.25, 50)
+    # Two groups (benchmarks) are averaged as a domain average is: mean of the group means.
+    two = paired_diff([np.ones(10), np.zeros(30)], "k", "items")
+    assert two.value == 0.5 and two.lo == two.hi == 0.5
+    rng = np.random.default_rng(0)
+    noisy = paired_diff([rng.normal(1.0, 1.0, 400)], "k", "items")
+    assert noisy.lo < 1.0 < noisy.hi and noisy.hi - noisy.lo < 0.4  # about 4 standard errors
+    assert paired_diff([np.ones(3), np.array([])], "k", "items") is None  # a missing benchmark
