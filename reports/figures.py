@@ -126,6 +126,7 @@ def quality_vs_data(rep: Report, out_dir: Path) -> list[Path]:
             style = ":" if name == "random" else "-"
             ax.errorbar(xs, ys, yerr=err, marker="o", linestyle=style, capsize=2,
                         label=name + (" (same budget)" if name == "random" else ""))
+        ax.set_xlim(0, 105)  # the whole range, so a budget reads against full data
         ax.set_xlabel("data used (% of the pool)")
         ax.set_ylabel(label)
         ax.set_title(f"{s[0]} · {s[1]} · {s[2]} workers", fontsize=8)
