@@ -262,7 +262,7 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
                     _set_dotted(data, k, v, "command line")
                 data["world_size"] = ws
                 data["seed"] = seed
-                data["name"] = f"{g['name']}.{cid}"
+                data["name"] = cid  # not the grid name: grids that hold the same cell share its run
                 cell = Cell(cid, axes, data, match_of, {
                     "rows": datasets[ds].get("rows"),
                     "tokens_per_example": datasets[ds].get("tokens_per_example"),

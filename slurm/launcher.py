@@ -328,7 +328,17 @@ def wait_all(submitted: dict[str, Any], poll_s: float = 2.0) -> dict[str, str]:
     """Block until every job has ended; name -> "done" or "failed: <reason>"."""
     left = dict(submitted)
     out: dict[str, str] = {}
+    rounds = 0
     while left:
+        rounds += 1
+        # One sacct call every few rounds refreshes every job's state (submitit's watcher is
+        # shared by all jobs); otherwise a job that died without a result is noticed only after
+        # minutes, as the watcher's own refresh interval grows with the jobs' age.
+        import submitit
+
+        first = next(iter(left.values()))
+        if isinstance(first, submitit.SlurmJob) and rounds % 3 == 0:
+            first.watcher.update()
         for name, job in list(left.items()):
             if job.done():
                 try:
@@ -387,6 +397,7 @@ def cell_statuses(ctx: Context) -> list[CellStatus]:
     backend = record.get("backend")
     ids = [j["job_id"] for j in jobs.values()]
     live = slurm_states(ids) if backend == "slurm" else {}
+    by_job_id = {j["job_id"]: (name, j) for name, j in jobs.items()}
     out = []
     for c in ctx.cells:
         j = jobs.get(c.id)
@@ -407,6 +418,10 @@ def cell_statuses(ctx: Context) -> list[CellStatus]:
             out.append(CellStatus(c.id, "running", j["job_id"], log, sl))
         elif sl is not None:  # ended without results: FAILED, CANCELLED, TIMEOUT, COMPLETED...
             why = note.get("error") or sl
+            dep = by_job_id.get(str(j.get("after")))
+            if dep is not None and live.get(dep[1]["job_id"]) not in (None, "COMPLETED", *PENDING, *RUNNING):
+                why += f"; it waited for {dep[0]} (job {dep[1]['job_id']}), which ended " \
+                       f"{live.get(dep[1]['job_id'])}: see {dep[1].get('stderr')}"
             out.append(CellStatus(c.id, "failed", j["job_id"], log, why))
         elif note.get("state") == "failed":
             out.append(CellStatus(c.id, "failed", j["job_id"], log, note.get("error", "")))

@@ -12,7 +12,9 @@
 #
 # Nothing under /etc/slurm is touched: the config lives in $D/etc and clients find it through
 # SLURM_CONF (written to $D/env). Idempotent: a daemon whose pid file names a live process is left
-# alone; every daemon this script starts is listed in $D/started, which stop.sh reads.
+# alone; every daemon this script starts is listed in $CLUSTER_REPRO_SLURM_RECORD (default
+# $D/started), which stop.sh reads: give both the same private record to stop exactly what one
+# start started (CI and the test fixture do).
 #
 # Knobs (environment):
 #   CLUSTER_REPRO_SLURM_DIR=/tmp/cluster-repro-slurm  state, spool, logs, pid files, private DB
@@ -30,6 +32,7 @@ DBPORT=${CLUSTER_REPRO_SLURM_DB_PORT:-3307}
 MEM=$(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo)
 NODE=$(hostname -s)
 ETC="$D/etc"
+RECORD=${CLUSTER_REPRO_SLURM_RECORD:-$D/started}
 export SLURM_CONF="$ETC/slurm.conf"
 T0=$(date +%s%N)
 
@@ -44,7 +47,7 @@ running() { local p; p=$(cat "$1" 2>/dev/null) || return 1
 until_ok() { local n=$(( $1 * 4 )) what=$2; shift 2
              for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
              fail "timed out waiting for $what (logs: $D/log)"; }
-started() { grep -qx "$1" "$D/started" 2>/dev/null || echo "$1" >> "$D/started"; }
+started() { grep -qx "$1" "$RECORD" 2>/dev/null || echo "$1" >> "$RECORD"; }
 
 # ------------------------------------------------------------------ packages
 want="slurmctld slurmd slurm-client slurmdbd munge mariadb-server"
@@ -69,7 +72,7 @@ say "packages present: $(slurmctld -V)"
 
 # ------------------------------------------------------------------ config
 mkdir -p "$D"/{state,spool,log,gpu} "$ETC"
-touch "$D/started"
+touch "$RECORD"
 gres_types=""; node_gres=""; tres=""
 : > "$ETC/gres.conf"
 if [ "$GPUS" -gt 0 ]; then

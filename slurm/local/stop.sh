@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# Stop the daemons that slurm/local/start.sh started (listed in $D/started), by their pid files;
+# Stop the daemons that slurm/local/start.sh started (listed in $CLUSTER_REPRO_SLURM_RECORD,
+# default $D/started), by their pid files;
 # nothing else. Jobs still queued or running are cancelled first (their slurmstepd processes
 # would outlive slurmd otherwise). CLUSTER_REPRO_SLURM_PURGE=1 also deletes $D (state, logs, DB).
 set -uo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"
 D=${CLUSTER_REPRO_SLURM_DIR:-/tmp/cluster-repro-slurm}
 export SLURM_CONF="$D/etc/slurm.conf"
-[ -s "$D/started" ] || { echo "slurm/local/stop.sh: nothing recorded in $D/started; nothing to stop"; exit 0; }
+RECORD=${CLUSTER_REPRO_SLURM_RECORD:-$D/started}
+[ -s "$RECORD" ] || { echo "slurm/local/stop.sh: nothing recorded in $RECORD; nothing to stop"; exit 0; }
 
 live() { [ -d "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
 stop_one() { # stop_one NAME PIDFILE
   local name=$1 pidfile=$2 pid
-  grep -qx "$name" "$D/started" || return 0
+  grep -qx "$name" "$RECORD" || return 0
   if pid=$(cat "$pidfile" 2>/dev/null) && [ -n "$pid" ] && live "$pid"; then
     kill -TERM "$pid"
     for _ in $(seq 60); do live "$pid" || break; sleep 0.25; done
@@ -19,10 +21,10 @@ stop_one() { # stop_one NAME PIDFILE
     echo "slurm/local/stop.sh: stopped $name ($pid)"
   fi
   rm -f "$pidfile"
-  sed -i "/^$name\$/d" "$D/started"
+  sed -i "/^$name\$/d" "$RECORD"
 }
 
-if grep -qx slurmctld "$D/started" && scontrol ping >/dev/null 2>&1; then
+if grep -qx slurmctld "$RECORD" && scontrol ping >/dev/null 2>&1; then
   jobs=$(squeue -h -o %A 2>/dev/null | tr '\n' ' ')
   if [ -n "${jobs// }" ]; then
     scancel $jobs
