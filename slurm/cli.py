@@ -150,7 +150,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
         if shutil.which("sbatch") is None:
             raise ConfigError("--cluster slurm: no `sbatch` on PATH (not a SLURM login node?); "
                               "use --cluster local to run here")
-    submitted = submit(ctx, jobs, args.cluster)
+    try:
+        submitted = submit(ctx, jobs, args.cluster)
+    except RuntimeError as e:  # a features job failed before its cells could go (local/debug)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     print(f"submitted {len(submitted)} jobs; record: {ctx.launch_dir / 'jobs.json'}")
     print(f"follow with: cluster-repro status {args.grid}"
           + (f" --output-dir {ctx.output_dir}" if args.output_dir else ""))

@@ -248,6 +248,11 @@ class CellJob(_Requeueable):
             if ident["rank"] != 0:
                 return {"cell": self.cell_id, "rank": ident["rank"]}
             run_experiment(cfg)
+        except SystemExit:  # submitit's signal handler after requeueing (timeout, preemption)
+            if ident["rank"] == 0:
+                write_state(state_dir, self.cell_id, state="requeued", job_id=ident["job_id"],
+                            run_dir=str(run_dir), restart=ident["restart"])
+            raise
         except BaseException as e:
             if ident["rank"] == 0:
                 write_state(state_dir, self.cell_id, state="failed", job_id=ident["job_id"],
@@ -255,7 +260,7 @@ class CellJob(_Requeueable):
                             traceback=traceback.format_exc()[-4000:])
             raise
         write_state(state_dir, self.cell_id, state="done", job_id=ident["job_id"],
-                    run_dir=str(run_dir))
+                    run_dir=str(run_dir), restart=ident["restart"])
         return {"cell": self.cell_id, "run_dir": str(run_dir),
                 "results": str(read_json(stage_marker(run_dir, "results"))["path"])}
 
@@ -311,6 +316,12 @@ class FeaturesJob(_Requeueable):
                     link_shared(shared, ccfg.run_dir())
                     _log(f"selection of {cell_id}")
                     run_experiment(ccfg, until="schedule")
+        except Exception as e:
+            if ident["rank"] == 0:
+                write_state(Path(self.state_dir) if self.state_dir else None,
+                            f"features-{self.key}", state="failed", job_id=ident["job_id"],
+                            error=f"{type(e).__name__}: {e}")
+            raise
         finally:
             lock.close()
         write_state(Path(self.state_dir) if self.state_dir else None, f"features-{self.key}",

@@ -179,7 +179,8 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
             groups.setdefault(c.feature_key(), []).append(c)
     for c in todo:  # a matched cell's reference must select even when the reference is done
         ref = ctx.by_id.get(c.match_of) if c.match_of else None
-        if ref is not None and ref.needs_features and not has_marker(ref, ctx.by_id, "select"):
+        if ref is not None and ref.needs_features and ref.id not in active \
+                and not has_marker(ref, ctx.by_id, "select"):
             grp = groups.setdefault(ref.feature_key(), [])
             if ref not in grp:
                 grp.append(ref)
@@ -312,7 +313,7 @@ def submit(ctx: Context, jobs: list[PlannedJob], backend: str) -> dict[str, Any]
                 note(pj, job, after_id)
                 _log(f"{pj.kind} {pj.name}: job {job.job_id}"
                      + (f" (after {after_id})" if after_id else ""))
-        atomic_write_json(ctx.launch_dir / "jobs.json", record)
+            atomic_write_json(ctx.launch_dir / "jobs.json", record)  # after every submission
     return submitted
 
 
@@ -356,30 +357,31 @@ def wait_all(submitted: dict[str, Any], poll_s: float = 2.0) -> dict[str, str]:
 
 
 def slurm_states(job_ids: list[str]) -> dict[str, str]:
-    """job id -> SLURM state word, from sacct (accounting), then squeue for jobs sacct lacks."""
-    states: dict[str, str] = {}
-    if not job_ids:
-        return states
-    try:
-        p = subprocess.run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(job_ids)],
-                           capture_output=True, text=True, timeout=60)
-        for line in p.stdout.splitlines():
-            jid, _, st = line.partition("|")
-            if jid and st:
-                states[jid] = st.split()[0]
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    missing = [j for j in job_ids if j not in states]
-    if missing:
+    """job id -> SLURM state word, from sacct (accounting), then squeue for jobs sacct lacks.
+
+    Array tasks are ids like 123_4; a pending array shows up as 123_[0-7], which submitit's
+    parser expands.
+    """
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    def ask(cmd: list[str], header: str = "") -> dict[str, dict[str, str]]:
         try:
-            p = subprocess.run(["squeue", "-h", "-o", "%i|%T", "-j", ",".join(missing)],
-                               capture_output=True, text=True, timeout=60)
-            for line in p.stdout.splitlines():
-                jid, _, st = line.partition("|")
-                states.setdefault(jid.strip(), st.strip())
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired):
-            pass
-    return states
+            return {}
+        return SlurmInfoWatcher().read_info(header + p.stdout) if p.returncode == 0 else {}
+
+    if not job_ids:
+        return {}
+    bases = sorted({j.split("_")[0] for j in job_ids})
+    info = ask(["sacct", "-o", "JobID,State,NodeList", "--parsable2",
+                *[x for b in bases for x in ("-j", b)]])
+    missing = sorted({j.split("_")[0] for j in job_ids if j not in info})
+    if missing:
+        queued = ask(["squeue", "-h", "-o", "%i|%T|%N", "-j", ",".join(missing)],
+                     header="JobID|State|NodeList\n")
+        info = {**queued, **info}
+    return {j: info[j]["State"].split()[0] for j in job_ids if info.get(j, {}).get("State")}
 
 
 @dataclass

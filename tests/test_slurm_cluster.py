@@ -221,3 +221,33 @@ seeds: [7]
     assert steps == list(range(train["total_steps"]))  # no step lost or repeated in the log
     assert status(grid, out)[cell][0] == "done"
     assert read_json(out / "_launch" / "resume" / "jobs.json")["jobs"][cell]["job_id"] != first_id
+
+
+def test_preempted_job_requeues_itself_and_finishes(slurm_cluster: Path, tmp_path: Path) -> None:
+    grid = tmp_path / "preempt.yaml"
+    grid.write_text(QUICK + """name: preempt
+datasets: {demo: {overrides: [eval.demo_tasks=false]}}
+methods: {full: {overrides: [selection.method=full]}}
+world_sizes: [1]
+seeds: [9]
+""")
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "repro", "launch", str(grid), "--cluster", "slurm",
+                             "--profile", PROFILE, "--output-dir", str(out), "--wait"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cell = "demo.tiny.full.ws1.s9"
+    state = out / "_launch" / "preempt" / "state" / f"{cell}.json"
+    t0 = time.monotonic()
+    while not state.is_file():  # submitit's signal handlers are in place once the cell runs
+        assert time.monotonic() - t0 < 120 and proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    job_id = read_json(out / "_launch" / "preempt" / "jobs.json")["jobs"][cell]["job_id"]
+    # What SLURM sends before a time limit or on preemption: rank 0 requeues the job.
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)
+    stdout, stderr = proc.communicate(timeout=400)
+    assert proc.returncode == 0, stdout + stderr[-3000:]
+    final = read_json(state)
+    assert final["state"] == "done" and final["restart"] >= 1 and final["job_id"] == job_id
+    log = Path(read_json(out / "_launch" / "preempt" / "jobs.json")["jobs"][cell]["stderr"])
+    assert "Requeued job" in log.read_text() or "requeueing" in log.read_text()
+    assert status(grid, out)[cell][0] == "done"
