@@ -187,7 +187,8 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
     jobs: list[PlannedJob] = []
     feature_of: dict[str, str] = {}
     for key, grp in groups.items():
-        tasks = max(1, min(min(c.axes["world_size"] for c in grp), ctx.profile.gpus_per_node))
+        tasks = ctx.profile.features_gpus or min(c.axes["world_size"] for c in grp)
+        tasks = max(1, min(tasks, ctx.profile.gpus_per_node))
         name = f"features-{key}"
         cfgs = [(c.id, c.config().to_dict()) for c in grp]
         jobs.append(PlannedJob("features", name, tasks, FeaturesJob(
@@ -327,9 +328,15 @@ def _wait_ok(job: Any, name: str) -> None:
 
 def wait_all(submitted: dict[str, Any], poll_s: float = 2.0) -> dict[str, str]:
     """Block until every job has ended; name -> "done" or "failed: <reason>"."""
+    import os
+
+    from tqdm import tqdm
+
     left = dict(submitted)
     out: dict[str, str] = {}
     rounds = 0
+    bar = tqdm(total=len(left), desc="jobs ended", unit="job", dynamic_ncols=True,
+               disable=os.environ.get("CLUSTER_REPRO_NO_PROGRESS") == "1")
     while left:
         rounds += 1
         # One sacct call every few rounds refreshes every job's state (submitit's watcher is
@@ -348,8 +355,11 @@ def wait_all(submitted: dict[str, Any], poll_s: float = 2.0) -> dict[str, str]:
                 except Exception as e:  # noqa: BLE001 - a failed job is reported, not raised
                     out[name] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
                 del left[name]
+                bar.update(1)
+                bar.set_postfix(failed=sum(v != "done" for v in out.values()))
         if left:
             time.sleep(poll_s)
+    bar.close()
     return out
 
 
@@ -413,13 +423,15 @@ def cell_statuses(ctx: Context) -> list[CellStatus]:
             out.append(CellStatus(c.id, "not launched", None, None))
             continue
         log = j.get("stderr") or None
+        if note.get("job_id") != j["job_id"]:  # written by an earlier launch's job
+            note = {}
         sl = live.get(j["job_id"])
         if sl in PENDING:
             out.append(CellStatus(c.id, "pending", j["job_id"], log, sl))
         elif sl in RUNNING:
             out.append(CellStatus(c.id, "running", j["job_id"], log, sl))
         elif sl is not None:  # ended without results: FAILED, CANCELLED, TIMEOUT, COMPLETED...
-            why = note.get("error") or sl
+            why = sl + (f"; rank 0 said: {note['error']}" if note.get("error") else "")
             dep = by_job_id.get(str(j.get("after")))
             if dep is not None and live.get(dep[1]["job_id"]) not in (None, "COMPLETED", *PENDING, *RUNNING):
                 why += f"; it waited for {dep[0]} (job {dep[1]['job_id']}), which ended " \

@@ -41,6 +41,8 @@ class ClusterProfile:
     time_limit_min: int = 240
     max_requeues: int = 3  # how often a timed-out or preempted job is requeued
     array_parallelism: int = 64  # at most this many tasks of one array run at once
+    # GPUs (tasks) of a shared features job; None: the smallest world size of the cells it serves
+    features_gpus: int | None = None
     output_dir: str | None = None  # shared output directory; None: the grid's / config's own
     setup: list[str] = field(default_factory=list)  # shell lines run before the job starts
     env: dict[str, str] = field(default_factory=dict)  # exported in every job

@@ -67,16 +67,25 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300
 
 
 def launch(grid: Path | str, out: Path, *extra: str, env: dict[str, str] | None = None,
-           timeout: float = 300) -> subprocess.CompletedProcess:
+           timeout: float = 540) -> subprocess.CompletedProcess:
     return cli("launch", str(grid), "--cluster", "slurm", "--profile", PROFILE, "--output-dir",
                str(out), *extra, env=env, timeout=timeout)
 
 
 def sacct(job_id: str, fields: str = "JobID,State,NTasks,AllocTRES") -> list[dict[str, str]]:
-    p = subprocess.run(["sacct", "-P", "-n", "-j", job_id, "-o", fields], capture_output=True,
-                       text=True, timeout=30)
+    """Accounting rows of a job (allocation first, then steps), once its state is final: a job
+    can still be COMPLETING for a moment after its result file is written."""
     names = fields.split(",")
-    return [dict(zip(names, line.split("|"))) for line in p.stdout.splitlines() if line]
+    t0 = time.monotonic()
+    while True:
+        p = subprocess.run(["sacct", "-P", "-n", "-j", job_id, "-o", fields], capture_output=True,
+                           text=True, timeout=30)
+        rows = [dict(zip(names, line.split("|"))) for line in p.stdout.splitlines() if line]
+        if "State" not in names or (rows and all(r["State"].split()[0] not in
+                                                 ("PENDING", "RUNNING", "COMPLETING", "REQUEUED")
+                                                 for r in rows)) or time.monotonic() - t0 > 60:
+            return rows
+        time.sleep(0.5)
 
 
 def status(grid: Path | str, out: Path) -> dict[str, list[str]]:
@@ -223,6 +232,9 @@ seeds: [7]
     assert read_json(out / "_launch" / "resume" / "jobs.json")["jobs"][cell]["job_id"] != first_id
 
 
+# Slow: SLURM holds a requeued job for about two minutes before it is eligible again (measured
+# here: requeue 11:38:00, eligible 11:39:58). The issue's required tests do not include it.
+@pytest.mark.slow
 def test_preempted_job_requeues_itself_and_finishes(slurm_cluster: Path, tmp_path: Path) -> None:
     grid = tmp_path / "preempt.yaml"
     grid.write_text(QUICK + """name: preempt

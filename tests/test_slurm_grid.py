@@ -188,7 +188,7 @@ def test_plan_shares_features_and_orders_dependencies(tmp_path: Path) -> None:
     assert not done
     names = [j.name for j in jobs]
     feat = [j for j in jobs if j.kind == "features"]
-    assert len(feat) == 1 and feat[0].tasks == 4
+    assert len(feat) == 1 and feat[0].tasks == 1  # the local profile: features_gpus 1
     assert sorted(feat[0].cells) == ["demo.tiny.cluster-r50.ws4.s42"]
     by = {j.name: j for j in jobs}
     assert by["demo.tiny.full.ws4.s42"].after is None
@@ -210,3 +210,20 @@ def test_sbatch_script_for_a_paper_cell_matches_the_golden_file() -> None:
                          dependency="afterok:1001", python="/shared/cluster-repro/.venv/bin/python")
     text = text.replace(str(PROJECT_ROOT), "<PROJECT_ROOT>")
     assert text == (GOLDEN / "paper-cell.sbatch").read_text()
+
+
+def test_launch_refuses_methods_that_are_not_installed(tmp_path: Path) -> None:
+    grid = _write(tmp_path, BASE + """name: t
+datasets: {demo: {}}
+models: {tiny: {}}
+methods: {mine: {overrides: [selection.method=no-such-selector]}}
+world_sizes: [1]
+seeds: [1]
+""")
+    p = subprocess.run([sys.executable, "-m", "repro", "launch", str(grid), "--cluster", "local",
+                        "--output-dir", str(tmp_path / "out")], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2
+    assert "not registered in this install: selector 'no-such-selector' (cell demo.tiny.mine.ws1.s1)" \
+        in p.stderr
+    assert not (tmp_path / "out" / "_launch").exists(), "nothing may be submitted"
