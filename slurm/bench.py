@@ -40,11 +40,16 @@ def _grid(tmp: Path, world_size: int) -> Path:
 
 
 def _sacct_times(job_id: str) -> tuple[float, float, float]:
-    p = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "Submit,Start,End"],
-                       capture_output=True, text=True, timeout=30, check=True)
-    sub, start, end = p.stdout.split("\n")[0].split("|")
-    t = [dt.datetime.fromisoformat(x).timestamp() for x in (sub, start, end)]
-    return t[0], t[1], t[2]
+    """Submit, start and end of a job (epoch s); waits until accounting knows the end."""
+    for _ in range(120):
+        p = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "Submit,Start,End"],
+                           capture_output=True, text=True, timeout=30, check=True)
+        fields = p.stdout.split("\n")[0].split("|")
+        if len(fields) == 3 and "Unknown" not in fields:
+            t = [dt.datetime.fromisoformat(x).timestamp() for x in fields]
+            return t[0], t[1], t[2]
+        time.sleep(0.5)
+    raise RuntimeError(f"sacct has no end time for job {job_id}")
 
 
 def run_once(world_size: int, profile: str, how: str) -> dict[str, float]:
@@ -75,7 +80,6 @@ def run_once(world_size: int, profile: str, how: str) -> dict[str, float]:
         if p.returncode:
             raise RuntimeError(p.stdout[-2000:] + p.stderr[-3000:])
         job = next(iter(read_json(out / "_launch" / "bench" / "jobs.json")["jobs"].values()))
-        time.sleep(1)
         sub, start, end = _sacct_times(job["job_id"])
         return {"wall_s": wall, "queue_s": start - sub, "job_s": end - start,
                 "other_s": wall - (end - sub)}
