@@ -39,6 +39,30 @@ def _grid(tmp: Path, world_size: int) -> Path:
     return g
 
 
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children and their children."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _job_cpu(job_id: str) -> float:
+    """CPU seconds of all steps of a job, from accounting (TotalCPU, [DD-][HH:]MM:SS.fff)."""
+    p = subprocess.run(["sacct", "-n", "-P", "-j", job_id, "-o", "JobID,TotalCPU"],
+                       capture_output=True, text=True, timeout=30, check=True)
+    total = 0.0
+    for line in p.stdout.splitlines():
+        jid, _, cpu = line.partition("|")
+        if "." not in jid or not cpu:  # steps only (the allocation line repeats their sum)
+            continue
+        days, _, rest = cpu.rpartition("-")
+        parts = [float(x) for x in rest.split(":")]
+        secs = sum(v * 60 ** i for i, v in enumerate(reversed(parts)))
+        total += secs + (float(days) * 86400 if days else 0.0)
+    return total
+
+
 def _sacct_times(job_id: str) -> tuple[float, float, float]:
     """Submit, start and end of a job (epoch s); waits until accounting knows the end."""
     for _ in range(120):
@@ -65,13 +89,15 @@ def run_once(world_size: int, profile: str, how: str) -> dict[str, float]:
 
             cell = load_grid(grid, [f"output_dir={out}"]).cells[0]
             cfg.write_text(yaml.safe_dump(cell.config().to_dict()))
+            c0 = _children_cpu()
             t0 = time.perf_counter()
             p = subprocess.run([sys.executable, "-m", "repro", "run", str(cfg)], cwd=ROOT, env=env,
                                capture_output=True, text=True, timeout=900)
             wall = time.perf_counter() - t0
             if p.returncode:
                 raise RuntimeError(p.stderr[-3000:])
-            return {"wall_s": wall}
+            return {"wall_s": wall, "cpu_s": _children_cpu() - c0}
+        c0 = _children_cpu()
         t0 = time.perf_counter()
         p = subprocess.run([sys.executable, "-m", "repro", "launch", str(grid), "--cluster", "slurm",
                             "--profile", profile, "--output-dir", str(out), "--wait"], cwd=ROOT,
@@ -80,8 +106,10 @@ def run_once(world_size: int, profile: str, how: str) -> dict[str, float]:
         if p.returncode:
             raise RuntimeError(p.stdout[-2000:] + p.stderr[-3000:])
         job = next(iter(read_json(out / "_launch" / "bench" / "jobs.json")["jobs"].values()))
+        launcher_cpu = _children_cpu() - c0
         sub, start, end = _sacct_times(job["job_id"])
-        return {"wall_s": wall, "queue_s": start - sub, "job_s": end - start,
+        return {"wall_s": wall, "cpu_s": launcher_cpu + _job_cpu(job["job_id"]),
+                "launcher_cpu_s": launcher_cpu, "queue_s": start - sub, "job_s": end - start,
                 "other_s": wall - (end - sub)}
 
 
@@ -107,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{med['slurm']['queue_s']:.1f} + job {med['slurm']['job_s']:.1f} + launcher/polling "
           f"{med['slurm']['other_s']:.1f}")
     print(f"  launch-path overhead         {over:+.1f} s ({over / med['direct']['wall_s']:+.0%})")
+    print(f"  CPU seconds (user+sys)       direct {med['direct']['cpu_s']:.1f}, via SLURM "
+          f"{med['slurm']['cpu_s']:.1f} (launcher {med['slurm']['launcher_cpu_s']:.1f})")
     atomic_write_json(args.out, {"world_size": args.world_size, "repeats": args.repeats,
                                  "runs": rows, "median": med, "overhead_s": over})
     print(f"written: {args.out}")
