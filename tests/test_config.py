@@ -8,7 +8,8 @@ import pytest
 from repro.config import ConfigError, derive, from_dict, load_config, parse_override
 from tests.conftest import CONFIGS
 
-SHIPPED = sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name != "runs")
+# grids/ and clusters/ hold grid files and cluster profiles (slurm/), not experiment configs.
+SHIPPED = sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name not in ("runs", "grids", "clusters"))
 RUN_LISTS = sorted((CONFIGS / "runs").glob("*.yaml"))
 
 

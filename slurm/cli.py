@@ -1,0 +1,188 @@
+"""`cluster-repro launch` and `cluster-repro status`: a grid on SLURM (or locally), and where it stands.
+
+    cluster-repro launch GRID --cluster slurm --profile PROFILE [--dry-run] [--only axis=v] [--wait]
+    cluster-repro status GRID [--profile PROFILE] [--only axis=v]
+
+Registered into the main CLI by `repro/cli.py` (it calls `register`).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from repro.config import ConfigError
+
+
+
+def register(sub: argparse._SubParsersAction, epilog: str) -> None:
+    p = sub.add_parser(
+        "launch", help="submit every cell of a grid (SLURM via submitit, or locally)",
+        description="Expand a grid file (datasets x models x methods x ratios x world sizes x "
+        "seeds, minus exclusions) into experiments and submit them: one job per cell with one "
+        "task (GPU) per worker, job arrays for cells that share resources, and one shared "
+        "features job per (model, pool) that CluSTER cells wait for. Finished cells are skipped, "
+        "so launching again resumes a grid; a timed-out or preempted job requeues itself and "
+        "training resumes from its checkpoint. --dry-run prints the jobs, GPUs and an estimate "
+        "of GPU-hours (from tokens, parameter count and the profile's MFU) and submits nothing.",
+        epilog="Grids: configs/grids/. Profiles: configs/clusters/ (example.yaml documents every "
+        "key). Docs: docs/slurm.md. " + epilog)
+    _common(p)
+    p.add_argument("--cluster", choices=["slurm", "local", "debug"], default="slurm",
+                   help="slurm: sbatch through submitit; local: subprocesses on this machine; "
+                   "debug: in this process (default: slurm)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (jobs, GPUs, GPU-hours) and submit nothing")
+    p.add_argument("--wait", action="store_true",
+                   help="block until every submitted job ends; exit 1 if any failed")
+    p.set_defaults(func=cmd_launch)
+
+    p = sub.add_parser(
+        "status", help="each cell of a launched grid: done, pending, running, failed (+ log)",
+        description="Show each cell's state: done (its results exist), pending, running, failed "
+        "(with the path of its log and the reason), or not launched. Asks SLURM's accounting "
+        "(sacct) about the jobs a launch recorded in <output_dir>/_launch/<grid>/jobs.json.",
+        epilog=epilog)
+    _common(p)
+    p.set_defaults(func=cmd_status)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("grid", help="a grid file, e.g. configs/grids/paper.yaml")
+    p.add_argument("overrides", nargs="*", metavar="key.sub=value",
+                   help="config overrides for every cell, e.g. data_dir=../shared/data")
+    p.add_argument("--profile", default=None,
+                   help="cluster profile YAML (see configs/clusters/example.yaml); required "
+                   "for --cluster slurm; otherwise defaults: 4 GPUs per node, A100 bf16 peak, "
+                   "MFU 0.40, the config's output_dir")
+    p.add_argument("--output-dir", default=None,
+                   help="where runs go (default: the profile's output_dir, else the config's)")
+    p.add_argument("--only", action="append", default=[], metavar="AXIS=V[,V]",
+                   help="only cells whose axis has one of these values (dataset, model, method, "
+                   "ratio, world_size, seed, id); repeatable; cells they match come along")
+
+
+def _profile(args: argparse.Namespace, required: bool):
+    from slurm.profile import ClusterProfile, load_profile
+
+    if args.profile:
+        return load_profile(args.profile)
+    if required:
+        raise ConfigError("--cluster slurm needs --profile PROFILE.yaml (your partition, account, "
+                          "GPUs per node...; copy configs/clusters/example.yaml)")
+    return ClusterProfile()  # the defaults of slurm/profile.py (no partition, no output_dir)
+
+
+def format_plan(ctx, jobs, done) -> str:
+    from slurm.launcher import bucket, waves
+    from slurm.plan import estimate_cell, estimate_features, fmt_num
+
+    prof = ctx.profile
+    g = prof.gpu
+    lines = [f"Grid {ctx.grid.name} ({ctx.grid.path}): {len(ctx.cells)} cells, {len(done)} done, "
+             f"{sum(j.kind == 'cell' for j in jobs)} to run",
+             f"Profile {prof.name}: {prof.gpus_per_node} GPUs/node, {g.name}, "
+             f"{g.peak_tflops:g} TFLOP/s peak, MFU {g.mfu:.2f} (assumed)",
+             f"Output: {ctx.output_dir}", ""]
+    head = f"{'job':58s} {'GPUs':>4s} {'nodes':>5s} {'kept':>6s} {'tokens':>8s} {'GPU-h':>8s} " \
+           f"{'wall h':>7s}  waits for / kept share from"
+    lines += [head, "-" * len(head)]
+    total = {"cell": 0.0, "features": 0.0}
+    unknown = 0
+    for pj in jobs:
+        nodes, _ = prof.nodes_for(pj.tasks)
+        if pj.kind == "features":
+            cell = ctx.by_id[pj.cells[0]]
+            est = estimate_features(cell, prof, pj.tasks)
+            kept = "-"
+            what = f"({len(pj.cells)} cells select here)"
+        else:
+            cell = ctx.by_id[pj.name]
+            est = estimate_cell(cell, ctx.by_id, ctx.grid.estimate, prof)
+            kept = f"{est.kept_fraction:.2f}" if est.kept_fraction is not None else "?"
+            what = (pj.after or "") + (f" [{est.note}]" if est.note else "")
+        if est.gpu_hours is None:
+            unknown += 1
+        else:
+            total[pj.kind] += est.gpu_hours
+        lines.append(f"{pj.name:58s} {pj.tasks:4d} {nodes:5d} {kept:>6s} {fmt_num(est.tokens):>8s} "
+                     f"{fmt_num(est.gpu_hours, 2):>8s} {fmt_num(est.wall_hours, 2):>7s}  {what}")
+    n_sub = sum(len(bucket(w)) for w in waves(jobs))
+    n_feat = sum(j.kind == "features" for j in jobs)
+    gpus = sorted({j.tasks for j in jobs})
+    lines += ["", f"Jobs: {len(jobs)} ({len(jobs) - n_feat} cells + {n_feat} shared features jobs) "
+              f"in {n_sub} sbatch submissions (arrays group cells with the same GPUs and "
+              f"dependency); GPUs per job: {', '.join(map(str, gpus)) or '-'}",
+              f"GPU-hours (estimate): training {total['cell']:,.1f} + features "
+              f"{total['features']:,.1f} = {total['cell'] + total['features']:,.1f}"
+              + (f"; {unknown} jobs without an estimate (n/a)" if unknown else ""),
+              "Estimate: FLOPs = 6*P*T (full fine-tuning; 4*P*T with LoRA), features 2*P*T; "
+              "GPU-h = FLOPs / (peak * MFU); tokens per example from the grid; evaluation, "
+              "loading and checkpoints not counted (docs/slurm.md)."]
+    return "\n".join(lines)
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from slurm.launcher import (cell_statuses, check_methods, load_context, plan_jobs, submit,
+                                wait_all)
+
+    prof = _profile(args, required=args.cluster == "slurm" and not args.dry_run)
+    ctx = load_context(args.grid, args.overrides, args.only, prof, args.output_dir)
+    active = set()
+    if not args.dry_run:
+        active = {s.cell for s in cell_statuses(ctx) if s.state in ("pending", "running")}
+        for cid in sorted(active):
+            print(f"{cid}: already queued or running from an earlier launch; left alone",
+                  file=sys.stderr)
+    jobs, done = plan_jobs(ctx, active)
+    if args.dry_run:
+        print(format_plan(ctx, jobs, done))
+        return 0
+    for c in done:
+        print(f"{c.id}: done already, skipped", file=sys.stderr)
+    if not jobs:
+        print(f"nothing to submit: {len(done)} cells done, {len(active)} queued or running")
+        return 0
+    check_methods(ctx, [ctx.by_id[c] for j in jobs for c in j.cells])
+    if args.cluster == "slurm":
+        import shutil
+
+        if shutil.which("sbatch") is None:
+            raise ConfigError("--cluster slurm: no `sbatch` on PATH (not a SLURM login node?); "
+                              "use --cluster local to run here")
+    try:
+        submitted = submit(ctx, jobs, args.cluster)
+    except RuntimeError as e:  # a features job failed before its cells could go (local/debug)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"submitted {len(submitted)} jobs; record: {ctx.launch_dir / 'jobs.json'}")
+    print(f"follow with: cluster-repro status {args.grid}"
+          + (f" --output-dir {ctx.output_dir}" if args.output_dir else ""))
+    if not args.wait and args.cluster == "slurm":
+        return 0
+    outcome = wait_all(submitted)
+    failed = {k: v for k, v in outcome.items() if v != "done"}
+    for name, v in outcome.items():
+        print(f"{name}: {v}")
+    return 1 if failed else 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from slurm.launcher import cell_statuses, load_context
+
+    prof = _profile(args, required=False)
+    ctx = load_context(args.grid, args.overrides, args.only, prof, args.output_dir)
+    rows = cell_statuses(ctx)
+    width = max(len(r.cell) for r in rows)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.state] = counts.get(r.state, 0) + 1
+        extra = f"  job {r.job_id}" if r.job_id else ""
+        if r.state == "failed":
+            extra += f"  log: {r.log or '-'}  ({r.detail})"
+        elif r.state == "done":
+            extra += f"  {r.log}"
+        elif r.state in ("pending", "running") and r.log:
+            extra += f"  log: {r.log}" + (f" ({r.detail})" if r.detail else "")
+        print(f"{r.cell:{width}s}  {r.state:12s}{extra}")
+    print("; ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    return 0

@@ -1,0 +1,292 @@
+"""Grid files: datasets x models x methods x ratios x world sizes x seeds, with exclusions.
+
+A grid expands into cells; a cell is one experiment config (`repro/config.py`), built from the
+grid's base config plus the overrides of its dataset, model and method, and its ratio, world size
+and seed. The format (every shipped grid under `configs/grids/` is an example):
+
+    name: paper                          # names the launch folder and the cells' run names
+    base: ../paper/recipe.yaml           # a config file, relative to this file
+    overrides: [eval.limit=null]         # `key.sub=value` strings, for every cell (optional)
+    set: {data.heldout_fraction: 0.0}    # the same, as YAML values (lists, mappings) (optional)
+    datasets:                            # each entry: overrides / set, and for the dry-run's
+      magicoder:                         # estimate its row count and mean tokens per example
+        set: {data.sources: [{path: "hf:ise-uiuc/Magicoder-OSS-Instruct-75K", format: magicoder}]}
+        rows: 75197
+        tokens_per_example: 520
+    models:
+      codellama-python-7b: {overrides: [model.name_or_path=codellama/CodeLlama-7b-Python-hf],
+                            params_b: 6.74}   # billions of parameters, for the estimate
+    methods:
+      full: {overrides: [selection.method=full]}
+      cluster: {overrides: [selection.method=cluster, ...], ratios: [100, 75, 50]}
+      random: {overrides: [selection.method=random], match: cluster}
+    world_sizes: [4, 8]
+    seeds: [42]
+    exclude:                             # a cell matching every key of one rule is dropped
+      - {dataset: medinstruct, model: [codellama-python-7b, codellama-python-13b]}
+      - {world_size: 8, model: codellama-python-13b}
+    estimate: {cluster_kept_at_r100: 0.79}   # dry-run assumptions (see slurm/plan.py)
+
+`ratios` makes the ratio axis (`selection.params.ratio`, in percent) for that method only.
+`match: cluster` runs the method once per ratio of `cluster`, at exactly the kept count that the
+`cluster` cell of the same dataset, model, world size and seed ends up with (known only after its
+clustering: the launcher makes the matched cell wait for it).
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from repro.config import ConfigError, ExperimentConfig, from_dict, parse_override
+
+AXES = ("dataset", "model", "method", "ratio", "world_size", "seed")
+_TOP = {"name", "base", "overrides", "set", "datasets", "models", "methods", "world_sizes",
+        "seeds", "exclude", "estimate"}
+_ENTRY = {"overrides", "set"}
+_DATASET = _ENTRY | {"rows", "tokens_per_example"}
+_MODEL = _ENTRY | {"params_b"}
+_METHOD = _ENTRY | {"ratios", "match"}
+
+
+@dataclass
+class Cell:
+    """One experiment of a grid: its axes, its config, and what it waits for."""
+
+    id: str  # e.g. magicoder.codellama-python-7b.cluster-r50.ws4.s42
+    axes: dict[str, Any]
+    data: dict[str, Any]  # the config as a mapping (before selection.n of a matched method)
+    match_of: str | None = None  # id of the cell whose kept count this one takes
+    estimate: dict[str, Any] = field(default_factory=dict)  # rows, tokens_per_example, params_b
+
+    def config(self, kept_count: int | None = None) -> ExperimentConfig:
+        """The validated config; a matched cell needs the kept count of the cell it matches."""
+        data = copy.deepcopy(self.data)
+        if self.match_of is not None:
+            if kept_count is None:
+                raise ConfigError(f"cell {self.id}: its kept count comes from {self.match_of}, "
+                                  "whose selection has not run yet")
+            data.setdefault("selection", {})["n"] = int(kept_count)
+            data["selection"]["fraction"] = None
+        return from_dict(data, source=f"cell {self.id}")
+
+    @property
+    def needs_features(self) -> bool:
+        """CluSTER's gradient-proxy features: computed once per (model, pool) and shared."""
+        sel = self.data.get("selection", {})
+        params = sel.get("params") or {}
+        return sel.get("method") == "cluster" and params.get("feature_type", "gradient-proxy") \
+            == "gradient-proxy"
+
+    def feature_key(self) -> str:
+        """Cells with the same key have the same pool and the same features (12 hex digits).
+
+        The pool depends on the data, the model's tokenizer and the seed (the held-out split);
+        the features on the initial model. World size, ratio and method do not enter.
+        """
+        cfg = self.config(kept_count=1 if self.match_of else None)
+        params = cfg.selection.params
+        blob = json.dumps({"model": _asdict(cfg.model), "data": _asdict(cfg.data), "seed": cfg.seed,
+                           "feature_batch_size": params.get("feature_batch_size", 8)},
+                          sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _asdict(obj: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.asdict(obj)
+
+
+@dataclass
+class Grid:
+    name: str
+    path: Path
+    cells: list[Cell]
+    estimate: dict[str, Any]
+
+
+def _overrides_and_set(entry: dict[str, Any], where: str) -> tuple[list[str], dict[str, Any]]:
+    ov = entry.get("overrides") or []
+    st = entry.get("set") or {}
+    if not isinstance(ov, list) or not all(isinstance(o, str) for o in ov):
+        raise ConfigError(f"{where}.overrides: expected a list of 'key.sub=value' strings")
+    if not isinstance(st, dict):
+        raise ConfigError(f"{where}.set: expected a mapping of dotted keys to values")
+    return ov, st
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any, where: str) -> None:
+    cur = data
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        nxt = cur.get(p)
+        if nxt is None:
+            nxt = cur[p] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"{where}: {dotted!r}: {p!r} is not a section")
+        cur = nxt
+    cur[parts[-1]] = copy.deepcopy(value)
+
+
+def _entries(data: dict[str, Any], key: str, allowed: set[str], where: str) -> dict[str, dict]:
+    raw = data.get(key)
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(f"{where}: '{key}' must be a non-empty mapping of name -> settings")
+    out = {}
+    for name, entry in raw.items():
+        entry = entry or {}
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: {key}.{name}: expected a mapping, got {entry!r}")
+        extra = set(entry) - allowed
+        if extra:
+            raise ConfigError(f"{where}: {key}.{name}: unknown keys {sorted(extra)} "
+                              f"(allowed: {', '.join(sorted(allowed))})")
+        if not str(name).replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(f"{where}: {key}.{name}: names may hold letters, digits, - and _")
+        out[str(name)] = entry
+    return out
+
+
+def _int_list(data: dict[str, Any], key: str, where: str) -> list[int]:
+    v = data.get(key)
+    if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                    for x in v):
+        raise ConfigError(f"{where}: '{key}' must be a non-empty list of integers, got {v!r}")
+    return v
+
+
+def _ratio_label(r: float | None) -> str:
+    if r is None:
+        return ""
+    return f"-r{int(r) if float(r).is_integer() else r}"
+
+
+def _excluded(axes: dict[str, Any], rules: list[dict[str, Any]]) -> bool:
+    for rule in rules:
+        if all(axes.get(k) in (v if isinstance(v, list) else [v]) for k, v in rule.items()):
+            return True
+    return False
+
+
+def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid:
+    """Read a grid file and expand it into cells (each config validated now, not in a job)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"grid file {str(p)!r} not found (shipped grids: configs/grids/)")
+    try:
+        g = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    if not isinstance(g, dict):
+        raise ConfigError(f"{p}: expected a mapping at the top level")
+    unknown = set(g) - _TOP
+    if unknown:
+        raise ConfigError(f"{p}: unknown keys {sorted(unknown)} (allowed: {', '.join(sorted(_TOP))})")
+    for key in ("name", "base"):
+        if not isinstance(g.get(key), str):
+            raise ConfigError(f"{p}: '{key}' is required (a string)")
+    base_path = (p.parent / g["base"]).resolve()
+    if not base_path.is_file():
+        raise ConfigError(f"{p}: base config {g['base']!r} not found (looked at {base_path})")
+    base = yaml.safe_load(base_path.read_text(encoding="utf-8")) or {}
+    top_ov, top_set = _overrides_and_set(g, str(p))
+    datasets = _entries(g, "datasets", _DATASET, str(p))
+    models = _entries(g, "models", _MODEL, str(p))
+    methods = _entries(g, "methods", _METHOD, str(p))
+    world_sizes = _int_list(g, "world_sizes", str(p))
+    seeds = _int_list(g, "seeds", str(p))
+    rules = g.get("exclude") or []
+    if not isinstance(rules, list) or not all(isinstance(r, dict) for r in rules):
+        raise ConfigError(f"{p}: 'exclude' must be a list of mappings (axis: value or [values])")
+    for i, rule in enumerate(rules):
+        bad = set(rule) - set(AXES)
+        if bad:
+            raise ConfigError(f"{p}: exclude[{i}] has unknown axes {sorted(bad)} (allowed: "
+                              f"{', '.join(AXES)})")
+    for name, m in methods.items():
+        if m.get("match") is not None and m["match"] not in methods:
+            raise ConfigError(f"{p}: methods.{name}.match: {m['match']!r} is not a method of this grid")
+        if m.get("match") and m.get("ratios"):
+            raise ConfigError(f"{p}: methods.{name}: 'match' takes the ratios of the matched "
+                              "method; do not give 'ratios' too")
+        if m.get("match") and methods[m["match"]].get("match"):
+            raise ConfigError(f"{p}: methods.{name}.match: {m['match']!r} itself matches another "
+                              "method; match a method that selects on its own")
+
+    extra_pairs = [parse_override(o) for o in extra]
+    for k, _ in extra_pairs:
+        if k in ("world_size", "seed", "name", "selection.params.ratio"):
+            raise ConfigError(f"override {k}: this is an axis of the grid; change the grid file "
+                              "or pick cells with --only")
+    cells: list[Cell] = []
+    ids: set[str] = set()
+    order = [n for n, m in methods.items() if not m.get("match")] + \
+            [n for n, m in methods.items() if m.get("match")]
+    for ds, model, ws, seed in itertools.product(datasets, models, world_sizes, seeds):
+        for mname in order:
+            m = methods[mname]
+            ref = m.get("match")
+            ratios = (methods[ref].get("ratios") if ref else m.get("ratios")) or [None]
+            for r in ratios:
+                axes = {"dataset": ds, "model": model, "method": mname, "ratio": r,
+                        "world_size": ws, "seed": seed}
+                if _excluded(axes, rules):
+                    continue
+                cid = f"{ds}.{model}.{mname}{_ratio_label(r)}.ws{ws}.s{seed}"
+                match_of = f"{ds}.{model}.{ref}{_ratio_label(r)}.ws{ws}.s{seed}" if ref else None
+                if match_of is not None and match_of not in ids:
+                    raise ConfigError(f"{p}: cell {cid} takes the kept count of {match_of}, "
+                                      "which the exclusions drop; exclude both or neither")
+                data = copy.deepcopy(base)
+                for k, v in top_set.items():
+                    _set_dotted(data, k, v, f"{p}: set")
+                for o in top_ov:
+                    _set_dotted(data, *parse_override(o), f"{p}: overrides")
+                for entry, ew in ((datasets[ds], f"datasets.{ds}"), (models[model], f"models.{model}"),
+                                  (m, f"methods.{mname}")):
+                    ov, st = _overrides_and_set(entry, f"{p}: {ew}")
+                    for k, v in st.items():
+                        _set_dotted(data, k, v, f"{p}: {ew}.set")
+                    for o in ov:
+                        _set_dotted(data, *parse_override(o), f"{p}: {ew}.overrides")
+                if r is not None and not ref:  # a matched method takes a count, not a ratio
+                    _set_dotted(data, "selection.params.ratio", r, f"{p}: ratios")
+                for k, v in extra_pairs:
+                    _set_dotted(data, k, v, "command line")
+                data["world_size"] = ws
+                data["seed"] = seed
+                data["name"] = cid  # not the grid name: grids that hold the same cell share its run
+                cell = Cell(cid, axes, data, match_of, {
+                    "rows": datasets[ds].get("rows"),
+                    "tokens_per_example": datasets[ds].get("tokens_per_example"),
+                    "params_b": models[model].get("params_b")})
+                # Validate now: a typo fails before anything is submitted.
+                cell.config(kept_count=1 if match_of else None)
+                cells.append(cell)
+                ids.add(cid)
+    if not cells:
+        raise ConfigError(f"{p}: the exclusions leave no cell")
+    return Grid(g["name"], p, cells, dict(g.get("estimate") or {}))
+
+
+def select_cells(grid: Grid, only: list[str]) -> list[Cell]:
+    """Cells whose axes match every `axis=value[,value]` filter (`--only`), plus what they match."""
+    filters: dict[str, set[str]] = {}
+    for f in only:
+        if "=" not in f:
+            raise ConfigError(f"--only {f!r}: expected axis=value (axes: {', '.join(AXES)}, or id)")
+        k, v = f.split("=", 1)
+        if k not in (*AXES, "id"):
+            raise ConfigError(f"--only {f!r}: unknown axis {k!r} (axes: {', '.join(AXES)}, or id)")
+        filters.setdefault(k, set()).update(v.split(","))
+    keep = [c for c in grid.cells
+            if all(str(c.id if k == "id" else c.axes[k]) in vs for k, vs in filters.items())]
+    need = {c.match_of for c in keep if c.match_of}
+    return [c for c in grid.cells if c in keep or c.id in need] if need else keep

@@ -1,0 +1,330 @@
+"""What runs inside a job: one grid cell, or the shared features of one (model, pool).
+
+A job is a submitit `Checkpointable` whose only state is configs (plain mappings) and paths, so
+that is all submitit pickles. It runs the same pipeline stages as `cluster-repro run`
+(`repro/pipeline.py`), which skip whatever is finished; a requeued job (timeout, preemption)
+therefore continues where it stopped, and training resumes from its newest checkpoint.
+
+A job with W tasks (one per GPU; `tasks_per_node` = GPUs) is one torch.distributed group:
+
+    rank 0                               ranks 1..W-1
+    stages model, pool, select,          wait for rank 0's "prep done" note
+      schedule (single-process)          (or its "prep failed" note: raise)
+    ----------------- train: every rank joins the group (MASTER_ADDR/PORT, RANK, WORLD_SIZE)
+    stages eval, results                 return
+
+The distributed variables come from submitit's job environment (node list, SLURM_PROCID, ...)
+and are exported as torch's env:// expects them, so a job spanning several nodes works the same.
+While rank 0 runs the single-process stages the rank variables are hidden from it: a stage that
+needs several workers there (features when nothing is shared) spawns them on its own node.
+
+Shared stages: CluSTER's gradient-proxy features depend on the model, the pool and the seed, not
+on the ratio or the world size. `FeaturesJob` computes them once per key into
+`<output_dir>/_shared/features/<key>/` (under a file lock, so two launches of the same key do not
+race), then runs the selection of every CluSTER cell of that key, whose run folders get the shared
+pool and features as hard links. Cells wait for it through a SLURM dependency (`afterok`).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Iterator
+
+from submitit.helpers import Checkpointable, DelayedSubmission
+
+from repro.io import atomic_write_json, read_json
+
+RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+             "SLURM_LOCALID")
+SHARED_FILES = ("pool.jsonl", "heldout.jsonl", "stages/pool.json", "stages/model.json",
+                "features.npy", "features.json")
+POLL_S = 0.5
+
+
+def _log(msg: str) -> None:
+    print(f"[cluster-repro launch] {msg}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- environment
+
+
+def job_identity() -> dict[str, Any]:
+    """This task's rank, the job's size and id, from submitit's job environment (any backend)."""
+    import submitit
+
+    try:
+        env = submitit.JobEnvironment()
+    except RuntimeError:  # not inside a submitit job: a plain process
+        return {"rank": 0, "world": 1, "local_rank": 0, "job_id": str(os.getpid()), "restart": 0,
+                "hosts": [socket.gethostname()]}
+    return {"rank": env.global_rank, "world": env.num_tasks, "local_rank": env.local_rank,
+            "job_id": str(env.job_id), "restart": int(os.environ.get("SLURM_RESTART_COUNT", 0)),
+            "hosts": list(env.hostnames)}
+
+
+def export_torch_env(ident: dict[str, Any]) -> None:
+    """MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK for torch.distributed's env:// init.
+
+    The port is derived from the job id (as submitit's TorchDistributedEnvironment does), so all
+    tasks agree without talking, and two jobs on one node differ.
+    """
+    import random
+
+    port = os.environ.get("CLUSTER_REPRO_MASTER_PORT") or \
+        str(random.Random(ident["job_id"]).randint(20000, 60000))
+    os.environ.update({"MASTER_ADDR": ident["hosts"][0], "MASTER_PORT": port,
+                       "RANK": str(ident["rank"]), "WORLD_SIZE": str(ident["world"]),
+                       "LOCAL_RANK": str(ident["local_rank"])})
+
+
+@contextlib.contextmanager
+def single_process_env() -> Iterator[None]:
+    """Hide the rank variables: code inside runs (or spawns its own workers) as one process."""
+    saved = {k: os.environ.pop(k) for k in RANK_VARS if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on `path` (flock; held until the block ends or the process dies)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        t0 = time.monotonic()
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() - t0 > 5 and int(time.monotonic() - t0) % 60 == 0:
+                    _log(f"waiting for the lock {path}")
+                time.sleep(POLL_S)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class Rendezvous:
+    """Rank 0 does some work; the other ranks wait for its note (ok, or the error it raised).
+
+    Notes are files under `folder`, named by job id and restart count, so a requeued job does not
+    read the notes of its earlier attempt. The folder must be shared by all nodes of the job.
+    """
+
+    def __init__(self, folder: Path, ident: dict[str, Any], name: str, timeout_s: float) -> None:
+        self.path = folder / f"{ident['job_id']}.{ident['restart']}.{name}.json"
+        self.rank = ident["rank"]
+        self.timeout_s = timeout_s
+
+    @contextlib.contextmanager
+    def rank0(self) -> Iterator[dict[str, Any]]:
+        note: dict[str, Any] = {}
+        try:
+            yield note
+        except BaseException as e:
+            atomic_write_json(self.path, {"ok": False, "error": f"{type(e).__name__}: {e}"})
+            raise
+        atomic_write_json(self.path, {"ok": True, **note})
+
+    def wait(self) -> dict[str, Any]:
+        t0 = time.monotonic()
+        while not self.path.is_file():
+            if time.monotonic() - t0 > self.timeout_s:
+                raise TimeoutError(f"rank {self.rank}: rank 0 wrote no note {self.path} within "
+                                   f"{self.timeout_s:.0f} s")
+            time.sleep(POLL_S)
+        note = read_json(self.path)
+        if not note.get("ok"):
+            raise RuntimeError(f"rank 0 failed, so rank {self.rank} stops: {note.get('error')}")
+        return note
+
+
+def link_shared(shared: Path, run_dir: Path) -> bool:
+    """Give a run folder the shared pool and features (hard links; copies across filesystems).
+
+    Only into a run whose pool stage has not run: a run's own files are never replaced.
+    """
+    if (run_dir / "stages" / "pool.json").is_file() or not (shared / "features.json").is_file():
+        return False
+    for name in SHARED_FILES:
+        src, dst = shared / name, run_dir / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(f".{dst.name}.link-{os.getpid()}")
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copy2(src, tmp)
+        os.replace(tmp, dst)
+    return True
+
+
+def write_state(state_dir: Path | None, cell_id: str, **fields: Any) -> None:
+    """The cell's last known state for `cluster-repro status` (also where SLURM cannot tell)."""
+    if state_dir is None:
+        return
+    atomic_write_json(state_dir / f"{cell_id}.json", {"cell": cell_id, "time": time.time(),
+                                                       "host": socket.gethostname(), **fields})
+
+
+# ----------------------------------------------------------------------------- jobs
+
+
+class _Requeueable(Checkpointable):
+    """On timeout or preemption submitit calls `checkpoint` and requeues what it returns.
+
+    The same job, unchanged: its stages skip what is finished and training resumes from the
+    newest checkpoint (`train.checkpoint_every` bounds the redone work).
+    """
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
+        _log("timeout or preemption: requeueing; training resumes from its newest checkpoint")
+        return DelayedSubmission(self, *args, **kwargs)
+
+
+class CellJob(_Requeueable):
+    """One grid cell: every stage of one experiment, on as many tasks as it has workers."""
+
+    def __init__(self, cell_id: str, config: dict[str, Any], match_config: dict[str, Any] | None,
+                 shared_dir: str | None, state_dir: str | None, timeout_s: float) -> None:
+        self.cell_id = cell_id
+        self.config = config
+        self.match_config = match_config  # the matched cell's config (its kept count sets ours)
+        self.shared_dir = shared_dir
+        self.state_dir = state_dir
+        self.timeout_s = timeout_s
+
+    def resolve(self):  # -> ExperimentConfig
+        from repro.config import from_dict
+        from repro.pipeline import stage_marker
+
+        data = json.loads(json.dumps(self.config))
+        if self.match_config is not None:
+            ref = from_dict(self.match_config, source=f"cell {self.cell_id} (matched)")
+            marker = stage_marker(ref.run_dir(), "select")
+            if not marker.is_file():
+                raise RuntimeError(f"cell {self.cell_id}: the cell it matches has no selection "
+                                   f"yet ({marker} missing); its job must finish first")
+            data.setdefault("selection", {})["n"] = int(read_json(marker)["n_unique"])
+            data["selection"]["fraction"] = None
+        return from_dict(data, source=f"cell {self.cell_id}")
+
+    def __call__(self) -> dict[str, Any]:
+        from repro.pipeline import run_experiment, stage_marker
+
+        ident = job_identity()
+        state_dir = Path(self.state_dir) if self.state_dir else None
+        cfg = self.resolve()
+        run_dir = cfg.run_dir()
+        multi = ident["world"] > 1
+        if multi:
+            if ident["world"] != cfg.world_size:
+                raise RuntimeError(f"cell {self.cell_id}: {ident['world']} tasks for world_size "
+                                   f"{cfg.world_size}")
+            export_torch_env(ident)
+        rdv = Rendezvous(run_dir / "launch", ident, "prep", self.timeout_s)
+        try:
+            if ident["rank"] == 0:
+                write_state(state_dir, self.cell_id, state="running", job_id=ident["job_id"],
+                            run_dir=str(run_dir), restart=ident["restart"])
+                with rdv.rank0(), single_process_env():
+                    if self.shared_dir and link_shared(Path(self.shared_dir), run_dir):
+                        _log(f"shared pool and features from {self.shared_dir}")
+                    run_experiment(cfg, until="schedule")
+            else:
+                rdv.wait()
+            if multi:  # every rank trains; then rank 0 alone evaluates
+                run_experiment(cfg, until="train")
+            if ident["rank"] != 0:
+                return {"cell": self.cell_id, "rank": ident["rank"]}
+            run_experiment(cfg)
+        except SystemExit:  # submitit's signal handler after requeueing (timeout, preemption)
+            if ident["rank"] == 0:
+                write_state(state_dir, self.cell_id, state="requeued", job_id=ident["job_id"],
+                            run_dir=str(run_dir), restart=ident["restart"])
+            raise
+        except BaseException as e:
+            if ident["rank"] == 0:
+                write_state(state_dir, self.cell_id, state="failed", job_id=ident["job_id"],
+                            run_dir=str(run_dir), error=f"{type(e).__name__}: {e}",
+                            traceback=traceback.format_exc()[-4000:])
+            raise
+        write_state(state_dir, self.cell_id, state="done", job_id=ident["job_id"],
+                    run_dir=str(run_dir), restart=ident["restart"])
+        return {"cell": self.cell_id, "run_dir": str(run_dir),
+                "results": str(read_json(stage_marker(run_dir, "results"))["path"])}
+
+
+class FeaturesJob(_Requeueable):
+    """The shared features of one (model, pool, seed), then the selection of its CluSTER cells."""
+
+    def __init__(self, key: str, config: dict[str, Any], cells: list[tuple[str, dict[str, Any]]],
+                 shared_dir: str, state_dir: str | None, timeout_s: float) -> None:
+        self.key = key
+        self.config = config  # any cell of the key: model, data and seed are what matter
+        self.cells = cells  # (cell id, config) of the CluSTER cells to select for
+        self.shared_dir = shared_dir
+        self.state_dir = state_dir
+        self.timeout_s = timeout_s
+
+    def __call__(self) -> dict[str, Any]:
+        from method.features import features_to_file
+        from repro.config import from_dict
+        from repro.pipeline import _stage, model_dir_of, run_experiment, stage_model, stage_pool
+
+        ident = job_identity()
+        cfg = from_dict(self.config, source=f"features {self.key}")
+        shared = Path(self.shared_dir)
+        world = ident["world"]
+        if world > 1:
+            export_torch_env(ident)
+        rdv = Rendezvous(shared / "launch", ident, "pool", self.timeout_s)
+        lock = contextlib.ExitStack()
+        t0 = time.perf_counter()
+        try:
+            if ident["rank"] == 0:
+                write_state(Path(self.state_dir) if self.state_dir else None, f"features-{self.key}",
+                            state="running", job_id=ident["job_id"])
+                lock.enter_context(file_lock(shared / ".lock"))  # held until this job ends
+                with rdv.rank0() as note, single_process_env():
+                    from repro.config import save_config
+
+                    save_config(cfg, shared / "config.yaml")
+                    _stage(shared, "model", False, lambda: stage_model(cfg, shared))
+                    _stage(shared, "pool", False, lambda: stage_pool(cfg, shared))
+                    note["compute"] = not (shared / "features.json").is_file()
+            note = rdv.wait() if ident["rank"] != 0 else read_json(rdv.path)
+            if note["compute"]:
+                params = cfg.selection.params
+                features_to_file(shared, world, model_dir_of(shared), cfg.model, cfg.data.max_length,
+                                 int(params.get("feature_batch_size", 8)), shared / "features.npy")
+            if ident["rank"] != 0:
+                return {"features": self.key, "rank": ident["rank"]}
+            with single_process_env():
+                for cell_id, data in self.cells:
+                    ccfg = from_dict(data, source=f"cell {cell_id}")
+                    link_shared(shared, ccfg.run_dir())
+                    _log(f"selection of {cell_id}")
+                    run_experiment(ccfg, until="schedule")
+        except Exception as e:
+            if ident["rank"] == 0:
+                write_state(Path(self.state_dir) if self.state_dir else None,
+                            f"features-{self.key}", state="failed", job_id=ident["job_id"],
+                            error=f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            lock.close()
+        write_state(Path(self.state_dir) if self.state_dir else None, f"features-{self.key}",
+                    state="done", job_id=ident["job_id"])
+        return {"features": self.key, "shared_dir": str(shared), "cells": [c for c, _ in self.cells],
+                "seconds": time.perf_counter() - t0}

@@ -1,0 +1,447 @@
+"""Submit a grid with submitit, and read back where each cell stands.
+
+    launch: expand the grid -> drop finished cells -> one features job per (model, pool) that
+            CluSTER cells share -> the cells, one job each (arrays when several share resources),
+            waiting on their features job through `--dependency=afterok` -> jobs.json
+    status: each cell's state: done (its results exist), pending, running, failed (with the log
+            path), or not launched; SLURM's accounting (sacct) is asked about submitted jobs.
+
+Backends: `slurm` (sbatch through submitit; needs `srun`/`sbatch` and a cluster profile),
+`local` (submitit's LocalExecutor: subprocesses on this machine, the same job code and task
+layout) and `debug` (in this process, one task; workers are spawned locally). Everything about a
+launch lives in `<output_dir>/_launch/<grid name>/`: `jobs.json` (cell -> job id, log paths),
+`state/` (each cell's last state, written by its job), `submitit/` (pickles and logs).
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro.config import ConfigError, ExperimentConfig
+from repro.io import atomic_write_json, read_json
+from slurm.grid import Cell, Grid, load_grid, select_cells
+from slurm.jobs import CellJob, FeaturesJob
+from slurm.profile import ClusterProfile
+
+BACKENDS = ("slurm", "local", "debug")
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PENDING = {"PENDING", "REQUEUED", "CONFIGURING", "RESIZING", "SUSPENDED", "REQUEUE_HOLD",
+           "REQUEUE_FED", "SPECIAL_EXIT"}
+RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
+
+
+def _log(msg: str) -> None:
+    print(f"[cluster-repro launch] {msg}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- the context
+
+
+@dataclass
+class Context:
+    grid: Grid
+    cells: list[Cell]
+    by_id: dict[str, Cell]
+    output_dir: Path
+    profile: ClusterProfile
+
+    @property
+    def launch_dir(self) -> Path:
+        return self.output_dir / "_launch" / self.grid.name
+
+    def shared_dir(self, key: str) -> Path:
+        return self.output_dir / "_shared" / "features" / key
+
+
+def load_context(grid_path: str, extra: list[str], only: list[str], profile: ClusterProfile,
+                 output_dir: str | None) -> Context:
+    """The grid's cells with one absolute output directory: --output-dir, else the profile's,
+    else the base config's (relative paths resolve against the current directory)."""
+    grid = load_grid(grid_path, extra)
+    out = output_dir or profile.output_dir or grid.cells[0].config(
+        kept_count=1 if grid.cells[0].match_of else None).output_dir
+    out_abs = Path(out).expanduser().resolve()
+    grid = load_grid(grid_path, [*extra, f"output_dir={out_abs}"])
+    cells = select_cells(grid, only)
+    if not cells:
+        raise ConfigError(f"--only {' '.join(only)}: no cell of {grid_path} matches")
+    return Context(grid, cells, {c.id: c for c in grid.cells}, out_abs, profile)
+
+
+def cell_config(cell: Cell, by_id: dict[str, Cell]) -> ExperimentConfig | None:
+    """The final config, or None for a matched cell whose reference has not selected yet."""
+    from repro.pipeline import stage_marker
+
+    if cell.match_of is None:
+        return cell.config()
+    marker = stage_marker(by_id[cell.match_of].config().run_dir(), "select")
+    if not marker.is_file():
+        return None
+    return cell.config(kept_count=int(read_json(marker)["n_unique"]))
+
+
+def has_marker(cell: Cell, by_id: dict[str, Cell], stage: str) -> bool:
+    from repro.pipeline import stage_marker
+
+    cfg = cell_config(cell, by_id)
+    return cfg is not None and stage_marker(cfg.run_dir(), stage).is_file()
+
+
+# ----------------------------------------------------------------------------- executors
+
+
+def slurm_parameters(profile: ClusterProfile, world_size: int, job_name: str,
+                     dependency: str | None = None) -> dict[str, Any]:
+    """sbatch parameters (submitit's names) for a job of `world_size` tasks, one GPU each."""
+    nodes, per_node = profile.nodes_for(world_size)
+    setup = list(profile.setup)
+    setup += [f"export {k}={shlex.quote(str(v))}" for k, v in sorted(profile.env.items())]
+    # The code that launched is the code that runs (this checkout, not another install).
+    setup.append(f"export PYTHONPATH={shlex.quote(str(PROJECT_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}")
+    extra = dict(profile.sbatch_extra)
+    if dependency:
+        extra["dependency"] = dependency
+    params: dict[str, Any] = {
+        "job_name": job_name, "partition": profile.partition, "account": profile.account,
+        "qos": profile.qos, "constraint": profile.constraint, "nodes": nodes,
+        "ntasks_per_node": per_node, "cpus_per_task": profile.cpus_per_gpu,
+        "time": profile.time_limit_min, "array_parallelism": profile.array_parallelism,
+        "signal_delay_s": 120, "setup": setup,
+        # One task failing ends the job (others would wait for it at the next collective).
+        "srun_args": [*profile.srun_args, "--kill-on-bad-exit=1"],
+        "additional_parameters": extra or None,
+    }
+    if profile.use_gpus:
+        params["gpus_per_node"] = per_node
+        if profile.mem_per_gpu_gb:
+            params["mem_per_gpu"] = f"{int(profile.mem_per_gpu_gb)}G"
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def sbatch_script(profile: ClusterProfile, world_size: int, job_name: str, folder: Path,
+                  dependency: str | None = None, python: str | None = None) -> str:
+    """The sbatch file submitit writes for such a job (what the golden-file test compares)."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    py = python or shlex.quote(sys.executable)
+    command = " ".join([py, "-u -m submitit.core._submit", shlex.quote(str(folder))])
+    return _make_sbatch_string(command=command, folder=folder,
+                               **slurm_parameters(profile, world_size, job_name, dependency))
+
+
+def make_executor(backend: str, folder: Path, profile: ClusterProfile, world_size: int,
+                  job_name: str, dependency: str | None = None):
+    import submitit
+
+    if backend == "debug":
+        return submitit.DebugExecutor(folder)
+    if backend == "local":
+        ex = submitit.LocalExecutor(folder, max_num_timeout=profile.max_requeues)
+        ex.update_parameters(timeout_min=profile.time_limit_min, tasks_per_node=world_size,
+                             gpus_per_node=0)
+        return ex
+    ex = submitit.SlurmExecutor(folder, max_num_timeout=profile.max_requeues)
+    ex.update_parameters(**slurm_parameters(profile, world_size, job_name, dependency))
+    return ex
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+@dataclass
+class PlannedJob:
+    kind: str  # "features" or "cell"
+    name: str  # features-<key> or the cell id
+    tasks: int  # SLURM tasks = GPUs = workers
+    job: Any  # the CellJob / FeaturesJob to submit
+    after: str | None = None  # the name of the planned job this one waits for
+    cells: list[str] = field(default_factory=list)
+
+
+def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[PlannedJob], list[Cell]]:
+    """(jobs to submit, cells already done). A features job is planned for each key that has a
+    CluSTER cell without its selection; matched cells wait for the job that selects their
+    reference (its features job, or its own cell job). Cells in `active` (queued or running from
+    an earlier launch) are left alone."""
+    timeout_s = ctx.profile.time_limit_min * 60.0
+    state_dir = str(ctx.launch_dir / "state")
+    done = [c for c in ctx.cells if has_marker(c, ctx.by_id, "results")]
+    todo = [c for c in ctx.cells if c not in done and c.id not in active]
+    groups: dict[str, list[Cell]] = {}
+    for c in todo:
+        if c.needs_features and not has_marker(c, ctx.by_id, "select"):
+            groups.setdefault(c.feature_key(), []).append(c)
+    for c in todo:  # a matched cell's reference must select even when the reference is done
+        ref = ctx.by_id.get(c.match_of) if c.match_of else None
+        if ref is not None and ref.needs_features and ref.id not in active \
+                and not has_marker(ref, ctx.by_id, "select"):
+            grp = groups.setdefault(ref.feature_key(), [])
+            if ref not in grp:
+                grp.append(ref)
+    jobs: list[PlannedJob] = []
+    feature_of: dict[str, str] = {}
+    for key, grp in groups.items():
+        tasks = ctx.profile.features_gpus or min(c.axes["world_size"] for c in grp)
+        tasks = max(1, min(tasks, ctx.profile.gpus_per_node))
+        name = f"features-{key}"
+        cfgs = [(c.id, c.config().to_dict()) for c in grp]
+        jobs.append(PlannedJob("features", name, tasks, FeaturesJob(
+            key, cfgs[0][1], cfgs, str(ctx.shared_dir(key)), state_dir, timeout_s),
+            cells=[c.id for c in grp]))
+        for c in grp:
+            feature_of[c.id] = name
+    for c in todo:
+        after = feature_of.get(c.id)
+        match_cfg = None
+        if c.match_of:
+            ref = ctx.by_id[c.match_of]
+            match_cfg = ref.config().to_dict()
+            if not has_marker(ref, ctx.by_id, "select"):
+                after = feature_of.get(ref.id) or (ref.id if ref in todo else None)
+                if after is None and ref.id in active:  # its reference is queued from before
+                    fname = f"features-{ref.feature_key()}"
+                    after = fname if fname in _record(ctx)["jobs"] else ref.id
+                if after is None:
+                    raise ConfigError(f"cell {c.id} takes the kept count of {ref.id}, which has no "
+                                      "selection and is not part of this launch; drop --only "
+                                      "filters that leave it out")
+        shared = str(ctx.shared_dir(c.feature_key())) if c.needs_features else None
+        data = c.data if c.match_of else c.config().to_dict()
+        jobs.append(PlannedJob("cell", c.id, c.axes["world_size"], CellJob(
+            c.id, data, match_cfg, shared, state_dir, timeout_s), after=after, cells=[c.id]))
+    return jobs, done
+
+
+def check_methods(ctx: Context, cells: list[Cell]) -> None:
+    """Refuse to submit a cell whose selector or allocator is not installed here."""
+    from repro.registry import ALLOCATORS, SELECTORS
+
+    missing = set()
+    for c in cells:
+        sel = c.data.get("selection", {}).get("method", "full")
+        alloc = c.data.get("allocation", {}).get("method", "uniform-shuffle")
+        for reg, name, what in ((SELECTORS, sel, "selector"), (ALLOCATORS, alloc, "allocator")):
+            if ":" in name:
+                continue
+            try:
+                reg.get(name)
+            except Exception:  # noqa: BLE001 - the registry's own error names what exists
+                missing.add(f"{what} {name!r} (cell {c.id})")
+    if missing:
+        raise ConfigError("not registered in this install: " + "; ".join(sorted(missing)) +
+                          " (see `cluster-repro ls selectors`); launch fewer methods with --only")
+
+
+# ----------------------------------------------------------------------------- submitting
+
+
+def _record(ctx: Context) -> dict[str, Any]:
+    path = ctx.launch_dir / "jobs.json"
+    return read_json(path) if path.is_file() else {"grid": str(ctx.grid.path), "jobs": {}}
+
+
+def _paths(job: Any) -> tuple[str, str]:
+    try:
+        return str(job.paths.stdout), str(job.paths.stderr)
+    except Exception:  # noqa: BLE001 - the debug executor has no log files
+        return "", ""
+
+
+def waves(jobs: list[PlannedJob]) -> list[list[PlannedJob]]:
+    """Features jobs; cells that wait for nothing or for a features job; cells that wait for a
+    cell (a matched cell whose reference selects in its own job)."""
+    feat = [j for j in jobs if j.kind == "features"]
+    first = [j for j in jobs if j.kind == "cell" and (j.after is None or j.after.startswith("features-"))]
+    second = [j for j in jobs if j.kind == "cell" and j not in first]
+    return [w for w in (feat, first, second) if w]
+
+
+def bucket(wave: list[PlannedJob]) -> dict[tuple[int, str | None], list[PlannedJob]]:
+    """Jobs with the same task count and dependency: one sbatch submission (an array if > 1)."""
+    out: dict[tuple[int, str | None], list[PlannedJob]] = {}
+    for pj in wave:
+        out.setdefault((pj.tasks, pj.after), []).append(pj)
+    return out
+
+
+def submit(ctx: Context, jobs: list[PlannedJob], backend: str) -> dict[str, Any]:
+    """Submit the planned jobs; features jobs first. Returns name -> submitit job.
+
+    On SLURM, cells wait for their features job through `afterok` dependencies and cells with the
+    same task count and dependency go out as one job array. Locally (no scheduler), the features
+    jobs are waited for before their cells are submitted.
+    """
+    folder = ctx.launch_dir / "submitit"
+    folder.mkdir(parents=True, exist_ok=True)
+    (ctx.launch_dir / "state").mkdir(parents=True, exist_ok=True)
+    record = _record(ctx)
+    record.update(backend=backend, output_dir=str(ctx.output_dir), folder=str(folder))
+    submitted: dict[str, Any] = {}
+
+    def note(pj: PlannedJob, job: Any, after_id: str | None) -> None:
+        out, err = _paths(job)
+        submitted[pj.name] = job
+        record["jobs"][pj.name] = {"kind": pj.kind, "job_id": str(job.job_id), "tasks": pj.tasks,
+                                   "cells": pj.cells, "after": after_id, "stdout": out,
+                                   "stderr": err, "submitted_at": time.time()}
+
+    for wave in waves(jobs):
+        buckets = bucket(wave)
+        for (tasks, after), group in buckets.items():
+            after_id = None
+            if after is not None:
+                dep = submitted.get(after)
+                after_id = str(dep.job_id) if dep is not None else \
+                    record["jobs"].get(after, {}).get("job_id")  # from an earlier launch
+                if backend != "slurm" and dep is not None:
+                    _wait_ok(dep, after)
+            name = f"{ctx.grid.name}:{group[0].name}" if len(group) == 1 else \
+                f"{ctx.grid.name}:{len(group)}x{group[0].kind}"
+            ex = make_executor(backend, folder, ctx.profile, tasks, name,
+                               f"afterok:{after_id}" if backend == "slurm" and after_id else None)
+            if len(group) == 1:
+                js = [ex.submit(group[0].job)]
+            else:
+                with ex.batch():
+                    js = [ex.submit(pj.job) for pj in group]
+            for pj, job in zip(group, js):
+                note(pj, job, after_id)
+                _log(f"{pj.kind} {pj.name}: job {job.job_id}"
+                     + (f" (after {after_id})" if after_id else ""))
+            atomic_write_json(ctx.launch_dir / "jobs.json", record)  # after every submission
+    return submitted
+
+
+def _wait_ok(job: Any, name: str) -> None:
+    try:
+        job.result()
+    except Exception as e:  # noqa: BLE001 - reported with the job's name, then raised
+        raise RuntimeError(f"{name} (job {job.job_id}) failed, so the cells that need it were not "
+                           f"submitted: {e}") from e
+
+
+def wait_all(submitted: dict[str, Any], poll_s: float = 2.0) -> dict[str, str]:
+    """Block until every job has ended; name -> "done" or "failed: <reason>"."""
+    import os
+
+    from tqdm import tqdm
+
+    left = dict(submitted)
+    out: dict[str, str] = {}
+    rounds = 0
+    bar = tqdm(total=len(left), desc="jobs ended", unit="job", dynamic_ncols=True,
+               disable=os.environ.get("CLUSTER_REPRO_NO_PROGRESS") == "1")
+    while left:
+        rounds += 1
+        # One sacct call every few rounds refreshes every job's state (submitit's watcher is
+        # shared by all jobs); otherwise a job that died without a result is noticed only after
+        # minutes, as the watcher's own refresh interval grows with the jobs' age.
+        import submitit
+
+        first = next(iter(left.values()))
+        if isinstance(first, submitit.SlurmJob) and rounds % 3 == 0:
+            first.watcher.update()
+        for name, job in list(left.items()):
+            if job.done():
+                try:
+                    job.results()
+                    out[name] = "done"
+                except Exception as e:  # noqa: BLE001 - a failed job is reported, not raised
+                    out[name] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+                del left[name]
+                bar.update(1)
+                bar.set_postfix(failed=sum(v != "done" for v in out.values()))
+        if left:
+            time.sleep(poll_s)
+    bar.close()
+    return out
+
+
+# ----------------------------------------------------------------------------- status
+
+
+def slurm_states(job_ids: list[str]) -> dict[str, str]:
+    """job id -> SLURM state word, from sacct (accounting), then squeue for jobs sacct lacks.
+
+    Array tasks are ids like 123_4; a pending array shows up as 123_[0-7], which submitit's
+    parser expands.
+    """
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    def ask(cmd: list[str], header: str = "") -> dict[str, dict[str, str]]:
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+        return SlurmInfoWatcher().read_info(header + p.stdout) if p.returncode == 0 else {}
+
+    if not job_ids:
+        return {}
+    bases = sorted({j.split("_")[0] for j in job_ids})
+    info = ask(["sacct", "-o", "JobID,State,NodeList", "--parsable2",
+                *[x for b in bases for x in ("-j", b)]])
+    missing = sorted({j.split("_")[0] for j in job_ids if j not in info})
+    if missing:
+        queued = ask(["squeue", "-h", "-o", "%i|%T|%N", "-j", ",".join(missing)],
+                     header="JobID|State|NodeList\n")
+        info = {**queued, **info}
+    return {j: info[j]["State"].split()[0] for j in job_ids if info.get(j, {}).get("State")}
+
+
+@dataclass
+class CellStatus:
+    cell: str
+    state: str  # done, pending, running, failed, not launched
+    job_id: str | None
+    log: str | None
+    detail: str = ""
+
+
+def cell_statuses(ctx: Context) -> list[CellStatus]:
+    record = _record(ctx)
+    jobs = record.get("jobs", {})
+    backend = record.get("backend")
+    ids = [j["job_id"] for j in jobs.values()]
+    live = slurm_states(ids) if backend == "slurm" else {}
+    by_job_id = {j["job_id"]: (name, j) for name, j in jobs.items()}
+    out = []
+    for c in ctx.cells:
+        j = jobs.get(c.id)
+        st_file = ctx.launch_dir / "state" / f"{c.id}.json"
+        note = read_json(st_file) if st_file.is_file() else {}
+        if has_marker(c, ctx.by_id, "results"):
+            cfg = cell_config(c, ctx.by_id)
+            out.append(CellStatus(c.id, "done", j and j["job_id"], str(cfg.run_dir()) if cfg else None))
+            continue
+        if j is None:
+            out.append(CellStatus(c.id, "not launched", None, None))
+            continue
+        log = j.get("stderr") or None
+        if note.get("job_id") != j["job_id"]:  # written by an earlier launch's job
+            note = {}
+        sl = live.get(j["job_id"])
+        if sl in PENDING:
+            out.append(CellStatus(c.id, "pending", j["job_id"], log, sl))
+        elif sl in RUNNING:
+            out.append(CellStatus(c.id, "running", j["job_id"], log, sl))
+        elif sl is not None:  # ended without results: FAILED, CANCELLED, TIMEOUT, COMPLETED...
+            why = sl + (f"; rank 0 said: {note['error']}" if note.get("error") else "")
+            dep = by_job_id.get(str(j.get("after")))
+            if dep is not None and live.get(dep[1]["job_id"]) not in (None, "COMPLETED", *PENDING, *RUNNING):
+                why += f"; it waited for {dep[0]} (job {dep[1]['job_id']}), which ended " \
+                       f"{live.get(dep[1]['job_id'])}: see {dep[1].get('stderr')}"
+            out.append(CellStatus(c.id, "failed", j["job_id"], log, why))
+        elif note.get("state") == "failed":
+            out.append(CellStatus(c.id, "failed", j["job_id"], log, note.get("error", "")))
+        elif note.get("state") == "running":
+            out.append(CellStatus(c.id, "running", j["job_id"], log))
+        else:
+            out.append(CellStatus(c.id, "pending", j["job_id"], log,
+                                  "no scheduler state yet" if backend == "slurm" else ""))
+    return out

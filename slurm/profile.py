@@ -1,0 +1,108 @@
+"""Cluster profiles: one YAML file per cluster says how jobs are asked for there.
+
+A profile holds what differs between clusters and nothing about the experiment: partition,
+account, qos, constraint, GPUs per node, CPUs and memory per GPU, the time limit, extra sbatch
+options passed through as they are, shell lines that set up the environment in each job, where
+the shared output directory is, and the GPU's peak throughput with the model-FLOPs utilization
+(MFU) that `launch --dry-run` uses to estimate GPU-hours. `configs/clusters/example.yaml` documents
+every key; `configs/clusters/local.yaml` is the one-node test cluster of `slurm/local/start.sh`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from repro.config import ConfigError
+
+
+@dataclass
+class GpuSpec:
+    name: str = "A100-80GB (bf16)"
+    peak_tflops: float = 312.0  # dense bf16 tensor-core peak, TFLOP/s per GPU
+    mfu: float = 0.40  # model-FLOPs utilization assumed for the estimate (fraction, not percent)
+
+
+@dataclass
+class ClusterProfile:
+    name: str = "default"
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    gpus_per_node: int = 4
+    cpus_per_gpu: int = 8
+    mem_per_gpu_gb: float | None = None  # None: the partition's default
+    time_limit_min: int = 240
+    max_requeues: int = 3  # how often a timed-out or preempted job is requeued
+    array_parallelism: int = 64  # at most this many tasks of one array run at once
+    # GPUs (tasks) of a shared features job; None: the smallest world size of the cells it serves
+    features_gpus: int | None = None
+    output_dir: str | None = None  # shared output directory; None: the grid's / config's own
+    setup: list[str] = field(default_factory=list)  # shell lines run before the job starts
+    env: dict[str, str] = field(default_factory=dict)  # exported in every job
+    sbatch_extra: dict[str, Any] = field(default_factory=dict)  # passed to sbatch as --key=value
+    srun_args: list[str] = field(default_factory=list)
+    gpu: GpuSpec = field(default_factory=GpuSpec)
+    # Use gres GPUs at all (False: ask for CPUs only; tests on a cluster without gres).
+    use_gpus: bool = True
+
+    def nodes_for(self, world_size: int) -> tuple[int, int]:
+        """(nodes, tasks per node) for `world_size` workers, one task (and GPU) each."""
+        per = max(1, self.gpus_per_node)
+        if world_size <= per:
+            return 1, world_size
+        if world_size % per:
+            raise ConfigError(f"world_size {world_size} is not a multiple of the profile "
+                              f"{self.name!r}'s gpus_per_node {per}: a job must fill whole nodes")
+        return world_size // per, per
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {data!r}")
+    names = [f.name for f in dataclasses.fields(cls)]
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in names:
+            hint = difflib.get_close_matches(str(key), names, n=1)
+            extra = f"; did you mean {hint[0]!r}?" if hint else ""
+            raise ConfigError(f"{where}: unknown key {key!r}{extra} (allowed: {', '.join(names)})")
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            value = _build(tp, value, f"{where}.{key}")
+        elif tp in (int, float) and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+            raise ConfigError(f"{where}.{key}: expected a number, got {value!r}")
+        elif tp is bool and not isinstance(value, bool):
+            raise ConfigError(f"{where}.{key}: expected true or false, got {value!r}")
+        elif typing.get_origin(tp) is list and not isinstance(value, list):
+            raise ConfigError(f"{where}.{key}: expected a list, got {value!r}")
+        elif typing.get_origin(tp) is dict and not isinstance(value, dict):
+            raise ConfigError(f"{where}.{key}: expected a mapping, got {value!r}")
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def load_profile(path: str | Path) -> ClusterProfile:
+    """Load and check a profile file; errors name the file and the key."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"cluster profile {str(p)!r} not found (see configs/clusters/example.yaml)")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    prof = _build(ClusterProfile, data, str(p))
+    if prof.gpus_per_node < 1 or prof.cpus_per_gpu < 1 or prof.time_limit_min < 1:
+        raise ConfigError(f"{p}: gpus_per_node, cpus_per_gpu and time_limit_min must be >= 1")
+    if not 0 < prof.gpu.mfu <= 1:
+        raise ConfigError(f"{p}: gpu.mfu is a fraction in (0, 1] (write 0.4 for 40%), got {prof.gpu.mfu}")
+    if prof.name == "default":
+        prof.name = p.stem
+    return prof

@@ -1,0 +1,229 @@
+"""Grids, cluster profiles, the dry-run plan and the sbatch script (no scheduler needed here;
+tests/test_slurm_cluster.py runs them through a real SLURM)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from repro.config import ConfigError
+from slurm.grid import load_grid, select_cells
+from slurm.launcher import PROJECT_ROOT, Context, plan_jobs, sbatch_script
+from slurm.plan import estimate_cell
+from slurm.profile import load_profile
+from tests.conftest import CONFIGS, REPO
+
+GRIDS = CONFIGS / "grids"
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "grid.yaml"
+    p.write_text(text)
+    return p
+
+
+BASE = f"base: {(CONFIGS / 'demo-quick.yaml').as_posix()}\n"
+
+
+@pytest.mark.parametrize("path", sorted(GRIDS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_grid_expands_and_says_how_to_run_it(path: Path) -> None:
+    grid = load_grid(path)
+    assert grid.cells and len({c.id for c in grid.cells}) == len(grid.cells)
+    assert "cluster-repro launch" in path.read_text().split("\n\n")[0]
+    for c in grid.cells:
+        cfg = c.config(kept_count=7 if c.match_of else None)
+        assert cfg.world_size == c.axes["world_size"] and cfg.seed == c.axes["seed"]
+        assert cfg.name == c.id  # the run folder's name: shared by grids that hold the same cell
+
+
+def test_every_shipped_profile_loads() -> None:
+    for p in sorted((CONFIGS / "clusters").glob("*.yaml")):
+        prof = load_profile(p)
+        assert prof.gpus_per_node >= 1 and 0 < prof.gpu.mfu <= 1
+        assert "cluster-repro launch" in p.read_text().split("\n\n")[0]
+
+
+def test_paper_grid_has_the_papers_cells_and_recipe() -> None:
+    grid = load_grid(GRIDS / "paper.yaml")
+    ids = {c.id for c in grid.cells}
+    # 2 code sets x 2 CodeLlama + MedInstruct x 2 Llama-2, each full + CluSTER at 3 ratios, 3 seeds
+    # at 4 GPUs; the scaling runs (Magicoder, CodeLlama-Python-7B) again at 8 GPUs.
+    assert len(grid.cells) == (2 * 2 + 1 * 2) * 4 * 3 + 4 * 3
+    assert "magicoder.codellama-python-7b.cluster-r50.ws8.s42" in ids
+    assert not any(".llama2-" in i and i.startswith(("magicoder", "evol")) for i in ids)
+    assert not any("codellama" in i and i.startswith("medinstruct") for i in ids)
+    assert not any(i.endswith(("ws8.s42", "ws8.s43")) and not i.startswith("magicoder.codellama-python-7b.")
+                   for i in ids)
+    cell = next(c for c in grid.cells if c.id == "medinstruct.llama2-13b.cluster-r75.ws4.s42")
+    cfg = cell.config()
+    assert cfg.model.name_or_path == "meta-llama/Llama-2-13b-hf" and not cfg.model.lora.enabled
+    assert cfg.data.sources[0].path == "hf:lavita/AlpaCare-MedInstruct-52k"
+    assert cfg.data.max_length == 1216 and cfg.train.epochs == 2 and cfg.train.lr == 5e-5
+    assert cfg.train.optimizer == "adafactor" and cfg.train.global_batch_size == 512
+    assert cfg.selection.params["ratio"] == 75 and cfg.allocation.method == "cluster-interleave"
+    assert "medqa_4options" in cfg.eval.benchmarks
+    ws8 = next(c for c in grid.cells if c.id == "magicoder.codellama-python-7b.full.ws8.s42").config()
+    assert ws8.world_size == 8 and ws8.train.global_batch_size == 512  # accumulation 64, not 128
+
+
+def test_baselines_grid_matches_cluster_kept_counts_and_shares_cluster_cells() -> None:
+    base = load_grid(GRIDS / "paper-baselines.yaml")
+    main = {c.id: c for c in load_grid(GRIDS / "paper.yaml").cells}
+    by_id = {c.id: c for c in base.cells}
+    rnd = by_id["magicoder.codellama-python-7b.random-r50.ws4.s42"]
+    assert rnd.match_of == "magicoder.codellama-python-7b.cluster-r50.ws4.s42"
+    assert rnd.config(kept_count=1234).selection.n == 1234
+    assert "ratio" not in rnd.config(kept_count=5).selection.params
+    with pytest.raises(ConfigError, match="whose selection has not run yet"):
+        rnd.config()
+    assert {c.axes["method"] for c in base.cells} == {"cluster", "uniform", "random", "ifd", "less", "s2l"}
+    # The same CluSTER cell in both grids is the same experiment: same hash, same run folder.
+    cid = "evol-instruct.codellama-python-13b.cluster-r100.ws4.s42"
+    assert by_id[cid].config().run_dir() == main[cid].config().run_dir()
+
+
+def test_exclusions_matches_and_errors(tmp_path: Path) -> None:
+    body = BASE + """name: t
+datasets: {a: {}, b: {overrides: [data.demo_train_size=64]}}
+models: {tiny: {}}
+methods:
+  cluster: {overrides: [selection.method=cluster], ratios: [100, 50]}
+  random: {overrides: [selection.method=random], match: cluster}
+world_sizes: [1, 2]
+seeds: [1]
+exclude:
+  - {dataset: b, world_size: 2}
+"""
+    grid = load_grid(_write(tmp_path, body))
+    ids = [c.id for c in grid.cells]
+    assert len(ids) == 2 * 2 * 2 + 2 * 2 * 1  # a: both world sizes; b: only ws1
+    assert "b.tiny.cluster-r50.ws2.s1" not in ids and "b.tiny.random-r100.ws1.s1" in ids
+    b = next(c for c in grid.cells if c.id == "b.tiny.cluster-r50.ws1.s1")
+    assert b.config().data.demo_train_size == 64 and b.config().selection.params["ratio"] == 50
+    assert b.needs_features and not next(c for c in grid.cells if c.axes["method"] == "random").needs_features
+    # Cells that differ only in ratio or world size share one features key; another seed does not.
+    keys = {c.feature_key() for c in grid.cells if c.axes["dataset"] == "a"}
+    assert len(keys) == 1
+    # --only keeps what the chosen cells match.
+    chosen = select_cells(grid, ["method=random", "dataset=b"])
+    assert {c.id for c in chosen} == {"b.tiny.random-r100.ws1.s1", "b.tiny.random-r50.ws1.s1",
+                                      "b.tiny.cluster-r100.ws1.s1", "b.tiny.cluster-r50.ws1.s1"}
+
+    bad_exclusion = body.replace("{dataset: b, world_size: 2}", "{dataset: b, world: 2}")
+    with pytest.raises(ConfigError, match=r"exclude\[0\] has unknown axes \['world'\]"):
+        load_grid(_write(tmp_path, bad_exclusion))
+    orphan = body.replace("{dataset: b, world_size: 2}", "{method: cluster, ratio: 50}")
+    with pytest.raises(ConfigError, match="random-r50.* takes the kept count of .*cluster-r50.*"
+                                          "exclusions drop"):
+        load_grid(_write(tmp_path, orphan))
+    with pytest.raises(ConfigError, match=r"cell a\.tiny\.cluster-r100\.ws1\.s1: unknown key "
+                                          r"'train.lrr'; did you mean 'train.lr'"):
+        load_grid(_write(tmp_path, body), ["train.lrr=1"])
+    with pytest.raises(ConfigError, match="world_size: this is an axis of the grid"):
+        load_grid(_write(tmp_path, body), ["world_size=8"])
+    with pytest.raises(ConfigError, match=r"methods\.random\.match: 'cluster2' is not a method"):
+        load_grid(_write(tmp_path, body.replace("match: cluster", "match: cluster2")))
+    with pytest.raises(ConfigError, match=r"unknown keys \['ratio'\]"):
+        load_grid(_write(tmp_path, body.replace("ratios: [100, 50]", "ratio: [100, 50]")))
+    with pytest.raises(ConfigError, match="--only 'colour=red': unknown axis"):
+        select_cells(grid, ["colour=red"])
+
+
+def test_profile_errors_name_the_key(tmp_path: Path) -> None:
+    p = tmp_path / "prof.yaml"
+    p.write_text("partition: gpu\ngpus_per_nodes: 4\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'gpus_per_nodes'; did you mean 'gpus_per_node'"):
+        load_profile(p)
+    p.write_text("gpu: {mfu: 40}\n")
+    with pytest.raises(ConfigError, match=r"gpu.mfu is a fraction"):
+        load_profile(p)
+    prof = load_profile(CONFIGS / "clusters" / "example.yaml")
+    assert prof.nodes_for(4) == (1, 4) and prof.nodes_for(8) == (2, 4) and prof.nodes_for(2) == (1, 2)
+    with pytest.raises(ConfigError, match="world_size 6 is not a multiple"):
+        prof.nodes_for(6)
+
+
+def test_estimate_follows_tokens_parameters_and_mfu() -> None:
+    grid = load_grid(GRIDS / "paper.yaml")
+    prof = load_profile(CONFIGS / "clusters" / "example.yaml")
+    by_id = {c.id: c for c in grid.cells}
+    full = estimate_cell(by_id["magicoder.codellama-python-7b.full.ws4.s42"], by_id, grid.estimate, prof)
+    # 6 * 6.74e9 params * (2 epochs * 75,197 rows * 500 tokens) / (312e12 * 0.40) / 3600
+    expected = 6 * 6.74e9 * 2 * 75197 * 500 / (312e12 * 0.40) / 3600
+    assert full.gpu_hours == pytest.approx(expected, rel=1e-9)
+    assert full.wall_hours == pytest.approx(expected / 4)
+    half = estimate_cell(by_id["magicoder.codellama-python-7b.cluster-r50.ws4.s42"], by_id,
+                         grid.estimate, prof)
+    assert half.kept_fraction == pytest.approx(0.79 * 0.5)
+    assert half.gpu_hours == pytest.approx(expected * 0.395)
+    big = estimate_cell(by_id["magicoder.codellama-python-13b.full.ws4.s42"], by_id, grid.estimate, prof)
+    assert big.gpu_hours / full.gpu_hours == pytest.approx(13.02 / 6.74)
+
+
+def test_dry_run_prints_jobs_gpus_and_gpu_hours(tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "repro", "launch", str(GRIDS / "paper.yaml"),
+                        "--dry-run", "--output-dir", str(tmp_path), "--only", "seed=42"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = p.stdout
+    # seed 42: 28 cells; one features job per (model, pool) with CluSTER cells: 6.
+    assert "28 cells, 0 done, 28 to run" in out
+    assert "Jobs: 34 (28 cells + 6 shared features jobs)" in out
+    assert "GPUs per job: 4, 8" in out
+    row = next(line for line in out.splitlines() if line.startswith("magicoder.codellama-python-7b.full.ws4.s42"))
+    assert row.split()[1:3] == ["4", "1"]  # GPUs, nodes
+    total = float(out.split("GPU-hours (estimate): training ")[1].split()[0].replace(",", ""))
+    assert total > 0
+    assert not any(tmp_path.iterdir()), "a dry run must not write anything"
+
+
+def test_plan_shares_features_and_orders_dependencies(tmp_path: Path) -> None:
+    prof = load_profile(CONFIGS / "clusters" / "local.yaml")
+    grid = load_grid(GRIDS / "demo-quick.yaml", [f"output_dir={tmp_path}"])
+    ctx = Context(grid, grid.cells, {c.id: c for c in grid.cells}, tmp_path, prof)
+    jobs, done = plan_jobs(ctx)
+    assert not done
+    names = [j.name for j in jobs]
+    feat = [j for j in jobs if j.kind == "features"]
+    assert len(feat) == 1 and feat[0].tasks == 1  # the local profile: features_gpus 1
+    assert sorted(feat[0].cells) == ["demo.tiny.cluster-r50.ws4.s42"]
+    by = {j.name: j for j in jobs}
+    assert by["demo.tiny.full.ws4.s42"].after is None
+    assert by["demo.tiny.cluster-r50.ws4.s42"].after == feat[0].name
+    assert by["demo.tiny.random-r50.ws4.s42"].after == feat[0].name  # its count comes from there
+    assert names.index(feat[0].name) == 0
+    import pickle
+
+    # Only configs and paths are pickled: small, no model or data.
+    assert len(pickle.dumps(by["demo.tiny.random-r50.ws4.s42"].job)) < 20_000
+
+
+def test_sbatch_script_for_a_paper_cell_matches_the_golden_file() -> None:
+    grid = load_grid(GRIDS / "paper.yaml")
+    cell = next(c for c in grid.cells if c.id == "magicoder.codellama-python-7b.cluster-r50.ws4.s42")
+    prof = load_profile(CONFIGS / "clusters" / "example.yaml")
+    text = sbatch_script(prof, cell.axes["world_size"], f"paper:{cell.id}",
+                         Path("/shared/cluster-repro/runs/_launch/paper/submitit"),
+                         dependency="afterok:1001", python="/shared/cluster-repro/.venv/bin/python")
+    text = text.replace(str(PROJECT_ROOT), "<PROJECT_ROOT>")
+    assert text == (GOLDEN / "paper-cell.sbatch").read_text()
+
+
+def test_launch_refuses_methods_that_are_not_installed(tmp_path: Path) -> None:
+    grid = _write(tmp_path, BASE + """name: t
+datasets: {demo: {}}
+models: {tiny: {}}
+methods: {mine: {overrides: [selection.method=no-such-selector]}}
+world_sizes: [1]
+seeds: [1]
+""")
+    p = subprocess.run([sys.executable, "-m", "repro", "launch", str(grid), "--cluster", "local",
+                        "--output-dir", str(tmp_path / "out")], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2
+    assert "not registered in this install: selector 'no-such-selector' (cell demo.tiny.mine.ws1.s1)" \
+        in p.stderr
+    assert not (tmp_path / "out" / "_launch").exists(), "nothing may be submitted"
