@@ -13,6 +13,7 @@ and what to do; the runner turns it into a loud "missing" result row.
 from __future__ import annotations
 
 import csv
+import functools
 import gzip
 import importlib.util
 import json
@@ -143,6 +144,29 @@ def _dataset(splits: dict[str, list[dict[str, Any]]]):
     return datasets.DatasetDict({k: datasets.Dataset.from_list(v) for k, v in splits.items()})
 
 
+def _cached(fn):
+    """Reuse a loader's DatasetDict while its files are unchanged (same paths, sizes, mtimes):
+    each benchmark run builds its task afresh, and the conversion is the slow part."""
+    cache: dict[tuple, Any] = {}
+
+    @functools.wraps(fn)
+    def wrapper(data_dir: Any = None, **kwargs: Any):
+        keep = {k: v for k, v in kwargs.items() if k in ("subject", "humaneval_plus_file")}
+        try:
+            name = fn.__name__[len("load_"):]
+            bench = "mmlu_medical" if name == "mmlu" else name
+            files = locate(bench, data_dir, keep.get("humaneval_plus_file"))
+        except KeyError:
+            files = []
+        stamp = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+        key = (stamp, tuple(sorted(keep.items())))
+        if key not in cache:
+            cache[key] = fn(data_dir, **keep)
+        return cache[key]
+
+    return wrapper
+
+
 def _options(row: dict[str, Any], path: Path, i: int) -> list[str]:
     opts = _field(row, "options", path, i)
     try:
@@ -156,6 +180,7 @@ def _options(row: dict[str, Any], path: Path, i: int) -> list[str]:
 # Each returns a DatasetDict in the schema of the hub dataset the harness task reads.
 
 
+@_cached
 def load_medqa(data_dir: Any = None, **_: Any):
     """medagents MedQA -> GBaker/MedQA-USMLE-4-options-hf schema (sent1, ending0-3, label)."""
     (path,) = locate("medqa", data_dir)
@@ -168,6 +193,7 @@ def load_medqa(data_dir: Any = None, **_: Any):
     return _dataset({"test": rows})
 
 
+@_cached
 def load_medmcqa(data_dir: Any = None, **_: Any):
     """medagents MedMCQA -> openlifescienceai/medmcqa schema (question, opa-opd, cop)."""
     (path,) = locate("medmcqa", data_dir)
@@ -180,6 +206,7 @@ def load_medmcqa(data_dir: Any = None, **_: Any):
     return _dataset({"validation": rows})
 
 
+@_cached
 def load_pubmedqa(data_dir: Any = None, **_: Any):
     """PubMedQA labeled set restricted to the official 500 test ids -> bigbio pubmed_qa source
     schema (QUESTION, CONTEXTS, final_decision), in test_ground_truth.json's order."""
@@ -203,6 +230,7 @@ def load_pubmedqa(data_dir: Any = None, **_: Any):
     return _dataset({"test": rows})
 
 
+@_cached
 def load_mmlu(data_dir: Any = None, subject: str | None = None, **_: Any):
     """One MMLU medical subject -> cais/mmlu schema (question, choices, answer): test rows from
     medagents/mmlu/test.jsonl, few-shot rows from mmlu_dev/<subject>_dev.csv (split "dev")."""
@@ -240,6 +268,7 @@ def load_humaneval(**_: Any):
                               for i, r in enumerate(_read_jsonl(path))]})
 
 
+@_cached
 def load_humaneval_plus(data_dir: Any = None, humaneval_plus_file: str | None = None, **_: Any):
     """A user-supplied HumanEval+ file -> evalplus/humanevalplus schema. Rows with a `test`
     program use it; evalplus release rows (base_input, plus_input, atol) get a test program that
@@ -268,6 +297,7 @@ def _strip_docstring_quotes(prompt: str) -> str:
     return s.strip()
 
 
+@_cached
 def load_mbpp(data_dir: Any = None, **_: Any):
     """evalplus MbppBase.jsonl -> the mbpp schema our prompt reads (task_id, text, code,
     test_list, test_imports, test)."""
@@ -283,6 +313,7 @@ def load_mbpp(data_dir: Any = None, **_: Any):
     return _dataset({"test": rows})
 
 
+@_cached
 def load_mbpp_plus(data_dir: Any = None, **_: Any):
     """evalplus MbppPlus.jsonl (v0.1.x, 399 tasks) -> evalplus/mbppplus schema (prompt,
     test_list, test_imports, test): the prompt shows the base assertions; the scored test runs

@@ -14,7 +14,9 @@ entry; nothing is skipped silently. Every entry carries lm-eval's version and th
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
+import functools
 import json
 import math
 import sys
@@ -127,12 +129,31 @@ def make_lm(model: Any, tokenizer: Any, batch_size: int = 8, max_length: int | N
 
 
 def task_manager(settings: EvalSettings):
+    """lm-eval's TaskManager over evals/tasks only (not the harness's ~10k built-in YAMLs)."""
+    data_dir = local_data.resolve_data_dir(settings.data_dir)
+    return _task_manager(str(data_dir) if data_dir else None, settings.humaneval_plus_file)
+
+
+@functools.lru_cache(maxsize=8)
+def _task_manager(data_dir: str | None, humaneval_plus_file: str | None):
     from lm_eval.tasks import TaskManager
 
-    data_dir = local_data.resolve_data_dir(settings.data_dir)
-    meta = {"data_dir": str(data_dir) if data_dir else None,
-            "humaneval_plus_file": settings.humaneval_plus_file}
+    meta = {"data_dir": data_dir, "humaneval_plus_file": humaneval_plus_file}
     return TaskManager(include_path=str(TASKS_DIR), include_defaults=False, metadata=meta)
+
+
+@contextlib.contextmanager
+def _without_env_info():
+    """simple_evaluate's add_env_info runs `pip list` through torch's collect_env (about 2 s a
+    call); our rows carry their own provenance (repro.results.provenance), so skip it."""
+    import lm_eval.evaluator as ev
+
+    saved = ev.add_env_info
+    ev.add_env_info = lambda results: None
+    try:
+        yield
+    finally:
+        ev.add_env_info = saved
 
 
 def _num(x: Any) -> float | None:
@@ -218,12 +239,13 @@ def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
              + (f", {fewshot} shots" if fewshot is not None else "")
              + (f", max_gen_toks {settings.max_gen_toks}" if gen_kwargs else ""))
         try:
-            res = lm_eval.simple_evaluate(
-                model=lm, tasks=[task], task_manager=tm, limit=settings.limit,
-                num_fewshot=fewshot, gen_kwargs=gen_kwargs, log_samples=out_dir is not None,
-                confirm_run_unsafe_code=True, bootstrap_iters=settings.bootstrap_iters,
-                random_seed=settings.seed, numpy_random_seed=settings.seed,
-                torch_random_seed=settings.seed, fewshot_random_seed=settings.seed)
+            with _without_env_info():
+                res = lm_eval.simple_evaluate(
+                    model=lm, tasks=[task], task_manager=tm, limit=settings.limit,
+                    num_fewshot=fewshot, gen_kwargs=gen_kwargs, log_samples=out_dir is not None,
+                    confirm_run_unsafe_code=True, bootstrap_iters=settings.bootstrap_iters,
+                    random_seed=settings.seed, numpy_random_seed=settings.seed,
+                    torch_random_seed=settings.seed, fewshot_random_seed=settings.seed)
         except local_data.MissingDataError as e:
             _loud(f"MISSING benchmark {name}: {e}")
             entries.append(_status_entry(name, task, "missing", str(e), settings,
