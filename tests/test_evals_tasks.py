@@ -164,3 +164,27 @@ def test_humaneval_plus_runs_from_a_user_supplied_evalplus_file(tmp_path):
         entries = run_benchmarks(ScriptedLM(key, WRONG_CODE["humaneval_plus"], right),
                                  ["humaneval_plus"], settings, None)
         assert entries[0]["status"] == "ok" and entries[0]["value"] == expected
+
+
+def test_hub_and_local_variants_share_prompt_extraction_and_metric():
+    """Every benchmark has a hub and a local task; their configs differ only in where the rows
+    come from (the hub variants cannot be run here: no hub access)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    from evals.run import BENCHMARKS, TASKS_DIR
+
+    source_keys = {"task", "dataset_path", "dataset_name", "custom_dataset", "dataset_kwargs",
+                   "training_split", "validation_split"}
+    for bench in BENCHMARKS:
+        cfgs = {}
+        for variant in ("hub", "local"):
+            path = TASKS_DIR / f"{bench}_{variant}.yaml"
+            cfg = load_yaml(path, resolve_func=False, recursive=True)
+            if "group" in cfg:  # mmlu_medical: compare the subject tasks pairwise
+                assert [t.rsplit("_", 1)[0] for t in cfg["task"]] == [
+                    f"mmlu_medical_{s}" for s in local_data.MMLU_MEDICAL_SUBJECTS]
+                cfg = load_yaml(TASKS_DIR / f"mmlu_medical_anatomy_{variant}.yaml",
+                                resolve_func=False, recursive=True)
+            cfgs[variant] = {k: v for k, v in cfg.items() if k not in source_keys}
+        assert cfgs["hub"] == cfgs["local"], bench
+        assert "metric_list" in cfgs["hub"] and "output_type" in cfgs["hub"]
