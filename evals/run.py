@@ -189,6 +189,13 @@ def _entries_from_results(bench: Benchmark, task: str, res: dict[str, Any], seco
     return out
 
 
+def _unreachable(e: BaseException) -> bool:
+    """The hub dataset cannot be fetched (offline, no network, unknown id)."""
+    names = {"DatasetNotFoundError", "OfflineModeIsEnabled", "LocalEntryNotFoundError",
+             "RepositoryNotFoundError"}
+    return isinstance(e, ConnectionError) or type(e).__name__ in names
+
+
 def _status_entry(bench: str, task: str, status: str, reason: str, settings: EvalSettings,
                   seconds: float = 0.0) -> dict[str, Any]:
     return {"benchmark": bench, "task": task, "task_version": None, "metric": status,
@@ -251,7 +258,12 @@ def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
             entries.append(_status_entry(name, task, "missing", str(e), settings,
                                          time.perf_counter() - t0))
             continue
-        except Exception as e:  # noqa: BLE001 - reported as an error row, loudly, then go on
+        except Exception as e:  # noqa: BLE001 - reported as a row, loudly, then go on
+            if settings.source == "hub" and _unreachable(e):
+                _loud(f"MISSING benchmark {name}: hub data unreachable: {e}")
+                entries.append(_status_entry(name, task, "missing", f"hub data unreachable: {e}",
+                                             settings, time.perf_counter() - t0))
+                continue
             _loud(f"ERROR in benchmark {name} ({task}): {type(e).__name__}: {e}")
             entries.append(_status_entry(name, task, "error", f"{type(e).__name__}: {e}",
                                          settings, time.perf_counter() - t0))

@@ -139,11 +139,25 @@ def _mount_points() -> list[tuple[str, set[str]]]:
     return out
 
 
-def _make_preexec(workdir: str, uid: int | None, limits: Limits, isolation: list[str]):
-    """The function the child runs between fork and exec (as root when uid is set)."""
+def _make_preexec(workdir: str, uid: int | None, limits: Limits):
+    """The function the child runs between fork and exec (as root when uid is set).
+
+    Everything it needs is computed here, before the fork: the child runs no imports and reads
+    no files, so a lock another thread held at fork time (code_eval runs programs from a thread
+    pool) cannot deadlock it. The mount list is the parent's, which the new namespace copies.
+    """
     libc = _libc() if uid is not None else None
-    # Everything allocated before the fork, so the child does as little as possible.
     wd = workdir.encode()
+    remounts = []
+    if uid is not None:
+        for mp, opts in _mount_points():
+            if mp == workdir:
+                continue
+            flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY
+            flags |= _MS_NOSUID if "nosuid" in opts else 0
+            flags |= _MS_NODEV if "nodev" in opts else 0
+            flags |= _MS_NOEXEC if "noexec" in opts else 0
+            remounts.append((mp.encode(), flags, mp == "/"))
 
     def preexec() -> None:
         if uid is not None:
@@ -155,15 +169,8 @@ def _make_preexec(workdir: str, uid: int | None, limits: Limits, isolation: list
             # The sandbox dir becomes its own (writable) mount; everything else read-only.
             if libc.mount(wd, wd, None, _MS_BIND | _MS_REC, None) != 0:
                 os._exit(97)
-            for mp, opts in _mount_points():
-                if mp == workdir:
-                    continue
-                flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY
-                flags |= _MS_NOSUID if "nosuid" in opts else 0
-                flags |= _MS_NODEV if "nodev" in opts else 0
-                flags |= _MS_NOEXEC if "noexec" in opts else 0
-                rc = libc.mount(None, mp.encode(), None, flags, None)
-                if rc != 0 and mp == "/":
+            for mp, flags, required in remounts:
+                if libc.mount(None, mp, None, flags, None) != 0 and required:
                     os._exit(97)
         os.chdir(workdir)
         lim = [
@@ -275,7 +282,7 @@ def run_program(code: str, limits: Limits | None = None) -> ExecResult:
                     [_interpreter(), "-I", "-B", "-c", _WRAPPER], stdin=subprocess.PIPE,
                     stdout=out, stderr=err, env=env, cwd="/", start_new_session=True,
                     close_fds=True,
-                    preexec_fn=_make_preexec(str(workdir), uid, limits, isolation))
+                    preexec_fn=_make_preexec(str(workdir), uid, limits))
             except (OSError, subprocess.SubprocessError) as e:
                 return ExecResult("error", None, 0.0, "", f"sandbox start failed: {e}", isolation)
             timed_out = False

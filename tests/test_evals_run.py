@@ -82,21 +82,22 @@ def _tiny(tmp_path: Path, lora: bool):
 
 
 def test_batch_size_1_and_8_give_the_same_scores(shared_data, tmp_path):
-    """Log-likelihood tasks: same per-item log-likelihoods (to float rounding) and accuracy."""
+    """Log-likelihood tasks: same per-item scores and log-likelihoods (to float rounding)."""
+    from evals.compare import compare
+
     _, _, model, tok = _tiny(tmp_path, lora=False)
     settings = EvalSettings(data_dir=str(shared_data), limit=6)
-    per_batch = {}
+    values = {}
     for bs in (1, 8):
         entries = run_benchmarks(make_lm(model, tok, batch_size=bs), ["medqa", "medmcqa"],
                                  settings, tmp_path / f"bs{bs}")
-        lls = []
-        for task in ("medqa_local", "medmcqa_local"):
-            for line in (tmp_path / f"bs{bs}" / "samples" / f"{task}.jsonl").read_text().splitlines():
-                lls += [r[0][0] for r in json.loads(line)["resps"]]
-        per_batch[bs] = ([(e["benchmark"], e["metric"], e["value"]) for e in entries], lls)
-    assert per_batch[1][0] == per_batch[8][0]
-    assert len(per_batch[1][1]) == 6 * 4 * 2
-    assert max(abs(a - b) for a, b in zip(per_batch[1][1], per_batch[8][1])) < 1e-3
+        values[bs] = [(e["benchmark"], e["metric"], e["value"]) for e in entries]
+    assert values[1] == values[8]
+    rows = compare(tmp_path / "bs1", tmp_path / "bs8")
+    assert [r["task"] for r in rows] == ["medmcqa_local", "medqa_local"]
+    for r in rows:
+        assert r["n"] == 6 and r["items_with_different_score"] == 0
+        assert r["max_abs_loglik_diff"] < 1e-3
 
 
 def test_pipeline_eval_stage_runs_the_configured_benchmarks(shared_data, tmp_path):
@@ -133,3 +134,15 @@ def test_pipeline_eval_stage_runs_the_configured_benchmarks(shared_data, tmp_pat
     assert rows[("medqa", "acc")]["n"] == 2 and rows[("medqa", "acc")]["run_id"].startswith(
         "evalhook-")
     assert rows[("humaneval_plus", "missing")]["value"] is None
+
+
+def test_hub_variant_without_hub_access_is_reported_missing(monkeypatch, capsys):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    from tests.test_evals_tasks import ScriptedLM
+
+    entries = run_benchmarks(ScriptedLM({}, "", True), ["pubmedqa"],
+                             EvalSettings(source="hub"), None)
+    assert [(e["benchmark"], e["status"], e["task"]) for e in entries] == [
+        ("pubmedqa", "missing", "pubmedqa_hub")]
+    assert "hub data unreachable" in entries[0]["reason"]
+    assert "MISSING benchmark pubmedqa" in capsys.readouterr().err
