@@ -55,6 +55,8 @@ ALIASES = {"code": [b for b, x in BENCHMARKS.items() if x.kind == "code"],
            "medical": [b for b, x in BENCHMARKS.items() if x.kind == "medical"],
            "all": list(BENCHMARKS)}
 SOURCES = ("local", "hub")
+# Local variants with a split (or fixed examples) for few-shot prompts.
+LOCAL_SHOT_SOURCES = ("mmlu_medical", "mbpp", "mbpp_plus")
 
 
 def _log(msg: str) -> None:
@@ -107,9 +109,14 @@ class EvalSettings:
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
-        for b in self.num_fewshot:
+        for b, k in self.num_fewshot.items():
             if b not in BENCHMARKS:
                 raise ValueError(f"num_fewshot: unknown benchmark {b!r}")
+            if self.source == "local" and k and b not in LOCAL_SHOT_SOURCES:
+                # lm-eval would draw shots from the test split itself when a task has no
+                # training split: refuse rather than leak.
+                raise ValueError(f"num_fewshot: {b} has no local split to draw shots from "
+                                 f"(only {', '.join(LOCAL_SHOT_SOURCES)} do); use 0 or the hub")
 
 
 def lm_eval_version() -> str:
@@ -269,7 +276,8 @@ def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
                                          settings, time.perf_counter() - t0))
             continue
         seconds = time.perf_counter() - t0
-        shots = res.get("n-shot", {}).get(task, fewshot)
+        nshot = res.get("n-shot", {})
+        shots = nshot.get(task, next((v for k, v in nshot.items() if k != task), fewshot))
         got = _entries_from_results(bench, task, res, seconds, settings, shots)
         entries += got
         if out_dir is not None:

@@ -21,6 +21,13 @@ def test_expand_benchmarks_aliases_order_and_typos():
         expand_benchmarks("pubmedq")
 
 
+def test_local_shots_only_where_a_shot_split_exists():
+    assert EvalSettings(num_fewshot={"mmlu_medical": 5}).num_fewshot == {"mmlu_medical": 5}
+    with pytest.raises(ValueError, match="medqa has no local split"):
+        EvalSettings(num_fewshot={"medqa": 3})
+    assert EvalSettings(source="hub", num_fewshot={"medqa": 3}).num_fewshot == {"medqa": 3}
+
+
 def test_missing_data_gives_loud_missing_rows_and_nothing_is_skipped(tmp_path, capsys):
     empty = tmp_path / "nodata"
     empty.mkdir()

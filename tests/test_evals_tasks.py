@@ -188,3 +188,26 @@ def test_hub_and_local_variants_share_prompt_extraction_and_metric():
             cfgs[variant] = {k: v for k, v in cfg.items() if k not in source_keys}
         assert cfgs["hub"] == cfgs["local"], bench
         assert "metric_list" in cfgs["hub"] and "output_type" in cfgs["hub"]
+
+
+def test_mmlu_five_shot_draws_the_dev_examples_in_order(shared_data):
+    key = _key("mmlu_medical", shared_data)
+    seen: list[str] = []
+    lm = ScriptedLM(key, "", True)
+    original = lm.loglikelihood
+
+    def recording(requests):
+        seen.extend(r.args[0] for r in requests)
+        return original(requests)
+
+    lm.loglikelihood = recording
+    settings = EvalSettings(data_dir=str(shared_data), limit=1,
+                            num_fewshot={"mmlu_medical": 5})
+    entries = run_benchmarks(lm, ["mmlu_medical"], settings, None)
+    assert entries[0]["value"] == 1.0 and entries[0]["num_fewshot"] == 5
+    with open(shared_data / "mmlu_dev" / "anatomy_dev.csv", newline="") as fh:
+        dev = [rec for rec in csv.reader(fh)]
+    anatomy = next(c for c in seen if "about anatomy" in c)
+    positions = [anatomy.index(d[0] + "\nA. " + d[1]) for d in dev]
+    assert positions == sorted(positions)  # first_n: the five dev rows, in file order
+    assert anatomy.count("Answer:") == 6 and f"Answer: {dev[0][5]}\n\n" in anatomy
