@@ -53,6 +53,9 @@ def register(subparsers: Any, epilog: str) -> None:
     p.add_argument("--max-gen-toks", type=int, default=None,
                    help="cap on generated tokens for code tasks (default: the task's, 1024 "
                    "HumanEval / 256 MBPP); say so when you report capped scores")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's choice). On a CPU shared with other "
+                   "jobs, 1 avoids thread oversubscription (several times faster there)")
     p.add_argument("--output-dir", default=None, help="where rows and logs go (default: "
                    "RUN/eval-cli with --run, else runs/eval/<model>)")
     p.add_argument("--name", default=None, help="name in the result rows (default: the run's "
@@ -117,9 +120,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ValueError("--adapter goes with --model (the base model)")
     benchmarks = expand_benchmarks(args.benchmarks)
     fewshot = _parse_fewshot(args.num_fewshot)
-    if args.device is None:
-        import torch
+    import torch
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tok, base, default_out, run_data_dir = _load(args, args.device)
     out_dir = Path(args.output_dir) if args.output_dir else default_out
