@@ -162,16 +162,16 @@ def _make_preexec(workdir: str, uid: int | None, limits: Limits):
     def preexec() -> None:
         if uid is not None:
             if libc.unshare(_CLONE_NEWNET | _CLONE_NEWNS) != 0:
-                os._exit(97)
+                raise OSError("unshare(CLONE_NEWNET | CLONE_NEWNS) failed")
             # Our mounts must not propagate back to the host namespace.
             if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-                os._exit(97)
+                raise OSError("making / a private mount failed")
             # The sandbox dir becomes its own (writable) mount; everything else read-only.
             if libc.mount(wd, wd, None, _MS_BIND | _MS_REC, None) != 0:
-                os._exit(97)
+                raise OSError("bind-mounting the sandbox directory failed")
             for mp, flags, required in remounts:
                 if libc.mount(None, mp, None, flags, None) != 0 and required:
-                    os._exit(97)
+                    raise OSError("remounting / read-only failed")
         os.chdir(workdir)
         lim = [
             (resource.RLIMIT_CPU, limits.cpu_s),
@@ -284,6 +284,7 @@ def run_program(code: str, limits: Limits | None = None) -> ExecResult:
                     close_fds=True,
                     preexec_fn=_make_preexec(str(workdir), uid, limits))
             except (OSError, subprocess.SubprocessError) as e:
+                # Includes a failed isolation step in the child (preexec): never run unconfined.
                 return ExecResult("error", None, 0.0, "", f"sandbox start failed: {e}", isolation)
             timed_out = False
             try:
@@ -301,9 +302,6 @@ def run_program(code: str, limits: Limits | None = None) -> ExecResult:
         rc = proc.returncode
         stdout = _tail(out_path, limits.output_tail_bytes + 64)
         stderr = _tail(err_path, limits.output_tail_bytes)
-        if rc == 97:
-            return ExecResult("error", rc, seconds, "", "sandbox isolation setup failed "
-                              "(unshare/mount); refusing to run unconfined", isolation)
         if timed_out:
             status = "timeout"
         elif rc == 0 and nonce in stdout:
