@@ -16,7 +16,7 @@ import numpy as np
 from repro.interfaces import SelectionError
 
 NORM_MODES = ("auto", "l2", "center", "none")
-KMEANS_MODES = ("exact", "fast")
+KMEANS_MODES = ("exact", "fast", "faiss")
 PRUNE_MODES = ("close", "far", "rand", "mix", "big", "none")
 _BLOCK = 32768  # rows per torch matmul / index_add_ call (views, no copies; fewer calls win)
 _PROJ_DIM = 256  # the fast mode's restarts run on a random projection to this many dims (D > 512)
@@ -142,6 +142,8 @@ def kmeans(X, k: int, seed: int, n_init: int = 10, max_iter: int = 300, mode: st
     "fast": k-means++ restarts on a seeded (randomly projected) sample of `sample` rows (default
     max(256 K, 20000)), then Lloyd passes on all rows (see _fast_kmeans; torch, CPU). Not the same
     partition as "exact"; its inertia is typically within 0.1% of it.
+    "faiss": faiss.Kmeans (n_init restarts, max_iter iterations, seeded) trained on a seeded
+    sample of `sample` rows (default as "fast"), then every row assigned to its nearest center.
     Both: every cluster ends with >= 1 member (an empty one gets the row farthest from its
     center)."""
     X = _matrix(X)
@@ -168,6 +170,8 @@ def kmeans(X, k: int, seed: int, n_init: int = 10, max_iter: int = 300, mode: st
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         labels, centers = km.labels_.astype(np.int64), km.cluster_centers_.astype(np.float32)
         inertia = float(km.inertia_)
+    elif mode == "faiss":
+        labels, centers, inertia = _faiss_kmeans(X, k, seed, n_init, max_iter, sample)
     else:
         labels, centers, inertia = _fast_kmeans(X, k, seed, n_init, max_iter, sample)
     if np.bincount(labels, minlength=k).min() == 0:  # sklearn relocates empties itself
@@ -216,6 +220,28 @@ def _fast_kmeans(X: np.ndarray, k: int, seed: int, n_init: int, max_iter: int,
     passes = max(1, min(max_iter, _FULL_PASSES))
     labels, centers, inertia = _lloyd(torch.from_numpy(X), centers, passes, 1e-4)
     return labels.numpy().astype(np.int64), centers.numpy().astype(np.float32), inertia
+
+
+def _faiss_kmeans(X: np.ndarray, k: int, seed: int, n_init: int, max_iter: int,
+                  sample: int | None) -> tuple[np.ndarray, np.ndarray, float]:
+    """The "faiss" mode: faiss's k-means (its own random init, n_init restarts keeping the lowest
+    objective) on a seeded sample, then one exact assignment of all rows. Uses the GPU build's
+    devices when faiss has them."""
+    import faiss
+
+    n, dim = X.shape
+    s = min(n, sample if sample else max(256 * k, 20000))
+    rng = np.random.default_rng([seed, 5])
+    Xs = X[np.sort(rng.choice(n, s, replace=False))] if s < n else X
+    km = faiss.Kmeans(dim, k, niter=max_iter, nredo=max(1, n_init), seed=int(seed) % 2**31,
+                      max_points_per_centroid=max(1, -(-s // k)), verbose=False,
+                      gpu=faiss.get_num_gpus() > 0)
+    km.train(np.ascontiguousarray(Xs, dtype=np.float32))
+    dist, lab = km.index.search(X, 1)
+    labels = lab[:, 0].astype(np.int64)
+    centers = np.ascontiguousarray(km.centroids, dtype=np.float32)
+    inertia = float(sq_distances_to_own_center(X, centers, labels).sum())
+    return labels, centers, inertia
 
 
 def _kmeans_plusplus(Y: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:

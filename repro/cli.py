@@ -8,6 +8,7 @@
     cluster-repro ls selectors|allocators|configs what is available
     cluster-repro results [--output-dir DIR]      merge result part files into results.csv/.parquet
     cluster-repro bench ddp [--world-sizes 1,4,8] DDP throughput and all-reduce wait
+    cluster-repro report [--results DIR] [--out DIR] every table and figure from the results
 """
 from __future__ import annotations
 
@@ -151,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nResults: {merged} (one row per run, benchmark and metric); run folders:")
             for d in run_dirs:
                 print(f"  {d}")
+            from repro.demo import write_demo_report  # the report: tables and figures (reports/)
+
+            print(f"\nReport (tables, figures, index page): {write_demo_report(run_dirs, merged)}")
             return 0
         if args.cmd == "grid":
             from repro.demo import summary_table

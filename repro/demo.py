@@ -103,3 +103,13 @@ def summary_table(run_dirs: list[Path]) -> str:
                 vals.append(f"{float(row['value']):.2f} (n={row['n']})" if row else "-")
             lines.append(f"| {c[5:]} | " + " | ".join(vals) + " |")
     return "\n".join(lines)
+
+
+def write_demo_report(run_dirs: list[Path], merged: Path) -> Path:
+    """The demo's report (reports/): every table and figure for the demo's own runs, in
+    `<output_dir>/demo-report/`; returns its index page."""
+    from reports.build import build_report
+    from repro.results import PART_NAME, read_rows
+
+    run_ids = {r["run_id"] for d in run_dirs for r in read_rows(d / PART_NAME)}
+    return build_report(merged.parent, merged.parent / "demo-report", run_ids=run_ids)

@@ -52,10 +52,29 @@ def heldout_loss(model: Any, tokenizer: Any, pool: Pool, max_length: int, batch_
             "skipped": dict(tok.skipped)}
 
 
+class FirstLineDone:
+    """A per-sequence stopping rule for `model.generate`: a sequence is done once its new text has
+    a non-empty line followed by a newline. Exact-match scoring reads only that first line, so
+    stopping there changes no score and saves most of the decoding steps of short answers."""
+
+    def __init__(self, tokenizer: Any, prompt_len: int):
+        self.tokenizer, self.prompt_len = tokenizer, prompt_len
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_len:], skip_special_tokens=True)
+        done = ["\n" in t.lstrip() for t in texts]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
 @torch.no_grad()
 def generate(model: Any, tokenizer: Any, prompts: list[str], max_new_tokens: int, batch_size: int,
-             device: str = "cpu") -> list[str]:
-    """Greedy continuations of `prompts` (left-padded batches), decoded without special tokens."""
+             device: str = "cpu", first_line_only: bool = False) -> list[str]:
+    """Greedy continuations of `prompts` (left-padded batches), decoded without special tokens.
+
+    first_line_only: stop each sequence at the end of its first non-empty line (see FirstLineDone).
+    """
+    from transformers import StoppingCriteriaList
+
     out: list[str] = []
     old_side = tokenizer.padding_side
     tokenizer.padding_side = "left"
@@ -63,9 +82,11 @@ def generate(model: Any, tokenizer: Any, prompts: list[str], max_new_tokens: int
         for start in range(0, len(prompts), batch_size):
             enc = tokenizer(prompts[start:start + batch_size], return_tensors="pt", padding=True,
                             add_special_tokens=False).to(device)
+            stop = (StoppingCriteriaList([FirstLineDone(tokenizer, enc["input_ids"].shape[1])])
+                    if first_line_only else None)
             gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
                                  pad_token_id=tokenizer.pad_token_id,
-                                 eos_token_id=tokenizer.eos_token_id)
+                                 eos_token_id=tokenizer.eos_token_id, stopping_criteria=stop)
             new = gen[:, enc["input_ids"].shape[1]:]
             out += tokenizer.batch_decode(new, skip_special_tokens=True)
     finally:
@@ -86,7 +107,15 @@ def demo_task_scores(model: Any, tokenizer: Any, pool: Pool, max_new_tokens: int
     if limit is not None:
         items = items[:limit]
     model.eval()
-    gens = generate(model, tokenizer, [e.prompt for e in items], max_new_tokens, batch_size, device)
+    # Exact-match items are scored on their first line, so they decode only up to it; the Python
+    # items (whole functions) decode in batches of their own, up to max_new_tokens.
+    gens_of: dict[str, str] = {}
+    for first_line in (True, False):
+        group = [e for e in items if (e.meta["check"] == "exact") == first_line]
+        outs = generate(model, tokenizer, [e.prompt for e in group], max_new_tokens, batch_size,
+                        device, first_line_only=first_line)
+        gens_of.update({e.id: g for e, g in zip(group, outs)})
+    gens = [gens_of[e.id] for e in items]
     by_cat: dict[str, list[float]] = defaultdict(list)
     samples = []
     for ex, g in zip(items, gens):

@@ -16,6 +16,7 @@ resumes where it stopped, and `force=True` redoes everything. Files (schemas in 
 """
 from __future__ import annotations
 
+import json
 import resource
 import shutil
 import sys
@@ -189,9 +190,37 @@ def stage_train(cfg: ExperimentConfig, run_dir: Path, force: bool) -> dict[str, 
             shutil.rmtree(run_dir / p, ignore_errors=True)
         (run_dir / "train.json").unlink(missing_ok=True)
     t0 = time.perf_counter()
+    energy0 = gpu_energy_j()
     info = run_training(run_dir, cfg.world_size, cfg.launch.master_port)
     info["train_stage_s"] = time.perf_counter() - t0
+    energy1 = gpu_energy_j()
+    if energy0 is not None and energy1 is not None:  # reports/ show "not measured" otherwise
+        info["energy_j"] = energy1 - energy0
     return info
+
+
+def gpu_energy_j() -> float | None:
+    """The visible GPUs' total energy counters in joules (NVML, via the optional nvidia-ml-py
+    package), or None where no GPU reports energy: energy is never estimated."""
+    import os
+
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        ids = ([int(x) for x in visible.split(",") if x.strip()] if visible and
+               all(x.strip().isdigit() for x in visible.split(",")) else
+               list(range(pynvml.nvmlDeviceGetCount())))
+        if not ids:
+            return None
+        mj = sum(pynvml.nvmlDeviceGetTotalEnergyConsumption(pynvml.nvmlDeviceGetHandleByIndex(i))
+                 for i in ids)
+        return mj / 1000.0
+    except Exception:  # NVML missing, or the GPU has no energy counter (before Volta)
+        return None
 
 
 def stage_eval(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
@@ -237,7 +266,10 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
     end_to_end = pool["stage_s"] + selection_s + train["train_stage_s"] + ev["stage_s"]
     base = {
         "run_id": f"{cfg.name}-{cfg.hash()}", "config_hash": cfg.hash(), "name": cfg.name,
-        "method": cfg.selection.method, "allocator": cfg.allocation.method,
+        "method": cfg.selection.method,
+        # selection.params as canonical JSON: reports tell ablation settings (prune, variant) apart.
+        "selection_params": json.dumps(cfg.selection.params, sort_keys=True, separators=(",", ":")),
+        "allocator": cfg.allocation.method,
         "weight_mode": cfg.allocation.weight_mode,
         "ratio": sel["info"].get("ratio", cfg.selection.params.get("ratio")),
         "kept_fraction": sel["kept_fraction"],
@@ -271,6 +303,53 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         from evals.run import entries_to_rows
 
         rows += entries_to_rows(ev["benchmarks"], base)
+    rows += diagnostic_rows(base, run_dir, sel, sch, train)
+    return rows
+
+
+# Diagnostic rows for reports/ (which read the results store and nothing else): the costs of each
+# selection step, each cluster's size, each worker's tokens and all-reduce wait. Their benchmark
+# names start with "cost/", "cluster/" or "worker/", so they never mix with quality scores.
+def diagnostic_rows(base: dict[str, Any], run_dir: Path, sel: dict[str, Any], sch: dict[str, Any],
+                    train: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows: cost/<step> seconds and peak_mem_mb; cluster/<c> size_before_cap, size_after_cap and
+    kept, cluster/agreement nmi, ari, purity; worker/<k> tokens_per_step, allreduce_wait_s, compute_s (n = steps); cost/train energy_j
+    only where the GPU reports energy."""
+    info = sel.get("info") or {}
+    rows: list[dict[str, Any]] = []
+
+    def add(benchmark: str, metric: str, value: Any, n: Any = None) -> None:
+        if value is not None:
+            rows.append({**base, "benchmark": benchmark, "metric": metric, "value": value,
+                         "stderr": None, "n": n})
+
+    for step in ("features", "clustering", "selection"):
+        add(f"cost/{step}", "seconds", info.get(f"{step}_s"))
+        add(f"cost/{step}", "peak_mem_mb", info.get(f"{step}_peak_mem_mb"))
+    add("cost/allocation", "seconds", sch.get("allocation_s"))
+    add("cost/train", "energy_j", train.get("energy_j"))
+    for name, value in sorted((info.get("category_agreement") or {}).items()):
+        add("cluster/agreement", name, value)  # nmi, ari, purity against the pool's categories
+    before, after = info.get("cluster_sizes_before_cap"), info.get("cluster_sizes_after_cap")
+    if after is not None:
+        clusters = read_json(run_dir / "selection.json").get("clusters") or []
+        kept = Counter(clusters)
+        for c, n_after in enumerate(after):
+            if before is not None:
+                add(f"cluster/{c}", "size_before_cap", before[c])
+            add(f"cluster/{c}", "size_after_cap", n_after)
+            add(f"cluster/{c}", "kept", kept.get(c, 0))
+    for log in sorted((run_dir / "train_log").glob("rank*.jsonl"),
+                      key=lambda p: int(p.stem[4:]) if p.stem[4:].isdigit() else -1):
+        steps = read_jsonl(log)
+        if not steps:
+            continue
+        k = log.stem[4:]
+        add(f"worker/{k}", "tokens_per_step", sum(r["tokens"] for r in steps) / len(steps),
+            len(steps))
+        add(f"worker/{k}", "allreduce_wait_s", round(sum(r["allreduce_wait_s"] for r in steps), 4),
+            len(steps))
+        add(f"worker/{k}", "compute_s", round(sum(r["compute_s"] for r in steps), 4), len(steps))
     return rows
 
 

@@ -333,3 +333,15 @@ def test_kmeans_fast_reaches_exact_inertia(kind, k):
     _, _, exact = C.kmeans(X, k, 0)
     _, _, fast = C.kmeans(X, k, 0, mode="fast", sample=2000)
     assert fast <= exact * 1.005
+
+
+def test_kmeans_faiss_mode_is_seeded_nonempty_and_near_exact():
+    rng = np.random.default_rng(5)
+    means = rng.standard_normal((4, 32)) * 4
+    X = (means[rng.integers(0, 4, 3000)] + rng.standard_normal((3000, 32))).astype(np.float32)
+    labels, centers, inertia = C.kmeans(X, 4, 1, mode="faiss", n_init=3, max_iter=25)
+    assert np.bincount(labels, minlength=4).min() >= 1 and centers.shape == (4, 32)
+    assert inertia == pytest.approx(C.sq_distances_to_own_center(X, centers, labels).sum(), rel=1e-4)
+    np.testing.assert_array_equal(labels, C.kmeans(X, 4, 1, mode="faiss", n_init=3, max_iter=25)[0])
+    _, _, exact = C.kmeans(X, 4, 0)
+    assert inertia <= exact * 1.005

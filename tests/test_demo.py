@@ -49,6 +49,18 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
         header = (d / "selection.csv").read_text().splitlines()[0]
         assert header == "example_id,cluster,worker,position,weight"
     assert (tmp_path / "results.parquet").stat().st_size > 0
+    # Diagnostic rows for reports/: per-worker balance for every run, CluSTER's step costs and
+    # cluster sizes (kept per cluster = m_adj, summing to the kept count).
+    for m in methods:
+        assert {f"worker/{k}" for k in range(4)} <= {b for (b, _) in by[m]}
+    assert float(by["cluster"][("worker/0", "tokens_per_step")]["value"]) > 0
+    assert float(by["cluster"][("cost/features", "seconds")]["value"]) > 0
+    kept = [float(by["cluster"][(f"cluster/{c}", "kept")]["value"]) for c in range(4)]
+    assert sum(kept) == int(clus["n_selected"]) and len(set(kept)) == 1
+    # The demo ends with its report (reports/): index page, tables and figures of its three runs.
+    index = tmp_path / "demo-report" / "index.md"
+    assert f"{index}" in out and "from" in index.read_text() and "3 runs" in index.read_text()
+    assert (tmp_path / "demo-report" / "figures" / "quality_vs_data.png").is_file()
 
     # Running again skips every finished stage and gives the same rows.
     again = subprocess.run([sys.executable, "-m", "repro", "demo", "--quick",

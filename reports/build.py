@@ -1,0 +1,91 @@
+"""Build the whole report from the results store: tables (Markdown, LaTeX, CSV), figures (PNG,
+PDF) and an index page, deterministically (the same rows give byte-identical files).
+
+    OUT/index.md                 every table inline, links to its .tex/.csv, the figures
+    OUT/tables/<name>.{md,tex,csv}
+    OUT/figures/<name>.{png,pdf}
+
+Warnings (also printed on the index page): result rows from more than one lm-eval version (scores
+drift between versions, so one table should not mix them), and from more than one git commit.
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from repro.io import atomic_write_text
+from reports.figures import FIGURES, all_figures
+from reports.load import ReportInputError, build_runs, find_result_files, group_cells, input_digest, read_result_rows
+from reports.render import to_csv, to_latex, to_markdown
+from reports.reported import load_reported
+from reports.tables import Report, all_tables
+
+
+class MixedVersionsWarning(UserWarning):
+    """Rows in one table come from different lm-eval versions (their scores may not compare)."""
+
+
+def version_warnings(runs: list) -> list[str]:
+    """Messages for mixed lm-eval versions (warned) and mixed commits (noted)."""
+    out = []
+    lm = sorted({r.lm_eval or "not installed" for r in runs})
+    if len(lm) > 1:
+        which = {v: sorted(r.run_id for r in runs if (r.lm_eval or "not installed") == v)
+                 for v in lm}
+        msg = ("result rows come from different lm-eval versions: " +
+               "; ".join(f"{v}: {len(ids)} run(s), e.g. {ids[0]}" for v, ids in which.items()) +
+               ". Scores can drift between harness versions; rerun the evaluation with one "
+               "version before comparing them in one table.")
+        warnings.warn(msg, MixedVersionsWarning, stacklevel=3)
+        out.append(msg)
+    shas = sorted({r.git_sha for r in runs} - {""})
+    if len(shas) > 1:
+        out.append(f"runs come from {len(shas)} different commits of this project")
+    return out
+
+
+def build_report(results: Path, out: Path, figures: bool = True,
+                 run_ids: set[str] | None = None) -> Path:
+    """Write the report for the results at `results` (a folder or a CSV) into `out`; returns the
+    index page. figures=False skips the figures (and their links); run_ids keeps only those runs
+    (the demo reports its own runs)."""
+    files, root = find_result_files(Path(results))
+    rows = read_result_rows(files, root)
+    if run_ids is not None:
+        rows = [(w, r) for w, r in rows if r["run_id"] in run_ids]
+        if not rows:
+            raise ReportInputError(f"none of the runs {sorted(run_ids)} has rows in {results}")
+    runs = build_runs(rows, root)
+    cells = group_cells(runs)
+    rep = Report(cells)
+    notes = version_warnings(runs)
+    tables = all_tables(rep, load_reported())
+    out = Path(out)
+    tdir, fdir = out / "tables", out / "figures"
+    for t in tables:
+        if notes and t.name == "main":
+            t.notes = t.notes + [f"WARNING: {n}" for n in notes]
+        atomic_write_text(tdir / f"{t.name}.md", to_markdown(t))
+        atomic_write_text(tdir / f"{t.name}.tex", to_latex(t))
+        atomic_write_text(tdir / f"{t.name}.csv", to_csv(t))
+    if figures:
+        all_figures(rep, fdir)
+
+    n_files = ", ".join(sorted({str(f.relative_to(root)) if f.is_relative_to(root) else f.name
+                                for f in files})[:3]) + (" ..." if len(files) > 3 else "")
+    index = ["# CluSTER reproduction report", "",
+             f"Rebuilt by `cluster-repro report` from {len(rows)} result rows of {len(runs)} runs "
+             f"({len(cells)} cells) in {len(files)} file(s): {n_files}. Input digest "
+             f"`{input_digest(rows)}` (same digest, same report).", ""]
+    if notes:
+        index += ["**Warnings**", ""] + [f"- {n}" for n in notes] + [""]
+    index += ["## Figures", ""] if figures else []
+    for name in FIGURES if figures else ():
+        index += [f"![{name}](figures/{name}.png)", "",
+                  f"[{name}.png](figures/{name}.png) · [{name}.pdf](figures/{name}.pdf)", ""]
+    for t in tables:
+        index += [to_markdown(t), f"Files: [{t.name}.md](tables/{t.name}.md) · "
+                  f"[{t.name}.tex](tables/{t.name}.tex) · [{t.name}.csv](tables/{t.name}.csv)", ""]
+    path = out / "index.md"
+    atomic_write_text(path, "\n".join(index))
+    return path

@@ -1,0 +1,314 @@
+"""Read the results store into runs and cells: what every table and figure is built from.
+
+Input: the tidy result rows (repro/results.py) — every `results.part.csv` under a results
+directory, or one merged CSV — and, where a row's run folder `<root>/<name>/<config_hash>/` is
+present, its per-item scores (`eval_samples.jsonl`), used only to pair bootstrap intervals on items.
+
+A *run* is one `run_id` (one config, one seed). A *cell* is what the tables show as one line: the
+runs that differ only in their seed (same dataset, model, method, selection params, ratio,
+allocator, weighting, world size and, for budget-taking baselines, the budget). A baseline run at
+exactly a CluSTER run's kept count (same seed, dataset, model, workers) is placed "at r = ..." of
+that CluSTER run, so random runs matched per seed land in one cell even when CluSTER's kept count
+differs a little between seeds.
+
+Row kinds, told apart by the benchmark name: quality scores (anything else), and the diagnostic
+rows that repro/pipeline.py `diagnostic_rows` writes: `cost/<step>`, `cluster/<c>`,
+`cluster/agreement`, `worker/<k>`. A row with metric `missing` says a benchmark could not be run:
+its cells show as missing, never as zero.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro.results import PART_NAME
+
+DIAGNOSTIC_PREFIXES = ("cost/", "cluster/", "worker/")
+# Metrics reported as they are (lower is better); every other metric is a fraction shown as %.
+RAW_METRICS = ("loss", "perplexity")
+# Required columns: what a row must have for the report to place it.
+REQUIRED = ("run_id", "method", "seed", "benchmark", "metric", "value")
+# The paper's domains: normalized benchmark name (lowercase, "+" -> "plus", no punctuation).
+DOMAINS = {
+    "code": ("humaneval", "humanevalplus", "mbpp", "mbppplus"),
+    "medical": ("medqa", "medqa4options", "medmcqa", "pubmedqa", "mmlumedical"),
+}
+
+
+class ReportInputError(ValueError):
+    """A results file or row the report cannot use; the message names the file, row and column."""
+
+
+def norm_benchmark(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower().replace("+", "plus"))
+
+
+def domain_of(benchmark: str) -> str | None:
+    """'code', 'medical', 'demo' (the demo's categories, not its pooled 'overall'), or None."""
+    if benchmark.startswith("demo/"):
+        return None if benchmark == "demo/overall" else "demo"
+    key = norm_benchmark(benchmark)
+    for dom, names in DOMAINS.items():
+        if key in names:
+            return dom
+    return None
+
+
+def is_diagnostic(benchmark: str) -> bool:
+    return benchmark.startswith(DIAGNOSTIC_PREFIXES)
+
+
+@dataclass
+class Run:
+    """One run (one config and seed): its settings, costs, scores and diagnostic numbers."""
+
+    run_id: str
+    config_hash: str
+    name: str
+    dataset: str
+    model: str
+    method: str
+    params: dict[str, Any]
+    allocator: str
+    weight_mode: str
+    ratio: float | None
+    world_size: int | None
+    seed: int
+    kept_fraction: float | None
+    n_selected: int | None
+    n_pool: int | None
+    costs: dict[str, float | None]
+    lm_eval: str | None
+    versions: dict[str, str]
+    git_sha: str
+    # (benchmark, metric) -> value (None: the benchmark was missing for this run)
+    scores: dict[tuple[str, str], float | None] = field(default_factory=dict)
+    missing: set[str] = field(default_factory=set)
+    diag: dict[tuple[str, str], float] = field(default_factory=dict)
+    # benchmark -> {item id: score}, from the run folder's per-item file when there is one
+    items: dict[str, dict[str, float]] = field(default_factory=dict)
+    budget: str = ""  # set by group_cells for budget-taking baselines
+
+    def score(self, benchmark: str, metric: str) -> float | None:
+        return self.scores.get((benchmark, metric))
+
+
+COST_COLUMNS = ("selection_s", "train_s", "eval_s", "end_to_end_s", "tokens_per_s",
+                "allreduce_wait_share", "peak_mem_mb")
+
+
+def _float(v: str, where: str, col: str) -> float | None:
+    if v is None or v.strip() == "" or v.strip().lower() in ("nan", "none"):
+        return None
+    try:
+        x = float(v)
+    except ValueError:
+        raise ReportInputError(f"{where}: column {col!r} = {v!r}, expected a number or empty") from None
+    return None if math.isnan(x) else x
+
+
+def _int(v: str, where: str, col: str) -> int | None:
+    x = _float(v, where, col)
+    return None if x is None else int(x)
+
+
+def find_result_files(results: Path) -> tuple[list[Path], Path]:
+    """The CSV files to read and the root that run folders are relative to.
+
+    A file: that file (root: its folder). A folder: every results.part.csv under it (what the
+    runs wrote), or else its results.csv.
+    """
+    results = Path(results)
+    if results.is_file():
+        return [results], results.parent
+    if not results.is_dir():
+        raise FileNotFoundError(f"results {results}: no such file or folder (give the output_dir "
+                                "the runs wrote to, or a results.csv)")
+    parts = sorted(results.rglob(PART_NAME))
+    if parts:
+        return parts, results
+    merged = results / "results.csv"
+    if merged.is_file():
+        return [merged], results
+    raise FileNotFoundError(f"no {PART_NAME} files and no results.csv under {results}; run an "
+                            "experiment first (cluster-repro run CONFIG, or cluster-repro demo)")
+
+
+def read_result_rows(files: list[Path], root: Path) -> list[tuple[str, dict[str, str]]]:
+    """Every row with a 'file:line' label for messages; duplicates across files are dropped."""
+    out, seen = [], set()
+    for f in files:
+        with open(f, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ReportInputError(f"{f}: missing column(s) {missing}; expected the columns of "
+                                       "repro/results.py COLUMNS")
+            for i, row in enumerate(reader, start=2):
+                key = (row["run_id"], row["benchmark"], row["metric"])
+                if key in seen:
+                    continue
+                seen.add(key)
+                label = f"{f.relative_to(root) if f.is_relative_to(root) else f}:{i}"
+                out.append((label, row))
+    if not out:
+        raise ReportInputError(f"no result rows in {', '.join(str(f) for f in files)}")
+    return out
+
+
+def input_digest(rows: list[tuple[str, dict[str, str]]]) -> str:
+    """A short hash of the rows' content (not their paths), shown on the index page."""
+    h = hashlib.sha256()
+    for _, r in sorted(rows, key=lambda x: (x[1]["run_id"], x[1]["benchmark"], x[1]["metric"])):
+        h.update(json.dumps(r, sort_keys=True).encode())
+    return h.hexdigest()[:12]
+
+
+def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> list[Run]:
+    runs: dict[str, Run] = {}
+    for where, r in rows:
+        rid = r["run_id"]
+        if not rid:
+            raise ReportInputError(f"{where}: empty run_id")
+        costs = {c: _float(r.get(c, ""), where, c) for c in COST_COLUMNS}  # every row is checked
+        if rid not in runs:
+            try:
+                params = json.loads(r.get("selection_params") or "{}")
+            except json.JSONDecodeError:
+                raise ReportInputError(f"{where}: selection_params is not JSON: "
+                                       f"{r.get('selection_params')!r}") from None
+            try:
+                versions = json.loads(r.get("versions") or "{}")
+            except json.JSONDecodeError:
+                raise ReportInputError(f"{where}: versions is not JSON: {r.get('versions')!r}") from None
+            seed = _int(r.get("seed", ""), where, "seed")
+            runs[rid] = Run(
+                run_id=rid, config_hash=r.get("config_hash", ""), name=r.get("name", ""),
+                dataset=r.get("dataset", ""), model=r.get("model", ""), method=r["method"],
+                params=params, allocator=r.get("allocator", ""), weight_mode=r.get("weight_mode", ""),
+                ratio=_float(r.get("ratio", ""), where, "ratio"),
+                world_size=_int(r.get("world_size", ""), where, "world_size"),
+                seed=0 if seed is None else seed,
+                kept_fraction=_float(r.get("kept_fraction", ""), where, "kept_fraction"),
+                n_selected=_int(r.get("n_selected", ""), where, "n_selected"),
+                n_pool=_int(r.get("n_pool", ""), where, "n_pool"),
+                costs=costs,
+                lm_eval=versions.get("lm_eval"), versions=versions, git_sha=r.get("git_sha", ""))
+        run = runs[rid]
+        b, m = r["benchmark"], r["metric"]
+        if m == "missing":
+            run.missing.add(b)
+            continue
+        value = _float(r["value"], where, "value")
+        if is_diagnostic(b):
+            if value is not None:
+                run.diag[(b, m)] = value
+        else:
+            run.scores[(b, m)] = value
+    out = sorted(runs.values(), key=lambda x: x.run_id)
+    if root is not None:
+        for run in out:
+            run.items = load_items(root / run.name / run.config_hash)
+    return out
+
+
+def load_items(run_dir: Path) -> dict[str, dict[str, float]]:
+    """Per-item scores of one run: eval_samples.jsonl rows with `id`, `score` and `benchmark` (or
+    the demo's `category`, read as benchmark demo/<category>; every demo item also counts for
+    demo/overall). Empty when the run folder or file is not there."""
+    path = run_dir / "eval_samples.jsonl"
+    if not path.is_file():
+        return {}
+    items: dict[str, dict[str, float]] = {}
+    with open(path, encoding="utf-8") as fh:
+        for i, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                bench = d.get("benchmark") or f"demo/{d['category']}"
+                iid, score = str(d["id"]), float(d["score"])
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                raise ReportInputError(f"{path}:{i}: expected JSON with id, score and benchmark or "
+                                       f"category ({e})") from None
+            items.setdefault(bench, {})[iid] = score
+            if bench.startswith("demo/"):
+                items.setdefault("demo/overall", {})[iid] = score
+    return items
+
+
+# ----------------------------------------------------------------------------- cells
+
+@dataclass
+class Cell:
+    """The runs of one configuration, one per seed."""
+
+    key: tuple
+    runs: list[Run]
+
+    @property
+    def first(self) -> Run:
+        return self.runs[0]
+
+    @property
+    def seeds(self) -> list[int]:
+        return [r.seed for r in self.runs]
+
+    def label(self) -> str:
+        """method, the paper's r, any non-default selection params, and the budget of baselines."""
+        r = self.first
+        out = r.method
+        if r.ratio is not None:
+            out += f" r={r.ratio / 100:g}"
+        extra = {k: v for k, v in sorted(r.params.items()) if k != "ratio"}
+        if extra:
+            out += " (" + ", ".join(f"{k}={v}" for k, v in extra.items()) + ")"
+        if r.budget:
+            out += f" @{r.budget}"
+        return out
+
+
+def _params_key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
+def assign_budgets(runs: list[Run]) -> None:
+    """Budget label of each baseline run without a ratio (other than full): 'r=0.5' when its kept
+    count equals a ratio run's (same dataset, model, workers, seed), else 'n=<kept>'."""
+    by_count: dict[tuple, list[float]] = {}
+    for r in runs:
+        if r.ratio is not None and r.n_selected is not None:
+            by_count.setdefault((r.dataset, r.model, r.world_size, r.seed, r.n_selected),
+                                []).append(r.ratio)
+    for r in runs:
+        if r.ratio is not None or r.method == "full":
+            r.budget = ""
+            continue
+        ratios = by_count.get((r.dataset, r.model, r.world_size, r.seed, r.n_selected))
+        r.budget = f"r={min(ratios) / 100:g}" if ratios else f"n={r.n_selected}"
+
+
+METHOD_ORDER = {"full": 0, "cluster": 1, "random": 9}
+
+
+def cell_key(r: Run) -> tuple:
+    return (r.dataset, r.model, r.world_size or 0, METHOD_ORDER.get(r.method, 5), r.method,
+            -(r.ratio or 0), _params_key(r.params), r.budget, r.allocator, r.weight_mode)
+
+
+def group_cells(runs: list[Run]) -> list[Cell]:
+    """Cells in a fixed order: dataset, model, workers, full first, CluSTER by ratio, random last."""
+    assign_budgets(runs)
+    cells: dict[tuple, list[Run]] = {}
+    for r in runs:
+        cells.setdefault(cell_key(r), []).append(r)
+    out = []
+    for key in sorted(cells):  # every key position has one type, so tuples compare
+        out.append(Cell(key, sorted(cells[key], key=lambda r: (r.seed, r.run_id))))
+    return out

@@ -1,0 +1,394 @@
+"""The report's tables, built from cells (reports/load.py) as plain data; reports/render.py writes them.
+
+Units: quality scores in percent (fractions in the rows x 100), except loss and perplexity as they
+are; times in seconds; memory in MB; energy in joules; differences in points (percent units).
+A table cell is a str, an int/float, an `Estimate` (mean over seeds with its interval, or a paired
+difference) or None, which renders as missing ("—"); "" means "not evaluated in this setting".
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from reports.load import RAW_METRICS, Cell, Run, domain_of, norm_benchmark
+from reports.stats import Estimate, mean_ci, paired_diff
+
+MISSING = None
+NOT_EVALUATED = ""
+
+
+@dataclass
+class Column:
+    name: str
+    kind: str = "text"  # text | int | pct | num | num0 | num2 | sec | mb | delta | delta2 | joules
+
+
+@dataclass
+class Table:
+    name: str
+    title: str
+    columns: list[Column]
+    rows: list[list[Any]]
+    notes: list[str] = field(default_factory=list)
+
+
+QualityKey = tuple[str, str | None]  # (benchmark, metric); metric None: only 'missing' rows known
+
+
+def _scale(metric: str | None) -> float:
+    return 1.0 if metric in RAW_METRICS else 100.0
+
+
+def setting(run: Run) -> str:
+    return f"{run.dataset} · {run.model}"
+
+
+class Report:
+    """Everything the tables share: the cells, their quality columns, references for differences."""
+
+    def __init__(self, cells: list[Cell]) -> None:
+        self.cells = cells
+        metrics: dict[str, set[str]] = {}
+        for c in cells:
+            for r in c.runs:
+                for (b, m) in r.scores:
+                    metrics.setdefault(b, set()).add(m)
+                for b in r.missing:
+                    metrics.setdefault(b, set())
+        order = {"code": 0, "medical": 1, "demo": 2}
+        self.quality: list[QualityKey] = []
+        for b in sorted(metrics, key=lambda b: (order.get(domain_of(b) or "", 3), b)):
+            ms = sorted(metrics[b]) or [None]
+            self.quality += [(b, m) for m in ms]
+        # Benchmarks each setting evaluates (a run lacking one of them is missing, not n/a).
+        self.expected: dict[tuple[str, str], set[str]] = {}
+        for c in cells:
+            exp = self.expected.setdefault((c.first.dataset, c.first.model), set())
+            for r in c.runs:
+                exp |= {b for (b, _) in r.scores} | r.missing
+        self.domains = sorted({d for (b, _) in self.quality if (d := domain_of(b))},
+                              key=lambda d: order.get(d, 3))
+
+    # -- per-run values ------------------------------------------------------------------
+    def run_value(self, r: Run, key: QualityKey) -> float | None:
+        b, m = key
+        if b in r.missing or m is None:
+            return None
+        v = r.score(b, m)
+        return None if v is None else v * _scale(m)
+
+    def domain_keys(self, r: Run, domain: str) -> list[QualityKey]:
+        exp = self.expected.get((r.dataset, r.model), set())
+        return [(b, m) for (b, m) in self.quality
+                if domain_of(b) == domain and b in exp and m not in RAW_METRICS]
+
+    def run_domain_avg(self, r: Run, domain: str) -> float | None:
+        keys = self.domain_keys(r, domain)
+        vals = [self.run_value(r, k) for k in keys]
+        if not keys or any(v is None for v in vals):
+            return None  # an average over part of a domain would mislead
+        return float(np.mean(vals))
+
+    # -- per-cell values -----------------------------------------------------------------
+    def quality_cell(self, c: Cell, key: QualityKey) -> Any:
+        if key[0] not in self.expected.get((c.first.dataset, c.first.model), set()):
+            return NOT_EVALUATED
+        return mean_ci([self.run_value(r, key) for r in c.runs], f"{c.key}|{key}")
+
+    def domain_cell(self, c: Cell, domain: str) -> Any:
+        if not self.domain_keys(c.first, domain):
+            return NOT_EVALUATED
+        return mean_ci([self.run_domain_avg(r, domain) for r in c.runs], f"{c.key}|avg|{domain}")
+
+    def cost_cell(self, c: Cell, col: str, scale: float = 1.0) -> Estimate | None:
+        vals = [r.costs.get(col) for r in c.runs]
+        return mean_ci([None if v is None else v * scale for v in vals], f"{c.key}|{col}")
+
+    def diag_cell(self, c: Cell, bench: str, metric: str, scale: float = 1.0) -> Estimate | None:
+        vals = [r.diag.get((bench, metric)) for r in c.runs]
+        return mean_ci([None if v is None else v * scale for v in vals], f"{c.key}|{bench}|{metric}")
+
+    def kept_cell(self, c: Cell) -> Estimate | None:
+        return mean_ci([None if r.kept_fraction is None else 100 * r.kept_fraction
+                        for r in c.runs], f"{c.key}|kept")
+
+    # -- references ----------------------------------------------------------------------
+    def full_cell(self, c: Cell) -> Cell | None:
+        f = c.first
+        for o in self.cells:
+            if o.first.method == "full" and (o.first.dataset, o.first.model, o.first.world_size) \
+                    == (f.dataset, f.model, f.world_size):
+                return o
+        return None
+
+    def reference_run(self, r: Run, which: str) -> Run | None:
+        """The run that r is compared with at the same seed: full data, or random at r's kept count."""
+        for o in self.cells:
+            for x in o.runs:
+                if (x.dataset, x.model, x.world_size, x.seed) != (r.dataset, r.model,
+                                                                  r.world_size, r.seed):
+                    continue
+                if which == "full" and x.method == "full":
+                    return x
+                if which == "random" and x.method == "random" and x.n_selected == r.n_selected:
+                    return x
+        return None
+
+    def paired(self, c: Cell, which: str, keys: list[QualityKey]) -> Estimate | None:
+        """Mean difference of c minus its reference over keys' (average), paired on items where
+        both runs have per-item scores for every key, else on seeds."""
+        pairs = [(r, ref) for r in c.runs if (ref := self.reference_run(r, which)) is not None
+                 and ref.run_id != r.run_id]
+        if not pairs or not keys:
+            return None
+        tag = f"{c.key}|{which}|{keys}"
+        if all(b in r.items and b in ref.items for r, ref in pairs for (b, _) in keys):
+            groups = []
+            for (b, m) in keys:
+                s = _scale(m)
+                groups.append([s * (r.items[b][i] - ref.items[b][i]) for r, ref in pairs
+                               for i in sorted(r.items[b].keys() & ref.items[b].keys())])
+            return paired_diff(groups, tag, "items")
+        diffs = []
+        for r, ref in pairs:
+            vals = [(self.run_value(r, k), self.run_value(ref, k)) for k in keys]
+            if all(a is not None and b is not None for a, b in vals):
+                diffs.append(float(np.mean([a - b for a, b in vals])))
+        return paired_diff([diffs], tag, "seeds") if diffs else None
+
+    def reduction(self, c: Cell, col: str) -> Any:
+        """Percent less than full data (mean over seeds of each), or 'ref' for full itself."""
+        if c.first.method == "full":
+            return "ref"
+        full = self.full_cell(c)
+        ours = self.cost_cell(c, col)
+        ref = self.cost_cell(full, col) if full else None
+        if ours is None or ref is None or ref.value <= 0:
+            return MISSING
+        return 100 * (1 - ours.value / ref.value)
+
+
+# ----------------------------------------------------------------------------- the tables
+
+def _ident(c: Cell) -> list[Any]:
+    r = c.first
+    return [setting(r), c.label(), r.allocator, r.weight_mode, r.world_size, len(c.runs)]
+
+
+IDENT_COLS = [Column("setting"), Column("method"), Column("allocator"), Column("weights"),
+              Column("workers", "int"), Column("seeds", "int")]
+
+
+def _qcol(key: QualityKey) -> Column:
+    b, m = key
+    name = b if m is None or m in ("exact_or_exec",) else f"{b} {m}"
+    return Column(name + ("" if m in RAW_METRICS else " (%)"), "num" if m in RAW_METRICS else "pct")
+
+
+def main_table(rep: Report) -> Table:
+    cols = IDENT_COLS + [Column("data used (%)", "pct")]
+    cols += [_qcol(k) for k in rep.quality]
+    cols += [Column(f"{d} avg (%)", "pct") for d in rep.domains]
+    cols += [Column("train s", "sec"), Column("selection s", "sec"), Column("end-to-end s", "sec"),
+             Column("train time vs full (% less)", "pct"),
+             Column("end-to-end vs full (% less)", "pct")]
+    for d in rep.domains:
+        cols += [Column(f"Δ {d} avg vs full", "delta"), Column(f"Δ {d} avg vs random", "delta")]
+    rows = []
+    for c in rep.cells:
+        row = _ident(c) + [rep.kept_cell(c)]
+        row += [rep.quality_cell(c, k) for k in rep.quality]
+        row += [rep.domain_cell(c, d) for d in rep.domains]
+        row += [rep.cost_cell(c, "train_s"), rep.cost_cell(c, "selection_s"),
+                rep.cost_cell(c, "end_to_end_s"), rep.reduction(c, "train_s"),
+                rep.reduction(c, "end_to_end_s")]
+        for d in rep.domains:
+            keys = rep.domain_keys(c.first, d)
+            row.append("ref" if c.first.method == "full" else
+                       rep.paired(c, "full", keys) if keys else NOT_EVALUATED)
+            row.append("ref" if c.first.method == "random" else
+                       rep.paired(c, "random", keys) if keys and c.first.ratio is not None
+                       else NOT_EVALUATED)
+        rows.append(row)
+    return Table("main", "Main results: quality, data used and time per method and ratio", cols,
+                 rows, notes=[
+                     "Train time is the training loop alone (as the paper reports it); selection "
+                     "(features, clustering, choice, allocation) is separate; end-to-end adds data "
+                     "loading, start-up and evaluation.",
+                     "Δ: paired difference in points against full data and against random at the "
+                     "same kept count, same seed."])
+
+
+def differences_table(rep: Report) -> Table:
+    cols = IDENT_COLS + [Column("benchmark"), Column("vs"), Column("ours", "pct"), Column("reference", "pct"),
+            Column("difference", "delta"), Column("paired on")]
+    rows = []
+    for c in rep.cells:
+        refs = [w for w in ("full", "random") if not (w == c.first.method or
+                                                       (w == "random" and c.first.ratio is None))]
+        targets = [(f"{d} avg", rep.domain_keys(c.first, d), d) for d in rep.domains]
+        targets += [(_qcol(k).name, [k], None) for k in rep.quality if k[1] is not None]
+        for which in refs:
+            ref_runs = [x for r in c.runs if (x := rep.reference_run(r, which))]
+            for name, keys, dom in targets:
+                if not keys or keys[0][0] not in rep.expected.get(
+                        (c.first.dataset, c.first.model), set()):
+                    continue
+                if dom is not None:
+                    ours = rep.domain_cell(c, dom)
+                    ref = mean_ci([rep.run_domain_avg(x, dom) for x in ref_runs], f"ref{name}")
+                else:
+                    ours = rep.quality_cell(c, keys[0])
+                    ref = mean_ci([rep.run_value(x, keys[0]) for x in ref_runs], f"ref{name}")
+                d = rep.paired(c, which, keys)
+                rows.append(_ident(c) + [name, which, ours,
+                             ref, d, f"{d.unit} (n={d.n})" if d else MISSING])
+    return Table("differences", "Paired differences against full data and random at the same "
+                 "budget", cols, rows, notes=[
+                     "Paired bootstrap (2,000 resamples, 95% percentile interval) over items where "
+                     "both runs have per-item scores, else over seeds; a single pair has no "
+                     "interval.",
+                     "Scores and differences in percent / points; loss and perplexity in their "
+                     "own units (lower is better)."])
+
+
+def overhead_table(rep: Report) -> Table:
+    cols = IDENT_COLS + [Column("features s", "sec"), Column("clustering s", "sec"),
+                         Column("choice s", "sec"), Column("allocation s", "sec"),
+                         Column("selection total s", "sec"), Column("selection share of "
+                                                                    "end-to-end (%)", "pct"),
+                         Column("peak memory MB", "mb"), Column("features peak MB", "mb"),
+                         Column("clustering peak MB", "mb"), Column("train energy J", "joules")]
+    rows = []
+    for c in rep.cells:
+        sel, e2e = rep.cost_cell(c, "selection_s"), rep.cost_cell(c, "end_to_end_s")
+        energy = rep.diag_cell(c, "cost/train", "energy_j")
+        rows.append(_ident(c) + [
+            rep.diag_cell(c, "cost/features", "seconds"), rep.diag_cell(c, "cost/clustering", "seconds"),
+            rep.diag_cell(c, "cost/selection", "seconds"), rep.diag_cell(c, "cost/allocation", "seconds"),
+            sel, 100 * sel.value / e2e.value if sel and e2e and e2e.value > 0 else MISSING,
+            rep.cost_cell(c, "peak_mem_mb"), rep.diag_cell(c, "cost/features", "peak_mem_mb"),
+            rep.diag_cell(c, "cost/clustering", "peak_mem_mb"),
+            energy if energy is not None else "not measured"])
+    return Table("overhead", "Selection overhead: seconds, memory and energy", cols, rows, notes=[
+        "choice s: keeping m_adj examples per cluster; selection total = select + schedule stages.",
+        "Energy comes from GPU energy counters (NVML) around training; where no GPU reports it "
+        "the cell says 'not measured' (never estimated). Peak memory: process RSS on CPU, "
+        "allocated device memory on GPU; step peaks from Python's tracemalloc."])
+
+
+def balance_table(rep: Report) -> Table:
+    cols = IDENT_COLS + [Column("worker", "int"), Column("tokens / step", "num0"),
+                         Column("vs mean of workers (%)", "delta"),
+                         Column("all-reduce wait s", "sec"), Column("compute s", "sec"),
+                         Column("wait share (%)", "pct")]
+    rows = []
+    for c in rep.cells:
+        workers = sorted({int(b.split("/")[1]) for r in c.runs for (b, _) in r.diag
+                          if b.startswith("worker/") and b.split("/")[1].isdigit()})
+        toks = {k: rep.diag_cell(c, f"worker/{k}", "tokens_per_step") for k in workers}
+        mean_tok = np.mean([t.value for t in toks.values() if t]) if any(toks.values()) else None
+        for k in workers:
+            wait = rep.diag_cell(c, f"worker/{k}", "allreduce_wait_s")
+            comp = rep.diag_cell(c, f"worker/{k}", "compute_s")
+            t = toks[k]
+            rows.append(_ident(c) + [
+                k, t, 100 * (t.value / mean_tok - 1) if t and mean_tok else MISSING, wait, comp,
+                100 * wait.value / (wait.value + comp.value)
+                if wait and comp and wait.value + comp.value > 0 else MISSING])
+    return Table("balance", "Per-worker balance: tokens per step and waiting at the all-reduce",
+                 cols, rows, notes=[
+                     "tokens / step: non-padding tokens a worker processes per optimizer step, "
+                     "mean over steps (and seeds); wait: summed over steps, from the worker's last "
+                     "gradient bucket being ready until the synchronized gradients were back."])
+
+
+def _summary_cols(rep: Report) -> tuple[list[Column], Callable[[Cell], list[Any]]]:
+    """Quality summary for ablations: domain averages and benchmarks outside any domain."""
+    other = [k for k in rep.quality if domain_of(k[0]) is None]
+    cols = [Column("data used (%)", "pct")] + [Column(f"{d} avg (%)", "pct") for d in rep.domains]
+    cols += [_qcol(k) for k in other]
+    cols += [Column("train s", "sec"), Column("end-to-end s", "sec"), Column("tokens/s", "num0"),
+             Column("all-reduce wait (%)", "pct")]
+
+    def values(c: Cell) -> list[Any]:
+        return ([rep.kept_cell(c)] + [rep.domain_cell(c, d) for d in rep.domains]
+                + [rep.quality_cell(c, k) for k in other]
+                + [rep.cost_cell(c, "train_s"), rep.cost_cell(c, "end_to_end_s"),
+                   rep.cost_cell(c, "tokens_per_s"), rep.cost_cell(c, "allreduce_wait_share", 100)])
+    return cols, values
+
+
+def _prune(r: Run) -> str | None:
+    return str(r.params.get("prune", "close")) if r.method == "cluster" else None
+
+
+# name, title, the factor, and the identity of a cell without that factor
+ABLATIONS: list[tuple[str, str, Callable[[Run], Any], Callable[[Run], tuple]]] = [
+    ("ablation_weighting", "Ablation: rank weighting of worker gradients on/off",
+     lambda r: r.weight_mode,
+     lambda r: (r.dataset, r.model, r.world_size, r.method, r.ratio,
+                json.dumps(r.params, sort_keys=True), r.budget, r.allocator)),
+    ("ablation_choice", "Ablation: which examples a cluster keeps (close = peripheral, far = core)",
+     _prune,
+     lambda r: (r.dataset, r.model, r.world_size, r.method, r.ratio,
+                json.dumps({k: v for k, v in r.params.items() if k != "prune"}, sort_keys=True),
+                r.allocator, r.weight_mode)),
+    ("ablation_allocator_selector", "Ablation: allocator crossed with selector",
+     lambda r: r.allocator,
+     lambda r: (r.dataset, r.model, r.world_size, r.method, r.ratio,
+                json.dumps(r.params, sort_keys=True), r.budget)),
+    ("ablation_workers", "Ablation: 4 vs 8 data-parallel workers",
+     lambda r: r.world_size,
+     lambda r: (r.dataset, r.model, r.method, r.ratio, json.dumps(r.params, sort_keys=True),
+                r.budget, r.allocator, r.weight_mode)),
+]
+
+
+def ablation_table(rep: Report, name: str, title: str, factor: Callable[[Run], Any],
+                   rest: Callable[[Run], tuple]) -> Table:
+    """Cells that agree on everything but the factor, in groups with at least two levels."""
+    groups: dict[tuple, list[Cell]] = {}
+    for c in rep.cells:
+        if factor(c.first) is None:
+            continue
+        groups.setdefault(tuple(str(x) for x in rest(c.first)), []).append(c)
+    scols, values = _summary_cols(rep)
+    cols = [Column("group", "int")] + IDENT_COLS + [Column("level")] + scols
+    rows, g = [], 0
+    for key in sorted(groups):
+        cells = groups[key]
+        if len({str(factor(c.first)) for c in cells}) < 2:
+            continue
+        g += 1
+        for c in sorted(cells, key=lambda c: str(factor(c.first))):
+            rows.append([g] + _ident(c) + [str(factor(c.first))] + values(c))
+    notes = [] if rows else ["No runs vary this factor alone yet (run the ablation grid, e.g. "
+                             "configs/runs/demo-ablation.yaml, then report again)."]
+    return Table(name, title, cols, rows, notes=notes + [
+        "Rows with the same group number differ only in the level."])
+
+
+def all_tables(rep: Report, reported: list[dict[str, Any]]) -> list[Table]:
+    from reports.reported import reported_table
+
+    tables = [main_table(rep), differences_table(rep), overhead_table(rep)]
+    tables += [ablation_table(rep, *a) for a in ABLATIONS]
+    tables += [balance_table(rep), reported_table(rep, reported)]
+    return [drop_blank_columns(t) for t in tables]
+
+
+def drop_blank_columns(t: Table) -> Table:
+    """Leave out columns that are "not evaluated" in every row (e.g. code benchmarks in a report
+    of demo runs only); missing cells (None) keep their column."""
+    if not t.rows:
+        return t
+    keep = [i for i in range(len(t.columns)) if any(row[i] != NOT_EVALUATED for row in t.rows)]
+    return Table(t.name, t.title, [t.columns[i] for i in keep],
+                 [[row[i] for i in keep] for row in t.rows], t.notes)
+
+
+__all__ = ["Column", "Table", "Report", "all_tables", "norm_benchmark"]

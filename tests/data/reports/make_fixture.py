@@ -1,0 +1,165 @@
+"""Writes the fixed results file the report tests read (results.csv + a few run folders' per-item
+scores). Synthetic, seeded numbers shaped like the pipeline's rows: not measurements.
+
+Rerun only to change the fixture on purpose:  .venv/bin/python tests/data/reports/make_fixture.py
+
+What it holds, so every table has something to show:
+- demo pool, tiny model, 4 workers, seeds 1 and 2: full; CluSTER r = 1.0 and 0.5 with random at
+  each kept count; r = 0.5 with prune=far (core), with weights off, with the uniform-shuffle
+  allocator. Per-item scores (eval_samples.jsonl) for full, CluSTER r = 0.5 and its random.
+- demo pool, 8 workers, seed 1 only (single-seed cells): full and CluSTER r = 0.5, whose demo/c
+  benchmark is a 'missing' row.
+- the paper's Magicoder + CodeLlama-7B cell, seed 42: full and CluSTER r = 1.0, four code
+  benchmarks (matches reports/reported.yaml entries).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[2]))
+
+from repro.io import atomic_write_jsonl  # noqa: E402
+from repro.results import write_rows  # noqa: E402
+
+VERSIONS = json.dumps({"lm_eval": "0.4.13", "torch": "2.13.0", "transformers": "5.24.0",
+                       "python": "3.11.9"}, sort_keys=True)
+CATS = ("a", "b", "c")
+ITEMS = 8  # per category
+
+
+def run_rows(label: str, name: str, dataset: str, model: str, method: str, params: dict,
+             allocator: str, weight_mode: str, ws: int, seed: int, n_sel: int, n_pool: int,
+             quality: float, benches: list[str], missing: tuple[str, ...] = (),
+             items: bool = False) -> tuple[list[dict], list[dict], str, str]:
+    rng = np.random.default_rng(int(hashlib.sha256(f"{label}|{seed}".encode()).hexdigest()[:8], 16))
+    h = hashlib.sha256(f"{label}|{ws}|{seed}".encode()).hexdigest()[:12]
+    frac = n_sel / n_pool
+    sel_s = 0.2 if method in ("full", "random") else round(3.0 + rng.uniform(0, 1), 3)
+    train_s = round(40 * frac * (1 + 0.1 * (ws == 8)) + rng.uniform(0, 2), 3)
+    eval_s = round(10 + rng.uniform(0, 1), 3)
+    base = {
+        "run_id": f"{name}-{h}", "config_hash": h, "name": name, "method": method,
+        "selection_params": json.dumps(params, sort_keys=True, separators=(",", ":")),
+        "allocator": allocator, "weight_mode": weight_mode, "ratio": params.get("ratio"),
+        "kept_fraction": round(frac, 6), "n_selected": n_sel, "n_pool": n_pool, "model": model,
+        "dataset": dataset, "world_size": ws, "seed": seed, "selection_s": sel_s,
+        "train_s": train_s, "eval_s": eval_s,
+        "end_to_end_s": round(sel_s + train_s + eval_s + 5 + rng.uniform(0, 1), 3),
+        "tokens_per_s": round(9000 + rng.uniform(0, 500), 2),
+        "allreduce_wait_share": round(0.2 + rng.uniform(0, 0.05), 4),
+        "peak_mem_mb": round(420 + rng.uniform(0, 20), 1), "git_sha": "0" * 40,
+        "versions": VERSIONS, "hardware": "cpu:x86_64 cores=2",
+        "timestamp": "2026-11-30T12:00:00+00:00",
+    }
+    rows, samples = [], []
+    if dataset == "demo":
+        per_cat = []
+        for c in CATS:
+            if f"demo/{c}" in missing:
+                rows.append({**base, "benchmark": f"demo/{c}", "metric": "missing", "n": 0})
+                continue
+            sc = (rng.uniform(size=ITEMS) < quality).astype(float)
+            samples += [{"id": f"{c}-{i}", "category": c, "score": float(s)} for i, s in enumerate(sc)]
+            per_cat.append(sc)
+            rows.append({**base, "benchmark": f"demo/{c}", "metric": "exact_or_exec",
+                         "value": float(sc.mean()), "stderr": float(sc.std() / np.sqrt(ITEMS)),
+                         "n": ITEMS})
+        allsc = np.concatenate(per_cat)
+        rows.append({**base, "benchmark": "demo/overall", "metric": "exact_or_exec",
+                     "value": float(allsc.mean()), "stderr": None, "n": int(allsc.size)})
+        loss = round(2.5 - quality + rng.uniform(0, 0.05), 4)
+        rows.append({**base, "benchmark": "heldout", "metric": "loss", "value": loss,
+                     "stderr": 0.01, "n": 24})
+        rows.append({**base, "benchmark": "heldout", "metric": "perplexity",
+                     "value": round(float(np.exp(loss)), 4), "n": 24})
+    for b in benches:
+        rows.append({**base, "benchmark": b, "metric": "pass@1",
+                     "value": round(quality + rng.uniform(-0.02, 0.02), 4), "stderr": 0.03,
+                     "n": 164})
+    if method == "cluster":
+        for step in ("features", "clustering", "selection"):
+            rows.append({**base, "benchmark": f"cost/{step}", "metric": "seconds",
+                         "value": round(rng.uniform(0.1, 2), 4)})
+            rows.append({**base, "benchmark": f"cost/{step}", "metric": "peak_mem_mb",
+                         "value": round(rng.uniform(5, 50), 2)})
+        sizes = rng.multinomial(n_pool, [0.4] + [0.6 / (ws - 1)] * (ws - 1))
+        after = np.maximum(np.minimum(sizes, int(np.ceil(1.5 * n_pool / ws))), n_sel // ws)
+        after[np.argmax(after)] += n_pool - after.sum()  # the soft cap moves, never drops
+        for c in range(ws):
+            for m, v in (("size_before_cap", sizes[c]), ("size_after_cap", after[c]),
+                         ("kept", n_sel // ws)):
+                rows.append({**base, "benchmark": f"cluster/{c}", "metric": m, "value": int(v)})
+        rows.append({**base, "benchmark": "cluster/agreement", "metric": "purity",
+                     "value": round(rng.uniform(0.5, 0.9), 4)})
+    rows.append({**base, "benchmark": "cost/allocation", "metric": "seconds",
+                 "value": round(rng.uniform(0.001, 0.01), 5)})
+    for k in range(ws):
+        steps = 6
+        rows.append({**base, "benchmark": f"worker/{k}", "metric": "tokens_per_step",
+                     "value": round(800 + rng.uniform(-50, 50), 2), "n": steps})
+        rows.append({**base, "benchmark": f"worker/{k}", "metric": "allreduce_wait_s",
+                     "value": round(rng.uniform(0.1, 0.5), 4), "n": steps})
+        rows.append({**base, "benchmark": f"worker/{k}", "metric": "compute_s",
+                     "value": round(rng.uniform(1, 2), 4), "n": steps})
+    return rows, (samples if items else []), name, h
+
+
+def main() -> None:
+    demo = dict(name="demo-quick", dataset="demo", model="tiny-random-llama", n_pool=96, benches=[])
+    specs = []
+    for seed, (n100, n50) in ((1, (80, 40)), (2, (84, 44))):
+        specs += [
+            dict(label="full", method="full", params={}, allocator="uniform-shuffle",
+                 weight_mode="none", ws=4, seed=seed, n_sel=96, quality=0.6, items=True, **demo),
+            dict(label="c100", method="cluster", params={"ratio": 100}, allocator="cluster-interleave",
+                 weight_mode="rank", ws=4, seed=seed, n_sel=n100, quality=0.58, **demo),
+            dict(label="rnd100", method="random", params={}, allocator="uniform-shuffle",
+                 weight_mode="none", ws=4, seed=seed, n_sel=n100, quality=0.55, **demo),
+            dict(label="c50", method="cluster", params={"ratio": 50}, allocator="cluster-interleave",
+                 weight_mode="rank", ws=4, seed=seed, n_sel=n50, quality=0.5, items=True, **demo),
+            dict(label="rnd50", method="random", params={}, allocator="uniform-shuffle",
+                 weight_mode="none", ws=4, seed=seed, n_sel=n50, quality=0.4, items=True, **demo),
+            dict(label="c50far", method="cluster", params={"prune": "far", "ratio": 50},
+                 allocator="cluster-interleave", weight_mode="rank", ws=4, seed=seed, n_sel=n50,
+                 quality=0.45, **demo),
+            dict(label="c50now", method="cluster", params={"ratio": 50},
+                 allocator="cluster-interleave", weight_mode="none", ws=4, seed=seed, n_sel=n50,
+                 quality=0.47, **demo),
+            dict(label="c50shuf", method="cluster", params={"ratio": 50},
+                 allocator="uniform-shuffle", weight_mode="rank", ws=4, seed=seed, n_sel=n50,
+                 quality=0.48, **demo),
+        ]
+    specs += [
+        dict(label="full8", method="full", params={}, allocator="uniform-shuffle",
+             weight_mode="none", ws=8, seed=1, n_sel=96, quality=0.6, **demo),
+        dict(label="c50-8", method="cluster", params={"ratio": 50}, allocator="cluster-interleave",
+             weight_mode="rank", ws=8, seed=1, n_sel=40, quality=0.5, missing=("demo/c",), **demo),
+    ]
+    paper = dict(name="paper-code", dataset="Magicoder-OSS-Instruct-75K",
+                 model="codellama/CodeLlama-7b-Python-hf", n_pool=75197,
+                 benches=["humaneval", "humaneval_plus", "mbpp", "mbpp_plus"])
+    specs += [
+        dict(label="pfull", method="full", params={}, allocator="uniform-shuffle",
+             weight_mode="none", ws=4, seed=42, n_sel=75197, quality=0.57, **paper),
+        dict(label="pc100", method="cluster", params={"ratio": 100},
+             allocator="cluster-interleave", weight_mode="rank", ws=4, seed=42, n_sel=59400,
+             quality=0.56, **paper),
+    ]
+    all_rows = []
+    for s in specs:
+        rows, samples, name, h = run_rows(**s)
+        all_rows += rows
+        if samples:
+            atomic_write_jsonl(HERE / name / h / "eval_samples.jsonl", samples)
+    write_rows(HERE / "results.csv", all_rows)
+    print(f"{HERE / 'results.csv'}: {len(all_rows)} rows")
+
+
+if __name__ == "__main__":
+    main()
