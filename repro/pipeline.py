@@ -243,10 +243,15 @@ def stage_eval(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
                                            cfg.eval.batch_size, device, cfg.eval.limit)
         out["scores"]["demo"] = scores
         atomic_write_jsonl(run_dir / "eval_samples.jsonl", samples)
-    if cfg.eval.benchmarks:
-        out["missing_benchmarks"] = list(cfg.eval.benchmarks)
-        _log(f"eval: benchmarks {cfg.eval.benchmarks} need the evals/ harness integration, which "
-             "is not installed in this version; they are reported as missing")
+    if cfg.eval.benchmarks:  # the paper's benchmarks through lm-eval (evals/run.py)
+        from evals.run import EvalSettings, make_lm, run_benchmarks
+
+        data_dir = cfg.resolved_data_dir()
+        settings = EvalSettings(data_dir=str(data_dir) if data_dir else None,
+                                limit=cfg.eval.limit, batch_size=cfg.eval.batch_size)
+        out["benchmarks"] = run_benchmarks(make_lm(model, tok, cfg.eval.batch_size),
+                                           cfg.eval.benchmarks, settings,
+                                           run_dir / "eval_benchmarks")
     out["eval_s"] = time.perf_counter() - t0
     return out
 
@@ -294,6 +299,10 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
                      "stderr": s["stderr"], "n": s["n"]})
     for b in ev.get("missing_benchmarks", []):
         rows.append({**base, "benchmark": b, "metric": "missing", "value": None, "n": 0})
+    if ev.get("benchmarks"):
+        from evals.run import entries_to_rows
+
+        rows += entries_to_rows(ev["benchmarks"], base)
     rows += diagnostic_rows(base, run_dir, sel, sch, train)
     return rows
 

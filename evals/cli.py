@@ -1,0 +1,160 @@
+"""`cluster-repro eval`: the paper's benchmarks on a run's fine-tuned model or any model.
+
+    cluster-repro eval --run runs/demo/<hash> --benchmarks medical --limit 20
+    cluster-repro eval --model smollm2-135m-instruct --benchmarks all --data-dir ../shared/data
+    cluster-repro eval --model BASE_DIR --adapter ADAPTER_DIR --benchmarks humaneval
+
+Writes, under --output-dir: results.part.csv (tidy rows, merged by `cluster-repro results`),
+benchmarks.json (every entry with its status, lm-eval and task versions, settings) and
+samples/<task>.jsonl (per-sample prompts, outputs and scores).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+_DESCRIPTION = (
+    "Evaluate a model on the paper's benchmarks through lm-evaluation-harness: code (humaneval, "
+    "humaneval_plus, mbpp, mbpp_plus: pass@1, greedy, generated code run in a sandbox) and "
+    "medical (medqa, medmcqa, pubmedqa, mmlu_medical: log-likelihood multiple choice, accuracy). "
+    "--source local reads the copies in --data-dir (see docs/benchmarks.md); --source hub "
+    "downloads the harness's datasets. A benchmark whose data cannot be found is reported as "
+    "'missing' (loudly, and as a result row), never skipped.")
+
+
+def register(subparsers: Any, epilog: str) -> None:
+    p = subparsers.add_parser("eval", help="evaluate a run's model or any model on the benchmarks",
+                              description=_DESCRIPTION, epilog=epilog)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run", help="a run directory (<output_dir>/<name>/<hash>): evaluates "
+                       "its fine-tuned model (base + LoRA adapter, or full weights)")
+    which.add_argument("--model", help="a model: builtin name (tiny-random-llama, "
+                       "smollm2-135m-instruct), a local Hugging Face directory, or a hub id")
+    p.add_argument("--adapter", help="with --model: a LoRA adapter directory to apply")
+    p.add_argument("--benchmarks", default="all",
+                   help="comma-separated benchmarks or aliases code, medical, all (default all)")
+    p.add_argument("--source", choices=["local", "hub"], default="local",
+                   help="local files (default) or the hub datasets")
+    p.add_argument("--data-dir", help="the local data directory (default $CLUSTER_REPRO_DATA, "
+                   "or the run's data_dir)")
+    p.add_argument("--humaneval-plus-file", help="a HumanEval+ file (evalplus release "
+                   "HumanEvalPlus.jsonl[.gz]); there is no offline copy otherwise")
+    p.add_argument("--limit", type=int, default=None, help="first N items of each task "
+                   "(each MMLU subject); default: all")
+    p.add_argument("--batch-size", type=int, default=8, help="default 8")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if "
+                   "available, else cpu)")
+    p.add_argument("--num-fewshot", default="", metavar="BENCH=K,...",
+                   help="shot counts, e.g. mmlu_medical=5 (default: the harness defaults)")
+    p.add_argument("--max-gen-toks", type=int, default=None,
+                   help="cap on generated tokens for code tasks (default: the task's, 1024 "
+                   "HumanEval / 256 MBPP); say so when you report capped scores")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's choice). On a CPU shared with other "
+                   "jobs, 1 avoids thread oversubscription (several times faster there)")
+    p.add_argument("--output-dir", default=None, help="where rows and logs go (default: "
+                   "RUN/eval-cli with --run, else runs/eval/<model>)")
+    p.add_argument("--name", default=None, help="name in the result rows (default: the run's "
+                   "name, or the model's)")
+    p.set_defaults(func=cmd_eval)
+
+
+def _parse_fewshot(text: str) -> dict[str, int]:
+    out = {}
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        key, sep, val = part.partition("=")
+        if not sep or not val.strip().isdigit():
+            raise ValueError(f"--num-fewshot: expected BENCH=K (K a whole number), got {part!r}")
+        out[key.strip()] = int(val)
+    return out
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", s).strip("-") or "model"
+
+
+def _load(args: argparse.Namespace, device: str):
+    """-> (model, tokenizer, base row fields, default output dir, data_dir from the run)."""
+    from repro.config import LoraConfig, ModelConfig, load_config
+    from repro.models import load_finetuned, load_model_and_tokenizer, materialize_model
+    from repro.pipeline import model_dir_of
+
+    if args.run:
+        run_dir = Path(args.run)
+        cfg_path = run_dir / "config.yaml"
+        if not cfg_path.is_file():
+            raise FileNotFoundError(f"--run {run_dir}: no config.yaml; expected a run directory "
+                                    "<output_dir>/<name>/<config_hash>")
+        cfg = load_config(cfg_path)
+        model, tok = load_finetuned(run_dir / "model", model_dir_of(run_dir), cfg.model, device)
+        base = {"run_id": f"{cfg.name}-{cfg.hash()}", "config_hash": cfg.hash(),
+                "name": args.name or cfg.name, "method": cfg.selection.method,
+                "allocator": cfg.allocation.method, "weight_mode": cfg.allocation.weight_mode,
+                "model": cfg.model.name_or_path, "world_size": cfg.world_size, "seed": cfg.seed}
+        data_dir = cfg.resolved_data_dir()
+        return model, tok, base, run_dir / "eval-cli", data_dir
+    mcfg = ModelConfig(name_or_path=args.model, lora=LoraConfig(enabled=False))
+    model_dir = materialize_model(mcfg, seed=0)
+    model, tok = load_model_and_tokenizer(model_dir, mcfg, device)
+    label = args.model
+    if args.adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, args.adapter).to(device)
+        label = f"{args.model}+{Path(args.adapter).name}"
+    name = args.name or _slug(label)
+    base = {"run_id": f"eval-{name}", "name": name, "method": "base" if not args.adapter
+            else "adapter", "model": label}
+    return model, tok, base, Path("runs") / "eval" / name, None
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from evals.run import EvalSettings, entries_to_rows, expand_benchmarks, make_lm, run_benchmarks
+    from repro.results import PART_NAME, provenance, write_rows
+
+    if args.adapter and not args.model:
+        raise ValueError("--adapter goes with --model (the base model)")
+    benchmarks = expand_benchmarks(args.benchmarks)
+    fewshot = _parse_fewshot(args.num_fewshot)
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tok, base, default_out, run_data_dir = _load(args, args.device)
+    out_dir = Path(args.output_dir) if args.output_dir else default_out
+    settings = EvalSettings(source=args.source, data_dir=args.data_dir or run_data_dir,
+                            limit=args.limit, batch_size=args.batch_size, num_fewshot=fewshot,
+                            max_gen_toks=args.max_gen_toks,
+                            humaneval_plus_file=args.humaneval_plus_file)
+    t0 = time.perf_counter()
+    lm = make_lm(model, tok, batch_size=args.batch_size)
+    entries = run_benchmarks(lm, benchmarks, settings, out_dir)
+    wall = time.perf_counter() - t0
+    rows = []
+    for e in entries:
+        rows += entries_to_rows([e], {**base, "eval_s": e["seconds"], **provenance()})
+    write_rows(out_dir / PART_NAME, rows)
+    _print_table(entries, wall)
+    print(f"\n{out_dir / PART_NAME} ({len(rows)} rows); per-sample logs in {out_dir / 'samples'}")
+    bad = [e for e in entries if e["status"] != "ok"]
+    if bad:
+        listed = ", ".join(f"{e['benchmark']} ({e['status']})" for e in bad)
+        print(f"NOT EVALUATED: {listed}", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _print_table(entries: list[dict[str, Any]], wall: float) -> None:
+    print(f"{'benchmark':36s} {'metric':9s} {'value':>8s} {'stderr':>8s} {'n':>6s} {'sec':>8s}")
+    for e in entries:
+        val = "" if e["value"] is None else f"{e['value']:.4f}"
+        err = "" if e["stderr"] is None else f"{e['stderr']:.4f}"
+        print(f"{e['benchmark']:36s} {e['metric']:9s} {val:>8s} {err:>8s} {e['n']:>6d} "
+              f"{e['seconds']:>8.1f}")
+    print(f"total wall time: {wall:.1f} s")
