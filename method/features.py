@@ -70,14 +70,16 @@ def _autocast(device: torch.device, bf16: bool | None):
 
 
 @torch.inference_mode()
-def gradient_proxy_features(model: Any, batch: dict, chunk_rows: int = 256, *,
+def gradient_proxy_features(model: Any, batch: dict, chunk_rows: int = 1024, *,
                             bf16: bool | None = None) -> torch.Tensor:
     """g for every row of a collated batch (input_ids, attention_mask, labels: [B, T] int64).
 
     Returns [B, H] float32 on the model's device. The LM head runs on at most `chunk_rows` response
-    positions at a time, so the extra working memory is about chunk_rows * V * 4 bytes (256 rows
-    x 49152 vocab = 48 MiB) instead of B * T * V * 4 * 2 for full logits plus log_softmax. 256 rows
-    keep the head's matmul large enough to run at full speed (method/bench_features.py).
+    positions at a time, so the extra working memory is about chunk_rows * V * 4 bytes (1024 rows
+    x 49152 vocab = 192 MiB) instead of B * T * V * 4 * 2 for full logits plus log_softmax. Smaller
+    chunks save memory but slow the head on CPU (measured on SmolLM2 at batch 8: 256 rows, 0.16x the
+    naive form's memory but no faster than a plain forward; 1024 rows, 0.28x and 1.10x faster);
+    see docs/measurements.md.
     `bf16`: autocast to bfloat16; None = on when the model is on CUDA.
     """
     if chunk_rows < 1:
