@@ -44,6 +44,18 @@ ISSUE_SELECTORS = {"random", "uniform", "dedup-exact", "dedup-minhash", "semdedu
 K = 2  # world size (CluSTER's K) for the cluster-based selectors
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    """Tiny models gain nothing from threads, and on a busy machine OpenMP's spin-waiting makes
+    a 2-thread tiny forward ~100x slower than a 1-thread one; restored afterwards."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def builtin_selectors() -> list[str]:
     return [n for n in SELECTORS.names()
             if SELECTORS.origin(n).startswith(("baselines.", "method."))]
