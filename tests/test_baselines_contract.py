@@ -18,6 +18,7 @@ from repro.io import atomic_write_jsonl
 from repro.pipeline import validate_selection
 from repro.registry import SELECTORS
 from repro.types import Pool
+from tests.baselines_fixtures import one_torch_thread  # noqa: F401  (autouse fixture)
 
 # Selectors that set their own kept count (a budget is an error for them).
 SELF_COUNTED = {"full", "cluster", "uniform"}
@@ -42,18 +43,6 @@ TOO_SMALL = {
 ISSUE_SELECTORS = {"random", "uniform", "dedup-exact", "dedup-minhash", "semdedup", "loss", "grand",
                    "perplexity", "ccs", "ifd", "less", "s2l"}
 K = 2  # world size (CluSTER's K) for the cluster-based selectors
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """Tiny models gain nothing from threads, and on a busy machine OpenMP's spin-waiting makes
-    a 2-thread tiny forward ~100x slower than a 1-thread one; restored afterwards."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def builtin_selectors() -> list[str]:

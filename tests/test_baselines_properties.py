@@ -18,16 +18,9 @@ from repro.interfaces import SelectionContext, SelectionError
 from repro.io import atomic_write_jsonl
 from repro.registry import SELECTORS
 from repro.types import Example, Pool
+from tests.baselines_fixtures import one_torch_thread  # noqa: F401  (autouse fixture)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """Tiny models gain nothing from threads, and on a busy machine OpenMP's spin-waiting makes
-    a 2-thread tiny forward ~100x slower than a 1-thread one; restored afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _ex(i: int, prompt: str, response: str, category: str | None = None) -> Example:
@@ -148,14 +141,11 @@ def test_semdedup_drops_semantic_near_duplicates_inside_clusters(tmp_path: Path,
 
 def _reference_losses(cfg, model_dir, pool: Pool, all_tokens: bool = False):
     """Batch-1 reference: each example alone through the model, the trainer's loss, plus EL2N."""
+    from baselines.common import scoring_model
     from repro.data import collate, tokenize_example
-    from repro.models import load_model_and_tokenizer
     from repro.trainer import weighted_lm_loss
 
-    import dataclasses
-    mcfg = dataclasses.replace(cfg.model, lora=dataclasses.replace(cfg.model.lora, enabled=False))
-    model, tok = load_model_and_tokenizer(model_dir, mcfg)
-    model.eval()
+    model, tok = scoring_model(_ctx(cfg, Path("."), model_dir), "reference")  # no LoRA, eval
     losses, el2n = [], []
     with torch.no_grad():
         for e in pool.examples:
@@ -173,6 +163,13 @@ def _reference_losses(cfg, model_dir, pool: Pool, all_tokens: bool = False):
     return np.array(losses), np.array(el2n)
 
 
+def _assert_keeps_top(sel, pool: Pool, ref: np.ndarray, k: int, rel: float) -> None:
+    """The selection is the k highest of `ref` and carries those reference scores."""
+    assert set(sel.ids) == {pool.ids[i] for i in np.argsort(-ref)[:k]}
+    want = {e.id: ref[i] for i, e in enumerate(pool.examples)}
+    assert dict(zip(sel.ids, sel.scores)) == pytest.approx({i: want[i] for i in sel.ids}, rel=rel)
+
+
 def test_loss_keeps_the_highest_per_example_losses(tmp_path: Path, tiny) -> None:
     cfg, model_dir = tiny
     pool = _text_pool()
@@ -180,12 +177,7 @@ def test_loss_keeps_the_highest_per_example_losses(tmp_path: Path, tiny) -> None
     for score, ref in (("loss", ref_loss), ("el2n", ref_el2n)):
         sel = SELECTORS.create("loss", {"score": score}, "k").select(
             pool, 6, _ctx(cfg, tmp_path, model_dir))
-        top = {pool.ids[i] for i in np.argsort(-ref)[:6]}
-        assert set(sel.ids) == top
-        got = dict(zip(sel.ids, sel.scores))
-        for i, e in enumerate(pool.examples):
-            if e.id in got:
-                assert got[e.id] == pytest.approx(ref[i], rel=1e-4)
+        _assert_keeps_top(sel, pool, ref, 6, 1e-4)
 
 
 def test_perplexity_scores_the_whole_text_and_can_keep_the_middle(tmp_path: Path, tiny) -> None:
@@ -193,9 +185,8 @@ def test_perplexity_scores_the_whole_text_and_can_keep_the_middle(tmp_path: Path
     pool = _text_pool()
     ref = np.exp(_reference_losses(cfg, model_dir, pool, all_tokens=True)[0])
     ctx = _ctx(cfg, tmp_path, model_dir)
-    top = SELECTORS.create("perplexity", {}, "k").select(pool, 6, ctx)
-    assert dict(zip(top.ids, top.scores)) == pytest.approx(
-        {pool.ids[i]: ref[i] for i in np.argsort(-ref)[:6]}, rel=1e-4)
+    _assert_keeps_top(SELECTORS.create("perplexity", {}, "k").select(pool, 6, ctx), pool, ref, 6,
+                      1e-4)
     mid = SELECTORS.create("perplexity", {"keep": "middle"}, "k").select(pool, 6, ctx)
     ranked = [pool.ids[i] for i in np.argsort(ref)]
     assert set(mid.ids) == set(ranked[9:15])  # 24 examples: ranks 9..14 around the median
@@ -219,11 +210,7 @@ def test_grand_scores_are_per_example_lora_gradient_norms(tmp_path: Path, tiny) 
         ref.append(float(torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)]).norm()))
     ref = np.array(ref)
     assert ref.min() > 0
-    assert set(sel.ids) == {pool.ids[i] for i in np.argsort(-ref)[:4]}
-    got = dict(zip(sel.ids, sel.scores))
-    for i, e in enumerate(pool.examples):
-        if e.id in got:
-            assert got[e.id] == pytest.approx(ref[i], rel=1e-3)
+    _assert_keeps_top(sel, pool, ref, 4, 1e-3)
 
 
 def test_ccs_drops_the_hardest_and_covers_every_stratum(tmp_path: Path, tiny) -> None:
@@ -264,15 +251,11 @@ def test_spreading_a_budget_evenly_smallest_first() -> None:
 
 def _memorizing_model(tmp_path: Path, tiny, pairs: list[tuple[str, str]], steps: int = 60):
     """The tiny model, trained to give each response after its prompt (a real, small fit)."""
-    from baselines.common import train_briefly
+    from baselines.common import scoring_model, train_briefly
     from repro.data import tokenize_example
-    from repro.models import load_model_and_tokenizer
 
     cfg, model_dir = tiny
-    import dataclasses
-    mcfg = dataclasses.replace(cfg.model, lora=dataclasses.replace(cfg.model.lora, enabled=False))
-    torch.manual_seed(0)
-    model, tok = load_model_and_tokenizer(model_dir, mcfg)
+    model, tok = scoring_model(_ctx(cfg, tmp_path, model_dir), "memorize")  # all weights trained
     items = [tokenize_example(_ex(i, p, r), tok, 128) for i, (p, r) in enumerate(pairs)]
     train_briefly(model, items, tok.pad_token_id, steps, 1e-2, len(items), 0)  # one batch a step
     out = tmp_path / "memorized"
