@@ -181,14 +181,30 @@ def scoring_model(ctx: SelectionContext, method: str, lora: bool = False, seed: 
     return model, tok
 
 
-def tokenize_pool(pool: Pool, tokenizer: Any, max_length: int, labels: str = "response"
-                  ) -> list[dict]:
+def tokenize_pool(pool: Pool, tokenizer: Any, max_length: int, labels: str = "response",
+                  cut_prompt: bool = False) -> list[dict]:
     """`repro.data` tokenization of every example, in pool order. labels="all" puts every token
-    after the first in the loss (perplexity of the whole text); "response" is the training loss."""
-    from repro.data import TokenizedPool
+    after the first in the loss (perplexity of the whole text); "response" is the training loss.
+    An example longer than max_length is cut from the right, as training does; one whose prompt
+    leaves no response token is an error, unless `cut_prompt` (for a proxy model with another
+    tokenizer, e.g. S2L's byte-level one): then the prompt keeps its last tokens and the response
+    at least min(its length, max_length // 2) tokens."""
+    from repro.data import TokenizedPool, tokenize_example
 
-    tp = TokenizedPool(pool, tokenizer, max_length, on_bad_row="error")
-    items = [tp[i] for i in pool.ids]
+    if cut_prompt:
+        items = []
+        for e in pool.examples:
+            it = tokenize_example(e, tokenizer, 1 << 30)
+            p = sum(1 for x in it["labels"] if x == -100)
+            r = len(it["input_ids"]) - p
+            r_keep = min(r, max_length - min(p, max_length // 2))
+            p_keep = min(p, max_length - r_keep)
+            sl = slice(p - p_keep, p + r_keep)
+            items.append({"input_ids": it["input_ids"][sl], "labels": it["labels"][sl],
+                          "n_response_tokens": r_keep})
+    else:
+        tp = TokenizedPool(pool, tokenizer, max_length, on_bad_row="error")
+        items = [tp[i] for i in pool.ids]
     if labels == "all":
         items = [{**it, "labels": list(it["input_ids"])} for it in items]
     return items

@@ -49,12 +49,14 @@ class S2LSelector:
     """Small-proxy loss trajectories, k-means, budget spread evenly over clusters smallest first.
 
     proxy_model (tiny-random-llama), proxy_hidden_size (64), proxy_layers (2), epochs (3),
-    n_checkpoints (6), lr (1e-3), batch_size (8), n_clusters (100).
+    n_checkpoints (6), lr (1e-3), batch_size (8), n_clusters (100), proxy_max_length (null:
+    data.max_length; in the proxy's tokens, long prompts cut from the left).
     """
 
     def __init__(self, proxy_model: str = "tiny-random-llama", proxy_hidden_size: int = 64,
                  proxy_layers: int = 2, epochs: int = 3, n_checkpoints: int = 6,
-                 lr: float = 1e-3, batch_size: int = 8, n_clusters: int = 100) -> None:
+                 lr: float = 1e-3, batch_size: int = 8, n_clusters: int = 100,
+                 proxy_max_length: int | None = None) -> None:
         for key, v in (("epochs", epochs), ("n_checkpoints", n_checkpoints),
                        ("batch_size", batch_size), ("n_clusters", n_clusters)):
             if int(v) != v or v < 1:
@@ -62,6 +64,7 @@ class S2LSelector:
         self.proxy_model, self.proxy_hidden_size = proxy_model, proxy_hidden_size
         self.proxy_layers, self.epochs, self.n_checkpoints = proxy_layers, epochs, n_checkpoints
         self.lr, self.batch_size, self.n_clusters = float(lr), batch_size, n_clusters
+        self.proxy_max_length = proxy_max_length
 
     def trajectories(self, pool: Pool, ctx: SelectionContext) -> np.ndarray:
         """N x n_checkpoints: each example's loss under the proxy at each checkpoint."""
@@ -74,7 +77,9 @@ class S2LSelector:
                                    tiny_layers=self.proxy_layers)
         proxy_dir = materialize_model(mcfg, ctx.seed)
         model, tok = scoring_model(ctx, "s2l", lora=not tiny, model_dir=proxy_dir, model_cfg=mcfg)
-        items = tokenize_pool(pool, tok, ctx.config.data.max_length)
+        # the proxy's own tokenizer may need more tokens than the target's: cut long prompts
+        items = tokenize_pool(pool, tok, self.proxy_max_length or ctx.config.data.max_length,
+                              cut_prompt=True)
         total = self.epochs * -(-len(items) // self.batch_size)
         marks = sorted({max(1, round(total * (j + 1) / self.n_checkpoints))
                         for j in range(self.n_checkpoints)})

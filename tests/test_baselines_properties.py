@@ -325,3 +325,34 @@ def test_s2l_spreads_the_budget_over_trajectory_clusters_smallest_first(tmp_path
     labels = kmeans_labels(T, 4, 0)
     for i, c in zip(sel.ids, sel.clusters):
         assert labels[pool.ids.index(i)] == c
+
+
+def test_long_prompts_are_cut_from_the_left_for_a_proxy_tokenizer(tiny) -> None:
+    """S2L's byte-level proxy can need more tokens than the target: the prompt's tail and the
+    whole (short) response are kept instead of failing the example."""
+    from baselines.common import scoring_model, tokenize_pool
+
+    cfg, model_dir = tiny
+    _, tok = scoring_model(_ctx(cfg, Path("."), model_dir), "t")
+    pool = Pool([_ex(0, "x" * 300 + " question?\n", "yes"), _ex(1, "short?\n", "y" * 200)])
+    a, b = tokenize_pool(pool, tok, 64, cut_prompt=True)
+    assert len(a["input_ids"]) == 64 and len(b["input_ids"]) == 64
+    assert tok.decode(a["input_ids"]).endswith(" question?\nyes<|eos|>")
+    assert a["labels"][-4:] == a["input_ids"][-4:] and a["labels"][0] == -100
+    assert tok.decode(b["input_ids"]).startswith("short?\n")  # short prompt kept whole
+    with pytest.raises(ValueError, match="no response token"):
+        tokenize_pool(pool, tok, 64)
+
+
+def test_less_reads_a_validation_file_or_says_what_is_missing(tmp_path: Path) -> None:
+    from baselines.less import validation_pool
+
+    rows = [{"instruction": f"Question {i}?", "input": "", "output": f"Answer {i}."}
+            for i in range(10)]
+    (tmp_path / "val.json").write_text(json.dumps(rows))
+    cfg = from_dict({}, [f"data_dir={tmp_path}"])
+    val = validation_pool(_ctx(cfg, tmp_path), "val.json", "alpaca", 4)
+    assert len(val) == 4 and all(e.response.startswith("Answer") for e in val.examples)
+    assert validation_pool(_ctx(cfg, tmp_path), "val.json", "alpaca", 4).ids == val.ids
+    with pytest.raises(SelectionError, match="heldout.jsonl, which does not exist"):
+        validation_pool(_ctx(cfg, tmp_path / "nowhere"), "heldout", "auto", 4)
