@@ -356,3 +356,19 @@ def test_less_reads_a_validation_file_or_says_what_is_missing(tmp_path: Path) ->
     assert validation_pool(_ctx(cfg, tmp_path), "val.json", "alpaca", 4).ids == val.ids
     with pytest.raises(SelectionError, match="heldout.jsonl, which does not exist"):
         validation_pool(_ctx(cfg, tmp_path / "nowhere"), "heldout", "auto", 4)
+
+
+def test_forward_stats_head_at_labelled_positions_matches_full_logits(tiny, monkeypatch) -> None:
+    """The lean path (decoder, then the LM head on labelled rows in chunks) equals the plain
+    full-logits forward."""
+    import baselines.common as common
+
+    cfg, model_dir = tiny
+    model, tok = common.scoring_model(_ctx(cfg, Path("."), model_dir), "t")
+    items = common.tokenize_pool(_text_pool(10), tok, 128)
+    lean = common.forward_stats(model, items, tok.pad_token_id, 4, chunk_rows=7)
+    monkeypatch.setattr(common, "_decoder_and_head", lambda m: (None, None))
+    full = common.forward_stats(model, items, tok.pad_token_id, 3)
+    for key in ("loss", "el2n"):
+        assert lean[key] == pytest.approx(full[key], rel=1e-5)
+    assert (lean["tokens"] == full["tokens"]).all() and lean["tokens"].min() > 0
