@@ -66,23 +66,21 @@ def need_model(method: str, ctx: SelectionContext) -> Path:
 # ----------------------------------------------------------------------------- kept sets
 
 
-def top_rows(scores: np.ndarray, budget: int, keep: str = "top",
-             eligible: np.ndarray | None = None) -> np.ndarray:
+def top_rows(scores: np.ndarray, budget: int, keep: str = "top") -> np.ndarray:
     """Row indices of `budget` examples by score: the highest ("top"), lowest ("bottom"), or those
     around the median ("middle"). Ties break by row index (stable), so the result is
-    deterministic. `eligible` (bool mask) restricts the candidates; returned rows are sorted."""
+    deterministic. Returned rows are sorted (pool order)."""
     check_choice(keep, KEEP_MODES, "keep")
     scores = np.asarray(scores, dtype=np.float64)
-    rows = np.arange(scores.size) if eligible is None else np.flatnonzero(eligible)
-    if budget > rows.size:
-        raise SelectionError(f"cannot keep {budget} of {rows.size} eligible examples")
-    if not np.isfinite(scores[rows]).all():
-        bad = rows[~np.isfinite(scores[rows])][:5].tolist()
+    if budget > scores.size:
+        raise SelectionError(f"cannot keep {budget} of {scores.size} examples")
+    if not np.isfinite(scores).all():
+        bad = np.flatnonzero(~np.isfinite(scores))[:5].tolist()
         raise SelectionError(f"non-finite scores for rows {bad}: the model's outputs overflowed")
     if keep == "top":
-        chosen = rows[np.argsort(-scores[rows], kind="stable")][:budget]
+        chosen = np.argsort(-scores, kind="stable")[:budget]
     else:
-        asc = rows[np.argsort(scores[rows], kind="stable")]
+        asc = np.argsort(scores, kind="stable")
         start = 0 if keep == "bottom" else (asc.size - budget) // 2
         chosen = asc[start:start + budget]
     return np.sort(chosen)
