@@ -84,3 +84,10 @@ def test_a_baseline_runs_under_cluster_interleave_with_rank_weights(tmp_path: Pa
         workers_of.setdefault(r["cluster"], set()).add(r["worker"])
     if len(set(sel["info"]["cluster_kept"])) == 1:  # equal clusters: cluster k on worker k
         assert all(len(w) == 1 for w in workers_of.values())
+
+
+def test_grid_base_option_names_a_missing_file(capsys) -> None:
+    from repro.cli import main
+
+    assert main(["grid", str(GRID), "--base", "no/such/base.yaml"]) == 2
+    assert "--base 'no/such/base.yaml': config file not found" in capsys.readouterr().err
