@@ -59,7 +59,8 @@ def test_the_installed_package_runs_through_the_whole_pipeline(installed: Path,
         [sys.executable, "-m", "repro", "run", "configs/demo-quick.yaml", f"output_dir={tmp_path}",
          "selection.method=longest-response", "selection.n=24", "selection.params.unit=words",
          "data.demo_train_size=48", "data.demo_heldout_per_category=1", "train.epochs=1",
-         "eval.max_new_tokens=4", "launch.torch_threads=1"],
+         "world_size=2", "train.global_batch_size=4", "eval.max_new_tokens=4",
+         "launch.torch_threads=1"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
     part = Path(run.stdout.strip().splitlines()[-1])
