@@ -183,7 +183,10 @@ def _make_preexec(workdir: str, uid: int | None, limits: Limits):
         if uid is not None:
             lim.append((resource.RLIMIT_NPROC, limits.max_processes))
         for what, value in lim:
-            resource.setrlimit(what, (value, value))
+            # CPU: SIGXCPU at the soft limit (reported as a timeout, like the wall clock: on an
+            # idle machine a busy loop reaches both at once), SIGKILL one second later.
+            hard = value + 1 if what == resource.RLIMIT_CPU else value
+            resource.setrlimit(what, (value, hard))
         if uid is not None:
             os.setgroups([])
             os.setgid(uid)
@@ -302,7 +305,7 @@ def run_program(code: str, limits: Limits | None = None) -> ExecResult:
         rc = proc.returncode
         stdout = _tail(out_path, limits.output_tail_bytes + 64)
         stderr = _tail(err_path, limits.output_tail_bytes)
-        if timed_out:
+        if timed_out or rc == -signal.SIGXCPU:
             status = "timeout"
         elif rc == 0 and nonce in stdout:
             status = "passed"
