@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="run the CPU mini-reproduction on the generated demo pool",
                        description="Fine-tune SmolLM2-135M-Instruct (LoRA) with 4 gloo DDP workers "
                        "on the generated demo pool, once per method, and print the results table. "
-                       "About 10 minutes on 2 cores (see docs/measurements.md); --quick "
+                       "About 7 minutes on 2 idle cores (see docs/measurements.md); --quick "
                        "uses a tiny random model (~1-2 min).",
                        epilog=EPILOG)
     p.add_argument("--quick", action="store_true", help="tiny random model, small pool (for tests)")
