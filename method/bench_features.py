@@ -1,7 +1,8 @@
 """Benchmark (not a test): the efficient feature form vs the naive form vs a plain forward pass.
 
 Measured side by side in ONE process, on the SAME batches, forms interleaved in every repeat:
-(a) `gradient_proxy_features` (body once, LM head at response positions only, chunked),
+(a) `gradient_proxy_features` (body once, LM head at response positions only, chunked, one head
+    workspace reused over the batches as the feature loops do),
 (b) `gradient_proxy_features_naive` (all hidden states, full-vocab log_softmax everywhere),
 (c) plain `model(input_ids, attention_mask, use_cache=False).logits`.
 All three run under torch.inference_mode() (the features' own mode; stricter than no_grad) and
@@ -36,7 +37,7 @@ from typing import Any
 
 import torch
 
-from method.features import gradient_proxy_features, gradient_proxy_features_naive
+from method.features import HeadWorkspace, gradient_proxy_features, gradient_proxy_features_naive
 
 FORMS = ("efficient", "naive", "plain")
 # Published shapes, for timing on a GPU without downloading weights (random initialization).
@@ -110,9 +111,14 @@ def _batches(tok: Any, vocab: int, batch_size: int, n_batches: int, max_length: 
     return out
 
 
+# One head workspace for all batches, as the feature loops (compute_features, the sharded worker)
+# use it: its buffer is allocated once, not per chunk.
+_WORKSPACE = HeadWorkspace()
+
+
 def _run(form: str, model: Any, batch: dict, bf16: bool) -> None:
     if form == "efficient":
-        gradient_proxy_features(model, batch, bf16=bf16)
+        gradient_proxy_features(model, batch, bf16=bf16, workspace=_WORKSPACE)
     elif form == "naive":
         gradient_proxy_features_naive(model, batch, bf16=bf16)
     else:

@@ -34,7 +34,7 @@ import torch
 
 from repro.data import IGNORE_INDEX, collate, tokenize_example
 
-__all__ = ["gradient_proxy_features", "gradient_proxy_features_naive", "compute_features",
+__all__ = ["HeadWorkspace", "gradient_proxy_features", "gradient_proxy_features_naive", "compute_features",
            "features_to_file"]
 
 
@@ -69,18 +69,60 @@ def _autocast(device: torch.device, bf16: bool | None):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=on)
 
 
+class HeadWorkspace:
+    """A reusable fp32 buffer for the LM head's chunk of logits ([rows, V]).
+
+    A fresh 1024 x 49152 fp32 tensor (192 MiB) is a fresh mmap on CPU: the kernel zero-fills and
+    page-faults it on every chunk of every batch (~0.09 s each on 2 cores, measured). A loop over
+    many batches passes one workspace to every `gradient_proxy_features` call, so the buffer is
+    faulted in once. It grows to the largest chunk asked for, never beyond `chunk_rows` rows.
+    """
+
+    def __init__(self) -> None:
+        self._buf: torch.Tensor | None = None
+
+    def get(self, rows: int, vocab: int, device: torch.device) -> torch.Tensor:
+        b = self._buf
+        if b is None or b.device != device or b.shape[1] != vocab or b.shape[0] < rows:
+            self._buf = b = None  # drop the old one before allocating the new one
+            self._buf = b = torch.empty(rows, vocab, dtype=torch.float32, device=device)
+        return b[:rows]
+
+
+def _head_logits(head: Any, hc: torch.Tensor, device: torch.device, bf16: bool | None,
+                 workspace: HeadWorkspace | None) -> torch.Tensor:
+    """fp32 logits [rows, V] of the LM head for hidden rows `hc`, written into the workspace when
+    one is given and the head is a plain fp32 Linear without autocast (the CPU path)."""
+    autocast_on = device.type == "cuda" if bf16 is None else bf16
+    w = getattr(head, "weight", None)
+    if (workspace is not None and not autocast_on and isinstance(head, torch.nn.Linear)
+            and w.dtype == torch.float32 and hc.dtype == torch.float32):
+        out = workspace.get(hc.shape[0], w.shape[0], device)
+        torch.mm(hc, w.t(), out=out)
+        if head.bias is not None:
+            out.add_(head.bias)
+        return out
+    with _autocast(device, bf16):
+        logits = head(hc)
+    return logits.float()  # a new fp32 tensor under bf16; on CPU fp32 the head's own output
+
+
 @torch.inference_mode()
 def gradient_proxy_features(model: Any, batch: dict, chunk_rows: int = 1024, *,
-                            bf16: bool | None = None) -> torch.Tensor:
+                            bf16: bool | None = None,
+                            workspace: HeadWorkspace | None = None) -> torch.Tensor:
     """g for every row of a collated batch (input_ids, attention_mask, labels: [B, T] int64).
 
     Returns [B, H] float32 on the model's device. The LM head runs on at most `chunk_rows` response
     positions at a time, so the extra working memory is about chunk_rows * V * 4 bytes (1024 rows
     x 49152 vocab = 192 MiB) instead of B * T * V * 4 * 2 for full logits plus log_softmax. Smaller
     chunks save memory but slow the head on CPU (measured on SmolLM2 at batch 8: 256 rows, 0.16x the
-    naive form's memory but no faster than a plain forward; 1024 rows, 0.28x and 1.10x faster);
+    naive form's memory but no faster than a plain forward; 1024 rows, 0.28x and 1.18x faster);
     see docs/measurements.md.
+    The body runs only up to the last column that holds a response position (causal attention:
+    outputs at t depend on inputs <= t only, so the columns after it change nothing).
     `bf16`: autocast to bfloat16; None = on when the model is on CUDA.
+    `workspace`: a `HeadWorkspace` reused across calls (see there); None = a fresh buffer per chunk.
     """
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows: expected >= 1, got {chunk_rows}")
@@ -95,20 +137,20 @@ def gradient_proxy_features(model: Any, batch: dict, chunk_rows: int = 1024, *,
     device = _device(core)
     targets, sel, counts = _targets(batch, device)
     head = core.get_output_embeddings()
+    # h_t for t < T-1 predicts labels[t+1]; the body needs columns 0..last response position only.
+    t_need = int(sel.any(dim=0).nonzero().max()) + 1
     with _autocast(device, bf16):
-        hidden = core.get_decoder()(input_ids=batch["input_ids"].to(device),
-                                    attention_mask=batch["attention_mask"].to(device),
-                                    use_cache=False).last_hidden_state  # [B, T, H], after the norm
+        hidden = core.get_decoder()(input_ids=batch["input_ids"].to(device)[:, :t_need],
+                                    attention_mask=batch["attention_mask"].to(device)[:, :t_need],
+                                    use_cache=False).last_hidden_state  # [B, t_need, H], after the norm
     rows, pos = sel.nonzero(as_tuple=True)  # response positions, row-major
-    h = hidden[:, :-1][rows, pos]  # [M, H]: only these rows ever meet the head
+    h = hidden[rows, pos]  # [M, H]: only these rows ever meet the head
     y = targets[rows, pos]
     del hidden
     out = torch.zeros(sel.shape[0], h.shape[1], dtype=torch.float32, device=device)
     for s in range(0, h.shape[0], chunk_rows):
         hc, yc = h[s:s + chunk_rows], y[s:s + chunk_rows]
-        with _autocast(device, bf16):
-            logits = head(hc)
-        logits = logits.float()  # a new fp32 tensor under bf16; on CPU fp32 the head's own output
+        logits = _head_logits(head, hc, device, bf16, workspace)
         gold = logits.gather(1, yc[:, None]).squeeze(1)
         # logsumexp in place: one [rows, V] buffer at a time (torch.logsumexp makes another).
         m = logits.amax(dim=1, keepdim=True)
@@ -171,9 +213,11 @@ def compute_features(examples: list, tokenizer: Any, model: Any, max_length: int
     items = {i: tokenize_example(ex, tokenizer, max_length) for i, ex in enumerate(examples)}
     device = _device(model)
     bar = _progress(len(examples), "features", progress)
+    ws = HeadWorkspace()
     for b in _length_batches(items, batch_size):
         batch = collate([items[i] for i in b], tokenizer.pad_token_id)
-        feats = gradient_proxy_features(model, {k: v.to(device) for k, v in batch.items()}, bf16=bf16)
+        feats = gradient_proxy_features(model, {k: v.to(device) for k, v in batch.items()}, bf16=bf16,
+                                        workspace=ws)
         out[[rows[i] for i in b]] = feats.cpu().numpy()
         bar.update(len(b))
     bar.close()
@@ -220,6 +264,7 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
         written = np.zeros(n, dtype=bool)
         bar = _progress(n, f"features x{world_size}", True)
     t_loop = time.perf_counter()
+    ws = HeadWorkspace()
     for j in range(rounds):
         # Equal-size tensors for all_gather: pad to batch_size rows, index -1 marks padding.
         feats = torch.zeros(batch_size, hdim, dtype=torch.float32, device=device)
@@ -228,7 +273,7 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
             b = batches[j]
             batch = collate([items[i] for i in b], tok.pad_token_id)
             feats[:len(b)] = gradient_proxy_features(
-                model, {k: v.to(device) for k, v in batch.items()}, bf16=bf16)
+                model, {k: v.to(device) for k, v in batch.items()}, bf16=bf16, workspace=ws)
             idx[:len(b)] = torch.tensor(b, dtype=torch.long)
         if world_size > 1:
             all_f = [torch.empty_like(feats) for _ in range(world_size)]

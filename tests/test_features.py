@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from method.features import (compute_features, features_to_file, gradient_proxy_features,
+from method.features import (HeadWorkspace, compute_features, features_to_file, gradient_proxy_features,
                              gradient_proxy_features_naive)
 from repro.config import LoraConfig, ModelConfig
 from repro.data import IGNORE_INDEX, collate, tokenize_example
@@ -69,6 +69,33 @@ def test_efficient_equals_naive_with_padding_and_chunks(tiny) -> None:
     assert any(len(f["input_ids"]) > cut for f in full)
     short = _batch(tok, exs, max_length=cut)
     _close(gradient_proxy_features(model, short, chunk_rows=5), gradient_proxy_features_naive(model, short))
+
+
+def test_workspace_reused_across_batches_equals_naive(tiny) -> None:
+    """One HeadWorkspace over batches of growing then shrinking response counts (the buffer is
+    reallocated to grow, then viewed smaller) gives the naive form's features every time."""
+    _, model, tok = tiny
+    ws = HeadWorkspace()
+    exs = _examples(6)
+    for part in (exs[:2], exs, exs[3:], exs[:1]):
+        batch = _batch(tok, part)
+        _close(gradient_proxy_features(model, batch, chunk_rows=4, workspace=ws),
+               gradient_proxy_features_naive(model, batch))
+    assert ws._buf is not None and ws._buf.shape[0] == 4  # never beyond chunk_rows
+
+
+def test_columns_after_the_last_response_position_change_nothing(tiny) -> None:
+    """The body stops at the last response column: extra trailing padding, or junk tokens in
+    columns no label looks at, leave the features unchanged (causal attention)."""
+    _, model, tok = tiny
+    batch = _batch(tok, _examples(3))
+    ref = gradient_proxy_features(model, batch)
+    extra = 7
+    fills = {"input_ids": 5, "attention_mask": 1, "labels": IGNORE_INDEX}
+    junk = {k: torch.cat([v, torch.full((v.shape[0], extra), fills[k], dtype=v.dtype)], dim=1)
+            for k, v in batch.items()}
+    _close(gradient_proxy_features(model, junk), ref)
+    _close(gradient_proxy_features_naive(model, junk), ref)
 
 
 def test_feature_is_the_gold_row_of_the_head_gradient(tiny) -> None:
