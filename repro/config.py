@@ -262,7 +262,9 @@ def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
-def _set_path(d: dict[str, Any], dotted: str, value: Any) -> None:
+def set_dotted(d: dict[str, Any], dotted: str, value: Any, where: str = "override") -> None:
+    """d["a"]["b"]["c"] = value for dotted "a.b.c", creating sections on the way; ConfigError
+    (prefixed by `where`) when a part on the way is a value, not a section."""
     parts = dotted.split(".")
     cur = d
     for p in parts[:-1]:
@@ -270,9 +272,21 @@ def _set_path(d: dict[str, Any], dotted: str, value: Any) -> None:
         if nxt is None:
             nxt = cur[p] = {}
         if not isinstance(nxt, dict):
-            raise ConfigError(f"override {dotted!r}: {p!r} is not a section")
+            raise ConfigError(f"{where} {dotted!r}: {p!r} is not a section")
         cur = nxt
     cur[parts[-1]] = value
+
+
+def read_yaml_file(path: str | os.PathLike[str], what: str, hint: str = "") -> Any:
+    """The parsed YAML of a file (None for an empty one); ConfigError naming the file when it is
+    missing (`what` names the kind of file, `hint` is appended) or not valid YAML."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{what} {str(p)!r} not found{hint}")
+    try:
+        return yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -339,7 +353,7 @@ def from_dict(data: dict[str, Any] | None, overrides: list[str] | tuple[str, ...
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
     for ov in overrides:
         k, v = parse_override(ov)
-        _set_path(data, k, v)
+        set_dotted(data, k, v)
     try:
         cfg = _build(ExperimentConfig, data)
         _validate(cfg)
@@ -353,14 +367,8 @@ def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | tupl
     """Load a YAML config file (or the defaults when `path` is None) and apply overrides."""
     if path is None:
         return from_dict({}, overrides, source="<defaults>")
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {str(p)!r} not found")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML: {e}") from None
-    return from_dict(data, overrides, source=str(p))
+    data = read_yaml_file(path, "config file") or {}
+    return from_dict(data, overrides, source=str(Path(path)))
 
 
 def save_config(cfg: ExperimentConfig, path: Path) -> None:

@@ -44,7 +44,8 @@ from typing import Any
 
 import yaml
 
-from repro.config import ConfigError, ExperimentConfig, from_dict, parse_override
+from repro.config import (ConfigError, ExperimentConfig, from_dict, parse_override, read_yaml_file,
+                          set_dotted)
 
 AXES = ("dataset", "model", "method", "ratio", "world_size", "seed")
 _TOP = {"name", "base", "overrides", "set", "datasets", "models", "methods", "world_sizes",
@@ -123,16 +124,7 @@ def _overrides_and_set(entry: dict[str, Any], where: str) -> tuple[list[str], di
 
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any, where: str) -> None:
-    cur = data
-    parts = dotted.split(".")
-    for p in parts[:-1]:
-        nxt = cur.get(p)
-        if nxt is None:
-            nxt = cur[p] = {}
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"{where}: {dotted!r}: {p!r} is not a section")
-        cur = nxt
-    cur[parts[-1]] = copy.deepcopy(value)
+    set_dotted(data, dotted, copy.deepcopy(value), f"{where}:")
 
 
 def _entries(data: dict[str, Any], key: str, allowed: set[str], where: str) -> dict[str, dict]:
@@ -178,12 +170,7 @@ def _excluded(axes: dict[str, Any], rules: list[dict[str, Any]]) -> bool:
 def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid:
     """Read a grid file and expand it into cells (each config validated now, not in a job)."""
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"grid file {str(p)!r} not found (shipped grids: configs/grids/)")
-    try:
-        g = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    g = read_yaml_file(p, "grid file", " (shipped grids: configs/grids/)") or {}
     if not isinstance(g, dict):
         raise ConfigError(f"{p}: expected a mapping at the top level")
     unknown = set(g) - _TOP

@@ -16,9 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from repro.config import ConfigError
+from repro.config import ConfigError, read_yaml_file
 
 
 @dataclass
@@ -92,12 +90,7 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
 def load_profile(path: str | Path) -> ClusterProfile:
     """Load and check a profile file; errors name the file and the key."""
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"cluster profile {str(p)!r} not found (see configs/clusters/example.yaml)")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    data = read_yaml_file(p, "cluster profile", " (see configs/clusters/example.yaml)") or {}
     prof = _build(ClusterProfile, data, str(p))
     if prof.gpus_per_node < 1 or prof.cpus_per_gpu < 1 or prof.time_limit_min < 1:
         raise ConfigError(f"{p}: gpus_per_node, cpus_per_gpu and time_limit_min must be >= 1")
