@@ -11,6 +11,7 @@ samples/<task>.jsonl (per-sample prompts, outputs and scores).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import time
@@ -134,7 +135,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
                             humaneval_plus_file=args.humaneval_plus_file)
     t0 = time.perf_counter()
     lm = make_lm(model, tok, batch_size=args.batch_size)
-    entries = run_benchmarks(lm, benchmarks, settings, out_dir)
+    # Same model (or adapter, or run) and settings as an interrupted call: keep its scores.
+    resume_key = json.dumps({k: base.get(k) for k in ("run_id", "config_hash", "model")},
+                            sort_keys=True)
+    entries = run_benchmarks(lm, benchmarks, settings, out_dir, resume_key=resume_key)
     wall = time.perf_counter() - t0
     rows = []
     for e in entries:

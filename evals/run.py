@@ -223,19 +223,63 @@ def _write_samples(path: Path, samples: list[dict[str, Any]]) -> None:
     atomic_write_jsonl(path, json.loads(json.dumps(rows, default=str)))
 
 
+def _settings_json(settings: EvalSettings) -> dict[str, Any]:
+    return json.loads(json.dumps(vars(settings) | {"num_fewshot": settings.num_fewshot}))
+
+
+def _finished(out_dir: Path | None, settings: EvalSettings, resume_key: str | None
+              ) -> dict[str, list[dict[str, Any]]]:
+    """Benchmark -> its entries from an earlier, interrupted or finished, call with the same
+    resume_key, settings and lm-eval version (scored benchmarks only: missing and failed ones
+    are tried again)."""
+    path = None if out_dir is None or resume_key is None else Path(out_dir) / "benchmarks.json"
+    if path is None or not path.is_file():
+        return {}
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if (old.get("resume_key") != resume_key or old.get("settings") != _settings_json(settings)
+            or old.get("lm_eval_version") != lm_eval_version()):
+        return {}
+    done: dict[str, list[dict[str, Any]]] = {}
+    for e in old.get("entries", []):
+        if e.get("status") == "ok":
+            done.setdefault(str(e["benchmark"]).split("/")[0], []).append(e)
+    return done
+
+
 def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
-                   out_dir: Path | None = None) -> list[dict[str, Any]]:
+                   out_dir: Path | None = None, resume_key: str | None = None
+                   ) -> list[dict[str, Any]]:
     """Evaluate `lm` (an lm-eval LM, e.g. from make_lm) on each benchmark; return entries
     (benchmark, metric, value, stderr, n, task, task_version, lm_eval_version, status, reason,
-    seconds, ...). With out_dir: per-sample logs in out_dir/samples/<task>.jsonl and all entries
-    in out_dir/benchmarks.json."""
+    seconds, ...). With out_dir: per-sample logs in out_dir/samples/<task>.jsonl and the entries
+    so far in out_dir/benchmarks.json, rewritten (atomically) after every benchmark ("complete"
+    says whether the call finished). With out_dir and a `resume_key` (what identifies the model:
+    the CLI uses the model, adapter or run), a call that finds that file from an earlier call with
+    the same key, settings and lm-eval version reuses its scored benchmarks instead of running
+    them again: a killed evaluation keeps its finished benchmarks."""
     import lm_eval
 
     names = expand_benchmarks(benchmarks)
     tm = task_manager(settings)
     entries: list[dict[str, Any]] = []
+    done = _finished(out_dir, settings, resume_key)
+
+    def save(complete: bool) -> None:
+        if out_dir is not None:
+            atomic_write_json(Path(out_dir) / "benchmarks.json", {
+                "entries": entries, "settings": _settings_json(settings),
+                "lm_eval_version": lm_eval_version(), "resume_key": resume_key,
+                "complete": complete})
+
     for name in names:
         bench = BENCHMARKS[name]
+        if name in done:
+            entries += done[name]
+            _log(f"{name}: reusing the scores of an earlier call in {out_dir}/benchmarks.json")
+            continue
         task = f"{name}_{settings.source}"
         t0 = time.perf_counter()
         if settings.source == "local":
@@ -285,10 +329,8 @@ def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
                 _write_samples(Path(out_dir) / "samples" / f"{t}.jsonl", samples)
         main = got[0]
         _log(f"{name}: {main['metric']} = {main['value']:.4f} (n={main['n']}) in {seconds:.1f}s")
-    if out_dir is not None:
-        atomic_write_json(Path(out_dir) / "benchmarks.json", {
-            "entries": entries, "settings": vars(settings) | {"num_fewshot": settings.num_fewshot},
-            "lm_eval_version": lm_eval_version()})
+        save(complete=False)
+    save(complete=True)
     return entries
 
 

@@ -211,3 +211,30 @@ def test_mmlu_five_shot_draws_the_dev_examples_in_order(shared_data):
     positions = [anatomy.index(d[0] + "\nA. " + d[1]) for d in dev]
     assert positions == sorted(positions)  # first_n: the five dev rows, in file order
     assert anatomy.count("Answer:") == 6 and f"Answer: {dev[0][5]}\n\n" in anatomy
+
+
+def test_an_interrupted_evaluation_keeps_its_finished_benchmarks(shared_data, tmp_path):
+    """benchmarks.json is rewritten after every benchmark; a later call with the same resume key
+    and settings reuses the scored ones (the LM is not asked again), a call with another key or
+    other settings runs them again."""
+    settings = EvalSettings(source="local", data_dir=str(shared_data), limit=2)
+    out = tmp_path / "out"
+    lm = ScriptedLM(_key("medqa", shared_data), "", True)
+    first = run_benchmarks(lm, ["medqa"], settings, out, resume_key="model-a")
+    saved = json.loads((out / "benchmarks.json").read_text())
+    assert saved["complete"] is True and saved["resume_key"] == "model-a"
+    saved["complete"] = False  # as a call killed after its first benchmark leaves it
+    (out / "benchmarks.json").write_text(json.dumps(saved))
+
+    class Refuses:  # any request means the benchmark was run again
+        def __getattr__(self, name):
+            raise AssertionError(f"the LM was used ({name}) although medqa was finished")
+
+    again = run_benchmarks(Refuses(), ["medqa"], settings, out, resume_key="model-a")
+    assert again == first
+    assert json.loads((out / "benchmarks.json").read_text())["complete"] is True
+    other = ScriptedLM(_key("medqa", shared_data), "", False)
+    assert run_benchmarks(other, ["medqa"], settings, out, resume_key="model-b")[0]["value"] == 0.0
+    assert other.calls > 0
+    wider = EvalSettings(source="local", data_dir=str(shared_data), limit=3)
+    assert run_benchmarks(lm, ["medqa"], wider, out, resume_key="model-b")[0]["n"] == 3
