@@ -113,6 +113,10 @@ def quality_vs_data(rep: Report, out_dir: Path) -> list[Path]:
         series: dict[str, list[tuple[float, float, list[float]]]] = {}
         for c in cells:
             x, y = _val(rep.kept_cell(c)), _val(value(c))
+            if c.first.method == "base" and y is not None:
+                ax.axhline(y, color="gray", linestyle=":", linewidth=1,
+                           label="base model (no fine-tuning)")
+                continue
             if x is None or y is None:
                 continue
             if c.first.method == "full":
@@ -135,7 +139,7 @@ def quality_vs_data(rep: Report, out_dir: Path) -> list[Path]:
 
 
 def time_breakdown(rep: Report, out_dir: Path) -> list[Path]:
-    cells = rep.cells
+    cells = [c for c in rep.cells if c.first.method != "base"]  # nothing trained or selected
     fig, axes = _new(1, 11.0, max(2.2, 0.3 * len(cells) + 1), left_labels=True)
     ax = axes[0]
     if not cells:

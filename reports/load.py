@@ -23,7 +23,7 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +91,8 @@ class Run:
     scores: dict[tuple[str, str], float | None] = field(default_factory=dict)
     missing: set[str] = field(default_factory=set)
     diag: dict[tuple[str, str], float] = field(default_factory=dict)
+    # benchmark -> items scored (the row's n), where the row says
+    n_items: dict[str, int] = field(default_factory=dict)
     # benchmark -> {item id: score}, from the run folder's per-item file when there is one
     items: dict[str, dict[str, float]] = field(default_factory=dict)
     budget: str = ""  # set by group_cells for budget-taking baselines
@@ -211,6 +213,9 @@ def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> lis
                 run.diag[(b, m)] = value
         else:
             run.scores[(b, m)] = value
+            n = _int(r.get("n", ""), where, "n")
+            if n is not None:
+                run.n_items[b] = n
     out = sorted(runs.values(), key=lambda x: x.run_id)
     if root is not None:
         for run in out:
@@ -287,14 +292,50 @@ def assign_budgets(runs: list[Run]) -> None:
             by_count.setdefault((r.dataset, r.model, r.world_size, r.seed, r.n_selected),
                                 []).append(r.ratio)
     for r in runs:
-        if r.ratio is not None or r.method == "full":
+        if r.ratio is not None or r.method in ("full", "base"):
             r.budget = ""
             continue
         ratios = by_count.get((r.dataset, r.model, r.world_size, r.seed, r.n_selected))
         r.budget = f"r={min(ratios) / 100:g}" if ratios else f"n={r.n_selected}"
 
 
-METHOD_ORDER = {"full": 0, "cluster": 1, "random": 9}
+METHOD_ORDER = {"base": -1, "full": 0, "cluster": 1, "random": 9}
+
+
+def place_base_runs(runs: list[Run]) -> list[Run]:
+    """Put each base-model evaluation into the settings it is the reference of.
+
+    `cluster-repro eval --model M` writes rows with method 'base' and no dataset: M before any
+    fine-tuning. Such a run becomes a 'base' line in every setting (dataset, model, workers) that
+    fine-tunes M, with the scores of the benchmarks that setting's runs report on the same number
+    of items (so a full-set base score never sits beside scores on a `limit`). A base run that
+    no setting takes stays a line of its own.
+    """
+    settings: dict[tuple, dict[str, set[int | None]]] = {}
+    for r in runs:
+        if r.method == "base" and not r.dataset:
+            continue
+        benches = settings.setdefault((r.dataset, r.model, r.world_size), {})
+        for (b, _m) in r.scores:
+            benches.setdefault(b, set()).add(r.n_items.get(b))
+    out = []
+    for r in runs:
+        if r.method != "base" or r.dataset:
+            out.append(r)
+            continue
+        placed = False
+        for (dataset, model, workers), benches in sorted(settings.items(), key=str):
+            if model != r.model:
+                continue
+            keep = {k: v for k, v in r.scores.items()
+                    if k[0] in benches and r.n_items.get(k[0]) in benches[k[0]]}
+            if keep:
+                out.append(replace(r, dataset=dataset, world_size=workers, scores=keep,
+                                   missing=set(), run_id=f"{r.run_id}@{dataset}/{workers}"))
+                placed = True
+        if not placed:
+            out.append(r)
+    return out
 
 
 def cell_key(r: Run) -> tuple:
@@ -303,7 +344,9 @@ def cell_key(r: Run) -> tuple:
 
 
 def group_cells(runs: list[Run]) -> list[Cell]:
-    """Cells in a fixed order: dataset, model, workers, full first, CluSTER by ratio, random last."""
+    """Cells in a fixed order: dataset, model, workers, the base model, full, CluSTER by ratio,
+    random last."""
+    runs = place_base_runs(runs)
     assign_budgets(runs)
     cells: dict[tuple, list[Run]] = {}
     for r in runs:

@@ -219,7 +219,10 @@ def main_table(rep: Report) -> Table:
                      "(features, clustering, choice, allocation) is separate; end-to-end adds data "
                      "loading, start-up and evaluation.",
                      "Δ: paired difference in points against full data and against random at the "
-                     "same kept count, same seed."])
+                     "same kept count, same seed.",
+                     "base: the model before fine-tuning (`cluster-repro eval --model`), shown in "
+                     "each setting that fine-tunes it, on the benchmarks that setting reports on "
+                     "the same number of items."])
 
 
 def differences_table(rep: Report) -> Table:
@@ -264,6 +267,8 @@ def overhead_table(rep: Report) -> Table:
                          Column("clustering peak MB", "mb"), Column("train energy J", "joules")]
     rows = []
     for c in rep.cells:
+        if c.first.method == "base":
+            continue  # the untuned model: nothing selected or trained
         sel, e2e = rep.cost_cell(c, "selection_s"), rep.cost_cell(c, "end_to_end_s")
         energy = rep.diag_cell(c, "cost/train", "energy_j")
         rows.append(_ident(c) + [

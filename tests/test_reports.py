@@ -285,3 +285,40 @@ def test_bootstrap_intervals() -> None:
     noisy = paired_diff([rng.normal(1.0, 1.0, 400)], "k", "items")
     assert noisy.lo < 1.0 < noisy.hi and noisy.hi - noisy.lo < 0.4  # about 4 standard errors
     assert paired_diff([np.ones(3), np.array([])], "k", "items") is None  # a missing benchmark
+
+
+def test_base_model_rows_are_the_reference_line_of_each_setting(tmp_path: Path) -> None:
+    """`cluster-repro eval --model M` rows (method 'base', no dataset) join every setting that
+    fine-tunes M, only for the benchmarks that setting reports on the same number of items."""
+    rows = _rows()
+    code = next(r for r in rows if r["dataset"] == "Magicoder-OSS-Instruct-75K")
+    blank = {k: "" for k in rows[0]}
+
+    def base(model: str, bench: str, value: float, n: int) -> dict[str, str]:
+        return {**blank, "run_id": f"eval-{model}", "name": "base", "method": "base",
+                "model": model, "benchmark": bench, "metric": "pass@1" if "eval" in bench or
+                "mbpp" in bench else "acc", "value": str(value), "n": str(n), "seed": "",
+                "versions": code["versions"]}
+
+    extra = [base(code["model"], "humaneval", 0.25, 164),
+             base(code["model"], "mbpp", 0.5, 500),  # the runs score 164 items: not beside them
+             base(code["model"], "medqa", 0.4, 1273),  # a benchmark the setting never runs
+             base("other-model", "medqa", 0.3, 1273)]  # no setting fine-tunes it: its own line
+    src = tmp_path / "in" / "results.csv"
+    src.parent.mkdir()
+    with open(src, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows + extra)
+    build_report(src, tmp_path / "out", figures=True)
+    main = _table_csv(tmp_path / "out", "main")
+    b = _find(main, setting=f"Magicoder-OSS-Instruct-75K · {code['model']}", method="base")
+    assert float(b["humaneval pass@1 (%)"]) == pytest.approx(25.0)
+    assert b["mbpp pass@1 (%)"] == ""  # other items than the runs': missing, not 50
+    assert b["medqa acc (%)"] == "n/a"  # not part of this setting
+    full = _find(main, setting=f"Magicoder-OSS-Instruct-75K · {code['model']}", method="full")
+    assert full["medqa acc (%)"] == "n/a"  # the base row added no benchmark to the setting
+    other = _find(main, setting=" · other-model", method="base")
+    assert float(other["medqa acc (%)"]) == pytest.approx(30.0)
+    # No selection or training happened: the base line has no overhead row.
+    assert not [r for r in _table_csv(tmp_path / "out", "overhead") if r["method"] == "base"]
