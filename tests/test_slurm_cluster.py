@@ -167,6 +167,21 @@ seeds: [1, 2, 3]
         assert read_json(d / "train.json")["steps_run"] == 2
 
 
+def launch_until_running(grid: Path, out: Path, name: str, cell: str
+                         ) -> tuple[subprocess.Popen, str, Path]:
+    """Start `launch --wait` in the background and return once the cell's job runs (rank 0
+    writes its state file first): the launcher process, the job id and the state file."""
+    proc = subprocess.Popen([sys.executable, "-m", "repro", "launch", str(grid), "--cluster", "slurm",
+                             "--profile", PROFILE, "--output-dir", str(out), "--wait"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    state = out / "_launch" / name / "state" / f"{cell}.json"
+    t0 = time.monotonic()
+    while not state.is_file():
+        assert time.monotonic() - t0 < 120 and proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    return proc, read_json(out / "_launch" / name / "jobs.json")["jobs"][cell]["job_id"], state
+
+
 def test_cancelled_job_is_reported_failed_not_waited_on(slurm_cluster: Path, tmp_path: Path) -> None:
     grid = tmp_path / "cancel.yaml"
     grid.write_text(QUICK + """name: cancel
@@ -176,16 +191,8 @@ world_sizes: [1]
 seeds: [5]
 """)
     out = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "repro", "launch", str(grid), "--cluster", "slurm",
-                             "--profile", PROFILE, "--output-dir", str(out), "--wait"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     cell = "demo.tiny.full.ws1.s5"
-    state = out / "_launch" / "cancel" / "state" / f"{cell}.json"
-    t0 = time.monotonic()
-    while not state.is_file():  # the job has started (rank 0 writes this first)
-        assert time.monotonic() - t0 < 120 and proc.poll() is None, proc.communicate()
-        time.sleep(0.2)
-    job_id = read_json(out / "_launch" / "cancel" / "jobs.json")["jobs"][cell]["job_id"]
+    proc, job_id, _ = launch_until_running(grid, out, "cancel", cell)
     subprocess.run(["scancel", job_id], check=True, timeout=30)
     t_cancel = time.monotonic()
     stdout, stderr = proc.communicate(timeout=180)
@@ -244,16 +251,9 @@ world_sizes: [1]
 seeds: [9]
 """)
     out = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "repro", "launch", str(grid), "--cluster", "slurm",
-                             "--profile", PROFILE, "--output-dir", str(out), "--wait"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     cell = "demo.tiny.full.ws1.s9"
-    state = out / "_launch" / "preempt" / "state" / f"{cell}.json"
-    t0 = time.monotonic()
-    while not state.is_file():  # submitit's signal handlers are in place once the cell runs
-        assert time.monotonic() - t0 < 120 and proc.poll() is None, proc.communicate()
-        time.sleep(0.2)
-    job_id = read_json(out / "_launch" / "preempt" / "jobs.json")["jobs"][cell]["job_id"]
+    # Once the cell runs, submitit's signal handlers are in place.
+    proc, job_id, state = launch_until_running(grid, out, "preempt", cell)
     # What SLURM sends before a time limit or on preemption: rank 0 requeues the job.
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)
     stdout, stderr = proc.communicate(timeout=400)
