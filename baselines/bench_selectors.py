@@ -70,7 +70,14 @@ def bench_selectors(config: str, methods: list[str], overrides: list[str], fract
                     shutil.copy(shared / f, run_dir / f)
         load = os.getloadavg()[0]
         t0 = time.perf_counter()
-        _run(config, "select", ov)
+        try:
+            _run(config, "select", ov)
+        except RuntimeError as e:  # one selector's failure (e.g. a pool too small) ends only its row
+            row = {"method": m, "error": str(e).strip().splitlines()[-1],
+                   "load1_at_start": round(load, 2), "run_dir": str(run_dir)}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+            continue
         wall = time.perf_counter() - t0
         sel = json.loads((run_dir / "stages" / "select.json").read_text())
         row = {"method": m, "n_pool": sel["n_pool"], "n_selected": sel["n_selected"],
@@ -89,6 +96,9 @@ def format_rows(rows: list[dict]) -> str:
     head = "| selector | pool | kept | selection s | peak MiB (select process) | load avg |"
     out = [head, "|---|---|---|---|---|---|"]
     for r in rows:
+        if "error" in r:
+            out.append(f"| {r['method']} | failed: {r['error']} | | | | {r['load1_at_start']:.1f} |")
+            continue
         mem = f"{r['peak_mem_mb']:,.0f}"
         if r.get("feature_workers_peak_mem_mb"):
             mem += f" (feature workers {r['feature_workers_peak_mem_mb']:,.0f})"

@@ -173,6 +173,12 @@ class Report:
 
 # ----------------------------------------------------------------------------- the tables
 
+def at_a_budget(c: Cell) -> bool:
+    """Whether random at the same kept count is a reference for c: CluSTER at a ratio, or a
+    baseline placed at a budget (`@r=0.5`, `@n=40`); not full data or the base model."""
+    return c.first.ratio is not None or bool(c.first.budget)
+
+
 def _ident(c: Cell) -> list[Any]:
     r = c.first
     return [setting(r), c.label(), r.allocator, r.weight_mode, r.world_size, len(c.runs)]
@@ -210,7 +216,7 @@ def main_table(rep: Report) -> Table:
             row.append("ref" if c.first.method == "full" else
                        rep.paired(c, "full", keys) if keys else NOT_EVALUATED)
             row.append("ref" if c.first.method == "random" else
-                       rep.paired(c, "random", keys) if keys and c.first.ratio is not None
+                       rep.paired(c, "random", keys) if keys and at_a_budget(c)
                        else NOT_EVALUATED)
         rows.append(row)
     return Table("main", "Main results: quality, data used and time per method and ratio", cols,
@@ -231,7 +237,7 @@ def differences_table(rep: Report) -> Table:
     rows = []
     for c in rep.cells:
         refs = [w for w in ("full", "random") if not (w == c.first.method or
-                                                       (w == "random" and c.first.ratio is None))]
+                                                       (w == "random" and not at_a_budget(c)))]
         targets = [(f"{d} avg", rep.domain_keys(c.first, d), d) for d in rep.domains]
         targets += [(_qcol(k).name, [k], None) for k in rep.quality if k[1] is not None]
         for which in refs:

@@ -322,3 +322,34 @@ def test_base_model_rows_are_the_reference_line_of_each_setting(tmp_path: Path) 
     assert float(other["medqa acc (%)"]) == pytest.approx(30.0)
     # No selection or training happened: the base line has no overhead row.
     assert not [r for r in _table_csv(tmp_path / "out", "overhead") if r["method"] == "base"]
+
+
+def test_a_baseline_at_a_budget_is_compared_with_random_at_that_budget(tmp_path: Path) -> None:
+    """A pruning baseline matched to random's kept count gets a Δ vs random (paired on seeds
+    here: the copied rows have no per-item files)."""
+    rows = _rows()
+    # Random at CluSTER r=0.5's kept count: 40 items at one seed, 44 at the other.
+    rnd = {k: v for k, v in _runs(rows, method="random", dataset="demo", world_size="4").items()
+           if v[0]["n_selected"] in ("40", "44")}
+    assert len(rnd) == 2
+    extra = []
+    for rid, rr in rnd.items():
+        for r in rr:
+            shifted = dict(r, run_id=f"loss-{rid}", name="loss", method="loss",
+                           config_hash="f" * 12)
+            if r["benchmark"].startswith("demo/") and r["metric"] != "missing":
+                shifted["value"] = str(float(r["value"]) + 0.1)
+            extra.append(shifted)
+    src = tmp_path / "in" / "results.csv"
+    src.parent.mkdir()
+    with open(src, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows + extra)
+    build_report(src, tmp_path / "out", figures=False)
+    main = _table_csv(tmp_path / "out", "main")
+    loss = _find(main, setting="demo · tiny-random-llama", method="loss @r=0.5", workers="4")
+    assert float(loss["Δ demo avg vs random"]) == pytest.approx(10.0, abs=1e-9)
+    diff = _find(_table_csv(tmp_path / "out", "differences"), setting="demo · tiny-random-llama",
+                 method="loss @r=0.5", workers="4", benchmark="demo avg", vs="random")
+    assert diff["paired on"] == "seeds (n=2)"
