@@ -46,6 +46,10 @@ def register(subparsers: Any, epilog: str) -> None:
                    "HumanEvalPlus.jsonl[.gz]); there is no offline copy otherwise")
     p.add_argument("--limit", type=int, default=None, help="first N items of each task "
                    "(each MMLU subject); default: all")
+    p.add_argument("--items", action="append", default=[], metavar="BENCH=I,J,...",
+                   help="only these items (0-based indices in the task's order, e.g. the doc_id "
+                   "of samples/<task>.jsonl) of one benchmark, instead of --limit; repeat the "
+                   "flag for several benchmarks")
     p.add_argument("--batch-size", type=int, default=8, help="default 8")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if "
                    "available, else cpu)")
@@ -71,6 +75,17 @@ def _parse_fewshot(text: str) -> dict[str, int]:
         if not sep or not val.strip().isdigit():
             raise ValueError(f"--num-fewshot: expected BENCH=K (K a whole number), got {part!r}")
         out[key.strip()] = int(val)
+    return out
+
+
+def _parse_items(specs: list[str]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for spec in specs:
+        key, sep, val = spec.partition("=")
+        parts = [x.strip() for x in val.split(",") if x.strip()]
+        if not sep or not parts or not all(x.isdigit() for x in parts):
+            raise ValueError(f"--items: expected BENCH=I,J,... (item indices), got {spec!r}")
+        out.setdefault(key.strip(), []).extend(int(x) for x in parts)
     return out
 
 
@@ -121,6 +136,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ValueError("--adapter goes with --model (the base model)")
     benchmarks = expand_benchmarks(args.benchmarks)
     fewshot = _parse_fewshot(args.num_fewshot)
+    items = _parse_items(args.items)
     import torch
 
     if args.threads:
@@ -132,7 +148,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     settings = EvalSettings(source=args.source, data_dir=args.data_dir or run_data_dir,
                             limit=args.limit, batch_size=args.batch_size, num_fewshot=fewshot,
                             max_gen_toks=args.max_gen_toks,
-                            humaneval_plus_file=args.humaneval_plus_file)
+                            humaneval_plus_file=args.humaneval_plus_file,
+                            items=items)
     t0 = time.perf_counter()
     lm = make_lm(model, tok, batch_size=args.batch_size)
     # Same model (or adapter, or run) and settings as an interrupted call: keep its scores.

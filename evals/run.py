@@ -94,7 +94,9 @@ def expand_benchmarks(names: list[str] | str) -> list[str]:
 class EvalSettings:
     """How to evaluate. `num_fewshot`: per-benchmark shot counts (default: the task's, which is
     the harness default: 0, or 3 for MBPP). `max_gen_toks`: cap on generated tokens for the code
-    tasks (default: the task's: 1024 HumanEval, 256 MBPP); `limit`: first N items per task."""
+    tasks (default: the task's: 1024 HumanEval, 256 MBPP); `limit`: first N items per task;
+    `items`: only these item indices (0-based, in the task's order) of a benchmark, instead of
+    `limit` (not for the grouped mmlu_medical)."""
 
     source: str = "local"
     data_dir: str | None = None
@@ -105,10 +107,17 @@ class EvalSettings:
     humaneval_plus_file: str | None = None
     bootstrap_iters: int = 1000
     seed: int = 1234
+    items: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
+        for b, ids in self.items.items():
+            if b not in BENCHMARKS or b == "mmlu_medical":
+                raise ValueError(f"items: {b!r} is not a single-task benchmark; expected one of "
+                                 f"{', '.join(x for x in BENCHMARKS if x != 'mmlu_medical')}")
+            if not ids or any(not isinstance(i, int) or i < 0 for i in ids):
+                raise ValueError(f"items: {b} needs item indices >= 0, got {ids!r}")
         for b, k in self.num_fewshot.items():
             if b not in BENCHMARKS:
                 raise ValueError(f"num_fewshot: unknown benchmark {b!r}")
@@ -175,6 +184,7 @@ def _entries_from_results(bench: Benchmark, task: str, res: dict[str, Any], seco
     n_samples = res.get("n-samples", {})
     common = {"source": settings.source, "lm_eval_version": lm_eval_version(),
               "limit": settings.limit, "num_fewshot": fewshot, "seconds": round(seconds, 3),
+              **({"items": settings.items[bench.name]} if bench.name in settings.items else {}),
               "status": "ok", "reason": None, "harness_task": bench.harness_task}
     out = []
     subtasks = [t for t in res["results"] if t != task] if bench.group else []
@@ -292,14 +302,17 @@ def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
         fewshot = settings.num_fewshot.get(name)
         gen_kwargs = ({"max_gen_toks": settings.max_gen_toks}
                       if settings.max_gen_toks and bench.kind == "code" else None)
-        _log(f"{name}: lm-eval task {task}, limit {settings.limit}, batch "
+        ids = settings.items.get(name)
+        _log(f"{name}: lm-eval task {task}, "
+             + (f"items {ids}" if ids else f"limit {settings.limit}") + ", batch "
              f"{getattr(lm, 'batch_size', '?')}"
              + (f", {fewshot} shots" if fewshot is not None else "")
              + (f", max_gen_toks {settings.max_gen_toks}" if gen_kwargs else ""))
         try:
             with _without_env_info():
                 res = lm_eval.simple_evaluate(
-                    model=lm, tasks=[task], task_manager=tm, limit=settings.limit,
+                    model=lm, tasks=[task], task_manager=tm,
+                    limit=None if ids else settings.limit, samples={task: ids} if ids else None,
                     num_fewshot=fewshot, gen_kwargs=gen_kwargs, log_samples=out_dir is not None,
                     confirm_run_unsafe_code=True, bootstrap_iters=settings.bootstrap_iters,
                     random_seed=settings.seed, numpy_random_seed=settings.seed,
@@ -343,6 +356,8 @@ def entries_to_rows(entries: list[dict[str, Any]], base: dict[str, Any]) -> list
         v = {**pkg, "lm_eval": e["lm_eval_version"], "lm_eval_task": e["task"],
              "lm_eval_task_version": e["task_version"], "eval_source": e["source"],
              "eval_limit": e["limit"], "num_fewshot": e["num_fewshot"]}
+        if e.get("items"):
+            v["eval_items"] = e["items"]
         if e["reason"]:
             v["status_reason"] = e["reason"]
         rows.append({**base, "benchmark": e["benchmark"], "metric": e["metric"],

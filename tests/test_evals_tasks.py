@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from evals import local_data
-from evals.run import EvalSettings, run_benchmarks
+from evals.run import EvalSettings, entries_to_rows, run_benchmarks
 
 LIMIT = 4
 
@@ -238,3 +238,22 @@ def test_an_interrupted_evaluation_keeps_its_finished_benchmarks(shared_data, tm
     assert other.calls > 0
     wider = EvalSettings(source="local", data_dir=str(shared_data), limit=3)
     assert run_benchmarks(lm, ["medqa"], wider, out, resume_key="model-b")[0]["n"] == 3
+
+
+def test_items_evaluates_exactly_the_named_items(shared_data: Path, tmp_path: Path) -> None:
+    """--items: only those indices of a task are asked and scored (n counts them), logged under
+    their own doc_id, and recorded in the row's versions."""
+    settings = EvalSettings(source="local", data_dir=str(shared_data), items={"medqa": [7, 2]})
+    lm = ScriptedLM(_key("medqa", shared_data), "", True)
+    (entry, _norm) = run_benchmarks(lm, ["medqa"], settings, tmp_path / "out")
+    assert entry["n"] == 2 and entry["value"] == 1.0 and entry["items"] == [7, 2]
+    assert lm.calls == 2 * 4  # two questions, four options each
+    logged = [json.loads(x) for x in
+              (tmp_path / "out" / "samples" / "medqa_local.jsonl").read_text().splitlines()]
+    assert sorted(int(x["doc_id"]) for x in logged) == [2, 7]
+    row = entries_to_rows([entry], {"run_id": "r"})[0]
+    assert json.loads(row["versions"])["eval_items"] == [7, 2]
+    with pytest.raises(ValueError, match="not a single-task benchmark"):
+        EvalSettings(items={"mmlu_medical": [1]})
+    with pytest.raises(ValueError, match="item indices >= 0"):
+        EvalSettings(items={"medqa": [-1]})
