@@ -185,6 +185,8 @@ def _entries_from_results(bench: Benchmark, task: str, res: dict[str, Any], seco
     common = {"source": settings.source, "lm_eval_version": lm_eval_version(),
               "limit": settings.limit, "num_fewshot": fewshot, "seconds": round(seconds, 3),
               **({"items": settings.items[bench.name]} if bench.name in settings.items else {}),
+              **({"max_gen_toks": settings.max_gen_toks}
+                 if settings.max_gen_toks and bench.kind == "code" else {}),
               "status": "ok", "reason": None, "harness_task": bench.harness_task}
     out = []
     subtasks = [t for t in res["results"] if t != task] if bench.group else []
@@ -358,6 +360,8 @@ def entries_to_rows(entries: list[dict[str, Any]], base: dict[str, Any]) -> list
              "eval_limit": e["limit"], "num_fewshot": e["num_fewshot"]}
         if e.get("items"):
             v["eval_items"] = e["items"]
+        if e.get("max_gen_toks"):  # a capped code score must not pass for the task's own
+            v["eval_max_gen_toks"] = e["max_gen_toks"]
         if e["reason"]:
             v["status_reason"] = e["reason"]
         rows.append({**base, "benchmark": e["benchmark"], "metric": e["metric"],

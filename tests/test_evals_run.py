@@ -68,6 +68,7 @@ def test_cli_evaluates_the_tiny_model_on_every_local_benchmark(shared_data, tmp_
         v = json.loads(r["versions"])
         assert v["lm_eval"] == "0.4.13" and v["lm_eval_task"] == f"{bench}_local"
         assert v["lm_eval_task_version"] == "1.0" and "torch" in v
+        assert v.get("eval_max_gen_toks") == (8 if metric == "pass@1" else None)  # the cap
         assert r["model"] == "tiny-random-llama" and r["method"] == "base" and r["git_sha"]
     assert got[("humaneval_plus", "missing")]["value"] == ""
     assert len([b for b, _ in got if b.startswith("mmlu_medical/")]) == 6
