@@ -63,6 +63,18 @@ def _find(rows, **match) -> dict[str, str]:
     return hits[0]
 
 
+def _report_of(rows: list[dict[str, str]], tmp_path: Path, figures: bool = False) -> Path:
+    """Write rows as one results CSV and build its report; -> the report folder."""
+    src = tmp_path / "in" / "results.csv"
+    src.parent.mkdir()
+    with open(src, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    build_report(src, tmp_path / "out", figures=figures)
+    return tmp_path / "out"
+
+
 def test_every_table_and_figure_is_written_and_regenerating_is_identical(
         report: Path, tmp_path: Path) -> None:
     for t in TABLES:
@@ -192,14 +204,7 @@ def test_missing_cells_show_as_missing_not_zero(report: Path, tmp_path: Path) ->
     # A row that is absent altogether (not even a 'missing' row) is missing too, not zero.
     rows = [r for r in _rows() if not (r["world_size"] == "8" and r["method"] == "full"
                                        and r["benchmark"] == "heldout" and r["metric"] == "loss")]
-    src = tmp_path / "in" / "results.csv"
-    src.parent.mkdir()
-    with open(src, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    build_report(src, tmp_path / "out", figures=False)
-    f8 = _find(_table_csv(tmp_path / "out", "main"), setting="demo · tiny-random-llama",
+    f8 = _find(_table_csv(_report_of(rows, tmp_path), "main"), setting="demo · tiny-random-llama",
                method="full", workers="8")
     assert f8["heldout loss"] == "" and float(f8["heldout perplexity"]) > 0
 
@@ -304,14 +309,8 @@ def test_base_model_rows_are_the_reference_line_of_each_setting(tmp_path: Path) 
              base(code["model"], "mbpp", 0.5, 500),  # the runs score 164 items: not beside them
              base(code["model"], "medqa", 0.4, 1273),  # a benchmark the setting never runs
              base("other-model", "medqa", 0.3, 1273)]  # no setting fine-tunes it: its own line
-    src = tmp_path / "in" / "results.csv"
-    src.parent.mkdir()
-    with open(src, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows + extra)
-    build_report(src, tmp_path / "out", figures=True)
-    main = _table_csv(tmp_path / "out", "main")
+    out = _report_of(rows + extra, tmp_path, figures=True)
+    main = _table_csv(out, "main")
     b = _find(main, setting=f"Magicoder-OSS-Instruct-75K · {code['model']}", method="base")
     assert float(b["humaneval pass@1 (%)"]) == pytest.approx(25.0)
     assert b["mbpp pass@1 (%)"] == ""  # other items than the runs': missing, not 50
@@ -321,7 +320,7 @@ def test_base_model_rows_are_the_reference_line_of_each_setting(tmp_path: Path) 
     other = _find(main, setting=" · other-model", method="base")
     assert float(other["medqa acc (%)"]) == pytest.approx(30.0)
     # No selection or training happened: the base line has no overhead row.
-    assert not [r for r in _table_csv(tmp_path / "out", "overhead") if r["method"] == "base"]
+    assert not [r for r in _table_csv(out, "overhead") if r["method"] == "base"]
 
 
 def test_a_baseline_at_a_budget_is_compared_with_random_at_that_budget(tmp_path: Path) -> None:
@@ -340,16 +339,10 @@ def test_a_baseline_at_a_budget_is_compared_with_random_at_that_budget(tmp_path:
             if r["benchmark"].startswith("demo/") and r["metric"] != "missing":
                 shifted["value"] = str(float(r["value"]) + 0.1)
             extra.append(shifted)
-    src = tmp_path / "in" / "results.csv"
-    src.parent.mkdir()
-    with open(src, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows + extra)
-    build_report(src, tmp_path / "out", figures=False)
-    main = _table_csv(tmp_path / "out", "main")
+    out = _report_of(rows + extra, tmp_path)
+    main = _table_csv(out, "main")
     loss = _find(main, setting="demo · tiny-random-llama", method="loss @r=0.5", workers="4")
     assert float(loss["Δ demo avg vs random"]) == pytest.approx(10.0, abs=1e-9)
-    diff = _find(_table_csv(tmp_path / "out", "differences"), setting="demo · tiny-random-llama",
+    diff = _find(_table_csv(out, "differences"), setting="demo · tiny-random-llama",
                  method="loss @r=0.5", workers="4", benchmark="demo avg", vs="random")
     assert diff["paired on"] == "seeds (n=2)"
