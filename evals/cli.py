@@ -137,6 +137,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     benchmarks = expand_benchmarks(args.benchmarks)
     fewshot = _parse_fewshot(args.num_fewshot)
     items = _parse_items(args.items)
+    extra = sorted(set(items) - set(benchmarks))
+    if extra:
+        raise ValueError(f"--items names {', '.join(extra)}, which is not among --benchmarks "
+                         f"({', '.join(benchmarks)})")
+    EvalSettings(source=args.source, num_fewshot=fewshot, items=items)  # flag errors before loading
     import torch
 
     if args.threads:

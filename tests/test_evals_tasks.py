@@ -257,3 +257,17 @@ def test_items_evaluates_exactly_the_named_items(shared_data: Path, tmp_path: Pa
         EvalSettings(items={"mmlu_medical": [1]})
     with pytest.raises(ValueError, match="item indices >= 0"):
         EvalSettings(items={"medqa": [-1]})
+
+
+def test_items_flag_mistakes_are_named_before_any_model_loads(capsys) -> None:
+    from repro.cli import main
+
+    for flags, msg in [(["--benchmarks", "medqa", "--items", "humaneval=3"],
+                        "--items names humaneval, which is not among --benchmarks (medqa)"),
+                       (["--benchmarks", "medqa", "--items", "medqa=a"],
+                        "--items: expected BENCH=I,J,..."),
+                       (["--benchmarks", "mmlu_medical", "--items", "mmlu_medical=1"],
+                        "not a single-task benchmark")]:
+        # A model name that does not exist: reaching the model load would fail differently.
+        assert main(["eval", "--model", "no-such-model-dir", *flags]) == 2
+        assert msg in capsys.readouterr().err
