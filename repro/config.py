@@ -106,6 +106,11 @@ class TrainConfig:
     drop_last: bool = True
     checkpoint_every: int = 0  # optimizer steps between checkpoints; 0 = only at the end
     keep_checkpoints: int = 2
+    # ddp: every worker holds the whole model (LoRA, small models). fsdp: FSDP2 shards weights,
+    # gradients and optimizer state over the workers (full fine-tuning of 7B/13B models).
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    # Keep only each decoder layer's input in forward and recompute the layer in backward.
+    activation_checkpointing: bool = False
 
 
 @dataclass

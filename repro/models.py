@@ -307,13 +307,21 @@ def load_trainable_state_dict(model, state: dict) -> None:
             p.copy_(state[n].to(device=p.device, dtype=p.dtype))
 
 
-def save_finetuned(model, tokenizer, out_dir: Path) -> None:
-    """Save the adapter (LoRA) or the full model, plus the tokenizer, to `out_dir` atomically."""
+def save_finetuned(model, tokenizer, out_dir: Path, state_dict: dict | None = None) -> None:
+    """Save the adapter (LoRA) or the full model, plus the tokenizer, to `out_dir` atomically.
+
+    `state_dict`: the weights to write when the model's own are sharded (FSDP gathers them to
+    rank 0 first); None writes the model's own parameters.
+    """
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
-        _unwrap(model).save_pretrained(tmp)  # a PeftModel writes only its adapter
+        # A PeftModel writes only its adapter; safetensors either way.
+        if state_dict is None:
+            _unwrap(model).save_pretrained(tmp)
+        else:
+            _unwrap(model).save_pretrained(tmp, state_dict=state_dict)
         tokenizer.save_pretrained(tmp)
         if out_dir.exists():  # replace an older result: move it aside first (rename needs a free name)
             old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))

@@ -1,18 +1,21 @@
-"""The data-parallel trainer: real torch.distributed DDP, one process per worker.
+"""The data-parallel trainer: real torch.distributed, one process per worker.
 
 Reads top to bottom: `train_worker` is what each process runs. Worker k trains on exactly the
 ordered ids that schedule.json gives it, multiplying each example's loss by its weight (CluSTER's
-rank weight w_k, 1.0 otherwise). DDP averages gradients over workers, so one optimizer step follows
-sum_k (w_k / K) * grad_k. Checkpoints every `train.checkpoint_every` steps; a restarted run resumes
-from the newest complete checkpoint and ends with the same weights as an uninterrupted one.
+rank weight w_k, 1.0 otherwise). Gradients are averaged over workers, by DDP or by FSDP2
+(`train.strategy`, repro/sharding.py), so one optimizer step follows sum_k (w_k / K) * grad_k
+under either. Checkpoints every `train.checkpoint_every` steps (sharded under fsdp); a restarted
+run resumes from the newest complete checkpoint and ends with the same weights as an
+uninterrupted one.
 
-Per step and worker it logs compute seconds, seconds waiting at the gradient all-reduce (from the
-moment this worker's last gradient bucket was ready until the synchronized gradients were back),
-tokens, tokens/s and peak memory, to train_log/rank{k}.jsonl.
+Per step and worker it logs compute seconds, seconds waiting at the gradient all-reduce (ddp:
+from the moment this worker's last gradient bucket was ready until the synchronized gradients
+were back; fsdp: null, its collectives run inside backward), tokens, tokens/s and peak memory, to
+train_log/rank{k}.jsonl. train.json adds each worker's bytes of parameters, gradients, optimizer
+state and DDP buckets (`state_bytes`).
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -28,10 +31,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-from torch.nn.parallel import DistributedDataParallel as DDP
 
+from repro import sharding
 from repro.config import Derived, ExperimentConfig, load_config
 from repro.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
+from repro.optim import optimizer_state_bytes
+from repro.sharding import enable_activation_checkpointing
 from repro.types import Example, Pool, Schedule
 
 CKPT_DIR = "checkpoints"
@@ -70,31 +75,17 @@ def timed_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
 
 
 def make_optimizer(cfg: ExperimentConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    t = cfg.train
-    if t.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay)
-    if t.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=t.lr, weight_decay=t.weight_decay)
-    from transformers.optimization import Adafactor
+    """`train.optimizer` over `params`; Adafactor is the paper recipe's (repro/optim.py)."""
+    from repro.optim import make_optimizer as build
 
-    # The paper's recipe: a fixed lr (no relative step), no parameter scaling.
-    return Adafactor(params, lr=t.lr, weight_decay=t.weight_decay, scale_parameter=False,
-                     relative_step=False, warmup_init=False)
+    return build(cfg.train.optimizer, params, cfg.train.lr, cfg.train.weight_decay)
 
 
 def make_scheduler(cfg: ExperimentConfig, opt: torch.optim.Optimizer, total_steps: int
                    ) -> torch.optim.lr_scheduler.LambdaLR:
-    warm = cfg.train.warmup_steps
-    linear = cfg.train.schedule == "linear"
+    from repro.optim import make_scheduler as build
 
-    def factor(step: int) -> float:
-        if warm and step < warm:
-            return (step + 1) / warm
-        if not linear:
-            return 1.0
-        return max(0.0, (total_steps - step) / max(1, total_steps - warm))
-
-    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    return build(opt, cfg.train.warmup_steps, cfg.train.schedule == "linear", total_steps)
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -134,9 +125,11 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer,
-                    sched: Any, rank: int, world_size: int, keep: int) -> None:
-    """All ranks call this together. Rank 0 writes weights and optimizer; each rank its RNG."""
+                    sched: Any, rank: int, world_size: int, keep: int, strategy: str = "ddp") -> None:
+    """All ranks call this together; each writes its RNG state. Under ddp rank 0 writes the
+    trainable weights and optimizer state; under fsdp every rank writes its shards (dcp/)."""
     from repro.models import trainable_state_dict
+    from repro.sharding import save_sharded
 
     root = run_dir / CKPT_DIR
     final = root / f"step-{step:07d}"
@@ -146,13 +139,17 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, opt: torch
         tmp.mkdir(parents=True)
     dist.barrier()
     torch.save(_rng_state(), tmp / f"rng-rank{rank}.pt")
-    if rank == 0:
+    if strategy == "fsdp":
+        save_sharded(tmp / "dcp", model, opt)
+    elif rank == 0:
         torch.save(trainable_state_dict(model), tmp / "trainable.pt")
         torch.save(opt.state_dict(), tmp / "optimizer.pt")
+    if rank == 0:
         torch.save(sched.state_dict(), tmp / "scheduler.pt")
     dist.barrier()
     if rank == 0:
-        (tmp / "meta.json").write_text(json.dumps({"step": step, "world_size": world_size}))
+        (tmp / "meta.json").write_text(json.dumps({"step": step, "world_size": world_size,
+                                                   "strategy": strategy}))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:
@@ -161,15 +158,23 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, opt: torch
 
 
 def load_checkpoint(ckpt: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, sched: Any,
-                    rank: int, world_size: int) -> int:
+                    rank: int, world_size: int, strategy: str = "ddp") -> int:
     from repro.models import load_trainable_state_dict
+    from repro.sharding import load_sharded
 
     meta = json.loads((ckpt / "meta.json").read_text())
     if meta["world_size"] != world_size:
         raise RuntimeError(f"{ckpt}: written with world_size {meta['world_size']}, resumed with "
                            f"{world_size}; resume with the same world size or use --force")
-    load_trainable_state_dict(model, torch.load(ckpt / "trainable.pt", weights_only=True))
-    opt.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
+    written = meta.get("strategy", "ddp")
+    if written != strategy:
+        raise RuntimeError(f"{ckpt}: written with train.strategy={written}, resumed with "
+                           f"{strategy}; resume with the same strategy or use --force")
+    if strategy == "fsdp":
+        load_sharded(ckpt / "dcp", model, opt)
+    else:
+        load_trainable_state_dict(model, torch.load(ckpt / "trainable.pt", weights_only=True))
+        opt.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
     sched.load_state_dict(torch.load(ckpt / "scheduler.pt", weights_only=False))
     _set_rng_state(torch.load(ckpt / f"rng-rank{rank}.pt", weights_only=False))
     return int(meta["step"])
@@ -207,20 +212,25 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
     pool = Pool([Example.from_dict(r) for r in read_jsonl(run_dir / "pool.jsonl") if r["id"] in my_ids])
     tokenized = TokenizedPool(pool, tokenizer, cfg.data.max_length, on_bad_row="error")
 
-    params = [p for p in model.parameters() if p.requires_grad]
+    # Wrap first: under fsdp the optimizer must see the sharded parameters (DTensors).
+    strategy = cfg.train.strategy
+    if cfg.train.activation_checkpointing:
+        enable_activation_checkpointing(model)
+    wrapped = sharding.wrap(model, strategy, device, bf16)
+    timer = AllReduceTimer()
+    if strategy == "ddp":  # FSDP's collectives run inside backward: no comm hook to time them
+        wrapped.register_comm_hook(timer, timed_allreduce_hook)
+    params = [p for p in wrapped.parameters() if p.requires_grad]
     opt = make_optimizer(cfg, params)
     sched = make_scheduler(cfg, opt, derived.total_steps)
 
     start_step = 0
     ckpt = latest_checkpoint(run_dir)
     if ckpt is not None:
-        start_step = load_checkpoint(ckpt, model, opt, sched, rank, world_size)
+        start_step = load_checkpoint(ckpt, sharding.unwrapped(wrapped), opt, sched, rank,
+                                     world_size, strategy)
     else:
         seed_everything(cfg.seed + rank)  # per-rank stream for dropout etc.
-
-    ddp = DDP(model, device_ids=[device.index] if use_cuda else None)
-    timer = AllReduceTimer()
-    ddp.register_comm_hook(timer, timed_allreduce_hook)
 
     log_path = run_dir / "train_log" / f"rank{rank}.jsonl"
     old_rows = read_jsonl(log_path) if log_path.is_file() else []
@@ -235,7 +245,8 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
         print(f"[train] resuming from {ckpt} at step {start_step}/{derived.total_steps}",
               file=sys.stderr, flush=True)
     progress = _progress(rank, derived.total_steps, start_step)
-    totals = {"tokens": 0, "compute_s": 0.0, "wait_s": 0.0, "steps": 0}
+    totals: dict[str, Any] = {"tokens": 0, "compute_s": 0.0, "wait_s": 0.0, "steps": 0}
+    autocast = sharding.autocast_enabled(strategy, bf16)
     for step in range(start_step, derived.total_steps):
         epoch, s = divmod(step, derived.steps_per_epoch)
         ids = schedule.order[epoch][rank][s * per_step:(s + 1) * per_step]
@@ -250,25 +261,29 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
             weights = torch.tensor([schedule.weight(i, rank) for i in chunk], device=device)
             tokens += int(batch["attention_mask"].sum())
             sync = micro == accum - 1
-            with (contextlib.nullcontext() if sync else ddp.no_sync()):
-                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-                    logits = ddp(input_ids=batch["input_ids"],
-                                 attention_mask=batch["attention_mask"]).logits
+            with sharding.gradient_sync(wrapped, strategy, sync):
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                    logits = wrapped(input_ids=batch["input_ids"],
+                                     attention_mask=batch["attention_mask"]).logits
                 loss = weighted_lm_loss(logits, batch["labels"], weights) / accum
                 loss.backward()
-                if sync:
-                    t_synced = time.perf_counter()
-                    wait = max(0.0, t_synced - timer.last_ready)
+                if sync and strategy == "ddp":
+                    wait = max(0.0, time.perf_counter() - timer.last_ready)
             loss_sum += float(loss.detach())
+        if step == start_step:  # the model state each strategy shards, measured once
+            totals["state_bytes"] = sharding.state_bytes(wrapped, opt, strategy)
         if cfg.train.grad_clip:
             torch.nn.utils.clip_grad_norm_(params, cfg.train.grad_clip)
         opt.step()
+        if step == start_step:  # optimizer state exists after the first step
+            totals["state_bytes"]["optimizer"] = optimizer_state_bytes(opt)
         sched.step()
         opt.zero_grad(set_to_none=True)
         step_s = time.perf_counter() - t0
         row = {"step": step, "rank": rank, "epoch": epoch, "loss": loss_sum,
                "lr": sched.get_last_lr()[0], "step_s": step_s, "compute_s": step_s - wait,
-               "allreduce_wait_s": wait, "tokens": tokens, "tokens_per_s": tokens / step_s,
+               "allreduce_wait_s": wait if strategy == "ddp" else None,
+               "tokens": tokens, "tokens_per_s": tokens / step_s,
                "peak_mem_mb": peak_memory_mb(device)}
         log.write(json.dumps(row) + "\n")
         log.flush()
@@ -282,8 +297,8 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
         done = step + 1
         if cfg.train.checkpoint_every and done % cfg.train.checkpoint_every == 0 \
                 and done < derived.total_steps:
-            save_checkpoint(run_dir, done, ddp.module, opt, sched, rank, world_size,
-                            cfg.train.keep_checkpoints)
+            save_checkpoint(run_dir, done, sharding.unwrapped(wrapped), opt, sched, rank,
+                            world_size, cfg.train.keep_checkpoints, strategy)
         _maybe_fail_for_tests(done)
     log.close()
     if progress is not None:
@@ -294,8 +309,11 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
                   threads=threads)
     gathered: list[Any] = [None] * world_size
     dist.all_gather_object(gathered, totals)
+    # Under fsdp the weights are gathered (a collective) to rank 0's CPU first.
+    full = (sharding.full_state_dict(wrapped, trainable_only=cfg.model.lora.enabled)
+            if strategy == "fsdp" else None)
     if rank == 0:
-        save_finetuned(ddp.module, tokenizer, run_dir / "model")
+        save_finetuned(sharding.unwrapped(wrapped), tokenizer, run_dir / "model", state_dict=full)
         train_s = max(g["loop_s"] for g in gathered)
         tok = sum(g["tokens"] for g in gathered)
         step_time = sum(g["compute_s"] + g["wait_s"] for g in gathered)
@@ -308,7 +326,9 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
             "tokens": tok,
             "tokens_per_s": tok / train_s if train_s > 0 else None,
             "allreduce_wait_share": (sum(g["wait_s"] for g in gathered) / step_time
-                                     if step_time > 0 else None),
+                                     if step_time > 0 and strategy == "ddp" else None),
+            "strategy": strategy,
+            "activation_checkpointing": cfg.train.activation_checkpointing,
             "peak_mem_mb": max(g["peak_mem_mb"] for g in gathered),
             "per_worker": gathered,
             "device": str(device.type),

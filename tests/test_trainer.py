@@ -130,9 +130,32 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path: Path) -> None:
     assert steps == list(range(info["total_steps"]))
 
 
-def test_optimizers_and_schedule() -> None:
-    from transformers.optimization import Adafactor
+def test_adafactor_equals_the_transformers_one_on_plain_tensors() -> None:
+    """repro.optim.Adafactor (written for FSDP's sharded tensors) is the recipe's Adafactor."""
+    from transformers.optimization import Adafactor as Reference
 
+    from repro.optim import Adafactor
+
+    torch.manual_seed(0)
+    shapes = [(7, 5), (5,), (3, 4, 6)]  # a matrix, a vector (unfactored), a 3-d tensor
+    ours = [torch.randn(s, requires_grad=True) for s in shapes]
+    ref = [p.detach().clone().requires_grad_() for p in ours]
+    o1 = Adafactor(ours, lr=1e-2, weight_decay=0.01)
+    o2 = Reference(ref, lr=1e-2, weight_decay=0.01, scale_parameter=False, relative_step=False,
+                   warmup_init=False)
+    for _ in range(5):
+        for a, b in zip(ours, ref):
+            a.grad = torch.randn_like(a)
+            b.grad = a.grad.clone()
+        o1.step()
+        o2.step()
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+        assert not torch.equal(a, b.new_zeros(b.shape))
+
+
+def test_optimizers_and_schedule() -> None:
+    from repro.optim import Adafactor
     from repro.trainer import make_optimizer, make_scheduler
 
     p = [torch.nn.Parameter(torch.ones(3))]
