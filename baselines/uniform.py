@@ -19,11 +19,12 @@ class UniformSelector:
 
     def __init__(self, feature_type: str = "gradient-proxy", normalization: str = "auto",
                  cap: float | None = 1.5, kmeans: str = "exact", n_init: int = 10,
-                 max_iter: int = 300, feature_batch_size: int = 8, proj_dim: int = 8192) -> None:
+                 max_iter: int = 300, feature_batch_size: int = 8, proj_dim: int = 8192,
+                 feature_workers: int | None = None) -> None:
         self.inner = ClusterSelector(feature_type=feature_type, normalization=normalization,
                                      cap=cap, kmeans=kmeans, variant="uniform", n_init=n_init,
                                      max_iter=max_iter, feature_batch_size=feature_batch_size,
-                                     proj_dim=proj_dim)
+                                     proj_dim=proj_dim, feature_workers=feature_workers)
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         sel = self.inner.select(pool, budget, ctx)

@@ -16,8 +16,12 @@ Two forms compute the same g:
 - `gradient_proxy_features_naive` (reference, what the authors' code does): all hidden states,
   full-vocabulary log_softmax at every position. For tests and `method/bench_features.py`.
 
-`features_to_file` shards a pool over K data-parallel workers through a real process group
-(worker r embeds rows r, r+K, ...) and rank 0 writes an N x H float32 .npy memmap as rows arrive.
+`features_to_file` shards a pool over F processes in a real process group and rank 0 writes an
+N x H float32 .npy memmap as rows arrive. F is `feature_workers(K, ...)`: by default K (the number
+of clusters = data-parallel workers) on CPU and min(K, visible GPUs) on GPU, since NCCL allows one
+process per GPU. The pool's length-sorted batches are formed globally and dealt whole to the
+processes (batch j to process j mod F), so every example is computed in the same batch whatever F
+is, and the file does not depend on the number of processes.
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ import torch
 from repro.data import IGNORE_INDEX, collate, tokenize_example
 
 __all__ = ["HeadWorkspace", "gradient_proxy_features", "gradient_proxy_features_naive", "compute_features",
-           "features_to_file"]
+           "feature_workers", "features_to_file"]
 
 
 # ----------------------------------------------------------------------------- the two forms
@@ -188,10 +192,16 @@ def _progress(total: int, desc: str, enabled: bool) -> Any:
                 disable=not enabled or os.environ.get("CLUSTER_REPRO_NO_PROGRESS") == "1")
 
 
-def _length_batches(items: dict[int, dict], batch_size: int) -> list[list[int]]:
-    # Longest first: batches of similar length waste little padding, and an out-of-memory comes
-    # at the start rather than after hours. Ties keep the input order (stable sort).
-    order = sorted(items, key=lambda i: -len(items[i]["input_ids"]))
+def _length_batches(lengths: dict[int, int], batch_size: int) -> list[list[int]]:
+    """Row indices in batches of `batch_size`, longest first (lengths: row -> tokens).
+
+    Longest first: batches of similar length waste little padding, and an out-of-memory comes at
+    the start rather than after hours. Ties go by row index, so the batches depend only on the
+    lengths and the batch size, never on the order the lengths were gathered in: every process
+    count forms the same batches, and each example is computed in the same batch (same padding,
+    same float results) whether one process or K compute the pass.
+    """
+    order = sorted(lengths, key=lambda i: (-lengths[i], i))
     return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
 
 
@@ -214,7 +224,7 @@ def compute_features(examples: list, tokenizer: Any, model: Any, max_length: int
     device = _device(model)
     bar = _progress(len(examples), "features", progress)
     ws = HeadWorkspace()
-    for b in _length_batches(items, batch_size):
+    for b in _length_batches({i: len(it["input_ids"]) for i, it in items.items()}, batch_size):
         batch = collate([items[i] for i in b], tokenizer.pad_token_id)
         feats = gradient_proxy_features(model, {k: v.to(device) for k, v in batch.items()}, bf16=bf16,
                                         workspace=ws)
@@ -227,10 +237,51 @@ def compute_features(examples: list, tokenizer: Any, model: Any, max_length: int
 # ----------------------------------------------------------------------------- sharded to a file
 
 
+def feature_workers(k: int, requested: int | None = None, gpus: int | None = None) -> int:
+    """How many processes compute the feature pass of a run with K clusters (K = world size).
+
+    `requested` (selection.params.feature_workers) when set. Otherwise K on CPU (gloo runs any
+    number of processes on one machine: the behaviour before feature_workers existed) and
+    min(K, gpus) on GPU, since NCCL cannot put two ranks on one GPU. `gpus`: the visible CUDA GPUs
+    (None: torch.cuda.device_count(), 0 without CUDA). The features do not depend on the answer
+    (`_length_batches`); only the pass's time and memory do.
+    """
+    if k < 1:
+        raise ValueError(f"K (the world size) must be >= 1, got {k}")
+    if requested is not None:
+        return int(requested)
+    if gpus is None:
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return min(k, gpus) if gpus > 0 else k
+
+
+def _gather_objects(obj: Any, world_size: int) -> list[Any]:
+    """[obj of rank 0, ..., obj of rank world_size-1] (every rank gets all; no group at size 1)."""
+    if world_size == 1:
+        return [obj]
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str, model_cfg: Any,
-                     max_length: int, batch_size: int, tmp_path: str, out_path: str,
-                     spawned: bool) -> None:
-    """Worker `rank` of `world_size` (the group is initialized when world_size > 1)."""
+                     max_length: int, batch_size: int, tmp_path: str, out_path: str, workers: int,
+                     spawned: bool, local_rank: int | None = None) -> None:
+    """Rank `rank` of a group of `world_size` processes (initialized when world_size > 1).
+
+    Ranks 0..workers-1 compute. Ranks >= workers (an existing torchrun/SLURM group larger than
+    `workers`) load no model and take part in every collective with empty rows, so no rank sits in
+    one collective for the whole pass (NCCL's timeout) and no sub-group is needed. Three phases:
+    1. the computing ranks load the model and tokenize rows r, r+F, r+2F, ... (F = workers) for
+       their lengths; one all_gather_object shares the lengths, the feature size and any error;
+    2. every rank forms the same global length-sorted batches; computing rank r takes batches
+       r, r+F, r+2F, ... (longest first, so the work is balanced);
+    3. rounds of all_gather: in round j rank r computes its j-th batch (tokenized then), and
+       rank 0 writes the gathered rows into the memmap as they arrive.
+    `local_rank` picks the GPU (None: rank); the device index wraps at the visible GPU count.
+    """
     import torch.distributed as dist
 
     from repro.distributed import set_worker_threads
@@ -241,37 +292,68 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
 
     t0 = time.perf_counter()
     use_cuda = torch.cuda.is_available()
-    device = torch.device(f"cuda:{rank % max(1, torch.cuda.device_count())}" if use_cuda else "cpu")
+    device = torch.device("cpu")
     if use_cuda:
+        index = rank if local_rank is None else local_rank
+        device = torch.device(f"cuda:{index % max(1, torch.cuda.device_count())}")
         torch.cuda.set_device(device)  # nccl collectives (and all_gather_object) use this device
     if spawned:
-        set_worker_threads(world_size)  # K workers share the machine's cores
+        set_worker_threads(world_size)  # the workers share the machine's cores
     bf16 = use_cuda and model_cfg.precision in ("auto", "bf16")
-    # The feature uses the INITIAL base model: never the LoRA-wrapped one.
-    base_cfg = dataclasses.replace(model_cfg, lora=dataclasses.replace(model_cfg.lora, enabled=False))
-    model, tok = load_model_and_tokenizer(Path(model_dir), base_cfg, device=str(device))
-    model.eval()
-    rows = read_jsonl(pool_path)
-    n = len(rows)
-    mine = range(rank, n, world_size)
-    items = {i: tokenize_example(Example.from_dict(rows[i]), tok, max_length) for i in mine}
-    del rows
-    batches = _length_batches(items, batch_size)
-    rounds = math.ceil(math.ceil(n / world_size) / batch_size)  # the same on every rank
-    hdim = model.get_output_embeddings().weight.shape[1]
+    computing = rank < workers
+
+    # -- phase 1: lengths (every error is shared, so no rank waits for a rank that died)
+    model = tok = rows = None
+    mine_info: dict[str, Any] = {"lengths": {}, "dim": 0, "error": None}
+    failure: BaseException | None = None
+    if computing:
+        try:
+            # The feature uses the INITIAL base model: never the LoRA-wrapped one.
+            base_cfg = dataclasses.replace(model_cfg, lora=dataclasses.replace(model_cfg.lora,
+                                                                               enabled=False))
+            model, tok = load_model_and_tokenizer(Path(model_dir), base_cfg, device=str(device))
+            model.eval()
+            rows = read_jsonl(pool_path)
+            mine_info["dim"] = int(model.get_output_embeddings().weight.shape[1])
+            mine_info["lengths"] = {
+                i: len(tokenize_example(Example.from_dict(rows[i]), tok, max_length)["input_ids"])
+                for i in range(rank, len(rows), workers)}
+        except Exception as e:
+            if world_size == 1:
+                raise
+            failure = e
+            mine_info["error"] = f"rank {rank}: {type(e).__name__}: {e}"
+    infos = _gather_objects(mine_info, world_size)
+    if failure is not None:
+        raise failure
+    errors = [g["error"] for g in infos if g["error"]]
+    if errors:
+        raise RuntimeError(f"features: another rank failed, so rank {rank} stops: {errors[0]}")
+    lengths: dict[int, int] = {}
+    for g in infos:
+        lengths.update(g["lengths"])
+    n, hdim = len(lengths), max(g["dim"] for g in infos)
+
+    # -- phase 2: the same global batches on every rank, dealt whole
+    batches = _length_batches(lengths, batch_size)
+    mine = batches[rank::workers] if computing else []
+    rounds = math.ceil(len(batches) / workers)  # the same on every rank
     if rank == 0:
         mm = np.lib.format.open_memmap(tmp_path, mode="w+", dtype=np.float32, shape=(n, hdim))
         written = np.zeros(n, dtype=bool)
-        bar = _progress(n, f"features x{world_size}", True)
+        bar = _progress(n, f"features x{workers}", True)
+
+    # -- phase 3: compute and gather, round by round
     t_loop = time.perf_counter()
     ws = HeadWorkspace()
     for j in range(rounds):
         # Equal-size tensors for all_gather: pad to batch_size rows, index -1 marks padding.
         feats = torch.zeros(batch_size, hdim, dtype=torch.float32, device=device)
         idx = torch.full((batch_size,), -1, dtype=torch.long, device=device)
-        if j < len(batches):
-            b = batches[j]
-            batch = collate([items[i] for i in b], tok.pad_token_id)
+        if j < len(mine):
+            b = mine[j]
+            batch = collate([tokenize_example(Example.from_dict(rows[i]), tok, max_length) for i in b],
+                            tok.pad_token_id)
             feats[:len(b)] = gradient_proxy_features(
                 model, {k: v.to(device) for k, v in batch.items()}, bf16=bf16, workspace=ws)
             idx[:len(b)] = torch.tensor(b, dtype=torch.long)
@@ -290,12 +372,9 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
                 written[i[keep]] = True
                 bar.update(int(keep.sum()))
     compute_s = time.perf_counter() - t_loop
-    stats = {"rank": rank, "rows": len(items), "compute_s": compute_s,
-             "peak_mem_mb": peak_memory_mb(device)}
-    gathered = [stats]
-    if world_size > 1:
-        gathered = [None] * world_size
-        dist.all_gather_object(gathered, stats)
+    stats = {"rank": rank, "rows": sum(len(b) for b in mine), "batches": len(mine),
+             "compute_s": compute_s, "peak_mem_mb": peak_memory_mb(device)}
+    gathered = _gather_objects(stats, world_size)
     if rank == 0:
         bar.close()
         if not written.all():
@@ -310,29 +389,39 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
             "seconds": time.perf_counter() - t0,  # rank 0: model load + tokenize + compute + write
             "compute_s": max(g["compute_s"] for g in gathered),
             "peak_mem_mb": max(g["peak_mem_mb"] for g in gathered),  # GPU: allocated; CPU: max RSS
-            "feature_type": "gradient-proxy", "n": n, "dim": int(hdim), "world_size": world_size, "batch_size": batch_size,
-            "max_length": max_length, "device": device.type, "bf16": bf16, "per_worker": gathered})
+            "feature_type": "gradient-proxy", "n": n, "dim": int(hdim),
+            "workers": workers,  # processes that computed features
+            "world_size": world_size,  # processes in the group (> workers: the rest only gathered)
+            "batch_size": batch_size, "batches": len(batches), "max_length": max_length,
+            "device": device.type, "bf16": bf16, "per_worker": gathered})
     if world_size > 1:
         dist.barrier()  # nobody leaves (and tears the group down) before the file is in place
 
 
-def features_to_file(run_dir: Path, world_size: int, model_dir: Path, model_cfg: Any,
+def features_to_file(run_dir: Path, workers: int, model_dir: Path, model_cfg: Any,
                      max_length: int, batch_size: int, out_path: Path) -> Path:
     """g of every row of run_dir/"pool.jsonl", in pool order, into `out_path` (.npy, N x H float32).
 
-    Sharded over `world_size` workers in a real process group (gloo on CPU, nccl on GPU): spawned
-    here, or joined from torchrun/SLURM variables as repro.trainer.run_training does; world_size 1
-    runs in this process. Timing and peak memory go to out_path.with_suffix(".json"): "seconds"
-    (rank 0, from worker start to file written), "wall_s" (this call, spawn included),
-    "peak_mem_mb" (max over workers; MiB), "n", "dim", "world_size". Returns out_path.
+    `workers` processes compute, in a real process group (gloo on CPU, nccl on GPU); the file is
+    the same for any number (whole global batches are dealt, see `_features_worker`). Where the
+    processes come from:
+    - a group that already exists with more than one rank (torch.distributed initialized here, or
+      torchrun/SLURM variables, repro.distributed.env_rank_world): every rank of it must call this.
+      Its first min(workers, its size) ranks compute; the others only take part in the gathers;
+    - otherwise `workers` processes spawned here (on GPU one per visible GPU: ValueError if
+      `workers` exceeds them), or this process when workers is 1.
+    Timing and peak memory go to out_path.with_suffix(".json"): "seconds" (rank 0, from worker
+    start to file written), "wall_s" (this call, spawn included), "peak_mem_mb" (max over
+    processes; MiB), "n", "dim", "workers" (processes that computed), "world_size" (processes in
+    the group), "per_worker" (rows, batches, compute_s, peak_mem_mb of each). Returns out_path.
     """
     import torch.distributed as dist
 
     from repro.distributed import env_rank_world, init_process_group, spawn_workers
     from repro.io import atomic_write_json, read_json
 
-    if world_size < 1 or batch_size < 1:
-        raise ValueError(f"world_size and batch_size must be >= 1, got {world_size}, {batch_size}")
+    if workers < 1 or batch_size < 1:
+        raise ValueError(f"workers and batch_size must be >= 1, got {workers}, {batch_size}")
     t0 = time.perf_counter()
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -340,24 +429,34 @@ def features_to_file(run_dir: Path, world_size: int, model_dir: Path, model_cfg:
     args = (str(Path(run_dir) / "pool.jsonl"), str(model_dir), model_cfg, max_length, batch_size,
             str(tmp), str(out_path))
     env = env_rank_world()
+    rank0 = True
     try:
-        if world_size == 1:
-            _features_worker(0, 1, *args, spawned=False)
-        elif dist.is_initialized() and dist.get_world_size() == world_size:
-            _features_worker(dist.get_rank(), world_size, *args, spawned=False)
-        elif env is not None and env[1] == world_size:
-            init_process_group(env[0], world_size, os.environ.get("MASTER_ADDR", "127.0.0.1"),
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            size = dist.get_world_size()
+            rank0 = dist.get_rank() == 0
+            local = env[2] if env is not None and env[1] == size else None
+            _features_worker(dist.get_rank(), size, *args, min(workers, size), False, local)
+        elif env is not None and env[1] > 1:
+            rank0 = env[0] == 0
+            init_process_group(env[0], env[1], os.environ.get("MASTER_ADDR", "127.0.0.1"),
                                int(os.environ.get("MASTER_PORT", "29500")))
             try:
-                _features_worker(env[0], world_size, *args, spawned=False)
+                _features_worker(env[0], env[1], *args, min(workers, env[1]), False, env[2])
             finally:
                 dist.destroy_process_group()
+        elif workers == 1:
+            _features_worker(0, 1, *args, 1, False)
         else:
-            spawn_workers(_features_worker, world_size, args=(*args, True))
+            gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if 0 < gpus < workers:
+                raise ValueError(f"selection.params.feature_workers: {workers} feature processes but "
+                                 f"{gpus} visible CUDA GPU(s); NCCL needs a GPU per process (set "
+                                 f"it to at most {gpus}, or leave it unset for min(K, GPUs))")
+            spawn_workers(_features_worker, workers, args=(*args, workers, True))
     finally:
         tmp.unlink(missing_ok=True)  # only left behind by a failed run
     meta_path = out_path.with_suffix(".json")
-    if meta_path.is_file() and (env is None or env[0] == 0):
+    if rank0 and meta_path.is_file():
         meta = read_json(meta_path)
         meta["wall_s"] = time.perf_counter() - t0
         atomic_write_json(meta_path, meta)

@@ -40,13 +40,17 @@ class ClusterSelector:
     gradients, projected to proj_dim). normalization: auto (L2 for K > 1, centering for K = 1),
     l2, center, none. cap: the soft-cap factor (1.5), or null for none. kmeans: exact (scikit-learn,
     the authors' settings) or fast. variant: prune, or uniform (step 9).
+    feature_workers: processes of the gradient-proxy feature pass (an integer >= 1), or null for
+    min(K, visible GPUs) on GPU and K on CPU. It changes only the pass's time and memory: the
+    features, hence the clusters and the selection, are the same for any number (K stays the
+    number of clusters). The lora-grad features run in one process and ignore it.
     """
 
     def __init__(self, ratio: float = 50, prune: str = "close",
                  feature_type: str = "gradient-proxy", normalization: str = "auto",
                  cap: float | None = 1.5, kmeans: str = "exact", variant: str = "prune",
                  n_init: int = 10, max_iter: int = 300, feature_batch_size: int = 8,
-                 proj_dim: int = 8192) -> None:
+                 proj_dim: int = 8192, feature_workers: int | None = None) -> None:
         if not 0 < float(ratio) <= 100:
             raise SelectionError(f"selection.params.ratio: {ratio} is outside 1..100 (a "
                                  "percentage: 50 for the paper's r = 0.5)")
@@ -57,10 +61,17 @@ class ClusterSelector:
         _check(variant, ("prune", "uniform"), "variant")
         if cap is not None and cap < 1:
             raise SelectionError(f"selection.params.cap: {cap} must be >= 1 (or null for no cap)")
+        if feature_workers is not None and (isinstance(feature_workers, bool)
+                                            or not isinstance(feature_workers, int)
+                                            or feature_workers < 1):
+            raise SelectionError(f"selection.params.feature_workers: {feature_workers!r} is not an "
+                                 "integer >= 1 (the feature pass's processes; null: min(K, visible "
+                                 "GPUs) on GPU, K on CPU)")
         self.ratio, self.prune, self.feature_type = float(ratio), prune, feature_type
         self.normalization, self.cap, self.kmeans_mode = normalization, cap, kmeans
         self.variant, self.n_init, self.max_iter = variant, n_init, max_iter
         self.feature_batch_size, self.proj_dim = feature_batch_size, proj_dim
+        self.feature_workers = feature_workers
 
     # -- step 1 -------------------------------------------------------------------------
     def features(self, pool: Pool, ctx: SelectionContext) -> tuple[np.ndarray, dict[str, Any]]:
@@ -75,9 +86,11 @@ class ClusterSelector:
         if ctx.model_dir is None:
             raise SelectionError("selector 'cluster' needs the target model (ctx.model_dir)")
         if self.feature_type == "gradient-proxy":
-            from method.features import features_to_file
+            from method.features import feature_workers, features_to_file
 
-            features_to_file(Path(ctx.workdir), ctx.world_size, Path(ctx.model_dir), cfg.model,
+            # K = ctx.world_size stays the number of clusters; only the pass's processes change.
+            workers = feature_workers(ctx.world_size, self.feature_workers)
+            features_to_file(Path(ctx.workdir), workers, Path(ctx.model_dir), cfg.model,
                              cfg.data.max_length, self.feature_batch_size, out)
         else:
             self._lora_features(pool, ctx, out)
@@ -103,7 +116,8 @@ class ClusterSelector:
         atomic_write(out, lambda fh: np.save(fh, X.astype(np.float32)), mode="wb")
         atomic_write_json(out.with_suffix(".json"), {
             "seconds": time.perf_counter() - t0, "peak_mem_mb": peak_memory_mb(torch.device("cpu")),
-            "n": len(pool), "dim": int(X.shape[1]), "world_size": 1, "feature_type": "lora-grad"})
+            "n": len(pool), "dim": int(X.shape[1]), "workers": 1, "world_size": 1,
+            "feature_type": "lora-grad"})
 
     # -- steps 2-6, 8, 9 ----------------------------------------------------------------
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
@@ -161,6 +175,7 @@ class ClusterSelector:
             "kept_fraction": len(set(ids)) / n, "weights": [float(w) for w in weights],
             "features_s": feat_meta.get("seconds"), "features_peak_mem_mb": feat_meta.get("peak_mem_mb"),
             "features_reused": bool(feat_meta.get("reused")),
+            "feature_workers": feat_meta.get("workers", feat_meta.get("world_size")),
             "clustering_s": clustering_s, "clustering_peak_mem_mb": clustering_peak,
             "selection_s": selection_s, "selection_peak_mem_mb": selection_peak,
             "with_replacement": self.variant == "uniform",

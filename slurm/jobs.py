@@ -306,7 +306,8 @@ class FeaturesJob(_Requeueable):
             note = rdv.wait() if ident["rank"] != 0 else read_json(rdv.path)
             if note["compute"]:
                 params = cfg.selection.params
-                features_to_file(shared, world, model_dir_of(shared), cfg.model, cfg.data.max_length,
+                workers = min(world, int(params.get("feature_workers") or world))  # rest: idle
+                features_to_file(shared, workers, model_dir_of(shared), cfg.model, cfg.data.max_length,
                                  int(params.get("feature_batch_size", 8)), shared / "features.npy")
             if ident["rank"] != 0:
                 return {"features": self.key, "rank": ident["rank"]}

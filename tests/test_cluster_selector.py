@@ -25,9 +25,15 @@ def _cfg(tmp_path: Path, *extra: str):
                           *extra])
 
 
-def test_cluster_select_stage_writes_its_files(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path, "selection.params.ratio=50")
-    run_dir = run_experiment(cfg, until="schedule")
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """CluSTER at r = 0.5, K = 4, up to the schedule; the features from K = 4 gloo processes."""
+    return run_experiment(_cfg(tmp_path_factory.mktemp("cluster"), "selection.params.ratio=50"),
+                          until="schedule")
+
+
+def test_cluster_select_stage_writes_its_files(default_run: Path) -> None:
+    run_dir = default_run
     feats = np.load(run_dir / "features.npy")
     pool_n = read_json(stage_marker(run_dir, "pool"))["n_pool"]
     assert feats.shape[0] == pool_n and feats.dtype == np.float32 and np.isfinite(feats).all()
@@ -57,6 +63,53 @@ def test_cluster_select_stage_writes_its_files(tmp_path: Path) -> None:
         assert abs(float(r["weight"]) - weights[int(r["cluster"])]) < 1e-5
 
 
+def test_fewer_feature_processes_than_k_give_the_same_selection(default_run: Path,
+                                                                 tmp_path: Path) -> None:
+    """feature_workers=2 with K = 4: 2 processes compute the features, K stays 4 clusters, and
+    the features and selection.csv are the default's (K processes) byte for byte."""
+    run_dir = run_experiment(_cfg(tmp_path, "selection.params.ratio=50",
+                                  "selection.params.feature_workers=2"), until="schedule")
+    assert run_dir != default_run
+    meta, ref = (read_json(d / "features.json") for d in (run_dir, default_run))
+    assert (meta["workers"], meta["world_size"], ref["workers"], ref["world_size"]) == (2, 2, 4, 4)
+    assert [w["batches"] for w in meta["per_worker"]] == \
+        [-(-ref["batches"] // 2), ref["batches"] // 2]  # whole batches, dealt in turn
+    # Bit-equal here; a machine with more cores gives 2 and 4 processes different thread counts,
+    # which may move the last bits (tests/test_features.py pins threads for its exact check).
+    np.testing.assert_allclose(np.load(run_dir / "features.npy"),
+                               np.load(default_run / "features.npy"), rtol=1e-6, atol=1e-7)
+    sel = read_json(run_dir / "selection.json")["info"]
+    assert sel["k"] == 4 and len(sel["cluster_sizes_after_cap"]) == 4 and sel["feature_workers"] == 2
+    # On CPU the default is K = 4 processes, as before feature_workers existed.
+    assert read_json(default_run / "selection.json")["info"]["feature_workers"] == 4
+    assert (run_dir / "selection.csv").read_bytes() == (default_run / "selection.csv").read_bytes()
+
+
+def test_feature_workers_must_be_a_positive_integer() -> None:
+    for bad in (0, -1, 1.5, "2", True):
+        with pytest.raises(ConfigError, match=r"^selection\.params\.feature_workers: .* is not an "
+                                              r"integer >= 1"):
+            SELECTORS.create("cluster", {"feature_workers": bad}, "selection.params")
+    assert SELECTORS.create("cluster", {"feature_workers": 3}, "selection.params").feature_workers == 3
+    assert SELECTORS.create("cluster", {}, "selection.params").feature_workers is None
+    assert SELECTORS.create("uniform", {"feature_workers": 1}, "selection.params").inner \
+        .feature_workers == 1
+
+
+def test_feature_workers_do_not_enter_the_shared_feature_key(tmp_path: Path) -> None:
+    """slurm/ shares one features file per key: the file does not depend on the process count."""
+    from slurm.grid import Cell
+
+    def key(**params):
+        data = {"output_dir": str(tmp_path), "name": "c", "world_size": 4,
+                "model": {"name_or_path": "tiny-random-llama"},
+                "selection": {"method": "cluster", "params": {"ratio": 50, **params}}}
+        return Cell(id="c", axes={"world_size": 4}, data=data).feature_key()
+
+    assert key() == key(feature_workers=1) == key(feature_workers=2)
+    assert key() != key(feature_batch_size=4)  # batch composition does change the last bits
+
+
 def test_cluster_rejects_a_budget_and_bad_params(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^selection\.params\.ratio: 150 is outside 1..100"):
         SELECTORS.create("cluster", {"ratio": 150}, "selection.params")
@@ -68,8 +121,9 @@ def test_cluster_rejects_a_budget_and_bad_params(tmp_path: Path) -> None:
 
 
 def test_uniform_variant_and_crossing_with_the_standard_allocator(tmp_path: Path) -> None:
+    # One feature process (no spawn, so the test is quick): K is still 4 clusters.
     cfg = _cfg(tmp_path, "selection.params.variant=uniform", "allocation.method=uniform-shuffle",
-               "allocation.weight_mode=none")
+               "allocation.weight_mode=none", "selection.params.feature_workers=1")
     run_dir = run_experiment(cfg, until="schedule")
     sel = read_json(run_dir / "selection.json")
     sizes = sel["info"]["cluster_sizes_after_cap"]
@@ -78,5 +132,4 @@ def test_uniform_variant_and_crossing_with_the_standard_allocator(tmp_path: Path
     sched = read_json(run_dir / "schedule.json")
     mixed = {c for w in sched["order"][0] for c in {sched["clusters"][i] for i in w}}
     assert mixed == {0, 1, 2, 3}
-    # Features were sharded over the 4 workers of the run.
-    assert json.loads((run_dir / "features.json").read_text())["world_size"] == 4
+    assert json.loads((run_dir / "features.json").read_text())["workers"] == 1

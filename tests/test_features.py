@@ -4,19 +4,22 @@
 - both equal an independent autograd check: the gold-token row of d(-log p_t(y_t))/d(W_head),
   position by position, averaged (a shift-by-one variant is shown to differ, so the check bites);
 - an example with no response token is an error naming its row; batch position/size do not matter;
-- 4 gloo workers writing the .npy file give the single-process features, in pool order.
+- the .npy file is bit-identical whether 1, 2 or 4 gloo processes compute it (global batches dealt
+  whole), also inside an existing torchrun/SLURM-style group larger than the workers asked for;
+- how many processes the pass runs by default: K on CPU, min(K, GPUs) on GPU.
 """
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from method.features import (HeadWorkspace, compute_features, features_to_file, gradient_proxy_features,
-                             gradient_proxy_features_naive)
+from method.features import (HeadWorkspace, compute_features, feature_workers, features_to_file,
+                             gradient_proxy_features, gradient_proxy_features_naive)
 from repro.config import LoraConfig, ModelConfig
 from repro.data import IGNORE_INDEX, collate, tokenize_example
 from repro.io import atomic_write_jsonl
@@ -164,21 +167,71 @@ def test_batch_position_and_size_do_not_matter(tiny) -> None:
     assert not out[:3].any()
 
 
-def test_sharded_over_four_gloo_workers_equals_one_process(tiny, tmp_path: Path) -> None:
+def _torchrun_like_rank(rank: int, world: int, ports: tuple[int, int], run_dir: str,
+                        model_dir: str, out_dir: str) -> None:
+    """One process of a group that already exists, as under torchrun or SLURM: its rank comes from
+    environment variables, which features_to_file joins (repro.distributed.env_rank_world). The
+    same 4 processes run the pass twice: all 4 compute, then 2 (ranks 2 and 3 only gather)."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1")
+    torch.set_num_threads(1)  # as the one-process run in the test (see there)
+    for workers, port in zip((4, 2), ports):
+        os.environ["MASTER_PORT"] = str(port)
+        features_to_file(Path(run_dir), workers, Path(model_dir), CFG, 256, 2,
+                         Path(out_dir) / f"x{workers}.npy")
+
+
+def test_features_are_bit_identical_from_1_2_and_4_processes(tiny, tmp_path: Path) -> None:
+    """The pool's length-sorted batches are formed globally and dealt whole to the processes, so
+    each example is computed in the same batch (same padding) whatever the process count, and the
+    files are equal bit for bit. Every process runs one thread: a different thread count may change
+    the order of a matmul's float reductions on some machines (not here, but CI machines differ).
+    Before (rows r, r+K, ... batched per worker) 2 or 4 processes differed from 1 by up to 2e-7."""
+    import torch.multiprocessing as mp
+
+    from repro.distributed import free_port
+
     model_dir, model, tok = tiny
-    exs = _examples(18)  # not a multiple of 4: shards of 5, 5, 4, 4
+    exs = _examples(18)  # 9 batches of 2: dealt 5+4 to 2 workers, 3+2+2+2 to 4
     run_dir = tmp_path / "run"
     atomic_write_jsonl(run_dir / "pool.jsonl", [e.to_dict() for e in exs])
-    one = features_to_file(run_dir, 1, model_dir, CFG, 256, 2, tmp_path / "one.npy")
-    four = features_to_file(run_dir, 4, model_dir, CFG, 256, 2, tmp_path / "four.npy")
-    a, b = np.load(one), np.load(four)
-    assert a.shape == b.shape == (18, model.config.hidden_size) and b.dtype == np.float32
-    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
-    direct = compute_features(exs, tok, model, 256, 4, progress=False)  # pool order
-    np.testing.assert_allclose(a, direct, rtol=1e-5, atol=1e-6)
-    meta = json.loads((tmp_path / "four.json").read_text())
-    assert meta["n"] == 18 and meta["dim"] == a.shape[1] and meta["world_size"] == 4
-    assert meta["seconds"] > 0 and meta["peak_mem_mb"] > 0
-    assert sorted(w["rows"] for w in meta["per_worker"]) == [4, 4, 5, 5]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["four.json", "four.npy", "one.json",
-                                                          "one.npy", "run"]  # no temp files left
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one = np.load(features_to_file(run_dir, 1, model_dir, CFG, 256, 2, tmp_path / "x1.npy"))
+        direct = compute_features(exs, tok, model, 256, 2, progress=False)  # pool order
+    finally:
+        torch.set_num_threads(threads)
+    ports = (free_port(), free_port())
+    while ports[1] == ports[0]:
+        ports = (ports[0], free_port())
+    mp.start_processes(_torchrun_like_rank, args=(4, ports, str(run_dir), str(model_dir),
+                                                  str(tmp_path)), nprocs=4, start_method="spawn")
+    four, two = np.load(tmp_path / "x4.npy"), np.load(tmp_path / "x2.npy")
+    assert one.shape == (18, model.config.hidden_size) and one.dtype == np.float32
+    assert np.array_equal(one, direct)
+    assert np.array_equal(four, one) and np.array_equal(two, one)
+    # a different batch size does change the last bits, so equality above is not a given
+    assert not np.array_equal(compute_features(exs, tok, model, 256, 3, progress=False), one)
+
+    metas = {w: json.loads((tmp_path / f"x{w}.json").read_text()) for w in (1, 2, 4)}
+    assert [(m["workers"], m["world_size"], m["n"], m["batches"]) for m in metas.values()] == \
+        [(1, 1, 18, 9), (2, 4, 18, 9), (4, 4, 18, 9)]
+    per = {w: [(p["rank"], p["batches"], p["rows"]) for p in m["per_worker"]] for w, m in metas.items()}
+    assert per[2] == [(0, 5, 10), (1, 4, 8), (2, 0, 0), (3, 0, 0)]  # ranks 2, 3 only gathered
+    assert per[4] == [(0, 3, 6), (1, 2, 4), (2, 2, 4), (3, 2, 4)]
+    assert metas[4]["seconds"] > 0 and metas[4]["peak_mem_mb"] > 0 and metas[4]["wall_s"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "run", "x1.json", "x1.npy", "x2.json", "x2.npy", "x4.json", "x4.npy"]  # no temp files
+
+
+def test_how_many_feature_processes() -> None:
+    """K on CPU (today's behaviour), min(K, GPUs) on GPU (NCCL: one process per GPU), or the
+    requested number. The GPU count is passed in: this machine has none."""
+    assert feature_workers(4, gpus=0) == 4
+    assert [feature_workers(4, gpus=g) for g in (1, 2, 4, 8)] == [1, 2, 4, 4]
+    assert feature_workers(4, requested=2, gpus=0) == 2
+    assert feature_workers(8, requested=3, gpus=4) == 3
+    assert feature_workers(4) == (min(4, torch.cuda.device_count()) if torch.cuda.is_available() else 4)
+    with pytest.raises(ValueError, match="world size"):
+        feature_workers(0)
