@@ -204,8 +204,12 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
     bf16 = use_cuda and cfg.model.precision in ("auto", "bf16")
 
     seed_everything(cfg.seed)  # same seed on every rank: identical LoRA init (DDP also broadcasts)
-    model, tokenizer = load_model_and_tokenizer(model_dir, cfg.model, device=str(device))
-    model.to(device)
+    # fsdp: load on the CPU and let fully_shard move each layer's shard to the device, so no
+    # GPU ever holds the whole fp32 model (13B: 52 GB); ddp: every GPU holds it anyway.
+    on_load = "cpu" if cfg.train.strategy == "fsdp" else str(device)
+    if use_cuda:
+        torch.cuda.set_device(device)  # FSDP's default mesh and NCCL use the current device
+    model, tokenizer = load_model_and_tokenizer(model_dir, cfg.model, device=on_load)
     model.train()
 
     my_ids = {i for epoch in schedule.order for i in epoch[rank]}

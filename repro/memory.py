@@ -1,0 +1,306 @@
+"""The memory plan: each worker's peak memory for a training cell, before anything runs.
+
+A worker's memory is the model state it keeps for the whole run plus what one step adds. With P
+parameters (P_t of them trainable: all for full fine-tuning, the adapters for LoRA), S = the
+world size under fsdp (1 under ddp) and c = bytes of the compute dtype (2 for bf16 on GPU, 4 on
+CPU), in bytes:
+
+    weights      4 P / S               fp32 master weights (the trainer loads fp32)
+    optimizer    AdamW 8 P_t / S; Adafactor 4 (rows + cols) per trainable matrix and 4 n per
+                 vector, / S; SGD 0
+    ddp buckets  4 P_t                 DDP's flat copy of the gradients it all-reduces (ddp only)
+    gradients    4 P_t / S             fp32
+
+and three moments of a step, the peak being the largest:
+
+    forward end   state + activations + logits + compute copies of the weights
+    backward end  state + gradients + logits' gradient + one layer's gradient in flight
+    optimizer     state + gradients + 2 x the largest local parameter (the step's temporaries)
+
+Activations per decoder layer and token, counted from what a Llama layer saves for backward
+(SDPA attention, SwiGLU MLP): c (6 h + 2 kv + 5 i) + 4 (2 h) bytes (the two RMSNorms keep fp32),
+where h, kv, i are the hidden, key/value and MLP widths. With activation checkpointing a layer
+keeps only its input (c h per token) and one layer is recomputed at a time. The logits hold
+c + 4 + 4 bytes per token and vocabulary entry (the logits, their fp32 copy for the loss and the
+log-softmax it saves). Compute copies: under ddp with bf16 autocast, the bf16 copies of every
+Linear weight saved for backward (2 P_linear); under fsdp, the gathered (unsharded) weights of
+the root and of two layers (the one running and the one prefetched), c bytes each.
+
+A GPU cell fits when plan x (1 + FRAGMENTATION) + CUDA_CONTEXT_GIB <= the profile's
+`gpu.memory_gb` (GiB, as nvidia-smi reports MiB / 1024). On CPU the plan adds the worker
+process's own resident size (Python, torch, transformers: CPU_PROCESS_MIB, measured) and predicts
+its peak RSS. docs/measurements.md lists every calibration point and how close the plan came.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+GIB = 2**30
+MIB = 2**20
+CUDA_CONTEXT_GIB = 1.0  # the CUDA context and NCCL buffers, outside torch's allocator
+FRAGMENTATION = 0.05  # the caching allocator's slack over the allocated peak
+# Peak RSS of a training worker whose model is negligible (the tiny model): the interpreter,
+# torch, transformers, peft, tokenizers and gloo. Measured on CPU: docs/measurements.md.
+CPU_PROCESS_MIB = 600.0
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes of a Llama-family decoder (Llama 2, CodeLlama, Mistral, SmolLM2, Qwen2-like)."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    tied_embeddings: bool = False
+    qkv_bias: bool = False
+
+    @property
+    def kv_dim(self) -> int:
+        return self.hidden // self.heads * self.kv_heads
+
+    def layer_linears(self) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each Linear in one decoder layer, by module name."""
+        h, kv, i = self.hidden, self.kv_dim, self.intermediate
+        return {"q_proj": (h, h), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (h, h),
+                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+    def layer_params(self) -> int:
+        bias = (self.hidden + 2 * self.kv_dim) if self.qkv_bias else 0
+        return sum(a * b for a, b in self.layer_linears().values()) + 2 * self.hidden + bias
+
+    def root_params(self) -> int:
+        """Embeddings, final norm and LM head (FSDP's root group)."""
+        emb = self.vocab * self.hidden
+        return emb * (1 if self.tied_embeddings else 2) + self.hidden
+
+    def params(self) -> int:
+        return self.layers * self.layer_params() + self.root_params()
+
+    def linear_params(self) -> int:
+        """Weights of Linear layers (what bf16 autocast copies): the layers' and the LM head."""
+        lin = sum(a * b for a, b in self.layer_linears().values()) * self.layers
+        return lin + self.vocab * self.hidden
+
+    def matrices(self) -> list[tuple[int, int]]:
+        """Every 2-d weight (rows, cols), for Adafactor's factored state."""
+        per_layer = [(b, a) for a, b in self.layer_linears().values()]
+        root = [(self.vocab, self.hidden)] * (1 if self.tied_embeddings else 2)
+        return per_layer * self.layers + root
+
+    def vectors(self) -> int:
+        return self.layers * 2 * self.hidden + self.hidden
+
+
+# Published shapes, so a plan needs no download (config.json of each model on the hub).
+SHAPES: dict[str, ModelShape] = {
+    "llama-2-7b": ModelShape(4096, 11008, 32, 32, 32, 32000),
+    "llama-2-13b": ModelShape(5120, 13824, 40, 40, 40, 32000),
+    "codellama-7b-python": ModelShape(4096, 11008, 32, 32, 32, 32000),
+    "codellama-13b-python": ModelShape(5120, 13824, 40, 40, 40, 32000),
+    "smollm2-135m": ModelShape(576, 1536, 30, 9, 3, 49152, tied_embeddings=True),
+    "mistral-7b-v0.3": ModelShape(4096, 14336, 32, 32, 8, 32768),
+    "llama-3.1-8b": ModelShape(4096, 14336, 32, 32, 8, 128256),
+    "qwen2.5-7b": ModelShape(3584, 18944, 28, 28, 4, 152064, qkv_bias=True),
+    "qwen2.5-14b": ModelShape(5120, 13824, 48, 40, 8, 152064, qkv_bias=True),
+}
+HUB_IDS = {
+    "meta-llama/llama-2-7b-hf": "llama-2-7b", "meta-llama/llama-2-13b-hf": "llama-2-13b",
+    "codellama/codellama-7b-python-hf": "codellama-7b-python",
+    "codellama/codellama-13b-python-hf": "codellama-13b-python",
+    "smollm2-135m-instruct": "smollm2-135m", "huggingfacetb/smollm2-135m-instruct": "smollm2-135m",
+    "mistralai/mistral-7b-v0.3": "mistral-7b-v0.3", "meta-llama/llama-3.1-8b": "llama-3.1-8b",
+    "meta-llama/llama-3.1-8b-instruct": "llama-3.1-8b", "qwen/qwen2.5-7b": "qwen2.5-7b",
+    "qwen/qwen2.5-7b-instruct": "qwen2.5-7b", "qwen/qwen2.5-14b": "qwen2.5-14b",
+    "qwen/qwen2.5-14b-instruct": "qwen2.5-14b",
+}
+
+
+def shape_from_hf_config(cfg: dict[str, Any]) -> ModelShape:
+    """A shape from a transformers config.json (Llama-family keys)."""
+    try:
+        return ModelShape(hidden=cfg["hidden_size"], intermediate=cfg["intermediate_size"],
+                          layers=cfg["num_hidden_layers"], heads=cfg["num_attention_heads"],
+                          kv_heads=cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
+                          vocab=cfg["vocab_size"],
+                          tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                          qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")))
+    except KeyError as e:
+        raise ValueError(f"config.json lacks {e.args[0]!r}: not a Llama-family decoder the memory "
+                         "plan knows") from None
+
+
+def model_shape(name_or_path: str, tiny_hidden: int = 64, tiny_layers: int = 2) -> ModelShape | None:
+    """The shape of `model.name_or_path`: a known hub id or builtin, a local directory's
+    config.json, or None when it cannot be known without a download."""
+    key = name_or_path.lower()
+    if key in SHAPES:
+        return SHAPES[key]
+    if key in HUB_IDS:
+        return SHAPES[HUB_IDS[key]]
+    if key == "tiny-random-llama":  # repro/models.py: byte tokenizer (259 ids), 4 heads
+        return ModelShape(tiny_hidden, 4 * tiny_hidden, tiny_layers, 4, 4, 259)
+    cfg = Path(name_or_path).expanduser() / "config.json"
+    if cfg.is_file():
+        return shape_from_hf_config(json.loads(cfg.read_text(encoding="utf-8")))
+    return None
+
+
+@dataclass
+class MemoryPlan:
+    """Bytes per worker; `peak` is the largest of the three moments of a step."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    ddp_buckets: float
+    activations: float
+    logits: float
+    compute_copies: float
+    step_temporaries: float
+    forward_end: float
+    backward_end: float
+    optimizer_step: float
+    peak: float
+    device: str
+    process_overhead: float  # CPU: the worker process's own RSS; GPU: 0 (context counted in fits)
+
+    @property
+    def peak_gib(self) -> float:
+        return self.peak / GIB
+
+    def required_gib(self) -> float:
+        """What the device must have: GPU = peak + slack + context; CPU = predicted peak RSS."""
+        if self.device == "cuda":
+            return self.peak * (1 + FRAGMENTATION) / GIB + CUDA_CONTEXT_GIB
+        return (self.peak + self.process_overhead) / GIB
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(peak_gib=round(self.peak_gib, 3), required_gib=round(self.required_gib(), 3))
+        return d
+
+
+def lora_matrices(shape: ModelShape, r: int, targets: list[str]) -> list[tuple[int, int]]:
+    """Every adapter matrix (rows, cols): A is (r, in) and B is (out, r) per targeted Linear."""
+    per_layer = []
+    for name, (a, b) in shape.layer_linears().items():
+        if name in targets:
+            per_layer += [(r, a), (b, r)]
+    return per_layer * shape.layers
+
+
+def lora_params(shape: ModelShape, r: int, targets: list[str]) -> int:
+    return sum(a * b for a, b in lora_matrices(shape, r, targets))
+
+
+def plan_memory(shape: ModelShape, *, strategy: str, world_size: int, seq_len: int, batch: int,
+                optimizer: str, lora_r: int | None = None, lora_targets: list[str] | None = None,
+                activation_checkpointing: bool = False, device: str = "cuda",
+                bf16: bool = True) -> MemoryPlan:
+    """Each worker's peak memory (bytes) for one training cell; see the module docstring."""
+    s = world_size if strategy == "fsdp" else 1
+    c = 2 if (device == "cuda" and bf16) else 4
+    P = shape.params()
+    lora = lora_r is not None
+    if lora:
+        mats = lora_matrices(shape, lora_r or 0, lora_targets or [])
+        vectors = 0
+    else:
+        mats, vectors = shape.matrices(), shape.vectors()
+    Pt = sum(a * b for a, b in mats) + vectors
+    h, kv, i, tokens = shape.hidden, shape.kv_dim, shape.intermediate, seq_len * batch
+
+    weights = 4 * P / s
+    grads = 4 * Pt / s
+    if optimizer == "adamw":
+        opt = 8 * Pt / s
+    elif optimizer == "adafactor":  # factored: a row and a column statistic per matrix
+        opt = 4 * (sum(rows + cols for rows, cols in mats) + vectors) / s
+    else:
+        opt = 0.0
+    buckets = 4 * Pt if strategy == "ddp" else 0.0
+    state = weights + opt + buckets
+
+    per_layer_token = c * (6 * h + 2 * kv + 5 * i) + 4 * 2 * h
+    if activation_checkpointing:
+        acts = shape.layers * tokens * c * h + tokens * per_layer_token
+    else:
+        acts = shape.layers * tokens * per_layer_token
+    logits = tokens * shape.vocab * (c + 4 + 4)
+    gathered = c * (shape.root_params() + 2 * shape.layer_params())  # fsdp: unsharded weights
+    if strategy == "fsdp":
+        copies = gathered
+    else:
+        copies = 2.0 * shape.linear_params() if c == 2 else 0.0
+    temporaries = 2 * 4 * max(a * b for a, b in mats) / s
+    if strategy == "fsdp":  # a layer's unsharded gradient (compute dtype, then fp32) in flight
+        in_flight = gathered + (c + 4) * (0 if lora else shape.layer_params())
+    else:
+        in_flight = 0.0
+
+    forward_end = state + acts + logits + copies
+    backward_end = state + grads + tokens * shape.vocab * 4 + in_flight
+    optimizer_step = state + grads + temporaries
+    peak = max(forward_end, backward_end, optimizer_step)
+    return MemoryPlan(weights=weights, gradients=grads, optimizer=opt, ddp_buckets=buckets,
+                      activations=acts, logits=logits, compute_copies=copies,
+                      step_temporaries=temporaries, forward_end=forward_end,
+                      backward_end=backward_end, optimizer_step=optimizer_step, peak=peak,
+                      device=device,
+                      process_overhead=CPU_PROCESS_MIB * MIB if device == "cpu" else 0.0)
+
+
+def plan_for_config(cfg: Any, device: str = "cuda") -> MemoryPlan | None:
+    """The plan of an ExperimentConfig's training (None when the model's shape is unknown)."""
+    shape = model_shape(cfg.model.name_or_path, cfg.model.tiny_hidden_size, cfg.model.tiny_layers)
+    if shape is None:
+        return None
+    lo = cfg.model.lora
+    return plan_memory(shape, strategy=cfg.train.strategy, world_size=cfg.world_size,
+                       seq_len=cfg.data.max_length, batch=cfg.train.per_device_batch_size,
+                       optimizer=cfg.train.optimizer, lora_r=lo.r if lo.enabled else None,
+                       lora_targets=list(lo.target_modules) if lo.enabled else None,
+                       activation_checkpointing=cfg.train.activation_checkpointing,
+                       device=device, bf16=cfg.model.precision in ("auto", "bf16"))
+
+
+def fit_advice(cfg: Any, memory_gib: float) -> tuple[MemoryPlan | None, str | None]:
+    """(plan, None) when the cell fits a GPU of `memory_gib`; (plan, what to change) when not."""
+    plan = plan_for_config(cfg)
+    if plan is None or plan.required_gib() <= memory_gib:
+        return plan, None
+    tries = []
+    t = cfg.train
+    ws = cfg.world_size
+    options = [("train.strategy=fsdp", dict(strategy="fsdp")),
+               ("train.activation_checkpointing=true", dict(activation_checkpointing=True)),
+               ("train.strategy=fsdp train.activation_checkpointing=true",
+                dict(strategy="fsdp", activation_checkpointing=True))]
+    for label, change in options:
+        if all(getattr(t, k) == v for k, v in change.items()):
+            continue
+        new_train = replace(t, **change)
+        new = replace(cfg, train=new_train)
+        p = plan_for_config(new)
+        if p is not None and p.required_gib() <= memory_gib:
+            tries.append(f"{label} ({p.required_gib():.1f} GiB)")
+            break
+    if not tries:
+        for more in (2 * ws, 4 * ws):
+            new = replace(cfg, world_size=more,
+                          train=replace(t, strategy="fsdp", activation_checkpointing=True))
+            p = plan_for_config(new)
+            if p is not None and p.required_gib() <= memory_gib:
+                tries.append(f"world_size={more} with fsdp and checkpointing "
+                             f"({p.required_gib():.1f} GiB)")
+                break
+    fix = tries[0] if tries else "a GPU with more memory (no strategy here fits)"
+    return plan, (f"needs {plan.required_gib():.1f} GiB per GPU (peak {plan.peak_gib:.1f} GiB + "
+                  f"{FRAGMENTATION:.0%} slack + {CUDA_CONTEXT_GIB:g} GiB context), more than "
+                  f"gpu.memory_gb = {memory_gib:g}; fits with {fix}")
