@@ -4,7 +4,7 @@
     cluster-repro run CONFIG [key.sub=value ...]  every stage of one experiment
     cluster-repro select CONFIG [k=v ...]         stages up to the schedule (selection.csv)
     cluster-repro grid RUNS_FILE [k=v ...]        every run of a run list (configs/runs/)
-    cluster-repro validate CONFIG [k=v ...]       load and check a config, print its hash
+    cluster-repro validate CONFIG [k=v ...]       load and preflight-check a config, print its hash
     cluster-repro ls selectors|allocators|configs what is available
     cluster-repro results [--output-dir DIR]      merge result part files into results.csv/.parquet
     cluster-repro bench ddp [--world-sizes 1,4,8] DDP throughput and all-reduce wait
@@ -66,7 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run every run on this base config instead of the run list's own, e.g. "
                         "configs/demo-quick.yaml for a quick pass of a demo grid")
 
-    p = sub.add_parser("validate", help="load and validate a config; print it and its hash",
+    p = sub.add_parser("validate", help="load and check a config; print it and its hash",
+                       description="Load a config and check it before anything runs: keys, "
+                       "types and ranges, benchmark names, selector and allocator names and "
+                       "parameters, local data files, batch sizes, a ratio given as a fraction "
+                       "(repro/preflight.py). Prints the config, its hash (the run folder's "
+                       "name: what changes training) and its eval_hash; exits 2 on a problem.",
                        epilog=EPILOG)
     _add_config_args(p)
     p.add_argument("--quiet", action="store_true", help="print only the hash")
@@ -134,6 +139,16 @@ def _cmd_ls(what: str) -> int:
     return 0
 
 
+def _preflight(where: str, cfg) -> None:
+    """Check the config before any stage runs (repro/preflight.py): a problem raises a
+    ConfigError listing each with its key; notes (what cannot be checked here) go to stderr."""
+    from repro.preflight import report, require_clean
+
+    found = require_clean([(where, cfg)])
+    if any(found.values()):
+        print(report(found), file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # Overrides may come before or after flags (`validate CONFIG --quiet k=v`): argparse stops
@@ -175,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             from repro.pipeline import run_experiment
 
             cfg = load_config(args.config, args.overrides)
+            _preflight(args.config, cfg)
             run_dir = run_experiment(cfg, force=args.force,
                                      until="results" if args.cmd == "run" else "schedule")
             what = "results.part.csv" if args.cmd == "run" else "selection.csv"
@@ -183,9 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "validate":
             import yaml
 
+            from repro.config import eval_hash
+
             cfg = load_config(args.config, args.overrides)
+            _preflight(args.config, cfg)
             if not args.quiet:
                 print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+                print(f"eval_hash: {eval_hash(cfg)}  (the eval settings; not part of config_hash)")
             print(f"config_hash: {cfg.hash()}")
             return 0
         if args.cmd == "ls":

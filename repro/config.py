@@ -2,7 +2,8 @@
 
 Validation happens at load time: an unknown key gets a "did you mean", a wrong type or value
 names the key and what is allowed. `config_hash` is stable (canonical JSON of the fields that
-change results; paths and launch settings are left out, so moving the data does not rerun work).
+change what is trained; paths, launch and eval settings are left out, so moving the data does not
+rerun work, and the eval settings have their own `eval_hash`).
 """
 from __future__ import annotations
 
@@ -163,15 +164,27 @@ class ExperimentConfig:
         return Path(self.output_dir) / self.name / self.hash()
 
 
-# Keys that do not change what a run computes: left out of the hash.
-_HASH_EXCLUDED = {"name", "output_dir", "data_dir", "launch"}
+# Keys that do not change what a run trains: left out of the hash, which names the run folder.
+# `eval` is left out too: how a trained model is scored has its own key (`eval_hash`), which the
+# eval stage records, so correcting a benchmark name or the eval limit later redoes only the
+# evaluation and the result rows, never the selection or the training.
+_HASH_EXCLUDED = {"name", "output_dir", "data_dir", "launch", "eval"}
+
+
+def _short_hash(d: Any) -> str:
+    blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def config_hash(cfg: ExperimentConfig) -> str:
-    """A 12-hex-digit hash of the canonical JSON of the result-changing fields."""
-    d = {k: v for k, v in cfg.to_dict().items() if k not in _HASH_EXCLUDED}
-    blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    """The run's training identity: 12 hex digits of the canonical JSON of every field that
+    changes what is selected and trained (all but name, paths, launch and eval)."""
+    return _short_hash({k: v for k, v in cfg.to_dict().items() if k not in _HASH_EXCLUDED})
+
+
+def eval_hash(cfg: ExperimentConfig) -> str:
+    """The evaluation's identity: 12 hex digits of the canonical JSON of the `eval` section."""
+    return _short_hash(dataclasses.asdict(cfg.eval))
 
 
 # ----------------------------------------------------------------------------- building

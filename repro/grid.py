@@ -22,9 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from repro.config import ConfigError, ExperimentConfig, load_config
+from repro.config import ConfigError, ExperimentConfig, load_config, read_yaml_file
 from repro.io import read_json
 
 
@@ -40,13 +38,14 @@ class RunList:
     base: Path
     overrides: list[str]
     runs: list[RunSpec]
+    path: Path | None = None  # the run-list file, for messages
 
 
 def load_run_list(path: str | Path) -> RunList:
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"run-list file {str(p)!r} not found")
-    data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    data = read_yaml_file(p, "run-list file") or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping with 'base' and 'runs' at the top level")
     unknown = set(data) - {"base", "overrides", "runs"}
     if unknown:
         raise ConfigError(f"{p}: unknown keys {sorted(unknown)} (allowed: base, overrides, runs)")
@@ -68,19 +67,31 @@ def load_run_list(path: str | Path) -> RunList:
         labels.add(spec.label)
         runs.append(spec)
     return RunList((p.parent / data["base"]).resolve(), [str(o) for o in data.get("overrides") or []],
-                   runs)
+                   runs, p)
 
 
 def run_configs(rl: RunList, extra: list[str] = ()) -> list[tuple[RunSpec, ExperimentConfig]]:
-    """Every run's config (validated up front, so a typo fails before hours of work)."""
+    """Every run's config (validated up front, so a typo fails before hours of work). A run that
+    takes another's kept count has no selection.n yet: its config selects from the whole pool."""
     return [(r, load_config(rl.base, [*rl.overrides, *r.overrides, *extra])) for r in rl.runs]
+
+
+def preflight_run_list(rl: RunList, extra: list[str] = ()) -> dict[str, list]:
+    """Preflight every run (repro/preflight.py); PreflightError naming each run with a problem."""
+    from repro.preflight import require_clean
+
+    where = f"{rl.path} " if rl.path else ""
+    return require_clean([(f"{where}run {r.label}", cfg) for r, cfg in run_configs(rl, extra)])
 
 
 def run_list(rl: RunList, extra: list[str] = (), force: bool = False) -> list[Path]:
     """Run every experiment of the list in order; returns their run directories."""
     from repro.pipeline import run_experiment, stage_marker
+    from repro.preflight import report
 
-    run_configs(rl, extra)  # validate all first
+    notes = preflight_run_list(rl, extra)  # validate and check all first
+    if any(notes.values()):
+        print(report(notes), file=sys.stderr, flush=True)
     done: dict[str, Path] = {}
     for spec in rl.runs:
         ov = [*rl.overrides, *spec.overrides, *extra]

@@ -2,9 +2,12 @@
 
     model -> pool -> select -> schedule -> train -> eval -> results
 
-Run directory: `<output_dir>/<name>/<config_hash>/`. Each stage writes its outputs atomically and
-last a marker file (`stages/<stage>.json`, holding the stage's summary); a stage whose marker exists is skipped, so a killed job
-resumes where it stopped, and `force=True` redoes everything. Files (schemas in docs/files.md):
+Run directory: `<output_dir>/<name>/<config_hash>/`, where config_hash covers what changes
+training (not the eval settings). Each stage writes its outputs atomically and last a marker file
+(`stages/<stage>.json`, holding the stage's summary); a stage whose marker exists is skipped, so a
+killed job resumes where it stopped, and `force=True` redoes everything. The eval and results
+markers also record the eval settings' hash (eval_hash): when the eval settings change, only those
+two stages are redone. Files (schemas in docs/files.md):
 
     config.yaml          the full config            pool.jsonl / heldout.jsonl  the examples
     stages/pool.json     counts, skipped rows       stages/model.json  where the model directory is
@@ -22,10 +25,11 @@ import shutil
 import sys
 import time
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-from repro.config import ExperimentConfig, derive, save_config
+from repro.config import ExperimentConfig, derive, eval_hash, save_config
 from repro.interfaces import SelectionContext, SelectionError, resolve_budget
 from repro.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_json, read_jsonl
 from repro.registry import ALLOCATORS, SELECTORS
@@ -47,14 +51,47 @@ def stage_marker(run_dir: Path, name: str) -> Path:
     return run_dir / "stages" / f"{name}.json"
 
 
-def _stage(run_dir: Path, name: str, force: bool, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def stage_done(run_dir: Path, name: str, key: dict[str, Any] | None = None) -> bool:
+    """Whether stage `name` finished, and (with `key`) for these settings: its marker holds every
+    field of `key` with the same value (e.g. {"eval_hash": ...} for the eval-side stages)."""
     marker = stage_marker(run_dir, name)
-    if marker.is_file() and not force:
+    if not marker.is_file():
+        return False
+    if not key:
+        return True
+    info = read_json(marker)
+    return all(info.get(k) == v for k, v in key.items())
+
+
+# The run folder is keyed by what changes training (config_hash); these stages also depend on
+# the eval settings, so their markers record eval_hash and they are redone when it changes.
+EVAL_STAGES = ("eval", "results")
+
+
+def stage_key(cfg: ExperimentConfig, name: str) -> dict[str, Any] | None:
+    """The settings a stage's marker must match to count as done (None: its marker suffices)."""
+    return {"eval_hash": eval_hash(cfg)} if name in EVAL_STAGES else None
+
+
+def stage_current(cfg: ExperimentConfig, run_dir: Path, name: str) -> bool:
+    """Stage `name` of this config's run is done, for this config's settings (what `launch` and
+    `status` call a finished cell: `results` current for the eval settings)."""
+    return stage_done(run_dir, name, stage_key(cfg, name))
+
+
+def _stage(run_dir: Path, name: str, force: bool, fn: Callable[[], dict[str, Any]],
+           key: dict[str, Any] | None = None) -> dict[str, Any]:
+    marker = stage_marker(run_dir, name)
+    if not force and stage_done(run_dir, name, key):
         _log(f"{name}: done already ({marker}), skipped")
         return read_json(marker)
+    if marker.is_file() and not force:
+        old = {k: read_json(marker).get(k) for k in key or {}}
+        _log(f"{name}: done with other settings ({old}, now {key}), redone")
     t0 = time.perf_counter()
     info = fn()
     info["stage_s"] = time.perf_counter() - t0
+    info.update(key or {})
     atomic_write_json(marker, info)
     _log(f"{name}: done in {info['stage_s']:.1f}s")
     return info
@@ -269,6 +306,9 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         "method": cfg.selection.method,
         # selection.params as canonical JSON: reports tell ablation settings (prune, variant) apart.
         "selection_params": json.dumps(cfg.selection.params, sort_keys=True, separators=(",", ":")),
+        # The eval settings the scores were made with (the run folder is keyed by training only).
+        "eval_settings": json.dumps(ev.get("eval_settings", asdict(cfg.eval)), sort_keys=True,
+                                    separators=(",", ":")),
         "allocator": cfg.allocation.method,
         "weight_mode": cfg.allocation.weight_mode,
         "ratio": sel["info"].get("ratio", cfg.selection.params.get("ratio")),
@@ -379,11 +419,33 @@ def run_experiment(cfg: ExperimentConfig, force: bool = False, until: str = "res
         ("select", lambda: stage_select(cfg, run_dir)),
         ("schedule", lambda: stage_schedule(cfg, run_dir)),
         ("train", lambda: stage_train(cfg, run_dir, force)),
-        ("eval", lambda: stage_eval(cfg, run_dir)),
+        # The marker records the eval settings it was made with (the rows name them).
+        ("eval", lambda: {**stage_eval(cfg, run_dir), "eval_settings": asdict(cfg.eval)}),
         ("results", lambda: stage_results(cfg, run_dir)),
     ]
     for name, fn in steps:
-        _stage(run_dir, name, force, fn)
+        key = stage_key(cfg, name)
+        if force or not stage_done(run_dir, name, key):
+            invalidate_eval_outputs(run_dir, after=name)
+        _stage(run_dir, name, force, fn, key)
         if name == until:
             break
     return run_dir
+
+
+def invalidate_eval_outputs(run_dir: Path, after: str) -> None:
+    """Before stage `after` runs: remove what the eval-side stages after it made from the old
+    outputs (their markers, the result rows; the eval's own files too when `after` is eval and
+    they were made with other settings), so nothing stale is skipped or merged."""
+    later = STAGES[STAGES.index(after) + 1:]
+    for name in EVAL_STAGES:
+        if name in later:
+            stage_marker(run_dir, name).unlink(missing_ok=True)
+    if "results" in later or after == "results":
+        from repro.results import PART_NAME
+
+        (run_dir / PART_NAME).unlink(missing_ok=True)
+    if after == "eval" and stage_marker(run_dir, "eval").is_file():
+        # Made with other eval settings: a benchmark dropped from the list must not linger.
+        (run_dir / "eval_samples.jsonl").unlink(missing_ok=True)
+        shutil.rmtree(run_dir / "eval_benchmarks", ignore_errors=True)

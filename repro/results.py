@@ -25,7 +25,7 @@ PART_NAME = "results.part.csv"
 COLUMNS = [
     "run_id", "config_hash", "name", "method", "selection_params", "allocator", "weight_mode",
     "ratio", "kept_fraction", "n_selected", "n_pool", "model", "dataset", "world_size", "seed",
-    "benchmark", "metric", "value", "stderr", "n", "selection_s", "train_s", "eval_s",
+    "eval_settings", "benchmark", "metric", "value", "stderr", "n", "selection_s", "train_s", "eval_s",
     "end_to_end_s", "tokens_per_s", "allreduce_wait_share", "peak_mem_mb", "git_sha",
     "versions", "hardware", "timestamp",
 ]

@@ -22,8 +22,11 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
         "task (GPU) per worker, job arrays for cells that share resources, and one shared "
         "features job per (model, pool) that CluSTER cells wait for. Finished cells are skipped, "
         "so launching again resumes a grid; a timed-out or preempted job requeues itself and "
-        "training resumes from its checkpoint. --dry-run prints the jobs, GPUs and an estimate "
-        "of GPU-hours (from tokens, parameter count and the profile's MFU) and submits nothing.",
+        "training resumes from its checkpoint. Every cell to run is preflight-checked first "
+        "(benchmark, selector and allocator names, data files, batches, ratio; "
+        "repro/preflight.py): a launch submits nothing while any cell has a problem. --dry-run "
+        "prints the jobs, GPUs, an estimate of GPU-hours (from tokens, parameter count and the "
+        "profile's MFU) and each cell's problems, and submits nothing (exit 2 on a problem).",
         epilog="Grids: configs/grids/. Profiles: configs/clusters/ (example.yaml documents every "
         "key). Docs: docs/slurm.md. " + epilog)
     _common(p)
@@ -38,8 +41,10 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
 
     p = sub.add_parser(
         "status", help="each cell of a launched grid: done, pending, running, failed (+ log)",
-        description="Show each cell's state: done (its results exist), pending, running, failed "
-        "(with the path of its log and the reason), or not launched. Asks SLURM's accounting "
+        description="Show each cell's state: done (its results exist, for its eval settings), "
+        "pending, running, failed (with the path of its log and the reason), outdated (its job "
+        "finished, but the eval settings changed since: launch re-evaluates it), or not "
+        "launched. Asks SLURM's accounting "
         "(sacct) about the jobs a launch recorded in <output_dir>/_launch/<grid>/jobs.json.",
         epilog=epilog)
     _common(p)
@@ -89,7 +94,10 @@ def format_plan(ctx, jobs, done) -> str:
     total = {"cell": 0.0, "features": 0.0}
     unknown = 0
     for pj in jobs:
-        nodes, _ = prof.nodes_for(pj.tasks)
+        try:
+            nodes: int | str = prof.nodes_for(pj.tasks)[0]
+        except ConfigError:  # the preflight section names the cell and the fix
+            nodes = "?"
         if pj.kind == "features":
             cell = ctx.by_id[pj.cells[0]]
             est = estimate_features(cell, prof, pj.tasks)
@@ -104,7 +112,7 @@ def format_plan(ctx, jobs, done) -> str:
             unknown += 1
         else:
             total[pj.kind] += est.gpu_hours
-        lines.append(f"{pj.name:58s} {pj.tasks:4d} {nodes:5d} {kept:>6s} {fmt_num(est.tokens):>8s} "
+        lines.append(f"{pj.name:58s} {pj.tasks:4d} {nodes!s:>5s} {kept:>6s} {fmt_num(est.tokens):>8s} "
                      f"{fmt_num(est.gpu_hours, 2):>8s} {fmt_num(est.wall_hours, 2):>7s}  {what}")
     n_sub = sum(len(bucket(w)) for w in waves(jobs))
     n_feat = sum(j.kind == "features" for j in jobs)
@@ -122,11 +130,22 @@ def format_plan(ctx, jobs, done) -> str:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from slurm.launcher import (cell_statuses, check_methods, load_context, plan_jobs, submit,
-                                wait_all)
+    from repro.preflight import report
+    from slurm.launcher import (cell_statuses, has_marker, load_context, plan_jobs,
+                                preflight_cells, submit, wait_all)
 
     prof = _profile(args, required=args.cluster == "slurm" and not args.dry_run)
     ctx = load_context(args.grid, args.overrides, args.only, prof, args.output_dir)
+    # Every cell that would run is checked before anything is planned or submitted: a problem
+    # found now costs nothing; found by a job, it costs the GPU-hours of everything before it.
+    found = preflight_cells(ctx, [c for c in ctx.cells if not has_marker(c, ctx.by_id, "results")])
+    bad = sorted(w for w, problems in found.items() if any(p.blocking for p in problems))
+    checks = report(found)
+    if bad and not args.dry_run:
+        print(f"config error: {len(bad)} of {len(found)} cells to run have problems; nothing was "
+              f"submitted (fix the grid, or leave those cells out with --only):\n{checks}",
+              file=sys.stderr)
+        return 2
     active = set()
     if not args.dry_run:
         active = {s.cell for s in cell_statuses(ctx) if s.state in ("pending", "running")}
@@ -136,13 +155,18 @@ def cmd_launch(args: argparse.Namespace) -> int:
     jobs, done = plan_jobs(ctx, active)
     if args.dry_run:
         print(format_plan(ctx, jobs, done))
-        return 0
+        summary = (f"Preflight: {len(bad)} of {len(found)} cells to run have problems; a launch "
+                   "refuses to submit until they are fixed" if bad else
+                   f"Preflight: the {len(found)} cells to run passed every check")
+        print(f"\n{summary}" + (f":\n{checks}" if checks else "."))
+        return 2 if bad else 0
+    if checks:
+        print(f"Preflight notes:\n{checks}", file=sys.stderr)
     for c in done:
         print(f"{c.id}: done already, skipped", file=sys.stderr)
     if not jobs:
         print(f"nothing to submit: {len(done)} cells done, {len(active)} queued or running")
         return 0
-    check_methods(ctx, [ctx.by_id[c] for j in jobs for c in j.cells])
     if args.cluster == "slurm":
         import shutil
 
@@ -181,6 +205,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             extra += f"  log: {r.log or '-'}  ({r.detail})"
         elif r.state == "done":
             extra += f"  {r.log}"
+        elif r.state == "outdated":
+            extra += f"  ({r.detail})"
         elif r.state in ("pending", "running") and r.log:
             extra += f"  log: {r.log}" + (f" ({r.detail})" if r.detail else "")
         print(f"{r.cell:{width}s}  {r.state:12s}{extra}")

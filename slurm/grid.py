@@ -77,6 +77,14 @@ class Cell:
             data["selection"]["fraction"] = None
         return from_dict(data, source=f"cell {self.id}")
 
+    def check_config(self) -> ExperimentConfig:
+        """The config to preflight before anything runs: the final one, or for a matched cell
+        (whose kept count is known only once its reference has selected) the same config
+        selecting from the whole pool."""
+        if self.match_of is None:
+            return self.config()
+        return from_dict(copy.deepcopy(self.data), source=f"cell {self.id}")
+
     @property
     def needs_features(self) -> bool:
         """CluSTER's gradient-proxy features: computed once per (model, pool) and shared."""

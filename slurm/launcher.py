@@ -3,8 +3,9 @@
     launch: expand the grid -> drop finished cells -> one features job per (model, pool) that
             CluSTER cells share -> the cells, one job each (arrays when several share resources),
             waiting on their features job through `--dependency=afterok` -> jobs.json
-    status: each cell's state: done (its results exist), pending, running, failed (with the log
-            path), or not launched; SLURM's accounting (sacct) is asked about submitted jobs.
+    status: each cell's state: done (its results exist, for its eval settings), pending, running,
+            failed (with the log path), outdated (results for other eval settings), or not
+            launched; SLURM's accounting (sacct) is asked about submitted jobs.
 
 Backends: `slurm` (sbatch through submitit; needs `srun`/`sbatch` and a cluster profile),
 `local` (submitit's LocalExecutor: subprocesses on this machine, the same job code and task
@@ -87,10 +88,21 @@ def cell_config(cell: Cell, by_id: dict[str, Cell]) -> ExperimentConfig | None:
 
 
 def has_marker(cell: Cell, by_id: dict[str, Cell], stage: str) -> bool:
+    """The cell's stage is done for its current config: for eval and results, with the cell's
+    eval settings (a cell whose benchmarks changed is not done: it re-evaluates, not retrains)."""
+    from repro.pipeline import stage_current
+
+    cfg = cell_config(cell, by_id)
+    return cfg is not None and stage_current(cfg, cfg.run_dir(), stage)
+
+
+def results_outdated(cell: Cell, by_id: dict[str, Cell]) -> bool:
+    """The cell has results, but made with other eval settings than its config's now."""
     from repro.pipeline import stage_marker
 
     cfg = cell_config(cell, by_id)
-    return cfg is not None and stage_marker(cfg.run_dir(), stage).is_file()
+    return cfg is not None and stage_marker(cfg.run_dir(), "results").is_file() \
+        and not has_marker(cell, by_id, "results")
 
 
 # ----------------------------------------------------------------------------- executors
@@ -218,24 +230,14 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
     return jobs, done
 
 
-def check_methods(ctx: Context, cells: list[Cell]) -> None:
-    """Refuse to submit a cell whose selector or allocator is not installed here."""
-    from repro.registry import ALLOCATORS, SELECTORS
+def preflight_cells(ctx: Context, cells: list[Cell]) -> dict[str, list]:
+    """"cell <id>" -> its preflight findings (repro/preflight.py: benchmark, selector and
+    allocator names, data files, batches, ratio, the world size against the profile's nodes),
+    each checked with this install's registries and the profile's job environment."""
+    from repro.preflight import CheckContext, preflight_all
 
-    missing = set()
-    for c in cells:
-        sel = c.data.get("selection", {}).get("method", "full")
-        alloc = c.data.get("allocation", {}).get("method", "uniform-shuffle")
-        for reg, name, what in ((SELECTORS, sel, "selector"), (ALLOCATORS, alloc, "allocator")):
-            if ":" in name:
-                continue
-            try:
-                reg.get(name)
-            except Exception:  # noqa: BLE001 - the registry's own error names what exists
-                missing.add(f"{what} {name!r} (cell {c.id})")
-    if missing:
-        raise ConfigError("not registered in this install: " + "; ".join(sorted(missing)) +
-                          " (see `cluster-repro ls selectors`); launch fewer methods with --only")
+    return preflight_all([(f"cell {c.id}", c.check_config()) for c in cells],
+                         CheckContext(profile=ctx.profile))
 
 
 # ----------------------------------------------------------------------------- submitting
@@ -397,7 +399,7 @@ def slurm_states(job_ids: list[str]) -> dict[str, str]:
 @dataclass
 class CellStatus:
     cell: str
-    state: str  # done, pending, running, failed, not launched
+    state: str  # done, pending, running, failed, outdated (other eval settings), not launched
     job_id: str | None
     log: str | None
     detail: str = ""
@@ -430,6 +432,12 @@ def cell_statuses(ctx: Context) -> list[CellStatus]:
             out.append(CellStatus(c.id, "pending", j["job_id"], log, sl))
         elif sl in RUNNING:
             out.append(CellStatus(c.id, "running", j["job_id"], log, sl))
+        elif (sl == "COMPLETED" or (sl is None and note.get("state") == "done")) \
+                and results_outdated(c, ctx.by_id):
+            # Its job finished, but the eval settings changed since: a launch re-evaluates it.
+            out.append(CellStatus(c.id, "outdated", j["job_id"], log,
+                                  "results made with other eval settings; launch again to "
+                                  "re-evaluate (no retraining)"))
         elif sl is not None:  # ended without results: FAILED, CANCELLED, TIMEOUT, COMPLETED...
             why = sl + (f"; rank 0 said: {note['error']}" if note.get("error") else "")
             dep = by_job_id.get(str(j.get("after")))

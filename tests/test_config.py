@@ -88,6 +88,61 @@ def test_hash_is_stable_and_ignores_paths() -> None:
     assert a.hash() == load_config(CONFIGS / "demo.yaml").hash()
 
 
+def test_eval_settings_are_not_part_of_the_training_identity() -> None:
+    from repro.config import eval_hash
+
+    a = load_config(CONFIGS / "demo.yaml")
+    b = load_config(CONFIGS / "demo.yaml", ["eval.benchmarks=[medqa]", "eval.limit=5"])
+    assert a.hash() == b.hash() and a.run_dir() == b.run_dir()
+    assert eval_hash(a) != eval_hash(b) and len(eval_hash(a)) == 12
+    assert eval_hash(a) == eval_hash(load_config(CONFIGS / "demo.yaml", ["train.lr=0.5"]))
+
+
+def test_changing_eval_settings_reevaluates_without_retraining(tmp_path: Path,
+                                                               shared_data: Path) -> None:
+    """A finished tiny run (1 worker, 2 steps): new eval.limit and eval.benchmarks redo only the
+    eval and results stages; train.json, the model and the selection stay as they were."""
+    import json
+
+    from repro.pipeline import run_experiment, stage_marker
+    from repro.results import PART_NAME, read_rows
+
+    base = [f"output_dir={tmp_path}", f"data_dir={shared_data}", "world_size=1",
+            "data.demo_train_size=24", "data.demo_heldout_per_category=1",
+            "train.global_batch_size=2", "train.max_steps=2", "eval.max_new_tokens=4"]
+    cfg = load_config(CONFIGS / "demo-quick.yaml", base)
+    run_dir = run_experiment(cfg)
+    kept = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in (
+        run_dir / "train.json", stage_marker(run_dir, "train"), stage_marker(run_dir, "select"),
+        run_dir / "selection.json", *sorted((run_dir / "model").rglob("*.safetensors")))}
+    assert len(kept) >= 5
+
+    def rows() -> dict[tuple[str, str], dict[str, str]]:
+        return {(r["benchmark"], r["metric"]): r for r in read_rows(run_dir / PART_NAME)}
+
+    first = rows()
+    assert first[("demo/overall", "exact_or_exec")]["n"] == "12"  # 12 categories x 1 held-out
+    assert json.loads(first[("heldout", "loss")]["eval_settings"])["limit"] is None
+
+    cfg2 = load_config(CONFIGS / "demo-quick.yaml", [*base, "eval.limit=3",
+                                                     "eval.benchmarks=[medqa]"])
+    assert run_experiment(cfg2) == run_dir
+    for p, (mtime, data) in kept.items():
+        assert p.stat().st_mtime_ns == mtime and p.read_bytes() == data, f"{p} was redone"
+    second = rows()
+    assert second[("demo/overall", "exact_or_exec")]["n"] == "3"
+    assert second[("medqa", "acc")]["n"] == "3"  # lm-eval's limit: the first 3 items
+    settings = json.loads(second[("medqa", "acc")]["eval_settings"])
+    assert settings["limit"] == 3 and settings["benchmarks"] == ["medqa"]
+    assert {r["config_hash"] for r in second.values()} == {cfg.hash()}
+    assert (run_dir / "eval_benchmarks" / "benchmarks.json").is_file()
+
+    # Back to no benchmarks: the medqa rows and logs go; training is still untouched.
+    run_experiment(load_config(CONFIGS / "demo-quick.yaml", base))
+    assert not any(b == "medqa" for b, _ in rows()) and not (run_dir / "eval_benchmarks").exists()
+    assert all(p.stat().st_mtime_ns == m for p, (m, _) in kept.items())
+
+
 def test_derived_values() -> None:
     cfg = from_dict({}, ["world_size=4", "train.per_device_batch_size=2",
                          "train.global_batch_size=16", "train.epochs=3"])

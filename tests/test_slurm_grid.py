@@ -64,7 +64,7 @@ def test_paper_grid_has_the_papers_cells_and_recipe() -> None:
     assert cfg.data.max_length == 1216 and cfg.train.epochs == 2 and cfg.train.lr == 5e-5
     assert cfg.train.optimizer == "adafactor" and cfg.train.global_batch_size == 512
     assert cfg.selection.params["ratio"] == 75 and cfg.allocation.method == "cluster-interleave"
-    assert "medqa_4options" in cfg.eval.benchmarks
+    assert cfg.eval.benchmarks == ["medqa", "medmcqa", "pubmedqa", "mmlu_medical"]
     ws8 = next(c for c in grid.cells if c.id == "magicoder.codellama-python-7b.full.ws8.s42").config()
     assert ws8.world_size == 8 and ws8.train.global_batch_size == 512  # accumulation 64, not 128
 
@@ -212,18 +212,38 @@ def test_sbatch_script_for_a_paper_cell_matches_the_golden_file() -> None:
     assert text == (GOLDEN / "paper-cell.sbatch").read_text()
 
 
-def test_launch_refuses_methods_that_are_not_installed(tmp_path: Path) -> None:
-    grid = _write(tmp_path, BASE + """name: t
-datasets: {demo: {}}
-models: {tiny: {}}
-methods: {mine: {overrides: [selection.method=no-such-selector]}}
-world_sizes: [1]
-seeds: [1]
-""")
-    p = subprocess.run([sys.executable, "-m", "repro", "launch", str(grid), "--cluster", "local",
-                        "--output-dir", str(tmp_path / "out")], cwd=REPO, capture_output=True,
-                       text=True, timeout=120)
-    assert p.returncode == 2
-    assert "not registered in this install: selector 'no-such-selector' (cell demo.tiny.mine.ws1.s1)" \
-        in p.stderr
-    assert not (tmp_path / "out" / "_launch").exists(), "nothing may be submitted"
+def test_a_cell_is_done_only_for_its_eval_settings_and_keeps_its_run_folder(tmp_path: Path) -> None:
+    """Changing eval settings keeps the run folder (training identity) but un-finishes the cell:
+    a launch re-submits it (its stages then skip through training) and status says so.
+    (`cluster-repro launch` refusing cells with problems: tests/test_preflight.py.)"""
+    from repro.io import atomic_write_json
+    from repro.pipeline import STAGES, stage_key, stage_marker
+    from slurm.launcher import cell_statuses
+
+    prof = load_profile(CONFIGS / "clusters" / "local.yaml")
+
+    def context(*extra: str) -> Context:
+        grid = load_grid(GRIDS / "demo-quick.yaml", [f"output_dir={tmp_path}", *extra])
+        return Context(grid, grid.cells, {c.id: c for c in grid.cells}, tmp_path, prof)
+
+    cid = "demo.tiny.full.ws4.s42"
+    ctx = context()
+    cfg = ctx.by_id[cid].config()
+    for stage in STAGES:  # the markers of a finished run, as the stages write them
+        atomic_write_json(stage_marker(cfg.run_dir(), stage), dict(stage_key(cfg, stage) or {}))
+    jobs, done = plan_jobs(ctx)
+    assert [c.id for c in done] == [cid] and cid not in {j.name for j in jobs}
+    assert {s.cell: s.state for s in cell_statuses(ctx)}[cid] == "done"
+
+    ctx2 = context("eval.limit=3")
+    assert ctx2.by_id[cid].config().run_dir() == cfg.run_dir()  # same training, same folder
+    jobs, done = plan_jobs(ctx2)
+    assert not done and cid in {j.name for j in jobs}
+    assert {s.cell: s.state for s in cell_statuses(ctx2)}[cid] == "not launched"
+    # Launched before (a local job that wrote "done"): outdated, not pending, so that a launch
+    # does not leave it alone as queued.
+    atomic_write_json(ctx.launch_dir / "jobs.json", {"backend": "local", "jobs": {
+        cid: {"kind": "cell", "job_id": "7", "cells": [cid], "stderr": "7.err"}}})
+    atomic_write_json(ctx.launch_dir / "state" / f"{cid}.json", {"state": "done", "job_id": "7"})
+    assert {s.cell: s.state for s in cell_statuses(ctx)}[cid] == "done"
+    assert {s.cell: s.state for s in cell_statuses(ctx2)}[cid] == "outdated"

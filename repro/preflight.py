@@ -1,0 +1,336 @@
+"""Preflight: check a config for mistakes that would otherwise surface only after training.
+
+Loading a config (repro/config.py) already checks keys, types and ranges. What it cannot check
+needs the rest of the suite or the file system: benchmark names (evals/), selector and allocator
+names and parameters (the registries), data files, and settings that are valid values but almost
+surely a slip (`selection.params.ratio: 0.5`, a percentage). Those checks live here, as small
+functions run before the first stage by `validate`, `run`, `select`, `grid` and `launch`:
+
+    problems = preflight(cfg)                      # every check, in order
+    errors = [p for p in problems if p.blocking]   # these stop a run or a launch
+    print(format_problems(problems, "configs/demo.yaml"))
+    require_clean([(where, cfg), ...])             # raises PreflightError listing every error
+
+A check is a function `(cfg, ctx) -> list[Problem]`, registered with `@check`; add one to check
+more (`ctx.profile` is the cluster profile when launching, for checks such as a GPU-memory plan).
+A Problem names the config key and says what is wrong and what is allowed; a note (not blocking)
+says what could not be checked here, e.g. a hub dataset while offline.
+"""
+from __future__ import annotations
+
+import difflib
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from repro.config import ConfigError, ExperimentConfig
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding about one config key. `blocking` False: a note, shown but not an error."""
+
+    key: str  # the config key, e.g. "eval.benchmarks[0]" or "selection.method"
+    message: str  # what is wrong, and what is allowed
+    blocking: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.message}"
+
+
+@dataclass
+class CheckContext:
+    """What a check may use beyond the config. `profile`: the cluster profile (slurm/profile.py)
+    when a grid is launched, else None."""
+
+    profile: Any = None
+
+    def data_dir(self, cfg: ExperimentConfig) -> tuple[Path | None, str]:
+        """Where relative data paths resolve for `cfg`, and where that came from: data_dir,
+        else the profile's `env` CLUSTER_REPRO_DATA (what a launched job sees), else this
+        process's $CLUSTER_REPRO_DATA."""
+        env = getattr(self.profile, "env", None) or {}
+        if cfg.data_dir:
+            return Path(cfg.data_dir).expanduser(), "data_dir"
+        if env.get("CLUSTER_REPRO_DATA"):
+            return Path(env["CLUSTER_REPRO_DATA"]).expanduser(), "the profile's env"
+        d = cfg.resolved_data_dir()
+        return d, "CLUSTER_REPRO_DATA"
+
+
+Check = Callable[[ExperimentConfig, CheckContext], "list[Problem]"]
+CHECKS: list[Check] = []
+
+
+def check(fn: Check) -> Check:
+    """Register a check; `preflight` runs them in registration order."""
+    CHECKS.append(fn)
+    return fn
+
+
+class PreflightError(ConfigError):
+    """A config has blocking problems; the message lists each with its key."""
+
+
+def preflight(cfg: ExperimentConfig, ctx: CheckContext | None = None) -> list[Problem]:
+    """Every problem (and note) that the registered checks find in `cfg`."""
+    ctx = ctx or CheckContext()
+    out: list[Problem] = []
+    for fn in CHECKS:
+        out += fn(cfg, ctx)
+    return out
+
+
+def format_problems(problems: list[Problem], where: str) -> str:
+    """One line per problem, errors first: `  error  <where>: <key>: <message>`."""
+    ordered = sorted(problems, key=lambda p: not p.blocking)
+    return "\n".join(f"  {'error' if p.blocking else 'note '}  {where}: {p}" for p in ordered)
+
+
+def preflight_all(configs: list[tuple[str, ExperimentConfig]], ctx: CheckContext | None = None
+                  ) -> dict[str, list[Problem]]:
+    """`where` -> its problems and notes, for each (where, config); `where` names the config file,
+    run or grid cell in messages."""
+    return {where: preflight(cfg, ctx) for where, cfg in configs}
+
+
+def report(found: dict[str, list[Problem]]) -> str:
+    """Every finding, grouped by config; a note said by many configs is printed once."""
+    lines, notes = [], {}
+    for where, problems in found.items():
+        errors = [p for p in problems if p.blocking]
+        if errors:
+            lines.append(format_problems(errors, where))
+        for p in problems:
+            if not p.blocking:
+                notes.setdefault(str(p), []).append(where)
+    for text, wheres in notes.items():
+        noun = "cells" if all(w.startswith("cell ") for w in wheres) else "configs"
+        who = wheres[0] if len(wheres) == 1 else f"{len(wheres)} {noun} ({wheres[0]}, ...)"
+        lines.append(f"  note   {who}: {text}")
+    return "\n".join(lines)
+
+
+def require_clean(configs: list[tuple[str, ExperimentConfig]], ctx: CheckContext | None = None
+                  ) -> dict[str, list[Problem]]:
+    """Check every config before any runs; raise PreflightError listing every blocking problem
+    of every config, else return the findings (notes only)."""
+    found = preflight_all(configs, ctx)
+    n_err = sum(p.blocking for problems in found.values() for p in problems)
+    if n_err:
+        bad = sum(any(p.blocking for p in problems) for problems in found.values())
+        raise PreflightError(f"{n_err} problem(s) in {bad} of {len(found)} config(s), found before "
+                             f"anything ran:\n{report(found)}")
+    return found
+
+
+def _did_you_mean(name: str, known: list[str], cutoff: float = 0.6) -> str:
+    hint = difflib.get_close_matches(name, known, n=1, cutoff=cutoff)
+    return f"; did you mean {hint[0]!r}?" if hint else ""
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+@check
+def check_benchmarks(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
+    """eval.benchmarks: names (or aliases) the suite's evals know; lm-eval's own task name for a
+    benchmark (medqa_4options) points at the suite's name (medqa). A benchmark whose local data
+    is not found is a note: its evaluation writes a `missing` row, the others still run."""
+    if not cfg.eval.benchmarks:
+        return []
+    from evals.run import ALIASES, BENCHMARKS
+
+    by_harness = {b.harness_task: name for name, b in BENCHMARKS.items()}
+    known = [*BENCHMARKS, *ALIASES]
+    out: list[Problem] = []
+    names: list[str] = []
+    for i, raw in enumerate(cfg.eval.benchmarks):
+        key = f"eval.benchmarks[{i}]"
+        if raw in ALIASES:
+            names += ALIASES[raw]
+        elif raw in BENCHMARKS:
+            names.append(raw)
+        else:
+            hint = (f"; did you mean {by_harness[raw]!r} (this suite's name for lm-eval's {raw})?"
+                    if raw in by_harness else _did_you_mean(raw, known, 0.5))
+            out.append(Problem(key, f"unknown benchmark {raw!r}{hint} (known: "
+                                    f"{', '.join(BENCHMARKS)}; aliases: {', '.join(ALIASES)})"))
+    if getattr(cfg.eval, "source", "local") == "local":
+        out += _benchmark_data_notes(cfg, ctx, list(dict.fromkeys(names)))
+    return out
+
+
+def _benchmark_data_notes(cfg: ExperimentConfig, ctx: CheckContext, names: list[str]
+                          ) -> list[Problem]:
+    from evals import local_data
+
+    data_dir, _ = ctx.data_dir(cfg)
+    out = []
+    for name in names:
+        try:
+            local_data.locate(name, str(data_dir) if data_dir else None)
+        except local_data.MissingDataError as e:
+            out.append(Problem("eval.benchmarks", f"local data not found here: {e} (its "
+                               "evaluation will write a 'missing' row)", blocking=False))
+    return out
+
+
+def _method_problems(kind: str, key: str, name: str, params: dict[str, Any],
+                     method_name: str) -> list[Problem]:
+    """A selector's or allocator's name resolves (built-in, entry point or module:Class), a
+    plugin is a class with the protocol's method, and the class accepts its params."""
+    from repro.registry import ALLOCATORS, SELECTORS
+
+    reg = SELECTORS if kind == "selector" else ALLOCATORS
+    section = key.rsplit(".", 1)[0]  # "selection" or "allocation"
+    try:
+        obj = reg.get(name)
+    except ConfigError as e:
+        return [Problem(key, str(e))]
+    plugin = ":" in name or "entry point" in reg.origin(name)
+    if plugin and (not inspect.isclass(obj) or not callable(getattr(obj, method_name, None))):
+        return [Problem(key, f"{name!r} resolves to {obj!r}, not a {kind} class: expected a "
+                             f"class with a {method_name}() method (repro/interfaces.py)")]
+    try:
+        reg.create(name, params, f"{section}.params")  # constructors only store their params
+    except ConfigError as e:
+        return [_keyed(str(e), f"{section}.params")]
+    except Exception as e:  # noqa: BLE001 - a plugin's constructor failing otherwise: say so
+        return [Problem(f"{section}.params", f"{kind} {name!r} could not be created with "
+                                             f"{params!r}: {type(e).__name__}: {e}")]
+    return []
+
+
+def _keyed(message: str, default_key: str) -> Problem:
+    """A Problem from an error message that may start with its own key ("a.b.c: what")."""
+    head, sep, rest = message.partition(": ")
+    if sep and head.startswith(default_key) and " " not in head:
+        return Problem(head, rest)
+    return Problem(default_key, message)
+
+
+@check
+def check_selector(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
+    """selection.method: registered (did you mean), importable, a class with select(); its
+    selection.params accepted by its constructor."""
+    s = cfg.selection
+    return _method_problems("selector", "selection.method", s.method, s.params, "select")
+
+
+@check
+def check_allocator(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
+    """allocation.method: as the selector, with allocate()."""
+    a = cfg.allocation
+    return _method_problems("allocator", "allocation.method", a.method, a.params, "allocate")
+
+
+@check
+def check_data_files(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
+    """Local data files exist (relative paths against data_dir, else $CLUSTER_REPRO_DATA).
+    `demo` is generated (from at least 2 examples per category); `hf:` sources cannot be
+    checked offline (a note)."""
+    out: list[Problem] = []
+    for i, src in enumerate(cfg.data.sources):
+        key = f"data.sources[{i}]"
+        if src.path == "demo":
+            from repro.demo_pool import CATEGORIES
+
+            if cfg.data.demo_train_size < 2 * len(CATEGORIES):
+                out.append(Problem("data.demo_train_size", f"{cfg.data.demo_train_size}: the "
+                                   f"generated demo pool needs >= {2 * len(CATEGORIES)} (2 per "
+                                   "category)"))
+        elif src.path.startswith("hf:"):
+            out.append(Problem(f"{key}.path", f"{src.path}: a hub dataset, not checked here "
+                               "(it is fetched when the pool stage runs)", blocking=False))
+        elif not src.path.endswith((".json", ".jsonl")):
+            out.append(Problem(f"{key}.path", f"{src.path!r}: expected 'demo', 'hf:<hub id>', or a "
+                                              ".json / .jsonl file"))
+        else:
+            out += _file_problems(cfg, ctx, f"{key}.path", src.path)
+        if src.exclude_ids_file:
+            out += _file_problems(cfg, ctx, f"{key}.exclude_ids_file", src.exclude_ids_file)
+    return out
+
+
+def _file_problems(cfg: ExperimentConfig, ctx: CheckContext, key: str, rel: str) -> list[Problem]:
+    p = Path(rel).expanduser()
+    if p.is_absolute():
+        return [] if p.is_file() else [Problem(key, f"file {str(p)!r} not found")]
+    d, origin = ctx.data_dir(cfg)
+    if d is None:
+        return [Problem(key, f"{rel!r} is relative, but no data directory is set: set the config "
+                             "key data_dir or the environment variable CLUSTER_REPRO_DATA")]
+    if not d.is_dir():
+        return [Problem(key, f"{rel!r}: the data directory {str(d)!r} (from {origin}) does not "
+                             "exist")]
+    if not (d / p).is_file():
+        return [Problem(key, f"file {str(d / p)!r} not found ({rel!r} relative to the data "
+                             f"directory from {origin})")]
+    return []
+
+
+@check
+def check_batches(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
+    """Batch and budget settings that only fail later: the eval limit and feature batch as
+    counts, and selection.n against a pool whose size the config bounds (demo, or every source
+    with a `limit`). (Global batch vs per-device batch x world size is checked at load.)"""
+    out: list[Problem] = []
+    if cfg.eval.limit is not None and cfg.eval.limit < 1:
+        out.append(Problem("eval.limit", f"{cfg.eval.limit}: expected a count >= 1 of items per "
+                                         "benchmark, or null for all"))
+    fb = cfg.selection.params.get("feature_batch_size")
+    if fb is not None and (not isinstance(fb, int) or isinstance(fb, bool) or fb < 1):
+        out.append(Problem("selection.params.feature_batch_size",
+                           f"{fb!r}: expected an integer >= 1 (examples per feature batch)"))
+    bound = _pool_upper_bound(cfg)
+    if cfg.selection.n is not None and bound is not None and cfg.selection.n > bound:
+        out.append(Problem("selection.n", f"{cfg.selection.n} is larger than the pool can be (at "
+                                          f"most {bound} examples from data.sources); use at most "
+                                          f"{bound} or selection.fraction"))
+    return out
+
+
+def _pool_upper_bound(cfg: ExperimentConfig) -> int | None:
+    """The most training examples the sources can give, when the config says (else None)."""
+    total = 0
+    for src in cfg.data.sources:
+        if src.path == "demo":
+            n = cfg.data.demo_train_size
+            total += n if src.limit is None else min(n, src.limit)
+        elif src.limit is not None:
+            total += src.limit
+        else:
+            return None
+    return total
+
+
+@check
+def check_ratio(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
+    """selection.params.ratio is a percentage (CluSTER: 1-100); 0.5 is surely meant as 50."""
+    r = cfg.selection.params.get("ratio")
+    if r is None or isinstance(r, bool) or not isinstance(r, (int, float)):
+        return []
+    if 0 < r < 1:
+        pct = r * 100
+        return [Problem("selection.params.ratio",
+                        f"{r:g} looks like a fraction; it is a percentage, did you mean "
+                        f"{int(pct) if float(pct).is_integer() else round(pct, 4):g}?")]
+    if r == 1:
+        return [Problem("selection.params.ratio", "1 keeps 1% of the smallest cluster per "
+                        "cluster (a percentage); the paper's r = 1.0 is ratio 100", blocking=False)]
+    return []
+
+
+@check
+def check_world_size_fits_profile(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
+    """When launching: the job's GPUs fill whole nodes of the cluster profile."""
+    if ctx.profile is None:
+        return []
+    try:
+        ctx.profile.nodes_for(cfg.world_size)
+    except ConfigError as e:
+        return [Problem("world_size", str(e))]
+    return []
+
