@@ -233,7 +233,7 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
     """Worker `rank` of `world_size` (the group is initialized when world_size > 1)."""
     import torch.distributed as dist
 
-    from repro.distributed import set_worker_threads
+    from repro.distributed import set_worker_threads, worker_device
     from repro.io import atomic_write_json, read_jsonl
     from repro.models import load_model_and_tokenizer
     from repro.trainer import peak_memory_mb
@@ -241,7 +241,7 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
 
     t0 = time.perf_counter()
     use_cuda = torch.cuda.is_available()
-    device = torch.device(f"cuda:{rank % max(1, torch.cuda.device_count())}" if use_cuda else "cpu")
+    device = worker_device(rank)  # the CUDA device of its local rank (SLURM_LOCALID under srun)
     if use_cuda:
         torch.cuda.set_device(device)  # nccl collectives (and all_gather_object) use this device
     if spawned:
@@ -328,7 +328,7 @@ def features_to_file(run_dir: Path, world_size: int, model_dir: Path, model_cfg:
     """
     import torch.distributed as dist
 
-    from repro.distributed import env_rank_world, init_process_group, spawn_workers
+    from repro.distributed import env_rank_world, init_from_env, spawn_workers
     from repro.io import atomic_write_json, read_json
 
     if world_size < 1 or batch_size < 1:
@@ -346,8 +346,7 @@ def features_to_file(run_dir: Path, world_size: int, model_dir: Path, model_cfg:
         elif dist.is_initialized() and dist.get_world_size() == world_size:
             _features_worker(dist.get_rank(), world_size, *args, spawned=False)
         elif env is not None and env[1] == world_size:
-            init_process_group(env[0], world_size, os.environ.get("MASTER_ADDR", "127.0.0.1"),
-                               int(os.environ.get("MASTER_PORT", "29500")))
+            init_from_env()  # master: MASTER_ADDR, or under srun the first node of the job's list
             try:
                 _features_worker(env[0], world_size, *args, spawned=False)
             finally:
