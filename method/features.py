@@ -284,7 +284,7 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
     """
     import torch.distributed as dist
 
-    from repro.distributed import set_worker_threads
+    from repro.distributed import set_worker_threads, worker_device
     from repro.io import atomic_write_json, read_jsonl
     from repro.models import load_model_and_tokenizer
     from repro.trainer import peak_memory_mb
@@ -292,10 +292,9 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
 
     t0 = time.perf_counter()
     use_cuda = torch.cuda.is_available()
-    device = torch.device("cpu")
+    # The CUDA device of its local rank (SLURM_LOCALID under srun, LOCAL_RANK under torchrun).
+    device = worker_device(rank if local_rank is None else local_rank)
     if use_cuda:
-        index = rank if local_rank is None else local_rank
-        device = torch.device(f"cuda:{index % max(1, torch.cuda.device_count())}")
         torch.cuda.set_device(device)  # nccl collectives (and all_gather_object) use this device
     if spawned:
         set_worker_threads(world_size)  # the workers share the machine's cores
@@ -417,7 +416,7 @@ def features_to_file(run_dir: Path, workers: int, model_dir: Path, model_cfg: An
     """
     import torch.distributed as dist
 
-    from repro.distributed import env_rank_world, init_process_group, spawn_workers
+    from repro.distributed import env_rank_world, init_from_env, spawn_workers
     from repro.io import atomic_write_json, read_json
 
     if workers < 1 or batch_size < 1:
@@ -438,8 +437,7 @@ def features_to_file(run_dir: Path, workers: int, model_dir: Path, model_cfg: An
             _features_worker(dist.get_rank(), size, *args, min(workers, size), False, local)
         elif env is not None and env[1] > 1:
             rank0 = env[0] == 0
-            init_process_group(env[0], env[1], os.environ.get("MASTER_ADDR", "127.0.0.1"),
-                               int(os.environ.get("MASTER_PORT", "29500")))
+            init_from_env()  # master: MASTER_ADDR, or under srun the first node of the job's list
             try:
                 _features_worker(env[0], env[1], *args, min(workers, env[1]), False, env[2])
             finally:

@@ -2,18 +2,43 @@
 
 Locally, `spawn_workers` starts `world_size` processes with `torch.multiprocessing` (spawn start
 method, so each worker imports fresh) on 127.0.0.1 and a free port. Under SLURM or torchrun the
-processes already exist: `init_from_env` reads RANK/WORLD_SIZE (or SLURM_PROCID/SLURM_NTASKS).
+processes already exist and `launch_env` reads where each one stands (`init_from_env` joins):
+
+    torchrun (wins when RANK and WORLD_SIZE are set): RANK, WORLD_SIZE, LOCAL_RANK,
+        MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500)
+    SLURM (a task started by `srun`, i.e. SLURM_STEP_ID is set):
+        rank        SLURM_PROCID
+        world size  SLURM_NTASKS
+        local rank  SLURM_LOCALID (picks the CUDA device: `cuda_device_index`)
+        master      the first host of the step's node list (SLURM_STEP_NODELIST, else
+                    SLURM_JOB_NODELIST, else SLURM_NODELIST), SLURM's compressed form
+                    `gpu[01-02,07],cpu-a3` expanded by `expand_hostlist`; MASTER_ADDR wins if set
+        port        `master_port_for_job(SLURM_JOB_ID)`; MASTER_PORT wins if set
+
+Every task computes the same master and port from variables SLURM gives all of them, so they
+agree without talking. SLURM places ranks 0..n-1 on the first node of the list (block and cyclic
+distribution alike), so the master is rank 0's node, where torch's TCP store listens.
+
+A batch script itself (`sbatch`, outside `srun`) also sees SLURM_PROCID=0 and SLURM_NTASKS=W of
+the allocation, but it is one process, not W: without SLURM_STEP_ID it is not treated as a rank.
 Backend: gloo on CPU, nccl on GPU.
 """
 from __future__ import annotations
 
 import os
+import re
 import socket
-from typing import Any, Callable
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+# Ports derived from job ids: below Linux's ephemeral range (32768-60999), so no outgoing
+# connection of the node holds one by chance; consecutive job ids get different ports.
+PORT_BASE, PORT_SPAN = 10000, 20000
 
 
 def free_port() -> int:
@@ -26,15 +51,212 @@ def default_backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
+# ----------------------------------------------------------------------------- SLURM node lists
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def _expand_group(body: str, where: str) -> list[str]:
+    """The numbers of one bracket group: "01-03,7" -> ["01", "02", "03", "7"].
+
+    Zero padding follows the lower bound's width, as SLURM writes it ("08-10": 08, 09, 10).
+    """
+    out: list[str] = []
+    for part in body.split(","):
+        m = _RANGE.match(part)
+        if not m:
+            raise ValueError(f"node list {where!r}: '[{body}]' has {part!r}, expected a number or "
+                             "a range like 01-04")
+        lo, hi = m.group(1), m.group(2) or m.group(1)
+        if int(hi) < int(lo):
+            raise ValueError(f"node list {where!r}: the range {part!r} runs backwards")
+        width = len(lo) if lo.startswith("0") else 0
+        out += [str(i).zfill(width) for i in range(int(lo), int(hi) + 1)]
+    return out
+
+
+def _expand_host(expr: str, where: str) -> list[str]:
+    """One host expression: text with any number of bracket groups ("rack[1-2]-gpu[01-02]"),
+    expanded as their product, the leftmost group varying slowest."""
+    names = [""]
+    i = 0
+    while i < len(expr):
+        if expr[i] == "[":
+            j = expr.find("]", i)
+            if j < 0 or "[" in expr[i + 1:j]:
+                raise ValueError(f"node list {where!r}: '[' without its ']' in {expr!r}")
+            names = [n + x for n in names for x in _expand_group(expr[i + 1:j], where)]
+            i = j + 1
+        elif expr[i] == "]":
+            raise ValueError(f"node list {where!r}: ']' without its '[' in {expr!r}")
+        else:
+            ends = [k for k in (expr.find("[", i), expr.find("]", i)) if k >= 0]
+            j = min(ends, default=len(expr))
+            names = [n + expr[i:j] for n in names]
+            i = j
+    return names
+
+
+def expand_hostlist(nodelist: str) -> list[str]:
+    """SLURM's compressed host list -> host names, in order.
+
+    `gpu[01-02,07],cpu-a3` -> [gpu01, gpu02, gpu07, cpu-a3]; `127.0.0.[1-2]` -> [127.0.0.1,
+    127.0.0.2]. Commas inside brackets separate numbers, outside them hosts. Raises ValueError
+    naming the list for anything else (an empty list or name, an unclosed bracket, a bad range).
+    """
+    hosts: list[str] = []
+    depth, start = 0, 0
+    text = nodelist.strip()
+    for i, c in enumerate(text + ","):
+        if c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            expr = text[start:i].strip()
+            if not expr:
+                raise ValueError(f"node list {nodelist!r}: an empty host name")
+            hosts += _expand_host(expr, nodelist)
+            start = i + 1
+    if depth != 0:
+        raise ValueError(f"node list {nodelist!r}: unbalanced brackets")
+    return hosts
+
+
+def master_port_for_job(job_id: str | int) -> int:
+    """The rendezvous port of a job, from its id alone (so every task agrees without talking).
+
+    A numeric id (SLURM_JOB_ID; an array task has its own) maps to PORT_BASE + id % PORT_SPAN, so
+    jobs sharing a node collide only when their ids differ by a multiple of PORT_SPAN; any other
+    id (submitit's "123_4") through its CRC32.
+    """
+    text = str(job_id).strip()
+    n = int(text) if text.isdigit() else zlib.crc32(text.encode())
+    return PORT_BASE + n % PORT_SPAN
+
+
+# ----------------------------------------------------------------------------- a worker's place
+
+
+@dataclass(frozen=True)
+class LaunchEnv:
+    """One worker's place in a process group launched from outside (torchrun or SLURM's srun)."""
+
+    rank: int
+    world_size: int
+    local_rank: int  # rank among the workers of this node: picks the CUDA device
+    master_addr: str
+    master_port: int
+    source: str  # "torchrun", "slurm" (or "submitit": slurm/jobs.py outside SLURM)
+
+    def torch_vars(self) -> dict[str, str]:
+        """The variables of torch's env:// initialization (and of torchrun) for this worker."""
+        return {"MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.master_port),
+                "RANK": str(self.rank), "WORLD_SIZE": str(self.world_size),
+                "LOCAL_RANK": str(self.local_rank)}
+
+
+def _int_var(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    raw = env.get(name)
+    if raw is None:
+        if default is None:
+            raise ValueError(f"environment variable {name} is not set")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not a whole number") from None
+
+
+def _checked(e: LaunchEnv, names: str) -> LaunchEnv:
+    if e.world_size < 1 or not 0 <= e.rank < e.world_size or e.local_rank < 0:
+        raise ValueError(f"{names}: rank {e.rank}, world size {e.world_size}, local rank "
+                         f"{e.local_rank}; expected 0 <= rank < world size and local rank >= 0")
+    if not 0 < e.master_port < 65536:
+        raise ValueError(f"{names}: port {e.master_port} is not a TCP port (1-65535)")
+    return e
+
+
+def torchrun_env(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
+    """From torchrun's variables (RANK, WORLD_SIZE, ...); None when RANK or WORLD_SIZE is unset."""
+    env = os.environ if environ is None else environ
+    if "RANK" not in env or "WORLD_SIZE" not in env:
+        return None
+    rank = _int_var(env, "RANK")
+    return _checked(LaunchEnv(rank, _int_var(env, "WORLD_SIZE"), _int_var(env, "LOCAL_RANK", rank),
+                              env.get("MASTER_ADDR") or "127.0.0.1",
+                              _int_var(env, "MASTER_PORT", 29500), "torchrun"),
+                    "torchrun variables RANK/WORLD_SIZE/LOCAL_RANK/MASTER_PORT")
+
+
+def slurm_env(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
+    """From SLURM's variables in a task started by srun; None outside one (see the module doc)."""
+    env = os.environ if environ is None else environ
+    if not all(k in env for k in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID")):
+        return None
+    addr = env.get("MASTER_ADDR")
+    if not addr:
+        key = next((k for k in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+                    if env.get(k)), None)
+        if key is None:
+            raise ValueError("SLURM task without a node list (SLURM_STEP_NODELIST, "
+                             "SLURM_JOB_NODELIST, SLURM_NODELIST): no master address")
+        try:
+            addr = expand_hostlist(env[key])[0]
+        except ValueError as e:
+            raise ValueError(f"{key}: {e}") from None
+    if env.get("MASTER_PORT"):
+        port = _int_var(env, "MASTER_PORT")
+    elif env.get("SLURM_JOB_ID"):
+        port = master_port_for_job(env["SLURM_JOB_ID"])
+    else:
+        raise ValueError("SLURM task without SLURM_JOB_ID (or MASTER_PORT): no rendezvous port")
+    return _checked(LaunchEnv(_int_var(env, "SLURM_PROCID"), _int_var(env, "SLURM_NTASKS"),
+                              _int_var(env, "SLURM_LOCALID", 0), addr, port, "slurm"),
+                    "SLURM variables SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID/MASTER_PORT")
+
+
+def launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
+    """This process's place in an externally launched group: torchrun's variables win, then
+    SLURM's; None for a plain process (which spawns its own workers)."""
+    return torchrun_env(environ) or slurm_env(environ)
+
+
 def env_rank_world() -> tuple[int, int, int] | None:
     """(rank, world_size, local_rank) from torchrun or SLURM variables, or None if not set."""
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
-                int(os.environ.get("LOCAL_RANK", os.environ["RANK"])))
-    if "SLURM_PROCID" in os.environ and "SLURM_NTASKS" in os.environ:
-        return (int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"]),
-                int(os.environ.get("SLURM_LOCALID", 0)))
-    return None
+    e = launch_env()
+    return None if e is None else (e.rank, e.world_size, e.local_rank)
+
+
+def cuda_device_index(local_rank: int, n_visible: int) -> int:
+    """The CUDA device of a node's `local_rank`-th worker among `n_visible` devices.
+
+    One device visible (SLURM bound one GPU to each task): that one. Otherwise the local rank's,
+    which must exist: two workers on one GPU fail later in NCCL ("Duplicate GPU detected").
+    """
+    if n_visible < 1:
+        raise ValueError("no CUDA device visible")
+    if n_visible == 1:
+        return 0
+    if local_rank >= n_visible:
+        raise ValueError(f"local rank {local_rank} needs a CUDA device of its own, but only "
+                         f"{n_visible} are visible (CUDA_VISIBLE_DEVICES="
+                         f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): start at most "
+                         f"{n_visible} workers per node")
+    return local_rank
+
+
+def worker_device(rank: int) -> torch.device:
+    """The device of worker `rank`: CPU without CUDA; else the CUDA device of its local rank
+    (from torchrun/SLURM when this process was launched so, else `rank`: workers spawned here)."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    e = launch_env()
+    # Launched so, and this is that worker (not one that a launched process spawned itself).
+    ours = e is not None and e.rank == rank and (not dist.is_initialized()
+                                                 or dist.get_world_size() == e.world_size)
+    local = e.local_rank if ours else rank
+    return torch.device("cuda", cuda_device_index(local, torch.cuda.device_count()))
 
 
 def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int,
@@ -42,6 +264,19 @@ def init_process_group(rank: int, world_size: int, master_addr: str, master_port
     os.environ["MASTER_ADDR"] = master_addr
     os.environ["MASTER_PORT"] = str(master_port)
     dist.init_process_group(backend or default_backend(), rank=rank, world_size=world_size)
+
+
+def init_from_env(backend: str | None = None) -> LaunchEnv:
+    """Join the group this process was launched into (torchrun or srun); returns where it stands.
+
+    Raises RuntimeError in a plain process (nothing to join: use `spawn_workers`).
+    """
+    e = launch_env()
+    if e is None:
+        raise RuntimeError("not launched by torchrun or srun (no RANK/WORLD_SIZE, no SLURM task "
+                           "variables): there is no process group to join")
+    init_process_group(e.rank, e.world_size, e.master_addr, e.master_port, backend)
+    return e
 
 
 def set_worker_threads(world_size: int, threads: int | None = None) -> int:

@@ -186,7 +186,7 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, opt: torch.optim.Optimiz
 def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
     """One data-parallel worker. The process group is already initialized."""
     from repro.data import TokenizedPool, collate
-    from repro.distributed import set_worker_threads
+    from repro.distributed import set_worker_threads, worker_device
     from repro.models import load_model_and_tokenizer, save_finetuned
     from repro.pipeline import model_dir_of
 
@@ -199,7 +199,7 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
     assert schedule.world_size == world_size, "schedule.json was made for another world size"
 
     use_cuda = torch.cuda.is_available()
-    device = torch.device(f"cuda:{rank % max(1, torch.cuda.device_count())}" if use_cuda else "cpu")
+    device = worker_device(rank)  # the CUDA device of its local rank (SLURM_LOCALID under srun)
     threads = set_worker_threads(world_size, cfg.launch.torch_threads)
     bf16 = use_cuda and cfg.model.precision in ("auto", "bf16")
 
@@ -363,11 +363,10 @@ def run_training(run_dir: Path, world_size: int, master_port: int | None = None)
 
     env = env_rank_world()
     if env is not None and env[1] == world_size and world_size > 1:
-        from repro.distributed import init_process_group
+        from repro.distributed import init_from_env
 
         rank, ws, _ = env
-        init_process_group(rank, ws, os.environ.get("MASTER_ADDR", "127.0.0.1"),
-                           int(os.environ.get("MASTER_PORT", "29500")))
+        init_from_env()  # master: MASTER_ADDR, or under srun the first node of the job's list
         try:
             train_worker(rank, ws, str(run_dir))
         finally:

@@ -13,8 +13,9 @@ A job with W tasks (one per GPU; `tasks_per_node` = GPUs) is one torch.distribut
     ----------------- train: every rank joins the group (MASTER_ADDR/PORT, RANK, WORLD_SIZE)
     stages eval, results                 return
 
-The distributed variables come from submitit's job environment (node list, SLURM_PROCID, ...)
-and are exported as torch's env:// expects them, so a job spanning several nodes works the same.
+The distributed variables come from SLURM's (node list, SLURM_PROCID, SLURM_LOCALID, job id; see
+`repro.distributed.slurm_env`) and are exported as torch's env:// expects them, so a job spanning
+several nodes works the same: the master is the first node of the job's node list.
 While rank 0 runs the single-process stages the rank variables are hidden from it: a stage that
 needs several workers there (features when nothing is shared) spawns them on its own node.
 
@@ -36,11 +37,14 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from repro.io import atomic_write_json, read_json
+
+if TYPE_CHECKING:
+    from repro.distributed import LaunchEnv
 
 RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
              "SLURM_LOCALID")
@@ -70,19 +74,55 @@ def job_identity() -> dict[str, Any]:
             "hosts": list(env.hostnames)}
 
 
-def export_torch_env(ident: dict[str, Any]) -> None:
-    """MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK for torch.distributed's env:// init.
+def export_torch_env(ident: dict[str, Any]) -> LaunchEnv:
+    """Export MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK for torch.distributed's env:// init.
 
-    The port is derived from the job id (as submitit's TorchDistributedEnvironment does), so all
-    tasks agree without talking, and two jobs on one node differ.
+    In a SLURM task they come from SLURM's variables (`repro.distributed.slurm_env`: the master is
+    the first node of the node list, the port derived from the job id, so all tasks agree without
+    talking and two jobs on one node differ; MASTER_ADDR/MASTER_PORT win when set). Elsewhere
+    (submitit's local executor: one node) from `ident`, the same way. Returns what was exported.
     """
-    import random
+    from repro.distributed import LaunchEnv, master_port_for_job, slurm_env  # torch: not at import
 
-    port = os.environ.get("CLUSTER_REPRO_MASTER_PORT") or \
-        str(random.Random(ident["job_id"]).randint(20000, 60000))
-    os.environ.update({"MASTER_ADDR": ident["hosts"][0], "MASTER_PORT": port,
-                       "RANK": str(ident["rank"]), "WORLD_SIZE": str(ident["world"]),
-                       "LOCAL_RANK": str(ident["local_rank"])})
+    env = slurm_env()
+    if env is None:
+        env = LaunchEnv(ident["rank"], ident["world"], ident["local_rank"],
+                        os.environ.get("MASTER_ADDR") or ident["hosts"][0],
+                        int(os.environ.get("MASTER_PORT") or master_port_for_job(ident["job_id"])),
+                        "submitit")
+    elif (env.rank, env.world_size) != (ident["rank"], ident["world"]):
+        raise RuntimeError(f"SLURM's variables say rank {env.rank} of {env.world_size}, "
+                           f"submitit's rank {ident['rank']} of {ident['world']}; they must agree")
+    os.environ.update(env.torch_vars())
+    return env
+
+
+def rendezvous_probe(backend: str = "gloo") -> dict[str, Any]:
+    """A job that checks a cluster's rendezvous: each task joins the group from SLURM's variables
+    (`repro.distributed.init_from_env`), all-reduces rank + 1 and gathers every task's node.
+
+    Seconds of work and no GPU needed (gloo), so it can be submitted before a multi-node grid;
+    tests/test_slurm_cluster.py runs it on 2 nodes x 4 tasks. Returns what this task saw.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from repro.distributed import cuda_device_index, init_from_env
+
+    e = init_from_env(backend)
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    try:
+        total = torch.tensor([float(e.rank + 1)])
+        dist.all_reduce(total)
+        nodes: list[Any] = [None] * e.world_size
+        dist.all_gather_object(nodes, node)
+    finally:
+        dist.destroy_process_group()
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+    return {"rank": e.rank, "world_size": e.world_size, "local_rank": e.local_rank, "node": node,
+            "master_addr": e.master_addr, "master_port": e.master_port, "source": e.source,
+            "sum": float(total.item()), "nodes": nodes,
+            "cuda_device": cuda_device_index(e.local_rank, len(visible)) if visible else None}
 
 
 @contextlib.contextmanager

@@ -4,19 +4,28 @@ A session fixture uses the project's one-node cluster when it is up (CI starts i
 or starts it with slurm/local/start.sh (root; installs Debian's packages if missing) and stops
 what it started afterwards. Without a cluster and without the means to start one the tests FAIL
 with the reason; they never skip. Cells use the tiny random model, so each job is seconds of work.
+
+The multi-node test starts a second, private cluster of 2 nodes on this host (two slurmd,
+`CLUSTER_REPRO_SLURM_NODES=2`, its own folder, ports and munged) and stops it afterwards.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from repro.distributed import master_port_for_job
 from repro.io import read_json
+from slurm.launcher import make_executor
+from slurm.profile import load_profile
 from tests.conftest import CONFIGS, REPO
 
 SLURM_DIR = Path(os.environ.get("CLUSTER_REPRO_SLURM_DIR", "/tmp/cluster-repro-slurm"))
@@ -60,6 +69,46 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):
                        env={**env, "CLUSTER_REPRO_SLURM_RECORD": str(record)}, timeout=120)
 
 
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture
+def two_node_cluster() -> dict[str, str]:
+    """A private 2-node SLURM (nodes 127.0.0.1 and 127.0.0.2, 4 fake GPUs each) beside any other
+    cluster on this host: its own folder, munged, database and ports. Yields the variables that
+    point clients at it; stops exactly what it started, and deletes its folder, afterwards."""
+    if os.geteuid() != 0:
+        pytest.fail("the 2-node test starts its own SLURM daemons and needs root "
+                    "(see docs/slurm.md)")
+    # Under /tmp, world-traversable: munged and mariadbd run as their own users.
+    d = Path(tempfile.mkdtemp(prefix="cluster-repro-2nodes-", dir="/tmp"))
+    d.chmod(0o755)
+    # slurmctld PORT, slurmd PORT+1 and PORT+3, slurmdbd PORT+2 (start.sh); then the database's.
+    base = next(b for b in range(7017, 9000, 10) if all(_free(b + k) for k in range(4)))
+    db = next(p for p in range(base + 5, base + 100) if _free(p))
+    env = {**os.environ, "PATH": os.environ["PATH"] + ":/usr/sbin:/sbin",
+           "CLUSTER_REPRO_SLURM_DIR": str(d), "CLUSTER_REPRO_SLURM_NODES": "2",
+           "CLUSTER_REPRO_SLURM_PORT": str(base), "CLUSTER_REPRO_SLURM_DB_PORT": str(db),
+           "CLUSTER_REPRO_SLURM_RECORD": str(d / "started"),
+           "SLURM_CONF": str(d / "etc" / "slurm.conf")}
+    try:
+        p = subprocess.run(["bash", str(REPO / "slurm" / "local" / "start.sh")], env=env,
+                           capture_output=True, text=True, timeout=900)
+        assert p.returncode == 0, ("slurm/local/start.sh could not start 2 nodes (exit "
+                                   f"{p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+        yield {"SLURM_CONF": env["SLURM_CONF"], "log_dir": str(d / "log")}
+    finally:
+        subprocess.run(["bash", str(REPO / "slurm" / "local" / "stop.sh")], env=env, timeout=120,
+                       capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300
         ) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "repro", *args], cwd=REPO, capture_output=True,
@@ -101,6 +150,40 @@ def status(grid: Path | str, out: Path) -> dict[str, list[str]]:
 def run_dir_of(out: Path, cell: str) -> Path:
     (d,) = [p for p in (out / cell).iterdir() if p.is_dir()]
     return d
+
+
+def test_eight_tasks_on_two_nodes_join_one_group_from_slurm_variables(
+        two_node_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The paper's scaling-run shape, 8 workers on 2 nodes of 4 GPUs, through the launcher's own
+    executor: each task joins real torch.distributed (gloo) from SLURM's variables alone."""
+    from slurm.jobs import rendezvous_probe
+
+    monkeypatch.setenv("SLURM_CONF", two_node_cluster["SLURM_CONF"])  # submitit's sbatch/sacct
+    prof = load_profile(PROFILE)  # gpus_per_node 4: 8 workers ask for 2 whole nodes
+    ex = make_executor("slurm", tmp_path / "submitit", prof, 8, "two-nodes")
+    job = ex.submit(rendezvous_probe)
+    t0 = time.monotonic()
+    while not job.done() and time.monotonic() - t0 < 150:
+        time.sleep(1)
+    assert job.done(), f"the 2-node job {job.job_id} did not end in 150 s: {job.state}"
+    res = sorted(job.results(), key=lambda r: r["rank"])
+    nodes = ["127.0.0.1", "127.0.0.2"]  # the cluster's node list, 127.0.0.[1-2]
+    assert [r["rank"] for r in res] == list(range(8)) and {r["world_size"] for r in res} == {8}
+    assert {r["source"] for r in res} == {"slurm"}  # no torchrun variables involved
+    # Ranks 0-3 on the first node, 4-7 on the second; local ranks 0-3 on each, one GPU each.
+    assert [r["node"] for r in res] == [nodes[0]] * 4 + [nodes[1]] * 4
+    assert [r["local_rank"] for r in res] == [0, 1, 2, 3] * 2
+    assert [r["cuda_device"] for r in res] == [0, 1, 2, 3] * 2
+    # One master for all: the first node of the list, at the port derived from the job id.
+    assert {(r["master_addr"], r["master_port"]) for r in res} == \
+        {(nodes[0], master_port_for_job(job.job_id))}
+    # The collectives crossed the nodes: the sum of rank + 1, and every task's node, everywhere.
+    assert {r["sum"] for r in res} == {36.0}
+    assert all(r["nodes"] == [nodes[0]] * 4 + [nodes[1]] * 4 for r in res)
+    alloc = sacct(job.job_id, "JobID,State,NNodes,NodeList,NTasks,AllocTRES")
+    assert alloc[0]["State"] == "COMPLETED" and alloc[0]["NNodes"] == "2", alloc
+    assert alloc[0]["NodeList"] == "127.0.0.[1-2]" and "gres/gpu=8" in alloc[0]["AllocTRES"], alloc
+    assert any(s["JobID"].endswith(".0") and s["NTasks"] == "8" for s in alloc), alloc
 
 
 def test_quick_demo_grid_runs_with_four_slurm_tasks_per_cell(slurm_cluster: Path, tmp_path: Path) -> None:

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Start a REAL single-node SLURM cluster on this machine, for tests and CI (Debian/Ubuntu, root,
-# no systemd needed). Installs Debian's slurm-wlm packages when they are missing.
+# Start a REAL SLURM cluster on this machine, for tests and CI (Debian/Ubuntu, root, no systemd
+# needed): one node by default, or several nodes on this one host (one slurmd each, with its own
+# port, spool, log and pid file). Installs Debian's slurm-wlm packages when they are missing.
 #
 #   bash slurm/local/start.sh            # then: source "$CLUSTER_REPRO_SLURM_DIR/env" (default below)
 #   bash slurm/local/stop.sh             # stops only what this script started
 #
-# Daemons: munged, mariadbd + slurmdbd (accounting: `sacct` must know every job, or submitit
-# waits forever on a job that died without writing its result: scancel, kill -9, node failure),
-# slurmctld, slurmd. The node advertises 4 fake GPUs (gres/gpu files that are links to /dev/null),
-# so jobs asking --gpus-per-node=4 schedule and see CUDA_VISIBLE_DEVICES=0,1,2,3.
+# Daemons: munged (a private one, on a socket under $D), mariadbd + slurmdbd (accounting: `sacct`
+# must know every job, or submitit waits forever on a job that died without writing its result:
+# scancel, kill -9, node failure), slurmctld, one slurmd per node. Each node advertises 4 fake GPUs
+# (gres/gpu files that are links to /dev/null), so jobs asking --gpus-per-node=4 schedule and see
+# CUDA_VISIBLE_DEVICES=0,1,2,3.
 #
 # Nothing under /etc/slurm is touched: the config lives in $D/etc and clients find it through
 # SLURM_CONF (written to $D/env). Idempotent: a daemon whose pid file names a live process is left
@@ -20,17 +22,39 @@
 #   CLUSTER_REPRO_SLURM_DIR=/tmp/cluster-repro-slurm  state, spool, logs, pid files, private DB
 #   CLUSTER_REPRO_SLURM_CPUS=16      CPUs advertised (more than the machine has: a 4-task job
 #                                    would pend forever on 2 real cores otherwise)
-#   CLUSTER_REPRO_SLURM_GPUS=4       fake GPUs; 0 for none
+#   CLUSTER_REPRO_SLURM_GPUS=4       fake GPUs per node; 0 for none
+#   CLUSTER_REPRO_SLURM_NODES=1      nodes; 1: one node named `hostname -s`; N > 1: nodes
+#                                    127.0.0.[1-N], one slurmd each (see "Nodes" below)
+#   CLUSTER_REPRO_SLURM_PORT=6817    slurmctld's port; slurmd of the first node PORT+1, slurmdbd
+#                                    PORT+2, slurmd of node k > 1 PORT+1+k. Change it (and the DB
+#                                    port and the dir) to run a second cluster beside another one.
 #   CLUSTER_REPRO_SLURM_DB_PORT=3307 the private MariaDB's port (127.0.0.1 only)
+#
+# Nodes: with N > 1 each node is named by a loopback address (127.0.0.1 .. 127.0.0.N), because a
+# job's rendezvous (repro/distributed.py) uses the first name of SLURM_JOB_NODELIST as the
+# torch.distributed master address, as on a real cluster, so node names must resolve; loopback
+# addresses do on every machine without editing /etc/hosts. The job's node list then reads
+# `127.0.0.[1-2]`, SLURM's compressed form.
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"
 
 D=${CLUSTER_REPRO_SLURM_DIR:-/tmp/cluster-repro-slurm}
 CPUS=${CLUSTER_REPRO_SLURM_CPUS:-16}
 GPUS=${CLUSTER_REPRO_SLURM_GPUS:-4}
+NODES=${CLUSTER_REPRO_SLURM_NODES:-1}
+PORT=${CLUSTER_REPRO_SLURM_PORT:-6817}
 DBPORT=${CLUSTER_REPRO_SLURM_DB_PORT:-3307}
 MEM=$(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo)
-NODE=$(hostname -s)
+# NAMES: the node names; NODELIST: the same in SLURM's compressed form
+if [ "$NODES" -gt 1 ]; then
+  NAMES=$(seq -f '127.0.0.%g' 1 "$NODES"); NODELIST="127.0.0.[1-$NODES]"
+else
+  NAMES=$(hostname -s); NODELIST=$NAMES
+fi
+DBDPORT=$((PORT + 2))
+# slurmd_port K: the port of node K's slurmd (K = 1..NODES)
+slurmd_port() { if [ "$1" = 1 ]; then echo $((PORT + 1)); else echo $((PORT + 1 + $1)); fi; }
+MUNGE_SOCK="$D/munge/munge.socket"
 ETC="$D/etc"
 RECORD=${CLUSTER_REPRO_SLURM_RECORD:-$D/started}
 export SLURM_CONF="$ETC/slurm.conf"
@@ -38,6 +62,7 @@ T0=$(date +%s%N)
 
 say() { local ms=$(( ($(date +%s%N) - T0) / 1000000 )); printf '[slurm-local %d.%02ds] %s\n' $((ms / 1000)) $((ms % 1000 / 10)) "$*"; }
 fail() { echo "slurm/local/start.sh: ERROR: $*" >&2; exit 1; }
+case "$NODES" in ''|*[!0-9]*|0) fail "CLUSTER_REPRO_SLURM_NODES must be a whole number >= 1, got '$NODES'" ;; esac
 [ "$(id -u)" = 0 ] || fail "needs root (it installs packages and starts daemons); run it as root or use an existing cluster"
 
 # running(pidfile): the pid file names a live, non-zombie process
@@ -81,15 +106,22 @@ if [ "$GPUS" -gt 0 ]; then
   for i in $(seq 0 $((GPUS - 1))); do ln -sfn /dev/null "$D/gpu/nvidia$i"; done
   gres_types="GresTypes=gpu"; node_gres="Gres=gpu:$GPUS"; tres="AccountingStorageTRES=gres/gpu"
   printf 'AutoDetect=off\nNodeName=%s Name=gpu File=%s/gpu/nvidia[0-%d]\n' \
-    "$NODE" "$D" $((GPUS - 1)) > "$ETC/gres.conf"
+    "$NODELIST" "$D" $((GPUS - 1)) > "$ETC/gres.conf"
 fi
+node_lines=""; k=0
+for name in $NAMES; do
+  k=$((k + 1))
+  node_lines="${node_lines}NodeName=$name NodeAddr=127.0.0.1 Port=$(slurmd_port $k) CPUs=$CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$MEM $node_gres State=UNKNOWN
+"
+done
 cat > "$ETC/slurm.conf" <<EOF
-# Written by cluster-repro slurm/local/start.sh: a one-node test cluster.
+# Written by cluster-repro slurm/local/start.sh: a test cluster of $NODES node(s) on one host.
 ClusterName=cluster-repro
-SlurmctldHost=$NODE(127.0.0.1)
+SlurmctldHost=$(hostname -s)(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+AuthInfo=socket=$MUNGE_SOCK
 CredType=cred/munge
 MpiDefault=none
 # No cgroups here: track processes through /proc, bind no tasks.
@@ -98,7 +130,9 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/linux
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
-AccountingStoragePort=6819
+AccountingStoragePort=$DBDPORT
+# The munge socket for talking to slurmdbd (AuthInfo is for the other daemons and clients).
+AccountingStoragePass=$MUNGE_SOCK
 $tres
 JobCompType=jobcomp/filetxt
 JobCompLoc=$D/log/jobcomp.txt
@@ -112,41 +146,43 @@ ReturnToService=2
 JobRequeue=1
 MailProg=/bin/true
 SlurmctldPidFile=$D/slurmctld.pid
-SlurmdPidFile=$D/slurmd.pid
+# %n: the node name, so that several slurmd on this host keep apart.
+SlurmdPidFile=$D/slurmd.%n.pid
 StateSaveLocation=$D/state
-SlurmdSpoolDir=$D/spool
+SlurmdSpoolDir=$D/spool/%n
 SlurmctldLogFile=$D/log/slurmctld.log
-SlurmdLogFile=$D/log/slurmd.log
+SlurmdLogFile=$D/log/slurmd.%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-SlurmctldPort=6817
-SlurmdPort=6818
+SlurmctldPort=$PORT
+SlurmdPort=$(slurmd_port 1)
 $gres_types
 MinJobAge=300
 KillWait=5
 InactiveLimit=0
 Waittime=0
-NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$MEM $node_gres State=UNKNOWN
-PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+${node_lines}PartitionName=debug Nodes=$NODELIST Default=YES MaxTime=INFINITE State=UP
 EOF
 printf 'export SLURM_CONF=%s\n' "$SLURM_CONF" > "$D/env"
 
 # ------------------------------------------------------------------ munge
+# A private munged on a socket under $D (AuthInfo in both configs): a cluster never uses another's
+# munged, so stopping one cluster cannot break another started beside it.
 if running "$D/munge/munged.pid"; then say "munged already running"
-elif munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then say "a munged not started here is running; using it"
 else
-  install -d -o munge -g munge -m 0700 /etc/munge /var/log/munge /var/lib/munge
-  install -d -o munge -g munge -m 0755 /run/munge "$D/munge"   # munged (user munge) writes its pid here
+  install -d -o munge -g munge -m 0700 /etc/munge
+  install -d -o munge -g munge -m 0755 "$D/munge"   # munged (user munge) writes socket, pid, seed, log here
   if [ ! -s /etc/munge/munge.key ]; then
     mungekey --create --keyfile=/etc/munge/munge.key 2>/dev/null ||
       dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 status=none
   fi
   chown munge:munge /etc/munge/munge.key; chmod 0400 /etc/munge/munge.key
-  rm -f /run/munge/munge.socket.2.lock "$D/munge/munged.pid"
-  runuser -u munge -- /usr/sbin/munged --pid-file="$D/munge/munged.pid"
+  rm -f "$MUNGE_SOCK" "$MUNGE_SOCK.lock" "$D/munge/munged.pid"
+  runuser -u munge -- /usr/sbin/munged --socket="$MUNGE_SOCK" --pid-file="$D/munge/munged.pid" \
+    --seed-file="$D/munge/munged.seed" --log-file="$D/munge/munged.log"
   started munged
-  until_ok 10 munged sh -c 'munge -n | unmunge'
-  say "munged started"
+  until_ok 10 munged sh -c "munge -S '$MUNGE_SOCK' -n | unmunge -S '$MUNGE_SOCK'"
+  say "munged started ($MUNGE_SOCK)"
 fi
 
 # ------------------------------------------------------------------ mariadb + slurmdbd
@@ -170,9 +206,10 @@ mysql --socket="$SOCK" -uroot -e "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' 
   GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
 cat > "$ETC/slurmdbd.conf" <<EOF
 AuthType=auth/munge
+AuthInfo=socket=$MUNGE_SOCK
 DbdHost=localhost
 DbdAddr=127.0.0.1
-DbdPort=6819
+DbdPort=$DBDPORT
 SlurmUser=root
 DebugLevel=info
 LogFile=$D/log/slurmdbd.log
@@ -188,7 +225,7 @@ chmod 600 "$ETC/slurmdbd.conf"
 if running "$D/slurmdbd.pid"; then say "slurmdbd already running"; else
   slurmdbd   # reads slurmdbd.conf next to $SLURM_CONF
   started slurmdbd
-  until_ok 30 slurmdbd bash -c 'exec 3<>/dev/tcp/127.0.0.1/6819'
+  until_ok 30 slurmdbd bash -c "exec 3<>/dev/tcp/127.0.0.1/$DBDPORT"
   say "slurmdbd started"
 fi
 
@@ -199,17 +236,25 @@ if running "$D/slurmctld.pid"; then say "slurmctld already running"; scontrol re
   until_ok 30 slurmctld sh -c 'scontrol ping | grep -q UP'
   say "slurmctld started"
 fi
-if running "$D/slurmd.pid"; then say "slurmd already running"; else
-  slurmd -f "$SLURM_CONF" -N "$NODE"
-  started slurmd
-  say "slurmd started"
-fi
-# A node left DOWN/DRAIN by an earlier run keeps that state (it is saved): bring it back.
-for _ in $(seq 40); do
-  st=$(sinfo -h -n "$NODE" -o %T 2>/dev/null || true)
-  case "$st" in idle*|mixed*|allocated*) break ;; down*|drain*|inval*) scontrol update nodename="$NODE" state=resume || true ;; esac
-  sleep 0.25
+k=0
+for name in $NAMES; do
+  k=$((k + 1))
+  mkdir -p "$D/spool/$name"
+  if running "$D/slurmd.$name.pid"; then say "slurmd $name already running"; else
+    # -N: this slurmd is node $name (its port, spool, log and pid file follow from the name)
+    slurmd -f "$SLURM_CONF" -N "$name"
+    started "slurmd@$name"
+    say "slurmd $name started (port $(slurmd_port $k))"
+  fi
 done
-until_ok 30 "node $NODE idle" sh -c "sinfo -h -n $NODE -o %T | grep -qE '^(idle|mixed|allocated)'"
+# A node left DOWN/DRAIN by an earlier run keeps that state (it is saved): bring it back.
+for name in $NAMES; do
+  for _ in $(seq 40); do
+    st=$(sinfo -h -n "$name" -o %T 2>/dev/null || true)
+    case "$st" in idle*|mixed*|allocated*) break ;; down*|drain*|inval*) scontrol update nodename="$name" state=resume || true ;; esac
+    sleep 0.25
+  done
+  until_ok 30 "node $name idle" sh -c "sinfo -h -n $name -o %T | grep -qE '^(idle|mixed|allocated)'"
+done
 until_ok 30 "cluster registered in slurmdbd" sh -c 'sacctmgr -n -P show cluster format=cluster | grep -qx cluster-repro'
-say "cluster up: $(sinfo -h -o '%P %D %T %c CPUs %G') (source $D/env)"
+say "cluster up: $(sinfo -h -o '%P %D %T %c CPUs %G %N') (source $D/env)"

@@ -13,7 +13,7 @@ RECORD=${CLUSTER_REPRO_SLURM_RECORD:-$D/started}
 live() { [ -d "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
 stop_one() { # stop_one NAME PIDFILE
   local name=$1 pidfile=$2 pid
-  grep -qx "$name" "$RECORD" || return 0
+  grep -qxF "$name" "$RECORD" || return 0
   if pid=$(cat "$pidfile" 2>/dev/null) && [ -n "$pid" ] && live "$pid"; then
     kill -TERM "$pid"
     for _ in $(seq 60); do live "$pid" || break; sleep 0.25; done
@@ -21,7 +21,7 @@ stop_one() { # stop_one NAME PIDFILE
     echo "slurm/local/stop.sh: stopped $name ($pid)"
   fi
   rm -f "$pidfile"
-  sed -i "/^$name\$/d" "$RECORD"
+  grep -vxF "$name" "$RECORD" > "$RECORD.tmp"; mv "$RECORD.tmp" "$RECORD"
 }
 
 if grep -qx slurmctld "$RECORD" && scontrol ping >/dev/null 2>&1; then
@@ -32,7 +32,8 @@ if grep -qx slurmctld "$RECORD" && scontrol ping >/dev/null 2>&1; then
   fi
 fi
 # Reverse start order (slurmctld's helper slurmscriptd exits with it).
-stop_one slurmd    "$D/slurmd.pid"
+# Every slurmd a start recorded ("slurmd@NODE"; one per node, pid file $D/slurmd.NODE.pid).
+for entry in $(grep '^slurmd@' "$RECORD"); do stop_one "$entry" "$D/slurmd.${entry#slurmd@}.pid"; done
 stop_one slurmctld "$D/slurmctld.pid"
 stop_one slurmdbd  "$D/slurmdbd.pid"
 stop_one mariadb   "$D/mysqlrun/mariadb.pid"
