@@ -121,10 +121,10 @@ def test_selector_and_allocator_names_get_a_did_you_mean() -> None:
 
 def test_selector_params_are_checked_against_the_selector() -> None:
     errs = _errors(preflight(_quick("selection.method=cluster", "selection.params.ratoi=50")))
-    assert errs == ["selection.params.ratoi: selector 'cluster' takes no parameter 'ratoi'; did "
-                    "you mean selection.params.ratio? (it takes: ratio, prune, feature_type, "
-                    "normalization, cap, kmeans, variant, n_init, max_iter, feature_batch_size, "
-                    "proj_dim)"]
+    assert len(errs) == 1
+    assert errs[0].startswith("selection.params.ratoi: selector 'cluster' takes no parameter "
+                              "'ratoi'; did you mean selection.params.ratio? (it takes: ratio, ")
+    assert "feature_batch_size" in errs[0]
     errs = _errors(preflight(_quick("selection.method=cluster", "selection.params.prune=closest")))
     assert errs == ["selection.params.prune: 'closest' is not one of close, far, rand, mix, big, "
                     "none"]
