@@ -8,6 +8,7 @@
     cluster-repro ls selectors|allocators|configs what is available
     cluster-repro results [--output-dir DIR]      merge result part files into results.csv/.parquet
     cluster-repro bench ddp [--world-sizes 1,4,8] DDP throughput and all-reduce wait
+    cluster-repro bench paper-step --shape S      the paper's step on a model shape: MFU, memory
     cluster-repro report [--results DIR] [--out DIR] every table and figure from the results
 """
 from __future__ import annotations
@@ -84,7 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "ddp: throughput and all-reduce wait vs world size. features: the lean vs "
                        "naive gradient-proxy features vs a plain forward pass. cluster: k-means + "
                        "soft cap + selection at the paper's pool size, exact vs fast.")
-    p.add_argument("what", choices=["ddp", "features", "cluster"])
+    p.add_argument("what", choices=["ddp", "features", "cluster", "paper-step"],
+                   help="paper-step: the paper recipe's training step and feature pass on a "
+                   "published model shape, with MFU and peak memory vs the memory plan "
+                   "(`cluster-repro bench paper-step --help`)")
     p.add_argument("--config", default=None, help="config to train (default: the demo config)")
     p.add_argument("--world-sizes", default="1,4,8", help="comma-separated (default 1,4,8)")
     p.add_argument("--steps", type=int, default=6, help="optimizer steps per run (default 6)")
@@ -149,7 +153,27 @@ def _preflight(where: str, cfg) -> None:
         print(report(found), file=sys.stderr)
 
 
+def _memory_line(cfg) -> str:
+    """The memory plan of the config's training, per worker (repro/memory.py)."""
+    from repro.memory import plan_for_config
+
+    gpu, cpu = plan_for_config(cfg, device="cuda"), plan_for_config(cfg, device="cpu")
+    if gpu is None or cpu is None:
+        return (f"memory plan: unknown ({cfg.model.name_or_path!r} is not a known shape nor a "
+                "local directory with config.json)")
+    return (f"memory plan per worker ({cfg.train.strategy}, world size {cfg.world_size}"
+            f"{', activation checkpointing' if cfg.train.activation_checkpointing else ''}): "
+            f"GPU {gpu.required_gib():.1f} GiB (peak {gpu.peak_gib:.1f} allocated + slack + "
+            f"context), CPU {cpu.required_gib():.2f} GiB RSS; launch checks it against the "
+            "profile's gpu.memory_gb")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["bench", "paper-step"]:  # its own flags (repro/bench_paper_step.py)
+        from repro.bench_paper_step import main as paper_step
+
+        return paper_step(argv[2:])
     parser = build_parser()
     # Overrides may come before or after flags (`validate CONFIG --quiet k=v`): argparse stops
     # filling a trailing nargs="*" positional at the first flag, so collect the rest here.
@@ -206,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.quiet:
                 print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
                 print(f"eval_hash: {eval_hash(cfg)}  (the eval settings; not part of config_hash)")
+                print(_memory_line(cfg))
             print(f"config_hash: {cfg.hash()}")
             return 0
         if args.cmd == "ls":

@@ -26,6 +26,10 @@ log-softmax it saves). Compute copies: under ddp with bf16 autocast, the bf16 co
 Linear weight saved for backward (2 P_linear); under fsdp, the gathered (unsharded) weights of
 the root and of two layers (the one running and the one prefetched), c bytes each.
 
+Every worker first loads the whole fp32 model into host memory (4 P; fsdp then copies out its
+shard, 4 P / S more) and only then moves it (ddp) or its shard (fsdp) to the GPU: on CPU this
+load is a fourth moment of the peak; on GPU it is the host memory a worker needs (`host`).
+
 A GPU cell fits when plan x (1 + FRAGMENTATION) + CUDA_CONTEXT_GIB <= the profile's
 `gpu.memory_gb` (GiB, as nvidia-smi reports MiB / 1024). On CPU the plan adds the worker
 process's own resident size (Python, torch, transformers: CPU_PROCESS_MIB, measured) and predicts
@@ -44,7 +48,7 @@ CUDA_CONTEXT_GIB = 1.0  # the CUDA context and NCCL buffers, outside torch's all
 FRAGMENTATION = 0.05  # the caching allocator's slack over the allocated peak
 # Peak RSS of a training worker whose model is negligible (the tiny model): the interpreter,
 # torch, transformers, peft, tokenizers and gloo. Measured on CPU: docs/measurements.md.
-CPU_PROCESS_MIB = 600.0
+CPU_PROCESS_MIB = 410.0
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ SHAPES: dict[str, ModelShape] = {
     "codellama-7b-python": ModelShape(4096, 11008, 32, 32, 32, 32000),
     "codellama-13b-python": ModelShape(5120, 13824, 40, 40, 40, 32000),
     "smollm2-135m": ModelShape(576, 1536, 30, 9, 3, 49152, tied_embeddings=True),
+    "tiny-random-llama": ModelShape(64, 256, 2, 4, 4, 259),  # the tests' model (repro/models.py)
     "mistral-7b-v0.3": ModelShape(4096, 14336, 32, 32, 8, 32768),
     "llama-3.1-8b": ModelShape(4096, 14336, 32, 32, 8, 128256),
     "qwen2.5-7b": ModelShape(3584, 18944, 28, 28, 4, 152064, qkv_bias=True),
@@ -139,12 +144,12 @@ def model_shape(name_or_path: str, tiny_hidden: int = 64, tiny_layers: int = 2) 
     """The shape of `model.name_or_path`: a known hub id or builtin, a local directory's
     config.json, or None when it cannot be known without a download."""
     key = name_or_path.lower()
+    if key == "tiny-random-llama":  # repro/models.py: byte tokenizer (259 ids), 4 heads
+        return ModelShape(tiny_hidden, 4 * tiny_hidden, tiny_layers, 4, 4, 259)
     if key in SHAPES:
         return SHAPES[key]
     if key in HUB_IDS:
         return SHAPES[HUB_IDS[key]]
-    if key == "tiny-random-llama":  # repro/models.py: byte tokenizer (259 ids), 4 heads
-        return ModelShape(tiny_hidden, 4 * tiny_hidden, tiny_layers, 4, 4, 259)
     cfg = Path(name_or_path).expanduser() / "config.json"
     if cfg.is_file():
         return shape_from_hf_config(json.loads(cfg.read_text(encoding="utf-8")))
@@ -166,9 +171,11 @@ class MemoryPlan:
     forward_end: float
     backward_end: float
     optimizer_step: float
+    load: float  # loading: each worker reads the whole fp32 model into host memory first
     peak: float
     device: str
     process_overhead: float  # CPU: the worker process's own RSS; GPU: 0 (context counted in fits)
+    host: float  # GPU runs: peak host RSS per worker (the load, plus the process itself)
 
     @property
     def peak_gib(self) -> float:
@@ -247,13 +254,18 @@ def plan_memory(shape: ModelShape, *, strategy: str, world_size: int, seq_len: i
     forward_end = state + acts + logits + copies
     backward_end = state + grads + tokens * shape.vocab * 4 + in_flight
     optimizer_step = state + grads + temporaries
-    peak = max(forward_end, backward_end, optimizer_step)
+    # Every worker loads the whole fp32 model on the CPU; fsdp then copies its shard out.
+    load = 4 * P * (1 + (1 / s if strategy == "fsdp" else 0))
+    moments = [forward_end, backward_end, optimizer_step] + ([load] if device == "cpu" else [])
+    peak = max(moments)
+    overhead = CPU_PROCESS_MIB * MIB
     return MemoryPlan(weights=weights, gradients=grads, optimizer=opt, ddp_buckets=buckets,
                       activations=acts, logits=logits, compute_copies=copies,
                       step_temporaries=temporaries, forward_end=forward_end,
-                      backward_end=backward_end, optimizer_step=optimizer_step, peak=peak,
-                      device=device,
-                      process_overhead=CPU_PROCESS_MIB * MIB if device == "cpu" else 0.0)
+                      backward_end=backward_end, optimizer_step=optimizer_step, load=load,
+                      peak=peak, device=device,
+                      process_overhead=overhead if device == "cpu" else 0.0,
+                      host=overhead + load)
 
 
 def plan_for_config(cfg: Any, device: str = "cuda") -> MemoryPlan | None:
@@ -304,3 +316,8 @@ def fit_advice(cfg: Any, memory_gib: float) -> tuple[MemoryPlan | None, str | No
     return plan, (f"needs {plan.required_gib():.1f} GiB per GPU (peak {plan.peak_gib:.1f} GiB + "
                   f"{FRAGMENTATION:.0%} slack + {CUDA_CONTEXT_GIB:g} GiB context), more than "
                   f"gpu.memory_gb = {memory_gib:g}; fits with {fix}")
+
+
+def replace_layers(shape: ModelShape, layers: int | None) -> ModelShape:
+    """The same widths with `layers` decoder layers (None: unchanged)."""
+    return shape if layers is None else replace(shape, layers=layers)

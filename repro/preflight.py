@@ -34,6 +34,7 @@ class Problem:
     key: str  # the config key, e.g. "eval.benchmarks[0]" or "selection.method"
     message: str  # what is wrong, and what is allowed
     blocking: bool = True
+    kind: str = ""  # "memory": a launch with --force submits the cell anyway
 
     def __str__(self) -> str:
         return f"{self.key}: {self.message}"
@@ -334,3 +335,23 @@ def check_world_size_fits_profile(cfg: ExperimentConfig, ctx: CheckContext) -> l
         return [Problem("world_size", str(e))]
     return []
 
+
+
+@check
+def check_gpu_memory(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
+    """When launching with a profile that states `gpu.memory_gb`: the cell's memory plan
+    (repro/memory.py) fits one GPU; if not, what would make it fit."""
+    gpu = getattr(ctx.profile, "gpu", None)
+    limit = getattr(gpu, "memory_gb", None)
+    if limit is None:
+        return []
+    from repro.memory import fit_advice
+
+    plan, advice = fit_advice(cfg, float(limit))
+    if plan is None:
+        return [Problem("model.name_or_path", f"{cfg.model.name_or_path!r}: shape unknown here (not "
+                        "a known hub id nor a local directory with config.json), so its memory "
+                        "could not be planned", blocking=False)]
+    if advice is None:
+        return []
+    return [Problem("train.strategy", advice, kind="memory")]

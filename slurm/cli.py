@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 from repro.config import ConfigError
 
@@ -37,6 +38,9 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
                    help="print the plan (jobs, GPUs, GPU-hours) and submit nothing")
     p.add_argument("--wait", action="store_true",
                    help="block until every submitted job ends; exit 1 if any failed")
+    p.add_argument("--force", action="store_true",
+                   help="submit cells whose memory plan exceeds the profile's gpu.memory_gb "
+                   "(every other preflight problem still stops the launch)")
     p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser(
@@ -86,10 +90,12 @@ def format_plan(ctx, jobs, done) -> str:
     lines = [f"Grid {ctx.grid.name} ({ctx.grid.path}): {len(ctx.cells)} cells, {len(done)} done, "
              f"{sum(j.kind == 'cell' for j in jobs)} to run",
              f"Profile {prof.name}: {prof.gpus_per_node} GPUs/node, {g.name}, "
-             f"{g.peak_tflops:g} TFLOP/s peak, MFU {g.mfu:.2f} (assumed)",
+             f"{g.peak_tflops:g} TFLOP/s peak, "
+             + (f"{g.memory_gb:g} GiB per GPU" if g.memory_gb else "GPU memory not stated") +
+             f"; MFU {g.mfu_used:.2f} ({g.mfu_source})",
              f"Output: {ctx.output_dir}", ""]
     head = f"{'job':58s} {'GPUs':>4s} {'nodes':>5s} {'kept':>6s} {'tokens':>8s} {'GPU-h':>8s} " \
-           f"{'wall h':>7s}  waits for / kept share from"
+           f"{'wall h':>7s} {'GiB/GPU':>8s}  waits for / kept share from"
     lines += [head, "-" * len(head)]
     total = {"cell": 0.0, "features": 0.0}
     unknown = 0
@@ -112,8 +118,9 @@ def format_plan(ctx, jobs, done) -> str:
             unknown += 1
         else:
             total[pj.kind] += est.gpu_hours
+        mem = _memory_column(cell, pj.kind, g.memory_gb)
         lines.append(f"{pj.name:58s} {pj.tasks:4d} {nodes!s:>5s} {kept:>6s} {fmt_num(est.tokens):>8s} "
-                     f"{fmt_num(est.gpu_hours, 2):>8s} {fmt_num(est.wall_hours, 2):>7s}  {what}")
+                     f"{fmt_num(est.gpu_hours, 2):>8s} {fmt_num(est.wall_hours, 2):>7s} {mem:>8s}  {what}")
     n_sub = sum(len(bucket(w)) for w in waves(jobs))
     n_feat = sum(j.kind == "features" for j in jobs)
     gpus = sorted({j.tasks for j in jobs})
@@ -125,8 +132,23 @@ def format_plan(ctx, jobs, done) -> str:
               + (f"; {unknown} jobs without an estimate (n/a)" if unknown else ""),
               "Estimate: FLOPs = 6*P*T (full fine-tuning; 4*P*T with LoRA), features 2*P*T; "
               "GPU-h = FLOPs / (peak * MFU); tokens per example from the grid; evaluation, "
-              "loading and checkpoints not counted (docs/slurm.md)."]
+              "loading and checkpoints not counted (docs/slurm.md).",
+              "GiB/GPU: the memory plan's need per GPU of a training job (peak + 5% allocator "
+              "slack + 1 GiB CUDA context; docs/memory.md); '!' marks more than gpu.memory_gb."]
     return "\n".join(lines)
+
+
+def _memory_column(cell, kind: str, memory_gb: float | None) -> str:
+    """The memory plan's GiB per GPU for a training cell ('!' when over the profile's GPU)."""
+    if kind != "cell":
+        return "-"
+    from repro.memory import plan_for_config
+
+    plan = plan_for_config(cell.check_config())
+    if plan is None:
+        return "?"
+    need = plan.required_gib()
+    return f"{need:.1f}" + ("!" if memory_gb is not None and need > memory_gb else "")
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
@@ -139,6 +161,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     # Every cell that would run is checked before anything is planned or submitted: a problem
     # found now costs nothing; found by a job, it costs the GPU-hours of everything before it.
     found = preflight_cells(ctx, [c for c in ctx.cells if not has_marker(c, ctx.by_id, "results")])
+    if args.force:  # --force: a cell over the GPU's memory goes anyway (the plan may be wrong)
+        found = {w: [replace(p, blocking=False) if p.kind == "memory" else p for p in problems]
+                 for w, problems in found.items()}
     bad = sorted(w for w, problems in found.items() if any(p.blocking for p in problems))
     checks = report(found)
     if bad and not args.dry_run:

@@ -84,7 +84,7 @@ def estimate_cell(cell: Cell, cells: dict[str, Cell], grid_estimate: dict[str, A
     if cfg.train.max_steps is not None:
         tokens = min(tokens, cfg.train.max_steps * cfg.train.global_batch_size * float(tpe))
     k = 4.0 if cfg.model.lora.enabled else 6.0
-    gpu_h = k * pb * 1e9 * tokens / (profile.gpu.peak_tflops * 1e12 * profile.gpu.mfu) / 3600
+    gpu_h = k * pb * 1e9 * tokens / (profile.gpu.peak_tflops * 1e12 * profile.gpu.mfu_used) / 3600
     return Estimate(n_pool, frac, tokens, gpu_h, gpu_h / cfg.world_size, note)
 
 
@@ -96,7 +96,7 @@ def estimate_features(cell: Cell, profile: ClusterProfile, gpus: int) -> Estimat
     if n_pool is None or tpe is None or pb is None:
         return Estimate(n_pool, None, None, None, None, "n/a")
     tokens = n_pool * float(tpe)
-    gpu_h = 2.0 * pb * 1e9 * tokens / (profile.gpu.peak_tflops * 1e12 * profile.gpu.mfu) / 3600
+    gpu_h = 2.0 * pb * 1e9 * tokens / (profile.gpu.peak_tflops * 1e12 * profile.gpu.mfu_used) / 3600
     return Estimate(n_pool, None, tokens, gpu_h, gpu_h / gpus, "forward pass")
 
 

@@ -19,11 +19,33 @@ from typing import Any
 from repro.config import ConfigError, read_yaml_file
 
 
+# The dry run's model-FLOPs utilization when a profile names none: the one figure measured for
+# the paper recipe so far (a fraction). Where it came from is printed beside it.
+MEASURED_MFU = 0.14
+MEASURED_MFU_SOURCE = ("measured: one H200, CodeLlama-7B shape, full fine-tuning under ddp, "
+                       "per-device batch 1 x 1,216 tokens, no accumulation: 3,423 tokens/s = "
+                       "6 x 6.74e9 x 3,423 / 989 TFLOP/s (issue 13; docs/memory.md). A lower "
+                       "bound for the recipe's accumulation of 64-128")
+
+
 @dataclass
 class GpuSpec:
     name: str = "A100-80GB (bf16)"
     peak_tflops: float = 312.0  # dense bf16 tensor-core peak, TFLOP/s per GPU
-    mfu: float = 0.40  # model-FLOPs utilization assumed for the estimate (fraction, not percent)
+    # Model-FLOPs utilization for the GPU-hour estimate (a fraction, not a percent); null: the
+    # measured MEASURED_MFU above.
+    mfu: float | None = None
+    # Memory of one GPU in GiB (nvidia-smi's MiB / 1024: 80 for an A100-80GB); null: not checked.
+    # Cells whose memory plan (repro/memory.py) needs more are refused by launch without --force.
+    memory_gb: float | None = None
+
+    @property
+    def mfu_used(self) -> float:
+        return MEASURED_MFU if self.mfu is None else self.mfu
+
+    @property
+    def mfu_source(self) -> str:
+        return MEASURED_MFU_SOURCE if self.mfu is None else "the profile's gpu.mfu (assumed)"
 
 
 @dataclass
@@ -94,8 +116,15 @@ def load_profile(path: str | Path) -> ClusterProfile:
     prof = _build(ClusterProfile, data, str(p))
     if prof.gpus_per_node < 1 or prof.cpus_per_gpu < 1 or prof.time_limit_min < 1:
         raise ConfigError(f"{p}: gpus_per_node, cpus_per_gpu and time_limit_min must be >= 1")
-    if not 0 < prof.gpu.mfu <= 1:
+    for key in ("mfu", "memory_gb"):
+        v = getattr(prof.gpu, key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise ConfigError(f"{p}: gpu.{key}: expected a number or null, got {v!r}")
+    if prof.gpu.mfu is not None and not 0 < prof.gpu.mfu <= 1:
         raise ConfigError(f"{p}: gpu.mfu is a fraction in (0, 1] (write 0.4 for 40%), got {prof.gpu.mfu}")
+    if prof.gpu.memory_gb is not None and not prof.gpu.memory_gb > 0:
+        raise ConfigError(f"{p}: gpu.memory_gb is one GPU's memory in GiB (e.g. 80), got "
+                          f"{prof.gpu.memory_gb}")
     if prof.name == "default":
         prof.name = p.stem
     return prof

@@ -42,7 +42,7 @@ def test_every_shipped_grid_expands_and_says_how_to_run_it(path: Path) -> None:
 def test_every_shipped_profile_loads() -> None:
     for p in sorted((CONFIGS / "clusters").glob("*.yaml")):
         prof = load_profile(p)
-        assert prof.gpus_per_node >= 1 and 0 < prof.gpu.mfu <= 1
+        assert prof.gpus_per_node >= 1 and 0 < prof.gpu.mfu_used <= 1
         assert "cluster-repro launch" in p.read_text().split("\n\n")[0]
 
 
