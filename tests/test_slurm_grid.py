@@ -151,8 +151,12 @@ def test_estimate_follows_tokens_parameters_and_mfu() -> None:
     prof = load_profile(CONFIGS / "clusters" / "example.yaml")
     by_id = {c.id: c for c in grid.cells}
     full = estimate_cell(by_id["magicoder.codellama-python-7b.full.ws4.s42"], by_id, grid.estimate, prof)
-    # 6 * 6.74e9 params * (2 epochs * 75,197 rows * 500 tokens) / (312e12 * 0.40) / 3600
-    expected = 6 * 6.74e9 * 2 * 75197 * 500 / (312e12 * 0.40) / 3600
+    # 6 * 6.74e9 params * (2 epochs * 75,197 rows * 500 tokens) / (312e12 * MFU) / 3600, where the
+    # example profile names no MFU: the measured one (slurm/profile.py MEASURED_MFU) is used.
+    from slurm.profile import MEASURED_MFU
+
+    assert prof.gpu.mfu is None and prof.gpu.mfu_used == MEASURED_MFU
+    expected = 6 * 6.74e9 * 2 * 75197 * 500 / (312e12 * MEASURED_MFU) / 3600
     assert full.gpu_hours == pytest.approx(expected, rel=1e-9)
     assert full.wall_hours == pytest.approx(expected / 4)
     half = estimate_cell(by_id["magicoder.codellama-python-7b.cluster-r50.ws4.s42"], by_id,
