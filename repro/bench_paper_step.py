@@ -178,7 +178,8 @@ def bench_paper_step(shape: str, strategy: str, activation_checkpointing: bool, 
                      grad_accum: int, world_size: int = 1, seq_len: int = 1216, batch: int = 1,
                      optimizer: str = "adafactor", lora: bool = False, layers: int | None = None,
                      feature_batch: int = 8, feature_examples: int = 16,
-                     peak_tflops: float | None = None) -> dict[str, Any]:
+                     peak_tflops: float | None = None, default_malloc: bool = False
+                     ) -> dict[str, Any]:
     """Run the step (and the feature pass) and return the JSON-ready summary."""
     import tempfile
 
@@ -189,23 +190,27 @@ def bench_paper_step(shape: str, strategy: str, activation_checkpointing: bool, 
         raise ValueError(f"--shape {shape!r}: one of {', '.join(sorted(SHAPES))}")
     if steps < 2:
         raise ValueError("--steps: at least 2 (the first step is a warm-up, not timed)")
-    args = dict(shape=shape, strategy=strategy, activation_checkpointing=activation_checkpointing,
+    args = dict(shape=shape, strategy=strategy, default_malloc=default_malloc, activation_checkpointing=activation_checkpointing,
                 steps=steps, grad_accum=grad_accum, seq_len=seq_len, batch=batch,
                 optimizer=optimizer, lora=lora, layers=layers, feature_batch=feature_batch,
                 feature_examples=feature_examples)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = str(Path(tmp) / "out.json")
-        if world_size == 1:
-            from repro.distributed import free_port, init_process_group
-
-            init_process_group(0, 1, "127.0.0.1", free_port())
-            try:
-                _worker(0, 1, args, out)
-            finally:
-                dist.destroy_process_group()
-        else:
+    # Workers are fresh processes, also at world size 1, so that on CPU their peak RSS is theirs
+    # alone. Unless default_malloc: glibc serves every block >= 128 KiB by mmap and returns it
+    # on free, so the RSS follows the live tensors instead of the heap's high-water mark (which
+    # grows step after step with fragmentation); docs/memory.md gives both.
+    saved = os.environ.get("MALLOC_MMAP_THRESHOLD_")
+    if not default_malloc:
+        os.environ["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = str(Path(tmp) / "out.json")
             spawn_workers(_worker, world_size, args=(args, out))
-        workers = json.loads(Path(out).read_text())
+            workers = json.loads(Path(out).read_text())
+    finally:
+        if saved is None:
+            os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
+        else:
+            os.environ["MALLOC_MMAP_THRESHOLD_"] = saved
     w0 = workers[0]
     timed = [statistics.median(w["step_s"][1:]) for w in workers]
     step = max(timed)
@@ -229,7 +234,9 @@ def bench_paper_step(shape: str, strategy: str, activation_checkpointing: bool, 
         "mfu": mfu, "mfu_flops_per_token": "6P", "peak_tflops": peak,
         "peak_memory_mib": measured / 2**20,
         "peak_memory_kind": "allocated (torch.cuda.max_memory_allocated)" if w0["device"] == "cuda"
-        else "peak RSS (ru_maxrss, includes building the model and the process itself)",
+        else "peak RSS (ru_maxrss, includes building the model and the process itself; "
+        + ("glibc's default allocator)" if default_malloc else "blocks >= 128 KiB mmapped)"),
+        "malloc": "glibc default" if default_malloc else "mmap for blocks >= 128 KiB",
         "plan_mib": predicted / 2**20, "plan_over_measured": predicted / measured,
         "device": w0["device"], "device_name": w0["device_name"],
         "torch": torch.__version__,
@@ -263,11 +270,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--feature-examples", type=int, default=16, help="0 skips the feature pass")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="the device's dense bf16 peak (default: known GPUs; none on CPU)")
+    p.add_argument("--default-malloc", action="store_true",
+                   help="CPU: keep glibc's default allocator (RSS then includes the heap's "
+                   "retained free blocks); by default blocks >= 128 KiB are mmapped")
     p.add_argument("--out", default=None, help="also write the JSON here")
     a = p.parse_args(argv)
     res = bench_paper_step(a.shape, a.strategy, a.activation_checkpointing, a.steps, a.grad_accum,
                            a.world_size, a.seq_len, a.batch, a.optimizer, a.lora, a.layers,
-                           a.feature_batch, a.feature_examples, a.peak_tflops)
+                           a.feature_batch, a.feature_examples, a.peak_tflops, a.default_malloc)
     text = json.dumps(res, indent=2)
     print(text)
     if a.out:

@@ -133,3 +133,31 @@ def test_plan_for_a_cpu_run_adds_the_process_and_the_load() -> None:
     assert plan is not None and plan.device == "cpu" and plan.process_overhead > 100 * 2**20
     assert plan.required_gib() == pytest.approx((plan.peak + plan.process_overhead) / GIB)
     assert plan.peak >= plan.load
+
+
+def test_bench_paper_step_runs_the_recipe_step_on_a_cut_shape_and_reports_json(tmp_path: Path) -> None:
+    """The one-GPU check runs on CPU too: a 1-layer SmolLM2-width model, fsdp + checkpointing at
+    world size 2, 2 accumulation steps; JSON with step time, memory beside the plan, features."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "step.json"
+    p = subprocess.run([sys.executable, "-m", "repro", "bench", "paper-step", "--shape",
+                        "smollm2-135m", "--layers", "1", "--strategy", "fsdp",
+                        "--activation-checkpointing", "--world-size", "2", "--steps", "2",
+                        "--grad-accum", "2", "--seq-len", "32", "--feature-examples", "4",
+                        "--feature-batch", "2", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res == json.loads(p.stdout[p.stdout.index("{"):])
+    assert res["params"] == SHAPES["smollm2-135m"].params() - 29 * SHAPES["smollm2-135m"].layer_params()
+    assert res["tokens_per_s"] == pytest.approx(2 * 2 * 32 / res["step_s"])
+    assert res["mfu"] is None and res["device"] == "cpu"  # no bf16 peak to divide by on a CPU
+    assert res["peak_memory_mib"] > 0 and 0.5 < res["plan_over_measured"] < 2.0
+    assert res["features"]["examples"] == 4 and res["features"]["examples_per_s"] > 0
+    assert res["selection_share_of_2_epoch_training"] > 0
+    bad = subprocess.run([sys.executable, "-m", "repro", "bench", "paper-step", "--shape", "llama-3"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "invalid choice: 'llama-3'" in bad.stderr
