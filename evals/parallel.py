@@ -151,12 +151,6 @@ def evaluate_in_job(job: EvalJob, rank: int, world: int, local_rank: int) -> lis
 
 def _spawned_worker(rank: int, world: int, job: EvalJob) -> None:
     """One of the processes evaluate_locally starts (in a group spawn_workers set up)."""
-    from repro.distributed import set_worker_threads
-
-    import torch
-
-    if not torch.cuda.is_available():
-        set_worker_threads(world, job.torch_threads)
     _evaluate(job, Processes(together=True), local_rank=rank)
 
 
@@ -174,11 +168,15 @@ def device_and_dtype(precision: str, local_rank: int):
 
 def _evaluate(job: EvalJob, procs: Processes, local_rank: int) -> list[dict[str, Any]]:
     """Load the model in this process and score its share of every benchmark."""
-    from repro.models import load_finetuned
-
     import torch
 
+    from repro.models import load_finetuned
+
     device, dtype = device_and_dtype(job.model.precision, local_rank)
+    if device == "cpu" and procs.world > 1:  # split the cores: oversubscribed CPUs crawl
+        from repro.distributed import set_worker_threads
+
+        set_worker_threads(procs.world, job.torch_threads)
     # A full model loads straight in its dtype; a LoRA adapter is merged in fp32, then cast.
     load_dtype = torch.float32 if job.model.lora.enabled else dtype
     model, tok = load_finetuned(Path(job.model_dir), Path(job.base_model_dir), job.model,

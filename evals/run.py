@@ -121,6 +121,8 @@ class EvalSettings:
     items: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.data_dir is not None:  # a Path (a run's data_dir) too; saved as JSON
+            self.data_dir = str(self.data_dir)
         if self.source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
         for b, ids in self.items.items():

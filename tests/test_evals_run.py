@@ -303,6 +303,24 @@ def test_the_tasks_of_a_job_evaluate_together(one_process, tmp_path, monkeypatch
     _same_items(one_dir, run_dir / "eval_benchmarks")
 
 
+def test_cli_evaluates_a_run_with_its_own_data_dir(one_process, tmp_path):
+    """`cluster-repro eval --run`: the run's config gives the data directory (a Path, saved in
+    benchmarks.json's settings as text) and the rows carry the run's id."""
+    from repro.cli import main
+    from repro.config import save_config
+
+    cfg, run_dir, _, one, _ = one_process
+    save_config(cfg, run_dir / "config.yaml")
+    assert main(["eval", "--run", str(run_dir), "--benchmarks", "medqa", "--limit", "5",
+                 "--output-dir", str(tmp_path)]) == 0
+    rows = list(csv.DictReader(open(tmp_path / PART_NAME, newline="")))
+    assert [(r["benchmark"], r["metric"], float(r["value"])) for r in rows] == [
+        (e["benchmark"], e["metric"], e["value"]) for e in one if e["benchmark"] == "medqa"]
+    assert rows[0]["run_id"] == f"{cfg.name}-{cfg.hash()}"
+    saved = json.loads((tmp_path / "benchmarks.json").read_text())
+    assert saved["settings"]["data_dir"] == cfg.data_dir
+
+
 def test_generation_limits_are_checked_at_config_load():
     """eval.max_new_tokens: a positive number, or one per generation task; mistakes name the
     key and what was expected."""
