@@ -56,8 +56,8 @@ def register(subparsers: Any, epilog: str) -> None:
     p.add_argument("--num-fewshot", default="", metavar="BENCH=K,...",
                    help="shot counts, e.g. mmlu_medical=5 (default: the harness defaults)")
     p.add_argument("--max-gen-toks", type=int, default=None,
-                   help="cap on generated tokens for code tasks (default: the task's, 1024 "
-                   "HumanEval / 256 MBPP); say so when you report capped scores")
+                   help="limit on generated tokens for the code benchmarks (default: the task's, "
+                   "1024 HumanEval / 256 MBPP); the rows record it (eval_max_gen_toks)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice). On a CPU shared with other "
                    "jobs, 1 avoids thread oversubscription (several times faster there)")
@@ -141,7 +141,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if extra:
         raise ValueError(f"--items names {', '.join(extra)}, which is not among --benchmarks "
                          f"({', '.join(benchmarks)})")
-    EvalSettings(source=args.source, num_fewshot=fewshot, items=items)  # flag errors before loading
+    # Flag errors before loading the model.
+    EvalSettings(source=args.source, num_fewshot=fewshot, items=items, limit=args.limit,
+                 max_gen_toks=args.max_gen_toks)
     import torch
 
     if args.threads:

@@ -114,15 +114,34 @@ class TrainConfig:
     activation_checkpointing: bool = False
 
 
+# The demo tasks' own generation limit (tokens), used when eval.max_new_tokens does not set one.
+DEMO_MAX_NEW_TOKENS = 48
+
+
 @dataclass
 class EvalConfig:
     heldout_loss: bool = True
     # Generation-scored held-out tasks of the demo pool (exact match / execution).
     demo_tasks: bool = True
-    benchmarks: list[str] = field(default_factory=list)  # lm-eval benchmarks (evals issue)
+    benchmarks: list[str] = field(default_factory=list)  # lm-eval benchmarks (docs/benchmarks.md)
     batch_size: int = 8
-    max_new_tokens: int = 48
+    # The limit on generated tokens of every generation task the eval stage runs: the demo tasks
+    # and the code benchmarks. One number for all; a mapping per task ({humaneval: 1024,
+    # mbpp: 256, demo: 28}); null (or a task the mapping leaves out): the task's own limit
+    # (demo 48, HumanEval(+) 1024, MBPP(+) 256). Benchmark rows record it (eval_max_gen_toks).
+    max_new_tokens: int | dict[str, int] | None = None
     limit: int | None = None
+    # Processes that evaluate the benchmarks, each with its own GPU and share of the items:
+    # null = one per visible GPU (1 on CPU). Inside a SLURM job the job's own tasks evaluate
+    # (one per GPU, as they trained) and this key is not used.
+    workers: int | None = None
+
+    def gen_limit(self, task: str) -> int | None:
+        """The generation limit this config states for `task` (a benchmark name or "demo"), or
+        None where it states none (the task's own limit applies)."""
+        if isinstance(self.max_new_tokens, dict):
+            return self.max_new_tokens.get(task)
+        return self.max_new_tokens
 
 
 @dataclass
@@ -357,10 +376,44 @@ def _validate(cfg: ExperimentConfig) -> None:
     need(t.max_steps is None or t.max_steps >= 1, f"train.max_steps: expected >= 1 or null")
     need(t.checkpoint_every >= 0, "train.checkpoint_every: expected >= 0 (0 = only at the end)")
     need(cfg.eval.batch_size >= 1, "eval.batch_size: expected >= 1")
+    _validate_eval_limits(cfg.eval)
     lo = cfg.model.lora
     if lo.enabled:
         need(lo.r >= 1, f"model.lora.r: expected >= 1, got {lo.r}")
         need(bool(lo.target_modules), "model.lora.target_modules: expected at least one module name")
+
+
+def _validate_eval_limits(ev: EvalConfig) -> None:
+    """eval.max_new_tokens: positive token counts, per generation task where a mapping;
+    eval.workers and eval.limit: positive."""
+    from evals.run import CODE_BENCHMARKS
+
+    tasks = ("demo", *CODE_BENCHMARKS)  # every generation task of the eval stage
+
+    def positive(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+    what = ("a positive number of tokens, a mapping of generation task to one "
+            f"({', '.join(tasks)}), or null for each task's own limit")
+    limits = ev.max_new_tokens
+    if isinstance(limits, dict):
+        for task, n in limits.items():
+            if task not in tasks:
+                near = difflib.get_close_matches(str(task), tasks, n=1)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise ConfigError(f"eval.max_new_tokens: {task!r} is not a generation task{hint}; "
+                                  f"expected {what}")
+            if not positive(n):
+                raise ConfigError(f"eval.max_new_tokens.{task}: expected a positive number of "
+                                  f"tokens, got {n!r}")
+    elif limits is not None and not positive(limits):
+        raise ConfigError(f"eval.max_new_tokens: expected {what}; got {limits!r}")
+    if ev.workers is not None and ev.workers < 1:
+        raise ConfigError(f"eval.workers: expected a number of processes >= 1 (or null: one per "
+                          f"visible GPU, 1 on CPU), got {ev.workers}")
+    if ev.limit is not None and ev.limit < 1:
+        raise ConfigError(f"eval.limit: expected a number of items >= 1 (or null: all), got "
+                          f"{ev.limit}")
 
 
 def from_dict(data: dict[str, Any] | None, overrides: list[str] | tuple[str, ...] = (),

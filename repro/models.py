@@ -335,8 +335,10 @@ def save_finetuned(model, tokenizer, out_dir: Path, state_dict: dict | None = No
         raise
 
 
-def load_finetuned(out_dir: Path, base_dir: Path, model_cfg: ModelConfig, device: str = "cpu"):
-    """Load what save_finetuned wrote (base + adapter for LoRA) -> (model, tokenizer), eval mode."""
+def load_finetuned(out_dir: Path, base_dir: Path, model_cfg: ModelConfig, device: str = "cpu",
+                   dtype: torch.dtype = torch.float32):
+    """Load what save_finetuned wrote (base + adapter for LoRA) -> (model, tokenizer), eval mode,
+    with weights in `dtype` (the evaluation loads bf16 on a GPU: half the memory of fp32)."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -352,10 +354,10 @@ def load_finetuned(out_dir: Path, base_dir: Path, model_cfg: ModelConfig, device
     _ensure_special_tokens(tok, str(out_dir))
     tok.padding_side = "right"
     if is_adapter:
-        base = AutoModelForCausalLM.from_pretrained(Path(base_dir), dtype=torch.float32)
+        base = AutoModelForCausalLM.from_pretrained(Path(base_dir), dtype=dtype)
         model = PeftModel.from_pretrained(base, out_dir)
     else:
-        model = AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(out_dir, dtype=dtype)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tok.pad_token_id
     return model.to(device).eval(), tok

@@ -263,34 +263,45 @@ def gpu_energy_j() -> float | None:
 def stage_eval(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     import torch
 
+    from repro.config import DEMO_MAX_NEW_TOKENS
     from repro.evaluation import demo_task_scores, heldout_loss
     from repro.models import load_finetuned
 
     _, held = load_pool_files(run_dir)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model_dir = model_dir_of(run_dir)
-    model, tok = load_finetuned(run_dir / "model", model_dir, cfg.model, device=device)
     out: dict[str, Any] = {"scores": {}}
     t0 = time.perf_counter()
-    if cfg.eval.heldout_loss and len(held):
-        out["scores"]["heldout"] = heldout_loss(model, tok, held, cfg.data.max_length,
-                                                cfg.eval.batch_size, device)
-    if cfg.eval.demo_tasks and any(e.meta.get("check") for e in held.examples):
-        scores, samples = demo_task_scores(model, tok, held, cfg.eval.max_new_tokens,
-                                           cfg.eval.batch_size, device, cfg.eval.limit)
-        out["scores"]["demo"] = scores
-        atomic_write_jsonl(run_dir / "eval_samples.jsonl", samples)
-    if cfg.eval.benchmarks:  # the paper's benchmarks through lm-eval (evals/run.py)
-        from evals.run import EvalSettings, make_lm, run_benchmarks
+    if cfg.eval.benchmarks:  # the paper's benchmarks through lm-eval, on every GPU (evals/parallel.py)
+        from evals.parallel import evaluate_run
 
-        data_dir = cfg.resolved_data_dir()
-        settings = EvalSettings(data_dir=str(data_dir) if data_dir else None,
-                                limit=cfg.eval.limit, batch_size=cfg.eval.batch_size)
-        out["benchmarks"] = run_benchmarks(make_lm(model, tok, cfg.eval.batch_size),
-                                           cfg.eval.benchmarks, settings,
-                                           run_dir / "eval_benchmarks")
+        out["benchmarks"] = evaluate_run(cfg, run_dir)
+    heldout = cfg.eval.heldout_loss and len(held) > 0
+    demo = cfg.eval.demo_tasks and any(e.meta.get("check") for e in held.examples)
+    if heldout or demo:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model, tok = load_finetuned(run_dir / "model", model_dir_of(run_dir), cfg.model,
+                                    device=device)
+        if heldout:
+            out["scores"]["heldout"] = heldout_loss(model, tok, held, cfg.data.max_length,
+                                                    cfg.eval.batch_size, device)
+        if demo:
+            max_new = cfg.eval.gen_limit("demo") or DEMO_MAX_NEW_TOKENS
+            scores, samples = demo_task_scores(model, tok, held, max_new, cfg.eval.batch_size,
+                                               device, cfg.eval.limit)
+            out["scores"]["demo"] = scores
+            out["demo_max_new_tokens"] = max_new
+            atomic_write_jsonl(run_dir / "eval_samples.jsonl", samples)
     out["eval_s"] = time.perf_counter() - t0
     return out
+
+
+def join_eval_stage(cfg: ExperimentConfig, run_dir: Path) -> None:
+    """Tasks 1.. of a job that trained together: score their share of the benchmarks of task 0's
+    eval stage (evals/parallel.py). Nothing where that stage has finished already (as task 0
+    then skips it) or has no benchmarks."""
+    if cfg.eval.benchmarks and not stage_marker(run_dir, "eval").is_file():
+        from evals.parallel import evaluate_run
+
+        evaluate_run(cfg, run_dir)
 
 
 def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:

@@ -11,7 +11,8 @@ A job with W tasks (one per GPU; `tasks_per_node` = GPUs) is one torch.distribut
     stages model, pool, select,          wait for rank 0's "prep done" note
       schedule (single-process)          (or its "prep failed" note: raise)
     ----------------- train: every rank joins the group (MASTER_ADDR/PORT, RANK, WORLD_SIZE)
-    stages eval, results                 return
+    ----------------- eval: every rank scores its share of the benchmarks (evals/parallel.py)
+    rest of eval, results                return
 
 The distributed variables come from SLURM's (node list, SLURM_PROCID, SLURM_LOCALID, job id; see
 `repro.distributed.slurm_env`) and are exported as torch's env:// expects them, so a job spanning
@@ -283,9 +284,13 @@ class CellJob(_Requeueable):
                     run_experiment(cfg, until="schedule")
             else:
                 rdv.wait()
-            if multi:  # every rank trains; then rank 0 alone evaluates
+            if multi:  # every rank trains, then scores its share of the benchmarks
                 run_experiment(cfg, until="train")
             if ident["rank"] != 0:
+                if multi:  # rank 0's eval stage: evals/parallel.py
+                    from repro.pipeline import join_eval_stage
+
+                    join_eval_stage(cfg, run_dir)
                 return {"cell": self.cell_id, "rank": ident["rank"]}
             run_experiment(cfg)
         except SystemExit:  # submitit's signal handler after requeueing (timeout, preemption)

@@ -1,15 +1,21 @@
 """`cluster-repro eval` and the pipeline's eval stage with a real (tiny random) model through
-lm-eval on every local benchmark, result rows, missing data, and batch-size invariance."""
+lm-eval on every local benchmark, result rows, missing data, batch-size invariance, evaluation
+in several real processes (spawned, and as the tasks of a job), and the generation limit."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from evals.run import EvalSettings, entries_to_rows, expand_benchmarks, make_lm, run_benchmarks
-from repro.config import ExperimentConfig, LoraConfig, ModelConfig
+from repro.config import ConfigError, ExperimentConfig, LoraConfig, ModelConfig, load_config
 from repro.results import COLUMNS, PART_NAME
 
 
@@ -108,28 +114,49 @@ def test_batch_size_1_and_8_give_the_same_scores(shared_data, tmp_path):
         assert r["max_abs_loglik_diff"] < 1e-3
 
 
-def test_pipeline_eval_stage_runs_the_configured_benchmarks(shared_data, tmp_path):
-    """The run's fine-tuned model (base + LoRA adapter) is evaluated and its rows written."""
+def _finished_run(tmp_path: Path, shared_data: Path, lora: bool, name: str,
+                  benchmarks: list[str], world_size: int = 4, **eval_keys
+                  ) -> tuple[ExperimentConfig, Path, object]:
+    """A run directory as training leaves it (the model stage's marker, empty pools, the
+    fine-tuned tiny model), with eval settings; -> (config, run dir, tokenizer)."""
     from repro.io import atomic_write_json
     from repro.models import save_finetuned
-    from repro.pipeline import result_rows, stage_eval, stage_marker
+    from repro.pipeline import stage_marker
 
-    mcfg, model_dir, model, tok = _tiny(tmp_path, lora=True)
-    cfg = ExperimentConfig(name="evalhook", output_dir=str(tmp_path), data_dir=str(shared_data),
-                           model=mcfg)
+    mcfg, model_dir, model, tok = _tiny(tmp_path, lora=lora)
+    cfg = ExperimentConfig(name=name, output_dir=str(tmp_path), data_dir=str(shared_data),
+                           model=mcfg, world_size=world_size)
     cfg.eval.heldout_loss = cfg.eval.demo_tasks = False
-    cfg.eval.benchmarks = ["medqa", "humaneval_plus"]
-    cfg.eval.limit = 2
+    cfg.eval.benchmarks = benchmarks
+    for key, value in eval_keys.items():
+        setattr(cfg.eval, key, value)
     run_dir = cfg.run_dir()
     atomic_write_json(stage_marker(run_dir, "model"), {"model_dir": str(model_dir)})
     (run_dir / "pool.jsonl").write_text("")
     (run_dir / "heldout.jsonl").write_text("")
     save_finetuned(model, tok, run_dir / "model")
+    return cfg, run_dir, tok
+
+
+def test_pipeline_eval_stage_runs_the_configured_benchmarks(shared_data, tmp_path, monkeypatch):
+    """The run's fine-tuned model (base + LoRA adapter) is evaluated and its rows written; the
+    generation limit the config states is used and recorded in the rows."""
+    from repro.io import atomic_write_json
+    from repro.pipeline import result_rows, stage_eval, stage_marker
+
+    cfg, run_dir, tok = _finished_run(tmp_path, shared_data, True, "evalhook",
+                                      ["medqa", "humaneval_plus", "humaneval"], limit=2,
+                                      max_new_tokens={"humaneval": 3, "demo": 5})
+    # As a job's task 1 has it: lm-eval's simple_evaluate returns nothing where LOCAL_RANK != 0.
+    monkeypatch.setenv("LOCAL_RANK", "1")
     ev = stage_eval(cfg, run_dir)
     assert [(e["benchmark"], e["metric"], e["status"]) for e in ev["benchmarks"]] == [
         ("medqa", "acc", "ok"), ("medqa", "acc_norm", "ok"),
-        ("humaneval_plus", "missing", "missing")]
+        ("humaneval_plus", "missing", "missing"), ("humaneval", "pass@1", "ok")]
     assert (run_dir / "eval_benchmarks" / "samples" / "medqa_local.jsonl").is_file()
+    humaneval = [json.loads(x) for x in (run_dir / "eval_benchmarks" / "samples" /
+                                         "humaneval_local.jsonl").read_text().splitlines()]
+    assert len(humaneval) == 2 and all(_n_tokens(tok, s) <= 3 for s in humaneval)
     # The results stage turns them into rows (other stages' markers written as a finished run
     # would have them).
     for name, info in {"pool": {}, "select": {"info": {}, "kept_fraction": 1.0, "n_selected": 1,
@@ -142,6 +169,196 @@ def test_pipeline_eval_stage_runs_the_configured_benchmarks(shared_data, tmp_pat
     assert rows[("medqa", "acc")]["n"] == 2 and rows[("medqa", "acc")]["run_id"].startswith(
         "evalhook-")
     assert rows[("humaneval_plus", "missing")]["value"] is None
+    assert json.loads(rows[("humaneval", "pass@1")]["versions"])["eval_max_gen_toks"] == 3
+    assert "eval_max_gen_toks" not in json.loads(rows[("medqa", "acc")]["versions"])
+
+
+def _n_tokens(tok, sample: dict) -> int:
+    """Tokens of a logged generation (the raw response, before stop-sequence filtering)."""
+    (text,) = sample["resps"][0]
+    return len(tok(text, add_special_tokens=False)["input_ids"])
+
+
+def _scores(entries: list[dict]) -> list[tuple]:
+    return [(e["benchmark"], e["metric"], e["status"], e["value"], e["stderr"], e["n"],
+             e.get("max_gen_toks")) for e in entries]
+
+
+def _same_items(a: Path, b: Path) -> None:
+    """Two evaluations logged the same items with the same scores and generations; their
+    log-likelihoods agree to float rounding (other batch neighbours: docs/benchmarks.md)."""
+    from evals.compare import compare
+
+    rows = compare(a, b)
+    assert len(rows) == len(list((a / "samples").glob("*.jsonl"))) == 8  # 6 MMLU subjects
+    for r in rows:
+        assert r["items_with_different_score"] == 0 and r["different_generations"] == 0, r
+        assert r["max_abs_loglik_diff"] < 1e-4 and r["n"] == 5, r
+
+
+# A finished run of world size 2 (as a 2-task job would train it), evaluated on MedQA
+# (log-likelihood; 5 items: shares of 3 and 2), MMLU-medical (grouped: pooled over its 6 subjects,
+# 30 items) and HumanEval (code generation under a 3-token limit, scored in the sandbox).
+SPLIT_BENCHMARKS = ["medqa", "mmlu_medical", "humaneval"]
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """(config, run dir, tokenizer, entries, output dir) of a lone process's evaluation."""
+    from evals.parallel import evaluate_locally, job_for_run
+    from tests.conftest import SHARED_DATA
+
+    if SHARED_DATA is None:
+        pytest.fail("shared data not found: set CLUSTER_REPRO_DATA to the shared/data directory")
+    tmp = tmp_path_factory.mktemp("evaldp")
+    cfg, run_dir, tok = _finished_run(tmp, SHARED_DATA, False, "evaldp", SPLIT_BENCHMARKS,
+                                      world_size=2, limit=5, max_new_tokens=3)
+    out = tmp / "one"
+    entries = evaluate_locally(dataclasses.replace(job_for_run(cfg, run_dir), out_dir=str(out)), 1)
+    assert [e["status"] for e in entries] == ["ok"] * len(entries)
+    assert [e["n"] for e in entries if "/" not in e["benchmark"]] == [5, 5, 30, 5]
+    return cfg, run_dir, tok, entries, out
+
+
+def test_rows_from_items_equal_the_harness_own_aggregation(one_process):
+    """The entries computed from gathered per-item results (mean, stderr, the group's pooled
+    mean and stderr) equal lm-eval's own results for the same items, to the last bit."""
+    import lm_eval
+
+    from evals.run import EvalSettings, _harness_as_one_process, task_manager
+    from repro.models import load_finetuned
+
+    cfg, run_dir, _, one, _ = one_process
+    model, tok = load_finetuned(run_dir / "model", Path(json.loads(
+        (run_dir / "stages" / "model.json").read_text())["model_dir"]), cfg.model)
+    lm = make_lm(model, tok, batch_size=cfg.eval.batch_size)
+    got = {(e["task"], e["metric"]): (e["value"], e["stderr"], e["n"]) for e in one}
+    tm = task_manager(EvalSettings(data_dir=cfg.data_dir))
+    for task in ("medqa_local", "mmlu_medical_local"):  # one call per benchmark, as the suite
+        with _harness_as_one_process():
+            res = lm_eval.simple_evaluate(model=lm, tasks=[task], task_manager=tm, limit=5,
+                                          bootstrap_iters=1000, log_samples=False)
+        for name, r in res["results"].items():
+            for metric in ("acc", "acc_norm"):
+                if (name, metric) in got:
+                    n = 30 if name == "mmlu_medical_local" else 5  # the group: 6 subjects x 5
+                    assert got[(name, metric)] == (r[f"{metric},none"],
+                                                   r[f"{metric}_stderr,none"], n), name
+    assert sum(1 for key in got if key[0].startswith("mmlu_medical_")) == 7  # group + 6
+
+
+def test_two_spawned_processes_give_the_rows_of_one(one_process, tmp_path):
+    """eval.workers 2 on CPU: 2 real processes, each scoring a share of every task's items, give
+    exactly the entries (value, stderr, n) of 1 process, for the same items and results. The
+    stated 3-token limit is the one generation used, and the one the rows record."""
+    from evals.parallel import evaluate_locally, job_for_run
+
+    cfg, run_dir, tok, one, one_dir = one_process
+    two = evaluate_locally(dataclasses.replace(job_for_run(cfg, run_dir),
+                                               out_dir=str(tmp_path)), 2)
+    assert _scores(two) == _scores(one)
+    assert json.loads((tmp_path / "benchmarks.json").read_text())["processes"] == 2
+    _same_items(one_dir, tmp_path)
+    humaneval = [json.loads(x) for x in
+                 (tmp_path / "samples" / "humaneval_local.jsonl").read_text().splitlines()]
+    assert [s["doc_id"] for s in humaneval] == [0, 1, 2, 3, 4]
+    lengths = [_n_tokens(tok, s) for s in humaneval]
+    assert max(lengths) == 3, lengths  # the random model does not stop early on all five
+    rows = entries_to_rows(two, {"run_id": "r"})
+    assert {json.loads(r["versions"]).get("eval_max_gen_toks") for r in rows
+            if r["benchmark"] == "humaneval"} == {3}
+
+
+def test_the_tasks_of_a_job_evaluate_together(one_process, tmp_path, monkeypatch):
+    """In a job whose 2 tasks trained together (RANK, WORLD_SIZE, LOCAL_RANK as slurm/jobs.py
+    or torchrun set them), task 0's eval stage (here, in this process) and task 1's
+    join_eval_stage (another OS process) score the benchmarks together, with the entries of a
+    lone process."""
+    from repro.distributed import free_port
+    from repro.pipeline import stage_eval
+
+    cfg, run_dir, _, one, one_dir = one_process
+    shutil.rmtree(run_dir / "eval_benchmarks", ignore_errors=True)
+    (tmp_path / "config.json").write_text(json.dumps(cfg.to_dict()))
+    # The evaluation meets on MASTER_PORT + 1 (the training group's port stays untouched).
+    job_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port() - 1), "WORLD_SIZE": "2"}
+    task1 = subprocess.Popen(
+        [sys.executable, "-c", "import json, sys; from pathlib import Path\n"
+         "from repro.config import from_dict\nfrom repro.pipeline import join_eval_stage\n"
+         "cfg = from_dict(json.loads(Path(sys.argv[1]).read_text()))\n"
+         "join_eval_stage(cfg, cfg.run_dir())\n", str(tmp_path / "config.json")],
+        env={**os.environ, **job_env, "RANK": "1", "LOCAL_RANK": "1",
+             "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for key, value in {**job_env, "RANK": "0", "LOCAL_RANK": "0"}.items():
+            monkeypatch.setenv(key, value)
+        together = stage_eval(cfg, run_dir)["benchmarks"]
+    finally:
+        output = task1.communicate(timeout=300)[0]
+    assert task1.returncode == 0, output[-3000:]
+    assert _scores(together) == _scores(one)
+    assert json.loads((run_dir / "eval_benchmarks" / "benchmarks.json").read_text())[
+        "processes"] == 2
+    _same_items(one_dir, run_dir / "eval_benchmarks")
+
+
+def test_cli_evaluates_a_run_with_its_own_data_dir(one_process, tmp_path):
+    """`cluster-repro eval --run`: the run's config gives the data directory (a Path, saved in
+    benchmarks.json's settings as text) and the rows carry the run's id."""
+    from repro.cli import main
+    from repro.config import save_config
+
+    cfg, run_dir, _, one, _ = one_process
+    save_config(cfg, run_dir / "config.yaml")
+    assert main(["eval", "--run", str(run_dir), "--benchmarks", "medqa", "--limit", "5",
+                 "--output-dir", str(tmp_path)]) == 0
+    rows = list(csv.DictReader(open(tmp_path / PART_NAME, newline="")))
+    assert [(r["benchmark"], r["metric"], float(r["value"])) for r in rows] == [
+        (e["benchmark"], e["metric"], e["value"]) for e in one if e["benchmark"] == "medqa"]
+    assert rows[0]["run_id"] == f"{cfg.name}-{cfg.hash()}"
+    saved = json.loads((tmp_path / "benchmarks.json").read_text())
+    assert saved["settings"]["data_dir"] == cfg.data_dir
+
+
+def test_generation_limits_are_checked_at_config_load():
+    """eval.max_new_tokens: a positive number, or one per generation task; mistakes name the
+    key and what was expected."""
+    ev = load_config(None, ["eval.max_new_tokens.humaneval=7"]).eval
+    assert ev.gen_limit("humaneval") == 7 and ev.gen_limit("mbpp") is None
+    assert ev.gen_limit("demo") is None
+    assert load_config(None, ["eval.max_new_tokens=9"]).eval.gen_limit("mbpp") == 9
+    for override, message in [
+            ("eval.max_new_tokens=0", "eval.max_new_tokens: expected a positive number of tokens"),
+            ("eval.max_new_tokens=-3", "eval.max_new_tokens: expected a positive number"),
+            ("eval.max_new_tokens=many", "eval.max_new_tokens: expected"),
+            ("eval.max_new_tokens.humaneval=0", "eval.max_new_tokens.humaneval: expected a "
+                                                "positive number of tokens, got 0"),
+            ("eval.max_new_tokens.humaneval=1.5", "eval.max_new_tokens.humaneval: expected"),
+            ("eval.max_new_tokens.humaneval_pluss=9", "'humaneval_pluss' is not a generation "
+                                                      "task (did you mean 'humaneval_plus'?)"),
+            ("eval.max_new_tokens.medqa=9", "'medqa' is not a generation task"),
+            ("eval.workers=0", "eval.workers: expected a number of processes >= 1"),
+            ("eval.limit=0", "eval.limit: expected a number of items >= 1")]:
+        with pytest.raises(ConfigError, match=__import__("re").escape(message)):
+            load_config(None, [override])
+
+
+def test_the_paper_recipe_states_the_tasks_own_generation_limits():
+    """configs/paper/recipe.yaml names each code benchmark's limit, and it is the limit of the
+    task YAML (the lm-eval task it mirrors): 1024 HumanEval(+), 256 MBPP(+)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    from evals.run import CODE_BENCHMARKS, TASKS_DIR
+
+    recipe = load_config(Path(__file__).resolve().parent.parent / "configs" / "paper" /
+                         "recipe.yaml")
+    for bench in CODE_BENCHMARKS:
+        for variant in ("local", "hub"):
+            task = load_yaml(TASKS_DIR / f"{bench}_{variant}.yaml", resolve_func=False,
+                             recursive=True)
+            assert recipe.eval.gen_limit(bench) == task["generation_kwargs"]["max_gen_toks"]
+    assert {recipe.eval.gen_limit(b) for b in CODE_BENCHMARKS} == {1024, 256}
 
 
 def test_hub_variant_without_hub_access_is_reported_missing(monkeypatch, capsys):

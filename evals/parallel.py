@@ -1,0 +1,185 @@
+"""The eval stage's benchmarks on every GPU of the job: one process per GPU, each scoring a share of
+every benchmark's items, process 0 merging them into the rows a single process would write.
+
+    entries = evaluate_run(cfg, run_dir)   # the pipeline's eval stage (repro/pipeline.py)
+
+Which processes:
+- inside a job whose tasks trained together (SLURM through `cluster-repro launch`, or any launcher
+  that sets RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS for `world_size` tasks): the job's own
+  tasks, one per GPU as they trained. Task 0 runs the eval stage; the others join it through
+  `repro.pipeline.join_eval_stage` (slurm/jobs.py calls it), in a group of their own on the job's
+  MASTER_ADDR and MASTER_PORT + 1 (why not MASTER_PORT: EVAL_PORT_OFFSET);
+- otherwise `eval.workers` processes started here (repro.distributed.spawn_workers), by default
+  one per visible GPU, and 1 on CPU, which then runs in this process. On CPU, workers N > 1 start
+  N real processes (the tests do), each with cores / N torch threads.
+
+Each process loads the fine-tuned model itself on its GPU (cuda:<local rank>) in bf16 when
+`model.precision` is auto or bf16 (fp32 when it is fp32), and in fp32 on CPU. Only Python objects
+(each process's per-item results) travel between them, over gloo.
+
+Why items, not whole benchmarks, are dealt. Dealing whole benchmarks to processes is simpler but
+unbalanced: a medical cell's four benchmarks have 4,183 (MedMCQA), 1,273, 1,089 and 500 items, so
+on 4 GPUs the MedMCQA process would set the time at about 60% of one process's, and on 8 GPUs half
+of them would idle. So every process scores the items i, i + P, i + 2P, ... of every task (lm-eval's
+`samples` argument), and process 0 gathers the per-item results and computes the rows from them in
+doc order with lm-eval's own metric functions; a grouped benchmark (mmlu_medical) is pooled over its
+six subjects from the gathered per-subject results, as lm-eval pools it (evals/run.py). A lone
+process takes the same path with all the items, so the rows (value, stderr, n) are the same for
+any number of processes as long as every item scores the same. That holds exactly wherever an
+item's result does not depend on its batch neighbours; a process batches other items than a lone
+one, which can move a log-likelihood by float rounding (measured: at most 3.2e-5 between batch
+sizes 1 and 8 on CPU, with no item's score changed; docs/benchmarks.md), as a change of
+`eval.batch_size` can. A benchmark whose few-shot examples are drawn at random per item (a hub
+medical task with shots) goes whole to process 0, since its draws depend on the items before it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evals.run import EvalSettings, Processes, make_lm, run_benchmarks
+from repro.config import ExperimentConfig, ModelConfig
+from repro.io import read_json
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    """What every evaluation process needs; plain data, so spawned processes receive it."""
+
+    model_dir: str  # the fine-tuned model or LoRA adapter (<run>/model)
+    base_model_dir: str  # the base model (for an adapter)
+    model: ModelConfig
+    benchmarks: tuple[str, ...]
+    settings: EvalSettings
+    out_dir: str  # benchmarks.json, samples/ (written by process 0)
+    torch_threads: int | None = None  # per process on CPU; None: cores / processes
+
+
+def job_for_run(cfg: ExperimentConfig, run_dir: Path) -> EvalJob:
+    """The eval stage's benchmark evaluation of a run: its fine-tuned model, its eval settings."""
+    from repro.pipeline import model_dir_of
+
+    data_dir = cfg.resolved_data_dir()
+    limits = cfg.eval.max_new_tokens
+    settings = EvalSettings(
+        data_dir=str(data_dir) if data_dir else None, limit=cfg.eval.limit,
+        batch_size=cfg.eval.batch_size,
+        # eval.max_new_tokens minus the demo tasks' entry: the benchmarks' limits.
+        max_gen_toks=({k: v for k, v in limits.items() if k != "demo"}
+                      if isinstance(limits, dict) else limits))
+    return EvalJob(model_dir=str(run_dir / "model"), base_model_dir=str(model_dir_of(run_dir)),
+                   model=cfg.model, benchmarks=tuple(cfg.eval.benchmarks), settings=settings,
+                   out_dir=str(run_dir / "eval_benchmarks"),
+                   torch_threads=cfg.launch.torch_threads)
+
+
+def job_rank(cfg: ExperimentConfig) -> tuple[int, int, int] | None:
+    """(rank, world size, local rank) when this process is one of the `world_size` tasks of a job
+    that trained together (the condition under which repro.trainer joins the job's group), so its
+    tasks evaluate together too; None otherwise."""
+    from repro.distributed import env_rank_world
+
+    env = env_rank_world()
+    if env is not None and env[1] == cfg.world_size and cfg.world_size > 1:
+        return env
+    return None
+
+
+def evaluate_run(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
+    """The entries of the run's benchmarks (on the job's tasks, or on eval.workers processes
+    started here); [] on job tasks other than 0."""
+    job = job_for_run(cfg, Path(run_dir))
+    env = job_rank(cfg)
+    if env is not None:
+        return evaluate_in_job(job, *env)
+    return evaluate_locally(job, default_workers(cfg.eval.workers))
+
+
+def default_workers(requested: int | None) -> int:
+    """eval.workers, or one process per visible GPU (1 on CPU)."""
+    import torch
+
+    if requested is not None:
+        return requested
+    return torch.cuda.device_count() if torch.cuda.is_available() else 1
+
+
+def evaluate_locally(job: EvalJob, workers: int) -> list[dict[str, Any]]:
+    """Evaluate in this process (1 worker) or in `workers` processes started here."""
+    import torch
+
+    from repro.distributed import spawn_workers
+
+    if workers == 1:
+        return _evaluate(job, Processes(), local_rank=0)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus and workers > gpus:
+        raise ValueError(f"eval.workers: {workers} processes, but {gpus} GPUs are visible; "
+                         f"give at most {gpus} (one process per GPU), or null for all of them")
+    spawn_workers(_spawned_worker, workers, args=(job,))
+    saved = read_json(Path(job.out_dir) / "benchmarks.json")  # process 0 wrote it
+    if not saved.get("complete"):
+        raise RuntimeError(f"{job.out_dir}/benchmarks.json: the evaluation processes ended "
+                           "without finishing")
+    return saved["entries"]
+
+
+# The job's evaluation group meets on MASTER_PORT + 1, not on the training group's port: task 0
+# hosts that group's store and closes it only after saving the model, so a task that finished
+# training first would join the old store and meet its stale keys (seen here as a hang).
+EVAL_PORT_OFFSET = 1
+
+
+def evaluate_in_job(job: EvalJob, rank: int, world: int, local_rank: int) -> list[dict[str, Any]]:
+    """Evaluate as task `rank` of a job's `world` tasks, in a group of theirs at MASTER_ADDR,
+    MASTER_PORT + 1 (gloo: only Python objects travel between them). It waits until task 0 gets
+    to its eval stage, so the fine-tuned model is saved when any task loads it."""
+    import torch.distributed as dist
+
+    from repro.distributed import init_process_group
+
+    port = int(os.environ.get("MASTER_PORT", "29500")) + EVAL_PORT_OFFSET
+    init_process_group(rank, world, os.environ.get("MASTER_ADDR", "127.0.0.1"), port,
+                       backend="gloo")
+    try:
+        return _evaluate(job, Processes(together=True), local_rank)
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawned_worker(rank: int, world: int, job: EvalJob) -> None:
+    """One of the processes evaluate_locally starts (in a group spawn_workers set up)."""
+    _evaluate(job, Processes(together=True), local_rank=rank)
+
+
+def device_and_dtype(precision: str, local_rank: int):
+    """(device, weight dtype) of an evaluation process: its own GPU, in bf16 unless
+    model.precision is fp32; on CPU, fp32."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu", torch.float32
+    device = f"cuda:{local_rank % torch.cuda.device_count()}"
+    torch.cuda.set_device(device)
+    return device, torch.float32 if precision == "fp32" else torch.bfloat16
+
+
+def _evaluate(job: EvalJob, procs: Processes, local_rank: int) -> list[dict[str, Any]]:
+    """Load the model in this process and score its share of every benchmark."""
+    import torch
+
+    from repro.models import load_finetuned
+
+    device, dtype = device_and_dtype(job.model.precision, local_rank)
+    if device == "cpu" and procs.world > 1:  # split the cores: oversubscribed CPUs crawl
+        from repro.distributed import set_worker_threads
+
+        set_worker_threads(procs.world, job.torch_threads)
+    # A full model loads straight in its dtype; a LoRA adapter is merged in fp32, then cast.
+    load_dtype = torch.float32 if job.model.lora.enabled else dtype
+    model, tok = load_finetuned(Path(job.model_dir), Path(job.base_model_dir), job.model,
+                                device=device, dtype=load_dtype)
+    lm = make_lm(model, tok, batch_size=job.settings.batch_size, dtype=dtype)
+    return run_benchmarks(lm, list(job.benchmarks), job.settings, Path(job.out_dir), procs=procs)
