@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 from repro.io import atomic_write_text
 from reports.figures import FIGURES, all_figures
 from reports.load import ReportInputError, build_runs, find_result_files, group_cells, input_digest, read_result_rows
 from reports.render import to_csv, to_latex, to_markdown
-from reports.reported import load_reported
-from reports.tables import Report, all_tables
+from reports.reported import load_reported, reported_table
+from reports.tables import ABLATIONS, Report, Table, ablation_table, balance_table, \
+    differences_table, drop_blank_columns, main_table, overhead_table
 
 
 class MixedVersionsWarning(UserWarning):
@@ -42,6 +44,15 @@ def version_warnings(runs: list) -> list[str]:
     if len(shas) > 1:
         out.append(f"runs come from {len(shas)} different commits of this project")
     return out
+
+
+def all_tables(rep: Report, reported: list[dict[str, Any]]) -> list[Table]:
+    """Every table, in the order of the index page. Built here, not in tables.py, so that
+    reported.py (which builds on tables.py) is imported by neither of the two it sits between."""
+    tables = [main_table(rep), differences_table(rep), overhead_table(rep)]
+    tables += [ablation_table(rep, *a) for a in ABLATIONS]
+    tables += [balance_table(rep), reported_table(rep, reported)]
+    return [drop_blank_columns(t) for t in tables]
 
 
 def build_report(results: Path, out: Path, figures: bool = True,

@@ -12,7 +12,6 @@ from typing import Any
 import yaml
 
 from reports.load import Cell, ReportInputError, norm_benchmark
-from reports.stats import mean_ci
 from reports.tables import Column, Report, Table
 
 REPORTED_FILE = Path(__file__).resolve().parent / "reported.yaml"
@@ -115,4 +114,4 @@ def reported_table(rep: Report, entries: list[dict[str, Any]]) -> Table:
         "where we have no such run. Train time in hours."])
 
 
-__all__ = ["load_reported", "reported_table", "mean_ci"]
+__all__ = ["load_reported", "reported_table"]

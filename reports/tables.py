@@ -383,15 +383,6 @@ def ablation_table(rep: Report, name: str, title: str, factor: Callable[[Run], A
         "Rows with the same group number differ only in the level."])
 
 
-def all_tables(rep: Report, reported: list[dict[str, Any]]) -> list[Table]:
-    from reports.reported import reported_table
-
-    tables = [main_table(rep), differences_table(rep), overhead_table(rep)]
-    tables += [ablation_table(rep, *a) for a in ABLATIONS]
-    tables += [balance_table(rep), reported_table(rep, reported)]
-    return [drop_blank_columns(t) for t in tables]
-
-
 def drop_blank_columns(t: Table) -> Table:
     """Leave out columns that are "not evaluated" in every row (e.g. code benchmarks in a report
     of demo runs only); missing cells (None) keep their column."""
@@ -402,4 +393,4 @@ def drop_blank_columns(t: Table) -> Table:
                  [[row[i] for i in keep] for row in t.rows], t.notes)
 
 
-__all__ = ["Column", "Table", "Report", "all_tables", "norm_benchmark"]
+__all__ = ["Column", "Table", "Report", "norm_benchmark"]
