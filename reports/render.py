@@ -172,7 +172,7 @@ def to_latex(t: Table) -> str:
         for level in range(len(group)):
             if prev is not None and key[:level + 1] == prev[:level + 1]:
                 continue
-            text = key[level][:1].upper() + key[level][1:]
+            text = key[level]
             if level == 0:
                 if prev is not None:
                     out.append(r"\midrule")
@@ -180,6 +180,7 @@ def to_latex(t: Table) -> str:
             else:
                 if prev is not None and key[:level] == prev[:level]:
                     out.append(r"\addlinespace")
+                text = text[:1].upper() + text[1:]  # "Ours", "Paper (reported)"
                 out.append(rf"\multicolumn{{{n}}}{{l}}{{\textit{{{tex_escape(text)}}}}} \\")
         prev = key
         out.append(" & ".join(_tex_cell(row[j], t.columns[j], (i, j) in bold) for j in cols)
