@@ -85,8 +85,7 @@ def build_report(results: Path, out: Path, figures: bool = True,
     cells = group_cells(runs)
     rep = Report(cells)
     notes = version_warnings(runs)
-    reported = load_reported()
-    tables = all_tables(rep, reported)
+    tables = all_tables(rep, load_reported())
     out = Path(out)
     tdir, fdir = out / "tables", out / "figures"
     for t in tables:
@@ -96,7 +95,7 @@ def build_report(results: Path, out: Path, figures: bool = True,
         atomic_write_text(tdir / f"{t.name}.tex", to_latex(t))
         atomic_write_text(tdir / f"{t.name}.csv", to_csv(t))
     if figures:
-        all_figures(rep, fdir, reported)
+        all_figures(rep, fdir, load_reported())  # the paper's points beside ours
 
     n_files = ", ".join(sorted({str(f.relative_to(root)) if f.is_relative_to(root) else f.name
                                 for f in files})[:3]) + (" ..." if len(files) > 3 else "")
