@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 from repro.io import atomic_write_text
+from reports.compact import compact_tables
 from reports.figures import FIGURES, all_figures
 from reports.load import ReportInputError, build_runs, find_result_files, group_cells, input_digest, read_result_rows
 from reports.render import to_csv, to_latex, to_markdown
-from reports.reported import load_reported
-from reports.tables import Report, all_tables
+from reports.reported import load_reported, reported_table
+from reports.tables import ABLATIONS, Report, Table, ablation_table, balance_table, \
+    differences_table, drop_blank_columns, main_table, overhead_table
 
 
 class MixedVersionsWarning(UserWarning):
@@ -44,6 +47,29 @@ def version_warnings(runs: list) -> list[str]:
     return out
 
 
+# Tables in cell order, whose LaTeX prints each setting as a block heading (not a column).
+BY_SETTING = ("main", "differences", "overhead", "balance")
+
+
+def all_tables(rep: Report, reported: list[dict[str, Any]]) -> list[Table]:
+    """Every table, in the order of the index page: the compact main tables (one per domain)
+    first. Assembled here, not in tables.py, so that no module of reports/ imports one that
+    imports it back (tables <- reported <- compact <- build)."""
+    tables = compact_tables(rep, reported)
+    tables += [main_table(rep), differences_table(rep), overhead_table(rep)]
+    tables += [ablation_table(rep, *a) for a in ABLATIONS]
+    tables += [balance_table(rep), reported_table(rep, reported)]
+    for t in tables:
+        if t.name in BY_SETTING:
+            t.group_by = ("setting",)
+    return [drop_blank_columns(t) for t in tables]
+
+
+def _table_section(t: Table) -> list[str]:
+    return [to_markdown(t), f"Files: [{t.name}.md](tables/{t.name}.md) · "
+            f"[{t.name}.tex](tables/{t.name}.tex) · [{t.name}.csv](tables/{t.name}.csv)", ""]
+
+
 def build_report(results: Path, out: Path, figures: bool = True,
                  run_ids: set[str] | None = None) -> Path:
     """Write the report for the results at `results` (a folder or a CSV) into `out`; returns the
@@ -63,13 +89,13 @@ def build_report(results: Path, out: Path, figures: bool = True,
     out = Path(out)
     tdir, fdir = out / "tables", out / "figures"
     for t in tables:
-        if notes and t.name == "main":
+        if notes and (t.name == "main" or t.name.startswith("main_compact_")):
             t.notes = t.notes + [f"WARNING: {n}" for n in notes]
         atomic_write_text(tdir / f"{t.name}.md", to_markdown(t))
         atomic_write_text(tdir / f"{t.name}.tex", to_latex(t))
         atomic_write_text(tdir / f"{t.name}.csv", to_csv(t))
     if figures:
-        all_figures(rep, fdir)
+        all_figures(rep, fdir, load_reported())  # the paper's points beside ours
 
     n_files = ", ".join(sorted({str(f.relative_to(root)) if f.is_relative_to(root) else f.name
                                 for f in files})[:3]) + (" ..." if len(files) > 3 else "")
@@ -79,13 +105,17 @@ def build_report(results: Path, out: Path, figures: bool = True,
              f"`{input_digest(rows)}` (same digest, same report).", ""]
     if notes:
         index += ["**Warnings**", ""] + [f"- {n}" for n in notes] + [""]
+    compact = {t.name for t in tables if t.name.startswith("main_compact_")}
+    for t in tables:  # first: the tables a paper prints
+        if t.name in compact:
+            index += _table_section(t)
     index += ["## Figures", ""] if figures else []
     for name in FIGURES if figures else ():
         index += [f"![{name}](figures/{name}.png)", "",
                   f"[{name}.png](figures/{name}.png) · [{name}.pdf](figures/{name}.pdf)", ""]
     for t in tables:
-        index += [to_markdown(t), f"Files: [{t.name}.md](tables/{t.name}.md) · "
-                  f"[{t.name}.tex](tables/{t.name}.tex) · [{t.name}.csv](tables/{t.name}.csv)", ""]
+        if t.name not in compact:
+            index += _table_section(t)
     path = out / "index.md"
     atomic_write_text(path, "\n".join(index))
     return path

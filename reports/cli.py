@@ -14,13 +14,16 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
     p = sub.add_parser(
         "report", help="rebuild every table and figure from the results (Markdown, LaTeX, CSV, "
                        "PNG, PDF)",
-        description="Rebuild the report from the results store alone: the main table (data used, "
+        description="Rebuild the report from the results store alone: compact main tables "
+        "shaped like the paper's (method x benchmark, average, data used, time, the paper's "
+        "reported lines beside ours), the detailed main table (data used, "
         "every benchmark, domain averages, train / selection / end-to-end time, reduction vs "
         "full data), paired differences vs full and vs random at the same budget, the selection "
         "overhead, the ablations (weighting, within-cluster choice, allocator x selector, 4 vs 8 "
-        "workers), per-worker balance, and the paper's reported numbers beside ours; figures of "
-        "quality vs data used, time breakdown, cluster sizes and worker balance. The same "
-        "results give byte-identical files. See docs/reports.md.",
+        "workers), per-worker balance (all-reduce wait per step), and the paper's reported "
+        "numbers beside ours; figures at paper column width of quality vs data used, time "
+        "breakdown, cluster sizes and worker balance. The same results give byte-identical "
+        "files. See docs/reports.md.",
         epilog="Example: cluster-repro report --results runs --out runs/report (then open "
                "runs/report/index.md).")
     p.add_argument("--results", default="runs",

@@ -1,37 +1,73 @@
-"""The report's figures, PNG and PDF, with matplotlib's Agg backend and no pyplot global state.
+"""The report's figures, PNG and PDF, at a paper's sizes, with matplotlib's Agg backend and no
+pyplot global state.
+
+Sizes and fonts: single-column figures are 3.25 in wide, double-column ones 6.75 in, and every
+text is 8 pt (titles 8-9 pt) at that size, so a figure placed at its width in a two-column paper
+reads like the body text. Axes do not exaggerate: percentages are drawn on their full 0-100
+scale and bars start at 0, so a gap of a tenth of a point looks like one. Points of different
+series at one budget are set 1 point of data used apart on x (centred on the true value) and
+drawn with distinct markers, so none hides another. Where the paper reports the same setting,
+its numbers are drawn beside ours in hollow black markers labelled "paper".
 
 Byte-identical for the same results: no timestamps or version strings in the files (PNG
-"Software", PDF "CreationDate"/"Producer"/"Creator" are dropped), fixed size, dpi, fonts and a fixed
-hash salt; everything drawn in the cells' fixed order. A figure with nothing to show yet is still
-written, saying so, so the index never links to a missing file.
+"Software", PDF "CreationDate"/"Producer"/"Creator" are dropped), fixed size, dpi, fonts and a
+fixed hash salt; everything drawn in the cells' fixed order. A figure with nothing to show yet is
+still written, saying so, so the index never links to a missing file.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from reports.load import Cell
+from reports.compact import in_main, time_unit
+from reports.load import RAW_METRICS, Cell
+from reports.names import cell_method_name, method_name, setting_name
+from reports.reported import PaperCell, paper_cells
 from reports.tables import Report
 
+COLUMN_IN, PAGE_IN = 3.25, 6.75  # single- and double-column widths of a two-column paper
+DPI = 300
 PNG_META = {"Software": None}
 PDF_META = {"Creator": None, "Producer": None, "CreationDate": None}
-RC = {"font.family": "DejaVu Sans", "font.size": 8, "svg.hashsalt": "cluster-repro",
-      "pdf.fonttype": 42, "axes.spines.top": False, "axes.spines.right": False}
+FONT_PT = 8
+RC = {"font.family": "DejaVu Sans", "font.size": FONT_PT, "axes.titlesize": FONT_PT,
+      "axes.labelsize": FONT_PT, "xtick.labelsize": FONT_PT, "ytick.labelsize": FONT_PT,
+      "legend.fontsize": FONT_PT, "legend.frameon": False, "axes.linewidth": 0.6,
+      "xtick.major.width": 0.6, "ytick.major.width": 0.6, "lines.linewidth": 1.0,
+      "lines.markersize": 4.5, "svg.hashsalt": "cluster-repro", "pdf.fonttype": 42,
+      "axes.spines.top": False, "axes.spines.right": False}
+# Okabe-Ito: colours that colour-blind readers and greyscale prints tell apart; with a marker each.
+COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+PAPER_STYLE = {"color": "black", "markerfacecolor": "none", "markeredgewidth": 0.9}
+JITTER = 1.0  # points of data used between neighbouring series at one budget
 FIGURES = ("quality_vs_data", "time_breakdown", "cluster_sizes", "worker_balance")
+LINE_IN = 0.17  # height of one line of 8 pt text (a legend row), inches
+UNIT_WORDS = {"s": "seconds", "min": "minutes", "h": "hours"}
 
 
-def _new(ncols: int = 1, width: float = 5.0, height: float = 3.2,
-         left_labels: bool = False) -> tuple[Any, list[Any]]:
+def _figure(nrows: int, ncols: int) -> tuple[Any, list[Any]]:
+    """A figure with a grid of axes; `_layout` then sets its size and margins in inches."""
     from matplotlib.figure import Figure
 
-    # Fixed margins rather than a layout engine: constrained layout costs seconds per figure.
-    fig = Figure(figsize=(width * ncols, height), dpi=100)
-    axes = fig.subplots(1, ncols, squeeze=False, gridspec_kw={"wspace": 0.35})[0]
-    fig.subplots_adjust(left=0.45 / ncols if left_labels else 0.1 / ncols + 0.02, right=0.98,
-                        bottom=0.16, top=0.84)
-    return fig, list(axes)
+    fig = Figure(figsize=(PAGE_IN, 3.0), dpi=DPI)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, [ax for row in axes for ax in row]
+
+
+def _layout(fig: Any, width: float, height: float, nrows: int, ncols: int, left: float,
+            right: float, bottom: float, top: float, hspace: float = 0.0,
+            wspace: float = 0.0) -> None:
+    """Size the figure to width x height inches; margins and gaps between axes in inches (fixed
+    margins rather than a layout engine: constrained layout costs seconds per figure)."""
+    fig.set_size_inches(width, height)
+    cell_w = (width - left - right - wspace * (ncols - 1)) / ncols
+    cell_h = (height - bottom - top - hspace * (nrows - 1)) / nrows
+    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height,
+                        top=1 - top / height, wspace=wspace / cell_w, hspace=hspace / cell_h)
 
 
 def _save(fig: Any, out_dir: Path, name: str) -> list[Path]:
@@ -40,41 +76,31 @@ def _save(fig: Any, out_dir: Path, name: str) -> list[Path]:
     paths = []
     for ext, meta in (("png", PNG_META), ("pdf", PDF_META)):
         p = out_dir / f"{name}.{ext}"
-        atomic_write(p, lambda fh: fig.savefig(fh, format=ext, metadata=meta), mode="wb")
+        atomic_write(p, lambda fh: fig.savefig(fh, format=ext, metadata=meta, dpi=DPI), mode="wb")
         paths.append(p)
     return paths
 
 
-def _short(c: Cell) -> str:
-    """A cell's name in a figure: method, allocation and weighting, workers, data set."""
-    r = c.first
-    alloc = {"cluster-interleave": "interleave", "uniform-shuffle": "shuffle"}.get(r.allocator,
-                                                                                  r.allocator)
-    return f"{c.label()} · {alloc}/{r.weight_mode} · {r.world_size}w · {r.dataset[:14]}"
+def _legend(fig: Any, axes: list[Any], ncol: int, y: float) -> None:
+    """One legend for the whole figure (each label once), centred at height y (a fraction)."""
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="upper center", ncol=ncol,
+                   bbox_to_anchor=(0.5, y), handlelength=2.2, columnspacing=1.2,
+                   borderaxespad=0.0)
 
 
-def _legend(ax: Any, size: int) -> None:
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=size)
+def _legend_rows(n_labels: int, ncol: int) -> int:
+    return math.ceil(n_labels / ncol) if n_labels else 0
 
 
 def _empty(ax: Any, what: str) -> None:
     ax.text(0.5, 0.5, f"no {what} in these results yet", ha="center", va="center",
             transform=ax.transAxes)
     ax.set_axis_off()
-
-
-def _primary(rep: Report, cells: list[Cell]) -> tuple[str, Any]:
-    """The quality a panel plots: its setting's first domain average, else its first score."""
-    for d in rep.domains:
-        if cells and rep.domain_keys(cells[0].first, d):
-            return f"{d} average (%)", lambda c, d=d: rep.domain_cell(c, d)
-    exp = rep.expected.get((cells[0].first.dataset, cells[0].first.model), set()) if cells else set()
-    for key in rep.quality:
-        if key[1] is not None and key[0] in exp:
-            return (f"{key[0]} {key[1]}" + ("" if key[1] in ("loss", "perplexity") else " (%)"),
-                    lambda c, key=key: rep.quality_cell(c, key))
-    return "quality", lambda c: None
 
 
 def _val(e: Any) -> float | None:
@@ -92,155 +118,323 @@ def _settings(rep: Report) -> list[tuple[str, str, int | None]]:
                   key=lambda s: (s[0], s[1], s[2] or 0))
 
 
+def _setting_title(s: tuple[str, str, int | None]) -> str:
+    """Two short lines: the training set, then the model and workers."""
+    name = setting_name(*s)
+    head, _, tail = name.partition(" · ")
+    return f"{head}\n{tail}" if tail else head
+
+
+# ----------------------------------------------------------------------------- quality vs data
+
+def _primary(rep: Report, cells: list[Cell]) -> tuple[str, Any, bool]:
+    """The quality a panel plots: its setting's first domain average, else its first score.
+    -> (axis label, cell -> estimate, whether it is a percentage)."""
+    for d in rep.domains:
+        if cells and rep.domain_keys(cells[0].first, d):
+            return f"{d} average (%)", lambda c, d=d: rep.domain_cell(c, d), True
+    first = cells[0].first if cells else None
+    exp = rep.expected.get((first.dataset, first.model), set()) if first else set()
+    for key in rep.quality:
+        if key[1] is not None and key[0] in exp:
+            raw = key[1] in RAW_METRICS
+            return (f"{key[0]} {key[1]}" + ("" if raw else " (%)"),
+                    lambda c, key=key: rep.quality_cell(c, key), not raw)
+    return "quality", lambda c: None, True
+
+
 def _series_name(c: Cell) -> str:
     """One line per method and settings; the ratio (or budget) varies along the line."""
     r = c.first
-    extra = [f"{k}={v}" for k, v in sorted(r.params.items()) if k != "ratio"]
+    extra = [f"{k} = {v}" for k, v in sorted(r.params.items()) if k != "ratio"]
     if r.method == "cluster" and r.weight_mode != "rank":
-        extra.append(f"weights={r.weight_mode}")
-    return r.method + (f" ({', '.join(extra)})" if extra else "")
+        extra.append(f"weights {r.weight_mode}")
+    if r.method == "cluster" and r.allocator != "cluster-interleave":
+        extra.append({"uniform-shuffle": "shuffle"}.get(r.allocator, r.allocator))
+    name = method_name(r.method, extra=extra)
+    return name + (" (same data as CluSTER)" if r.method == "random" else "")
 
 
-def quality_vs_data(rep: Report, out_dir: Path) -> list[Path]:
+def _honest_ylim(ax: Any, percent: bool, values: list[float]) -> None:
+    """Percentages on their whole scale; other quantities (loss) from 0 to above the largest."""
+    if percent:
+        ax.set_ylim(0, 100)
+        ax.set_yticks(range(0, 101, 20))
+    elif values:
+        ax.set_ylim(0, 1.15 * max(values))
+
+
+def _draw_paper(ax: Any, paper: list[PaperCell]) -> list[float]:
+    """The paper's points: CluSTER's ratios joined by a thin line, full data as a star."""
+    ys: list[float] = []
+    by_method: dict[str, list[tuple[float, float]]] = {}
+    for p in paper:
+        if "data_used" in p.values and "avg_score" in p.values:
+            by_method.setdefault(p.method, []).append((p.values["data_used"],
+                                                       p.values["avg_score"]))
+    for method, pts in sorted(by_method.items()):
+        pts.sort()
+        ys += [y for _, y in pts]
+        # Hollow and larger than ours, so our point at the same place shows inside it.
+        marker = "*" if method == "full" else "o"
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker=marker,
+                linestyle=(0, (3, 2)) if len(pts) > 1 else "none", linewidth=0.7,
+                markersize=7 if marker == "*" else 6.5, zorder=4,
+                label=f"{method_name(method)} (paper)", **PAPER_STYLE)
+    return ys
+
+
+def quality_vs_data(rep: Report, out_dir: Path, paper: list[PaperCell]) -> list[Path]:
+    """One panel per setting (single column for one, two per row at double width for more),
+    with one legend below the panels."""
     settings = _settings(rep)
-    fig, axes = _new(max(1, len(settings)))
+    n = max(1, len(settings))
+    ncols = 1 if n == 1 else 2
+    nrows = math.ceil(n / ncols)
+    fig, axes = _figure(nrows, ncols)
     if not settings:
         _empty(axes[0], "runs")
+    for ax in axes[len(settings):]:
+        if settings:
+            ax.set_axis_off()
     for ax, s in zip(axes, settings):
-        cells = [c for c in rep.cells
-                 if (c.first.dataset, c.first.model, c.first.world_size) == s]
-        label, value = _primary(rep, cells)
-        series: dict[str, list[tuple[float, float, list[float]]]] = {}
-        for c in cells:
-            x, y = _val(rep.kept_cell(c)), _val(value(c))
-            if c.first.method == "base" and y is not None:
-                ax.axhline(y, color="gray", linestyle=":", linewidth=1,
-                           label="base model (no fine-tuning)")
-                continue
-            if x is None or y is None:
-                continue
-            if c.first.method == "full":
-                ax.axhline(y, color="black", linestyle="--", linewidth=1, label="full data")
-                continue
-            series.setdefault(_series_name(c), []).append((x, y, _err(value(c))))
-        for i, (name, pts) in enumerate(sorted(series.items())):
-            pts.sort()
-            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-            err = np.array([p[2] for p in pts]).T
-            style = ":" if name == "random" else "-"
-            ax.errorbar(xs, ys, yerr=err, marker="o", linestyle=style, capsize=2,
-                        label=name + (" (same budget)" if name == "random" else ""))
-        ax.set_xlim(0, 105)  # the whole range, so a budget reads against full data
-        ax.set_xlabel("data used (% of the pool)")
-        ax.set_ylabel(label)
-        ax.set_title(f"{s[0]} · {s[1]} · {s[2]} workers", fontsize=8)
-        _legend(ax, 7)
+        _quality_panel(ax, rep, s, [p for p in paper if (p.dataset, p.model, p.world_size) == s])
+    labels = {lab for ax in axes for lab in ax.get_legend_handles_labels()[1]}
+    panel_h, gap, top, bottom = 1.9, 0.75, 0.42, 0.4
+    # The legend goes into an empty grid slot where there is one and it fits, else below.
+    spare = len(axes) > len(settings) >= 1 and LINE_IN * len(labels) < panel_h
+    legend_cols = 1 if ncols == 1 else 3
+    legend_h = 0.0 if spare else LINE_IN * _legend_rows(len(labels), legend_cols) + 0.08
+    height = top + nrows * panel_h + (nrows - 1) * gap + bottom + legend_h
+    _layout(fig, COLUMN_IN if ncols == 1 else PAGE_IN, height, nrows, ncols, left=0.5,
+            right=0.1, bottom=bottom + legend_h, top=top, hspace=gap, wspace=0.5)
+    if spare:
+        seen: dict[str, Any] = {}
+        for ax in axes:
+            for h, lab in zip(*ax.get_legend_handles_labels()):
+                seen.setdefault(lab, h)
+        axes[len(settings)].legend(list(seen.values()), list(seen), loc="center left",
+                                   handlelength=2.2)
+    else:
+        _legend(fig, axes, legend_cols, legend_h / height)
     return _save(fig, out_dir, "quality_vs_data")
 
 
-def time_breakdown(rep: Report, out_dir: Path) -> list[Path]:
-    cells = [c for c in rep.cells if c.first.method != "base"]  # nothing trained or selected
-    fig, axes = _new(1, 11.0, max(2.2, 0.3 * len(cells) + 1), left_labels=True)
-    ax = axes[0]
-    if not cells:
-        _empty(ax, "runs")
-        return _save(fig, out_dir, "time_breakdown")
-    labels, parts = [], {"selection": [], "training": [], "other (load, start-up, eval)": []}
+def _quality_panel(ax: Any, rep: Report, s: tuple, paper: list[PaperCell]) -> None:
+    cells = [c for c in rep.cells if (c.first.dataset, c.first.model, c.first.world_size) == s]
+    label, value, percent = _primary(rep, cells)
+    series: dict[str, list[tuple[float, float, list[float]]]] = {}
+    ys: list[float] = []
+    missing: list[str] = []  # cells without a value to draw: said in the panel, not dropped
     for c in cells:
-        sel = _val(rep.cost_cell(c, "selection_s")) or 0.0
-        train = _val(rep.cost_cell(c, "train_s")) or 0.0
-        e2e = _val(rep.cost_cell(c, "end_to_end_s")) or 0.0
-        labels.append(_short(c))
-        parts["selection"].append(sel)
-        parts["training"].append(train)
-        parts["other (load, start-up, eval)"].append(max(0.0, e2e - sel - train))
-    y = np.arange(len(cells))
-    left = np.zeros(len(cells))
-    for name, vals in parts.items():
-        ax.barh(y, vals, left=left, label=name)
-        left += np.asarray(vals)
-    ax.set_yticks(y, labels)
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds (mean over seeds)")
-    ax.set_title("Time breakdown: selection, training, the rest of end-to-end", fontsize=8)
-    ax.legend(fontsize=7)
+        x, y = _val(rep.kept_cell(c)), _val(value(c))
+        if y is not None:
+            ys.append(y)
+        if c.first.method == "base" and y is not None:
+            ax.axhline(y, color="0.45", linestyle=":", linewidth=1, label="Base model")
+            continue
+        if x is None or y is None:
+            if c.first.method != "base":
+                missing.append(cell_method_name(c))
+            continue
+        if c.first.method == "full":
+            ax.axhline(y, color="0.2", linestyle="--", linewidth=0.9, label="Full data")
+            continue
+        series.setdefault(_series_name(c), []).append((x, y, _err(value(c))))
+    names = sorted(series)
+    for i, name in enumerate(names):
+        pts = sorted(series[name])
+        dx = (i - (len(names) - 1) / 2) * JITTER  # neighbours at one budget stay visible
+        err = np.array([p[2] for p in pts]).T
+        ax.errorbar([p[0] + dx for p in pts], [p[1] for p in pts], yerr=err,
+                    marker=MARKERS[i % len(MARKERS)], color=COLORS[i % len(COLORS)],
+                    linestyle=":" if name.startswith("Random") else "-", capsize=1.5,
+                    elinewidth=0.7, alpha=0.9, zorder=3, label=name)
+    if percent and label.endswith("average (%)"):  # the paper reports domain averages
+        ys += _draw_paper(ax, paper)
+    _honest_ylim(ax, percent, ys)
+    ax.set_xlim(0, 105)  # the whole range, so a budget reads against full data
+    ax.set_xticks(range(0, 101, 20))
+    ax.set_xlabel("data used (% of the pool)")
+    ax.set_ylabel(label)
+    ax.set_title(_setting_title(s), fontsize=FONT_PT)
+    ax.grid(axis="y", linewidth=0.3, color="0.85")
+    if missing:
+        ax.text(0.02, 0.03, "missing: " + "; ".join(missing), transform=ax.transAxes,
+                ha="left", va="bottom", wrap=True)
+
+
+# ----------------------------------------------------------------------------- time breakdown
+
+def time_breakdown(rep: Report, out_dir: Path) -> list[Path]:
+    """Stacked bars per cell, one panel per setting, each in its own unit (s, min or h)."""
+    cells = [c for c in rep.cells if c.first.method != "base"]  # nothing trained or selected
+    settings = [s for s in _settings(rep)
+                if any((c.first.dataset, c.first.model, c.first.world_size) == s for c in cells)]
+    bar_in, gap = 0.16, 0.72
+    heights = [bar_in * sum(1 for c in cells if (c.first.dataset, c.first.model,
+                                                  c.first.world_size) == s) for s in settings]
+    top, bottom = 0.52, 0.4  # top: the legend's row and the first panel's title
+    height = top + bottom + sum(heights) + gap * max(0, len(settings) - 1) if settings else 2.0
+    # Room for the longest bar label (about 0.062 in per character of 8 pt text).
+    margin = min(3.4, 0.25 + 0.062 * max((len(cell_method_name(c)) for c in cells), default=10))
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(PAGE_IN, height), dpi=DPI)
+    if not cells:
+        _empty(fig.add_subplot(), "runs")
+        return _save(fig, out_dir, "time_breakdown")
+    parts = ("selection", "training", "other (loading, start-up, evaluation)")
+    y0 = height - top
+    axes = []
+    for s, h in zip(settings, heights):
+        ax = fig.add_axes([margin / PAGE_IN, (y0 - h) / height,
+                           (PAGE_IN - margin - 0.15) / PAGE_IN, h / height])
+        axes.append(ax)
+        y0 -= h + gap
+        sc = [c for c in cells if (c.first.dataset, c.first.model, c.first.world_size) == s]
+        e2e = [_val(rep.cost_cell(c, "end_to_end_s")) or 0.0 for c in sc]
+        unit, scale, _ = time_unit(e2e)
+        vals = {p: [] for p in parts}
+        for c, total in zip(sc, e2e):
+            sel = _val(rep.cost_cell(c, "selection_s")) or 0.0
+            train = _val(rep.cost_cell(c, "train_s")) or 0.0
+            vals[parts[0]].append(sel / scale)
+            vals[parts[1]].append(train / scale)
+            vals[parts[2]].append(max(0.0, total - sel - train) / scale)
+        y = np.arange(len(sc))
+        left = np.zeros(len(sc))
+        for i, p in enumerate(parts):
+            ax.barh(y, vals[p], left=left, height=0.7, color=COLORS[i], label=p)
+            left += np.asarray(vals[p])
+        ax.set_yticks(y, [cell_method_name(c) for c in sc])
+        ax.set_ylim(len(sc) - 0.5, -0.5)
+        ax.set_xlim(0, 1.05 * max(left.max(), 1e-9))
+        ax.set_xlabel(f"{UNIT_WORDS[unit]} (mean over seeds)", labelpad=1)
+        ax.set_title(setting_name(*s), fontsize=FONT_PT, loc="left")
+    _legend(fig, axes, 3, 1.0 - 0.02 / height)
     return _save(fig, out_dir, "time_breakdown")
+
+
+# ----------------------------------------------------------------------------- cluster sizes
+
+def _main_first(rep: Report) -> list[Cell]:
+    """The cells in table order, those of the compact main table first (the figures that show
+    only a few cells show those)."""
+    return sorted(rep.cells, key=lambda c: not in_main(c))
 
 
 def _cluster_cells(rep: Report) -> list[tuple[Cell, list[int]]]:
     out = []
-    for c in rep.cells:
+    for c in _main_first(rep):
         ks = sorted({int(b.split("/")[1]) for r in c.runs for (b, _) in r.diag
                      if b.startswith("cluster/") and b.split("/")[1].isdigit()})
         if ks:
             out.append((c, ks))
-    return out[:4]  # the first four cells (in table order) keep the figure readable
+    return out[:4]  # four cells (main ones first) keep the figure readable
 
 
 def cluster_sizes(rep: Report, out_dir: Path) -> list[Path]:
     cc = _cluster_cells(rep)
-    fig, axes = _new(max(1, len(cc)), 3.6, 3.0)
+    ncols = 1 if len(cc) <= 1 else 2
+    nrows = max(1, math.ceil(len(cc) / ncols))
+    width = COLUMN_IN if ncols == 1 else PAGE_IN
+    top, panel_h, gap = 0.62, 1.6, 0.75
+    height = top + nrows * panel_h + (nrows - 1) * gap + 0.42
+    fig, axes = _figure(nrows, ncols)
+    _layout(fig, width, height, nrows, ncols, left=0.72, right=0.1, bottom=0.42, top=top,
+            hspace=gap, wspace=0.8)
     if not cc:
         _empty(axes[0], "clustering runs")
+    for ax in axes[len(cc):]:
+        if cc:
+            ax.set_axis_off()
+    kinds = (("size_before_cap", "k-means"), ("size_after_cap", "after the soft cap"),
+             ("kept", "kept (after pruning)"))
     for ax, (c, ks) in zip(axes, cc):
-        width = 0.27
+        width_bar = 0.27
         x = np.arange(len(ks))
-        for j, (metric, name) in enumerate((("size_before_cap", "k-means"),
-                                            ("size_after_cap", "after soft cap (before pruning)"),
-                                            ("kept", "kept (after pruning)"))):
+        for j, (metric, name) in enumerate(kinds):
             vals = [_val(rep.diag_cell(c, f"cluster/{k}", metric)) or 0.0 for k in ks]
-            ax.bar(x + (j - 1) * width, vals, width, label=name)
+            ax.bar(x + (j - 1) * width_bar, vals, width_bar, label=name, color=COLORS[j])
         ax.set_xticks(x, [str(k) for k in ks])
-        ax.set_xlabel("cluster")
+        ax.set_xlabel("cluster (= worker)", labelpad=1)
         ax.set_ylabel("examples")
-        ax.set_title(f"{c.label()} · {c.first.allocator}, weights {c.first.weight_mode} · "
-                     f"{c.first.world_size}w\n{c.first.dataset} (mean of {len(c.runs)} seed(s))",
-                     fontsize=7)
-        _legend(ax, 6)
+        seeds = f"{len(c.runs)} seed" + ("s" if len(c.runs) > 1 else "")
+        ax.set_title(f"{cell_method_name(c)}, {seeds}\n"
+                     f"{setting_name(c.first.dataset, '', c.first.world_size)}", fontsize=FONT_PT)
+    _legend(fig, axes, 3, 1.0 - 0.02 / height)
     return _save(fig, out_dir, "cluster_sizes")
 
 
+# ----------------------------------------------------------------------------- worker balance
+
 def worker_balance(rep: Report, out_dir: Path) -> list[Path]:
+    """Per worker: tokens per step, and the all-reduce wait as a share of the step (the total
+    wait over the total step time, so runs of any length compare; n/a under fsdp)."""
     cells = []
-    for c in rep.cells:
+    for c in _main_first(rep):
         ks = sorted({int(b.split("/")[1]) for r in c.runs for (b, _) in r.diag
                      if b.startswith("worker/") and b.split("/")[1].isdigit()})
         if ks:
             cells.append((c, ks))
-    cells = cells[:6]  # the first six cells (in table order) keep the figure readable
-    fig, axes = _new(2, 5.5, 3.6)
+    cells = cells[:6]  # six cells (main ones first) keep the figure readable
+    names = [f"{cell_method_name(c)} · {setting_name(c.first.dataset, '', c.first.world_size)}"
+             + (" (wait: n/a, fsdp)" if rep.fsdp(c) else "") for c, _ in cells]
+    # Two legend columns where the names fit in half the width (about 0.062 in per character).
+    legend_cols = 2 if max((len(n) for n in names), default=0) * 0.062 + 0.5 < PAGE_IN / 2 else 1
+    legend_h = LINE_IN * _legend_rows(len(cells), legend_cols) + 0.1
+    height = 0.15 + 1.8 + 0.42 + legend_h
+    fig, axes = _figure(1, 2)
+    _layout(fig, PAGE_IN, height, 1, 2, left=0.55, right=0.1, bottom=0.42 + legend_h, top=0.15,
+            wspace=0.7)
     if not cells:
         _empty(axes[0], "per-worker logs")
         axes[1].set_axis_off()
         return _save(fig, out_dir, "worker_balance")
     width = 0.8 / len(cells)
-    for i, (c, ks) in enumerate(cells):
+    any_fsdp = False
+    for i, ((c, ks), label) in enumerate(zip(cells, names)):
         x = np.asarray(ks, dtype=float) + (i - (len(cells) - 1) / 2) * width
         tok = [_val(rep.diag_cell(c, f"worker/{k}", "tokens_per_step")) or 0.0 for k in ks]
-        wait = [_val(rep.diag_cell(c, f"worker/{k}", "allreduce_wait_s")) or 0.0 for k in ks]
-        name = _short(c)
-        axes[0].bar(x, tok, width, label=name)
-        axes[1].bar(x, wait, width, label=name)
-    axes[0].set_ylabel("tokens per step")
-    axes[1].set_ylabel("all-reduce wait, s (summed over steps)")
+        fsdp = rep.fsdp(c)
+        any_fsdp |= fsdp
+        color = COLORS[i % len(COLORS)]
+        axes[0].bar(x, tok, width, color=color, label=label)
+        if not fsdp:  # not measured under fsdp: no bar, never a 0
+            share = []
+            for k in ks:
+                w = _val(rep.diag_cell(c, f"worker/{k}", "allreduce_wait_s"))
+                comp = _val(rep.diag_cell(c, f"worker/{k}", "compute_s"))
+                share.append(100 * w / (w + comp) if w is not None and comp and w + comp > 0
+                             else 0.0)
+            axes[1].bar(x, share, width, color=color)
+    axes[0].set_ylabel("tokens per optimizer step")
+    axes[1].set_ylabel("all-reduce wait (% of step time)")
+    axes[1].set_ylim(0, 100)
+    if any_fsdp:
+        axes[1].text(0.98, 0.97, "n/a (fsdp): wait not measured", ha="right", va="top",
+                     transform=axes[1].transAxes)
     n_workers = max(max(ks) for _, ks in cells) + 1
     for ax in axes:
-        ax.set_xlabel("worker")
+        ax.set_xlabel("worker", labelpad=1)
         ax.set_xticks(range(n_workers))
-    fig.subplots_adjust(top=0.72)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", ncol=2, fontsize=6,
-               frameon=False)
+    _legend(fig, axes[:1], legend_cols, legend_h / height)
     return _save(fig, out_dir, "worker_balance")
 
 
-def all_figures(rep: Report, out_dir: Path) -> list[Path]:
-    """Write every figure as PNG and PDF into out_dir; returns the paths."""
+def all_figures(rep: Report, out_dir: Path, reported: list[dict[str, Any]] | None = None
+                ) -> list[Path]:
+    """Write every figure as PNG and PDF into out_dir; returns the paths. reported: the paper's
+    entries (reports/reported.yaml), drawn beside ours where the setting matches."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     out_dir.mkdir(parents=True, exist_ok=True)
+    paper = paper_cells(reported or [])
     paths: list[Path] = []
     with matplotlib.rc_context(RC):
-        for fn in (quality_vs_data, time_breakdown, cluster_sizes, worker_balance):
+        paths += quality_vs_data(rep, out_dir, paper)
+        for fn in (time_breakdown, cluster_sizes, worker_balance):
             paths += fn(rep, out_dir)
     return paths

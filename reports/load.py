@@ -91,6 +91,8 @@ class Run:
     scores: dict[tuple[str, str], float | None] = field(default_factory=dict)
     missing: set[str] = field(default_factory=set)
     diag: dict[tuple[str, str], float] = field(default_factory=dict)
+    # (benchmark, metric) -> the diagnostic row's n (worker/<k> rows: optimizer steps)
+    diag_n: dict[tuple[str, str], int] = field(default_factory=dict)
     # benchmark -> items scored (the row's n), where the row says
     n_items: dict[str, int] = field(default_factory=dict)
     # benchmark -> {item id: score}, from the run folder's per-item file when there is one
@@ -211,6 +213,9 @@ def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> lis
         if is_diagnostic(b):
             if value is not None:
                 run.diag[(b, m)] = value
+                n = _int(r.get("n", ""), where, "n")
+                if n is not None:
+                    run.diag_n[(b, m)] = n
         else:
             run.scores[(b, m)] = value
             n = _int(r.get("n", ""), where, "n")

@@ -6,13 +6,13 @@ run of ours has that cell, "ours" and the difference show as missing.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from reports.load import Cell, ReportInputError, norm_benchmark
-from reports.stats import mean_ci
 from reports.tables import Column, Report, Table
 
 REPORTED_FILE = Path(__file__).resolve().parent / "reported.yaml"
@@ -45,6 +45,36 @@ def load_reported(path: Path = REPORTED_FILE) -> list[dict[str, Any]]:
         if not isinstance(e["value"], (int, float)):
             raise ReportInputError(f"{where}: value {e['value']!r} is not a number")
     return entries
+
+
+# The section of reported.yaml that transcribes the paper's main table: the rows the compact
+# main tables and the quality-vs-data figure draw beside ours (the ablations and Magicoder's
+# README scores stay in the `reported` table only).
+MAIN_SECTION = "Reported numbers"
+
+
+@dataclass(frozen=True)
+class PaperCell:
+    """One line of the paper's main table: a setting, a method at a ratio, and its numbers
+    (quantity -> value in the entry's unit: % for data used and scores, hours for train time)."""
+
+    dataset: str
+    model: str
+    world_size: int
+    method: str
+    ratio: float | None
+    values: dict[str, float]
+
+
+def paper_cells(entries: list[dict[str, Any]]) -> list[PaperCell]:
+    """The main-table entries grouped into lines, in the file's order."""
+    lines: dict[tuple, dict[str, float]] = {}
+    for e in entries:
+        if e["section"] != MAIN_SECTION:
+            continue
+        key = (e["dataset"], e["model"], int(e.get("world_size", 4)), e["method"], e.get("ratio"))
+        lines.setdefault(key, {})[str(e["quantity"])] = float(e["value"])
+    return [PaperCell(*key, values=v) for key, v in lines.items()]
 
 
 def _matches(c: Cell, e: dict[str, Any]) -> bool:
@@ -115,4 +145,4 @@ def reported_table(rep: Report, entries: list[dict[str, Any]]) -> Table:
         "where we have no such run. Train time in hours."])
 
 
-__all__ = ["load_reported", "reported_table", "mean_ci"]
+__all__ = ["MAIN_SECTION", "PaperCell", "load_reported", "paper_cells", "reported_table"]

@@ -8,12 +8,13 @@ difference) or None, which renders as missing ("—"); "" means "not evaluated i
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
 
 from reports.load import RAW_METRICS, Cell, Run, domain_of, norm_benchmark
+from reports.names import benchmark_name
 from reports.stats import Estimate, mean_ci, paired_diff
 
 MISSING = None
@@ -22,17 +23,37 @@ NOT_EVALUATED = ""
 
 @dataclass
 class Column:
+    """One column. `name` is its CSV header (ids, stable for scripts); `label` what Markdown and
+    LaTeX print (display names; defaults to name). best: "max" or "min" for a quality column whose
+    best value per block is set in bold; csv_only: left out of Markdown and LaTeX."""
+
     name: str
-    kind: str = "text"  # text | int | pct | num | num0 | num2 | sec | mb | delta | delta2 | joules
+    # text | int | pct | num | num0 | num2 | sec | min | hours | mb | delta | delta2 | joules
+    kind: str = "text"
+    label: str | None = None
+    best: str | None = None
+    csv_only: bool = False
+
+    @property
+    def shown(self) -> str:
+        return self.label or self.name
 
 
 @dataclass
 class Table:
+    """A table as data. caption: what LaTeX's caption adds to the title (e.g. what bold means).
+    group_by: names of columns whose values LaTeX prints as block headings instead of a column
+    (outermost first), and within which the best values are set in bold. rankable: per row,
+    whether it competes for bold (e.g. not the paper's reported rows); None: every row."""
+
     name: str
     title: str
     columns: list[Column]
     rows: list[list[Any]]
     notes: list[str] = field(default_factory=list)
+    caption: str = ""
+    group_by: tuple[str, ...] = ()
+    rankable: list[bool] | None = None
 
 
 QualityKey = tuple[str, str | None]  # (benchmark, metric); metric None: only 'missing' rows known
@@ -111,6 +132,20 @@ class Report:
         vals = [r.diag.get((bench, metric)) for r in c.runs]
         return mean_ci([None if v is None else v * scale for v in vals], f"{c.key}|{bench}|{metric}")
 
+    def fsdp(self, c: Cell) -> bool:
+        """Whether c trained with train.strategy fsdp, which does not measure the all-reduce
+        wait (the pipeline's `cost/train` `fsdp` row is 1): its wait cells say so, never 0."""
+        return any(r.diag.get(("cost/train", "fsdp")) == 1 for r in c.runs)
+
+    def per_step_cell(self, c: Cell, bench: str, metric: str) -> Estimate | None:
+        """A per-worker total divided by the run's optimizer steps (the row's n), mean over
+        seeds: seconds per step, so runs of different lengths compare. Missing without n."""
+        vals = []
+        for r in c.runs:
+            v, n = r.diag.get((bench, metric)), r.diag_n.get((bench, metric))
+            vals.append(v / n if v is not None and n else None)
+        return mean_ci(vals, f"{c.key}|{bench}|{metric}|per-step")
+
     def kept_cell(self, c: Cell) -> Estimate | None:
         return mean_ci([None if r.kept_fraction is None else 100 * r.kept_fraction
                         for r in c.runs], f"{c.key}|kept")
@@ -188,15 +223,19 @@ IDENT_COLS = [Column("setting"), Column("method"), Column("allocator"), Column("
               Column("workers", "int"), Column("seeds", "int")]
 
 
-def _qcol(key: QualityKey) -> Column:
+def quality_column(key: QualityKey) -> Column:
+    """A score's column: the benchmark id and metric in CSV, its display name elsewhere."""
     b, m = key
-    name = b if m is None or m in ("exact_or_exec",) else f"{b} {m}"
-    return Column(name + ("" if m in RAW_METRICS else " (%)"), "num" if m in RAW_METRICS else "pct")
+    bare = m is None or m in ("exact_or_exec",)
+    name = b if bare else f"{b} {m}"
+    label = benchmark_name(b) if bare else f"{benchmark_name(b)} {m}"
+    unit = "" if m in RAW_METRICS else " (%)"
+    return Column(name + unit, "num" if m in RAW_METRICS else "pct", label=label + unit)
 
 
 def main_table(rep: Report) -> Table:
     cols = IDENT_COLS + [Column("data used (%)", "pct")]
-    cols += [_qcol(k) for k in rep.quality]
+    cols += [quality_column(k) for k in rep.quality]
     cols += [Column(f"{d} avg (%)", "pct") for d in rep.domains]
     cols += [Column("train s", "sec"), Column("selection s", "sec"), Column("end-to-end s", "sec"),
              Column("train time vs full (% less)", "pct"),
@@ -239,7 +278,8 @@ def differences_table(rep: Report) -> Table:
         refs = [w for w in ("full", "random") if not (w == c.first.method or
                                                        (w == "random" and not at_a_budget(c)))]
         targets = [(f"{d} avg", rep.domain_keys(c.first, d), d) for d in rep.domains]
-        targets += [(_qcol(k).name, [k], None) for k in rep.quality if k[1] is not None]
+        targets += [(quality_column(k).name, [k], None) for k in rep.quality
+                    if k[1] is not None]
         for which in refs:
             ref_runs = [x for r in c.runs if (x := rep.reference_run(r, which))]
             for name, keys, dom in targets:
@@ -291,37 +331,59 @@ def overhead_table(rep: Report) -> Table:
         "allocated device memory on GPU; step peaks from Python's tracemalloc."])
 
 
+NOT_MEASURED_FSDP = "n/a (fsdp)"
+
+
 def balance_table(rep: Report) -> Table:
-    cols = IDENT_COLS + [Column("worker", "int"), Column("tokens / step", "num0"),
+    """Per worker: tokens per step, and the all-reduce wait per optimizer step (seconds, and as a
+    share of the step), so a 20-step run and a 4-step run with the same per-step wait read the
+    same. Under fsdp the wait is not measured: "n/a (fsdp)", never 0."""
+    cols = IDENT_COLS + [Column("worker", "int"), Column("steps"),
+                         Column("tokens / step", "num0"),
                          Column("vs mean of workers (%)", "delta"),
-                         Column("all-reduce wait s", "sec"), Column("compute s", "sec"),
-                         Column("wait share (%)", "pct")]
+                         Column("all-reduce wait / step s", "sec"),
+                         Column("compute / step s", "sec"),
+                         Column("wait share of step (%)", "pct")]
     rows = []
     for c in rep.cells:
         workers = sorted({int(b.split("/")[1]) for r in c.runs for (b, _) in r.diag
                           if b.startswith("worker/") and b.split("/")[1].isdigit()})
         toks = {k: rep.diag_cell(c, f"worker/{k}", "tokens_per_step") for k in workers}
         mean_tok = np.mean([t.value for t in toks.values() if t]) if any(toks.values()) else None
+        fsdp = rep.fsdp(c)
         for k in workers:
-            wait = rep.diag_cell(c, f"worker/{k}", "allreduce_wait_s")
-            comp = rep.diag_cell(c, f"worker/{k}", "compute_s")
+            b = f"worker/{k}"
+            steps = sorted({n for r in c.runs if (n := r.diag_n.get((b, "tokens_per_step")))})
+            wait = rep.per_step_cell(c, b, "allreduce_wait_s")
+            comp = rep.per_step_cell(c, b, "compute_s")
+            total_wait = rep.diag_cell(c, b, "allreduce_wait_s")
+            total_comp = rep.diag_cell(c, b, "compute_s")
+            share = (100 * total_wait.value / (total_wait.value + total_comp.value)
+                     if total_wait and total_comp and total_wait.value + total_comp.value > 0
+                     else MISSING)
             t = toks[k]
             rows.append(_ident(c) + [
-                k, t, 100 * (t.value / mean_tok - 1) if t and mean_tok else MISSING, wait, comp,
-                100 * wait.value / (wait.value + comp.value)
-                if wait and comp and wait.value + comp.value > 0 else MISSING])
+                k, "/".join(str(n) for n in steps) if steps else MISSING, t,
+                100 * (t.value / mean_tok - 1) if t and mean_tok else MISSING,
+                NOT_MEASURED_FSDP if fsdp else wait, comp,
+                NOT_MEASURED_FSDP if fsdp else share])
     return Table("balance", "Per-worker balance: tokens per step and waiting at the all-reduce",
                  cols, rows, notes=[
                      "tokens / step: non-padding tokens a worker processes per optimizer step, "
-                     "mean over steps (and seeds); wait: summed over steps, from the worker's last "
-                     "gradient bucket being ready until the synchronized gradients were back."])
+                     "mean over steps (and seeds). all-reduce wait / step: seconds from the "
+                     "worker's last gradient bucket being ready until the synchronized gradients "
+                     "were back, mean per optimizer step (the run's total over its steps), then "
+                     "over seeds; compute / step likewise; wait share: wait / (wait + compute).",
+                     "steps: optimizer steps each seed's run logged (several: the seeds differ).",
+                     "n/a (fsdp): train.strategy fsdp does not measure the wait (its compute / "
+                     "step is the whole step, communication included)."])
 
 
 def _summary_cols(rep: Report) -> tuple[list[Column], Callable[[Cell], list[Any]]]:
     """Quality summary for ablations: domain averages and benchmarks outside any domain."""
     other = [k for k in rep.quality if domain_of(k[0]) is None]
     cols = [Column("data used (%)", "pct")] + [Column(f"{d} avg (%)", "pct") for d in rep.domains]
-    cols += [_qcol(k) for k in other]
+    cols += [quality_column(k) for k in other]
     cols += [Column("train s", "sec"), Column("end-to-end s", "sec"), Column("tokens/s", "num0"),
              Column("all-reduce wait (%)", "pct")]
 
@@ -329,7 +391,9 @@ def _summary_cols(rep: Report) -> tuple[list[Column], Callable[[Cell], list[Any]
         return ([rep.kept_cell(c)] + [rep.domain_cell(c, d) for d in rep.domains]
                 + [rep.quality_cell(c, k) for k in other]
                 + [rep.cost_cell(c, "train_s"), rep.cost_cell(c, "end_to_end_s"),
-                   rep.cost_cell(c, "tokens_per_s"), rep.cost_cell(c, "allreduce_wait_share", 100)])
+                   rep.cost_cell(c, "tokens_per_s"),
+                   NOT_MEASURED_FSDP if rep.fsdp(c) else
+                   rep.cost_cell(c, "allreduce_wait_share", 100)])
     return cols, values
 
 
@@ -383,23 +447,14 @@ def ablation_table(rep: Report, name: str, title: str, factor: Callable[[Run], A
         "Rows with the same group number differ only in the level."])
 
 
-def all_tables(rep: Report, reported: list[dict[str, Any]]) -> list[Table]:
-    from reports.reported import reported_table
-
-    tables = [main_table(rep), differences_table(rep), overhead_table(rep)]
-    tables += [ablation_table(rep, *a) for a in ABLATIONS]
-    tables += [balance_table(rep), reported_table(rep, reported)]
-    return [drop_blank_columns(t) for t in tables]
-
-
 def drop_blank_columns(t: Table) -> Table:
     """Leave out columns that are "not evaluated" in every row (e.g. code benchmarks in a report
     of demo runs only); missing cells (None) keep their column."""
     if not t.rows:
         return t
     keep = [i for i in range(len(t.columns)) if any(row[i] != NOT_EVALUATED for row in t.rows)]
-    return Table(t.name, t.title, [t.columns[i] for i in keep],
-                 [[row[i] for i in keep] for row in t.rows], t.notes)
+    return replace(t, columns=[t.columns[i] for i in keep],
+                   rows=[[row[i] for i in keep] for row in t.rows])
 
 
-__all__ = ["Column", "Table", "Report", "all_tables", "norm_benchmark"]
+__all__ = ["Column", "Table", "Report", "norm_benchmark"]

@@ -364,8 +364,9 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
 def diagnostic_rows(base: dict[str, Any], run_dir: Path, sel: dict[str, Any], sch: dict[str, Any],
                     train: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows: cost/<step> seconds and peak_mem_mb; cluster/<c> size_before_cap, size_after_cap and
-    kept, cluster/agreement nmi, ari, purity; worker/<k> tokens_per_step, allreduce_wait_s, compute_s (n = steps); cost/train energy_j
-    only where the GPU reports energy."""
+    kept, cluster/agreement nmi, ari, purity; worker/<k> tokens_per_step, allreduce_wait_s,
+    compute_s (n = steps; the wait only under ddp, fsdp does not measure it); cost/train fsdp (1
+    or 0) and energy_j only where the GPU reports energy."""
     info = sel.get("info") or {}
     rows: list[dict[str, Any]] = []
 
@@ -379,6 +380,8 @@ def diagnostic_rows(base: dict[str, Any], run_dir: Path, sel: dict[str, Any], sc
         add(f"cost/{step}", "peak_mem_mb", info.get(f"{step}_peak_mem_mb"))
     add("cost/allocation", "seconds", sch.get("allocation_s"))
     add("cost/train", "energy_j", train.get("energy_j"))
+    if train.get("strategy"):  # 1: fsdp, where the all-reduce wait is not measured; 0: ddp
+        add("cost/train", "fsdp", int(train["strategy"] == "fsdp"))
     for name, value in sorted((info.get("category_agreement") or {}).items()):
         add("cluster/agreement", name, value)  # nmi, ari, purity against the pool's categories
     before, after = info.get("cluster_sizes_before_cap"), info.get("cluster_sizes_after_cap")
@@ -398,8 +401,9 @@ def diagnostic_rows(base: dict[str, Any], run_dir: Path, sel: dict[str, Any], sc
         k = log.stem[4:]
         add(f"worker/{k}", "tokens_per_step", sum(r["tokens"] for r in steps) / len(steps),
             len(steps))
-        add(f"worker/{k}", "allreduce_wait_s", round(sum(r["allreduce_wait_s"] for r in steps), 4),
-            len(steps))
+        waits = [r["allreduce_wait_s"] for r in steps]
+        if None not in waits:  # fsdp logs null: not measured, so no row (never a 0)
+            add(f"worker/{k}", "allreduce_wait_s", round(sum(waits), 4), len(steps))
         add(f"worker/{k}", "compute_s", round(sum(r["compute_s"] for r in steps), 4), len(steps))
     return rows
 

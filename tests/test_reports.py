@@ -22,14 +22,27 @@ from reports.load import ReportInputError
 from tests.conftest import REPO
 
 FIXTURE = REPO / "tests" / "data" / "reports"
-TABLES = ("main", "differences", "overhead", "ablation_weighting", "ablation_choice",
-          "ablation_allocator_selector", "ablation_workers", "balance", "reported")
+TABLES = ("main_compact_code", "main_compact_demo", "main", "differences", "overhead",
+          "ablation_weighting", "ablation_choice", "ablation_allocator_selector",
+          "ablation_workers", "balance", "reported")
+DRAWN: dict[str, object] = {}  # figure name -> the matplotlib Figure the fixture report drew
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fixture's report; the figures it draws are kept in DRAWN for the figure tests."""
+    import reports.figures as figures
+
     out = tmp_path_factory.mktemp("report")
-    build_report(FIXTURE / "results.csv", out)
+    save = figures._save
+
+    def keep(fig, out_dir, name):
+        DRAWN[name] = fig
+        return save(fig, out_dir, name)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figures, "_save", keep)
+        build_report(FIXTURE / "results.csv", out)
     return out
 
 
@@ -155,6 +168,13 @@ def test_table_numbers_equal_the_rows(report: Path) -> None:
                 workers="4", worker="2")
     assert float(bal["tokens / step"]) == pytest.approx(
         mean(_value(r, "worker/2", "tokens_per_step") for r in cl.values()), rel=1e-9)
+    # The wait per optimizer step: each run's total over its steps (the row's n), then the mean.
+    per_step = []
+    for rr in cl.values():
+        (w,) = [r for r in rr if r["benchmark"] == "worker/2" and r["metric"] == "allreduce_wait_s"]
+        per_step.append(float(w["value"]) / int(w["n"]))
+    assert float(bal["all-reduce wait / step s"]) == pytest.approx(mean(per_step), rel=1e-9)
+    assert bal["steps"] == "6"
 
     # Single-seed cells carry no interval and are marked in Markdown.
     c8 = _find(main, setting="demo · tiny-random-llama", method="full", workers="8")
@@ -346,3 +366,297 @@ def test_a_baseline_at_a_budget_is_compared_with_random_at_that_budget(tmp_path:
     diff = _find(_table_csv(out, "differences"), setting="demo · tiny-random-llama",
                  method="loss @r=0.5", workers="4", benchmark="demo avg", vs="random")
     assert diff["paired on"] == "seeds (n=2)"
+
+
+def _write_rows(rows: list[dict[str, str]], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def test_compact_main_table_is_the_papers_shape_with_its_reported_rows(report: Path) -> None:
+    """method x benchmark, average, data used, time; CluSTER's ablation variants left to the
+    ablation tables; the paper's lines in their own block; the numbers are main's numbers."""
+    demo = _table_csv(report, "main_compact_demo")
+    main = _table_csv(report, "main")
+    ours4 = [r for r in demo if r["setting"] == "demo · tiny-random-llama · 4 workers"]
+    assert [r["method"] for r in ours4] == ["Full data", "CluSTER (r = 1.0)", "Random (r = 1.0)",
+                                           "CluSTER (r = 0.5)", "Random (r = 0.5)"]
+    assert {r["source"] for r in demo} == {"ours"}  # the paper has no demo setting
+    c50 = _find(demo, setting="demo · tiny-random-llama · 4 workers", method="CluSTER (r = 0.5)")
+    m50 = _find(main, setting="demo · tiny-random-llama", method="cluster r=0.5",
+                allocator="cluster-interleave", weights="rank", workers="4")
+    for compact_col, main_col in (("demo/a (%)", "demo/a (%)"),
+                                  ("demo avg (%)", "demo avg (%)"),
+                                  ("data used (%)", "data used (%)"),
+                                  ("train time (s)", "train s")):
+        assert c50[compact_col] == m50[main_col], compact_col
+    assert float(c50["train time vs full (%)"]) == pytest.approx(
+        -float(m50["train time vs full (% less)"]))
+    assert c50["method id"] == "cluster r=0.5"
+    header = next(csv.reader([(report / "tables" / "main_compact_demo.csv").read_text()
+                              .splitlines()[0]]))
+    assert not [h for h in header if "loss" in h or "overall" in h]  # the domain's benchmarks
+
+    code = _table_csv(report, "main_compact_code")
+    paper = [r for r in code if r["source"] == "paper (reported)"]
+    assert [(r["method"], r["code avg (%)"], r["data used (%)"]) for r in paper] == [
+        ("Full data", "57.6", "100"), ("CluSTER (r = 1.0)", "56.8", "79"),
+        ("CluSTER (r = 0.75)", "56.5", "59"), ("CluSTER (r = 0.5)", "55.9", "40")]
+    # Hours in the paper, seconds here (the unit our runs reach): 0.47 h = 1692 s.
+    assert float(paper[-1]["train time (s)"]) == pytest.approx(0.47 * 3600)
+    assert paper[0]["humaneval pass@1 (%)"] == "n/a"  # not in the paper's main table
+
+    # Bold marks the best of our rows per setting (here CluSTER r = 1.0's demo average).
+    md = (report / "tables" / "main_compact_demo.md").read_text()
+    best = max(float(r["demo avg (%)"]) for r in ours4)
+    assert f"**{best:.1f}** [" in md
+    tex = (report / "tables" / "main_compact_demo.tex").read_text()
+    assert rf"\textbf{{{best:.1f}}}" in tex and "Bold: the best of our rows" in tex
+    bold_cells = md.count("**") // 2 - 1  # less the legend's "**Bold**"
+    assert bold_cells >= 4 and tex.count(r"\textbf{") - tex.count(r"{l}{\textbf{") == bold_cells
+    index = (report / "index.md").read_text()
+    assert index.index("## Main results, code") < index.index("## Figures") < index.index(
+        "## Main results: quality")
+
+
+def _tex_structure_errors(tex: str) -> list[str]:
+    """What would stop pdflatex in a booktabs table: unbalanced braces or environments, a body
+    row with the wrong number of cells, or a missing rule, caption or label."""
+    import re
+
+    errors = []
+    unescaped = re.sub(r"\\[{}%&$#_]", "", tex)  # \{ \% ... are characters, not syntax
+    body = "\n".join(line.split("%")[0] for line in unescaped.splitlines())  # no comments
+    depth = 0
+    for ch in body:
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if depth < 0:
+            errors.append("a } closes nothing")
+            break
+    if depth > 0:
+        errors.append(f"{depth} unclosed {{")
+    stack = []
+    for kind, env in re.findall(r"\\(begin|end)\{([^}]*)\}", body):
+        if kind == "begin":
+            stack.append(env)
+        elif not stack or stack.pop() != env:
+            errors.append(f"\\end{{{env}}} does not close the open environment")
+    if stack:
+        errors.append(f"unclosed environments {stack}")
+    if body.count("$") % 2:
+        errors.append("odd number of $")
+    for cmd in (r"\toprule", r"\midrule", r"\bottomrule", r"\caption{", r"\label{tab:"):
+        if cmd not in body:
+            errors.append(f"no {cmd}")
+    spec = re.search(r"\\begin\{tabular\}\{([lrc]+)\}", body)
+    if not spec:
+        return errors + ["no tabular column spec"]
+    n = len(spec.group(1))
+    inside = body[spec.end():body.index(r"\end{tabular}")]
+    for row in inside.split(r"\\")[:-1]:
+        row = re.sub(r"\\(toprule|midrule|bottomrule|addlinespace)", "", row).strip()
+        if not row:
+            continue
+        m = re.match(r"\\multicolumn\{(\d+)\}", row)
+        cells = int(m.group(1)) if m else row.count("&") + 1
+        if cells != n:
+            errors.append(f"{cells} cells where the tabular has {n}: {row[:60]}")
+    return errors
+
+
+def test_latex_tables_are_booktabs_with_caption_label_and_display_names(report: Path,
+                                                                         tmp_path: Path) -> None:
+    for t in TABLES:
+        tex = (report / "tables" / f"{t}.tex").read_text()
+        assert _tex_structure_errors(tex) == [], t
+        assert rf"\label{{tab:{t.replace('_', '-')}}}" in tex
+    # The checker itself catches what it should.
+    good = (report / "tables" / "main_compact_code.tex").read_text()
+    assert _tex_structure_errors(good.replace(r"\bottomrule", "")) == ["no \\bottomrule"]
+    assert _tex_structure_errors(good.replace(r"\caption{", r"\caption{{"))
+    assert _tex_structure_errors(good.replace(r" & 57.6", r" & 57.6 & 1", 1))
+    code = good
+    assert "HumanEval+ (\\%)" in code and "CluSTER (r = 0.5)" in code
+    assert "humaneval_plus" not in code.split(r"\begin{tabular}")[1]  # display names, not ids
+    assert r"\textit{Paper (reported)}" in code  # the paper's numbers as a labelled block
+    main = (report / "tables" / "main.tex").read_text()
+    assert r"\resizebox{\textwidth}" in main and "MBPP+ pass@1" in main
+    if shutil.which("pdflatex"):  # where LaTeX is installed, compile them too
+        doc = tmp_path / "tables.tex"
+        doc.write_text("\\documentclass{article}\\usepackage{booktabs,graphicx}\\begin{document}\n"
+                       + "".join(f"\\input{{{report / 'tables' / t}.tex}}\\clearpage\n"
+                                 for t in TABLES) + "\\end{document}\n")
+        p = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stdout[-2000:]
+
+
+def _worker_run(rows: list[dict[str, str]], dataset: str, steps: int, wait_per_step: float,
+                compute_per_step: float) -> list[dict[str, str]]:
+    """The fixture's 8-worker full-data run (one seed) as a run of `steps` optimizer steps with
+    the given per-step wait and compute on every worker."""
+    run = [dict(r) for r in rows if r["method"] == "full" and r["world_size"] == "8"]
+    for r in run:
+        r["dataset"], r["run_id"] = dataset, f"{dataset}-{r['run_id']}"
+        if r["benchmark"].startswith("worker/"):
+            r["n"] = str(steps)
+            if r["metric"] == "allreduce_wait_s":
+                r["value"] = str(steps * wait_per_step)
+            if r["metric"] == "compute_s":
+                r["value"] = str(steps * compute_per_step)
+    return run
+
+
+def test_wait_per_step_does_not_grow_with_the_number_of_steps(tmp_path: Path) -> None:
+    rows = _rows()
+    long = _worker_run(rows, "long", 20, 0.05, 0.3)
+    short = _worker_run(rows, "short", 4, 0.05, 0.3)
+    out = _report_of(long + short, tmp_path)
+    bal = _table_csv(out, "balance")
+    for k in range(8):
+        a = _find(bal, setting="long · tiny-random-llama", worker=str(k))
+        b = _find(bal, setting="short · tiny-random-llama", worker=str(k))
+        assert (a["steps"], b["steps"]) == ("20", "4")
+        assert float(a["all-reduce wait / step s"]) == pytest.approx(0.05)
+        assert a["all-reduce wait / step s"] == b["all-reduce wait / step s"]
+        assert a["wait share of step (%)"] == b["wait share of step (%)"]
+        assert float(a["wait share of step (%)"]) == pytest.approx(100 * 0.05 / 0.35)
+
+
+def test_fsdp_runs_show_the_wait_as_not_measured_never_zero(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under train.strategy fsdp the trainer logs a null wait: the pipeline writes no wait row
+    and a `cost/train fsdp` row of 1, and every wait cell says "n/a (fsdp)"."""
+    from repro.io import atomic_write_jsonl
+    from repro.pipeline import diagnostic_rows
+
+    run_dir = tmp_path / "run"
+    for k in range(2):
+        atomic_write_jsonl(run_dir / "train_log" / f"rank{k}.jsonl",
+                           [{"tokens": 100, "compute_s": 0.5, "allreduce_wait_s": None}] * 3)
+    made = diagnostic_rows({}, run_dir, {"info": {}}, {}, {"strategy": "fsdp"})
+    got = {(r["benchmark"], r["metric"]): (r["value"], r["n"]) for r in made}
+    assert got[("cost/train", "fsdp")] == (1, None)
+    assert got[("worker/1", "compute_s")] == (1.5, 3)
+    assert not [k for k in got if k[1] == "allreduce_wait_s"]  # not measured: no row, no 0
+    ddp = diagnostic_rows({}, run_dir, {"info": {}}, {}, {"strategy": "ddp"})
+    assert {(r["benchmark"], r["metric"]): r["value"] for r in ddp}[("cost/train", "fsdp")] == 0
+
+    # Such rows in the report: the CluSTER r = 0.5 cell (4 workers, 2 seeds) trained with fsdp.
+    rows = []
+    for r in _rows():
+        fsdp = (r["dataset"], r["world_size"], r["method"], r["selection_params"], r["allocator"],
+                r["weight_mode"]) == ("demo", "4", "cluster", '{"ratio":50}',
+                                      "cluster-interleave", "rank")
+        if fsdp and r["metric"] == "allreduce_wait_s":
+            continue
+        if fsdp:
+            r = dict(r, allreduce_wait_share="")
+            if r["benchmark"] == "cost/allocation":
+                rows.append(dict(r, benchmark="cost/train", metric="fsdp", value="1", n=""))
+        rows.append(r)
+    (tmp_path / "report").mkdir()
+    out = _report_of(rows, tmp_path / "report")
+    ident = dict(setting="demo · tiny-random-llama", method="cluster r=0.5",
+                 allocator="cluster-interleave", weights="rank", workers="4")
+    bal = [r for r in _table_csv(out, "balance") if all(r[k] == v for k, v in ident.items())]
+    assert len(bal) == 4 and float(bal[0]["compute / step s"]) > 0
+    for r in bal:
+        assert r["all-reduce wait / step s"] == "n/a (fsdp)"
+        assert r["wait share of step (%)"] == "n/a (fsdp)"
+    weighting = _find(_table_csv(out, "ablation_weighting"), level="rank", **ident)
+    assert weighting["all-reduce wait (%)"] == "n/a (fsdp)"
+    md = (out / "tables" / "balance.md").read_text()
+    assert md.count("| n/a (fsdp) |") == 8  # wait / step and wait share, 4 workers
+    # A ddp cell keeps its measured wait.
+    ddp_row = _find(_table_csv(out, "balance"), setting="demo · tiny-random-llama",
+                    method="full", workers="4", worker="0")
+    assert float(ddp_row["all-reduce wait / step s"]) > 0
+
+    # The figure: no wait bars for the fsdp cell (not zero-height ones), and its label says so.
+    import matplotlib
+
+    import reports.figures as figures
+    from reports.load import build_runs, group_cells, read_result_rows
+    from reports.tables import Report
+
+    src = tmp_path / "report" / "in" / "results.csv"
+    rep = Report(group_cells(build_runs(read_result_rows([src], src.parent), src.parent)))
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda fig, d, name: drawn.setdefault(name, fig))
+    matplotlib.use("Agg", force=True)
+    with matplotlib.rc_context(figures.RC):
+        figures.worker_balance(rep, tmp_path)
+    tokens, wait = drawn["worker_balance"].axes
+    labels = tokens.get_legend_handles_labels()[1]
+    assert "CluSTER (r = 0.5) · demo · 4 workers (wait: n/a, fsdp)" in labels
+    assert len(tokens.patches) == 4 * 6 and len(wait.patches) == 4 * 5  # 6 cells, 1 fsdp
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def test_figures_are_column_width_with_readable_fonts_honest_axes_and_the_papers_points(
+        report: Path) -> None:
+    from matplotlib.text import Text
+
+    from reports.figures import COLUMN_IN, DPI, PAGE_IN
+
+    assert set(DRAWN) == set(FIGURES)
+    for name, fig in DRAWN.items():
+        width = fig.get_size_inches()[0]
+        assert width in (COLUMN_IN, PAGE_IN), name
+        assert _png_size(report / "figures" / f"{name}.png")[0] == round(width * DPI), name
+        sizes = {t.get_fontsize() for t in fig.findobj(Text) if t.get_text() and t.get_visible()}
+        assert sizes and min(sizes) >= 8 and max(sizes) <= 9, (name, sorted(sizes))
+    quality = DRAWN["quality_vs_data"]
+    panels = [ax for ax in quality.axes if ax.get_ylabel().endswith("average (%)")]
+    assert len(panels) == 3 and all(ax.get_ylim() == (0.0, 100.0) for ax in panels)
+    # The paper's CluSTER points beside ours, in the Magicoder panel only.
+    paper = {ln.get_label(): ln for ax in panels for ln in ax.get_lines()
+             if ln.get_label().endswith("(paper)")}
+    assert set(paper) == {"CluSTER (paper)", "Full data (paper)"}
+    line = paper["CluSTER (paper)"]
+    assert list(zip(line.get_xdata(), line.get_ydata())) == [(40, 55.9), (59, 56.5), (79, 56.8)]
+    assert line.get_markerfacecolor() == "none"  # hollow: ours at the same place shows inside
+    # Series at one budget are set apart on x, so no marker hides another.
+    demo = next(ax for ax in panels if "4 workers" in ax.get_title() and "demo" in ax.get_title())
+    xs = [round(float(x), 3) for bars in demo.containers for x in bars.lines[0].get_xdata()
+          if 40 < x < 48]
+    assert len(xs) == 5 and len(set(xs)) == 5
+    wait = DRAWN["worker_balance"].axes[1]
+    assert "% of step time" in wait.get_ylabel() and wait.get_ylim() == (0.0, 100.0)
+
+
+def test_no_module_of_reports_imports_one_that_imports_it_back() -> None:
+    """Imports inside functions count: the graph of reports/ modules has no cycle."""
+    import ast
+
+    graph: dict[str, set[str]] = {}
+    for path in sorted((REPO / "reports").glob("*.py")):
+        mod = f"reports.{path.stem}"
+        graph[mod] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            graph[mod] |= {n for n in names if n.startswith("reports.") and n != mod}
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph.get(m, ())):
+            assert state.get(n) != 1, " -> ".join(path + [m, n])
+            if n not in state:
+                visit(n, path + [m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+    assert "reports.reported" not in graph["reports.tables"]
