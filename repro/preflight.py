@@ -343,15 +343,20 @@ def check_gpu_memory(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     (repro/memory.py) fits one GPU; if not, what would make it fit."""
     gpu = getattr(ctx.profile, "gpu", None)
     limit = getattr(gpu, "memory_gb", None)
-    if limit is None:
+    host_limit = getattr(ctx.profile, "mem_per_gpu_gb", None)
+    if limit is None and host_limit is None:
         return []
-    from repro.memory import fit_advice
+    from repro.memory import GIB, fit_advice, plan_for_config
 
-    plan, advice = fit_advice(cfg, float(limit))
+    plan, advice = fit_advice(cfg, float(limit)) if limit is not None else (plan_for_config(cfg), None)
     if plan is None:
         return [Problem("model.name_or_path", f"{cfg.model.name_or_path!r}: shape unknown here (not "
                         "a known hub id nor a local directory with config.json), so its memory "
                         "could not be planned", blocking=False)]
-    if advice is None:
-        return []
-    return [Problem("train.strategy", advice, kind="memory")]
+    out = [Problem("train.strategy", advice, kind="memory")] if advice else []
+    if host_limit is not None and plan.host / GIB > host_limit:
+        out.append(Problem("model.name_or_path", f"each worker loads the whole fp32 model into host "
+                           f"memory first: {plan.host / GIB:.1f} GiB, more than the profile's "
+                           f"mem_per_gpu_gb = {host_limit:g}; raise mem_per_gpu_gb",
+                           kind="memory"))
+    return out

@@ -86,6 +86,10 @@ def test_launch_preflight_refuses_a_cell_over_the_gpu_memory_and_names_the_fix()
     assert _memory_problems(load_config(RECIPE, ["model.name_or_path=meta-llama/Llama-2-13b-hf"]),
                             _profile(80)) == []
     assert _memory_problems(over, _profile(None)) == []
+    # Host memory: every worker loads the whole fp32 13B model (52 GB) before sharding it.
+    host = ClusterProfile(mem_per_gpu_gb=48)
+    (h,) = _memory_problems(load_config(RECIPE, ["model.name_or_path=meta-llama/Llama-2-13b-hf"]), host)
+    assert "more than the profile's mem_per_gpu_gb = 48" in h.message
     # A GPU too small for any strategy at this world size: more GPUs is the advice.
     (small,) = _memory_problems(over, _profile(24))
     assert "world_size=8" in small.message or "world_size=16" in small.message

@@ -116,7 +116,7 @@ def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     """The recipe's way, small: fsdp + activation checkpointing + Adafactor, full fine-tuning."""
     cfg = _cfg(tmp_path_factory.mktemp("fsdp"), *RECIPE_LIKE, "train.strategy=fsdp",
                "train.activation_checkpointing=true")
-    return run_experiment(cfg, until="train"), cfg
+    return run_experiment(cfg, until="results"), cfg  # through every stage, results included
 
 
 def test_fsdp_with_checkpointing_reaches_the_ddp_weights_on_a_shard_of_the_memory(
@@ -139,6 +139,13 @@ def test_fsdp_with_checkpointing_reaches_the_ddp_weights_on_a_shard_of_the_memor
     for got in model_state(fsdp_info):
         assert got == pytest.approx(ddp_bytes[0] / 2, rel=0.05)
     assert fsdp_info["activation_checkpointing"] is True
+    # The results stage writes the run's rows; the all-reduce wait is absent (not measured), not 0.
+    import csv
+
+    rows = list(csv.DictReader((fsdp_dir / "results.part.csv").open()))
+    assert rows and all(r["allreduce_wait_share"] == "" for r in rows)
+    assert not any(r["metric"] == "allreduce_wait_s" for r in rows)
+    assert [r["value"] for r in rows if (r["benchmark"], r["metric"]) == ("cost/train", "fsdp")] == ["1"]
 
 
 def test_killed_fsdp_run_resumes_to_the_same_weights(tmp_path: Path, fsdp_run: tuple[Path, object],
