@@ -274,13 +274,11 @@ def _file_problems(cfg: ExperimentConfig, ctx: CheckContext, key: str, rel: str)
 
 @check
 def check_batches(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
-    """Batch and budget settings that only fail later: the eval limit and feature batch as
-    counts, and selection.n against a pool whose size the config bounds (demo, or every source
-    with a `limit`). (Global batch vs per-device batch x world size is checked at load.)"""
+    """Batch and budget settings that only fail later: the feature batch as a count, and
+    selection.n against a pool whose size the config bounds (demo, or every source with a
+    `limit`). (Global batch vs per-device batch x world size, and eval.limit, are checked at
+    load.)"""
     out: list[Problem] = []
-    if cfg.eval.limit is not None and cfg.eval.limit < 1:
-        out.append(Problem("eval.limit", f"{cfg.eval.limit}: expected a count >= 1 of items per "
-                                         "benchmark, or null for all"))
     fb = cfg.selection.params.get("feature_batch_size")
     if fb is not None and (not isinstance(fb, int) or isinstance(fb, bool) or fb < 1):
         out.append(Problem("selection.params.feature_batch_size",
