@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.config import ConfigError, read_yaml_file
+from repro.config import ConfigError, Range, _coerce, check_text, read_yaml_file
 
 
 @dataclass
@@ -62,6 +63,8 @@ class ClusterProfile:
 
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    """The dataclass from a mapping: unknown keys get a "did you mean", each value is checked
+    against its annotation (repro/config.py's rules: an int where an int is asked, ...)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping, got {data!r}")
     names = [f.name for f in dataclasses.fields(cls)]
@@ -74,17 +77,72 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
             raise ConfigError(f"{where}: unknown key {key!r}{extra} (allowed: {', '.join(names)})")
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
-            value = _build(tp, value, f"{where}.{key}")
-        elif tp in (int, float) and (not isinstance(value, (int, float)) or isinstance(value, bool)):
-            raise ConfigError(f"{where}.{key}: expected a number, got {value!r}")
-        elif tp is bool and not isinstance(value, bool):
-            raise ConfigError(f"{where}.{key}: expected true or false, got {value!r}")
-        elif typing.get_origin(tp) is list and not isinstance(value, list):
-            raise ConfigError(f"{where}.{key}: expected a list, got {value!r}")
-        elif typing.get_origin(tp) is dict and not isinstance(value, dict):
-            raise ConfigError(f"{where}.{key}: expected a mapping, got {value!r}")
-        kwargs[key] = value
+            kwargs[key] = _build(tp, value, f"{where}.{key}")
+        else:
+            kwargs[key] = _coerce(value, tp, f"{where}.{key}")
     return cls(**kwargs)
+
+
+# Numeric keys of a profile and what they allow (repro/config.py's Range).
+RANGES: dict[str, Range] = {
+    "gpus_per_node": Range(1),
+    "cpus_per_gpu": Range(1),
+    "mem_per_gpu_gb": Range(0, lo_incl=False, null=True, note="GB; null: the partition's default"),
+    "time_limit_min": Range(1, note="minutes"),
+    "max_requeues": Range(0),
+    "array_parallelism": Range(1),
+    "features_gpus": Range(1, null=True, note="null: the smallest world size of its cells"),
+    "gpu.peak_tflops": Range(0, lo_incl=False, note="TFLOP/s per GPU"),
+    "gpu.mfu": Range(0, 1, lo_incl=False, note="a fraction: write 0.4 for 40%"),
+}
+# An env key is exported as `export KEY=...`; an sbatch_extra key becomes `#SBATCH --key=...`.
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SBATCH_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def _texts(value: Any, key: str):
+    """(key, string) of every string in a value: mapping keys and values, list items."""
+    if isinstance(value, str):
+        yield key, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield f"{key} (key {k!r})", str(k)
+            yield from _texts(v, f"{key}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _texts(v, f"{key}[{i}]")
+    elif dataclasses.is_dataclass(value):
+        for f in dataclasses.fields(value):
+            yield from _texts(getattr(value, f.name), f"{key}.{f.name}")
+
+
+def check_profile(prof: ClusterProfile, where: str) -> None:
+    """Numbers in range; no control characters anywhere (every value can reach the sbatch file,
+    where a newline would start a line of its own: an extra #SBATCH directive or command);
+    env keys that `export` takes; sbatch_extra keys that are option names, values scalars."""
+    for key, rng in RANGES.items():
+        value = prof
+        for part in key.split("."):
+            value = getattr(value, part)
+        if value is not None and not rng.allows(value):
+            raise ConfigError(f"{where}: {key}: expected {rng.describe(isinstance(value, int))}, "
+                              f"got {value!r}")
+    for key, text in _texts(dataclasses.asdict(prof), ""):
+        try:
+            check_text(text, key.lstrip("."))
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+    for k in prof.env:
+        if not _ENV_KEY.fullmatch(str(k)):
+            raise ConfigError(f"{where}: env: {k!r} is not a shell variable name (letters, digits "
+                              "and _, not starting with a digit)")
+    for k, v in prof.sbatch_extra.items():
+        if not _SBATCH_KEY.fullmatch(str(k)):
+            raise ConfigError(f"{where}: sbatch_extra: {k!r} is not an sbatch option name "
+                              "(e.g. mail-type, exclusive)")
+        if not isinstance(v, (str, int, float, bool)):
+            raise ConfigError(f"{where}: sbatch_extra.{k}: expected a single value (string, "
+                              f"number or true), got {v!r}")
 
 
 def load_profile(path: str | Path) -> ClusterProfile:
@@ -92,10 +150,7 @@ def load_profile(path: str | Path) -> ClusterProfile:
     p = Path(path)
     data = read_yaml_file(p, "cluster profile", " (see configs/clusters/example.yaml)") or {}
     prof = _build(ClusterProfile, data, str(p))
-    if prof.gpus_per_node < 1 or prof.cpus_per_gpu < 1 or prof.time_limit_min < 1:
-        raise ConfigError(f"{p}: gpus_per_node, cpus_per_gpu and time_limit_min must be >= 1")
-    if not 0 < prof.gpu.mfu <= 1:
-        raise ConfigError(f"{p}: gpu.mfu is a fraction in (0, 1] (write 0.4 for 40%), got {prof.gpu.mfu}")
+    check_profile(prof, str(p))
     if prof.name == "default":
         prof.name = p.stem
     return prof

@@ -254,3 +254,79 @@ def test_cli_subprocess_exit_status_and_no_traceback(tmp_path: Path) -> None:
     assert "selection.method: 'os:system' resolves to <built-in function system>, not a " \
            "selector class" in p.stderr
     assert "Traceback" not in p.stderr and list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- sbatch files
+
+GRID = """name: {name}
+base: {base}
+datasets: {{demo: {{}}}}
+models: {{tiny: {{}}}}
+methods: {{full: {{overrides: [selection.method=full]}}, cluster: {{overrides: [selection.method=cluster], ratios: {ratios}}}}}
+world_sizes: [4]
+seeds: [1]
+"""
+
+
+def _grid(tmp_path: Path, name: str = "g", ratios: str = "[50]") -> Path:
+    import json
+
+    p = tmp_path / "grid.yaml"
+    p.write_text(GRID.format(name=json.dumps(name), base=json.dumps(str(QUICK)), ratios=ratios))
+    return p
+
+
+def test_a_newline_in_a_grid_name_never_becomes_an_sbatch_line(tmp_path: Path) -> None:
+    from slurm.grid import load_grid
+    from slurm.launcher import sbatch_script
+    from slurm.profile import load_profile
+
+    grid = load_grid(_grid(tmp_path, "ok-grid"))
+    assert len(grid.cells) == 2
+    for name, why in [("evil\n#SBATCH --uid=0", "control characters"), ("../up", "path separator"),
+                      ("a/b", "path separator"), ("..", "'..'")]:
+        with pytest.raises(ConfigError, match=rf"grid\.yaml: name: .* is not allowed: .*{why}"):
+            load_grid(_grid(tmp_path, name))
+    with pytest.raises(ConfigError, match=r"methods\.cluster\.ratios: '50\\n#x' is not a ratio"):
+        load_grid(_grid(tmp_path, ratios='["50\\n#x"]'))
+    with pytest.raises(ConfigError, match=r"methods\.cluster\.ratios: 150 is not a ratio: .*is 50"):
+        load_grid(_grid(tmp_path, ratios="[150]"))
+    # The last check, where submitit writes the file: a job name or folder with a newline.
+    prof = load_profile(CONFIGS / "clusters" / "local.yaml")
+    text = sbatch_script(prof, 4, "g:cell", tmp_path / "submitit", python="python")
+    assert "#SBATCH --job-name=g:cell\n" in text
+    with pytest.raises(ConfigError, match=r"sbatch\.job_name: .* contains control characters"):
+        sbatch_script(prof, 4, "g\n#SBATCH --uid=0", tmp_path, python="python")
+    with pytest.raises(ConfigError, match=r"sbatch\.folder: .* contains control characters"):
+        sbatch_script(prof, 4, "g", tmp_path / "a\nb", python="python")
+
+
+@pytest.mark.parametrize("line,message", [
+    ('partition: "gpu\\n#SBATCH --qos=high"', r"partition: .* contains control characters \(\\n\)"),
+    ('account: "lab\\r"', r"account: .* contains control characters \(\\r\)"),
+    ('qos: "a\\tb"', r"qos: .* contains control characters"),
+    ('constraint: "a100\\n"', r"constraint: .* contains control characters"),
+    ('setup: ["module load x\\n#SBATCH --mem=1"]', r"setup\[0\]: .* contains control characters"),
+    ('sbatch_extra: {mail-type: "FAIL\\nX"}', r"sbatch_extra\.mail-type: .* control characters"),
+    ('sbatch_extra: {"mail type": FAIL}', r"sbatch_extra: 'mail type' is not an sbatch option"),
+    ('sbatch_extra: {exclusive: [1, 2]}', r"sbatch_extra\.exclusive: expected a single value"),
+    ('env: {"MY-VAR": "1"}', r"env: 'MY-VAR' is not a shell variable name"),
+    ('env: {HF_HOME: "/x\\ny"}', r"env\.HF_HOME: .* contains control characters"),
+    ('srun_args: ["--x\\n"]', r"srun_args\[0\]: .* contains control characters"),
+    ('output_dir: "/runs\\n"', r"output_dir: .* contains control characters"),
+    ("time_limit_min: 0", r"time_limit_min: expected an integer >= 1 \(minutes\), got 0"),
+    ("max_requeues: -1", r"max_requeues: expected an integer >= 0, got -1"),
+    ("features_gpus: 0", r"features_gpus: expected an integer >= 1 or null"),
+    ("features_gpus: two", r"features_gpus: expected int or null, got 'two'"),
+    ("mem_per_gpu_gb: .nan", r"mem_per_gpu_gb: expected a finite number > 0 or null"),
+    ("gpu: {peak_tflops: .inf}", r"gpu\.peak_tflops: expected a finite number > 0"),
+    ("setup: [1]", r"setup\[0\]: expected a string, got 1"),
+])
+def test_profile_values_that_would_reach_sbatch_are_checked(tmp_path: Path, line: str,
+                                                           message: str) -> None:
+    from slurm.profile import load_profile
+
+    p = tmp_path / "prof.yaml"
+    p.write_text(line + "\n")
+    with pytest.raises(ConfigError, match=rf"prof\.yaml.*{message}"):
+        load_profile(p)
