@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", default="runs",
                    help="the output_dir the runs wrote to (default: runs)")
     p.add_argument("--out", default=None, help="merged CSV path (default: OUTPUT_DIR/results.csv)")
+    p.add_argument("--allow-damaged", action="store_true",
+                   help="merge the intact part files and leave out damaged ones (cut, or not "
+                        "matching their checksum), naming each; without it a damaged part stops "
+                        "the merge with exit status 2")
 
     # Subcommands owned by other packages (eval, launch/status, report): each such module has
     # `register(subparsers, epilog)` that adds its parsers and sets `func(args) -> int` on them.
@@ -235,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "results":
             from repro.results import merge_results
 
-            path, n = merge_results(Path(args.output_dir), Path(args.out) if args.out else None)
+            path, n = merge_results(Path(args.output_dir), Path(args.out) if args.out else None,
+                                    allow_damaged=args.allow_damaged)
             print(f"{path} ({n} rows); also {path.with_suffix('.parquet')}")
             return 0
     except ConfigError as e:
