@@ -301,14 +301,39 @@ def set_dotted(d: dict[str, Any], dotted: str, value: Any, where: str = "overrid
     cur[parts[-1]] = value
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one
+    silently: `train: {lr: 1}` then `train: {lr: 2}` would train with 2 and say nothing)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: overriding is its point
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark)
+            except TypeError:  # an unhashable key: the base class reports it
+                continue
+            if first is not key_node.start_mark:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark,
+                    f"key {key!r} is given twice (first on line {first.line + 1}); "
+                    "keep one", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml_file(path: str | os.PathLike[str], what: str, hint: str = "") -> Any:
     """The parsed YAML of a file (None for an empty one); ConfigError naming the file when it is
-    missing (`what` names the kind of file, `hint` is appended) or not valid YAML."""
+    missing (`what` names the kind of file, `hint` is appended), not UTF-8 text, not valid YAML,
+    or gives one key twice in a mapping."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{what} {str(p)!r} not found{hint}")
     try:
-        return yaml.safe_load(p.read_text(encoding="utf-8"))
+        return yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {e.start}); expected a YAML {what}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: not valid YAML: {e}") from None
 
@@ -321,6 +346,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not key:
         raise ConfigError(f"override {text!r}: empty key")
+    # YAML would fold a raw newline into a space, silently changing the value (a path, a name).
+    check_text(text, f"override {key}")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:

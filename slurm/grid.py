@@ -42,8 +42,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from repro.config import (ConfigError, ExperimentConfig, check_name, check_text, from_dict,
                           parse_override, read_yaml_file, set_dotted)
 
@@ -195,7 +193,7 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
     base_path = (p.parent / g["base"]).resolve()
     if not base_path.is_file():
         raise ConfigError(f"{p}: base config {g['base']!r} not found (looked at {base_path})")
-    base = yaml.safe_load(base_path.read_text(encoding="utf-8")) or {}
+    base = read_yaml_file(base_path, "base config") or {}
     top_ov, top_set = _overrides_and_set(g, str(p))
     datasets = _entries(g, "datasets", _DATASET, str(p))
     models = _entries(g, "models", _MODEL, str(p))
@@ -277,7 +275,11 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
                 ids.add(cid)
     if not cells:
         raise ConfigError(f"{p}: the exclusions leave no cell")
-    return Grid(g["name"], p, cells, dict(g.get("estimate") or {}))
+    estimate = g.get("estimate") or {}
+    if not isinstance(estimate, dict):
+        raise ConfigError(f"{p}: 'estimate' must be a mapping of dry-run assumptions, got "
+                          f"{estimate!r}")
+    return Grid(g["name"], p, cells, dict(estimate))
 
 
 def select_cells(grid: Grid, only: list[str]) -> list[Cell]:
