@@ -316,11 +316,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: the base class reports it
                 continue
             if first is not key_node.start_mark:
-                raise yaml.constructor.ConstructorError(
-                    "while reading a mapping", node.start_mark,
-                    f"key {key!r} is given twice (first on line {first.line + 1}); "
-                    "keep one", key_node.start_mark)
+                raise _DuplicateKey(f"line {key_node.start_mark.line + 1}: key {key!r} is given "
+                                    f"twice (first on line {first.line + 1}); keep one")
         return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(yaml.YAMLError):
+    """A mapping gives one key twice (the message says where)."""
 
 
 def read_yaml_file(path: str | os.PathLike[str], what: str, hint: str = "") -> Any:
@@ -334,6 +336,8 @@ def read_yaml_file(path: str | os.PathLike[str], what: str, hint: str = "") -> A
         return yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except UnicodeDecodeError as e:
         raise ConfigError(f"{p}: not UTF-8 text (byte {e.start}); expected a YAML {what}") from None
+    except _DuplicateKey as e:
+        raise ConfigError(f"{p}: {e}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: not valid YAML: {e}") from None
 

@@ -330,3 +330,83 @@ def test_profile_values_that_would_reach_sbatch_are_checked(tmp_path: Path, line
     p.write_text(line + "\n")
     with pytest.raises(ConfigError, match=rf"prof\.yaml.*{message}"):
         load_profile(p)
+
+
+# ----------------------------------------------------------------------------- more hostile input
+
+
+def test_a_key_given_twice_in_a_yaml_file_is_an_error_not_the_last_one_silently(
+        tmp_path: Path) -> None:
+    p = tmp_path / "dup.yaml"
+    p.write_text("train: {lr: 0.1}\nseed: 1\ntrain: {lr: 2.0}\n")
+    with pytest.raises(ConfigError, match=r"dup\.yaml: line 3: key 'train' is given twice "
+                                          r"\(first on line 1\); keep one$"):
+        load_config(p)
+    p.write_text("train:\n  lr: 0.1\n  epochs: 2\n  lr: 2.0\n")
+    with pytest.raises(ConfigError, match=r"line 4: key 'lr' is given twice \(first on line 2\)"):
+        load_config(p)
+    # A YAML merge key overriding an anchor's value is not a duplicate.
+    from repro.config import read_yaml_file
+
+    p.write_text("base: &b {lr: 1, epochs: 2}\ntrain:\n  <<: *b\n  lr: 3\n")
+    assert read_yaml_file(p, "x")["train"] == {"lr": 3, "epochs": 2}
+
+
+def test_a_file_that_is_not_utf8_text_names_the_file(tmp_path: Path) -> None:
+    p = tmp_path / "bin.yaml"
+    p.write_bytes(b"\xff\xfe\x00train: 1")
+    with pytest.raises(ConfigError, match=r"bin\.yaml: not UTF-8 text \(byte 0\)"):
+        load_config(p)
+
+
+def test_a_raw_control_character_in_an_override_is_refused_not_folded_by_yaml() -> None:
+    """YAML folds a raw newline in a plain scalar into a space: `output_dir=a<newline>b` would
+    silently become 'a b' (this is how `launch --output-dir` passes its folder on)."""
+    import yaml
+
+    assert yaml.safe_load("a\nb") == "a b"  # what used to happen
+    with pytest.raises(ConfigError, match=r"override output_dir: .* contains control characters"):
+        parse_override("output_dir=a\nb")
+    assert parse_override('name="a\\nb"') == ("name", "a\nb")  # an escape: then check_name refuses
+
+
+def test_malformed_run_lists_and_grids_are_errors_not_type_errors(tmp_path: Path) -> None:
+    from repro.grid import load_run_list
+    from slurm.grid import load_grid
+
+    p = tmp_path / "runs.yaml"
+    for body, msg in [
+        (f"base: {QUICK}\nruns: 5\n", r"'runs' a list of runs, got str and int"),
+        (f"base: {QUICK}\noverrides: 5\nruns: [{{label: a}}]\n",
+         r"overrides: expected a list of 'key.sub=value' strings, got 5"),
+        (f"base: {QUICK}\nruns: [{{label: a, overrides: [{{train.lr: 1}}]}}]\n",
+         r"runs\[0\]\.overrides: expected a list of 'key.sub=value' strings"),
+    ]:
+        p.write_text(body)
+        with pytest.raises(ConfigError, match=msg):
+            load_run_list(p)
+    g = _grid(tmp_path)
+    g.write_text(g.read_text() + "estimate: 5\n")
+    with pytest.raises(ConfigError, match=r"'estimate' must be a mapping"):
+        load_grid(g)
+
+
+def test_random_seed_offset_must_be_a_seed(tmp_path: Path) -> None:
+    from repro.registry import SELECTORS
+
+    for bad in (float("inf"), 1.5, -100, True):
+        with pytest.raises(ConfigError, match=r"selection\.params\.seed_offset: expected an "
+                                              r"integer >= 0"):
+            SELECTORS.create("random", {"seed_offset": bad}, "selection.params")
+    assert SELECTORS.create("random", {"seed_offset": 3}, "selection.params").seed_offset == 3
+
+
+def test_cli_run_with_a_missing_model_folder_says_so(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    """ModelLoadError (not a ValueError) used to end `run` with a traceback."""
+    from repro.cli import main
+
+    rc = main(["run", str(QUICK), f"output_dir={tmp_path}",
+               f"model.name_or_path={tmp_path / 'no-such-model'}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "error: model " in err and "no-such-model" in err and "is not a directory" in err
