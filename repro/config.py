@@ -551,6 +551,9 @@ def _check_numbers_and_text(cfg: ExperimentConfig) -> None:
 
 
 def _validate(cfg: ExperimentConfig) -> None:
+    """Load-time checks (what the types cannot say): the name, every number's range, no control
+    characters, then the checks across keys. Run-time checks belong to the stages."""
+
     def need(cond: bool, msg: str) -> None:
         if not cond:
             raise ConfigError(msg)
