@@ -165,8 +165,7 @@ def read_checked(path: Path, require_sidecar: bool) -> list[dict[str, str]]:
             expected_rows, size, sha = int(meta["rows"]), int(meta["bytes"]), str(meta["sha256"])
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise DamagedResultFile(path, f"its checksum file {side.name} is unreadable or cut "
-                                          f"({type(e).__name__}): rerun the run's results stage "
-                                          "to rewrite both") from None
+                                          f"({type(e).__name__})") from None
         if len(data) != size or _digest(data) != sha:
             raise DamagedResultFile(path, f"does not match its checksum file {side.name} (expected "
                                           f"{size} bytes and sha256 {sha[:12]}..., found "
@@ -174,8 +173,8 @@ def read_checked(path: Path, require_sidecar: bool) -> list[dict[str, str]]:
                                           "cut or changed after it was written")
     elif require_sidecar:
         raise DamagedResultFile(path, f"has no checksum file {side.name}, so a cut cannot be ruled "
-                                      "out (every part this suite writes has one; a run finished "
-                                      "before checksums existed: rerun its results stage)")
+                                      "out (every part this suite writes has one; this one may "
+                                      "predate checksums)")
     rows = _parse_csv(path, data)
     if expected_rows is not None and len(rows) != expected_rows:  # a writer's bug, not a cut
         raise DamagedResultFile(path, f"holds {len(rows)} rows, its checksum file says "
@@ -256,9 +255,10 @@ def read_result_files(files: list[Path], root: Path | None = None
 def damaged_message(damaged: list[DamagedResultFile], allowed: bool) -> str:
     """The lines naming each damaged file and what was done about it."""
     head = (f"skipped {len(damaged)} damaged results file(s) (--allow-damaged):" if allowed else
-            f"{len(damaged)} damaged results file(s); nothing was written. Rerun the runs they "
-            "belong to (their results stage rewrites them), or pass --allow-damaged to go on "
-            "without them:")
+            f"{len(damaged)} damaged results file(s); nothing was written. To rewrite a run's "
+            "part, delete its stages/results.json and run it again (only the results stage "
+            "reruns; for `cluster-repro eval`, run that again); or pass --allow-damaged to go "
+            "on without them:")
     return "\n".join([head, *[f"  {d}" for d in damaged]])
 
 
