@@ -225,6 +225,26 @@ def test_files_and_folders_follow_the_umask(umask: int, tmp_path: Path) -> None:
     assert bad == {}
 
 
+def test_the_saved_model_follows_the_umask(tmp_path: Path) -> None:
+    """save_finetuned builds in a mkdtemp folder (0700) and safetensors writes 0600 files: a run
+    under umask 002 left `model/` unreadable to the group before."""
+    from repro.config import LoraConfig, ModelConfig
+    from repro.models import load_model_and_tokenizer, materialize_model, save_finetuned
+
+    cfg = ModelConfig(name_or_path="tiny-random-llama", lora=LoraConfig(r=2, alpha=4))
+    model, tok = load_model_and_tokenizer(materialize_model(cfg, seed=0), cfg)
+    old = os.umask(0o002)
+    try:
+        save_finetuned(model, tok, tmp_path / "run" / "model")
+    finally:
+        os.umask(old)
+    out = tmp_path / "run" / "model"
+    modes = {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in [out, *out.iterdir()]}
+    assert "adapter_model.safetensors" in modes
+    assert modes == {name: oct(0o775 if (out / name).is_dir() or name == "model" else 0o664)
+                     for name in modes}
+
+
 # ----------------------------------------------------------------------------- orphan temps
 
 
