@@ -370,14 +370,14 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 @dataclass(frozen=True)
 class Range:
-    """The values one numeric key allows: bounds `lo`/`hi` (None: unbounded; `*_incl`: the bound
-    itself is allowed), whether null is allowed, and a note for the message."""
+    """The numbers one key allows: bounds `lo`/`hi` (None: unbounded; `*_incl`: the bound itself
+    is allowed) and a note for the message. Whether null is allowed is the field's annotation's
+    business (`int | None`), not the range's."""
 
     lo: float | None = None
     hi: float | None = None
     lo_incl: bool = True
     hi_incl: bool = True
-    null: bool = False
     note: str = ""
 
     def allows(self, v: float) -> bool:
@@ -387,7 +387,7 @@ class Range:
             return False
         return self.hi is None or not (v > self.hi or (v == self.hi and not self.hi_incl))
 
-    def describe(self, integer: bool) -> str:
+    def describe(self, integer: bool, nullable: bool = False) -> str:
         def num(x: float) -> str:
             return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
@@ -399,7 +399,7 @@ class Range:
             what += f" {'>=' if self.lo_incl else '>'} {num(self.lo)}"
         elif self.hi is not None:
             what += f" {'<=' if self.hi_incl else '<'} {num(self.hi)}"
-        if self.null:
+        if nullable:
             what += " or null"
         return what + (f" ({self.note})" if self.note else "")
 
@@ -415,41 +415,57 @@ NUMERIC_RANGES: dict[str, Range] = {
     "model.lora.dropout": Range(0, 1, hi_incl=False, note="a probability"),
     "model.tiny_hidden_size": Range(4, note="a multiple of 4: 4 heads"),
     "model.tiny_layers": Range(1),
-    "data.sources[].limit": Range(1, null=True, note="null: every row"),
+    "data.sources[].limit": Range(1, note="null: every row"),
     "data.max_length": Range(8, note="tokens"),
     "data.heldout_fraction": Range(0, 1, hi_incl=False, note="a fraction"),
     "data.demo_train_size": Range(1),
     "data.demo_heldout_per_category": Range(0),
-    "selection.fraction": Range(0, 1, lo_incl=False, null=True,
-                                note="write 0.5 for half the pool, not 50"),
-    "selection.n": Range(1, null=True, note="a count of examples"),
+    "selection.fraction": Range(0, 1, lo_incl=False, note="write 0.5 for half the pool, not 50"),
+    "selection.n": Range(1, note="a count of examples"),
     "train.epochs": Range(1),
-    "train.max_steps": Range(1, null=True, note="null: no cap"),
+    "train.max_steps": Range(1, note="null: no cap"),
     "train.lr": Range(0, lo_incl=False),
     "train.weight_decay": Range(0),
     "train.warmup_steps": Range(0, note="optimizer steps"),
     "train.per_device_batch_size": Range(1),
     "train.global_batch_size": Range(1),
-    "train.grad_clip": Range(0, lo_incl=False, null=True, note="a gradient-norm cap; null: none"),
+    "train.grad_clip": Range(0, lo_incl=False, note="a gradient-norm cap; null: none"),
     "train.checkpoint_every": Range(0, note="optimizer steps; 0 = only at the end"),
     "train.keep_checkpoints": Range(0, note="0 = keep every checkpoint"),
     "eval.batch_size": Range(1),
     "eval.max_new_tokens": Range(1),
-    "eval.limit": Range(1, null=True, note="items per benchmark; null: all"),
+    "eval.limit": Range(1, note="items per benchmark; null: all"),
     "launch.timeout_min": Range(1, note="minutes"),
-    "launch.master_port": Range(1, 65535, null=True, note="a TCP port; null: a free one is chosen"),
-    "launch.torch_threads": Range(1, null=True, note="per worker; null: cores // world_size"),
+    "launch.master_port": Range(1, 65535, note="a TCP port; null: a free one is chosen"),
+    "launch.torch_threads": Range(1, note="per worker; null: cores // world_size"),
 }
 
 # Names become folder names (`<output_dir>/<name>/`) and SLURM job names: at most this many bytes.
 NAME_MAX_BYTES = 200
 
 
+def _union_args(tp: Any) -> tuple[Any, ...]:
+    return typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+
+
 def _is_numeric(tp: Any) -> bool:
-    """int, float, or either of them or null."""
-    args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
-    rest = [a for a in args if a is not type(None)]
-    return len(rest) == 1 and rest[0] in (int, float)
+    """An annotation that allows an int or a float (alone, or in a union with null or others,
+    e.g. `int | dict[str, int] | None`: the range applies when the value is a number)."""
+    return any(a in (int, float) for a in _union_args(tp))
+
+
+def check_numbers(obj: Any, ranges: dict[str, Range], where: str = "") -> None:
+    """ConfigError (prefixed by `where`) for the first numeric field of the dataclass `obj` whose
+    value is a number outside its range in `ranges` (keys as `numeric_keys` names them; a field
+    without an entry is only checked to be finite), or not finite."""
+    for key, pat, value, tp in _fields(obj):
+        if not _is_numeric(tp) or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue  # null, or the non-numeric side of a union (checked elsewhere)
+        rng = ranges.get(pat, Range())
+        if not rng.allows(value):
+            args = _union_args(tp)
+            raise ConfigError(f"{where}{key}: expected "
+                              f"{rng.describe(int in args, type(None) in args)}, got {value!r}")
 
 
 def _list_item_dataclass(tp: Any) -> Any:
@@ -462,7 +478,8 @@ def _list_item_dataclass(tp: Any) -> Any:
 
 
 def numeric_keys(cls: type = None, prefix: str = "") -> list[str]:  # type: ignore[assignment]
-    """The NUMERIC_RANGES keys of every int/float field of `cls` (default: the whole config)."""
+    """The range keys (as NUMERIC_RANGES names them) of every field of the dataclass `cls` that
+    takes a number (default: the whole experiment config)."""
     cls = cls or ExperimentConfig
     hints = typing.get_type_hints(cls)
     out = []
@@ -531,23 +548,27 @@ def check_name(value: str, key: str = "name") -> None:
                           f"{NAME_MAX_BYTES} bytes, no '/' and no '..')")
 
 
-def _check_numbers_and_text(cfg: ExperimentConfig) -> None:
-    """Every numeric key finite and in its NUMERIC_RANGES range; no string with control
-    characters (selection/allocation `params` are the method's own, checked by its class)."""
-    for key, pat, value, tp in _fields(cfg):
-        if _is_numeric(tp):
-            rng = NUMERIC_RANGES.get(pat, Range())
-            if value is None:  # only `X | None` fields can be None, and their ranges say "or null"
-                continue
-            integer = int in (typing.get_args(tp) or (tp,))
-            if not rng.allows(value):
-                raise ConfigError(f"{key}: expected {rng.describe(integer)}, got {value!r}")
-        elif isinstance(value, str):
+def check_texts(obj: Any, where: str = "", skip: tuple[str, ...] = ()) -> None:
+    """ConfigError (prefixed by `where`) for the first string of the dataclass `obj` (fields,
+    list items, mapping keys and values; fields named in `skip` left out) that holds control
+    characters."""
+    def walk(value: Any, key: str) -> None:
+        if isinstance(value, str):
             check_text(value, key)
-        elif isinstance(value, list):
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(str(k), f"{key} (key {k!r})")
+                walk(v, f"{key}.{k}")
+        elif isinstance(value, (list, tuple)):
             for i, v in enumerate(value):
-                if isinstance(v, str):
-                    check_text(v, f"{key}[{i}]")
+                walk(v, f"{key}[{i}]")
+
+    try:
+        for key, _, value, _ in _fields(obj):
+            if key not in skip:
+                walk(value, key)
+    except ConfigError as e:
+        raise ConfigError(f"{where}{e}") from None
 
 
 def _validate(cfg: ExperimentConfig) -> None:
@@ -559,7 +580,9 @@ def _validate(cfg: ExperimentConfig) -> None:
             raise ConfigError(msg)
 
     check_name(cfg.name)
-    _check_numbers_and_text(cfg)
+    check_numbers(cfg, NUMERIC_RANGES)
+    # selection/allocation params are the method's own: its class checks them.
+    check_texts(cfg, skip=("selection.params", "allocation.params"))
     need(bool(cfg.data.sources), "data.sources: expected at least one source")
     need(cfg.model.tiny_hidden_size % 4 == 0,
          f"model.tiny_hidden_size: expected a multiple of 4 (4 heads), got "

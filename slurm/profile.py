@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.config import ConfigError, Range, _coerce, check_text, read_yaml_file
+from repro.config import (ConfigError, Range, _coerce, check_numbers, check_texts,
+                          read_yaml_file)
 
 
 @dataclass
@@ -83,15 +84,16 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     return cls(**kwargs)
 
 
-# Numeric keys of a profile and what they allow (repro/config.py's Range).
+# Numeric keys of a profile and what they allow (repro/config.py's Range); every numeric field
+# has an entry (tests/test_integrity_inputs.py checks it, as for the experiment config).
 RANGES: dict[str, Range] = {
     "gpus_per_node": Range(1),
     "cpus_per_gpu": Range(1),
-    "mem_per_gpu_gb": Range(0, lo_incl=False, null=True, note="GB; null: the partition's default"),
+    "mem_per_gpu_gb": Range(0, lo_incl=False, note="GB; null: the partition's default"),
     "time_limit_min": Range(1, note="minutes"),
     "max_requeues": Range(0),
     "array_parallelism": Range(1),
-    "features_gpus": Range(1, null=True, note="null: the smallest world size of its cells"),
+    "features_gpus": Range(1, note="null: the smallest world size of its cells"),
     "gpu.peak_tflops": Range(0, lo_incl=False, note="TFLOP/s per GPU"),
     "gpu.mfu": Range(0, 1, lo_incl=False, note="a fraction: write 0.4 for 40%"),
 }
@@ -100,38 +102,12 @@ _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SBATCH_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
-def _texts(value: Any, key: str):
-    """(key, string) of every string in a value: mapping keys and values, list items."""
-    if isinstance(value, str):
-        yield key, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield f"{key} (key {k!r})", str(k)
-            yield from _texts(v, f"{key}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _texts(v, f"{key}[{i}]")
-    elif dataclasses.is_dataclass(value):
-        for f in dataclasses.fields(value):
-            yield from _texts(getattr(value, f.name), f"{key}.{f.name}")
-
-
 def check_profile(prof: ClusterProfile, where: str) -> None:
     """Numbers in range; no control characters anywhere (every value can reach the sbatch file,
     where a newline would start a line of its own: an extra #SBATCH directive or command);
     env keys that `export` takes; sbatch_extra keys that are option names, values scalars."""
-    for key, rng in RANGES.items():
-        value = prof
-        for part in key.split("."):
-            value = getattr(value, part)
-        if value is not None and not rng.allows(value):
-            raise ConfigError(f"{where}: {key}: expected {rng.describe(isinstance(value, int))}, "
-                              f"got {value!r}")
-    for key, text in _texts(dataclasses.asdict(prof), ""):
-        try:
-            check_text(text, key.lstrip("."))
-        except ConfigError as e:
-            raise ConfigError(f"{where}: {e}") from None
+    check_numbers(prof, RANGES, f"{where}: ")
+    check_texts(prof, f"{where}: ")
     for k in prof.env:
         if not _ENV_KEY.fullmatch(str(k)):
             raise ConfigError(f"{where}: env: {k!r} is not a shell variable name (letters, digits "
