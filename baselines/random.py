@@ -17,6 +17,10 @@ class RandomSelector:
     """
 
     def __init__(self, seed_offset: int = 0) -> None:
+        # A seed must be a non-negative integer (numpy); say so now, not at the select stage.
+        if not isinstance(seed_offset, int) or isinstance(seed_offset, bool) or seed_offset < 0:
+            raise ValueError(f"selection.params.seed_offset: expected an integer >= 0, got "
+                             f"{seed_offset!r}")
         self.seed_offset = seed_offset
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:

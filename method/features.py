@@ -417,14 +417,17 @@ def features_to_file(run_dir: Path, workers: int, model_dir: Path, model_cfg: An
     import torch.distributed as dist
 
     from repro.distributed import env_rank_world, init_from_env, spawn_workers
-    from repro.io import atomic_write_json, read_json
+    from repro.io import atomic_write_json, read_json, remove_stale_temps, temp_path
 
     if workers < 1 or batch_size < 1:
         raise ValueError(f"workers and batch_size must be >= 1, got {workers}, {batch_size}")
     t0 = time.perf_counter()
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.tmp-{os.getpid()}")
+    # A killed pass leaves its temp file (kill -9 runs no `finally`): remove those of dead
+    # processes here, then write under a name the next pass can recognize the same way.
+    remove_stale_temps(out_path.parent)
+    tmp = temp_path(out_path)
     args = (str(Path(run_dir) / "pool.jsonl"), str(model_dir), model_cfg, max_length, batch_size,
             str(tmp), str(out_path))
     env = env_rank_world()

@@ -10,6 +10,7 @@ drift between versions, so one table should not mix them), and from more than on
 """
 from __future__ import annotations
 
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from repro.io import atomic_write_text
 from reports.compact import compact_tables
 from reports.figures import FIGURES, all_figures
-from reports.load import ReportInputError, build_runs, find_result_files, group_cells, input_digest, read_result_rows
+from reports.load import ReportInputError, build_runs, find_result_files, group_cells, input_digest, read_results
 from reports.render import to_csv, to_latex, to_markdown
 from reports.reported import load_reported, reported_table
 from reports.tables import ABLATIONS, Report, Table, ablation_table, balance_table, \
@@ -71,12 +72,15 @@ def _table_section(t: Table) -> list[str]:
 
 
 def build_report(results: Path, out: Path, figures: bool = True,
-                 run_ids: set[str] | None = None) -> Path:
+                 run_ids: set[str] | None = None, allow_damaged: bool = False) -> Path:
     """Write the report for the results at `results` (a folder or a CSV) into `out`; returns the
     index page. figures=False skips the figures (and their links); run_ids keeps only those runs
-    (the demo reports its own runs)."""
+    (the demo reports its own runs); allow_damaged leaves damaged results files out (named on
+    the index page) instead of stopping."""
     files, root = find_result_files(Path(results))
-    rows = read_result_rows(files, root)
+    rows, damaged = read_results(files, root, allow_damaged)
+    for note in damaged:  # on the index page too; said here so a script's log shows it
+        print(f"warning: {note}", file=sys.stderr, flush=True)
     if run_ids is not None:
         rows = [(w, r) for w, r in rows if r["run_id"] in run_ids]
         if not rows:
@@ -84,7 +88,7 @@ def build_report(results: Path, out: Path, figures: bool = True,
     runs = build_runs(rows, root)
     cells = group_cells(runs)
     rep = Report(cells)
-    notes = version_warnings(runs)
+    notes = damaged + version_warnings(runs)
     tables = all_tables(rep, load_reported())
     out = Path(out)
     tdir, fdir = out / "tables", out / "figures"

@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
                         "read), or one results CSV (default: runs)")
     p.add_argument("--out", default=None,
                    help="where to write the report (default: RESULTS/report, or next to the CSV)")
+    p.add_argument("--allow-damaged", action="store_true",
+                   help="leave out results files that are damaged (cut, or not matching their "
+                        "checksum) instead of stopping; each is named on the index page")
     p.set_defaults(func=run_report)
 
 
@@ -48,7 +51,7 @@ def run_report(args: argparse.Namespace) -> int:
         with warnings.catch_warnings():
             # Shown on the index page and in the main table's notes; say it once here too.
             warnings.simplefilter("ignore", MixedVersionsWarning)
-            index = build_report(results, out)
+            index = build_report(results, out, allow_damaged=args.allow_damaged)
     except ReportInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -3,6 +3,8 @@
 Input: the tidy result rows (repro/results.py) — every `results.part.csv` under a results
 directory, or one merged CSV — and, where a row's run folder `<root>/<name>/<config_hash>/` is
 present, its per-item scores (`eval_samples.jsonl`), used only to pair bootstrap intervals on items.
+Every file is checked before it is read (part files against their checksum sidecar, see
+docs/files.md): a damaged one stops the report unless --allow-damaged leaves it out, by name.
 
 A *run* is one `run_id` (one config, one seed). A *cell* is what the tables show as one line: the
 runs that differ only in their seed (same dataset, model, method, selection params, ratio,
@@ -18,7 +20,6 @@ its cells show as missing, never as zero.
 """
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import math
@@ -27,13 +28,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from repro.results import PART_NAME
+from repro.results import PART_NAME, REQUIRED_COLUMNS
 
 DIAGNOSTIC_PREFIXES = ("cost/", "cluster/", "worker/")
 # Metrics reported as they are (lower is better); every other metric is a fraction shown as %.
 RAW_METRICS = ("loss", "perplexity")
 # Required columns: what a row must have for the report to place it.
-REQUIRED = ("run_id", "method", "seed", "benchmark", "metric", "value")
+REQUIRED = REQUIRED_COLUMNS
 # The paper's domains: normalized benchmark name (lowercase, "+" -> "plus", no punctuation).
 DOMAINS = {
     "code": ("humaneval", "humanevalplus", "mbpp", "mbppplus"),
@@ -144,26 +145,34 @@ def find_result_files(results: Path) -> tuple[list[Path], Path]:
                             "experiment first (cluster-repro run CONFIG, or cluster-repro demo)")
 
 
-def read_result_rows(files: list[Path], root: Path) -> list[tuple[str, dict[str, str]]]:
-    """Every row with a 'file:line' label for messages; duplicates across files are dropped."""
-    out, seen = [], set()
-    for f in files:
-        with open(f, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
-            if missing:
-                raise ReportInputError(f"{f}: missing column(s) {missing}; expected the columns of "
-                                       "repro/results.py COLUMNS")
-            for i, row in enumerate(reader, start=2):
-                key = (row["run_id"], row["benchmark"], row["metric"])
-                if key in seen:
-                    continue
-                seen.add(key)
-                label = f"{f.relative_to(root) if f.is_relative_to(root) else f}:{i}"
-                out.append((label, row))
+def read_results(files: list[Path], root: Path, allow_damaged: bool = False
+                 ) -> tuple[list[tuple[str, dict[str, str]]], list[str]]:
+    """Every row with a 'file:line' label for messages, and a note per damaged file skipped.
+
+    Each file is checked first (repro/results.py `read_checked`: part files against their
+    checksum sidecar; any CSV for a cut header, row or quoted field). A damaged file is a
+    ReportInputError naming each, unless `allow_damaged`: then it is left out and named in the
+    notes. Identical duplicate rows across files are kept once; two different rows for one
+    (run_id, benchmark, metric) are a ReportInputError naming both places.
+    """
+    from repro.results import ConflictingRowsError, damaged_message, read_result_files
+
+    try:
+        out, damaged = read_result_files(files, root)
+    except ConflictingRowsError as e:
+        raise ReportInputError(str(e)) from None
+    if damaged and not allow_damaged:
+        raise ReportInputError(damaged_message(damaged, allowed=False))
     if not out:
-        raise ReportInputError(f"no result rows in {', '.join(str(f) for f in files)}")
-    return out
+        raise ReportInputError(f"no result rows in {', '.join(str(f) for f in files)}"
+                               + (f" ({len(damaged)} damaged)" if damaged else ""))
+    return out, [f"skipped damaged results file {d}" for d in damaged]
+
+
+def read_result_rows(files: list[Path], root: Path, allow_damaged: bool = False
+                     ) -> list[tuple[str, dict[str, str]]]:
+    """`read_results` without the notes."""
+    return read_results(files, root, allow_damaged)[0]
 
 
 def input_digest(rows: list[tuple[str, dict[str, str]]]) -> str:

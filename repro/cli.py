@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", default="runs",
                    help="the output_dir the runs wrote to (default: runs)")
     p.add_argument("--out", default=None, help="merged CSV path (default: OUTPUT_DIR/results.csv)")
+    p.add_argument("--allow-damaged", action="store_true",
+                   help="merge the intact part files and leave out damaged ones (cut, or not "
+                        "matching their checksum), naming each; without it a damaged part stops "
+                        "the merge with exit status 2")
 
     # Subcommands owned by other packages (eval, launch/status, report): each such module has
     # `register(subparsers, epilog)` that adds its parsers and sets `func(args) -> int` on them.
@@ -251,7 +255,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "bench":
             from repro.bench import bench_ddp, format_ddp
 
-            rows = bench_ddp(args.config, [int(x) for x in args.world_sizes.split(",")],
+            try:
+                sizes = [int(x) for x in args.world_sizes.split(",")]
+            except ValueError:
+                raise ValueError(f"--world-sizes {args.world_sizes!r}: expected comma-separated "
+                                 "integers, e.g. 1,4,8") from None
+            if min(sizes) < 1 or args.steps < 1 or args.per_device_batch < 1:
+                raise ValueError("--world-sizes, --steps and --per-device-batch must be >= 1")
+            rows = bench_ddp(args.config, sizes,
                              args.steps, args.per_device_batch, Path(args.output_dir),
                              args.overrides)
             print(format_ddp(rows))
@@ -260,17 +271,31 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "results":
             from repro.results import merge_results
 
-            path, n = merge_results(Path(args.output_dir), Path(args.out) if args.out else None)
+            path, n = merge_results(Path(args.output_dir), Path(args.out) if args.out else None,
+                                    allow_damaged=args.allow_damaged)
             print(f"{path} ({n} rows); also {path.with_suffix('.parquet')}")
             return 0
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, ValueError) as e:
+    except _user_errors() as e:
         # DataError and SelectionError are ValueErrors with messages that name the file/key.
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 1
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors whose message names the file or key and the fix: printed, exit status 2.
+
+    Evaluated only when an error is raised, so the model module (torch) is not imported for
+    this: a ModelLoadError (a model path that does not exist, a hub id offline) can only come
+    from a run that imported it."""
+    errors: list[type[BaseException]] = [FileNotFoundError, ValueError]
+    models = sys.modules.get("repro.models")
+    if models is not None:
+        errors.append(models.ModelLoadError)
+    return tuple(errors)
 
 
 if __name__ == "__main__":  # pragma: no cover

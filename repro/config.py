@@ -12,9 +12,11 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import os
 import types
 import typing
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -274,7 +276,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an integer with hundreds of digits
+                raise ConfigError(f"{key}: expected a finite number, got an integer of "
+                                  f"{len(str(value))} digits") from None
         raise ConfigError(f"{key}: expected a number, got {value!r}")
     if tp is str:
         if isinstance(value, str):
@@ -314,14 +320,43 @@ def set_dotted(d: dict[str, Any], dotted: str, value: Any, where: str = "overrid
     cur[parts[-1]] = value
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one
+    silently: `train: {lr: 1}` then `train: {lr: 2}` would train with 2 and say nothing)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: overriding is its point
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark)
+            except TypeError:  # an unhashable key: the base class reports it
+                continue
+            if first is not key_node.start_mark:
+                raise _DuplicateKey(f"line {key_node.start_mark.line + 1}: key {key!r} is given "
+                                    f"twice (first on line {first.line + 1}); keep one")
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(yaml.YAMLError):
+    """A mapping gives one key twice (the message says where)."""
+
+
 def read_yaml_file(path: str | os.PathLike[str], what: str, hint: str = "") -> Any:
     """The parsed YAML of a file (None for an empty one); ConfigError naming the file when it is
-    missing (`what` names the kind of file, `hint` is appended) or not valid YAML."""
+    missing (`what` names the kind of file, `hint` is appended), not UTF-8 text, not valid YAML,
+    or gives one key twice in a mapping."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{what} {str(p)!r} not found{hint}")
     try:
-        return yaml.safe_load(p.read_text(encoding="utf-8"))
+        return yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {e.start}); expected a YAML {what}") from None
+    except _DuplicateKey as e:
+        raise ConfigError(f"{p}: {e}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: not valid YAML: {e}") from None
 
@@ -334,6 +369,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not key:
         raise ConfigError(f"override {text!r}: empty key")
+    # YAML would fold a raw newline into a space, silently changing the value (a path, a name).
+    check_text(text, f"override {key}")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
@@ -347,39 +384,237 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+# ----------------------------------------------------------------------------- validation
+
+
+@dataclass(frozen=True)
+class Range:
+    """The numbers one key allows: bounds `lo`/`hi` (None: unbounded; `*_incl`: the bound itself
+    is allowed) and a note for the message. Whether null is allowed is the field's annotation's
+    business (`int | None`), not the range's."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_incl: bool = True
+    hi_incl: bool = True
+    note: str = ""
+
+    def allows(self, v: float) -> bool:
+        if not math.isfinite(v):
+            return False
+        if self.lo is not None and (v < self.lo or (v == self.lo and not self.lo_incl)):
+            return False
+        return self.hi is None or not (v > self.hi or (v == self.hi and not self.hi_incl))
+
+    def describe(self, integer: bool, nullable: bool = False) -> str:
+        def num(x: float) -> str:
+            return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+        what = "an integer" if integer else "a finite number"
+        if self.lo is not None and self.hi is not None:
+            what += (f" in {'[' if self.lo_incl else '('}{num(self.lo)}, {num(self.hi)}"
+                     f"{']' if self.hi_incl else ')'}")
+        elif self.lo is not None:
+            what += f" {'>=' if self.lo_incl else '>'} {num(self.lo)}"
+        elif self.hi is not None:
+            what += f" {'<=' if self.hi_incl else '<'} {num(self.hi)}"
+        if nullable:
+            what += " or null"
+        return what + (f" ({self.note})" if self.note else "")
+
+
+# What every int and float key may be. The key names a field by its dotted path; `[]` stands for
+# every item of a list (data.sources). tests/test_integrity_inputs.py checks that every numeric
+# field of the dataclasses above has an entry, so a new key cannot arrive unguarded.
+NUMERIC_RANGES: dict[str, Range] = {
+    "seed": Range(0, 2**32 - 1, note="numpy takes seeds below 2**32"),
+    "world_size": Range(1),
+    "model.lora.r": Range(1),
+    "model.lora.alpha": Range(0, lo_incl=False),
+    "model.lora.dropout": Range(0, 1, hi_incl=False, note="a probability"),
+    "model.tiny_hidden_size": Range(4, note="a multiple of 4: 4 heads"),
+    "model.tiny_layers": Range(1),
+    "data.sources[].limit": Range(1, note="null: every row"),
+    "data.max_length": Range(8, note="tokens"),
+    "data.heldout_fraction": Range(0, 1, hi_incl=False, note="a fraction"),
+    "data.demo_train_size": Range(1),
+    "data.demo_heldout_per_category": Range(0),
+    "selection.fraction": Range(0, 1, lo_incl=False, note="write 0.5 for half the pool, not 50"),
+    "selection.n": Range(1, note="a count of examples"),
+    "train.epochs": Range(1),
+    "train.max_steps": Range(1, note="null: no cap"),
+    "train.lr": Range(0, lo_incl=False),
+    "train.weight_decay": Range(0),
+    "train.warmup_steps": Range(0, note="optimizer steps"),
+    "train.per_device_batch_size": Range(1),
+    "train.global_batch_size": Range(1),
+    "train.grad_clip": Range(0, lo_incl=False, note="a gradient-norm cap; null: none"),
+    "train.checkpoint_every": Range(0, note="optimizer steps; 0 = only at the end"),
+    "train.keep_checkpoints": Range(0, note="0 = keep every checkpoint"),
+    "eval.batch_size": Range(1),
+    "eval.max_new_tokens": Range(1),
+    "eval.limit": Range(1, note="items per benchmark; null: all"),
+    "eval.workers": Range(1, note="processes; null: one per visible GPU"),
+    "launch.timeout_min": Range(1, note="minutes"),
+    "launch.master_port": Range(1, 65535, note="a TCP port; null: a free one is chosen"),
+    "launch.torch_threads": Range(1, note="per worker; null: cores // world_size"),
+}
+
+# Names become folder names (`<output_dir>/<name>/`) and SLURM job names: at most this many bytes.
+NAME_MAX_BYTES = 200
+
+
+def _union_args(tp: Any) -> tuple[Any, ...]:
+    return typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+
+
+def _is_numeric(tp: Any) -> bool:
+    """An annotation that allows an int or a float (alone, or in a union with null or others,
+    e.g. `int | dict[str, int] | None`: the range applies when the value is a number)."""
+    return any(a in (int, float) for a in _union_args(tp))
+
+
+def check_numbers(obj: Any, ranges: dict[str, Range], where: str = "") -> None:
+    """ConfigError (prefixed by `where`) for the first numeric field of the dataclass `obj` whose
+    value is a number outside its range in `ranges` (keys as `numeric_keys` names them; a field
+    without an entry is only checked to be finite), or not finite."""
+    for key, pat, value, tp in _fields(obj):
+        if not _is_numeric(tp) or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue  # null, or the non-numeric side of a union (checked elsewhere)
+        rng = ranges.get(pat, Range())
+        if not rng.allows(value):
+            args = _union_args(tp)
+            raise ConfigError(f"{where}{key}: expected "
+                              f"{rng.describe(int in args, type(None) in args)}, got {value!r}")
+
+
+def _list_item_dataclass(tp: Any) -> Any:
+    """The dataclass of a `list[SomeDataclass]` annotation, else None."""
+    if typing.get_origin(tp) is list:
+        (inner,) = typing.get_args(tp) or (Any,)
+        if dataclasses.is_dataclass(inner):
+            return inner
+    return None
+
+
+def numeric_keys(cls: type = None, prefix: str = "") -> list[str]:  # type: ignore[assignment]
+    """The range keys (as NUMERIC_RANGES names them) of every field of the dataclass `cls` that
+    takes a number (default: the whole experiment config)."""
+    cls = cls or ExperimentConfig
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}{f.name}"
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            out += numeric_keys(tp, key + ".")
+        elif _list_item_dataclass(tp) is not None:
+            out += numeric_keys(_list_item_dataclass(tp), key + "[].")
+        elif _is_numeric(tp):
+            out.append(key)
+    return out
+
+
+def _fields(obj: Any, prefix: str = "", pattern: str = ""
+            ) -> typing.Iterator[tuple[str, str, Any, Any]]:
+    """(key as the user writes it, NUMERIC_RANGES key, value, annotation) of every leaf field,
+    sections and lists of sections walked into (data.sources[1].limit)."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        key, pat = f"{prefix}{f.name}", f"{pattern}{f.name}"
+        if dataclasses.is_dataclass(value):
+            yield from _fields(value, key + ".", pat + ".")
+        elif _list_item_dataclass(hints[f.name]) is not None:
+            for i, item in enumerate(value):
+                yield from _fields(item, f"{key}[{i}].", pat + "[].")
+        else:
+            yield key, pat, value, hints[f.name]
+
+
+def _control_chars(text: str) -> list[str]:
+    """The control characters in `text` (newline, tab, NUL, ...; also U+2028/U+2029, which some
+    tools read as line breaks), as escapes like '\\n'."""
+    bad = {c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")}
+    return sorted(repr(c)[1:-1] for c in bad)
+
+
+def check_text(value: str, key: str) -> None:
+    """ConfigError when a setting holds control characters: a newline in a value that reaches a
+    shell or sbatch file becomes a line of its own (an extra `#SBATCH` directive)."""
+    bad = _control_chars(value)
+    if bad:
+        raise ConfigError(f"{key}: {value!r} contains control characters ({', '.join(bad)}); "
+                          "write it on one line, without tabs or other control characters")
+
+
+def check_name(value: str, key: str = "name") -> None:
+    """ConfigError unless `value` is usable as one folder name and a job name: not empty, no path
+    separator, no '..', no control characters, at most NAME_MAX_BYTES bytes."""
+    why = None
+    if not value.strip():
+        why = "it is empty"
+    elif "/" in value or "\\" in value:
+        why = "it contains a path separator ('/' or '\\'), so it would nest or escape folders"
+    elif ".." in value or value == ".":
+        why = "it contains '..' (or is '.'), so it could name a folder outside output_dir"
+    elif _control_chars(value):
+        why = f"it contains control characters ({', '.join(_control_chars(value))})"
+    elif len(value.encode("utf-8")) > NAME_MAX_BYTES:
+        why = f"it is {len(value.encode('utf-8'))} bytes long"
+    if why:
+        raise ConfigError(f"{key}: {value!r} is not allowed: {why}. It becomes a folder name and a "
+                          f"job name: use letters, digits, '-', '_' and '.' (at most "
+                          f"{NAME_MAX_BYTES} bytes, no '/' and no '..')")
+
+
+def check_texts(obj: Any, where: str = "", skip: tuple[str, ...] = ()) -> None:
+    """ConfigError (prefixed by `where`) for the first string of the dataclass `obj` (fields,
+    list items, mapping keys and values; fields named in `skip` left out) that holds control
+    characters."""
+    def walk(value: Any, key: str) -> None:
+        if isinstance(value, str):
+            check_text(value, key)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(str(k), f"{key} (key {k!r})")
+                walk(v, f"{key}.{k}")
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                walk(v, f"{key}[{i}]")
+
+    try:
+        for key, _, value, _ in _fields(obj):
+            if key not in skip:
+                walk(value, key)
+    except ConfigError as e:
+        raise ConfigError(f"{where}{e}") from None
+
+
 def _validate(cfg: ExperimentConfig) -> None:
+    """Load-time checks (what the types cannot say): the name, every number's range, no control
+    characters, then the checks across keys. Run-time checks belong to the stages."""
+
     def need(cond: bool, msg: str) -> None:
         if not cond:
             raise ConfigError(msg)
 
-    need(cfg.world_size >= 1, f"world_size: expected an integer >= 1, got {cfg.world_size}")
+    check_name(cfg.name)
+    _validate_eval_limits(cfg.eval)  # before the ranges: per-task wording for these keys
+    check_numbers(cfg, NUMERIC_RANGES)
+    # selection/allocation params are the method's own: its class checks them.
+    check_texts(cfg, skip=("selection.params", "allocation.params"))
     need(bool(cfg.data.sources), "data.sources: expected at least one source")
-    need(8 <= cfg.data.max_length, f"data.max_length: expected >= 8, got {cfg.data.max_length}")
-    need(0.0 <= cfg.data.heldout_fraction < 1.0,
-         f"data.heldout_fraction: expected a fraction in [0, 1), got {cfg.data.heldout_fraction}")
-    s = cfg.selection
-    if s.fraction is not None:
-        need(0.0 < s.fraction <= 1.0,
-             f"selection.fraction: expected a fraction in (0, 1], got {s.fraction} "
-             "(write 0.5 for half the pool, not 50)")
-    if s.n is not None:
-        need(s.n >= 1, f"selection.n: expected a count >= 1, got {s.n}")
+    need(cfg.model.tiny_hidden_size % 4 == 0,
+         f"model.tiny_hidden_size: expected a multiple of 4 (4 heads), got "
+         f"{cfg.model.tiny_hidden_size}")
     t = cfg.train
-    need(t.epochs >= 1, f"train.epochs: expected >= 1, got {t.epochs}")
-    need(t.lr > 0, f"train.lr: expected > 0, got {t.lr}")
-    need(t.per_device_batch_size >= 1,
-         f"train.per_device_batch_size: expected >= 1, got {t.per_device_batch_size}")
     unit = t.per_device_batch_size * cfg.world_size
     need(t.global_batch_size >= unit and t.global_batch_size % unit == 0,
          f"train.global_batch_size: {t.global_batch_size} must be a positive multiple of "
          f"per_device_batch_size x world_size = {t.per_device_batch_size} x {cfg.world_size} = {unit}")
-    need(t.max_steps is None or t.max_steps >= 1, f"train.max_steps: expected >= 1 or null")
-    need(t.checkpoint_every >= 0, "train.checkpoint_every: expected >= 0 (0 = only at the end)")
-    need(cfg.eval.batch_size >= 1, "eval.batch_size: expected >= 1")
-    _validate_eval_limits(cfg.eval)
     lo = cfg.model.lora
     if lo.enabled:
-        need(lo.r >= 1, f"model.lora.r: expected >= 1, got {lo.r}")
         need(bool(lo.target_modules), "model.lora.target_modules: expected at least one module name")
 
 

@@ -41,6 +41,13 @@ class RunList:
     path: Path | None = None  # the run-list file, for messages
 
 
+def _override_list(value: object, where: str) -> None:
+    """ConfigError unless `value` is null or a list of 'key.sub=value' strings."""
+    if value is not None and (not isinstance(value, list)
+                              or not all(isinstance(o, str) for o in value)):
+        raise ConfigError(f"{where}: expected a list of 'key.sub=value' strings, got {value!r}")
+
+
 def load_run_list(path: str | Path) -> RunList:
     p = Path(path)
     data = read_yaml_file(p, "run-list file") or {}
@@ -51,6 +58,10 @@ def load_run_list(path: str | Path) -> RunList:
         raise ConfigError(f"{p}: unknown keys {sorted(unknown)} (allowed: base, overrides, runs)")
     if "base" not in data or not data.get("runs"):
         raise ConfigError(f"{p}: needs 'base' (a config file) and a non-empty 'runs' list")
+    if not isinstance(data["base"], str) or not isinstance(data["runs"], list):
+        raise ConfigError(f"{p}: 'base' must be a config file name and 'runs' a list of runs, "
+                          f"got {type(data['base']).__name__} and {type(data['runs']).__name__}")
+    _override_list(data.get("overrides"), f"{p}: overrides")
     runs, labels = [], set()
     for i, r in enumerate(data["runs"]):
         if not isinstance(r, dict) or "label" not in r:
@@ -59,6 +70,7 @@ def load_run_list(path: str | Path) -> RunList:
         if extra:
             raise ConfigError(f"{p}: runs[{i}] has unknown keys {sorted(extra)} "
                               "(allowed: label, overrides, match_kept_count_of)")
+        _override_list(r.get("overrides"), f"{p}: runs[{i}].overrides")
         spec = RunSpec(str(r["label"]), [str(o) for o in r.get("overrides") or []],
                        r.get("match_kept_count_of"))
         if spec.match_kept_count_of is not None and spec.match_kept_count_of not in labels:

@@ -2,22 +2,106 @@
 
 A killed job never leaves a half-written file under its final name, so "the file exists" can mean
 "the stage finished".
+
+Files end with the usual permissions, 0666 & ~umask (a shared output_dir stays readable by the
+group under umask 002), although `mkstemp` creates them 0600.
+
+Temp files are named `.<target>.tmp-<pid>-<random>@<host>` (`temp_path`). A process killed with
+SIGKILL cannot remove its temp file; the next atomic write into the same folder removes every temp
+file there whose process is gone (`remove_stale_temps`: same host, PID no longer running). Temp
+files of other hosts (a shared file system under SLURM) and of running processes are left alone.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
+_UMASK_LOCK = threading.Lock()
+# .<target>.tmp-<pid>[-<random>]@<host>; <host> never holds '@' or '/'.
+_TEMP = re.compile(r"^\.(?P<target>.+)\.tmp-(?P<pid>\d+)(?:-[A-Za-z0-9_]+)?@(?P<host>[^@/]+)$")
+
+
+def current_umask() -> int:
+    """This process's umask, read without changing it where Linux allows (/proc/self/status);
+    elsewhere set and restored under a lock."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _UMASK_LOCK:
+        old = os.umask(0o022)
+        os.umask(old)
+    return old
+
+
+def file_mode() -> int:
+    """The mode a plain `open(path, "w")` would give a new file: 0666 & ~umask."""
+    return 0o666 & ~current_umask()
+
+
+def _host() -> str:
+    return socket.gethostname().replace("/", "_").replace("@", "_") or "localhost"
+
+
+def temp_path(path: str | os.PathLike[str]) -> Path:
+    """A temp name next to `path` for this process, which `remove_stale_temps` recognizes once
+    the process is gone (for writers that cannot use `atomic_write`, e.g. a memmap)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}@{_host()}")
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temp files in `folder` left by processes of this host that are gone (killed
+    mid-write); returns what was removed. Never touches another host's or a live process's."""
+    folder = Path(folder)
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return removed
+    host = _host()
+    for entry in entries:
+        m = _TEMP.match(entry.name) if entry.name.startswith(".") else None
+        if m is None or m["host"] != host or _pid_running(int(m["pid"])):
+            continue
+        try:
+            if entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except FileNotFoundError:  # removed meanwhile by another cleaner
+            pass
+    return removed
+
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], None], mode: str = "w") -> None:
-    """Call `write(fh)` on a temp file next to `path`, then rename it into place."""
+    """Call `write(fh)` on a temp file next to `path`, then rename it into place (mode 0666 &
+    ~umask). Stale temp files of killed processes in the folder are removed first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_stale_temps(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", suffix=f"@{_host()}",
+                               dir=path.parent)
     try:
+        os.fchmod(fd, file_mode())
         kwargs = {} if "b" in mode else {"encoding": "utf-8"}
         with os.fdopen(fd, mode, **kwargs) as fh:
             write(fh)

@@ -323,6 +323,7 @@ def save_finetuned(model, tokenizer, out_dir: Path, state_dict: dict | None = No
         else:
             _unwrap(model).save_pretrained(tmp, state_dict=state_dict)
         tokenizer.save_pretrained(tmp)
+        _apply_umask(tmp)  # mkdtemp's 0700 folder and safetensors' 0600 files: usual modes
         if out_dir.exists():  # replace an older result: move it aside first (rename needs a free name)
             old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
             os.rename(out_dir, old / "d")

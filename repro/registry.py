@@ -29,11 +29,17 @@ _BUILTIN_MODULES = {
 
 
 class Registry:
-    """Maps names to classes (or factories) of one kind: selectors or allocators."""
+    """Maps names to classes of one kind: selectors or allocators.
 
-    def __init__(self, kind: str, group: str) -> None:
+    Whatever a name resolves to must be a class with the protocol's method (`select` or
+    `allocate`, repro/interfaces.py); anything else (a function such as `os:system`, a module
+    constant) is refused by `get` before it is called, so a wrong `module:Class` fails with a
+    message before any stage runs, never with an AttributeError after one."""
+
+    def __init__(self, kind: str, group: str, method: str) -> None:
         self.kind = kind
         self.group = group
+        self.method = method  # the protocol's method every class of this kind has
         self._items: dict[str, Any] = {}
         self._from_entry_point: set[str] = set()  # names get() loaded from an entry point
         self._loaded_builtins = False
@@ -76,7 +82,22 @@ class Registry:
         return "?"
 
     def get(self, name: str) -> Any:
-        """The class registered under `name`; raises ConfigError with suggestions if unknown."""
+        """The class registered under `name`; raises ConfigError with suggestions if unknown, and
+        when the name resolves to something that is not a class with the protocol's method."""
+        return self._checked(name, self._resolve(name))
+
+    def _checked(self, name: str, obj: Any) -> Any:
+        if inspect.isclass(obj) and callable(getattr(obj, self.method, None)):
+            return obj
+        kind = self.kind[:-1]
+
+        def a(word: str) -> str:
+            return ("an " if word[0] in "aeiou" else "a ") + word
+
+        raise ConfigError(f"{name!r} resolves to {obj!r}, not {a(kind)} class: expected a class "
+                          f"with {a(self.method + '()')} method (repro/interfaces.py)")
+
+    def _resolve(self, name: str) -> Any:
         self._load_builtins()
         if name in self._items:
             return self._items[name]
@@ -96,6 +117,9 @@ class Registry:
                 obj = getattr(importlib.import_module(mod_name), attr)
             except (ImportError, AttributeError) as e:
                 raise ConfigError(f"{self.kind[:-1]} {name!r}: cannot import: {e}") from e
+            except Exception as e:  # noqa: BLE001 - the module itself failed (or an empty name)
+                raise ConfigError(f"{self.kind[:-1]} {name!r}: cannot import: "
+                                  f"{type(e).__name__}: {e}") from e
             return obj
         known = self.names()
         hint = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
@@ -134,8 +158,8 @@ class Registry:
                               f"{params!r}: {e}") from e
 
 
-SELECTORS = Registry("selectors", "cluster_repro.selectors")
-ALLOCATORS = Registry("allocators", "cluster_repro.allocators")
+SELECTORS = Registry("selectors", "cluster_repro.selectors", "select")
+ALLOCATORS = Registry("allocators", "cluster_repro.allocators", "allocate")
 
 register_selector = SELECTORS.register
 register_allocator = ALLOCATORS.register

@@ -9,16 +9,18 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import functools
+import hashlib
 import io
 import json
 import os
 import platform
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from repro.io import atomic_write, atomic_write_text
+from repro.io import atomic_write, atomic_write_json
 
 PART_NAME = "results.part.csv"
 
@@ -76,8 +78,37 @@ def provenance() -> dict[str, Any]:
             "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 
+# ----------------------------------------------------------------------------- part files
+#
+# Every part file has a checksum sidecar, `<file>.sha256` (JSON: format, rows, bytes, sha256),
+# written right after the CSV. A reader recomputes both: a file cut while written (kill, full
+# disk, a copy that stopped) or changed afterwards no longer matches, even when the cut falls
+# exactly between two rows, which no CSV parser can notice.
+
+SIDECAR_SUFFIX = ".sha256"
+SIDECAR_FORMAT = 1
+
+
+def sidecar_path(path: Path) -> Path:
+    """`results.part.csv` -> `results.part.csv.sha256`."""
+    path = Path(path)
+    return path.with_name(path.name + SIDECAR_SUFFIX)
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_csv_with_sidecar(path: Path, text: str, rows: int) -> None:
+    """The CSV text atomically, then its sidecar (rows: data rows, without the header)."""
+    data = text.encode("utf-8")
+    atomic_write(path, lambda fh: fh.write(data), mode="wb")
+    atomic_write_json(sidecar_path(path), {"format": SIDECAR_FORMAT, "rows": rows,
+                                           "bytes": len(data), "sha256": _digest(data)})
+
+
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Write rows (missing columns empty, never zero) atomically as CSV."""
+    """Write rows (missing columns empty, never zero) atomically as CSV, with its sidecar."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="raise")
     w.writeheader()
@@ -86,27 +117,174 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
         if unknown:
             raise ValueError(f"result row has columns not in the schema: {sorted(unknown)}")
         w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
-    atomic_write_text(path, buf.getvalue())
+    write_csv_with_sidecar(Path(path), buf.getvalue(), len(rows))
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+    """The rows of one results CSV (checked: see `read_checked`)."""
+    return read_checked(Path(path), require_sidecar=False)
 
 
-def merge_results(output_dir: Path, out_csv: Path | None = None) -> tuple[Path, int]:
-    """Merge every results.part.csv under output_dir into results.csv (+ .parquet). -> (path, rows)."""
+class DamagedResultFile(ValueError):
+    """A results file that is cut, changed after it was written, or lacks its checksum."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+class DamagedResultsError(ValueError):
+    """Some results files are damaged and --allow-damaged was not given."""
+
+
+class ConflictingRowsError(ValueError):
+    """Two rows for one (run_id, benchmark, metric) that differ."""
+
+
+# Columns every results file has (what reports place a row by).
+REQUIRED_COLUMNS = ("run_id", "method", "seed", "benchmark", "metric", "value")
+
+
+def read_checked(path: Path, require_sidecar: bool) -> list[dict[str, str]]:
+    """The rows of a results CSV, or DamagedResultFile saying what is wrong with it.
+
+    With a sidecar, its byte count, sha256 and row count must match. Without one (an error when
+    `require_sidecar`: parts written by this suite always have one), the CSV must still hold
+    together: UTF-8, a header with the required columns, every row with as many fields as the
+    header, no quoted field left open, and a final newline (a file cut mid-row has none).
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise DamagedResultFile(path, f"cannot be read: {e.strerror or e}") from None
+    side = sidecar_path(path)
+    expected_rows = None
+    if side.is_file():
+        try:
+            meta = json.loads(side.read_text(encoding="utf-8"))
+            expected_rows, size, sha = int(meta["rows"]), int(meta["bytes"]), str(meta["sha256"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise DamagedResultFile(path, f"its checksum file {side.name} is unreadable or cut "
+                                          f"({type(e).__name__})") from None
+        if len(data) != size or _digest(data) != sha:
+            raise DamagedResultFile(path, f"does not match its checksum file {side.name} (expected "
+                                          f"{size} bytes and sha256 {sha[:12]}..., found "
+                                          f"{len(data)} bytes and {_digest(data)[:12]}...): it was "
+                                          "cut or changed after it was written")
+    elif require_sidecar:
+        raise DamagedResultFile(path, f"has no checksum file {side.name}, so a cut cannot be ruled "
+                                      "out (every part this suite writes has one; this one may "
+                                      "predate checksums)")
+    rows = _parse_csv(path, data)
+    if expected_rows is not None and len(rows) != expected_rows:  # a writer's bug, not a cut
+        raise DamagedResultFile(path, f"holds {len(rows)} rows, its checksum file says "
+                                      f"{expected_rows}")
+    return rows
+
+
+def _parse_csv(path: Path, data: bytes) -> list[dict[str, str]]:
+    if not data:
+        raise DamagedResultFile(path, "is empty (not even a header)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DamagedResultFile(path, f"is not UTF-8 text (byte {e.start})") from None
+    if not text.endswith("\n"):
+        where = "inside its header" if "\n" not in text else f"in line {text.count(chr(10)) + 1}"
+        raise DamagedResultFile(path, f"ends without a newline, cut {where} while it was written")
+    try:
+        records = list(csv.reader(io.StringIO(text, newline=""), strict=True))
+    except csv.Error as e:
+        raise DamagedResultFile(path, f"is not valid CSV ({e}): a quoted field is left open, so "
+                                      "it was cut inside a field") from None
+    header = records[0] if records else []
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing or len(set(header)) != len(header) or "" in header:
+        raise DamagedResultFile(path, f"its header lacks the column(s) {missing} or repeats one "
+                                      f"(header: {','.join(header)[:200]}): cut inside the header, "
+                                      "or not a results file")
+    rows = []
+    for line, rec in enumerate(records[1:], start=2):
+        if rec == []:
+            continue
+        if len(rec) != len(header):
+            raise DamagedResultFile(path, f"row {line} has {len(rec)} fields, the header "
+                                          f"{len(header)}: cut or damaged there")
+        rows.append(dict(zip(header, rec)))
+    return rows
+
+
+def read_result_files(files: list[Path], root: Path | None = None
+                      ) -> tuple[list[tuple[str, dict[str, str]]], list[DamagedResultFile]]:
+    """Every row of the files that are intact, labelled 'file:line', with identical duplicates
+    (the same row in two files: a copied run folder) kept once; and the damaged files. Part
+    files must have their checksum sidecar; another CSV (a merged results.csv, one made by hand)
+    is checked against its sidecar when it has one.
+
+    ConflictingRowsError when two rows for one (run_id, benchmark, metric) differ, naming both
+    places: which one is right cannot be told from the files.
+    """
+    out: list[tuple[str, dict[str, str]]] = []
+    damaged: list[DamagedResultFile] = []
+    seen: dict[tuple[str, str, str], tuple[str, dict[str, str]]] = {}
+    for f in files:
+        try:
+            rows = read_checked(f, require_sidecar=f.name == PART_NAME)
+        except DamagedResultFile as e:
+            damaged.append(e)
+            continue
+        name = f.relative_to(root) if root is not None and f.is_relative_to(root) else f
+        for i, row in enumerate(rows, start=2):
+            label = f"{name}:{i}"
+            key = (row["run_id"], row["benchmark"], row["metric"])
+            if key in seen:
+                first, other = seen[key]
+                if other != row:
+                    diff = sorted(c for c in set(row) | set(other) if row.get(c) != other.get(c))
+                    raise ConflictingRowsError(
+                        f"two different rows for run_id {key[0]!r}, benchmark {key[1]!r}, metric "
+                        f"{key[2]!r}: {first} and {label} (they differ in {', '.join(diff[:6])}"
+                        f"{' ...' if len(diff) > 6 else ''}); remove the one that is wrong (or "
+                        "move it out of the results folder) and rerun")
+                continue
+            seen[key] = (label, row)
+            out.append((label, row))
+    return out, damaged
+
+
+def damaged_message(damaged: list[DamagedResultFile], allowed: bool) -> str:
+    """The lines naming each damaged file and what was done about it."""
+    head = (f"skipped {len(damaged)} damaged results file(s) (--allow-damaged):" if allowed else
+            f"{len(damaged)} damaged results file(s); nothing was written. To rewrite a run's "
+            "part, delete its stages/results.json and run it again (only the results stage "
+            "reruns; for `cluster-repro eval`, run that again); or pass --allow-damaged to go "
+            "on without them:")
+    return "\n".join([head, *[f"  {d}" for d in damaged]])
+
+
+def merge_results(output_dir: Path, out_csv: Path | None = None, allow_damaged: bool = False
+                  ) -> tuple[Path, int]:
+    """Merge every results.part.csv under output_dir into results.csv (+ .parquet, + the CSV's
+    checksum sidecar). -> (path, rows). A damaged part raises DamagedResultsError naming each,
+    unless `allow_damaged`: then it is left out and named on stderr."""
     import pandas as pd
 
     parts = sorted(Path(output_dir).rglob(PART_NAME))
     if not parts:
         raise FileNotFoundError(f"no {PART_NAME} files under {output_dir}; run an experiment first "
                                 "(cluster-repro run CONFIG or cluster-repro demo)")
-    frames = [pd.read_csv(p, dtype=str, keep_default_na=False) for p in parts]
-    df = pd.concat(frames, ignore_index=True)
+    rows, damaged = read_result_files(parts, root=Path(output_dir))
+    if damaged and not allow_damaged:
+        raise DamagedResultsError(damaged_message(damaged, allowed=False))
+    if damaged:
+        print(f"warning: {damaged_message(damaged, allowed=True)}", file=sys.stderr, flush=True)
+    if not rows:
+        raise DamagedResultsError(f"no intact result rows under {output_dir}")
+    extra = sorted({c for _, r in rows for c in r} - set(COLUMNS))  # from a newer writer
+    df = pd.DataFrame([r for _, r in rows], columns=COLUMNS + extra, dtype=str).fillna("")
     df = df.sort_values(["name", "method", "run_id", "benchmark", "metric"], kind="stable")
     out_csv = out_csv or Path(output_dir) / "results.csv"
-    atomic_write(out_csv, lambda fh: df.to_csv(fh, index=False))
+    write_csv_with_sidecar(out_csv, df.to_csv(index=False), len(df))
     typed = df.copy()
     for col in ("value", "stderr", "kept_fraction", "selection_s", "train_s", "eval_s",
                 "end_to_end_s", "tokens_per_s", "allreduce_wait_share", "peak_mem_mb", "ratio"):

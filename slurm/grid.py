@@ -42,10 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from repro.config import (ConfigError, ExperimentConfig, from_dict, parse_override, read_yaml_file,
-                          set_dotted)
+from repro.config import (ConfigError, ExperimentConfig, check_name, check_text, from_dict,
+                          parse_override, read_yaml_file, set_dotted)
 
 AXES = ("dataset", "model", "method", "ratio", "world_size", "seed")
 _TOP = {"name", "base", "overrides", "set", "datasets", "models", "methods", "world_sizes",
@@ -187,10 +185,15 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
     for key in ("name", "base"):
         if not isinstance(g.get(key), str):
             raise ConfigError(f"{p}: '{key}' is required (a string)")
+    try:  # the name becomes the launch folder and starts every job name (an sbatch line)
+        check_name(g["name"], "name")
+        check_text(g["base"], "base")
+    except ConfigError as e:
+        raise ConfigError(f"{p}: {e}") from None
     base_path = (p.parent / g["base"]).resolve()
     if not base_path.is_file():
         raise ConfigError(f"{p}: base config {g['base']!r} not found (looked at {base_path})")
-    base = yaml.safe_load(base_path.read_text(encoding="utf-8")) or {}
+    base = read_yaml_file(base_path, "base config") or {}
     top_ov, top_set = _overrides_and_set(g, str(p))
     datasets = _entries(g, "datasets", _DATASET, str(p))
     models = _entries(g, "models", _MODEL, str(p))
@@ -206,6 +209,10 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
             raise ConfigError(f"{p}: exclude[{i}] has unknown axes {sorted(bad)} (allowed: "
                               f"{', '.join(AXES)})")
     for name, m in methods.items():
+        for r in m.get("ratios") or []:
+            if not isinstance(r, (int, float)) or isinstance(r, bool) or not 0 < r <= 100:
+                raise ConfigError(f"{p}: methods.{name}.ratios: {r!r} is not a ratio: expected "
+                                  "numbers in (0, 100], in percent (the paper's r = 0.5 is 50)")
         if m.get("match") is not None and m["match"] not in methods:
             raise ConfigError(f"{p}: methods.{name}.match: {m['match']!r} is not a method of this grid")
         if m.get("match") and m.get("ratios"):
@@ -268,7 +275,11 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
                 ids.add(cid)
     if not cells:
         raise ConfigError(f"{p}: the exclusions leave no cell")
-    return Grid(g["name"], p, cells, dict(g.get("estimate") or {}))
+    estimate = g.get("estimate") or {}
+    if not isinstance(estimate, dict):
+        raise ConfigError(f"{p}: 'estimate' must be a mapping of dry-run assumptions, got "
+                          f"{estimate!r}")
+    return Grid(g["name"], p, cells, dict(estimate))
 
 
 def select_cells(grid: Grid, only: list[str]) -> list[Cell]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.config import ConfigError, ExperimentConfig
+from repro.config import ConfigError, ExperimentConfig, check_text
 from repro.io import atomic_write_json, read_json
 from slurm.grid import Cell, Grid, load_grid, select_cells
 from slurm.jobs import CellJob, FeaturesJob
@@ -133,7 +133,29 @@ def slurm_parameters(profile: ClusterProfile, world_size: int, job_name: str,
         params["gpus_per_node"] = per_node
         if profile.mem_per_gpu_gb:
             params["mem_per_gpu"] = f"{int(profile.mem_per_gpu_gb)}G"
-    return {k: v for k, v in params.items() if v is not None}
+    params = {k: v for k, v in params.items() if v is not None}
+    check_sbatch_text(params)
+    return params
+
+
+def check_sbatch_text(params: dict[str, Any], folder: Path | None = None) -> None:
+    """ConfigError when a value that submitit writes into the sbatch file (job name, profile
+    values, setup lines, the log folder) holds a control character: a newline there would start
+    a line of its own, e.g. an extra `#SBATCH` directive. Grid names and profiles are checked
+    when loaded; this is the last check, where the text is used."""
+    def texts(value: Any, key: str):
+        if isinstance(value, (str, Path)):
+            yield key, str(value)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                yield key, str(k)
+                yield from texts(v, f"{key}.{k}")
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                yield from texts(v, f"{key}[{i}]")
+
+    for key, text in texts({**params, **({"folder": folder} if folder else {})}, "sbatch"):
+        check_text(text, key)
 
 
 def sbatch_script(profile: ClusterProfile, world_size: int, job_name: str, folder: Path,
@@ -142,6 +164,7 @@ def sbatch_script(profile: ClusterProfile, world_size: int, job_name: str, folde
     from submitit.slurm.slurm import _make_sbatch_string
 
     py = python or shlex.quote(sys.executable)
+    check_sbatch_text({}, folder)
     command = " ".join([py, "-u -m submitit.core._submit", shlex.quote(str(folder))])
     return _make_sbatch_string(command=command, folder=folder,
                                **slurm_parameters(profile, world_size, job_name, dependency))
@@ -158,6 +181,7 @@ def make_executor(backend: str, folder: Path, profile: ClusterProfile, world_siz
         ex.update_parameters(timeout_min=profile.time_limit_min, tasks_per_node=world_size,
                              gpus_per_node=0)
         return ex
+    check_sbatch_text({}, folder)
     ex = submitit.SlurmExecutor(folder, max_num_timeout=profile.max_requeues)
     ex.update_parameters(**slurm_parameters(profile, world_size, job_name, dependency))
     return ex

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.config import ConfigError, read_yaml_file
+from repro.config import (ConfigError, Range, _coerce, check_numbers, check_texts,
+                          read_yaml_file)
 
 
 # The dry run's model-FLOPs utilization when a profile names none: the one figure measured for
@@ -84,6 +86,8 @@ class ClusterProfile:
 
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    """The dataclass from a mapping: unknown keys get a "did you mean", each value is checked
+    against its annotation (repro/config.py's rules: an int where an int is asked, ...)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping, got {data!r}")
     names = [f.name for f in dataclasses.fields(cls)]
@@ -96,17 +100,48 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
             raise ConfigError(f"{where}: unknown key {key!r}{extra} (allowed: {', '.join(names)})")
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
-            value = _build(tp, value, f"{where}.{key}")
-        elif tp in (int, float) and (not isinstance(value, (int, float)) or isinstance(value, bool)):
-            raise ConfigError(f"{where}.{key}: expected a number, got {value!r}")
-        elif tp is bool and not isinstance(value, bool):
-            raise ConfigError(f"{where}.{key}: expected true or false, got {value!r}")
-        elif typing.get_origin(tp) is list and not isinstance(value, list):
-            raise ConfigError(f"{where}.{key}: expected a list, got {value!r}")
-        elif typing.get_origin(tp) is dict and not isinstance(value, dict):
-            raise ConfigError(f"{where}.{key}: expected a mapping, got {value!r}")
-        kwargs[key] = value
+            kwargs[key] = _build(tp, value, f"{where}.{key}")
+        else:
+            kwargs[key] = _coerce(value, tp, f"{where}.{key}")
     return cls(**kwargs)
+
+
+# Numeric keys of a profile and what they allow (repro/config.py's Range); every numeric field
+# has an entry (tests/test_integrity_inputs.py checks it, as for the experiment config).
+RANGES: dict[str, Range] = {
+    "gpus_per_node": Range(1),
+    "cpus_per_gpu": Range(1),
+    "mem_per_gpu_gb": Range(0, lo_incl=False, note="GB; null: the partition's default"),
+    "time_limit_min": Range(1, note="minutes"),
+    "max_requeues": Range(0),
+    "array_parallelism": Range(1),
+    "features_gpus": Range(1, note="null: the smallest world size of its cells"),
+    "gpu.peak_tflops": Range(0, lo_incl=False, note="TFLOP/s per GPU"),
+    "gpu.mfu": Range(0, 1, lo_incl=False, note="a fraction: write 0.4 for 40%; null: the measured 0.14"),
+    "gpu.memory_gb": Range(0, lo_incl=False, note="one GPU's memory in GiB, e.g. 80"),
+}
+# An env key is exported as `export KEY=...`; an sbatch_extra key becomes `#SBATCH --key=...`.
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SBATCH_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def check_profile(prof: ClusterProfile, where: str) -> None:
+    """Numbers in range; no control characters anywhere (every value can reach the sbatch file,
+    where a newline would start a line of its own: an extra #SBATCH directive or command);
+    env keys that `export` takes; sbatch_extra keys that are option names, values scalars."""
+    check_numbers(prof, RANGES, f"{where}: ")
+    check_texts(prof, f"{where}: ")
+    for k in prof.env:
+        if not _ENV_KEY.fullmatch(str(k)):
+            raise ConfigError(f"{where}: env: {k!r} is not a shell variable name (letters, digits "
+                              "and _, not starting with a digit)")
+    for k, v in prof.sbatch_extra.items():
+        if not _SBATCH_KEY.fullmatch(str(k)):
+            raise ConfigError(f"{where}: sbatch_extra: {k!r} is not an sbatch option name "
+                              "(e.g. mail-type, exclusive)")
+        if not isinstance(v, (str, int, float, bool)):
+            raise ConfigError(f"{where}: sbatch_extra.{k}: expected a single value (string, "
+                              f"number or true), got {v!r}")
 
 
 def load_profile(path: str | Path) -> ClusterProfile:
@@ -114,17 +149,7 @@ def load_profile(path: str | Path) -> ClusterProfile:
     p = Path(path)
     data = read_yaml_file(p, "cluster profile", " (see configs/clusters/example.yaml)") or {}
     prof = _build(ClusterProfile, data, str(p))
-    if prof.gpus_per_node < 1 or prof.cpus_per_gpu < 1 or prof.time_limit_min < 1:
-        raise ConfigError(f"{p}: gpus_per_node, cpus_per_gpu and time_limit_min must be >= 1")
-    for key in ("mfu", "memory_gb"):
-        v = getattr(prof.gpu, key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            raise ConfigError(f"{p}: gpu.{key}: expected a number or null, got {v!r}")
-    if prof.gpu.mfu is not None and not 0 < prof.gpu.mfu <= 1:
-        raise ConfigError(f"{p}: gpu.mfu is a fraction in (0, 1] (write 0.4 for 40%), got {prof.gpu.mfu}")
-    if prof.gpu.memory_gb is not None and not prof.gpu.memory_gb > 0:
-        raise ConfigError(f"{p}: gpu.memory_gb is one GPU's memory in GiB (e.g. 80), got "
-                          f"{prof.gpu.memory_gb}")
+    check_profile(prof, str(p))
     if prof.name == "default":
         prof.name = p.stem
     return prof

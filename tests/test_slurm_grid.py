@@ -138,7 +138,8 @@ def test_profile_errors_name_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"unknown key 'gpus_per_nodes'; did you mean 'gpus_per_node'"):
         load_profile(p)
     p.write_text("gpu: {mfu: 40}\n")
-    with pytest.raises(ConfigError, match=r"gpu.mfu is a fraction"):
+    with pytest.raises(ConfigError, match=r"gpu\.mfu: expected a finite number in \(0, 1\]"
+                                          r".*a fraction: write 0\.4 for 40%.*got 40\.0"):
         load_profile(p)
     prof = load_profile(CONFIGS / "clusters" / "example.yaml")
     assert prof.nodes_for(4) == (1, 4) and prof.nodes_for(8) == (2, 4) and prof.nodes_for(2) == (1, 2)
