@@ -17,7 +17,8 @@ and four moments of a step, the peak being the largest:
     loss backward  forward end + the loss's gradients (8 bytes per token and vocabulary entry),
                    or the logits' gradient + the LM head's weight gradient if larger
     backward end   state + gradients + (fsdp) one group's gathered weights and gradient in flight
-    optimizer      state + gradients + 2 x the largest local parameter (the step's temporaries)
+    optimizer      state + gradients + the step's temporaries (4, 3 or 1 x the largest local
+                   parameter for Adafactor, AdamW, SGD)
 
 Activations per decoder layer and token, counted from what a Llama layer saves for backward
 (SDPA attention, SwiGLU MLP): c (6 h + 2 kv + 4 i) + 4 (2 h) bytes (the two RMSNorms keep fp32),
@@ -258,7 +259,10 @@ def plan_memory(shape: ModelShape, *, strategy: str, world_size: int, seq_len: i
         copies = c * (root + layer)
     else:  # bf16 autocast keeps a bf16 copy of every Linear weight for backward
         copies = 2.0 * shape.linear_params() if c == 2 else 0.0
-    temporaries = 2 * 4 * max(a * b for a, b in mats) / s
+    # The step's full-size temporaries of the largest parameter: Adafactor squares the gradient,
+    # forms the row x column factor and the update; AdamW and SGD fewer.
+    temps = {"adafactor": 4, "adamw": 3}.get(optimizer, 1)
+    temporaries = temps * 4 * max(a * b for a, b in mats) / s
     head_grad = 0 if lora else 4 * shape.vocab * h
     if strategy == "fsdp" and not lora:
         # A group's gradient in flight: unsharded (compute dtype), the fp32 reduce-scatter input,
@@ -268,7 +272,10 @@ def plan_memory(shape: ModelShape, *, strategy: str, world_size: int, seq_len: i
     else:  # LoRA under fsdp: only the gathered weights; ddp: the bf16 copies are freed by now
         in_flight = copies if strategy == "fsdp" else 0.0
 
-    forward_end = state + acts + logits + copies
+    # On CPU, DDP's buckets are zero pages that no forward touches: measured, a CPU DDP worker's
+    # RSS at the forward and loss moments does not hold them (docs/memory.md); a GPU allocates them.
+    fwd_state = state - buckets if device == "cpu" else state
+    forward_end = fwd_state + acts + logits + copies
     # The loss's backward: the log-softmax's gradient and the logits' (fp32), then the LM head's
     # weight gradient while the logits' gradient is still held.
     loss_backward = forward_end + max(8 * tv, 4 * tv + head_grad)
