@@ -36,6 +36,25 @@ def _offline_private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["CLUSTER_REPRO_CACHE"] = str(tmp_path_factory.mktemp("model-cache"))
 
 
+# Variables that make a process join a torch.distributed group (torchrun, srun). A test that sets
+# one in this process (directly, as code under test may) must not leave it for the next test:
+# features_to_file or run_training would then wait for a group that never forms.
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
+               "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_ID", "SLURM_JOB_ID", "SLURM_NODEID",
+               "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_STEP_NODELIST")
+
+
+@pytest.fixture(autouse=True)
+def _restore_launch_env():
+    saved = {k: os.environ.get(k) for k in LAUNCH_VARS}
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture
 def shared_data() -> Path:
     """The local copies of public data (CI always provides them; missing is a failure, not a skip)."""
