@@ -16,7 +16,9 @@ differs a little between seeds.
 Row kinds, told apart by the benchmark name: quality scores (anything else), and the diagnostic
 rows that repro/pipeline.py `diagnostic_rows` writes: `cost/<step>`, `cluster/<c>`,
 `cluster/agreement`, `worker/<k>`. A row with metric `missing` says a benchmark could not be run:
-its cells show as missing, never as zero.
+its cells show as missing, never as zero. A run whose rows say status `diverged` (its training
+loss or gradients became non-finite; one row `train`/`diverged` holds the step) has no scores:
+its quality cells show "diverged".
 """
 from __future__ import annotations
 
@@ -99,6 +101,10 @@ class Run:
     # benchmark -> {item id: score}, from the run folder's per-item file when there is one
     items: dict[str, dict[str, float]] = field(default_factory=dict)
     budget: str = ""  # set by group_cells for budget-taking baselines
+    status: str = "ok"  # "diverged": training stopped on a non-finite loss or gradient norm
+    diverged_step: int | None = None
+    attempts: int | None = None  # starts of the run until it finished (1: never interrupted)
+    resumed_from_step: int | None = None  # the step its training resumed from (0: none)
 
     def score(self, benchmark: str, metric: str) -> float | None:
         return self.scores.get((benchmark, metric))
@@ -212,9 +218,16 @@ def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> lis
                 n_selected=_int(r.get("n_selected", ""), where, "n_selected"),
                 n_pool=_int(r.get("n_pool", ""), where, "n_pool"),
                 costs=costs,
-                lm_eval=versions.get("lm_eval"), versions=versions, git_sha=r.get("git_sha", ""))
+                lm_eval=versions.get("lm_eval"), versions=versions, git_sha=r.get("git_sha", ""),
+                attempts=_int(r.get("attempts", ""), where, "attempts"),
+                resumed_from_step=_int(r.get("resumed_from_step", ""), where, "resumed_from_step"))
         run = runs[rid]
         b, m = r["benchmark"], r["metric"]
+        if r.get("status") == "diverged":
+            run.status = "diverged"
+        if m == "diverged":
+            run.diverged_step = _int(r["value"], where, "value")
+            continue
         if m == "missing":
             run.missing.add(b)
             continue

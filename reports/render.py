@@ -18,7 +18,8 @@ DIGITS = {"pct": 1, "num": 3, "num0": 0, "num2": 2, "delta2": 2, "sec": 1, "min"
           "mb": 0, "delta": 1, "joules": 0}
 MISSING_MD, MISSING_TEX = "—", "--"
 LEGEND = ("— missing (no result, or the benchmark could not be run); blank: not evaluated in this "
-          "setting; † single seed (no interval); [low, high]: 95% bootstrap interval.")
+          "setting; diverged: training stopped on a non-finite loss or gradient norm (no "
+          "scores); † single seed (no interval); [low, high]: 95% bootstrap interval.")
 
 
 def _num(v: float, kind: str) -> str:

@@ -3,7 +3,8 @@
 Units: quality scores in percent (fractions in the rows x 100), except loss and perplexity as they
 are; times in seconds; memory in MB; energy in joules; differences in points (percent units).
 A table cell is a str, an int/float, an `Estimate` (mean over seeds with its interval, or a paired
-difference) or None, which renders as missing ("—"); "" means "not evaluated in this setting".
+difference) or None, which renders as missing ("—"); "" means "not evaluated in this setting";
+"diverged" marks the quality cells of a cell with a run whose training diverged (no scores).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from reports.stats import Estimate, mean_ci, paired_diff
 
 MISSING = None
 NOT_EVALUATED = ""
+DIVERGED = "diverged"
 
 
 @dataclass
@@ -114,15 +116,30 @@ class Report:
         return float(np.mean(vals))
 
     # -- per-cell values -----------------------------------------------------------------
+    @staticmethod
+    def diverged(c: Cell) -> bool:
+        """Whether a run of the cell diverged: it has no scores, so its cells say so."""
+        return any(r.status == "diverged" for r in c.runs)
+
     def quality_cell(self, c: Cell, key: QualityKey) -> Any:
         if key[0] not in self.expected.get((c.first.dataset, c.first.model), set()):
             return NOT_EVALUATED
+        if self.diverged(c):
+            return DIVERGED
         return mean_ci([self.run_value(r, key) for r in c.runs], f"{c.key}|{key}")
 
     def domain_cell(self, c: Cell, domain: str) -> Any:
         if not self.domain_keys(c.first, domain):
             return NOT_EVALUATED
+        if self.diverged(c):
+            return DIVERGED
         return mean_ci([self.run_domain_avg(r, domain) for r in c.runs], f"{c.key}|avg|{domain}")
+
+    def run_counts(self, c: Cell) -> tuple[int | None, int | None]:
+        """(most attempts, latest resume step) over the cell's runs; None where rows lack them."""
+        att = [r.attempts for r in c.runs if r.attempts is not None]
+        res = [r.resumed_from_step for r in c.runs if r.resumed_from_step is not None]
+        return (max(att) if att else None), (max(res) if res else None)
 
     def cost_cell(self, c: Cell, col: str, scale: float = 1.0) -> Estimate | None:
         vals = [r.costs.get(col) for r in c.runs]
@@ -198,6 +215,8 @@ class Report:
         """Percent less than full data (mean over seeds of each), or 'ref' for full itself."""
         if c.first.method == "full":
             return "ref"
+        if self.diverged(c):  # its training stopped early: no time to compare
+            return DIVERGED
         full = self.full_cell(c)
         ours = self.cost_cell(c, col)
         ref = self.cost_cell(full, col) if full else None
@@ -253,10 +272,11 @@ def main_table(rep: Report) -> Table:
         for d in rep.domains:
             keys = rep.domain_keys(c.first, d)
             row.append("ref" if c.first.method == "full" else
-                       rep.paired(c, "full", keys) if keys else NOT_EVALUATED)
+                       (DIVERGED if rep.diverged(c) else rep.paired(c, "full", keys))
+                       if keys else NOT_EVALUATED)
             row.append("ref" if c.first.method == "random" else
-                       rep.paired(c, "random", keys) if keys and at_a_budget(c)
-                       else NOT_EVALUATED)
+                       (DIVERGED if rep.diverged(c) else rep.paired(c, "random", keys))
+                       if keys and at_a_budget(c) else NOT_EVALUATED)
         rows.append(row)
     return Table("main", "Main results: quality, data used and time per method and ratio", cols,
                  rows, notes=[
@@ -292,9 +312,9 @@ def differences_table(rep: Report) -> Table:
                 else:
                     ours = rep.quality_cell(c, keys[0])
                     ref = mean_ci([rep.run_value(x, keys[0]) for x in ref_runs], f"ref{name}")
-                d = rep.paired(c, which, keys)
-                rows.append(_ident(c) + [name, which, ours,
-                             ref, d, f"{d.unit} (n={d.n})" if d else MISSING])
+                d = DIVERGED if rep.diverged(c) else rep.paired(c, which, keys)
+                rows.append(_ident(c) + [name, which, ours, ref, d,
+                             f"{d.unit} (n={d.n})" if d and d != DIVERGED else MISSING])
     return Table("differences", "Paired differences against full data and random at the same "
                  "budget", cols, rows, notes=[
                      "Paired bootstrap (2,000 resamples, 95% percentile interval) over items where "
@@ -310,7 +330,8 @@ def overhead_table(rep: Report) -> Table:
                          Column("selection total s", "sec"), Column("selection share of "
                                                                     "end-to-end (%)", "pct"),
                          Column("peak memory MB", "mb"), Column("features peak MB", "mb"),
-                         Column("clustering peak MB", "mb"), Column("train energy J", "joules")]
+                         Column("clustering peak MB", "mb"), Column("train energy J", "joules"),
+                         Column("attempts", "int"), Column("resumed from step", "int")]
     rows = []
     for c in rep.cells:
         if c.first.method == "base":
@@ -323,12 +344,15 @@ def overhead_table(rep: Report) -> Table:
             sel, 100 * sel.value / e2e.value if sel and e2e and e2e.value > 0 else MISSING,
             rep.cost_cell(c, "peak_mem_mb"), rep.diag_cell(c, "cost/features", "peak_mem_mb"),
             rep.diag_cell(c, "cost/clustering", "peak_mem_mb"),
-            energy if energy is not None else "not measured"])
+            energy if energy is not None else "not measured", *rep.run_counts(c)])
     return Table("overhead", "Selection overhead: seconds, memory and energy", cols, rows, notes=[
         "choice s: keeping m_adj examples per cluster; selection total = select + schedule stages.",
         "Energy comes from GPU energy counters (NVML) around training; where no GPU reports it "
         "the cell says 'not measured' (never estimated). Peak memory: process RSS on CPU, "
-        "allocated device memory on GPU; step peaks from Python's tracemalloc."])
+        "allocated device memory on GPU; step peaks from Python's tracemalloc.",
+        "attempts: how often a run was started before it finished (1: never interrupted), and "
+        "the step its training resumed from (0: none), the largest over the cell's seeds; the "
+        "seconds of a resumed run add up every attempt (docs/files.md)."])
 
 
 NOT_MEASURED_FSDP = "n/a (fsdp)"

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from repro.config import ConfigError, load_config
+from repro.rundir import RunStopped
 
 EPILOG = ("Overrides use dotted keys, e.g. train.lr=1e-4 selection.fraction=0.5 world_size=8. "
           "Data files are read relative to data_dir (or $CLUSTER_REPRO_DATA).")
@@ -53,7 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext, description=helptext + ".", epilog=EPILOG)
         _add_config_args(p)
         p.add_argument("--force", action="store_true",
-                       help="redo every stage even if its output exists")
+                       help="redo every stage even if its output exists (also when its inputs "
+                            "changed)")
+        p.add_argument("--wait-lock", action="store_true",
+                       help="if another run of this config is writing its run folder, wait for "
+                            "it to finish instead of stopping")
 
     p = sub.add_parser("grid", help="run every experiment of a run-list file, in order",
                        description="Run every experiment of a run-list file (configs/runs/*.yaml) "
@@ -219,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
 
             cfg = load_config(args.config, args.overrides)
             _preflight(args.config, cfg)
-            run_dir = run_experiment(cfg, force=args.force,
+            run_dir = run_experiment(cfg, force=args.force, wait_lock=args.wait_lock,
                                      until="results" if args.cmd == "run" else "schedule")
             what = "results.part.csv" if args.cmd == "run" else "selection.csv"
             print(f"{run_dir / what}")
@@ -278,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
+    except RunStopped as e:  # locked, inputs changed (2), training diverged (3)
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
     except _user_errors() as e:
         # DataError and SelectionError are ValueErrors with messages that name the file/key.
         print(f"error: {e}", file=sys.stderr)

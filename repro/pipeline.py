@@ -16,9 +16,17 @@ two stages are redone. Files (schemas in docs/files.md):
     derived.json         steps, batch, accumulation train.json    training timings, throughput
     train_log/rank*.jsonl per step and worker       model/        the fine-tuned weights or adapter
     stages/eval.json     scores                     results.part.csv  tidy result rows
+    stages/attempts.json every attempt of a stage   .lock  held by the run writing the folder
+
+Integrity (docs/files.md): one run writes a folder at a time (`.lock`); the model, pool and select
+markers record fingerprints of what they read from outside the folder (repro/fingerprints.py), and
+a rerun stops, naming what changed, rather than reuse a stage made from other inputs; a training
+whose loss or gradients become non-finite stops with result rows of status `diverged`; timing
+columns add up every attempt of a killed and restarted run (repro/rundir.py).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import resource
 import shutil
@@ -32,7 +40,9 @@ from typing import Any, Callable
 from repro.config import ExperimentConfig, derive, eval_hash, save_config
 from repro.interfaces import SelectionContext, SelectionError, resolve_budget
 from repro.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_json, read_jsonl
+from repro import fingerprints, rundir
 from repro.registry import ALLOCATORS, SELECTORS
+from repro.rundir import RunStopped
 from repro.types import Example, Pool, Schedule, Selection
 
 STAGES = ("model", "pool", "select", "schedule", "train", "eval", "results")
@@ -80,7 +90,9 @@ def stage_current(cfg: ExperimentConfig, run_dir: Path, name: str) -> bool:
 
 
 def _stage(run_dir: Path, name: str, force: bool, fn: Callable[[], dict[str, Any]],
-           key: dict[str, Any] | None = None) -> dict[str, Any]:
+           key: dict[str, Any] | None = None, record: bool = True) -> dict[str, Any]:
+    """Run stage `name` unless its marker says it is done (for `key`); returns its marker.
+    With `record`, the attempt goes into stages/attempts.json (the run folder's owner only)."""
     marker = stage_marker(run_dir, name)
     if not force and stage_done(run_dir, name, key):
         _log(f"{name}: done already ({marker}), skipped")
@@ -88,11 +100,21 @@ def _stage(run_dir: Path, name: str, force: bool, fn: Callable[[], dict[str, Any
     if marker.is_file() and not force:
         old = {k: read_json(marker).get(k) for k in key or {}}
         _log(f"{name}: done with other settings ({old}, now {key}), redone")
+    if record:
+        rundir.start(run_dir, name)
     t0 = time.perf_counter()
-    info = fn()
+    try:
+        info = fn()
+    except BaseException as e:
+        if record:  # interrupted: SIGTERM/requeue (SystemExit) or Ctrl-C
+            rundir.finish(run_dir, name, "failed" if isinstance(e, Exception) else "interrupted",
+                          time.perf_counter() - t0)
+        raise
     info["stage_s"] = time.perf_counter() - t0
     info.update(key or {})
     atomic_write_json(marker, info)
+    if record:
+        rundir.finish(run_dir, name, "done", info["stage_s"])
     _log(f"{name}: done in {info['stage_s']:.1f}s")
     return info
 
@@ -117,6 +139,8 @@ def stage_pool(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
 
     from repro.data import TokenizedPool, load_pool_report
 
+    # Fingerprint first: a file changed while it is read shows as changed at the next run.
+    data_inputs = fingerprints.data_fingerprints(cfg)
     train, held, reports = load_pool_report(cfg)
     tok = AutoTokenizer.from_pretrained(model_dir_of(run_dir))
     skipped = dict(train.skipped)
@@ -133,13 +157,16 @@ def stage_pool(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     atomic_write_jsonl(run_dir / "heldout.jsonl", [e.to_dict() for e in held_ex])
     return {"n_pool": len(train_ex), "n_heldout": len(held_ex), "skipped": skipped,
             "sources": [vars(r) for r in reports],
-            "categories": dict(Counter(e.category or "none" for e in train_ex))}
+            "categories": dict(Counter(e.category or "none" for e in train_ex)),
+            "inputs": {"data": data_inputs}}
 
 
 def stage_model(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     from repro.models import materialize_model
 
-    return {"model_dir": str(materialize_model(cfg.model, cfg.seed))}
+    model_dir = materialize_model(cfg.model, cfg.seed)
+    return {"model_dir": str(model_dir),
+            "inputs": {"model": fingerprints.model_fingerprint(model_dir)}}
 
 
 def validate_selection(sel: Selection, pool: Pool, method: str) -> None:
@@ -180,7 +207,8 @@ def stage_select(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     })
     return {"method": s.method, "budget": budget, "n_selected": len(sel.ids),
             "n_unique": n_unique, "n_pool": len(train), "kept_fraction": n_unique / len(train),
-            "selection_s": seconds, "peak_mem_mb": _peak_rss_mb(), "info": sel.info}
+            "selection_s": seconds, "peak_mem_mb": _peak_rss_mb(), "info": sel.info,
+            "inputs": {"selection": fingerprints.selection_fingerprint(run_dir)}}
 
 
 def load_selection(run_dir: Path) -> Selection:
@@ -304,22 +332,35 @@ def join_eval_stage(cfg: ExperimentConfig, run_dir: Path) -> None:
         evaluate_run(cfg, run_dir)
 
 
+def stage_seconds(run_dir: Path, name: str, marker: dict[str, Any], field: str = "stage_s") -> float:
+    """Seconds of stage `name` over all its attempts: the finishing attempt's `field` plus what its
+    killed or failed attempts had kept (repro/rundir.py: their time up to their last durable
+    progress; the work a kill threw away is in stages/attempts.json as lost_s, not counted)."""
+    return rundir.prior_seconds(run_dir, name) + marker[field]
+
+
 def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
-    """Tidy rows from the run's stage files (one per benchmark and metric)."""
+    """Tidy rows from the run's stage files (one per benchmark and metric). A diverged training
+    gives one row `train`/`diverged` (value: the step) instead of scores, every row with status
+    `diverged`."""
     from repro.results import provenance
 
-    pool, sel, sch, train, ev = (read_json(stage_marker(run_dir, s))
-                                 for s in ("pool", "select", "schedule", "train", "eval"))
-    selection_s = sel["stage_s"] + sch["stage_s"]
-    end_to_end = pool["stage_s"] + selection_s + train["train_stage_s"] + ev["stage_s"]
+    pool, sel, sch, train = (read_json(stage_marker(run_dir, s))
+                             for s in ("pool", "select", "schedule", "train"))
+    diverged = train.get("status") == "diverged"
+    ev = None if diverged else read_json(stage_marker(run_dir, "eval"))
+    selection_s = stage_seconds(run_dir, "select", sel) + stage_seconds(run_dir, "schedule", sch)
+    end_to_end = (stage_seconds(run_dir, "pool", pool) + selection_s
+                  + stage_seconds(run_dir, "train", train, "train_stage_s")
+                  + (stage_seconds(run_dir, "eval", ev) if ev else 0.0))
     base = {
         "run_id": f"{cfg.name}-{cfg.hash()}", "config_hash": cfg.hash(), "name": cfg.name,
         "method": cfg.selection.method,
         # selection.params as canonical JSON: reports tell ablation settings (prune, variant) apart.
         "selection_params": json.dumps(cfg.selection.params, sort_keys=True, separators=(",", ":")),
         # The eval settings the scores were made with (the run folder is keyed by training only).
-        "eval_settings": json.dumps(ev.get("eval_settings", asdict(cfg.eval)), sort_keys=True,
-                                    separators=(",", ":")),
+        "eval_settings": json.dumps((ev or {}).get("eval_settings", asdict(cfg.eval)),
+                                    sort_keys=True, separators=(",", ":")),
         "allocator": cfg.allocation.method,
         "weight_mode": cfg.allocation.weight_mode,
         "ratio": sel["info"].get("ratio", cfg.selection.params.get("ratio")),
@@ -328,14 +369,22 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         "model": cfg.model.name_or_path,
         "dataset": "+".join(Path(s.path).stem for s in cfg.data.sources),
         "world_size": cfg.world_size, "seed": cfg.seed, "selection_s": round(selection_s, 3),
-        "train_s": round(train["train_s"], 3), "eval_s": round(ev["eval_s"], 3),
+        "train_s": round(train["train_s"], 3),
+        "eval_s": round(ev["eval_s"], 3) if ev else None,  # a diverged run is not evaluated
         "end_to_end_s": round(end_to_end, 3),
+        "status": "diverged" if diverged else "ok",
+        "attempts": rundir.attempts(run_dir),
+        "resumed_from_step": train.get("resumed_from_step", 0),
         "tokens_per_s": round(train["tokens_per_s"], 2) if train.get("tokens_per_s") else None,
         "allreduce_wait_share": (round(train["allreduce_wait_share"], 4)
                                  if train.get("allreduce_wait_share") is not None else None),
         "peak_mem_mb": round(max(train["peak_mem_mb"], sel.get("peak_mem_mb", 0)), 1),
         **provenance(),
     }
+    if diverged:
+        return ([{**base, "benchmark": "train", "metric": "diverged",
+                  "value": train["diverged_step"], "stderr": None, "n": train["total_steps"]}]
+                + diagnostic_rows(base, run_dir, sel, sch, train))
     rows = []
     scores = ev["scores"]
     if "heldout" in scores:
@@ -419,12 +468,43 @@ def stage_results(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- driver
 
 
-def run_experiment(cfg: ExperimentConfig, force: bool = False, until: str = "results") -> Path:
-    """Run the stages up to and including `until`; returns the run directory."""
+class InputsChanged(RunStopped):
+    """A finished stage was made from other inputs than the config reads now."""
+
+
+class TrainingDiverged(RunStopped):
+    """The training loss or gradient norm became non-finite (inf or NaN)."""
+
+    exit_code = 3
+
+
+def run_experiment(cfg: ExperimentConfig, force: bool = False, until: str = "results",
+                   wait_lock: bool = False) -> Path:
+    """Run the stages up to and including `until`; returns the run directory.
+
+    The run folder's owner (a plain process, or rank 0 of a launched group) holds its lock for the
+    whole call: another run of the same cell raises RunLocked naming the holder, or with
+    `wait_lock` waits for it. Raises InputsChanged when a finished stage was made from other
+    inputs (unless `force`), and TrainingDiverged, after writing the run's diverged result rows,
+    when training diverges (whatever `until` says: the run cannot go on).
+    """
     if until not in STAGES:
         raise ValueError(f"until: expected one of {STAGES}, got {until!r}")
     run_dir = cfg.run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
+    leader = rundir.is_leader()
+    with rundir.run_lock(run_dir, wait=wait_lock) if leader else contextlib.nullcontext():
+        if leader:
+            if force:
+                rundir.reset(run_dir)
+            else:
+                rundir.close_killed(run_dir)
+                check_inputs(cfg, run_dir)
+        _run_stages(cfg, run_dir, force, until, leader)
+    return run_dir
+
+
+def _run_stages(cfg: ExperimentConfig, run_dir: Path, force: bool, until: str, leader: bool) -> None:
     save_config(cfg, run_dir / "config.yaml")
     _log(f"run {cfg.name} ({cfg.selection.method} + {cfg.allocation.method}, "
          f"world size {cfg.world_size}) -> {run_dir}")
@@ -442,10 +522,75 @@ def run_experiment(cfg: ExperimentConfig, force: bool = False, until: str = "res
         key = stage_key(cfg, name)
         if force or not stage_done(run_dir, name, key):
             invalidate_eval_outputs(run_dir, after=name)
-        _stage(run_dir, name, force, fn, key)
+        info = _stage(run_dir, name, force, fn, key, record=leader)
+        if name == "train" and info.get("status") == "diverged":
+            stop_diverged(cfg, run_dir, info, force, leader)
         if name == until:
             break
-    return run_dir
+
+
+def stop_diverged(cfg: ExperimentConfig, run_dir: Path, train: dict[str, Any], force: bool,
+                  leader: bool) -> None:
+    """A diverged training: skip the evaluation, write the result rows (status diverged), stop."""
+    from repro.results import PART_NAME
+
+    if leader:
+        stage_marker(run_dir, "eval").unlink(missing_ok=True)
+        _stage(run_dir, "results", force, lambda: stage_results(cfg, run_dir),
+               stage_key(cfg, "results"))
+    d = train.get("diverged") or {}
+    raise TrainingDiverged(
+        f"training diverged at step {train['diverged_step']} of {train['total_steps']} (0-based, "
+        f"as in train_log): non-finite {d.get('what', 'loss or gradient norm')} (loss per worker "
+        f"{d.get('loss')}, gradient norm per worker {d.get('grad_norm')}). The run stops: no model "
+        f"was saved or evaluated, and {run_dir / PART_NAME} holds a row with status 'diverged'. "
+        "Lower train.lr, add train.warmup_steps or train.grad_clip, then rerun with --force.")
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def check_inputs(cfg: ExperimentConfig, run_dir: Path) -> None:
+    """Raise InputsChanged when a finished stage's recorded inputs (its marker's `inputs`) differ
+    from what the config reads now: the model directory, the data files, the features."""
+    changes: list[str] = []
+    for name in ("model", "pool", "select"):
+        marker = stage_marker(run_dir, name)
+        if not marker.is_file():
+            continue
+        info = read_json(marker)
+        inputs = info.get("inputs")
+        if inputs is None:  # made before inputs were recorded: nothing to compare
+            continue
+        if name == "model":
+            found = _model_changes(cfg, run_dir, info)
+        elif name == "pool":
+            found = fingerprints.data_changes(inputs.get("data", []), cfg)
+        else:
+            found = fingerprints.selection_changes(inputs.get("selection", {}), run_dir)
+        changes += [f"{name} stage: {c}" for c in found]
+    if changes:
+        raise InputsChanged(
+            f"{run_dir} holds stages made from other inputs than this config reads now:\n  - "
+            + "\n  - ".join(changes)
+            + "\nNothing was reused or changed. Rerun with --force to redo the run from the current "
+              "inputs (its old outputs are replaced), or give it another name or output_dir to "
+              "keep both.")
+
+
+def _model_changes(cfg: ExperimentConfig, run_dir: Path, info: dict[str, Any]) -> list[str]:
+    """Compare the recorded model fingerprint with the model directory: the recorded one while it
+    exists, else wherever the model is now (a moved identical model is the same input, and the
+    marker then points to its new place)."""
+    model_dir = Path(info["model_dir"])
+    if not model_dir.is_dir():
+        model_dir = Path(stage_model(cfg, run_dir)["model_dir"])
+    found = fingerprints.model_changes(info["inputs"].get("model", {}),
+                                       fingerprints.model_fingerprint(model_dir))
+    if not found and str(model_dir) != info["model_dir"]:
+        _log(f"model: the same model, now at {model_dir}")
+        atomic_write_json(stage_marker(run_dir, "model"), {**info, "model_dir": str(model_dir)})
+    return found
 
 
 def invalidate_eval_outputs(run_dir: Path, after: str) -> None:

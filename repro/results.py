@@ -28,8 +28,11 @@ COLUMNS = [
     "run_id", "config_hash", "name", "method", "selection_params", "allocator", "weight_mode",
     "ratio", "kept_fraction", "n_selected", "n_pool", "model", "dataset", "world_size", "seed",
     "eval_settings", "benchmark", "metric", "value", "stderr", "n", "selection_s", "train_s", "eval_s",
-    "end_to_end_s", "tokens_per_s", "allreduce_wait_share", "peak_mem_mb", "git_sha",
-    "versions", "hardware", "timestamp",
+    "end_to_end_s", "tokens_per_s", "allreduce_wait_share", "peak_mem_mb",
+    # The run's outcome (ok, or diverged: its training loss or gradients became non-finite), how
+    # many times it was started before it finished, and the step its training resumed from.
+    "status", "attempts", "resumed_from_step",
+    "git_sha", "versions", "hardware", "timestamp",
 ]
 
 _VERSIONED = ["torch", "transformers", "peft", "accelerate", "datasets", "scikit-learn", "numpy",
@@ -289,7 +292,7 @@ def merge_results(output_dir: Path, out_csv: Path | None = None, allow_damaged: 
     for col in ("value", "stderr", "kept_fraction", "selection_s", "train_s", "eval_s",
                 "end_to_end_s", "tokens_per_s", "allreduce_wait_share", "peak_mem_mb", "ratio"):
         typed[col] = pd.to_numeric(typed[col].replace("", None), errors="coerce")
-    for col in ("n_selected", "n_pool", "world_size", "seed", "n"):
+    for col in ("n_selected", "n_pool", "world_size", "seed", "n", "attempts", "resumed_from_step"):
         typed[col] = pd.to_numeric(typed[col].replace("", None), errors="coerce").astype("Int64")
     pq = out_csv.with_suffix(".parquet")
     atomic_write(pq, lambda fh: typed.to_parquet(fh, index=False), mode="wb")

@@ -120,8 +120,10 @@ def state_bytes(model: torch.nn.Module, opt: torch.optim.Optimizer, strategy: st
 def _options(full: bool, trainable_only: bool) -> Any:
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
+    # strict=False: a state without the frozen weights (LoRA: only the adapter) loads into the
+    # whole model; every trainable key is there, since the state came from this same model.
     return StateDictOptions(full_state_dict=full, cpu_offload=full,
-                            ignore_frozen_params=trainable_only)
+                            ignore_frozen_params=trainable_only, strict=not trainable_only)
 
 
 def save_sharded(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:

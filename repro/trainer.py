@@ -6,7 +6,14 @@ rank weight w_k, 1.0 otherwise). Gradients are averaged over workers, by DDP or 
 (`train.strategy`, repro/sharding.py), so one optimizer step follows sum_k (w_k / K) * grad_k
 under either. Checkpoints every `train.checkpoint_every` steps (sharded under fsdp); a restarted
 run resumes from the newest complete checkpoint and ends with the same weights as an
-uninterrupted one.
+uninterrupted one, bit for bit (at any world size: see `settle_ddp_buckets` for what that takes
+under DDP). A checkpoint also carries the training seconds and tokens so far, so `train_s` in
+train.json counts every attempt's loop up to the checkpoint it resumed from.
+
+Divergence: after each step's backward every worker checks its loss and the norm of its gradients
+(its shards under fsdp); a flag all-reduced over the workers stops all of them together at the
+first step where any is inf or NaN, before the optimizer applies it. train.json then says
+`status: diverged` and `diverged_step`; no model is saved.
 
 Per step and worker it logs compute seconds, seconds waiting at the gradient all-reduce (ddp:
 from the moment this worker's last gradient bucket was ready until the synchronized gradients
@@ -17,6 +24,7 @@ state and DDP buckets (`state_bytes`).
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import resource
@@ -125,9 +133,11 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer,
-                    sched: Any, rank: int, world_size: int, keep: int, strategy: str = "ddp") -> None:
+                    sched: Any, rank: int, world_size: int, keep: int, strategy: str = "ddp",
+                    progress: dict[str, Any] | None = None) -> None:
     """All ranks call this together; each writes its RNG state. Under ddp rank 0 writes the
-    trainable weights and optimizer state; under fsdp every rank writes its shards (dcp/)."""
+    trainable weights and optimizer state; under fsdp every rank writes its shards (dcp/).
+    `progress` (train_s, tokens: totals over all attempts so far) goes into meta.json."""
     from repro.models import trainable_state_dict
     from repro.sharding import save_sharded
 
@@ -149,7 +159,7 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, opt: torch
     dist.barrier()
     if rank == 0:
         (tmp / "meta.json").write_text(json.dumps({"step": step, "world_size": world_size,
-                                                   "strategy": strategy}))
+                                                   "strategy": strategy, **(progress or {})}))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:
@@ -157,12 +167,18 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, opt: torch
     dist.barrier()
 
 
+def checkpoint_meta(ckpt: Path) -> dict[str, Any]:
+    """meta.json of a checkpoint: step, world_size, strategy and (since they are recorded)
+    train_s and tokens, the totals of every attempt up to this checkpoint."""
+    return json.loads((ckpt / "meta.json").read_text())
+
+
 def load_checkpoint(ckpt: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, sched: Any,
                     rank: int, world_size: int, strategy: str = "ddp") -> int:
     from repro.models import load_trainable_state_dict
     from repro.sharding import load_sharded
 
-    meta = json.loads((ckpt / "meta.json").read_text())
+    meta = checkpoint_meta(ckpt)
     if meta["world_size"] != world_size:
         raise RuntimeError(f"{ckpt}: written with world_size {meta['world_size']}, resumed with "
                            f"{world_size}; resume with the same world size or use --force")
@@ -228,11 +244,13 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
     opt = make_optimizer(cfg, params)
     sched = make_scheduler(cfg, opt, derived.total_steps)
 
-    start_step = 0
+    start_step, carried = 0, {"train_s": 0.0, "tokens": 0}
     ckpt = latest_checkpoint(run_dir)
     if ckpt is not None:
         start_step = load_checkpoint(ckpt, sharding.unwrapped(wrapped), opt, sched, rank,
                                      world_size, strategy)
+        meta = checkpoint_meta(ckpt)  # older checkpoints carry no totals: this attempt's only
+        carried = {"train_s": float(meta.get("train_s", 0.0)), "tokens": int(meta.get("tokens", 0))}
     else:
         seed_everything(cfg.seed + rank)  # per-rank stream for dropout etc.
 
@@ -244,24 +262,33 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
     b, accum = derived.per_worker_batch, derived.grad_accum
     per_step = b * accum
     pad_id = tokenizer.pad_token_id
+    autocast = sharding.autocast_enabled(strategy, bf16)
+
+    def micro_batch(step: int, micro: int) -> tuple[dict[str, torch.Tensor], list[str]]:
+        """Micro-batch `micro` of optimizer step `step` on this worker, on its device."""
+        epoch, s = divmod(step, derived.steps_per_epoch)
+        chunk = schedule.order[epoch][rank][s * per_step + micro * b:s * per_step + (micro + 1) * b]
+        batch = collate([tokenized[i] for i in chunk], pad_id)
+        return {k: v.to(device) for k, v in batch.items()}, chunk
+
+    if start_step and strategy == "ddp":
+        batch, _ = micro_batch(start_step, 0)
+        settle_ddp_buckets(wrapped, batch, autocast)
     t_loop = time.perf_counter()
     if rank == 0 and start_step:
         print(f"[train] resuming from {ckpt} at step {start_step}/{derived.total_steps}",
               file=sys.stderr, flush=True)
     progress = _progress(rank, derived.total_steps, start_step)
     totals: dict[str, Any] = {"tokens": 0, "compute_s": 0.0, "wait_s": 0.0, "steps": 0}
-    autocast = sharding.autocast_enabled(strategy, bf16)
+    diverged_at: int | None = None
     for step in range(start_step, derived.total_steps):
-        epoch, s = divmod(step, derived.steps_per_epoch)
-        ids = schedule.order[epoch][rank][s * per_step:(s + 1) * per_step]
+        epoch = step // derived.steps_per_epoch
         t0 = time.perf_counter()
         wait = 0.0
         tokens = 0
         loss_sum = 0.0
         for micro in range(accum):
-            chunk = ids[micro * b:(micro + 1) * b]
-            batch = collate([tokenized[i] for i in chunk], pad_id)
-            batch = {k: v.to(device) for k, v in batch.items()}
+            batch, chunk = micro_batch(step, micro)
             weights = torch.tensor([schedule.weight(i, rank) for i in chunk], device=device)
             tokens += int(batch["attention_mask"].sum())
             sync = micro == accum - 1
@@ -276,6 +303,12 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
             loss_sum += float(loss.detach())
         if step == start_step:  # the model state each strategy shards, measured once
             totals["state_bytes"] = sharding.state_bytes(wrapped, opt, strategy)
+        grad_norm = local_grad_norm(params)
+        if any_worker_diverged(loss_sum, grad_norm, device):  # every rank gets the same answer
+            diverged_at = step
+            totals["diverged"] = {"loss": _json_number(loss_sum),
+                                  "grad_norm": _json_number(float(grad_norm))}
+            break
         if cfg.train.grad_clip:
             torch.nn.utils.clip_grad_norm_(params, cfg.train.grad_clip)
         opt.step()
@@ -301,8 +334,11 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
         done = step + 1
         if cfg.train.checkpoint_every and done % cfg.train.checkpoint_every == 0 \
                 and done < derived.total_steps:
+            so_far = totals_so_far(time.perf_counter() - t_loop, totals["tokens"], device)
             save_checkpoint(run_dir, done, sharding.unwrapped(wrapped), opt, sched, rank,
-                            world_size, cfg.train.keep_checkpoints, strategy)
+                            world_size, cfg.train.keep_checkpoints, strategy,
+                            progress={"train_s": carried["train_s"] + so_far[0],
+                                      "tokens": carried["tokens"] + so_far[1]})
         _maybe_fail_for_tests(done)
     log.close()
     if progress is not None:
@@ -313,16 +349,21 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
                   threads=threads)
     gathered: list[Any] = [None] * world_size
     dist.all_gather_object(gathered, totals)
-    # Under fsdp the weights are gathered (a collective) to rank 0's CPU first.
+    # Under fsdp the weights are gathered (a collective) to rank 0's CPU first. Every rank knows
+    # whether training diverged (the flag was all-reduced), so all skip this collective together.
     full = (sharding.full_state_dict(wrapped, trainable_only=cfg.model.lora.enabled)
-            if strategy == "fsdp" else None)
+            if strategy == "fsdp" and diverged_at is None else None)
     if rank == 0:
-        save_finetuned(sharding.unwrapped(wrapped), tokenizer, run_dir / "model", state_dict=full)
-        train_s = max(g["loop_s"] for g in gathered)
-        tok = sum(g["tokens"] for g in gathered)
+        if diverged_at is None:
+            save_finetuned(sharding.unwrapped(wrapped), tokenizer, run_dir / "model", state_dict=full)
+        this_s = max(g["loop_s"] for g in gathered)
+        train_s = carried["train_s"] + this_s
+        tok = carried["tokens"] + sum(g["tokens"] for g in gathered)
         step_time = sum(g["compute_s"] + g["wait_s"] for g in gathered)
         atomic_write_json(run_dir / "train.json", {
+            "status": "ok" if diverged_at is None else "diverged",
             "train_s": train_s,
+            "train_s_carried": carried["train_s"],
             "startup_s": max(g["startup_s"] for g in gathered),
             "steps_run": gathered[0]["steps"],
             "resumed_from_step": start_step,
@@ -337,8 +378,80 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
             "per_worker": gathered,
             "device": str(device.type),
             "bf16": bf16,
+            **(diverged_summary(diverged_at, gathered) if diverged_at is not None else {}),
         })
     dist.barrier()
+
+
+# ----------------------------------------------------------------------------- divergence
+
+
+def local_grad_norm(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    """The 2-norm of this worker's gradients (only its shards under fsdp: no communication), as
+    a 0-d float tensor; inf or NaN when any gradient element is (or the norm overflows)."""
+    grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+             for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    return torch.nn.utils.get_total_norm(grads, norm_type=2.0).float()
+
+
+def any_worker_diverged(loss: float, grad_norm: torch.Tensor, device: torch.device) -> bool:
+    """Whether any worker's loss or gradient norm is non-finite: one all-reduced flag, so every
+    rank stops at the same step and none waits for the others in a collective."""
+    bad = float(not math.isfinite(loss) or not bool(torch.isfinite(grad_norm)))
+    flag = torch.tensor([bad], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item() > 0)
+
+
+def _json_number(x: float) -> float | str:
+    """x, or "nan" / "inf" / "-inf" as text (strict JSON has no non-finite numbers)."""
+    return x if math.isfinite(x) else str(x)
+
+
+def diverged_summary(step: int, gathered: list[dict[str, Any]]) -> dict[str, Any]:
+    """train.json fields of a diverged training: the step, and each worker's loss and norm."""
+    losses = [g["diverged"]["loss"] for g in gathered]
+    norms = [g["diverged"]["grad_norm"] for g in gathered]
+    what = [name for name, vals in (("loss", losses), ("gradient norm", norms))
+            if any(isinstance(v, str) for v in vals)]
+    return {"diverged_step": step,
+            "diverged": {"what": " and ".join(what), "loss": losses, "grad_norm": norms}}
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+def totals_so_far(loop_s: float, tokens: int, device: torch.device) -> tuple[float, int]:
+    """(this attempt's loop seconds, slowest worker; its tokens, all workers) at a checkpoint."""
+    t = torch.tensor([loop_s], dtype=torch.float64, device=device)
+    n = torch.tensor([float(tokens)], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    dist.all_reduce(n)
+    return float(t.item()), int(n.item())
+
+
+def settle_ddp_buckets(model: torch.nn.Module, batch: dict[str, torch.Tensor], autocast: bool) -> None:
+    """Before the first step of a resumed DDP run: one forward and backward of a zero loss, so
+    DDP's gradient buckets are laid out as in the uninterrupted run.
+
+    DDP reduces gradients in one bucket in the first iteration and then rebuilds its buckets in
+    the order gradients became ready. An element's place in a bucket decides how the all-reduce
+    (a ring) orders the addition of the workers' values; with 3 or more workers floating-point
+    addition in another order gives other bits (up to 1.5e-8 at 4 workers, measured), with 2 it
+    cannot (a + b = b + a). A resumed run would do its first step in the first-iteration layout
+    while the uninterrupted run is in the rebuilt one. This pass (zero gradients, all-reduced)
+    lets DDP record the ready order, so it rebuilds before the real step. The RNG state is
+    restored afterwards, so dropout draws are as in the uninterrupted run.
+    """
+    rng = _rng_state()
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    (logits.float().sum() * 0.0).backward()
+    _set_rng_state(rng)
+    for p in model.parameters():
+        p.grad = None
 
 
 def _progress(rank: int, total: int, start: int) -> Any:

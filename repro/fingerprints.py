@@ -1,0 +1,193 @@
+"""Fingerprints of the inputs a run read from outside its run folder, so a finished stage is
+reused only for the inputs it was made from.
+
+The run folder is named by the config hash, which leaves out where the data lives (`data_dir`),
+so the same config over other data would land in the same folder. Each stage that reads an
+outside input records that input's fingerprint in its marker (`inputs`), and a rerun compares
+(`changes`) before reusing anything:
+
+    model   the base model directory: every file's name and size; the content hash (sha256) of
+            files up to BIG_FILE_BYTES (config.json, tokenizer files, small weights); for bigger
+            files, the hub's content id when the file is a Hugging Face cache link to
+            `blobs/<sha256>`, else the modification time (a re-copied or rebuilt big weight file
+            counts as changed even when its bytes are equal: rerun with --force).
+    pool    every data file of data.sources (and exclude_ids_file): sha256 of its bytes, size,
+            rows. Where the file lies is recorded but not compared: a moved identical file is
+            the same input. Generated (demo) sources are covered by the config hash; hub
+            datasets (`hf:`) only by their id and split.
+    select  the features file the selection used (features.npy: sha256 and size).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+BIG_FILE_BYTES = 64 * 2**20  # bigger model files are identified by size + hub id or mtime
+SELECTION_FILES = ("features.npy",)  # files in the run folder a selection was computed from
+
+
+def sha256_file(path: Path, chunk: int = 2**20) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB chunks (any size, little memory)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def count_rows(path: Path) -> int | None:
+    """Rows as the loaders read them: non-blank lines of a .jsonl, entries of a .json list or
+    id -> object mapping; None when the file is not one of those (or does not parse)."""
+    if path.suffix == ".jsonl":
+        with open(path, "rb") as fh:
+            return sum(1 for line in fh if line.strip())
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_bytes().decode("utf-8", errors="surrogateescape"))
+        except (json.JSONDecodeError, ValueError):
+            return None
+        return len(data) if isinstance(data, (list, dict)) else None
+    return None
+
+
+def file_fingerprint(path: Path, rows: bool = True) -> dict[str, Any]:
+    """{"sha256", "size" (bytes), "rows"} of a data file (rows only when asked)."""
+    out: dict[str, Any] = {"sha256": sha256_file(path), "size": path.stat().st_size}
+    if rows:
+        out["rows"] = count_rows(path)
+    return out
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def data_fingerprints(cfg: Any, rows: bool = True) -> list[dict[str, Any]]:
+    """One entry per outside data input of `cfg.data.sources`, in order. `where` (the resolved
+    path) is informational; `key` says which config key names the input."""
+    from repro.data import _resolve
+
+    out: list[dict[str, Any]] = []
+    for i, src in enumerate(cfg.data.sources):
+        key = f"data.sources[{i}].path"
+        if src.path == "demo":
+            out.append({"key": key, "kind": "generated", "name": "demo"})
+        elif src.path.startswith("hf:"):
+            out.append({"key": key, "kind": "hub", "name": src.path, "split": src.split})
+        else:
+            p = _resolve(cfg, i, src.path, "path")
+            out.append({"key": key, "kind": "file", "name": src.path, "where": str(p),
+                        **file_fingerprint(p, rows)})
+        if src.exclude_ids_file:
+            p = _resolve(cfg, i, src.exclude_ids_file, "exclude_ids_file")
+            out.append({"key": f"data.sources[{i}].exclude_ids_file", "kind": "file",
+                        "name": src.exclude_ids_file, "where": str(p), **file_fingerprint(p, rows)})
+    return out
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def _hub_blob(path: Path) -> str | None:
+    """The hub's content id of a Hugging Face cache file (a link to .../blobs/<id>), else None."""
+    if not path.is_symlink():
+        return None
+    target = Path(os.path.realpath(path))
+    return target.name if target.parent.name == "blobs" else None
+
+
+def model_fingerprint(model_dir: Path) -> dict[str, Any]:
+    """{"files": {relative name: {"size", and "sha256" | "blob" | "mtime_ns"}}} of a model
+    directory (hidden files and folders left out)."""
+    model_dir = Path(model_dir)
+    files: dict[str, Any] = {}
+    for p in sorted(model_dir.rglob("*")):
+        rel = p.relative_to(model_dir)
+        if any(part.startswith(".") for part in rel.parts) or not p.is_file():
+            continue
+        st = p.stat()
+        entry: dict[str, Any] = {"size": st.st_size}
+        if st.st_size <= BIG_FILE_BYTES:
+            entry["sha256"] = sha256_file(p)
+        elif (blob := _hub_blob(p)) is not None:
+            entry["blob"] = blob
+        else:
+            entry["mtime_ns"] = st.st_mtime_ns
+        files[str(rel)] = entry
+    return {"files": files}
+
+
+# ----------------------------------------------------------------------------- selection
+
+
+def selection_fingerprint(run_dir: Path) -> dict[str, Any]:
+    """The files of the run folder the selection was computed from (those present)."""
+    out = {}
+    for name in SELECTION_FILES:
+        p = Path(run_dir) / name
+        if p.is_file():
+            out[name] = {"sha256": sha256_file(p), "size": p.stat().st_size}
+    return out
+
+
+# ----------------------------------------------------------------------------- comparing
+
+
+def _short(h: Any) -> str:
+    return str(h)[:12] if h else "?"
+
+
+def _describe_file_change(label: str, old: dict[str, Any], new: dict[str, Any]) -> str:
+    parts = []
+    if old.get("rows") != new.get("rows") and "rows" in old:
+        parts.append(f"{old.get('rows')} -> {new.get('rows')} rows")
+    if old.get("size") != new.get("size"):
+        parts.append(f"{old.get('size')} -> {new.get('size')} bytes")
+    for k in ("sha256", "blob", "mtime_ns"):
+        if old.get(k) != new.get(k) and (k in old or k in new):
+            parts.append(f"{k} {_short(old.get(k))} -> {_short(new.get(k))}")
+    where = f" (now {new['where']})" if new.get("where") else ""
+    return f"{label} changed: {', '.join(parts) or 'content differs'}{where}"
+
+
+def data_changes(old: list[dict[str, Any]], cfg: Any) -> list[str]:
+    """What differs between recorded data fingerprints and the data `cfg` reads now (row counts
+    are counted only for a file whose content changed)."""
+    new = data_fingerprints(cfg, rows=False)
+    if [(o.get("key"), o.get("kind")) for o in old] != [(n["key"], n["kind"]) for n in new]:
+        return [f"data sources: {[o.get('key') for o in old]} -> {[n['key'] for n in new]}"]
+    out = []
+    for o, n in zip(old, new):
+        if o["kind"] != "file":
+            continue
+        if o.get("sha256") != n["sha256"] or o.get("size") != n["size"]:
+            n["rows"] = count_rows(Path(n["where"]))
+            out.append(_describe_file_change(f"{o['key']} {o['name']!r}", o, n))
+    return out
+
+
+def model_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between two model fingerprints, file by file."""
+    a, b = old.get("files", {}), new.get("files", {})
+    out = [f"model file {n!r} is gone" for n in sorted(a.keys() - b.keys())]
+    out += [f"model file {n!r} is new" for n in sorted(b.keys() - a.keys())]
+    for n in sorted(a.keys() & b.keys()):
+        if a[n] != b[n]:
+            out.append(_describe_file_change(f"model file {n!r}", a[n], b[n]))
+    return out
+
+
+def selection_changes(old: dict[str, Any], run_dir: Path) -> list[str]:
+    """A selection input that is still there but no longer the same file (a deleted one is not
+    compared: the selection itself is kept in selection.json)."""
+    out = []
+    for name, o in old.items():
+        p = Path(run_dir) / name
+        if not p.is_file():
+            continue
+        n = {"sha256": sha256_file(p), "size": p.stat().st_size}
+        if n != {k: o.get(k) for k in n}:
+            out.append(_describe_file_change(name, o, n))
+    return out
