@@ -24,8 +24,8 @@ import pytest
 
 from reports.build import build_report
 from reports.load import ReportInputError
-from repro.results import (PART_NAME, ConflictingRowsError, DamagedResultsError, merge_results,
-                           read_checked, sidecar_path, write_rows)
+from repro.results import (COLUMNS, PART_NAME, ConflictingRowsError, DamagedResultsError,
+                           merge_results, read_checked, sidecar_path, write_rows)
 from tests.conftest import REPO
 
 FIXTURE = REPO / "tests" / "data" / "reports" / "results.csv"
@@ -131,7 +131,7 @@ def test_a_damaged_part_is_named_and_skipped_only_when_allowed(
     (_cut_in_header, "ends without a newline, cut inside its header"),
     (lambda d: _cut_in_quotes(d) + b"\n", "is not valid CSV (unexpected end of data)"),
     (lambda d: d.replace(b"\r\n", b",x\r\n", 2).replace(b",x", b"", 1),
-     "row 2 has 33 fields, the header 32"),
+     f"row 2 has {len(COLUMNS) + 1} fields, the header {len(COLUMNS)}"),
     (lambda d: b"", "is empty"),
     (lambda d: b"\xff\xfe" + d, "is not UTF-8 text"),
 ])
