@@ -638,6 +638,16 @@ def _wait_for(pid: int, deadline: float | None) -> int | None:
         signal.sigtimedwait({signal.SIGCHLD}, remaining)
 
 
+def _stop_then_kill(pids: list[int]) -> None:
+    """SIGSTOP every pid first (so none can fork while the others die), then SIGKILL them all."""
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
 def _kill_descendants() -> None:
     """Stop and kill every descendant until we have no child left.
 
@@ -656,12 +666,7 @@ def _kill_descendants() -> None:
         if time.monotonic() > end:
             raise RuntimeError(f"descendants survived {_KILL_DEADLINE_S:.0f} s of SIGKILL")
         tree = _descendants(me)
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in tree:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
+        _stop_then_kill(tree)
         try:
             signal.sigtimedwait({signal.SIGCHLD}, 0.05)
         except InterruptedError:
@@ -719,12 +724,7 @@ def _kill_uid(uid: int) -> None:
             return
         if time.monotonic() > end:
             raise RuntimeError(f"processes of uid {uid} survived {_KILL_DEADLINE_S:.0f} s")
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in pids:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
+        _stop_then_kill(pids)
         time.sleep(0.02)
 
 

@@ -210,10 +210,6 @@ def lora_matrices(shape: ModelShape, r: int, targets: list[str]) -> list[tuple[i
     return per_layer * shape.layers
 
 
-def lora_params(shape: ModelShape, r: int, targets: list[str]) -> int:
-    return sum(a * b for a, b in lora_matrices(shape, r, targets))
-
-
 def plan_memory(shape: ModelShape, *, strategy: str, world_size: int, seq_len: int, batch: int,
                 optimizer: str, lora_r: int | None = None, lora_targets: list[str] | None = None,
                 activation_checkpointing: bool = False, device: str = "cuda",
@@ -316,32 +312,21 @@ def fit_advice(cfg: Any, memory_gib: float) -> tuple[MemoryPlan | None, str | No
     plan = plan_for_config(cfg)
     if plan is None or plan.required_gib() <= memory_gib:
         return plan, None
-    tries = []
-    t = cfg.train
-    ws = cfg.world_size
-    options = [("train.strategy=fsdp", dict(strategy="fsdp")),
-               ("train.activation_checkpointing=true", dict(activation_checkpointing=True)),
-               ("train.strategy=fsdp train.activation_checkpointing=true",
+    t, ws = cfg.train, cfg.world_size
+    options = [("train.strategy=fsdp", ws, dict(strategy="fsdp")),
+               ("train.activation_checkpointing=true", ws, dict(activation_checkpointing=True)),
+               ("train.strategy=fsdp train.activation_checkpointing=true", ws,
                 dict(strategy="fsdp", activation_checkpointing=True))]
-    for label, change in options:
-        if all(getattr(t, k) == v for k, v in change.items()):
-            continue
-        new_train = replace(t, **change)
-        new = replace(cfg, train=new_train)
-        p = plan_for_config(new)
+    options += [(f"world_size={more} with fsdp and checkpointing", more,
+                 dict(strategy="fsdp", activation_checkpointing=True)) for more in (2 * ws, 4 * ws)]
+    fix = "a GPU with more memory (no strategy here fits)"
+    for label, size, change in options:
+        if size == ws and all(getattr(t, k) == v for k, v in change.items()):
+            continue  # the cell's own settings
+        p = plan_for_config(replace(cfg, world_size=size, train=replace(t, **change)))
         if p is not None and p.required_gib() <= memory_gib:
-            tries.append(f"{label} ({p.required_gib():.1f} GiB)")
+            fix = f"{label} ({p.required_gib():.1f} GiB)"
             break
-    if not tries:
-        for more in (2 * ws, 4 * ws):
-            new = replace(cfg, world_size=more,
-                          train=replace(t, strategy="fsdp", activation_checkpointing=True))
-            p = plan_for_config(new)
-            if p is not None and p.required_gib() <= memory_gib:
-                tries.append(f"world_size={more} with fsdp and checkpointing "
-                             f"({p.required_gib():.1f} GiB)")
-                break
-    fix = tries[0] if tries else "a GPU with more memory (no strategy here fits)"
     return plan, (f"needs {plan.required_gib():.1f} GiB per GPU (peak {plan.peak_gib:.1f} GiB + "
                   f"{FRAGMENTATION:.0%} slack + {CUDA_CONTEXT_GIB:g} GiB context), more than "
                   f"gpu.memory_gb = {memory_gib:g}; fits with {fix}")
