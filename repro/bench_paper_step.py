@@ -275,6 +275,13 @@ def main(argv: list[str] | None = None) -> int:
                    "retained free blocks); by default blocks >= 128 KiB are mmapped")
     p.add_argument("--out", default=None, help="also write the JSON here")
     a = p.parse_args(argv)
+    for name in ("steps", "grad_accum", "world_size", "seq_len", "batch", "feature_batch"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')}: expected an integer >= 1, got {getattr(a, name)}")
+    if a.steps < 2:
+        p.error("--steps: at least 2 (the first step is a warm-up, not timed)")
+    if a.layers is not None and a.layers < 1:
+        p.error(f"--layers: expected an integer >= 1, got {a.layers}")
     res = bench_paper_step(a.shape, a.strategy, a.activation_checkpointing, a.steps, a.grad_accum,
                            a.world_size, a.seq_len, a.batch, a.optimizer, a.lora, a.layers,
                            a.feature_batch, a.feature_examples, a.peak_tflops, a.default_malloc)

@@ -165,3 +165,7 @@ def test_bench_paper_step_runs_the_recipe_step_on_a_cut_shape_and_reports_json(t
     bad = subprocess.run([sys.executable, "-m", "repro", "bench", "paper-step", "--shape", "llama-3"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "invalid choice: 'llama-3'" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "repro", "bench", "paper-step", "--shape",
+                          "llama-2-7b", "--world-size", "0"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--world-size: expected an integer >= 1, got 0" in bad.stderr
+    assert "Traceback" not in bad.stderr
