@@ -15,9 +15,9 @@ import numpy as np
 
 from baselines.common import (check_budget, check_choice, check_pool_size, model_scores,
                               scored_selection, spread_over_groups)
-from repro.interfaces import SelectionContext, SelectionError
-from repro.registry import register_selector
-from repro.types import Pool, Selection
+from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.registry import register_selector
+from repro.core.types import Pool, Selection
 
 
 def strata_of(scores: np.ndarray, n_strata: int) -> np.ndarray:

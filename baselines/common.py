@@ -20,8 +20,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from repro.interfaces import SelectionContext, SelectionError
-from repro.types import Pool, Selection
+from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.types import Pool, Selection
 
 KEEP_MODES = ("top", "bottom", "middle")
 
@@ -166,8 +166,8 @@ def scoring_model(ctx: SelectionContext, method: str, lora: bool = False, seed: 
     `lora` (then LoRA as configured, or the config's defaults if it is off; A drawn from `seed`)."""
     import torch
 
-    from repro.models import load_model_and_tokenizer
-    from repro.trainer import seed_everything
+    from repro.core.models import load_model_and_tokenizer
+    from repro.core.runtime import seed_everything
 
     mcfg = model_cfg or ctx.config.model
     lcfg = dataclasses.replace(mcfg.lora, enabled=lora)
@@ -181,13 +181,13 @@ def scoring_model(ctx: SelectionContext, method: str, lora: bool = False, seed: 
 
 def tokenize_pool(pool: Pool, tokenizer: Any, max_length: int, labels: str = "response",
                   cut_prompt: bool = False) -> list[dict]:
-    """`repro.data` tokenization of every example, in pool order. labels="all" puts every token
+    """`repro.core.data` tokenization of every example, in pool order. labels="all" puts every token
     after the first in the loss (perplexity of the whole text); "response" is the training loss.
     An example longer than max_length is cut from the right, as training does; one whose prompt
     leaves no response token is an error, unless `cut_prompt` (for a proxy model with another
     tokenizer, e.g. S2L's byte-level one): then the prompt keeps its last tokens and the response
     at least min(its length, max_length // 2) tokens."""
-    from repro.data import TokenizedPool, tokenize_example
+    from repro.core.data import TokenizedPool, tokenize_example
 
     if cut_prompt:
         items = []
@@ -238,7 +238,7 @@ def forward_stats(model: Any, items: list[dict], pad_token_id: int, batch_size: 
     for a 49k vocabulary). Batches are formed by length; results do not depend on them."""
     import torch
 
-    from repro.data import collate
+    from repro.core.data import collate
 
     n = len(items)
     loss, el2n, tokens = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
@@ -308,8 +308,8 @@ def train_briefly(model: Any, items: list[dict], pad_token_id: int, epochs: int,
     Returns the optimizer. Single process: these are short proxy/warm-up runs, not the experiment."""
     import torch
 
-    from repro.data import collate
-    from repro.trainer import weighted_lm_loss
+    from repro.core.data import collate
+    from repro.core.lmhead import weighted_lm_loss
 
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:

@@ -15,9 +15,9 @@ import unicodedata
 import numpy as np
 
 from baselines.common import check_budget, fill_to_budget
-from repro.interfaces import SelectionContext
-from repro.registry import register_selector
-from repro.types import Pool, Selection
+from repro.core.interfaces import SelectionContext
+from repro.core.registry import register_selector
+from repro.core.types import Pool, Selection
 
 _WS = re.compile(r"\s+")
 

@@ -13,9 +13,9 @@ import numpy as np
 
 from baselines.common import check_budget, fill_to_budget
 from baselines.dedup_exact import normalize_text
-from repro.interfaces import SelectionContext, SelectionError
-from repro.registry import register_selector
-from repro.types import Pool, Selection
+from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.registry import register_selector
+from repro.core.types import Pool, Selection
 
 
 def shingles(text: str, size: int) -> set[str]:

@@ -1,9 +1,9 @@
 """`full`: keep the whole pool (the full-data reference every method is compared with)."""
 from __future__ import annotations
 
-from repro.interfaces import SelectionContext, SelectionError
-from repro.registry import register_selector
-from repro.types import Pool, Selection
+from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.registry import register_selector
+from repro.core.types import Pool, Selection
 
 
 @register_selector("full")

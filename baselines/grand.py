@@ -13,15 +13,15 @@ import numpy as np
 
 from baselines.common import (KEEP_MODES, check_budget, check_choice, progress_bar,
                               scored_selection, scoring_model, tokenize_pool, top_rows)
-from repro.interfaces import SelectionContext, SelectionError
-from repro.registry import register_selector
-from repro.types import Pool, Selection
+from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.registry import register_selector
+from repro.core.types import Pool, Selection
 
 
 def lora_gradient_norms(model, items: list[dict], pad_token_id: int, batch_size: int) -> np.ndarray:
     """[N] L2 norms of each example's LoRA gradient (batched by length)."""
     from method.lora_grads import PerExampleLoraGrads
-    from repro.data import collate
+    from repro.core.data import collate
 
     out = np.zeros(len(items))
     order = sorted(range(len(items)), key=lambda i: -len(items[i]["input_ids"]))

@@ -15,9 +15,9 @@ import numpy as np
 
 from baselines.common import (check_budget, forward_stats, response_alone, scored_selection,
                               scoring_model, tokenize_pool)
-from repro.interfaces import SelectionContext
-from repro.registry import register_selector
-from repro.types import Pool, Selection
+from repro.core.interfaces import SelectionContext
+from repro.core.registry import register_selector
+from repro.core.types import Pool, Selection
 
 
 def leading_special_tokens(tokenizer) -> list[int]:

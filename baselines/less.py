@@ -25,16 +25,16 @@ import numpy as np
 
 from baselines.common import (check_budget, check_pool_size, scored_selection, scoring_model,
                               tokenize_pool, top_rows, train_briefly)
-from repro.interfaces import SelectionContext, SelectionError
-from repro.registry import register_selector
-from repro.types import Example, Pool, Selection
+from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.registry import register_selector
+from repro.core.types import Example, Pool, Selection
 
 
 def validation_pool(ctx: SelectionContext, source: str, fmt: str, n: int) -> Pool:
     """The validation examples: the run's held-out file or a data file (see module docstring)."""
-    from repro.config import DataSource
-    from repro.data import load_pool
-    from repro.io import read_jsonl
+    from repro.core.config import DataSource
+    from repro.core.data import load_pool
+    from repro.core.io import read_jsonl
 
     if source == "heldout":
         path = Path(ctx.workdir) / "heldout.jsonl"

@@ -12,9 +12,9 @@ import numpy as np
 
 from baselines.common import (KEEP_MODES, check_budget, check_choice, model_scores, scored_selection,
                               top_rows)
-from repro.interfaces import SelectionContext
-from repro.registry import register_selector
-from repro.types import Pool, Selection
+from repro.core.interfaces import SelectionContext
+from repro.core.registry import register_selector
+from repro.core.types import Pool, Selection
 
 
 @register_selector("perplexity")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from repro.interfaces import SelectionContext, SelectionError
-from repro.registry import register_selector
-from repro.types import Pool, Selection
+from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.registry import register_selector
+from repro.core.types import Pool, Selection
 
 
 @register_selector("random")

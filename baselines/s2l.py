@@ -26,9 +26,9 @@ import numpy as np
 
 from baselines.common import (check_budget, check_pool_size, forward_stats, scoring_model,
                               spread_over_groups, tokenize_pool, train_briefly)
-from repro.interfaces import SelectionContext, SelectionError
-from repro.registry import register_selector
-from repro.types import Pool, Selection
+from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.registry import register_selector
+from repro.core.types import Pool, Selection
 
 
 def kmeans_labels(X: np.ndarray, k: int, seed: int) -> np.ndarray:
@@ -68,7 +68,7 @@ class S2LSelector:
 
     def trajectories(self, pool: Pool, ctx: SelectionContext) -> np.ndarray:
         """N x n_checkpoints: each example's loss under the proxy at each checkpoint."""
-        from repro.models import materialize_model
+        from repro.core.models import materialize_model
 
         tiny = self.proxy_model == "tiny-random-llama"
         base = ctx.config.model
@@ -94,7 +94,7 @@ class S2LSelector:
         return np.stack(columns, axis=1).astype(np.float32)
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
-        from repro.io import atomic_write
+        from repro.core.io import atomic_write
 
         budget = check_budget("s2l", pool, budget)
         check_pool_size("s2l", pool, self.n_clusters, "selection.params.n_clusters")

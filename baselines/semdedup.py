@@ -19,9 +19,9 @@ import numpy as np
 
 from baselines.common import (check_budget, check_choice, check_pool_size, fill_to_budget,
                               progress_bar, scoring_model, tokenize_pool)
-from repro.interfaces import SelectionContext, SelectionError
-from repro.registry import register_selector
-from repro.types import Pool, Selection
+from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.registry import register_selector
+from repro.core.types import Pool, Selection
 
 
 def minilm_embeddings(texts: list[str], batch_size: int = 64) -> np.ndarray:
@@ -46,7 +46,7 @@ def model_embeddings(pool: Pool, ctx: SelectionContext, batch_size: int = 8) -> 
     """Mean last hidden state of the target model over each example's tokens (N x H)."""
     import torch
 
-    from repro.data import collate
+    from repro.core.data import collate
 
     model, tok = scoring_model(ctx, "semdedup")
     items = tokenize_pool(pool, tok, ctx.config.data.max_length)

@@ -8,9 +8,9 @@ and result tables call it what the paper calls it.
 from __future__ import annotations
 
 from method.selector import ClusterSelector
-from repro.interfaces import SelectionContext
-from repro.registry import register_selector
-from repro.types import Pool, Selection
+from repro.core.interfaces import SelectionContext
+from repro.core.registry import register_selector
+from repro.core.types import Pool, Selection
 
 
 @register_selector("uniform")

@@ -95,9 +95,9 @@ def _slug(s: str) -> str:
 
 def _load(args: argparse.Namespace, device: str):
     """-> (model, tokenizer, base row fields, default output dir, data_dir from the run)."""
-    from repro.config import LoraConfig, ModelConfig, load_config
-    from repro.models import load_finetuned, load_model_and_tokenizer, materialize_model
-    from repro.pipeline import model_dir_of
+    from repro.core.config import LoraConfig, ModelConfig, load_config
+    from repro.core.models import load_finetuned, load_model_and_tokenizer, materialize_model
+    from repro.core.rundir import model_dir_of
 
     if args.run:
         run_dir = Path(args.run)
@@ -130,7 +130,7 @@ def _load(args: argparse.Namespace, device: str):
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from evals.run import EvalSettings, entries_to_rows, expand_benchmarks, make_lm, run_benchmarks
-    from repro.results import PART_NAME, provenance, write_rows
+    from repro.core.results import PART_NAME, provenance, write_rows
 
     if args.adapter and not args.model:
         raise ValueError("--adapter goes with --model (the base model)")

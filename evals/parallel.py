@@ -9,7 +9,7 @@ Which processes:
   tasks, one per GPU as they trained. Task 0 runs the eval stage; the others join it through
   `repro.pipeline.join_eval_stage` (slurm/jobs.py calls it), in a group of their own on the job's
   MASTER_ADDR and MASTER_PORT + 1 (why not MASTER_PORT: EVAL_PORT_OFFSET);
-- otherwise `eval.workers` processes started here (repro.distributed.spawn_workers), by default
+- otherwise `eval.workers` processes started here (repro.core.distributed.spawn_workers), by default
   one per visible GPU, and 1 on CPU, which then runs in this process. On CPU, workers N > 1 start
   N real processes (the tests do), each with cores / N torch threads.
 
@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from evals.run import EvalSettings, Processes, make_lm, run_benchmarks
-from repro.config import ExperimentConfig, ModelConfig
-from repro.io import read_json
+from repro.core.config import ExperimentConfig, ModelConfig
+from repro.core.io import read_json
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class EvalJob:
 
 def job_for_run(cfg: ExperimentConfig, run_dir: Path) -> EvalJob:
     """The eval stage's benchmark evaluation of a run: its fine-tuned model, its eval settings."""
-    from repro.pipeline import model_dir_of
+    from repro.core.rundir import model_dir_of
 
     data_dir = cfg.resolved_data_dir()
     limits = cfg.eval.max_new_tokens
@@ -79,7 +79,7 @@ def job_rank(cfg: ExperimentConfig) -> tuple[int, int, int] | None:
     """(rank, world size, local rank) when this process is one of the `world_size` tasks of a job
     that trained together (the condition under which repro.trainer joins the job's group), so its
     tasks evaluate together too; None otherwise."""
-    from repro.distributed import env_rank_world
+    from repro.core.distributed import env_rank_world
 
     env = env_rank_world()
     if env is not None and env[1] == cfg.world_size and cfg.world_size > 1:
@@ -110,7 +110,7 @@ def evaluate_locally(job: EvalJob, workers: int) -> list[dict[str, Any]]:
     """Evaluate in this process (1 worker) or in `workers` processes started here."""
     import torch
 
-    from repro.distributed import spawn_workers
+    from repro.core.distributed import spawn_workers
 
     if workers == 1:
         return _evaluate(job, Processes(), local_rank=0)
@@ -138,7 +138,7 @@ def evaluate_in_job(job: EvalJob, rank: int, world: int, local_rank: int) -> lis
     to its eval stage, so the fine-tuned model is saved when any task loads it."""
     import torch.distributed as dist
 
-    from repro.distributed import init_process_group
+    from repro.core.distributed import init_process_group
 
     port = int(os.environ.get("MASTER_PORT", "29500")) + EVAL_PORT_OFFSET
     init_process_group(rank, world, os.environ.get("MASTER_ADDR", "127.0.0.1"), port,
@@ -170,11 +170,11 @@ def _evaluate(job: EvalJob, procs: Processes, local_rank: int) -> list[dict[str,
     """Load the model in this process and score its share of every benchmark."""
     import torch
 
-    from repro.models import load_finetuned
+    from repro.core.models import load_finetuned
 
     device, dtype = device_and_dtype(job.model.precision, local_rank)
     if device == "cpu" and procs.world > 1:  # split the cores: oversubscribed CPUs crawl
-        from repro.distributed import set_worker_threads
+        from repro.core.distributed import set_worker_threads
 
         set_worker_threads(procs.world, job.torch_threads)
     # A full model loads straight in its dtype; a LoRA adapter is merged in fp32, then cast.

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from evals import local_data
-from repro.io import atomic_write_json, atomic_write_jsonl
+from repro.core.io import atomic_write_json, atomic_write_jsonl
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 
@@ -199,7 +199,7 @@ def _harness_as_one_process():
     """Run simple_evaluate as a plain single process, whatever this process's place in a group.
 
     - simple_evaluate's add_env_info runs `pip list` through torch's collect_env (about 2 s a
-      call); our rows carry their own provenance (repro.results.provenance), so skip it.
+      call); our rows carry their own provenance (repro.core.results.provenance), so skip it.
     - simple_evaluate returns None (no results) where LOCAL_RANK is not 0, as torchrun and our
       SLURM jobs set it: the processes here share items themselves (`_my_items`), so each one is
       a whole lm-eval run of its own.
@@ -561,7 +561,7 @@ def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
 
 
 def entries_to_rows(entries: list[dict[str, Any]], base: dict[str, Any]) -> list[dict[str, Any]]:
-    """Tidy result rows (repro/results.py COLUMNS) from entries. The row's `versions` JSON gains
+    """Tidy result rows (repro/core/results.py COLUMNS) from entries. The row's `versions` JSON gains
     the lm-eval task, its version, the source and settings (and the reason of a missing row)."""
     rows = []
     pkg = json.loads(base.get("versions") or "{}")

@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from repro.interfaces import SelectionError
+from repro.core.interfaces import SelectionError
 
 NORM_MODES = ("auto", "l2", "center", "none")
 KMEANS_MODES = ("exact", "fast", "faiss")

@@ -14,7 +14,7 @@ Two forms compute the same g:
   hidden state only, then the LM head only at response positions, in row chunks, computing
   log p(y) = logit_y - logsumexp(logits). Never holds [B, T, V] logits nor all layers' states.
 - `gradient_proxy_features_naive` (reference, what the authors' code does): all hidden states,
-  full-vocabulary log_softmax at every position. For tests and `method/bench_features.py`.
+  full-vocabulary log_softmax at every position. For tests and `repro/bench/features.py`.
 
 `features_to_file` shards a pool over F processes in a real process group and rank 0 writes an
 N x H float32 .npy memmap as rows arrive. F is `feature_workers(K, ...)`: by default K (the number
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from repro.data import IGNORE_INDEX, collate, tokenize_example
+from repro.core.data import IGNORE_INDEX, collate, tokenize_example
 
 __all__ = ["HeadWorkspace", "gradient_proxy_features", "gradient_proxy_features_naive", "compute_features",
            "feature_workers", "features_to_file"]
@@ -208,10 +208,10 @@ def _length_batches(lengths: dict[int, int], batch_size: int) -> list[list[int]]
 def compute_features(examples: list, tokenizer: Any, model: Any, max_length: int, batch_size: int,
                      out: np.ndarray | None = None, rows: list[int] | None = None,
                      progress: bool = True, *, bf16: bool | None = None) -> np.ndarray:
-    """g of every Example (repro.types.Example), in one process, in input order.
+    """g of every Example (repro.core.types.Example), in one process, in input order.
 
     Example i's feature goes to out[rows[i]] (rows defaults to 0..n-1; `out` defaults to a new
-    n x H float32 array), so a caller can fill a memmap. Tokenization is repro.data's
+    n x H float32 array), so a caller can fill a memmap. Tokenization is repro.core.data's
     (DataError if an example keeps no response token within max_length). Returns `out`.
     """
     rows = list(range(len(examples))) if rows is None else list(rows)
@@ -284,11 +284,11 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
     """
     import torch.distributed as dist
 
-    from repro.distributed import set_worker_threads, worker_device
-    from repro.io import atomic_write_json, read_jsonl
-    from repro.models import load_model_and_tokenizer
-    from repro.trainer import peak_memory_mb
-    from repro.types import Example
+    from repro.core.distributed import set_worker_threads, worker_device
+    from repro.core.io import atomic_write_json, read_jsonl
+    from repro.core.models import load_model_and_tokenizer
+    from repro.core.runtime import peak_memory_mb
+    from repro.core.types import Example
 
     t0 = time.perf_counter()
     use_cuda = torch.cuda.is_available()
@@ -405,7 +405,7 @@ def features_to_file(run_dir: Path, workers: int, model_dir: Path, model_cfg: An
     the same for any number (whole global batches are dealt, see `_features_worker`). Where the
     processes come from:
     - a group that already exists with more than one rank (torch.distributed initialized here, or
-      torchrun/SLURM variables, repro.distributed.env_rank_world): every rank of it must call this.
+      torchrun/SLURM variables, repro.core.distributed.env_rank_world): every rank of it must call this.
       Its first min(workers, its size) ranks compute; the others only take part in the gathers;
     - otherwise `workers` processes spawned here (on GPU one per visible GPU: ValueError if
       `workers` exceeds them), or this process when workers is 1.
@@ -416,8 +416,8 @@ def features_to_file(run_dir: Path, workers: int, model_dir: Path, model_cfg: An
     """
     import torch.distributed as dist
 
-    from repro.distributed import env_rank_world, init_from_env, spawn_workers
-    from repro.io import atomic_write_json, read_json, remove_stale_temps, temp_path
+    from repro.core.distributed import env_rank_world, init_from_env, spawn_workers
+    from repro.core.io import atomic_write_json, read_json, remove_stale_temps, temp_path
 
     if workers < 1 or batch_size < 1:
         raise ValueError(f"workers and batch_size must be >= 1, got {workers}, {batch_size}")

@@ -1,7 +1,7 @@
 """Exact per-example LoRA gradients from ONE batched forward/backward, randomly projected.
 
 Features for CluSTER ablations and the LESS baseline (Xia et al. 2024): for each example, the
-gradient of its OWN mean token loss (response tokens only, as `repro.trainer.weighted_lm_loss`
+gradient of its OWN mean token loss (response tokens only, as `repro.core.lmhead.weighted_lm_loss`
 computes it for a batch of one) w.r.t. every LoRA weight, optionally Adam-preconditioned, then
 projected to d dims by a Rademacher matrix that is regenerated block by block, never stored.
 
@@ -57,7 +57,7 @@ class PerExampleLoraGrads:
     Padding positions contribute zero (their loss is masked).
 
     `param_names`: the LoRA parameters covered, in `model.named_parameters()` order (the order of
-    `repro.models.trainable_state_dict` and of the trainer's optimizer when only LoRA is trainable);
+    `repro.core.models.trainable_state_dict` and of the trainer's optimizer when only LoRA is trainable);
     `flat` concatenates them in this order, each flattened row-major. `num_params` = P.
     Hooks capture only inside `per_example_grads`, so the model can be used normally meanwhile;
     `close()` (or leaving the `with` block) removes them. Parameter .grad fields are not touched.
@@ -131,7 +131,7 @@ class PerExampleLoraGrads:
     def per_example_grads(self, batch: dict) -> dict[str, torch.Tensor]:
         """name -> [B, *param.shape] fp32: gradient of each example's `per_example_loss`.
 
-        batch: `repro.data.collate` output (input_ids, labels, attention_mask: [B, T] int64).
+        batch: `repro.core.data.collate` output (input_ids, labels, attention_mask: [B, T] int64).
         """
         dev = self._params[0].device
         labels = batch["labels"].to(dev)
@@ -233,7 +233,7 @@ def adam_preconditioner(optimizer_state: dict, param_order: list[str], beta1=0.9
       - a torch optimizer `state_dict()` (e.g. torch.load of a checkpoint's optimizer.pt): its
         parameters, in param_groups order, are named by `param_order`, which must list them all.
         For the trainer's optimizer (built over the requires_grad parameters in named_parameters
-        order) that is `list(repro.models.trainable_state_dict(model))`, which with LoRA only
+        order) that is `list(repro.core.models.trainable_state_dict(model))`, which with LoRA only
         equals `PerExampleLoraGrads(model).param_names`;
       - or {name: {"exp_avg", "exp_avg_sq"[, "step"]}}: `param_order` picks and orders names.
     The flat g must be `param_order`'s parameters concatenated, each row-major (f.param_order
@@ -288,14 +288,14 @@ def lora_gradient_features(model, tokenized_examples: list[dict], pad_token_id: 
     """[N, proj_dim] float32, in input order: projected (optionally preconditioned) per-example
     LoRA gradients of each example's mean response-token loss.
 
-    tokenized_examples: `repro.data.tokenize_example` dicts (input_ids, labels). Examples are
+    tokenized_examples: `repro.core.data.tokenize_example` dicts (input_ids, labels). Examples are
     batched by length (less padding; results do not depend on batch composition) and the model
     is put in eval mode (no dropout) for the call. Flat gradients are buffered up to BUFFER_BYTES
     (on the model's device) between projections. Not normalized: LESS takes cosine similarity.
     """
     from tqdm import tqdm
 
-    from repro.data import collate
+    from repro.core.data import collate
 
     n = len(tokenized_examples)
     out = np.zeros((n, proj_dim), dtype=np.float32)

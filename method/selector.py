@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from repro.interfaces import SelectionContext, SelectionError
-from repro.registry import register_selector
-from repro.types import Pool, Selection
+from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.registry import register_selector
+from repro.core.types import Pool, Selection
 
 PRUNE_MODES = ("close", "far", "rand", "mix", "big", "none")
 FEATURE_TYPES = ("gradient-proxy", "lora-grad")
@@ -101,10 +101,10 @@ class ClusterSelector:
         import torch
 
         from method.lora_grads import lora_gradient_features
-        from repro.data import TokenizedPool
-        from repro.io import atomic_write, atomic_write_json
-        from repro.models import load_model_and_tokenizer
-        from repro.trainer import peak_memory_mb, seed_everything
+        from repro.core.data import TokenizedPool
+        from repro.core.io import atomic_write, atomic_write_json
+        from repro.core.models import load_model_and_tokenizer
+        from repro.core.runtime import peak_memory_mb, seed_everything
 
         cfg = ctx.config
         t0 = time.perf_counter()

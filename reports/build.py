@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from repro.io import atomic_write_text
+from repro.core.io import atomic_write_text
 from reports.compact import compact_tables
 from reports.figures import FIGURES, all_figures
 from reports.load import ReportInputError, build_runs, find_result_files, group_cells, input_digest, read_results

@@ -71,7 +71,7 @@ def _layout(fig: Any, width: float, height: float, nrows: int, ncols: int, left:
 
 
 def _save(fig: Any, out_dir: Path, name: str) -> list[Path]:
-    from repro.io import atomic_write
+    from repro.core.io import atomic_write
 
     paths = []
     for ext, meta in (("png", PNG_META), ("pdf", PDF_META)):

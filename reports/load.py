@@ -1,6 +1,6 @@
 """Read the results store into runs and cells: what every table and figure is built from.
 
-Input: the tidy result rows (repro/results.py) — every `results.part.csv` under a results
+Input: the tidy result rows (repro/core/results.py) — every `results.part.csv` under a results
 directory, or one merged CSV — and, where a row's run folder `<root>/<name>/<config_hash>/` is
 present, its per-item scores (`eval_samples.jsonl`), used only to pair bootstrap intervals on items.
 Every file is checked before it is read (part files against their checksum sidecar, see
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from repro.results import PART_NAME, REQUIRED_COLUMNS
+from repro.core.results import PART_NAME, REQUIRED_COLUMNS
 
 DIAGNOSTIC_PREFIXES = ("cost/", "cluster/", "worker/")
 # Metrics reported as they are (lower is better); every other metric is a fraction shown as %.
@@ -155,13 +155,13 @@ def read_results(files: list[Path], root: Path, allow_damaged: bool = False
                  ) -> tuple[list[tuple[str, dict[str, str]]], list[str]]:
     """Every row with a 'file:line' label for messages, and a note per damaged file skipped.
 
-    Each file is checked first (repro/results.py `read_checked`: part files against their
+    Each file is checked first (repro/core/results.py `read_checked`: part files against their
     checksum sidecar; any CSV for a cut header, row or quoted field). A damaged file is a
     ReportInputError naming each, unless `allow_damaged`: then it is left out and named in the
     notes. Identical duplicate rows across files are kept once; two different rows for one
     (run_id, benchmark, metric) are a ReportInputError naming both places.
     """
-    from repro.results import ConflictingRowsError, damaged_message, read_result_files
+    from repro.core.results import ConflictingRowsError, damaged_message, read_result_files
 
     try:
         out, damaged = read_result_files(files, root)

@@ -17,8 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from repro.config import ConfigError, load_config
-from repro.rundir import RunStopped
+from repro.core.config import ConfigError, load_config
+from repro.core.rundir import RunStopped
 
 EPILOG = ("Overrides use dotted keys, e.g. train.lr=1e-4 selection.fraction=0.5 world_size=8. "
           "Data files are read relative to data_dir (or $CLUSTER_REPRO_DATA).")
@@ -135,7 +135,7 @@ def _import_optional(module: str):
 
 
 def _cmd_ls(what: str) -> int:
-    from repro.registry import ALLOCATORS, SELECTORS
+    from repro.core.registry import ALLOCATORS, SELECTORS
 
     if what == "configs":
         from repro.demo import CONFIG_DIR
@@ -163,8 +163,8 @@ def _preflight(where: str, cfg) -> None:
 
 
 def _memory_line(cfg) -> str:
-    """The memory plan of the config's training, per worker (repro/memory.py)."""
-    from repro.memory import plan_for_config
+    """The memory plan of the config's training, per worker (repro/core/memory.py)."""
+    from repro.core.memory import plan_for_config
 
     gpu, cpu = plan_for_config(cfg, device="cuda"), plan_for_config(cfg, device="cpu")
     if gpu is None or cpu is None:
@@ -179,8 +179,8 @@ def _memory_line(cfg) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:2] == ["bench", "paper-step"]:  # its own flags (repro/bench_paper_step.py)
-        from repro.bench_paper_step import main as paper_step
+    if argv[:2] == ["bench", "paper-step"]:  # its own flags (repro/bench/paper_step.py)
+        from repro.bench.paper_step import main as paper_step
 
         return paper_step(argv[2:])
     parser = build_parser()
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "validate":
             import yaml
 
-            from repro.config import eval_hash
+            from repro.core.config import eval_hash
 
             cfg = load_config(args.config, args.overrides)
             _preflight(args.config, cfg)
@@ -245,20 +245,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "ls":
             return _cmd_ls(args.what)
         if args.cmd == "bench" and args.what == "features":
-            from method.bench_features import bench_features, format_features
-            from repro.config import ModelConfig, LoraConfig
-            from repro.models import materialize_model
+            from repro.bench.features import bench_features, format_features
+            from repro.core.config import ModelConfig, LoraConfig
+            from repro.core.models import materialize_model
 
             model_dir = materialize_model(ModelConfig(lora=LoraConfig(enabled=False)), seed=0)
             print(format_features(bench_features(model_dir)))
             return 0
         if args.cmd == "bench" and args.what == "cluster":
-            from method.bench_cluster import bench_cluster, format_cluster
+            from repro.bench.cluster import bench_cluster, format_cluster
 
             print(format_cluster(bench_cluster()))
             return 0
         if args.cmd == "bench":
-            from repro.bench import bench_ddp, format_ddp
+            from repro.bench.ddp import bench_ddp, format_ddp
 
             try:
                 sizes = [int(x) for x in args.world_sizes.split(",")]
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n{Path(args.output_dir) / 'bench_ddp.json'}")
             return 0
         if args.cmd == "results":
-            from repro.results import merge_results
+            from repro.core.results import merge_results
 
             path, n = merge_results(Path(args.output_dir), Path(args.out) if args.out else None,
                                     allow_damaged=args.allow_damaged)
@@ -300,7 +300,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     this: a ModelLoadError (a model path that does not exist, a hub id offline) can only come
     from a run that imported it."""
     errors: list[type[BaseException]] = [FileNotFoundError, ValueError]
-    models = sys.modules.get("repro.models")
+    models = sys.modules.get("repro.core.models")
     if models is not None:
         errors.append(models.ModelLoadError)
     return tuple(errors)

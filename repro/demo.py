@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repro.config import ConfigError, ExperimentConfig, load_config
+from repro.core.config import ConfigError, ExperimentConfig, load_config
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 # The demo's runs (full, CluSTER r = 0.5, random at CluSTER's kept count): a run-list file.
@@ -33,7 +33,7 @@ def run_demo(quick: bool = False, overrides: list[str] = (), force: bool = False
              runs_file: Path | None = None) -> tuple[list[Path], Path]:
     """Run every run of the demo's run list; return the run directories and the merged results."""
     from repro.grid import load_run_list, run_list
-    from repro.results import merge_results
+    from repro.core.results import merge_results
 
     rl = load_run_list(runs_file or DEMO_RUNS)
     if quick:
@@ -64,7 +64,7 @@ def _label(row: dict[str, Any]) -> str:
 
 def summary_table(run_dirs: list[Path]) -> str:
     """Markdown tables built from the runs' result part files (the numbers the store holds)."""
-    from repro.results import PART_NAME, read_rows
+    from repro.core.results import PART_NAME, read_rows
 
     runs = []
     for d in run_dirs:
@@ -109,7 +109,7 @@ def write_demo_report(run_dirs: list[Path], merged: Path) -> Path:
     """The demo's report (reports/): every table and figure for the demo's own runs, in
     `<output_dir>/demo-report/`; returns its index page."""
     from reports.build import build_report
-    from repro.results import PART_NAME, read_rows
+    from repro.core.results import PART_NAME, read_rows
 
     run_ids = {r["run_id"] for d in run_dirs for r in read_rows(d / PART_NAME)}
     return build_report(merged.parent, merged.parent / "demo-report", run_ids=run_ids)

@@ -22,8 +22,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from repro.config import ConfigError, ExperimentConfig, load_config, read_yaml_file
-from repro.io import read_json
+from repro.core.config import ConfigError, ExperimentConfig, load_config, read_yaml_file
+from repro.core.io import read_json
 
 
 @dataclass
@@ -98,7 +98,8 @@ def preflight_run_list(rl: RunList, extra: list[str] = ()) -> dict[str, list]:
 
 def run_list(rl: RunList, extra: list[str] = (), force: bool = False) -> list[Path]:
     """Run every experiment of the list in order; returns their run directories."""
-    from repro.pipeline import run_experiment, stage_marker
+    from repro.core.rundir import stage_marker
+    from repro.pipeline import run_experiment
     from repro.preflight import report
 
     notes = preflight_run_list(rl, extra)  # validate and check all first

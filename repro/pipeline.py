@@ -19,10 +19,10 @@ two stages are redone. Files (schemas in docs/files.md):
     stages/attempts.json every attempt of a stage   .lock  held by the run writing the folder
 
 Integrity (docs/files.md): one run writes a folder at a time (`.lock`); the model, pool and select
-markers record fingerprints of what they read from outside the folder (repro/fingerprints.py), and
+markers record fingerprints of what they read from outside the folder (repro/core/fingerprints.py), and
 a rerun stops, naming what changed, rather than reuse a stage made from other inputs; a training
 whose loss or gradients become non-finite stops with result rows of status `diverged`; timing
-columns add up every attempt of a killed and restarted run (repro/rundir.py).
+columns add up every attempt of a killed and restarted run (repro/core/rundir.py).
 """
 from __future__ import annotations
 
@@ -37,13 +37,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-from repro.config import ExperimentConfig, derive, eval_hash, save_config
-from repro.interfaces import SelectionContext, SelectionError, resolve_budget
-from repro.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_json, read_jsonl
-from repro import fingerprints, rundir
-from repro.registry import ALLOCATORS, SELECTORS
-from repro.rundir import RunStopped
-from repro.types import Example, Pool, Schedule, Selection
+from repro.core.config import ExperimentConfig, derive, eval_hash, save_config
+from repro.core.interfaces import SelectionContext, SelectionError, resolve_budget
+from repro.core.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_json, read_jsonl
+from repro.core import fingerprints, rundir
+from repro.core.registry import ALLOCATORS, SELECTORS
+from repro.core.rundir import (EVAL_STAGES, RunStopped, model_dir_of, stage_current, stage_done,
+                               stage_key, stage_marker)
+from repro.core.types import Example, Pool, Schedule, Selection
 
 STAGES = ("model", "pool", "select", "schedule", "train", "eval", "results")
 
@@ -54,39 +55,6 @@ def _log(msg: str) -> None:
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def stage_marker(run_dir: Path, name: str) -> Path:
-    """The file whose presence means stage `name` finished (it holds the stage's summary)."""
-    return run_dir / "stages" / f"{name}.json"
-
-
-def stage_done(run_dir: Path, name: str, key: dict[str, Any] | None = None) -> bool:
-    """Whether stage `name` finished, and (with `key`) for these settings: its marker holds every
-    field of `key` with the same value (e.g. {"eval_hash": ...} for the eval-side stages)."""
-    marker = stage_marker(run_dir, name)
-    if not marker.is_file():
-        return False
-    if not key:
-        return True
-    info = read_json(marker)
-    return all(info.get(k) == v for k, v in key.items())
-
-
-# The run folder is keyed by what changes training (config_hash); these stages also depend on
-# the eval settings, so their markers record eval_hash and they are redone when it changes.
-EVAL_STAGES = ("eval", "results")
-
-
-def stage_key(cfg: ExperimentConfig, name: str) -> dict[str, Any] | None:
-    """The settings a stage's marker must match to count as done (None: its marker suffices)."""
-    return {"eval_hash": eval_hash(cfg)} if name in EVAL_STAGES else None
-
-
-def stage_current(cfg: ExperimentConfig, run_dir: Path, name: str) -> bool:
-    """Stage `name` of this config's run is done, for this config's settings (what `launch` and
-    `status` call a finished cell: `results` current for the eval settings)."""
-    return stage_done(run_dir, name, stage_key(cfg, name))
 
 
 def _stage(run_dir: Path, name: str, force: bool, fn: Callable[[], dict[str, Any]],
@@ -119,10 +87,6 @@ def _stage(run_dir: Path, name: str, force: bool, fn: Callable[[], dict[str, Any
     return info
 
 
-def model_dir_of(run_dir: Path) -> Path:
-    return Path(read_json(stage_marker(run_dir, "model"))["model_dir"])
-
-
 def load_pool_files(run_dir: Path) -> tuple[Pool, Pool]:
     train = Pool([Example.from_dict(r) for r in read_jsonl(run_dir / "pool.jsonl")], "train")
     held = Pool([Example.from_dict(r) for r in read_jsonl(run_dir / "heldout.jsonl")], "heldout")
@@ -137,7 +101,7 @@ def stage_pool(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     token within data.max_length under the model's tokenizer, so later stages never meet them."""
     from transformers import AutoTokenizer
 
-    from repro.data import TokenizedPool, load_pool_report
+    from repro.core.data import TokenizedPool, load_pool_report
 
     # Fingerprint first: a file changed while it is read shows as changed at the next run.
     data_inputs = fingerprints.data_fingerprints(cfg)
@@ -162,7 +126,7 @@ def stage_pool(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
 
 
 def stage_model(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
-    from repro.models import materialize_model
+    from repro.core.models import materialize_model
 
     model_dir = materialize_model(cfg.model, cfg.seed)
     return {"model_dir": str(model_dir),
@@ -291,9 +255,9 @@ def gpu_energy_j() -> float | None:
 def stage_eval(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     import torch
 
-    from repro.config import DEMO_MAX_NEW_TOKENS
-    from repro.evaluation import demo_task_scores, heldout_loss
-    from repro.models import load_finetuned
+    from repro.core.config import DEMO_MAX_NEW_TOKENS
+    from evals.demo_task import demo_task_scores, heldout_loss
+    from repro.core.models import load_finetuned
 
     _, held = load_pool_files(run_dir)
     out: dict[str, Any] = {"scores": {}}
@@ -334,7 +298,7 @@ def join_eval_stage(cfg: ExperimentConfig, run_dir: Path) -> None:
 
 def stage_seconds(run_dir: Path, name: str, marker: dict[str, Any], field: str = "stage_s") -> float:
     """Seconds of stage `name` over all its attempts: the finishing attempt's `field` plus what its
-    killed or failed attempts had kept (repro/rundir.py: their time up to their last durable
+    killed or failed attempts had kept (repro/core/rundir.py: their time up to their last durable
     progress; the work a kill threw away is in stages/attempts.json as lost_s, not counted)."""
     return rundir.prior_seconds(run_dir, name) + marker[field]
 
@@ -343,7 +307,7 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
     """Tidy rows from the run's stage files (one per benchmark and metric). A diverged training
     gives one row `train`/`diverged` (value: the step) instead of scores, every row with status
     `diverged`."""
-    from repro.results import provenance
+    from repro.core.results import provenance
 
     pool, sel, sch, train = (read_json(stage_marker(run_dir, s))
                              for s in ("pool", "select", "schedule", "train"))
@@ -458,7 +422,7 @@ def diagnostic_rows(base: dict[str, Any], run_dir: Path, sel: dict[str, Any], sc
 
 
 def stage_results(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
-    from repro.results import PART_NAME, write_rows
+    from repro.core.results import PART_NAME, write_rows
 
     rows = result_rows(cfg, run_dir)
     write_rows(run_dir / PART_NAME, rows)
@@ -532,7 +496,7 @@ def _run_stages(cfg: ExperimentConfig, run_dir: Path, force: bool, until: str, l
 def stop_diverged(cfg: ExperimentConfig, run_dir: Path, train: dict[str, Any], force: bool,
                   leader: bool) -> None:
     """A diverged training: skip the evaluation, write the result rows (status diverged), stop."""
-    from repro.results import PART_NAME
+    from repro.core.results import PART_NAME
 
     if leader:
         stage_marker(run_dir, "eval").unlink(missing_ok=True)
@@ -602,7 +566,7 @@ def invalidate_eval_outputs(run_dir: Path, after: str) -> None:
         if name in later:
             stage_marker(run_dir, name).unlink(missing_ok=True)
     if "results" in later or after == "results":
-        from repro.results import PART_NAME
+        from repro.core.results import PART_NAME
 
         (run_dir / PART_NAME).unlink(missing_ok=True)
     if after == "eval" and stage_marker(run_dir, "eval").is_file():

@@ -1,6 +1,6 @@
 """Preflight: check a config for mistakes that would otherwise surface only after training.
 
-Loading a config (repro/config.py) already checks keys, types and ranges. What it cannot check
+Loading a config (repro/core/config.py) already checks keys, types and ranges. What it cannot check
 needs the rest of the suite or the file system: benchmark names (evals/), selector and allocator
 names and parameters (the registries), data files, and settings that are valid values but almost
 surely a slip (`selection.params.ratio: 0.5`, a percentage). Those checks live here, as small
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from repro.config import ConfigError, ExperimentConfig
+from repro.core.config import ConfigError, ExperimentConfig
 
 
 @dataclass(frozen=True)
@@ -163,6 +163,22 @@ def check_benchmarks(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     return out
 
 
+@check
+def check_generation_limits(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
+    """eval.max_new_tokens as a mapping: every key is a generation task (the demo's or a code
+    benchmark); the values were checked at config load."""
+    limits = cfg.eval.max_new_tokens
+    if not isinstance(limits, dict):
+        return []
+    from evals.run import CODE_BENCHMARKS
+
+    tasks = ("demo", *CODE_BENCHMARKS)  # every generation task of the eval stage
+    return [Problem(f"eval.max_new_tokens.{task}",
+                    f"{task!r} is not a generation task{_did_you_mean(str(task), list(tasks))} "
+                    f"(generation tasks: {', '.join(tasks)})")
+            for task in limits if task not in tasks]
+
+
 def _benchmark_data_notes(cfg: ExperimentConfig, ctx: CheckContext, names: list[str]
                           ) -> list[Problem]:
     from evals import local_data
@@ -182,7 +198,7 @@ def _method_problems(kind: str, key: str, name: str, params: dict[str, Any],
                      method_name: str) -> list[Problem]:
     """A selector's or allocator's name resolves (built-in, entry point or module:Class), a
     plugin is a class with the protocol's method, and the class accepts its params."""
-    from repro.registry import ALLOCATORS, SELECTORS
+    from repro.core.registry import ALLOCATORS, SELECTORS
 
     reg = SELECTORS if kind == "selector" else ALLOCATORS
     section = key.rsplit(".", 1)[0]  # "selection" or "allocation"
@@ -193,7 +209,7 @@ def _method_problems(kind: str, key: str, name: str, params: dict[str, Any],
     plugin = ":" in name or "entry point" in reg.origin(name)
     if plugin and (not inspect.isclass(obj) or not callable(getattr(obj, method_name, None))):
         return [Problem(key, f"{name!r} resolves to {obj!r}, not a {kind} class: expected a "
-                             f"class with a {method_name}() method (repro/interfaces.py)")]
+                             f"class with a {method_name}() method (repro/core/interfaces.py)")]
     try:
         reg.create(name, params, f"{section}.params")  # constructors only store their params
     except ConfigError as e:
@@ -236,7 +252,7 @@ def check_data_files(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     for i, src in enumerate(cfg.data.sources):
         key = f"data.sources[{i}]"
         if src.path == "demo":
-            from repro.demo_pool import CATEGORIES
+            from repro.core.demo_pool import CATEGORIES
 
             if cfg.data.demo_train_size < 2 * len(CATEGORIES):
                 out.append(Problem("data.demo_train_size", f"{cfg.data.demo_train_size}: the "
@@ -338,13 +354,13 @@ def check_world_size_fits_profile(cfg: ExperimentConfig, ctx: CheckContext) -> l
 @check
 def check_gpu_memory(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     """When launching with a profile that states `gpu.memory_gb`: the cell's memory plan
-    (repro/memory.py) fits one GPU; if not, what would make it fit."""
+    (repro/core/memory.py) fits one GPU; if not, what would make it fit."""
     gpu = getattr(ctx.profile, "gpu", None)
     limit = getattr(gpu, "memory_gb", None)
     host_limit = getattr(ctx.profile, "mem_per_gpu_gb", None)
     if limit is None and host_limit is None:
         return []
-    from repro.memory import GIB, fit_advice, plan_for_config
+    from repro.core.memory import GIB, fit_advice, plan_for_config
 
     plan, advice = fit_advice(cfg, float(limit)) if limit is not None else (plan_for_config(cfg), None)
     if plan is None:

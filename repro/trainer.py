@@ -3,7 +3,7 @@
 Reads top to bottom: `train_worker` is what each process runs. Worker k trains on exactly the
 ordered ids that schedule.json gives it, multiplying each example's loss by its weight (CluSTER's
 rank weight w_k, 1.0 otherwise). Gradients are averaged over workers, by DDP or by FSDP2
-(`train.strategy`, repro/sharding.py), so one optimizer step follows sum_k (w_k / K) * grad_k
+(`train.strategy`, repro/core/sharding.py), so one optimizer step follows sum_k (w_k / K) * grad_k
 under either. Checkpoints every `train.checkpoint_every` steps (sharded under fsdp); a restarted
 run resumes from the newest complete checkpoint and ends with the same weights as an
 uninterrupted one, bit for bit (at any world size: see `settle_ddp_buckets` for what that takes
@@ -40,32 +40,19 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from repro import sharding
-from repro.config import Derived, ExperimentConfig, load_config
-from repro.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
-from repro.optim import optimizer_state_bytes
-from repro.sharding import enable_activation_checkpointing
-from repro.types import Example, Pool, Schedule
+from repro.core import sharding
+from repro.core.config import Derived, ExperimentConfig, load_config
+from repro.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
+from repro.core.optim import optimizer_state_bytes
+from repro.core.sharding import enable_activation_checkpointing
+from repro.core.lmhead import weighted_lm_loss
+from repro.core.runtime import peak_memory_mb, seed_everything
+from repro.core.types import Example, Pool, Schedule
 
 CKPT_DIR = "checkpoints"
 
 
 # ----------------------------------------------------------------------------- pieces
-
-
-def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Token-mean next-token loss over response tokens, each example's tokens scaled by its weight.
-
-    sum_i w_i * sum_t loss_it / sum_i n_i (n_i = response tokens of example i). With all w_i = w
-    this is w times the usual mean token loss.
-    """
-    logits = logits[:, :-1].float()
-    targets = labels[:, 1:]
-    tok = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1),
-                          ignore_index=-100, reduction="none").view(targets.shape)
-    mask = targets != -100
-    per_example = (tok * mask).sum(dim=1)
-    return (weights.to(per_example.dtype) * per_example).sum() / mask.sum().clamp(min=1)
 
 
 class AllReduceTimer:
@@ -83,23 +70,17 @@ def timed_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
 
 
 def make_optimizer(cfg: ExperimentConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    """`train.optimizer` over `params`; Adafactor is the paper recipe's (repro/optim.py)."""
-    from repro.optim import make_optimizer as build
+    """`train.optimizer` over `params`; Adafactor is the paper recipe's (repro/core/optim.py)."""
+    from repro.core.optim import make_optimizer as build
 
     return build(cfg.train.optimizer, params, cfg.train.lr, cfg.train.weight_decay)
 
 
 def make_scheduler(cfg: ExperimentConfig, opt: torch.optim.Optimizer, total_steps: int
                    ) -> torch.optim.lr_scheduler.LambdaLR:
-    from repro.optim import make_scheduler as build
+    from repro.core.optim import make_scheduler as build
 
     return build(opt, cfg.train.warmup_steps, cfg.train.schedule == "linear", total_steps)
-
-
-def peak_memory_mb(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
 def _rng_state() -> dict[str, Any]:
@@ -114,12 +95,6 @@ def _set_rng_state(s: dict[str, Any]) -> None:
     torch.set_rng_state(s["torch"])
     if s.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(s["cuda"])
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -138,8 +113,8 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, opt: torch
     """All ranks call this together; each writes its RNG state. Under ddp rank 0 writes the
     trainable weights and optimizer state; under fsdp every rank writes its shards (dcp/).
     `progress` (train_s, tokens: totals over all attempts so far) goes into meta.json."""
-    from repro.models import trainable_state_dict
-    from repro.sharding import save_sharded
+    from repro.core.models import trainable_state_dict
+    from repro.core.sharding import save_sharded
 
     root = run_dir / CKPT_DIR
     final = root / f"step-{step:07d}"
@@ -175,8 +150,8 @@ def checkpoint_meta(ckpt: Path) -> dict[str, Any]:
 
 def load_checkpoint(ckpt: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, sched: Any,
                     rank: int, world_size: int, strategy: str = "ddp") -> int:
-    from repro.models import load_trainable_state_dict
-    from repro.sharding import load_sharded
+    from repro.core.models import load_trainable_state_dict
+    from repro.core.sharding import load_sharded
 
     meta = checkpoint_meta(ckpt)
     if meta["world_size"] != world_size:
@@ -201,10 +176,10 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, opt: torch.optim.Optimiz
 
 def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
     """One data-parallel worker. The process group is already initialized."""
-    from repro.data import TokenizedPool, collate
-    from repro.distributed import set_worker_threads, worker_device
-    from repro.models import load_model_and_tokenizer, save_finetuned
-    from repro.pipeline import model_dir_of
+    from repro.core.data import TokenizedPool, collate
+    from repro.core.distributed import set_worker_threads, worker_device
+    from repro.core.models import load_model_and_tokenizer, save_finetuned
+    from repro.core.rundir import model_dir_of
 
     t_start = time.perf_counter()
     run_dir = Path(run_dir_str)
@@ -472,11 +447,11 @@ def _maybe_fail_for_tests(done_steps: int) -> None:
 
 def run_training(run_dir: Path, world_size: int, master_port: int | None = None) -> dict[str, Any]:
     """Spawn the workers locally (or, under SLURM/torchrun, join the existing group)."""
-    from repro.distributed import env_rank_world, spawn_workers
+    from repro.core.distributed import env_rank_world, spawn_workers
 
     env = env_rank_world()
     if env is not None and env[1] == world_size and world_size > 1:
-        from repro.distributed import init_from_env
+        from repro.core.distributed import init_from_env
 
         rank, ws, _ = env
         init_from_env()  # master: MASTER_ADDR, or under srun the first node of the job's list

@@ -11,7 +11,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-from repro.config import ConfigError
+from repro.core.config import ConfigError
 
 
 
@@ -142,7 +142,7 @@ def _memory_column(cell, kind: str, memory_gb: float | None) -> str:
     """The memory plan's GiB per GPU for a training cell ('!' when over the profile's GPU)."""
     if kind != "cell":
         return "-"
-    from repro.memory import plan_for_config
+    from repro.core.memory import plan_for_config
 
     plan = plan_for_config(cell.check_config())
     if plan is None:

@@ -1,6 +1,6 @@
 """Grid files: datasets x models x methods x ratios x world sizes x seeds, with exclusions.
 
-A grid expands into cells; a cell is one experiment config (`repro/config.py`), built from the
+A grid expands into cells; a cell is one experiment config (`repro/core/config.py`), built from the
 grid's base config plus the overrides of its dataset, model and method, and its ratio, world size
 and seed. The format (every shipped grid under `configs/grids/` is an example):
 
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.config import (ConfigError, ExperimentConfig, check_name, check_text, from_dict,
+from repro.core.config import (ConfigError, ExperimentConfig, check_name, check_text, from_dict,
                           parse_override, read_yaml_file, set_dotted)
 
 AXES = ("dataset", "model", "method", "ratio", "world_size", "seed")

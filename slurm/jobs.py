@@ -15,7 +15,7 @@ A job with W tasks (one per GPU; `tasks_per_node` = GPUs) is one torch.distribut
     rest of eval, results                return
 
 The distributed variables come from SLURM's (node list, SLURM_PROCID, SLURM_LOCALID, job id; see
-`repro.distributed.slurm_env`) and are exported as torch's env:// expects them, so a job spanning
+`repro.core.distributed.slurm_env`) and are exported as torch's env:// expects them, so a job spanning
 several nodes works the same: the master is the first node of the job's node list.
 While rank 0 runs the single-process stages the rank variables are hidden from it: a stage that
 needs several workers there (features when nothing is shared) spawns them on its own node.
@@ -42,10 +42,10 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from repro.io import atomic_write_json, read_json
+from repro.core.io import atomic_write_json, read_json
 
 if TYPE_CHECKING:
-    from repro.distributed import LaunchEnv
+    from repro.core.distributed import LaunchEnv
 
 RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
              "SLURM_LOCALID")
@@ -78,12 +78,12 @@ def job_identity() -> dict[str, Any]:
 def export_torch_env(ident: dict[str, Any]) -> LaunchEnv:
     """Export MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK for torch.distributed's env:// init.
 
-    In a SLURM task they come from SLURM's variables (`repro.distributed.slurm_env`: the master is
+    In a SLURM task they come from SLURM's variables (`repro.core.distributed.slurm_env`: the master is
     the first node of the node list, the port derived from the job id, so all tasks agree without
     talking and two jobs on one node differ; MASTER_ADDR/MASTER_PORT win when set). Elsewhere
     (submitit's local executor: one node) from `ident`, the same way. Returns what was exported.
     """
-    from repro.distributed import LaunchEnv, master_port_for_job, slurm_env  # torch: not at import
+    from repro.core.distributed import LaunchEnv, master_port_for_job, slurm_env  # torch: not at import
 
     env = slurm_env()
     if env is None:
@@ -100,7 +100,7 @@ def export_torch_env(ident: dict[str, Any]) -> LaunchEnv:
 
 def rendezvous_probe(backend: str = "gloo") -> dict[str, Any]:
     """A job that checks a cluster's rendezvous: each task joins the group from SLURM's variables
-    (`repro.distributed.init_from_env`), all-reduces rank + 1 and gathers every task's node.
+    (`repro.core.distributed.init_from_env`), all-reduces rank + 1 and gathers every task's node.
 
     Seconds of work and no GPU needed (gloo), so it can be submitted before a multi-node grid;
     tests/test_slurm_cluster.py runs it on 2 nodes x 4 tasks. Returns what this task saw.
@@ -108,7 +108,7 @@ def rendezvous_probe(backend: str = "gloo") -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    from repro.distributed import cuda_device_index, init_from_env
+    from repro.core.distributed import cuda_device_index, init_from_env
 
     e = init_from_env(backend)
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
@@ -246,8 +246,8 @@ class CellJob(_Requeueable):
         self.timeout_s = timeout_s
 
     def resolve(self):  # -> ExperimentConfig
-        from repro.config import from_dict
-        from repro.pipeline import stage_marker
+        from repro.core.config import from_dict
+        from repro.core.rundir import stage_marker
 
         data = json.loads(json.dumps(self.config))
         if self.match_config is not None:
@@ -261,7 +261,8 @@ class CellJob(_Requeueable):
         return from_dict(data, source=f"cell {self.cell_id}")
 
     def __call__(self) -> dict[str, Any]:
-        from repro.pipeline import run_experiment, stage_marker
+        from repro.core.rundir import stage_marker
+        from repro.pipeline import run_experiment
 
         ident = job_identity()
         state_dir = Path(self.state_dir) if self.state_dir else None
@@ -324,8 +325,9 @@ class FeaturesJob(_Requeueable):
 
     def __call__(self) -> dict[str, Any]:
         from method.features import features_to_file
-        from repro.config import from_dict
-        from repro.pipeline import _stage, model_dir_of, run_experiment, stage_model, stage_pool
+        from repro.core.config import from_dict
+        from repro.core.rundir import model_dir_of
+        from repro.pipeline import _stage, run_experiment, stage_model, stage_pool
 
         ident = job_identity()
         cfg = from_dict(self.config, source=f"features {self.key}")
@@ -342,7 +344,7 @@ class FeaturesJob(_Requeueable):
                             state="running", job_id=ident["job_id"])
                 lock.enter_context(file_lock(shared / ".lock"))  # held until this job ends
                 with rdv.rank0() as note, single_process_env():
-                    from repro.config import save_config
+                    from repro.core.config import save_config
 
                     save_config(cfg, shared / "config.yaml")
                     _stage(shared, "model", False, lambda: stage_model(cfg, shared))

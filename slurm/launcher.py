@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.config import ConfigError, ExperimentConfig, check_text
-from repro.io import atomic_write_json, read_json
+from repro.core.config import ConfigError, ExperimentConfig, check_text
+from repro.core.io import atomic_write_json, read_json
 from slurm.grid import Cell, Grid, load_grid, select_cells
 from slurm.jobs import CellJob, FeaturesJob
 from slurm.profile import ClusterProfile
@@ -77,7 +77,7 @@ def load_context(grid_path: str, extra: list[str], only: list[str], profile: Clu
 
 def cell_config(cell: Cell, by_id: dict[str, Cell]) -> ExperimentConfig | None:
     """The final config, or None for a matched cell whose reference has not selected yet."""
-    from repro.pipeline import stage_marker
+    from repro.core.rundir import stage_marker
 
     if cell.match_of is None:
         return cell.config()
@@ -90,7 +90,7 @@ def cell_config(cell: Cell, by_id: dict[str, Cell]) -> ExperimentConfig | None:
 def has_marker(cell: Cell, by_id: dict[str, Cell], stage: str) -> bool:
     """The cell's stage is done for its current config: for eval and results, with the cell's
     eval settings (a cell whose benchmarks changed is not done: it re-evaluates, not retrains)."""
-    from repro.pipeline import stage_current
+    from repro.core.rundir import stage_current
 
     cfg = cell_config(cell, by_id)
     return cfg is not None and stage_current(cfg, cfg.run_dir(), stage)
@@ -98,7 +98,7 @@ def has_marker(cell: Cell, by_id: dict[str, Cell], stage: str) -> bool:
 
 def results_outdated(cell: Cell, by_id: dict[str, Cell]) -> bool:
     """The cell has results, but made with other eval settings than its config's now."""
-    from repro.pipeline import stage_marker
+    from repro.core.rundir import stage_marker
 
     cfg = cell_config(cell, by_id)
     return cfg is not None and stage_marker(cfg.run_dir(), "results").is_file() \

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.config import (ConfigError, Range, _coerce, check_numbers, check_texts,
+from repro.core.config import (ConfigError, Range, _coerce, check_numbers, check_texts,
                           read_yaml_file)
 
 
@@ -38,7 +38,7 @@ class GpuSpec:
     # measured MEASURED_MFU above.
     mfu: float | None = None
     # Memory of one GPU in GiB (nvidia-smi's MiB / 1024: 80 for an A100-80GB); null: not checked.
-    # Cells whose memory plan (repro/memory.py) needs more are refused by launch without --force.
+    # Cells whose memory plan (repro/core/memory.py) needs more are refused by launch without --force.
     memory_gb: float | None = None
 
     @property
@@ -87,7 +87,7 @@ class ClusterProfile:
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     """The dataclass from a mapping: unknown keys get a "did you mean", each value is checked
-    against its annotation (repro/config.py's rules: an int where an int is asked, ...)."""
+    against its annotation (repro/core/config.py's rules: an int where an int is asked, ...)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping, got {data!r}")
     names = [f.name for f in dataclasses.fields(cls)]
@@ -106,7 +106,7 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     return cls(**kwargs)
 
 
-# Numeric keys of a profile and what they allow (repro/config.py's Range); every numeric field
+# Numeric keys of a profile and what they allow (repro/core/config.py's Range); every numeric field
 # has an entry (tests/test_integrity_inputs.py checks it, as for the experiment config).
 RANGES: dict[str, Range] = {
     "gpus_per_node": Range(1),

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from repro.interfaces import SelectionContext
-from repro.io import atomic_write, atomic_write_json
-from repro.types import Pool, Selection
+from repro.core.interfaces import SelectionContext
+from repro.core.io import atomic_write, atomic_write_json
+from repro.core.types import Pool, Selection
 
 
 class RecordedFeatures:

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from repro.config import from_dict
-from repro.interfaces import SelectionContext, SelectionError
-from repro.io import atomic_write_jsonl
+from repro.core.config import from_dict
+from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.io import atomic_write_jsonl
 from repro.pipeline import validate_selection
-from repro.registry import SELECTORS
-from repro.types import Pool
+from repro.core.registry import SELECTORS
+from repro.core.types import Pool
 from tests.baselines_fixtures import one_torch_thread  # noqa: F401  (autouse fixture)
 
 # Selectors that set their own kept count (a budget is an error for them).
@@ -54,8 +54,8 @@ def builtin_selectors() -> list[str]:
 def env(tmp_path_factory: pytest.TempPathFactory):
     """(pool, context factory): a 40-example demo pool, its run files, the tiny model, features."""
     from method.features import features_to_file
-    from repro.data import TokenizedPool, load_pool
-    from repro.models import load_model_and_tokenizer, materialize_model
+    from repro.core.data import TokenizedPool, load_pool
+    from repro.core.models import load_model_and_tokenizer, materialize_model
 
     work = tmp_path_factory.mktemp("contract")
     cfg = from_dict({}, ["model.name_or_path=tiny-random-llama", "data.demo_train_size=40",

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.config import from_dict
+from repro.core.config import from_dict
 from repro.grid import load_run_list, run_configs
-from repro.interfaces import SelectionError
-from repro.io import read_json
+from repro.core.interfaces import SelectionError
+from repro.core.io import read_json
 from repro.pipeline import run_experiment
-from repro.registry import ALLOCATORS, SELECTORS
+from repro.core.registry import ALLOCATORS, SELECTORS
 from tests.conftest import CONFIGS
 
 GRID = CONFIGS / "runs" / "demo-ablation.yaml"

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from repro.config import from_dict
-from repro.interfaces import SelectionContext, SelectionError
-from repro.io import atomic_write_jsonl
-from repro.registry import SELECTORS
-from repro.types import Example, Pool
+from repro.core.config import from_dict
+from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.io import atomic_write_jsonl
+from repro.core.registry import SELECTORS
+from repro.core.types import Example, Pool
 from tests.baselines_fixtures import one_torch_thread  # noqa: F401  (autouse fixture)
 
 
@@ -30,7 +30,7 @@ def _ex(i: int, prompt: str, response: str, category: str | None = None) -> Exam
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory):
     """(config, model_dir) of the tiny random Llama (byte-level tokenizer)."""
-    from repro.models import materialize_model
+    from repro.core.models import materialize_model
 
     cfg = from_dict({}, ["model.name_or_path=tiny-random-llama", "data.max_length=128",
                          "world_size=2"])
@@ -142,8 +142,8 @@ def test_semdedup_drops_semantic_near_duplicates_inside_clusters(tmp_path: Path,
 def _reference_losses(cfg, model_dir, pool: Pool, all_tokens: bool = False):
     """Batch-1 reference: each example alone through the model, the trainer's loss, plus EL2N."""
     from baselines.common import scoring_model
-    from repro.data import collate, tokenize_example
-    from repro.trainer import weighted_lm_loss
+    from repro.core.data import collate, tokenize_example
+    from repro.core.lmhead import weighted_lm_loss
 
     model, tok = scoring_model(_ctx(cfg, Path("."), model_dir), "reference")  # no LoRA, eval
     losses, el2n = [], []
@@ -193,9 +193,10 @@ def test_perplexity_scores_the_whole_text_and_can_keep_the_middle(tmp_path: Path
 
 
 def test_grand_scores_are_per_example_lora_gradient_norms(tmp_path: Path, tiny) -> None:
-    from repro.data import collate, tokenize_example
-    from repro.models import load_model_and_tokenizer
-    from repro.trainer import seed_everything, weighted_lm_loss
+    from repro.core.data import collate, tokenize_example
+    from repro.core.models import load_model_and_tokenizer
+    from repro.core.lmhead import weighted_lm_loss
+    from repro.core.runtime import seed_everything
 
     cfg, model_dir = tiny
     pool = _text_pool(12)
@@ -252,7 +253,7 @@ def test_spreading_a_budget_evenly_smallest_first() -> None:
 def _memorizing_model(tmp_path: Path, tiny, pairs: list[tuple[str, str]], steps: int = 60):
     """The tiny model, trained to give each response after its prompt (a real, small fit)."""
     from baselines.common import scoring_model, train_briefly
-    from repro.data import tokenize_example
+    from repro.core.data import tokenize_example
 
     cfg, model_dir = tiny
     model, tok = scoring_model(_ctx(cfg, tmp_path, model_dir), "memorize")  # all weights trained

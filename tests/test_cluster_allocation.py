@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repro.interfaces import SelectionError
-from repro.registry import ALLOCATORS
-from repro.types import Selection
+from repro.core.interfaces import SelectionError
+from repro.core.registry import ALLOCATORS
+from repro.core.types import Selection
 
 
 def _balanced(k: int, m: int) -> Selection:

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repro.config import from_dict
-from repro.config import ConfigError
-from repro.interfaces import SelectionError
-from repro.io import read_json
+from repro.core.config import from_dict
+from repro.core.config import ConfigError
+from repro.core.interfaces import SelectionError
+from repro.core.io import read_json
 from repro.pipeline import run_experiment, stage_marker
-from repro.registry import SELECTORS
+from repro.core.registry import SELECTORS
 
 
 def _cfg(tmp_path: Path, *extra: str):

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from method import clustering as C
-from repro.interfaces import SelectionError
+from repro.core.interfaces import SelectionError
 
 
 def _skewed(n: int, d: int, k: int, seed: int, dup: bool = False) -> np.ndarray:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.config import ConfigError, derive, from_dict, load_config, parse_override
+from repro.core.config import ConfigError, derive, from_dict, load_config, parse_override
 from tests.conftest import CONFIGS
 
 # grids/ and clusters/ hold grid files and cluster profiles (slurm/), not experiment configs.
@@ -89,7 +89,7 @@ def test_hash_is_stable_and_ignores_paths() -> None:
 
 
 def test_eval_settings_are_not_part_of_the_training_identity() -> None:
-    from repro.config import eval_hash
+    from repro.core.config import eval_hash
 
     a = load_config(CONFIGS / "demo.yaml")
     b = load_config(CONFIGS / "demo.yaml", ["eval.benchmarks=[medqa]", "eval.limit=5"])
@@ -105,7 +105,7 @@ def test_changing_eval_settings_reevaluates_without_retraining(tmp_path: Path,
     import json
 
     from repro.pipeline import run_experiment, stage_marker
-    from repro.results import PART_NAME, read_rows
+    from repro.core.results import PART_NAME, read_rows
 
     base = [f"output_dir={tmp_path}", f"data_dir={shared_data}", "world_size=1",
             "data.demo_train_size=24", "data.demo_heldout_per_category=1",

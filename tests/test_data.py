@@ -1,4 +1,4 @@
-"""Tests for repro.data / repro.prompts: loading, bad rows, prompt formats, tokenization.
+"""Tests for repro.core.data / repro.core.prompts: loading, bad rows, prompt formats, tokenization.
 
 Everything runs offline on small fixture files; the real shared data (CLUSTER_REPRO_DATA, else
 ../shared/data next to the checkout) is required by the tests that use it: they fail, not skip,
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from repro.config import from_dict
-from repro.data import (IGNORE_INDEX, DataError, TokenizedPool, collate, load_pool, load_pool_report,
+from repro.core.config import from_dict
+from repro.core.data import (IGNORE_INDEX, DataError, TokenizedPool, collate, load_pool, load_pool_report,
                         tokenize_example)
-from repro.prompts import (ALPACA_PROMPT_NO_INPUT, MAGICODER_PROMPT, FORMATS, detect_format, render)
-from repro.types import Example, Pool
+from repro.core.prompts import (ALPACA_PROMPT_NO_INPUT, MAGICODER_PROMPT, FORMATS, detect_format, render)
+from repro.core.types import Example, Pool
 
 ROOT = Path(__file__).resolve().parents[1]
 

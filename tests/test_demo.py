@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from repro.results import COLUMNS, PART_NAME
+from repro.core.results import COLUMNS, PART_NAME
 from tests.conftest import REPO
 
 

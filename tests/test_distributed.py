@@ -1,4 +1,4 @@
-"""The rendezvous from SLURM's and torchrun's variables (repro/distributed.py), in isolation.
+"""The rendezvous from SLURM's and torchrun's variables (repro/core/distributed.py), in isolation.
 
 What SLURM sets in each task of a 2-node x 4-task allocation is written out here as SLURM 22.05
 sets it (seen in `srun` tasks of the 2-node local cluster); tests/test_slurm_cluster.py runs the
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.distributed import (PORT_BASE, PORT_SPAN, cuda_device_index, env_rank_world,
+from repro.core.distributed import (PORT_BASE, PORT_SPAN, cuda_device_index, env_rank_world,
                                expand_hostlist, init_from_env, launch_env, master_port_for_job,
                                slurm_env)
 from slurm.grid import load_grid

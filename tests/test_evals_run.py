@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from evals.run import EvalSettings, entries_to_rows, expand_benchmarks, make_lm, run_benchmarks
-from repro.config import ConfigError, ExperimentConfig, LoraConfig, ModelConfig, load_config
-from repro.results import COLUMNS, PART_NAME
+from repro.core.config import ConfigError, ExperimentConfig, LoraConfig, ModelConfig, load_config
+from repro.core.results import COLUMNS, PART_NAME
 
 
 def test_expand_benchmarks_aliases_order_and_typos():
@@ -87,7 +87,7 @@ def test_cli_evaluates_the_tiny_model_on_every_local_benchmark(shared_data, tmp_
 
 
 def _tiny(tmp_path: Path, lora: bool):
-    from repro.models import load_model_and_tokenizer, materialize_model
+    from repro.core.models import load_model_and_tokenizer, materialize_model
 
     mcfg = ModelConfig(name_or_path="tiny-random-llama", lora=LoraConfig(enabled=lora))
     model_dir = materialize_model(mcfg, seed=0)
@@ -119,8 +119,8 @@ def _finished_run(tmp_path: Path, shared_data: Path, lora: bool, name: str,
                   ) -> tuple[ExperimentConfig, Path, object]:
     """A run directory as training leaves it (the model stage's marker, empty pools, the
     fine-tuned tiny model), with eval settings; -> (config, run dir, tokenizer)."""
-    from repro.io import atomic_write_json
-    from repro.models import save_finetuned
+    from repro.core.io import atomic_write_json
+    from repro.core.models import save_finetuned
     from repro.pipeline import stage_marker
 
     mcfg, model_dir, model, tok = _tiny(tmp_path, lora=lora)
@@ -141,7 +141,7 @@ def _finished_run(tmp_path: Path, shared_data: Path, lora: bool, name: str,
 def test_pipeline_eval_stage_runs_the_configured_benchmarks(shared_data, tmp_path, monkeypatch):
     """The run's fine-tuned model (base + LoRA adapter) is evaluated and its rows written; the
     generation limit the config states is used and recorded in the rows."""
-    from repro.io import atomic_write_json
+    from repro.core.io import atomic_write_json
     from repro.pipeline import result_rows, stage_eval, stage_marker
 
     cfg, run_dir, tok = _finished_run(tmp_path, shared_data, True, "evalhook",
@@ -226,7 +226,7 @@ def test_rows_from_items_equal_the_harness_own_aggregation(one_process):
     import lm_eval
 
     from evals.run import EvalSettings, _harness_as_one_process, task_manager
-    from repro.models import load_finetuned
+    from repro.core.models import load_finetuned
 
     cfg, run_dir, _, one, _ = one_process
     model, tok = load_finetuned(run_dir / "model", Path(json.loads(
@@ -274,7 +274,7 @@ def test_the_tasks_of_a_job_evaluate_together(one_process, tmp_path, monkeypatch
     or torchrun set them), task 0's eval stage (here, in this process) and task 1's
     join_eval_stage (another OS process) score the benchmarks together, with the entries of a
     lone process."""
-    from repro.distributed import free_port
+    from repro.core.distributed import free_port
     from repro.pipeline import stage_eval
 
     cfg, run_dir, _, one, one_dir = one_process
@@ -284,7 +284,7 @@ def test_the_tasks_of_a_job_evaluate_together(one_process, tmp_path, monkeypatch
     job_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port() - 1), "WORLD_SIZE": "2"}
     task1 = subprocess.Popen(
         [sys.executable, "-c", "import json, sys; from pathlib import Path\n"
-         "from repro.config import from_dict\nfrom repro.pipeline import join_eval_stage\n"
+         "from repro.core.config import from_dict\nfrom repro.pipeline import join_eval_stage\n"
          "cfg = from_dict(json.loads(Path(sys.argv[1]).read_text()))\n"
          "join_eval_stage(cfg, cfg.run_dir())\n", str(tmp_path / "config.json")],
         env={**os.environ, **job_env, "RANK": "1", "LOCAL_RANK": "1",
@@ -307,7 +307,7 @@ def test_cli_evaluates_a_run_with_its_own_data_dir(one_process, tmp_path):
     """`cluster-repro eval --run`: the run's config gives the data directory (a Path, saved in
     benchmarks.json's settings as text) and the rows carry the run's id."""
     from repro.cli import main
-    from repro.config import save_config
+    from repro.core.config import save_config
 
     cfg, run_dir, _, one, _ = one_process
     save_config(cfg, run_dir / "config.yaml")
@@ -319,6 +319,20 @@ def test_cli_evaluates_a_run_with_its_own_data_dir(one_process, tmp_path):
     assert rows[0]["run_id"] == f"{cfg.name}-{cfg.hash()}"
     saved = json.loads((tmp_path / "benchmarks.json").read_text())
     assert saved["settings"]["data_dir"] == cfg.data_dir
+
+
+def test_generation_limit_task_names_are_checked_by_preflight():
+    """A per-task limit for a name that is no generation task is a preflight problem naming the
+    key, with a did-you-mean (evals/ owns the task list; the config loads)."""
+    from repro.preflight import CheckContext, preflight
+
+    for override, message in [
+            ("eval.max_new_tokens.humaneval_pluss=9", "'humaneval_pluss' is not a generation "
+                                                      "task; did you mean 'humaneval_plus'?"),
+            ("eval.max_new_tokens.medqa=9", "'medqa' is not a generation task")]:
+        found = [p for p in preflight(load_config(None, [override]), CheckContext())
+                 if p.key.startswith("eval.max_new_tokens")]
+        assert found and message in str(found[0]), (override, found)
 
 
 def test_generation_limits_are_checked_at_config_load():
@@ -335,9 +349,6 @@ def test_generation_limits_are_checked_at_config_load():
             ("eval.max_new_tokens.humaneval=0", "eval.max_new_tokens.humaneval: expected a "
                                                 "positive number of tokens, got 0"),
             ("eval.max_new_tokens.humaneval=1.5", "eval.max_new_tokens.humaneval: expected"),
-            ("eval.max_new_tokens.humaneval_pluss=9", "'humaneval_pluss' is not a generation "
-                                                      "task (did you mean 'humaneval_plus'?)"),
-            ("eval.max_new_tokens.medqa=9", "'medqa' is not a generation task"),
             ("eval.workers=0", "eval.workers: expected a number of processes >= 1"),
             ("eval.limit=0", "eval.limit: expected a number of items >= 1")]:
         with pytest.raises(ConfigError, match=__import__("re").escape(message)):

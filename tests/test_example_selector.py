@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from repro.io import read_json, read_jsonl
-from repro.results import PART_NAME
+from repro.core.io import read_json, read_jsonl
+from repro.core.results import PART_NAME
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "examples" / "cluster-repro-example-selector"

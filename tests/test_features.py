@@ -20,10 +20,10 @@ import torch
 
 from method.features import (HeadWorkspace, compute_features, feature_workers, features_to_file,
                              gradient_proxy_features, gradient_proxy_features_naive)
-from repro.config import LoraConfig, ModelConfig
-from repro.data import IGNORE_INDEX, collate, tokenize_example
-from repro.io import atomic_write_jsonl
-from repro.types import Example
+from repro.core.config import LoraConfig, ModelConfig
+from repro.core.data import IGNORE_INDEX, collate, tokenize_example
+from repro.core.io import atomic_write_jsonl
+from repro.core.types import Example
 
 CFG = ModelConfig(name_or_path="tiny-random-llama", lora=LoraConfig(enabled=False))
 
@@ -40,7 +40,7 @@ def _examples(n: int) -> list[Example]:
 
 @pytest.fixture(scope="module")
 def tiny():
-    from repro.models import load_model_and_tokenizer, materialize_model
+    from repro.core.models import load_model_and_tokenizer, materialize_model
 
     model_dir = materialize_model(CFG, seed=0)
     torch.manual_seed(0)
@@ -170,7 +170,7 @@ def test_batch_position_and_size_do_not_matter(tiny) -> None:
 def _torchrun_like_rank(rank: int, world: int, ports: tuple[int, int], run_dir: str,
                         model_dir: str, out_dir: str) -> None:
     """One process of a group that already exists, as under torchrun or SLURM: its rank comes from
-    environment variables, which features_to_file joins (repro.distributed.env_rank_world). The
+    environment variables, which features_to_file joins (repro.core.distributed.env_rank_world). The
     same 4 processes run the pass twice: all 4 compute, then 2 (ranks 2 and 3 only gather)."""
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1")
@@ -189,7 +189,7 @@ def test_features_are_bit_identical_from_1_2_and_4_processes(tiny, tmp_path: Pat
     Before (rows r, r+K, ... batched per worker) 2 or 4 processes differed from 1 by up to 2e-7."""
     import torch.multiprocessing as mp
 
-    from repro.distributed import free_port
+    from repro.core.distributed import free_port
 
     model_dir, model, tok = tiny
     exs = _examples(18)  # 9 batches of 2: dealt 5+4 to 2 workers, 3+2+2+2 to 4

@@ -24,7 +24,7 @@ import pytest
 
 from reports.build import build_report
 from reports.load import ReportInputError
-from repro.results import (COLUMNS, PART_NAME, ConflictingRowsError, DamagedResultsError,
+from repro.core.results import (COLUMNS, PART_NAME, ConflictingRowsError, DamagedResultsError,
                            merge_results, read_checked, sidecar_path, write_rows)
 from tests.conftest import REPO
 
@@ -202,7 +202,7 @@ def test_merged_results_carry_a_checksum_that_the_report_checks(tmp_path: Path) 
 def test_files_and_folders_follow_the_umask(umask: int, tmp_path: Path) -> None:
     """Atomic writes (mkstemp makes 0600 files), merged results, Parquet and the report end as
     0666 & ~umask, their folders 0777 & ~umask: lab-mates can read a shared output_dir."""
-    from repro.io import atomic_write_json, atomic_write_jsonl
+    from repro.core.io import atomic_write_json, atomic_write_jsonl
 
     old = os.umask(umask)
     try:
@@ -228,8 +228,8 @@ def test_files_and_folders_follow_the_umask(umask: int, tmp_path: Path) -> None:
 def test_the_saved_model_follows_the_umask(tmp_path: Path) -> None:
     """save_finetuned builds in a mkdtemp folder (0700) and safetensors writes 0600 files: a run
     under umask 002 left `model/` unreadable to the group before."""
-    from repro.config import LoraConfig, ModelConfig
-    from repro.models import load_model_and_tokenizer, materialize_model, save_finetuned
+    from repro.core.config import LoraConfig, ModelConfig
+    from repro.core.models import load_model_and_tokenizer, materialize_model, save_finetuned
 
     cfg = ModelConfig(name_or_path="tiny-random-llama", lora=LoraConfig(r=2, alpha=4))
     model, tok = load_model_and_tokenizer(materialize_model(cfg, seed=0), cfg)
@@ -252,7 +252,7 @@ def _killed_mid_write(target: Path) -> int:
     """Run a process that starts an atomic write of `target` and is SIGKILLed inside it (no
     `finally` runs); -> its pid."""
     code = ("import os, signal, sys\n"
-            "from repro.io import atomic_write\n"
+            "from repro.core.io import atomic_write\n"
             "def w(fh):\n"
             "    fh.write('half'); fh.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
             "atomic_write(sys.argv[1], w)\n")
@@ -268,7 +268,7 @@ def _run_killed(code: str, arg: Path) -> int:
 
 
 def test_a_temp_file_orphaned_by_a_kill_is_removed_by_the_next_write(tmp_path: Path) -> None:
-    from repro.io import atomic_write_json, remove_stale_temps
+    from repro.core.io import atomic_write_json, remove_stale_temps
 
     run = tmp_path / "run"
     pid = _killed_mid_write(run / "stages" / "train.json")
@@ -291,15 +291,15 @@ def test_an_orphaned_features_temp_is_removed_by_the_next_feature_pass(tmp_path:
     that folder removes it first thing, and leaves no temp of its own even when it fails (here
     it fails at once, on a model folder that does not exist: no model is needed to show it)."""
     from method.features import features_to_file
-    from repro.config import LoraConfig, ModelConfig
-    from repro.io import temp_path
-    from repro.models import ModelLoadError
+    from repro.core.config import LoraConfig, ModelConfig
+    from repro.core.io import temp_path
+    from repro.core.models import ModelLoadError
 
     cfg = ModelConfig(name_or_path="tiny-random-llama", lora=LoraConfig(enabled=False))
     run = tmp_path / "run"
     run.mkdir()
     code = ("import os, signal, sys\n"
-            "from repro.io import temp_path\n"
+            "from repro.core.io import temp_path\n"
             "open(temp_path(sys.argv[1]), 'wb').write(b'half')\n"
             "os.kill(os.getpid(), signal.SIGKILL)\n")
     pid = _run_killed(code, run / "features.npy")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.config import (NAME_MAX_BYTES, NUMERIC_RANGES, ConfigError, ExperimentConfig,
+from repro.core.config import (NAME_MAX_BYTES, NUMERIC_RANGES, ConfigError, ExperimentConfig,
                           from_dict, load_config, numeric_keys, parse_override)
 from tests.conftest import CONFIGS, REPO
 
@@ -57,7 +57,7 @@ def _is_float(key: str) -> bool:
 
 def test_every_numeric_key_of_every_section_has_a_range() -> None:
     """A new int/float key cannot arrive without a guard: every field of every dataclass in
-    repro/config.py (and of a cluster profile) that takes a number is in NUMERIC_RANGES (RANGES),
+    repro/core/config.py (and of a cluster profile) that takes a number is in NUMERIC_RANGES (RANGES),
     and every shipped default is itself allowed."""
     from slurm.profile import RANGES, ClusterProfile
 
@@ -127,7 +127,7 @@ def test_the_issue_cases_name_the_right_key_and_what_is_allowed() -> None:
         with pytest.raises(ConfigError) as e:
             load_config(QUICK, [override])
         assert str(e.value) == f"{QUICK}: {message}", override
-    # eval.limit's wording is the eval stage's own (repro/config.py), the facts the same.
+    # eval.limit's wording is the eval stage's own (repro/core/config.py), the facts the same.
     with pytest.raises(ConfigError, match=r"demo-quick\.yaml: eval\.limit: expected .*>= 1.* "
                                           r"null.*got 0$"):
         load_config(QUICK, ["eval.limit=0"])
@@ -210,7 +210,7 @@ class NoSelect:
 
 
 def test_a_module_colon_name_that_is_not_a_selector_is_refused_before_it_is_called() -> None:
-    from repro.registry import ALLOCATORS, SELECTORS
+    from repro.core.registry import ALLOCATORS, SELECTORS
 
     with pytest.raises(ConfigError, match=r"'os:system' resolves to <built-in function system>, "
                                           r"not a selector class: expected a class with a "
@@ -350,7 +350,7 @@ def test_a_key_given_twice_in_a_yaml_file_is_an_error_not_the_last_one_silently(
     with pytest.raises(ConfigError, match=r"line 4: key 'lr' is given twice \(first on line 2\)"):
         load_config(p)
     # A YAML merge key overriding an anchor's value is not a duplicate.
-    from repro.config import read_yaml_file
+    from repro.core.config import read_yaml_file
 
     p.write_text("base: &b {lr: 1, epochs: 2}\ntrain:\n  <<: *b\n  lr: 3\n")
     assert read_yaml_file(p, "x")["train"] == {"lr": 3, "epochs": 2}
@@ -396,7 +396,7 @@ def test_malformed_run_lists_and_grids_are_errors_not_type_errors(tmp_path: Path
 
 
 def test_random_seed_offset_must_be_a_seed(tmp_path: Path) -> None:
-    from repro.registry import SELECTORS
+    from repro.core.registry import SELECTORS
 
     for bad in (float("inf"), 1.5, -100, True):
         with pytest.raises(ConfigError, match=r"selection\.params\.seed_offset: expected an "
@@ -421,7 +421,7 @@ def test_a_range_applies_to_the_number_side_of_a_union() -> None:
     number; null and the mapping are left to the type check and the key's own validation."""
     import dataclasses
 
-    from repro.config import Range, check_numbers
+    from repro.core.config import Range, check_numbers
 
     @dataclasses.dataclass
     class Section:

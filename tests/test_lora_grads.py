@@ -9,10 +9,10 @@ import torch
 
 from method.lora_grads import (PerExampleLoraGrads, RademacherProjector, adam_preconditioner,
                                lora_gradient_features, per_example_loss)
-from repro.config import ModelConfig
-from repro.data import collate
-from repro.models import load_model_and_tokenizer, materialize_model, trainable_state_dict
-from repro.trainer import weighted_lm_loss
+from repro.core.config import ModelConfig
+from repro.core.data import collate
+from repro.core.models import load_model_and_tokenizer, materialize_model, trainable_state_dict
+from repro.core.lmhead import weighted_lm_loss
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The memory plan (repro/memory.py) and its checks before a launch.
+"""The memory plan (repro/core/memory.py) and its checks before a launch.
 
 The calibration points (the 7B ddp peak measured on an H200, CPU RSS of real training steps)
 are in docs/memory.md; these tests hold the plan to the GPU one and to what it must decide.
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from repro.config import from_dict, load_config
-from repro.memory import GIB, SHAPES, model_shape, plan_for_config, plan_memory
+from repro.core.config import from_dict, load_config
+from repro.core.memory import GIB, SHAPES, model_shape, plan_for_config, plan_memory
 from repro.preflight import CheckContext, preflight
 from slurm.profile import ClusterProfile, GpuSpec
 from tests.conftest import CONFIGS

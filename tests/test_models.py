@@ -1,4 +1,4 @@
-"""Tests for repro.models: the tiny model and tokenizer, LoRA, state round-trips, the build lock,
+"""Tests for repro.core.models: the tiny model and tokenizer, LoRA, state round-trips, the build lock,
 hub errors, and (marked `smollm2`) the real SmolLM2 conversion."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.config import LoraConfig, ModelConfig
-from repro import models as M
+from repro.core.config import LoraConfig, ModelConfig
+from repro.core import models as M
 
 
 def _tiny_cfg(lora: bool = True, **kw) -> ModelConfig:

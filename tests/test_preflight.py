@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from repro.config import ConfigError, from_dict, load_config
+from repro.core.config import ConfigError, from_dict, load_config
 from repro.preflight import CheckContext, Problem, PreflightError, preflight, require_clean
-from repro.registry import SELECTORS
+from repro.core.registry import SELECTORS
 from slurm.grid import load_grid
 from slurm.profile import ClusterProfile, load_profile
 from tests.conftest import CONFIGS
@@ -214,7 +214,7 @@ def test_a_ratio_given_as_a_fraction_asks_for_the_percentage() -> None:
 
 def test_batches_budget_and_world_size_against_the_profile() -> None:
     with pytest.raises(ConfigError, match="eval.limit: expected a number of items >= 1"):
-        _quick("eval.limit=0")  # refused at load (repro/config.py)
+        _quick("eval.limit=0")  # refused at load (repro/core/config.py)
     errs = _errors(preflight(_quick("selection.method=random",
                                     "selection.n=500", "selection.params.seed_offset=1")))
     assert errs == ["selection.n: 500 is larger than the pool can be (at most 96 examples from "

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from repro.config import ConfigError, from_dict
-from repro.interfaces import Allocator, SelectionContext, SelectionError, Selector, resolve_budget
-from repro.registry import ALLOCATORS, SELECTORS
-from repro.types import Example, Pool, Selection
+from repro.core.config import ConfigError, from_dict
+from repro.core.interfaces import Allocator, SelectionContext, SelectionError, Selector, resolve_budget
+from repro.core.registry import ALLOCATORS, SELECTORS
+from repro.core.types import Example, Pool, Selection
 
 
 def _pool(n: int) -> Pool:
@@ -110,7 +110,7 @@ def test_a_third_party_selector_registers_through_its_entry_point(tmp_path: Path
     pkg = tmp_path / "acme_select"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(
-        "from repro.types import Selection\n"
+        "from repro.core.types import Selection\n"
         "class FirstN:\n"
         "    '''Keeps the first `budget` examples.'''\n"
         "    def select(self, pool, budget, ctx):\n"

@@ -531,7 +531,7 @@ def test_fsdp_runs_show_the_wait_as_not_measured_never_zero(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under train.strategy fsdp the trainer logs a null wait: the pipeline writes no wait row
     and a `cost/train fsdp` row of 1, and every wait cell says "n/a (fsdp)"."""
-    from repro.io import atomic_write_jsonl
+    from repro.core.io import atomic_write_jsonl
     from repro.pipeline import diagnostic_rows
 
     run_dir = tmp_path / "run"

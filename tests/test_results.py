@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from repro.results import COLUMNS, PART_NAME, merge_results, package_versions, write_rows
+from repro.core.results import COLUMNS, PART_NAME, merge_results, package_versions, write_rows
 
 
 def _row(**kw):

@@ -31,14 +31,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repro import rundir
+from repro.core import rundir
 from repro.cli import main as cli_main
-from repro.config import from_dict, save_config
-from repro.io import read_json
+from repro.core.config import from_dict, save_config
+from repro.core.io import read_json
 from repro.pipeline import (InputsChanged, TrainingDiverged, run_experiment, stage_marker,
                             stage_seconds)
-from repro.results import PART_NAME, read_rows
-from repro.rundir import RunLocked
+from repro.core.results import PART_NAME, read_rows
+from repro.core.rundir import RunLocked
 from tests.conftest import REPO
 
 TINY = ["name=t", "model.name_or_path=tiny-random-llama", "data.max_length=256",
@@ -123,7 +123,7 @@ def test_another_folders_same_named_file_is_another_input_a_moved_copy_is_not(
 
 
 def test_a_changed_model_directory_or_features_file_stops_the_rerun(tmp_path: Path) -> None:
-    from repro.models import materialize_model
+    from repro.core.models import materialize_model
 
     model = tmp_path / "model"
     shutil.copytree(materialize_model(_cfg(tmp_path).model, 42), model)
@@ -147,7 +147,7 @@ def test_a_changed_model_directory_or_features_file_stops_the_rerun(tmp_path: Pa
 
 def _hold_lock(run_dir: Path, seconds: float) -> subprocess.Popen:
     """Another process holding the run folder's lock for `seconds` (returns once it holds it)."""
-    code = ("import sys, time, pathlib\nfrom repro.rundir import run_lock\n"
+    code = ("import sys, time, pathlib\nfrom repro.core.rundir import run_lock\n"
             "with run_lock(pathlib.Path(sys.argv[1])):\n"
             "    print('held', flush=True)\n    time.sleep(float(sys.argv[2]))\n")
     p = subprocess.Popen([sys.executable, "-c", code, str(run_dir), str(seconds)], cwd=REPO,
@@ -188,7 +188,7 @@ def test_a_run_killed_after_its_features_counts_them_and_locks_out_a_second_run(
     run_dir = cfg.run_dir()
     hold = tmp_path / "hold"
     hold.mkdir()
-    code = ("import sys\nfrom repro.config import from_dict\nfrom repro.pipeline import run_experiment\n"
+    code = ("import sys\nfrom repro.core.config import from_dict\nfrom repro.pipeline import run_experiment\n"
             "run_experiment(from_dict({}, sys.argv[1:]), until='schedule')\n")
     env = {**os.environ, "CLUSTER_REPRO_TEST_HOLD": str(hold),
            "CLUSTER_REPRO_TEST_KILL_AFTER_FEATURES": "1"}

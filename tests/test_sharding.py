@@ -3,7 +3,7 @@
 - One fsdp step, with rank weights and gradient accumulation, equals the serial weighted update
   sum_k (w_k / K) * grad_k at world sizes 2 and 4, for full fine-tuning and for LoRA (the DDP
   step is held to the same reference in test_trainer.py).
-- With the recipe's optimizer (Adafactor, repro/optim.py) and activation checkpointing, fsdp
+- With the recipe's optimizer (Adafactor, repro/core/optim.py) and activation checkpointing, fsdp
   reaches the DDP run's weights, and each rank holds 1/world_size of DDP's parameter + gradient
   + optimizer bytes.
 - A killed fsdp run resumes from its sharded checkpoint to the uninterrupted run's weights.
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.config import from_dict
-from repro.io import atomic_write_json, read_json
+from repro.core.config import from_dict
+from repro.core.io import atomic_write_json, read_json
 from repro.pipeline import load_pool_files, model_dir_of, run_experiment
-from repro.types import Schedule
+from repro.core.types import Schedule
 
 TINY = ["model.name_or_path=tiny-random-llama", "data.demo_train_size=48",
         "data.demo_heldout_per_category=1", "data.max_length=256", "eval.demo_tasks=false",
@@ -31,7 +31,7 @@ def _cfg(out: Path, *extra: str):
 
 def _trained(run_dir: Path, cfg) -> dict[str, torch.Tensor]:
     """The saved model's trainable parameters (the adapter for LoRA, every weight otherwise)."""
-    from repro.models import load_finetuned
+    from repro.core.models import load_finetuned
 
     model, _ = load_finetuned(run_dir / "model", model_dir_of(run_dir), cfg.model)
     names = {n for n, p in model.named_parameters()
@@ -43,9 +43,10 @@ def _serial_update(run_dir: Path, cfg, weights: list[float], lr: float
                    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(initial, expected) trainable weights after one plain-SGD step on sum_k (w_k/K) grad_k,
     computed in this process worker by worker, micro-batch by micro-batch."""
-    from repro.data import TokenizedPool, collate
-    from repro.models import load_model_and_tokenizer
-    from repro.trainer import seed_everything, weighted_lm_loss
+    from repro.core.data import TokenizedPool, collate
+    from repro.core.models import load_model_and_tokenizer
+    from repro.core.lmhead import weighted_lm_loss
+    from repro.core.runtime import seed_everything
 
     K, b = cfg.world_size, cfg.train.per_device_batch_size
     accum = cfg.train.global_batch_size // (b * K)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from repro.distributed import master_port_for_job
-from repro.io import read_json
+from repro.core.distributed import master_port_for_job
+from repro.core.io import read_json
 from slurm.launcher import make_executor
 from slurm.profile import load_profile
 from tests.conftest import CONFIGS, REPO

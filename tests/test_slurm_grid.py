@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.config import ConfigError
+from repro.core.config import ConfigError
 from slurm.grid import load_grid, select_cells
 from slurm.launcher import PROJECT_ROOT, Context, plan_jobs, sbatch_script
 from slurm.plan import estimate_cell
@@ -221,7 +221,7 @@ def test_a_cell_is_done_only_for_its_eval_settings_and_keeps_its_run_folder(tmp_
     """Changing eval settings keeps the run folder (training identity) but un-finishes the cell:
     a launch re-submits it (its stages then skip through training) and status says so.
     (`cluster-repro launch` refusing cells with problems: tests/test_preflight.py.)"""
-    from repro.io import atomic_write_json
+    from repro.core.io import atomic_write_json
     from repro.pipeline import STAGES, stage_key, stage_marker
     from slurm.launcher import cell_statuses
 

@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.config import from_dict
-from repro.io import atomic_write_json, read_json
+from repro.core.config import from_dict
+from repro.core.io import atomic_write_json, read_json
 from repro.pipeline import load_pool_files, model_dir_of, run_experiment, stage_marker
-from repro.results import PART_NAME, read_rows
-from repro.types import Schedule
+from repro.core.results import PART_NAME, read_rows
+from repro.core.types import Schedule
 from tests.conftest import CONFIGS, REPO
 
 
@@ -37,7 +37,7 @@ def _tiny_cfg(tmp_path: Path, *extra: str):
 
 
 def _trainable(run_dir: Path, cfg) -> dict[str, torch.Tensor]:
-    from repro.models import load_finetuned, trainable_state_dict
+    from repro.core.models import load_finetuned, trainable_state_dict
 
     model_dir = model_dir_of(run_dir)
     model, _ = load_finetuned(run_dir / "model", model_dir, cfg.model)
@@ -47,9 +47,10 @@ def _trainable(run_dir: Path, cfg) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("per_device", [2, 1], ids=["batch2-accum1", "batch1-accum2-checkpointing"])
 def test_weighted_ddp_step_equals_serial_weighted_update(tmp_path: Path, per_device: int) -> None:
     """(batch1-accum2 also recomputes its layers: activation checkpointing changes no gradient.)"""
-    from repro.data import TokenizedPool, collate
-    from repro.models import load_model_and_tokenizer
-    from repro.trainer import seed_everything, weighted_lm_loss
+    from repro.core.data import TokenizedPool, collate
+    from repro.core.models import load_model_and_tokenizer
+    from repro.core.lmhead import weighted_lm_loss
+    from repro.core.runtime import seed_everything
 
     K, lr, global_batch = 4, 0.5, 8
     accum = global_batch // (per_device * K)
@@ -176,10 +177,10 @@ def test_resume_is_bit_exact_with_more_workers(tmp_path: Path, world_size: int, 
 
 
 def test_adafactor_equals_the_transformers_one_on_plain_tensors() -> None:
-    """repro.optim.Adafactor (written for FSDP's sharded tensors) is the recipe's Adafactor."""
+    """repro.core.optim.Adafactor (written for FSDP's sharded tensors) is the recipe's Adafactor."""
     from transformers.optimization import Adafactor as Reference
 
-    from repro.optim import Adafactor
+    from repro.core.optim import Adafactor
 
     torch.manual_seed(0)
     shapes = [(7, 5), (5,), (3, 4, 6)]  # a matrix, a vector (unfactored), a 3-d tensor
@@ -200,7 +201,7 @@ def test_adafactor_equals_the_transformers_one_on_plain_tensors() -> None:
 
 
 def test_optimizers_and_schedule() -> None:
-    from repro.optim import Adafactor
+    from repro.core.optim import Adafactor
     from repro.trainer import make_optimizer, make_scheduler
 
     p = [torch.nn.Parameter(torch.ones(3))]

@@ -31,7 +31,7 @@
 #   CLUSTER_REPRO_SLURM_DB_PORT=3307 the private MariaDB's port (127.0.0.1 only)
 #
 # Nodes: with N > 1 each node is named by a loopback address (127.0.0.1 .. 127.0.0.N), because a
-# job's rendezvous (repro/distributed.py) uses the first name of SLURM_JOB_NODELIST as the
+# job's rendezvous (repro/core/distributed.py) uses the first name of SLURM_JOB_NODELIST as the
 # torch.distributed master address, as on a real cluster, so node names must resolve; loopback
 # addresses do on every machine without editing /etc/hosts. The job's node list then reads
 # `127.0.0.[1-2]`, SLURM's compressed form.

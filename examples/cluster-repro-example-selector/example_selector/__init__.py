@@ -6,8 +6,8 @@ message that says what to change. It imports only cluster-repro's public types.
 """
 from __future__ import annotations
 
-from repro.interfaces import SelectionContext, SelectionError
-from repro.types import Pool, Selection
+from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.types import Pool, Selection
 
 
 class LongestResponse:

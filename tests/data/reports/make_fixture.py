@@ -24,8 +24,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from repro.io import atomic_write_jsonl  # noqa: E402
-from repro.results import write_rows  # noqa: E402
+from repro.core.io import atomic_write_jsonl  # noqa: E402
+from repro.core.results import write_rows  # noqa: E402
 
 VERSIONS = json.dumps({"lm_eval": "0.4.13", "torch": "2.13.0", "transformers": "5.24.0",
                        "python": "3.11.9"}, sort_keys=True)

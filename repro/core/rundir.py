@@ -34,9 +34,12 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from repro.io import atomic_write_json, read_json
+from repro.core.io import atomic_write_json, read_json
+
+if TYPE_CHECKING:
+    from repro.core.config import ExperimentConfig
 
 LOCK_NAME = ".lock"
 LEDGER = Path("stages") / "attempts.json"
@@ -60,7 +63,7 @@ def _log(msg: str) -> None:
 def is_leader() -> bool:
     """Whether this process owns the run folder: a plain process, or rank 0 of a group launched
     by torchrun/SLURM (the other ranks only train, and write nothing of the run's own)."""
-    from repro.distributed import env_rank_world
+    from repro.core.distributed import env_rank_world
 
     env = env_rank_world()
     return env is None or env[0] == 0
@@ -244,3 +247,45 @@ def attempts(run_dir: Path) -> int:
     (a run that only skips finished stages adds none)."""
     return 1 + sum(e["status"] in UNFINISHED for entries in _ledger(run_dir).values()
                    for e in entries)
+
+
+# ----------------------------------------------------------------------------- stage markers
+
+
+def stage_marker(run_dir: Path, name: str) -> Path:
+    """The file whose presence means stage `name` finished (it holds the stage's summary)."""
+    return run_dir / "stages" / f"{name}.json"
+
+
+def stage_done(run_dir: Path, name: str, key: dict[str, Any] | None = None) -> bool:
+    """Whether stage `name` finished, and (with `key`) for these settings: its marker holds every
+    field of `key` with the same value (e.g. {"eval_hash": ...} for the eval-side stages)."""
+    marker = stage_marker(run_dir, name)
+    if not marker.is_file():
+        return False
+    if not key:
+        return True
+    info = read_json(marker)
+    return all(info.get(k) == v for k, v in key.items())
+
+
+# The run folder is keyed by what changes training (config_hash); these stages also depend on
+# the eval settings, so their markers record eval_hash and they are redone when it changes.
+EVAL_STAGES = ("eval", "results")
+
+
+def stage_key(cfg: ExperimentConfig, name: str) -> dict[str, Any] | None:
+    """The settings a stage's marker must match to count as done (None: its marker suffices)."""
+    from repro.core.config import eval_hash
+
+    return {"eval_hash": eval_hash(cfg)} if name in EVAL_STAGES else None
+
+
+def stage_current(cfg: ExperimentConfig, run_dir: Path, name: str) -> bool:
+    """Stage `name` of this config's run is done, for this config's settings (what `launch` and
+    `status` call a finished cell: `results` current for the eval settings)."""
+    return stage_done(run_dir, name, stage_key(cfg, name))
+
+
+def model_dir_of(run_dir: Path) -> Path:
+    return Path(read_json(stage_marker(run_dir, "model"))["model_dir"])

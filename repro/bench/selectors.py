@@ -1,6 +1,6 @@
 """Benchmark: selection time and peak memory of every selector on one config's pool.
 
-    python -m baselines.bench_selectors configs/mini/code.yaml data_dir=../shared/data \
+    python -m repro.bench.selectors configs/mini/code.yaml data_dir=../shared/data \
         --methods random,dedup-exact,loss --out runs/bench/selectors-code.json [key=value ...]
 
 For each method: one process runs the pipeline up to the pool stage (shared by every method: the
@@ -31,7 +31,7 @@ DEFAULT_PARAMS = {"cluster": ["selection.params.ratio=50"]}
 
 _STAGE = """
 import sys
-from repro.config import load_config
+from repro.core.config import load_config
 from repro.pipeline import run_experiment
 cfg = load_config(sys.argv[1], sys.argv[3:])
 run_experiment(cfg, until=sys.argv[2])
@@ -58,7 +58,7 @@ def bench_selectors(config: str, methods: list[str], overrides: list[str], fract
               *((extra or {}).get(m, []))]
         if m not in SELF_COUNTED:
             ov.append(f"selection.fraction={fraction}")
-        from repro.config import load_config
+        from repro.core.config import load_config
 
         run_dir = load_config(config, ov).run_dir()
         if not (run_dir / "stages" / "pool.json").is_file():

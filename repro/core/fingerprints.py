@@ -67,7 +67,7 @@ def file_fingerprint(path: Path, rows: bool = True) -> dict[str, Any]:
 def data_fingerprints(cfg: Any, rows: bool = True) -> list[dict[str, Any]]:
     """One entry per outside data input of `cfg.data.sources`, in order. `where` (the resolved
     path) is informational; `key` says which config key names the input."""
-    from repro.data import _resolve
+    from repro.core.data import _resolve
 
     out: list[dict[str, Any]] = []
     for i, src in enumerate(cfg.data.sources):

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from repro.types import Pool, Schedule, Selection
+from repro.core.types import Pool, Schedule, Selection
 
 if TYPE_CHECKING:
-    from repro.config import ExperimentConfig
+    from repro.core.config import ExperimentConfig
 
 
 class SelectionError(ValueError):

@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from repro.config import ModelConfig
+from repro.core.config import ModelConfig
 
 # peft's LoRA wrapper calls a transformers API deprecated in 5.x; not ours to fix, only noise.
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)

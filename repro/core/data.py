@@ -2,7 +2,7 @@
 
 `load_pool(cfg)` reads every `cfg.data.sources[i]` (the generated demo pool, a local .json/.jsonl
 file under the data directory, or a hub dataset "hf:<id>"), renders rows with their prompt format
-(`repro.prompts`), and returns (train_pool, heldout_pool). Bad rows either stop the load with a
+(`repro.core.prompts`), and returns (train_pool, heldout_pool). Bad rows either stop the load with a
 message naming the file, line/row and field (`data.on_bad_row: error`, the default) or are skipped
 and counted by reason in `train_pool.skipped` with one summary line on stderr (`skip`): never
 silently dropped. `load_pool_report` also returns per-source counts (rows read, test ids excluded,
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from repro.config import DataSource, ExperimentConfig
-from repro.prompts import DataError, RowError, detect_format, render
-from repro.types import Example, Pool
+from repro.core.config import DataSource, ExperimentConfig
+from repro.core.prompts import DataError, RowError, detect_format, render
+from repro.core.types import Example, Pool
 
 __all__ = ["DataError", "SourceReport", "load_pool", "load_pool_report", "tokenize_example",
            "TokenizedPool", "collate", "IGNORE_INDEX"]
@@ -242,7 +242,7 @@ def _load_source(cfg: ExperimentConfig, i: int, src: DataSource, names: set[str]
                  seen: dict[str, str]) -> tuple[list[Example], list[Example], SourceReport]:
     held: list[Example] = []
     if src.path == "demo":
-        from repro.demo_pool import generate_demo_pool  # lazy: only demo runs need the generator
+        from repro.core.demo_pool import generate_demo_pool  # lazy: only demo runs need the generator
 
         train_rows, held_rows = generate_demo_pool(cfg.seed, cfg.data.demo_train_size,
                                                    cfg.data.demo_heldout_per_category)

@@ -6,7 +6,7 @@ so a run here sees the same text as the paper's runs. `detect_format` picks a fo
 fields for `format: auto`.
 
 A row that does not fit raises `RowError`, a `DataError` that carries a short `reason` (the key
-counted in `Pool.skipped`, e.g. "missing_field:output") and the field; `repro.data` adds the file
+counted in `Pool.skipped`, e.g. "missing_field:output") and the field; `repro.core.data` adds the file
 and line to the message.
 """
 from __future__ import annotations

@@ -18,13 +18,13 @@ import inspect
 from importlib.metadata import entry_points
 from typing import Any, Callable
 
-from repro.config import ConfigError
+from repro.core.config import ConfigError
 
 # Modules whose import registers the built-in implementations. Imported on first use, so that
 # `import repro` stays light.
 _BUILTIN_MODULES = {
     "selectors": ["baselines", "method"],
-    "allocators": ["repro.allocation", "method"],
+    "allocators": ["method"],
 }
 
 
@@ -32,7 +32,7 @@ class Registry:
     """Maps names to classes of one kind: selectors or allocators.
 
     Whatever a name resolves to must be a class with the protocol's method (`select` or
-    `allocate`, repro/interfaces.py); anything else (a function such as `os:system`, a module
+    `allocate`, repro/core/interfaces.py); anything else (a function such as `os:system`, a module
     constant) is refused by `get` before it is called, so a wrong `module:Class` fails with a
     message before any stage runs, never with an AttributeError after one."""
 
@@ -95,7 +95,7 @@ class Registry:
             return ("an " if word[0] in "aeiou" else "a ") + word
 
         raise ConfigError(f"{name!r} resolves to {obj!r}, not {a(kind)} class: expected a class "
-                          f"with {a(self.method + '()')} method (repro/interfaces.py)")
+                          f"with {a(self.method + '()')} method (repro/core/interfaces.py)")
 
     def _resolve(self, name: str) -> Any:
         self._load_builtins()

@@ -1,8 +1,8 @@
 """Benchmark of CluSTER steps 2-6 (normalize, k-means, soft cap, budget + choice) at the paper's
 scale: N = 75,197 (Magicoder-OSS-Instruct-75K), D = 4096 (7B hidden size), K = 4 and 8 workers.
 
-    python -m method.bench_cluster                    # the full run (several minutes: sklearn)
-    python -m method.bench_cluster --n 20000 --d 1024 --modes fast
+    python -m repro.bench.cluster                    # the full run (several minutes: sklearn)
+    python -m repro.bench.cluster --n 20000 --d 1024 --modes fast
 
 Features are seeded random unit vectors (float32). On them every partition has nearly the same
 inertia, so the "random/exact" column (inertia of a random partition with its means, over the

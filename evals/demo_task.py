@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from repro.types import Pool
+from repro.core.types import Pool
 
 
 def _stderr_mean(values: list[float]) -> float | None:
@@ -27,7 +27,7 @@ def _stderr_mean(values: list[float]) -> float | None:
 def heldout_loss(model: Any, tokenizer: Any, pool: Pool, max_length: int, batch_size: int,
                  device: str = "cpu") -> dict[str, Any]:
     """Token-weighted mean next-token loss on response tokens (nats) and its perplexity."""
-    from repro.data import TokenizedPool, collate
+    from repro.core.data import TokenizedPool, collate
 
     tok = TokenizedPool(pool, tokenizer, max_length, on_bad_row="skip")
     ids = [e.id for e in pool.examples if e.id in tok]
@@ -101,7 +101,7 @@ def demo_task_scores(model: Any, tokenizer: Any, pool: Pool, max_new_tokens: int
 
     Returns ({category: {"value", "stderr", "n"}} plus "overall", per-sample log rows).
     """
-    from repro.demo_pool import score_generation
+    from repro.core.demo_pool import score_generation
 
     items = [e for e in pool.examples if e.meta.get("check")]
     if limit is not None:

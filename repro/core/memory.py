@@ -115,7 +115,7 @@ SHAPES: dict[str, ModelShape] = {
     "codellama-7b-python": ModelShape(4096, 11008, 32, 32, 32, 32000),
     "codellama-13b-python": ModelShape(5120, 13824, 40, 40, 40, 32000),
     "smollm2-135m": ModelShape(576, 1536, 30, 9, 3, 49152, tied_embeddings=True),
-    "tiny-random-llama": ModelShape(64, 256, 2, 4, 4, 259),  # the tests' model (repro/models.py)
+    "tiny-random-llama": ModelShape(64, 256, 2, 4, 4, 259),  # the tests' model (repro/core/models.py)
     "mistral-7b-v0.3": ModelShape(4096, 14336, 32, 32, 8, 32768),
     "llama-3.1-8b": ModelShape(4096, 14336, 32, 32, 8, 128256),
     "qwen2.5-7b": ModelShape(3584, 18944, 28, 28, 4, 152064, qkv_bias=True),
@@ -151,7 +151,7 @@ def model_shape(name_or_path: str, tiny_hidden: int = 64, tiny_layers: int = 2) 
     """The shape of `model.name_or_path`: a known hub id or builtin, a local directory's
     config.json, or None when it cannot be known without a download."""
     key = name_or_path.lower()
-    if key == "tiny-random-llama":  # repro/models.py: byte tokenizer (259 ids), 4 heads
+    if key == "tiny-random-llama":  # repro/core/models.py: byte tokenizer (259 ids), 4 heads
         return ModelShape(tiny_hidden, 4 * tiny_hidden, tiny_layers, 4, 4, 259)
     if key in SHAPES:
         return SHAPES[key]

@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from repro.io import atomic_write_json, read_jsonl
+from repro.core.io import atomic_write_json, read_jsonl
 
 
 def step_stats(run_dir: Path, warmup: int = 1) -> dict[str, Any]:
@@ -37,7 +37,7 @@ def step_stats(run_dir: Path, warmup: int = 1) -> dict[str, Any]:
 
 def bench_ddp(config: str | None, world_sizes: list[int], steps: int, per_device_batch: int,
               output_dir: Path, overrides: list[str]) -> list[dict[str, Any]]:
-    from repro.config import load_config
+    from repro.core.config import load_config
     from repro.demo import demo_config
     from repro.pipeline import run_experiment
 

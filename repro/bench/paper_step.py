@@ -3,10 +3,10 @@
     cluster-repro bench paper-step --shape llama-2-7b --strategy fsdp --activation-checkpointing \\
         --steps 4 --grad-accum 8 [--world-size 1] [--seq-len 1216] [--out paper-step.json]
 
-Random weights of the named shape (repro/memory.py SHAPES; `--layers` keeps the width and cuts
+Random weights of the named shape (repro/core/memory.py SHAPES; `--layers` keeps the width and cuts
 the depth, for a quick CPU check), no download; sequences of exactly `--seq-len` tokens from the
 byte-level tokenizer over seeded random text, every token trained. Each worker runs the trainer's
-own parts: `repro.sharding.wrap` (ddp or FSDP2), the recipe's Adafactor, the weighted loss,
+own parts: `repro.core.sharding.wrap` (ddp or FSDP2), the recipe's Adafactor, the weighted loss,
 gradient accumulation with the synchronization only on the last micro-batch.
 
 Prints one JSON object: the median step time after a warm-up step, tokens/s (all workers),
@@ -57,7 +57,7 @@ def _sequences(n: int, seq_len: int, seed: int) -> torch.Tensor:
     """n rows of exactly seq_len byte-tokenizer ids, from seeded random printable text."""
     import random
 
-    from repro.models import _byte_level_tokenizer
+    from repro.core.models import _byte_level_tokenizer
 
     tok = _byte_level_tokenizer()
     rng = random.Random(seed)
@@ -104,11 +104,11 @@ def _features(model: Any, seq_len: int, batch: int, n: int, device: torch.device
 
 
 def _worker(rank: int, world_size: int, args: dict[str, Any], out: str) -> None:
-    from repro import sharding
-    from repro.distributed import set_worker_threads, worker_device
-    from repro.memory import SHAPES
-    from repro.optim import make_optimizer
-    from repro.trainer import weighted_lm_loss
+    from repro.core import sharding
+    from repro.core.distributed import set_worker_threads, worker_device
+    from repro.core.memory import SHAPES
+    from repro.core.optim import make_optimizer
+    from repro.core.lmhead import weighted_lm_loss
 
     device = worker_device(rank)
     if device.type == "cuda":
@@ -125,8 +125,8 @@ def _worker(rank: int, world_size: int, args: dict[str, Any], out: str) -> None:
         model = AutoModelForCausalLM.from_config(_model_config(shape, args["layers"]),
                                                  dtype=torch.float32)
     if args["lora"]:
-        from repro.config import ModelConfig
-        from repro.models import _wrap_lora
+        from repro.core.config import ModelConfig
+        from repro.core.models import _wrap_lora
 
         model = _wrap_lora(model, ModelConfig())
     params_total = sum(p.numel() for p in model.parameters())
@@ -183,8 +183,8 @@ def bench_paper_step(shape: str, strategy: str, activation_checkpointing: bool, 
     """Run the step (and the feature pass) and return the JSON-ready summary."""
     import tempfile
 
-    from repro.distributed import spawn_workers
-    from repro.memory import SHAPES, plan_memory, replace_layers
+    from repro.core.distributed import spawn_workers
+    from repro.core.memory import SHAPES, plan_memory, replace_layers
 
     if shape not in SHAPES:
         raise ValueError(f"--shape {shape!r}: one of {', '.join(sorted(SHAPES))}")
@@ -251,7 +251,7 @@ def bench_paper_step(shape: str, strategy: str, activation_checkpointing: bool, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from repro.memory import SHAPES
+    from repro.core.memory import SHAPES
 
     p = argparse.ArgumentParser(prog="cluster-repro bench paper-step", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(res, indent=2)
     print(text)
     if a.out:
-        from repro.io import atomic_write_text
+        from repro.core.io import atomic_write_text
 
         atomic_write_text(Path(a.out), text + "\n")
     return 0

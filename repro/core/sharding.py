@@ -103,7 +103,7 @@ def _local_bytes(t: torch.Tensor | None) -> int:
 def state_bytes(model: torch.nn.Module, opt: torch.optim.Optimizer, strategy: str) -> dict[str, int]:
     """This worker's bytes of parameters, gradients, optimizer state and DDP's gradient buckets
     (call after backward, before zero_grad): the model state a strategy shards."""
-    from repro.optim import optimizer_state_bytes
+    from repro.core.optim import optimizer_state_bytes
 
     params = list(unwrapped(model).parameters())
     out = {"params": sum(_local_bytes(p) for p in params),

@@ -1,6 +1,6 @@
 """Measure the launch path: one small cell through `launch --cluster slurm` vs `cluster-repro run`.
 
-    python -m slurm.bench [--world-size 4] [--repeats 3] [--profile configs/clusters/local.yaml]
+    python -m repro.bench.slurm [--world-size 4] [--repeats 3] [--profile configs/clusters/local.yaml]
 
 Each repeat runs the quick demo's `full` cell twice, in fresh output folders (nothing skipped,
 model cache warm), alternating the order: directly (`cluster-repro run`, workers spawned
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from repro.io import atomic_write_json, read_json
+from repro.core.io import atomic_write_json, read_json
 
 ROOT = Path(__file__).resolve().parent.parent
 

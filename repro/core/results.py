@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from repro.io import atomic_write, atomic_write_json
+from repro.core.io import atomic_write, atomic_write_json
 
 PART_NAME = "results.part.csv"
 

@@ -19,8 +19,8 @@ Batches: real text (the demo pool's rendered examples, tokenized with the model'
 cut into examples) or, for a random model without a tokenizer, random ids; each example has
 length ~ U[0.4, 1.0] * max_length, of which a share ~ U[0.25, 0.6] is prompt; right padding.
 
-    CLUSTER_REPRO_CACHE=/tmp/smol-cache python -m method.bench_features --model smollm2-135m-instruct
-    python -m method.bench_features --model llama-2-7b --device cuda --dtype bf16   # random weights
+    CLUSTER_REPRO_CACHE=/tmp/smol-cache python -m repro.bench.features --model smollm2-135m-instruct
+    python -m repro.bench.features --model llama-2-7b --device cuda --dtype bf16   # random weights
 """
 from __future__ import annotations
 
@@ -72,8 +72,8 @@ def _load(model_dir: Any, device: str, dtype: torch.dtype) -> tuple[Any, Any, st
         with torch.device(device):  # initialized on the device: no 28 GB fp32 detour on the host
             model = AutoModelForCausalLM.from_config(model_dir, dtype=dtype)
         return model.eval(), None, f"random {model_dir.model_type} h{model_dir.hidden_size}"
-    from repro.config import LoraConfig, ModelConfig
-    from repro.models import load_model_and_tokenizer
+    from repro.core.config import LoraConfig, ModelConfig
+    from repro.core.models import load_model_and_tokenizer
 
     cfg = ModelConfig(name_or_path=str(model_dir), lora=LoraConfig(enabled=False))
     model, tok = load_model_and_tokenizer(Path(model_dir), cfg, device=device)
@@ -83,12 +83,12 @@ def _load(model_dir: Any, device: str, dtype: torch.dtype) -> tuple[Any, Any, st
 def _batches(tok: Any, vocab: int, batch_size: int, n_batches: int, max_length: int,
              seed: int = 0) -> list[dict]:
     """Deterministic in the arguments (the memory subprocesses rebuild the very same batches)."""
-    from repro.data import IGNORE_INDEX, collate
+    from repro.core.data import IGNORE_INDEX, collate
 
     rng = random.Random(seed * 1000 + batch_size)
     if tok is not None:
-        from repro.demo_pool import generate_demo_pool
-        from repro.prompts import render
+        from repro.core.demo_pool import generate_demo_pool
+        from repro.core.prompts import render
 
         rows, _ = generate_demo_pool(seed, 480, 8)
         texts = [r.prompt + r.response + "\n\n" for r in (render(x, "demo") for x in rows)]
@@ -168,7 +168,7 @@ def _measure_memory_here(form: str, model: Any, batches: list[dict], device: str
 
 def _memory_subprocess(form: str, model_dir: Any, batch_size: int, max_length: int,
                        n_batches: int, dtype: torch.dtype) -> float | None:
-    cmd = [sys.executable, "-m", "method.bench_features", "--mem-form", form, "--model",
+    cmd = [sys.executable, "-m", "repro.bench.features", "--mem-form", form, "--model",
            str(model_dir), "--batch-sizes", str(batch_size), "--max-length", str(max_length),
            "--n-batches", str(n_batches), "--dtype", "bf16" if dtype == torch.bfloat16 else "fp32"]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
@@ -264,10 +264,10 @@ def format_features(rows: list[dict]) -> str:
 
 
 def _resolve_model(name: str) -> str:
-    from repro.models import BUILTIN_MODELS, materialize_model
+    from repro.core.models import BUILTIN_MODELS, materialize_model
 
     if name in BUILTIN_MODELS:
-        from repro.config import LoraConfig, ModelConfig
+        from repro.core.config import LoraConfig, ModelConfig
 
         return str(materialize_model(ModelConfig(name_or_path=name, lora=LoraConfig(enabled=False)),
                                      seed=0))
