@@ -138,7 +138,8 @@ def _entry_benchmark(ep: Any) -> Benchmark:
                                    f"got {type(spec).__name__}")
     unknown = sorted(set(spec) - set(_ENTRY_KEYS))
     if unknown:
-        raise BenchmarkPluginError(f"{where}: unknown keys {unknown}; expected {', '.join(_ENTRY_KEYS)}")
+        raise BenchmarkPluginError(f"{where}: unknown keys {unknown}; expected "
+                                   f"{', '.join(_ENTRY_KEYS)}")
     if spec.get("name", ep.name) != ep.name:
         raise BenchmarkPluginError(f"{where}: name {spec['name']!r} differs from the entry "
                                    "point's name, which is the benchmark's")

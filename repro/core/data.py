@@ -7,8 +7,8 @@ prompt format (`repro.core.prompts`), and returns (train_pool, heldout_pool). Co
 the suite's plain template; each source's report says which (`template`). Bad rows either stop
 the load with a message naming the file, line/row and field (`data.on_bad_row: error`, the
 default) or are skipped and counted by reason in `train_pool.skipped` with one summary line on
-stderr (`skip`): never silently dropped. `load_pool_report` also returns per-source counts (rows read, test ids excluded,
-skipped, train/held-out sizes), since `Pool` has no field for exclusions.
+stderr (`skip`): never silently dropped. `load_pool_report` also returns per-source counts (rows
+read, test ids excluded, skipped, train/held-out sizes), since `Pool` has no field for exclusions.
 
 Example ids are stable across runs: "{source name}-{row's own id}" when the row has one ("id",
 "task_id", or the key of an id -> object file), else "{source name}-{row index:06d}". The source

@@ -210,7 +210,8 @@ SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "a
 
 
 def plain_chat_prompt(messages: list[dict[str, str]]) -> str:
-    """The suite's plain template: '### User:\n...\n\n### Assistant:\n...\n\n### Assistant:\n'."""
+    """The suite's plain template: a '### System:', '### User:' or '### Assistant:' block per
+    turn, then '### Assistant:' and a newline, where the response starts."""
     turns = "".join(PLAIN_CHAT_TURN.format(role=m["role"].capitalize(), content=m["content"])
                     for m in messages)
     return turns + PLAIN_CHAT_RESPONSE
@@ -226,23 +227,25 @@ def _turns(row: Mapping[str, Any], key: str, role_key: str, content_key: str,
         got = "nothing" if key not in row else repr(turns)
         raise RowError(f"missing_field:{key}", key, f"field {key!r}: expected {shape}, got {got}")
     if not isinstance(turns, list):
-        raise RowError(f"not_list:{key}", key,
-                       f"field {key!r}: expected {shape}, got {type(turns).__name__} {_short(turns)}")
+        raise RowError(f"not_list:{key}", key, f"field {key!r}: expected {shape}, got "
+                       f"{type(turns).__name__} {_short(turns)}")
     names = ", ".join(dict.fromkeys(roles))
     out = []
     for i, turn in enumerate(turns):
         where = f"{key}[{i}]"
         if not isinstance(turn, dict):
-            raise RowError(f"not_object:{key}", where, f"field {where!r}: expected an object "
-                           f"{{{role_key}, {content_key}}}, got {type(turn).__name__} {_short(turn)}")
+            raise RowError(f"not_object:{key}", where,
+                           f"field {where!r}: expected an object {{{role_key}, {content_key}}}, "
+                           f"got {type(turn).__name__} {_short(turn)}")
         role = turn.get(role_key)
         if role is None or role == "":
             raise RowError(f"missing_field:{key}.{role_key}", f"{where}.{role_key}",
                            f"field '{where}.{role_key}': expected one of {names}, got "
                            + ("nothing" if role_key not in turn else repr(role)))
-        if role not in roles:
+        if not isinstance(role, str) or role not in roles:
             raise RowError(f"bad_value:{key}.{role_key}", f"{where}.{role_key}",
-                           f"field '{where}.{role_key}': expected one of {names}, got {_short(role)}")
+                           f"field '{where}.{role_key}': expected one of {names}, got "
+                           f"{_short(role)}")
         try:
             content = text_field(turn, content_key, label=f"{where}.{content_key}")
         except RowError as e:  # counted as e.g. missing_field:conversations.value
