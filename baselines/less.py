@@ -44,10 +44,14 @@ def validation_pool(ctx: SelectionContext, source: str, fmt: str, n: int) -> Poo
                                  "or set selection.params.validation to a data file")
         val = Pool([Example.from_dict(r) for r in read_jsonl(path)], "validation")
     else:
+        from transformers import AutoTokenizer
+
         cfg = ctx.config
         data = dataclasses.replace(cfg.data, sources=[DataSource(path=source, format=fmt)],
                                    heldout_fraction=0.0)
-        val, _ = load_pool(dataclasses.replace(cfg, data=data))
+        # Conversations get the chat template the training pool was rendered with.
+        tok = AutoTokenizer.from_pretrained(ctx.model_dir) if ctx.model_dir else None
+        val, _ = load_pool(dataclasses.replace(cfg, data=data), tok)
     if len(val) == 0:
         raise SelectionError(f"selector 'less': the validation set ({source}) is empty; LESS "
                              "needs a few examples from the target domain (set "

@@ -38,6 +38,9 @@ def register(subparsers: Any, epilog: str) -> None:
     p.add_argument("--adapter", help="with --model: a LoRA adapter directory to apply")
     p.add_argument("--benchmarks", default="all",
                    help="comma-separated benchmarks or aliases code, medical, all (default all)")
+    p.add_argument("--task-path", action="append", default=[], metavar="DIR",
+                   help="a folder of lm-eval task YAMLs whose tasks are benchmarks too (as "
+                        "eval.task_paths; repeatable; docs/add-a-benchmark.md)")
     p.add_argument("--source", choices=["local", "hub"], default="local",
                    help="local files (default) or the hub datasets")
     p.add_argument("--data-dir", help="the local data directory (default $CLUSTER_REPRO_DATA, "
@@ -134,7 +137,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if args.adapter and not args.model:
         raise ValueError("--adapter goes with --model (the base model)")
-    benchmarks = expand_benchmarks(args.benchmarks)
+    benchmarks = expand_benchmarks(args.benchmarks, args.task_path)
     fewshot = _parse_fewshot(args.num_fewshot)
     items = _parse_items(args.items)
     extra = sorted(set(items) - set(benchmarks))
@@ -143,7 +146,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                          f"({', '.join(benchmarks)})")
     # Flag errors before loading the model.
     EvalSettings(source=args.source, num_fewshot=fewshot, items=items, limit=args.limit,
-                 max_gen_toks=args.max_gen_toks)
+                 max_gen_toks=args.max_gen_toks, task_paths=args.task_path)
     import torch
 
     if args.threads:
@@ -156,7 +159,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                             limit=args.limit, batch_size=args.batch_size, num_fewshot=fewshot,
                             max_gen_toks=args.max_gen_toks,
                             humaneval_plus_file=args.humaneval_plus_file,
-                            items=items)
+                            items=items, task_paths=args.task_path)
     t0 = time.perf_counter()
     lm = make_lm(model, tok, batch_size=args.batch_size)
     # Same model (or adapter, or run) and settings as an interrupted call: keep its scores.

@@ -65,7 +65,7 @@ def job_for_run(cfg: ExperimentConfig, run_dir: Path) -> EvalJob:
     limits = cfg.eval.max_new_tokens
     settings = EvalSettings(
         data_dir=str(data_dir) if data_dir else None, limit=cfg.eval.limit,
-        batch_size=cfg.eval.batch_size,
+        batch_size=cfg.eval.batch_size, task_paths=list(cfg.eval.task_paths),
         # eval.max_new_tokens minus the demo tasks' entry: the benchmarks' limits.
         max_gen_toks=({k: v for k, v in limits.items() if k != "demo"}
                       if isinstance(limits, dict) else limits))

@@ -6,7 +6,9 @@ result entries (and tidy result rows), writing per-sample logs.
 Benchmarks (`BENCHMARKS`): humaneval, humaneval_plus, mbpp, mbpp_plus (pass@1, greedy) and medqa,
 medmcqa, pubmedqa, mmlu_medical (log-likelihood multiple choice, accuracy); aliases `code`,
 `medical`, `all`. Each runs as the lm-eval task `<benchmark>_<source>` from evals/tasks/, where
-source is `local` (files in a data directory) or `hub` (the harness's hub datasets).
+source is `local` (files in a data directory) or `hub` (the harness's hub datasets). More
+benchmarks come from folders of task YAMLs (`EvalSettings.task_paths`) and installed packages
+(evals/plugins.py); `known_benchmarks` lists them all.
 
 Each benchmark is evaluated on its own, so one failing benchmark never hides the others: data
 that cannot be found gives a `missing` entry and a loud banner on stderr, a crash an `error`
@@ -32,21 +34,13 @@ import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
-from evals import local_data
+from evals import local_data, plugins
+from evals.plugins import Benchmark
 from repro.core.io import atomic_write_json, atomic_write_jsonl
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
-
-
-@dataclass(frozen=True)
-class Benchmark:
-    name: str
-    kind: str  # "code" or "medical"
-    metrics: tuple[str, ...]  # lm-eval metric names reported as rows, the main one first
-    harness_task: str  # the lm-eval 0.4.13 task it mirrors
-    group: bool = False  # an lm-eval group of subtasks (mmlu_medical)
 
 
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
@@ -78,11 +72,28 @@ def _loud(msg: str) -> None:
     print(f"\n{bar}\n[cluster-repro eval] {msg}\n{bar}\n", file=sys.stderr, flush=True)
 
 
-def expand_benchmarks(names: list[str] | str) -> list[str]:
+@functools.lru_cache(maxsize=1)
+def _builtin_tasks() -> frozenset[str]:
+    """The lm-eval task and group names evals/tasks defines (a plugin may not take one)."""
+    return frozenset(plugins.task_yamls(TASKS_DIR)) | {f"{b}_{s}" for b in BENCHMARKS
+                                                       for s in SOURCES}
+
+
+def known_benchmarks(task_paths: Iterable[str] = ()) -> dict[str, Benchmark]:
+    """Every benchmark by name: the eight built-in ones, then those of installed packages and of
+    the `task_paths` folders (evals/plugins.py; BenchmarkPluginError if one is unusable)."""
+    reserved = {*BENCHMARKS, *ALIASES, *_builtin_tasks()}
+    return {**BENCHMARKS, **plugins.plugin_benchmarks(task_paths, reserved)}
+
+
+def expand_benchmarks(names: list[str] | str, task_paths: Iterable[str] = ()) -> list[str]:
     """Benchmark names and aliases (a list or a comma-separated string) -> benchmark names, in
-    order, without duplicates. An unknown name raises ValueError with a suggestion."""
+    order, without duplicates. Plugin benchmarks (of installed packages and the `task_paths`
+    folders) are known by name; the aliases name the built-in ones. An unknown name raises
+    ValueError with a suggestion."""
     if isinstance(names, str):
         names = [n for n in names.split(",")]
+    known = known_benchmarks(task_paths)
     out: list[str] = []
     for raw in names:
         n = raw.strip()
@@ -90,13 +101,14 @@ def expand_benchmarks(names: list[str] | str) -> list[str]:
             continue
         if n in ALIASES:
             out += ALIASES[n]
-        elif n in BENCHMARKS:
+        elif n in known:
             out.append(n)
         else:
-            near = difflib.get_close_matches(n, [*BENCHMARKS, *ALIASES], n=1)
+            near = difflib.get_close_matches(n, [*known, *ALIASES], n=1)
             hint = f"; did you mean {near[0]!r}?" if near else ""
-            raise ValueError(f"unknown benchmark {n!r}{hint} (known: {', '.join(BENCHMARKS)}; "
-                             f"aliases: {', '.join(ALIASES)})")
+            raise ValueError(f"unknown benchmark {n!r}{hint} (known: {', '.join(known)}; "
+                             f"aliases: {', '.join(ALIASES)}; more from eval.task_paths or an "
+                             "installed package: docs/add-a-benchmark.md)")
     return list(dict.fromkeys(out))
 
 
@@ -107,7 +119,8 @@ class EvalSettings:
     code benchmarks, one number for all or a mapping per benchmark (default, or a benchmark the
     mapping leaves out: the task's own, 1024 HumanEval(+), 256 MBPP(+)); `limit`: first N items
     per task; `items`: only these item indices (0-based, in the task's order) of a benchmark,
-    instead of `limit` (not for the grouped mmlu_medical)."""
+    instead of `limit` (not for the grouped mmlu_medical). `task_paths`: folders of lm-eval task
+    YAMLs whose tasks are benchmarks too (evals/plugins.py)."""
 
     source: str = "local"
     data_dir: str | None = None
@@ -119,22 +132,26 @@ class EvalSettings:
     bootstrap_iters: int = 1000
     seed: int = 1234
     items: dict[str, list[int]] = field(default_factory=dict)
+    task_paths: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.data_dir is not None:  # a Path (a run's data_dir) too; saved as JSON
             self.data_dir = str(self.data_dir)
+        self.task_paths = [str(p) for p in self.task_paths]
         if self.source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
+        known = known_benchmarks(self.task_paths) if self.items or self.num_fewshot else {}
+        single = [x for x, b in known.items() if not b.group]
         for b, ids in self.items.items():
-            if b not in BENCHMARKS or b == "mmlu_medical":
+            if b not in single:
                 raise ValueError(f"items: {b!r} is not a single-task benchmark; expected one of "
-                                 f"{', '.join(x for x in BENCHMARKS if x != 'mmlu_medical')}")
+                                 f"{', '.join(single)}")
             if not ids or any(not isinstance(i, int) or i < 0 for i in ids):
                 raise ValueError(f"items: {b} needs item indices >= 0, got {ids!r}")
         for b, k in self.num_fewshot.items():
-            if b not in BENCHMARKS:
+            if b not in known:
                 raise ValueError(f"num_fewshot: unknown benchmark {b!r}")
-            if self.source == "local" and k and b not in LOCAL_SHOT_SOURCES:
+            if self.source == "local" and k and b in BENCHMARKS and b not in LOCAL_SHOT_SOURCES:
                 # lm-eval would draw shots from the test split itself when a task has no
                 # training split: refuse rather than leak.
                 raise ValueError(f"num_fewshot: {b} has no local split to draw shots from "
@@ -152,8 +169,9 @@ class EvalSettings:
             raise ValueError(f"limit: expected a number of items >= 1, got {self.limit}")
 
     def gen_limit(self, benchmark: str) -> int | None:
-        """The generation limit stated for `benchmark`, or None (the task's own applies)."""
-        if BENCHMARKS[benchmark].kind != "code":
+        """The generation limit stated for `benchmark`, or None (the task's own applies; a
+        plugin's task YAML sets its own)."""
+        if benchmark not in CODE_BENCHMARKS:
             return None
         if isinstance(self.max_gen_toks, dict):
             return self.max_gen_toks.get(benchmark)
@@ -180,18 +198,24 @@ def make_lm(model: Any, tokenizer: Any, batch_size: int = 8, max_length: int | N
     return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, **kwargs)
 
 
-def task_manager(settings: EvalSettings):
-    """lm-eval's TaskManager over evals/tasks only (not the harness's ~10k built-in YAMLs)."""
+def task_manager(settings: EvalSettings, benches: Iterable[Benchmark] = ()):
+    """lm-eval's TaskManager over evals/tasks and the plugin `benches`' task folders; the
+    harness's ~10k built-in YAMLs only when a plugin names one of its tasks (no task folder)."""
     data_dir = local_data.resolve_data_dir(settings.data_dir)
-    return _task_manager(str(data_dir) if data_dir else None, settings.humaneval_plus_file)
+    benches = [b for b in benches if b.plugin]
+    dirs = tuple(dict.fromkeys(str(Path(b.task_dir).resolve()) for b in benches if b.task_dir))
+    return _task_manager(str(data_dir) if data_dir else None, settings.humaneval_plus_file, dirs,
+                         any(b.task_dir is None for b in benches))
 
 
 @functools.lru_cache(maxsize=8)
-def _task_manager(data_dir: str | None, humaneval_plus_file: str | None):
+def _task_manager(data_dir: str | None, humaneval_plus_file: str | None,
+                  plugin_dirs: tuple[str, ...] = (), harness_tasks: bool = False):
     from lm_eval.tasks import TaskManager
 
     meta = {"data_dir": data_dir, "humaneval_plus_file": humaneval_plus_file}
-    return TaskManager(include_path=str(TASKS_DIR), include_defaults=False, metadata=meta)
+    return TaskManager(include_path=[str(TASKS_DIR), *plugin_dirs], include_defaults=harness_tasks,
+                       metadata=meta)
 
 
 @contextlib.contextmanager
@@ -344,8 +368,10 @@ def _score_my_share(lm: Any, bench: Benchmark, task: str, tm: Any, settings: Eva
     except local_data.MissingDataError as e:
         return {"status": "missing", "reason": str(e)}
     except Exception as e:  # noqa: BLE001 - reported as a row, loudly, then go on
-        if settings.source == "hub" and _unreachable(e):
+        if (settings.source == "hub" or bench.plugin) and _unreachable(e):
             return {"status": "missing", "reason": f"hub data unreachable: {e}"}
+        if bench.plugin and isinstance(e, FileNotFoundError):  # its task's own loader said so
+            return {"status": "missing", "reason": f"{bench.name}: {e}"}
         return {"status": "error", "reason": f"{type(e).__name__}: {e}"}
 
 
@@ -398,7 +424,7 @@ def _entries_from_items(bench: Benchmark, task: str, samples: dict[str, list[dic
             n = sum(sizes)
         else:
             value, stderr, n = leaf[task][metric]
-        out.append({**common, "benchmark": bench.name, "task": task,
+        out.append({**common, "benchmark": bench.name, "kind": bench.kind, "task": task,
                     "task_version": str(versions.get(task)), "metric": metric, "value": value,
                     "stderr": stderr, "n": n})
     if bench.group:
@@ -419,11 +445,11 @@ def _merge(bench: Benchmark, task: str, parts: list[dict[str, Any]], settings: E
         status = "missing" if any(p["status"] == "missing" for _, p in failed) else "error"
         rank, part = next((r, p) for r, p in failed if p["status"] == status)
         where = f"process {rank} of {len(parts)}: " if len(parts) > 1 else ""
-        return [_status_entry(bench.name, task, status, where + part["reason"], settings,
+        return [_status_entry(bench, task, status, where + part["reason"], settings,
                               seconds)], {}
     ran = [p for p in parts if p["samples"]]
     if not ran:
-        return [_status_entry(bench.name, task, "error", "no items were selected", settings,
+        return [_status_entry(bench, task, "error", "no items were selected", settings,
                               seconds)], {}
     order = parts[0]["order"]
     samples = {t: sorted((s for p in ran for s in p["samples"].get(t, [])
@@ -439,13 +465,13 @@ def _unreachable(e: BaseException) -> bool:
     return isinstance(e, ConnectionError) or type(e).__name__ in names
 
 
-def _status_entry(bench: str, task: str, status: str, reason: str, settings: EvalSettings,
+def _status_entry(bench: Benchmark, task: str, status: str, reason: str, settings: EvalSettings,
                   seconds: float = 0.0) -> dict[str, Any]:
-    return {"benchmark": bench, "task": task, "task_version": None, "metric": status,
-            "value": None, "stderr": None, "n": 0, "source": settings.source,
+    return {"benchmark": bench.name, "kind": bench.kind, "task": task, "task_version": None,
+            "metric": status, "value": None, "stderr": None, "n": 0, "source": settings.source,
             "lm_eval_version": lm_eval_version(), "limit": settings.limit, "num_fewshot": None,
             "seconds": round(seconds, 3), "status": status, "reason": reason,
-            "harness_task": BENCHMARKS[bench].harness_task}
+            "harness_task": bench.harness_task}
 
 
 def _write_samples(path: Path, samples: list[dict[str, Any]]) -> None:
@@ -502,8 +528,9 @@ def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
     the entries, the others return []."""
     procs = procs or Processes()
     lead = procs.rank == 0
-    names = expand_benchmarks(benchmarks)
-    tm = task_manager(settings)
+    known = known_benchmarks(settings.task_paths)
+    names = expand_benchmarks(benchmarks, settings.task_paths)
+    tm = task_manager(settings, [known[n] for n in names])
     entries: list[dict[str, Any]] = []
     done = procs.broadcast(_finished(out_dir, settings, resume_key) if lead else None)
 
@@ -515,21 +542,24 @@ def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
                 "processes": procs.world, "complete": complete})
 
     for name in names:
-        bench = BENCHMARKS[name]
+        bench = known[name]
         if name in done:
             entries += done[name]
             if lead:
                 _log(f"{name}: reusing the scores of an earlier call in {out_dir}/benchmarks.json")
             continue
-        task = f"{name}_{settings.source}"
+        task = bench.task_name(settings.source)
         t0 = time.perf_counter()
-        if settings.source == "local":
+        if settings.source == "local" or bench.plugin:
             try:  # the same files for every process: they all skip, or none does
-                local_data.locate(name, settings.data_dir, settings.humaneval_plus_file)
+                if bench.plugin:
+                    plugins.locate(bench)
+                else:
+                    local_data.locate(name, settings.data_dir, settings.humaneval_plus_file)
             except local_data.MissingDataError as e:
                 if lead:
                     _loud(f"MISSING benchmark {name}: {e}")
-                entries.append(_status_entry(name, task, "missing", str(e), settings))
+                entries.append(_status_entry(bench, task, "missing", str(e), settings))
                 continue
         if lead:
             ids = settings.items.get(name)
@@ -562,7 +592,9 @@ def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
 
 def entries_to_rows(entries: list[dict[str, Any]], base: dict[str, Any]) -> list[dict[str, Any]]:
     """Tidy result rows (repro/core/results.py COLUMNS) from entries. The row's `versions` JSON gains
-    the lm-eval task, its version, the source and settings (and the reason of a missing row)."""
+    the lm-eval task, its version, the source and settings (and the reason of a missing row), and
+    for a benchmark's own rows its kind (`benchmark_kind`: what the reports group it under, which
+    they read from the rows alone)."""
     rows = []
     pkg = json.loads(base.get("versions") or "{}")
     for e in entries:
@@ -573,6 +605,8 @@ def entries_to_rows(entries: list[dict[str, Any]], base: dict[str, Any]) -> list
             v["eval_items"] = e["items"]
         if e.get("max_gen_toks"):  # the limit a code benchmark generated under (tokens)
             v["eval_max_gen_toks"] = e["max_gen_toks"]
+        if e.get("kind"):  # not on mmlu_medical/<subject> rows: a subject is no benchmark
+            v["benchmark_kind"] = e["kind"]
         if e["reason"]:
             v["status_reason"] = e["reason"]
         rows.append({**base, "benchmark": e["benchmark"], "metric": e["metric"],

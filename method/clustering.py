@@ -425,6 +425,24 @@ def balanced_budget(sizes, ratio: float, micro_batch: int = 1,
     return m, m_adj
 
 
+def explain_kept(sizes, ratio: float, m_adj: int, micro_batch: int = 1) -> str:
+    """One line that says why CluSTER keeps what it keeps: K x m_adj of the pool, where m_adj comes
+    from the smallest cluster (after the soft cap) and r; and, when that is under half of r, how
+    to keep more."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    k, n, m = sizes.size, int(sizes.sum()), int(sizes.min())
+    kept, r, floor_mr = k * int(m_adj), ratio / 100, math.floor(m * ratio / 100)
+    line = (f"cluster: kept {kept}/{n} ({100 * kept / n:.1f}%) = K x m_adj = {k} x {m_adj}, "
+            f"m_adj = smallest cluster ({m}) x r ({r:g}) rounded down = {floor_mr}")
+    if m_adj < floor_mr:
+        line += f", then down to a multiple of the per-device batch ({micro_batch}) = {m_adj}"
+    line += f" (cluster sizes after the soft cap: {', '.join(str(x) for x in sizes)})"
+    if kept < r * n / 2:
+        line += (f"; the smallest cluster is {m} of {n / k:.1f} on average, so this keeps under "
+                 "half of r: raise r (selection.params.ratio) or use a larger pool")
+    return line
+
+
 def choose_within_cluster(X, centers, labels, m_adj: int, mode: str,
                           seed: int) -> dict[int, np.ndarray]:
     """Steps 5-6: {cluster k: the row indices kept}. Members are ranked by squared distance to

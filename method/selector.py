@@ -10,6 +10,7 @@ method) or `uniform-shuffle` (the standard allocation), so the suite can tell wh
 from __future__ import annotations
 
 import json
+import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -148,9 +149,12 @@ class ClusterSelector:
             chosen = C.uniform_upsample(labels, k, ctx.seed)
             m, m_adj = int(after.min()), int(after.max())
             weights = np.ones(k)
+            explained = None  # every cluster up-sampled to the largest: nothing cut to explain
         else:
             t = ctx.config.train
             m, m_adj = C.balanced_budget(after, self.ratio, t.per_device_batch_size, t.drop_last)
+            explained = C.explain_kept(after, self.ratio, m_adj, t.per_device_batch_size)
+            print(f"[cluster-repro] {explained}", file=sys.stderr, flush=True)
             # "big" ranks by the raw feature norm; the other modes by distance in the clustered space.
             chosen = C.choose_within_cluster(X if self.prune == "big" else Xn, centers, labels,
                                              m_adj, self.prune, ctx.seed)
@@ -172,6 +176,7 @@ class ClusterSelector:
             "feature_dim": int(X.shape[1]), "inertia": float(inertia),
             "cluster_sizes_before_cap": before.tolist(), "cluster_sizes_after_cap": after.tolist(),
             "m": int(m), "m_adj": int(m_adj), "kept": len(ids),
+            "kept_explained": explained,
             "kept_fraction": len(set(ids)) / n, "weights": [float(w) for w in weights],
             "features_s": feat_meta.get("seconds"), "features_peak_mem_mb": feat_meta.get("peak_mem_mb"),
             "features_reused": bool(feat_meta.get("reused")),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.load import RAW_METRICS, Cell, domain_of, norm_benchmark
+from reports.load import RAW_METRICS, Cell, norm_benchmark
 from reports.names import benchmark_name, cell_method_name, method_name, setting_name
 from reports.reported import PaperCell, paper_cells
 from reports.tables import (MISSING, NOT_EVALUATED, Column, QualityKey, Report, Table,
@@ -75,7 +75,7 @@ def _keys(rep: Report, cells: list[Cell], domain: str) -> list[QualityKey]:
         exp = set().union(*(rep.expected.get((c.first.dataset, c.first.model), set())
                             for c in cells))
         want = {k for k in rep.quality if k[0] in exp and k[1] is not None
-                and domain_of(k[0]) is None}
+                and rep.domain(k[0]) is None}
     return [k for k in rep.quality if k in want]
 
 

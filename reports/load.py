@@ -52,15 +52,18 @@ def norm_benchmark(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower().replace("+", "plus"))
 
 
-def domain_of(benchmark: str) -> str | None:
-    """'code', 'medical', 'demo' (the demo's categories, not its pooled 'overall'), or None."""
+def domain_of(benchmark: str, kinds: dict[str, str] | None = None) -> str | None:
+    """'code', 'medical', 'demo' (the demo's categories, not its pooled 'overall'), or None.
+    `kinds`: benchmark -> the kind its rows state (`benchmark_kind`, Run.kinds), which places a
+    benchmark the paper's domains do not list (a plugin's: docs/add-a-benchmark.md)."""
     if benchmark.startswith("demo/"):
         return None if benchmark == "demo/overall" else "demo"
     key = norm_benchmark(benchmark)
     for dom, names in DOMAINS.items():
         if key in names:
             return dom
-    return None
+    kind = (kinds or {}).get(benchmark)
+    return kind if kind in DOMAINS else None
 
 
 def is_diagnostic(benchmark: str) -> bool:
@@ -98,6 +101,8 @@ class Run:
     diag_n: dict[tuple[str, str], int] = field(default_factory=dict)
     # benchmark -> items scored (the row's n), where the row says
     n_items: dict[str, int] = field(default_factory=dict)
+    # benchmark -> its kind (code, medical, other), where its rows state one (benchmark_kind)
+    kinds: dict[str, str] = field(default_factory=dict)
     # benchmark -> {item id: score}, from the run folder's per-item file when there is one
     items: dict[str, dict[str, float]] = field(default_factory=dict)
     budget: str = ""  # set by group_cells for budget-taking baselines
@@ -189,6 +194,13 @@ def input_digest(rows: list[tuple[str, dict[str, str]]]) -> str:
     return h.hexdigest()[:12]
 
 
+def _json(v: str | None, where: str, col: str) -> dict[str, Any]:
+    try:
+        return json.loads(v or "{}")
+    except json.JSONDecodeError:
+        raise ReportInputError(f"{where}: {col} is not JSON: {v!r}") from None
+
+
 def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> list[Run]:
     runs: dict[str, Run] = {}
     for where, r in rows:
@@ -202,10 +214,7 @@ def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> lis
             except json.JSONDecodeError:
                 raise ReportInputError(f"{where}: selection_params is not JSON: "
                                        f"{r.get('selection_params')!r}") from None
-            try:
-                versions = json.loads(r.get("versions") or "{}")
-            except json.JSONDecodeError:
-                raise ReportInputError(f"{where}: versions is not JSON: {r.get('versions')!r}") from None
+            versions = _json(r.get("versions"), where, "versions")
             seed = _int(r.get("seed", ""), where, "seed")
             runs[rid] = Run(
                 run_id=rid, config_hash=r.get("config_hash", ""), name=r.get("name", ""),
@@ -228,6 +237,10 @@ def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> lis
         if m == "diverged":
             run.diverged_step = _int(r["value"], where, "value")
             continue
+        if not is_diagnostic(b):
+            kind = _json(r.get("versions"), where, "versions").get("benchmark_kind")
+            if kind:
+                run.kinds[b] = str(kind)
         if m == "missing":
             run.missing.add(b)
             continue

@@ -82,8 +82,10 @@ class Report:
                 for b in r.missing:
                     metrics.setdefault(b, set())
         order = {"code": 0, "medical": 1, "demo": 2}
+        # The kinds the rows state (plugin benchmarks), for `domain`.
+        self.kinds = {b: k for c in cells for r in c.runs for b, k in r.kinds.items()}
         self.quality: list[QualityKey] = []
-        for b in sorted(metrics, key=lambda b: (order.get(domain_of(b) or "", 3), b)):
+        for b in sorted(metrics, key=lambda b: (order.get(self.domain(b) or "", 3), b)):
             ms = sorted(metrics[b]) or [None]
             self.quality += [(b, m) for m in ms]
         # Benchmarks each setting evaluates (a run lacking one of them is missing, not n/a).
@@ -92,8 +94,12 @@ class Report:
             exp = self.expected.setdefault((c.first.dataset, c.first.model), set())
             for r in c.runs:
                 exp |= {b for (b, _) in r.scores} | r.missing
-        self.domains = sorted({d for (b, _) in self.quality if (d := domain_of(b))},
+        self.domains = sorted({d for (b, _) in self.quality if (d := self.domain(b))},
                               key=lambda d: order.get(d, 3))
+
+    def domain(self, benchmark: str) -> str | None:
+        """The benchmark's domain (reports/load.py domain_of), by name or by its rows' kind."""
+        return domain_of(benchmark, self.kinds)
 
     # -- per-run values ------------------------------------------------------------------
     def run_value(self, r: Run, key: QualityKey) -> float | None:
@@ -106,7 +112,7 @@ class Report:
     def domain_keys(self, r: Run, domain: str) -> list[QualityKey]:
         exp = self.expected.get((r.dataset, r.model), set())
         return [(b, m) for (b, m) in self.quality
-                if domain_of(b) == domain and b in exp and m not in RAW_METRICS]
+                if self.domain(b) == domain and b in exp and m not in RAW_METRICS]
 
     def run_domain_avg(self, r: Run, domain: str) -> float | None:
         keys = self.domain_keys(r, domain)
@@ -405,7 +411,7 @@ def balance_table(rep: Report) -> Table:
 
 def _summary_cols(rep: Report) -> tuple[list[Column], Callable[[Cell], list[Any]]]:
     """Quality summary for ablations: domain averages and benchmarks outside any domain."""
-    other = [k for k in rep.quality if domain_of(k[0]) is None]
+    other = [k for k in rep.quality if rep.domain(k[0]) is None]
     cols = [Column("data used (%)", "pct")] + [Column(f"{d} avg (%)", "pct") for d in rep.domains]
     cols += [quality_column(k) for k in other]
     cols += [Column("train s", "sec"), Column("end-to-end s", "sec"), Column("tokens/s", "num0"),

@@ -5,7 +5,7 @@
     cluster-repro select CONFIG [k=v ...]         stages up to the schedule (selection.csv)
     cluster-repro grid RUNS_FILE [k=v ...]        every run of a run list (configs/runs/)
     cluster-repro validate CONFIG [k=v ...]       load and preflight-check a config, print its hash
-    cluster-repro ls selectors|allocators|configs what is available
+    cluster-repro ls selectors|allocators|configs|formats|benchmarks   what is available
     cluster-repro results [--output-dir DIR]      merge result part files into results.csv/.parquet
     cluster-repro bench ddp [--world-sizes 1,4,8] DDP throughput and all-reduce wait
     cluster-repro bench paper-step --shape S      the paper's step on a model shape: MFU, memory
@@ -82,8 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(p)
     p.add_argument("--quiet", action="store_true", help="print only the hash")
 
-    p = sub.add_parser("ls", help="list registered selectors, allocators or shipped configs")
-    p.add_argument("what", choices=["selectors", "allocators", "configs"])
+    p = sub.add_parser("ls", help="list registered selectors, allocators, shipped configs, data "
+                                  "formats or benchmarks",
+                       description="List what is available. formats: each data format with its "
+                       "fields (docs/byo-data.md). benchmarks: the built-in ones, those of "
+                       "installed packages and, with --task-path, those of task YAML folders "
+                       "(docs/add-a-benchmark.md).")
+    p.add_argument("what", choices=["selectors", "allocators", "configs", "formats", "benchmarks"])
+    p.add_argument("--task-path", action="append", default=[], metavar="DIR",
+                   help="benchmarks: also list the tasks of this folder of lm-eval task YAMLs "
+                        "(as eval.task_paths; repeatable)")
 
     p = sub.add_parser("bench", help="benchmarks: ddp, features, cluster (side by side, as ratios)",
                        description="Benchmarks, measured side by side in one run, as ratios. "
@@ -134,9 +142,24 @@ def _import_optional(module: str):
         raise
 
 
-def _cmd_ls(what: str) -> int:
+def _cmd_ls(what: str, task_paths: list[str]) -> int:
     from repro.core.registry import ALLOCATORS, SELECTORS
 
+    if what == "formats":
+        from repro.core.prompts import DETECT_ORDER, FORMATS
+
+        for f in FORMATS.values():
+            print(f"{f.describe()}\n    {f.about}")
+        print(f"auto: the first of {', '.join(DETECT_ORDER)} whose required fields the first row "
+              "has")
+        return 0
+    if what == "benchmarks":
+        from evals.run import known_benchmarks
+
+        for b in known_benchmarks(task_paths).values():
+            print(f"{b.name:20s} {b.kind:8s} {','.join(b.metrics):16s} lm-eval task "
+                  f"{b.task_name('<source>')}  [{b.origin}]")
+        return 0
     if what == "configs":
         from repro.demo import CONFIG_DIR
 
@@ -243,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"config_hash: {cfg.hash()}")
             return 0
         if args.cmd == "ls":
-            return _cmd_ls(args.what)
+            return _cmd_ls(args.what, args.task_path)
         if args.cmd == "bench" and args.what == "features":
             from repro.bench.features import bench_features, format_features
             from repro.core.config import ModelConfig, LoraConfig

@@ -136,30 +136,40 @@ def _did_you_mean(name: str, known: list[str], cutoff: float = 0.6) -> str:
 
 @check
 def check_benchmarks(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
-    """eval.benchmarks: names (or aliases) the suite's evals know; lm-eval's own task name for a
-    benchmark (medqa_4options) points at the suite's name (medqa). A benchmark whose local data
-    is not found is a note: its evaluation writes a `missing` row, the others still run."""
-    if not cfg.eval.benchmarks:
+    """eval.benchmarks: names (or aliases) the suite's evals know, plugins included (installed
+    packages, eval.task_paths folders: an unusable one is a problem of eval.task_paths); lm-eval's
+    own task name for a benchmark (medqa_4options) points at the suite's name (medqa). A benchmark
+    whose local data is not found is a note: its evaluation writes a `missing` row, the others
+    still run."""
+    if not cfg.eval.benchmarks and not cfg.eval.task_paths:
         return []
-    from evals.run import ALIASES, BENCHMARKS
+    from evals.plugins import BenchmarkPluginError
+    from evals.run import ALIASES, BENCHMARKS, known_benchmarks
 
+    try:
+        table = known_benchmarks(cfg.eval.task_paths)
+    except BenchmarkPluginError as e:
+        return [Problem("eval.task_paths", str(e))]
     by_harness = {b.harness_task: name for name, b in BENCHMARKS.items()}
-    known = [*BENCHMARKS, *ALIASES]
+    known = [*table, *ALIASES]
     out: list[Problem] = []
     names: list[str] = []
     for i, raw in enumerate(cfg.eval.benchmarks):
         key = f"eval.benchmarks[{i}]"
         if raw in ALIASES:
             names += ALIASES[raw]
-        elif raw in BENCHMARKS:
+        elif raw in table:
             names.append(raw)
         else:
             hint = (f"; did you mean {by_harness[raw]!r} (this suite's name for lm-eval's {raw})?"
                     if raw in by_harness else _did_you_mean(raw, known, 0.5))
             out.append(Problem(key, f"unknown benchmark {raw!r}{hint} (known: "
-                                    f"{', '.join(BENCHMARKS)}; aliases: {', '.join(ALIASES)})"))
+                                    f"{', '.join(table)}; aliases: {', '.join(ALIASES)}; more "
+                                    "from eval.task_paths or an installed package)"))
+    names = list(dict.fromkeys(names))
+    out += _plugin_data_notes([table[n] for n in names if table[n].plugin])
     if getattr(cfg.eval, "source", "local") == "local":
-        out += _benchmark_data_notes(cfg, ctx, list(dict.fromkeys(names)))
+        out += _benchmark_data_notes(cfg, ctx, [n for n in names if not table[n].plugin])
     return out
 
 
@@ -191,6 +201,19 @@ def _benchmark_data_notes(cfg: ExperimentConfig, ctx: CheckContext, names: list[
         except local_data.MissingDataError as e:
             out.append(Problem("eval.benchmarks", f"local data not found here: {e} (its "
                                "evaluation will write a 'missing' row)", blocking=False))
+    return out
+
+
+def _plugin_data_notes(benches: list[Any]) -> list[Problem]:
+    from evals import local_data, plugins
+
+    out = []
+    for b in benches:
+        try:
+            plugins.locate(b)
+        except local_data.MissingDataError as e:
+            out.append(Problem("eval.benchmarks", f"data not found here: {e} (its evaluation "
+                               "will write a 'missing' row)", blocking=False))
     return out
 
 

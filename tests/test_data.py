@@ -256,7 +256,7 @@ def test_auto_detection():
     assert "['answer', 'question']" in msg
     for spec in ("instruction+output", "problem+solution", "instruction+response", "LONG_ANSWER"):
         assert spec in msg
-    assert set(FORMATS) == {"alpaca", "magicoder", "pubmedqa", "demo"}
+    assert set(FORMATS) == {"alpaca", "magicoder", "pubmedqa", "demo", "sharegpt", "messages"}
 
 
 def test_auto_detection_in_load_names_the_file(tmp_path):

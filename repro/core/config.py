@@ -23,6 +23,12 @@ from typing import Any, Literal
 
 import yaml
 
+from repro.core.prompts import FORMATS
+
+# A source's prompt format: "auto" or a format of repro/core/prompts.py (the one list of formats
+# and their fields; `cluster-repro ls formats`).
+PromptFormatName = Literal[("auto", *FORMATS)]  # type: ignore[valid-type]
+
 
 class ConfigError(ValueError):
     """A user's config is wrong; the message names the key (and file) and what was expected."""
@@ -57,7 +63,7 @@ class DataSource:
     # "demo" (generated), a path relative to data_dir (.json or .jsonl), or "hf:<hub id>".
     path: str = "demo"
     # Prompt format; "auto" picks from the fields of the first row.
-    format: Literal["auto", "demo", "magicoder", "alpaca", "pubmedqa"] = "auto"
+    format: PromptFormatName = "auto"
     split: str = "train"  # for hub datasets
     limit: int | None = None  # first N rows (after bad-row handling), None = all
     # PubMedQA: a JSON file of test ids to exclude (relative to data_dir), e.g. test_ground_truth.json
@@ -126,6 +132,10 @@ class EvalConfig:
     # Generation-scored held-out tasks of the demo pool (exact match / execution).
     demo_tasks: bool = True
     benchmarks: list[str] = field(default_factory=list)  # lm-eval benchmarks (docs/benchmarks.md)
+    # Folders of lm-eval task YAMLs whose tasks become benchmarks by their task name
+    # (docs/add-a-benchmark.md); relative paths are read from the current directory, as lm-eval's
+    # --include_path.
+    task_paths: list[str] = field(default_factory=list)
     batch_size: int = 8
     # The limit on generated tokens of every generation task the eval stage runs: the demo tasks
     # and the code benchmarks. One number for all; a mapping per task ({humaneval: 1024,

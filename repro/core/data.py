@@ -1,12 +1,14 @@
 """Loading instruction data into Pools, and tokenizing Examples for training.
 
-`load_pool(cfg)` reads every `cfg.data.sources[i]` (the generated demo pool, a local .json/.jsonl
-file under the data directory, or a hub dataset "hf:<id>"), renders rows with their prompt format
-(`repro.core.prompts`), and returns (train_pool, heldout_pool). Bad rows either stop the load with a
-message naming the file, line/row and field (`data.on_bad_row: error`, the default) or are skipped
-and counted by reason in `train_pool.skipped` with one summary line on stderr (`skip`): never
-silently dropped. `load_pool_report` also returns per-source counts (rows read, test ids excluded,
-skipped, train/held-out sizes), since `Pool` has no field for exclusions.
+`load_pool(cfg, tokenizer)` reads every `cfg.data.sources[i]` (the generated demo pool, a local
+.json/.jsonl file under the data directory, or a hub dataset "hf:<id>"), renders rows with their
+prompt format (`repro.core.prompts`), and returns (train_pool, heldout_pool). Conversations
+(sharegpt, messages) are rendered with the tokenizer's chat template when it has one, else with
+the suite's plain template; each source's report says which (`template`). Bad rows either stop
+the load with a message naming the file, line/row and field (`data.on_bad_row: error`, the
+default) or are skipped and counted by reason in `train_pool.skipped` with one summary line on
+stderr (`skip`): never silently dropped. `load_pool_report` also returns per-source counts (rows
+read, test ids excluded, skipped, train/held-out sizes), since `Pool` has no field for exclusions.
 
 Example ids are stable across runs: "{source name}-{row's own id}" when the row has one ("id",
 "task_id", or the key of an id -> object file), else "{source name}-{row index:06d}". The source
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from repro.core.config import DataSource, ExperimentConfig
-from repro.core.prompts import DataError, RowError, detect_format, render
+from repro.core.prompts import FORMATS, ChatTemplate, DataError, RowError, detect_format, render
 from repro.core.types import Example, Pool
 
 __all__ = ["DataError", "SourceReport", "load_pool", "load_pool_report", "tokenize_example",
@@ -51,6 +53,9 @@ class SourceReport:
     skipped: dict[str, int] = field(default_factory=dict)
     n_train: int = 0
     n_heldout: int = 0
+    # How conversations were rendered: "chat template of the tokenizer" or "plain (...)"; None
+    # for the other formats, which have templates of their own.
+    template: str | None = None
 
 
 @dataclass
@@ -192,9 +197,9 @@ class _SourceLoader:
     """Turns one source's raw rows into Examples, applying exclusions, bad-row policy and limit."""
 
     def __init__(self, cfg: ExperimentConfig, seen: dict[str, str], report: SourceReport,
-                 file: str, fmt: str, exclude: set[str]):
+                 file: str, fmt: str, exclude: set[str], chat: ChatTemplate | None):
         self.cfg, self.seen, self.report = cfg, seen, report
-        self.file, self.fmt, self.exclude = file, fmt, exclude
+        self.file, self.fmt, self.exclude, self.chat = file, fmt, exclude, chat
 
     def bad(self, raw: _Raw, err: RowError) -> None:
         if self.cfg.data.on_bad_row == "error":
@@ -219,7 +224,7 @@ class _SourceLoader:
                 if rid is not None and rid in self.exclude:
                     self.report.excluded += 1
                     continue
-                r = render(raw.row, self.fmt)
+                r = render(raw.row, self.fmt, self.chat)
                 eid = f"{name}-{raw.index:06d}" if rid is None else (
                     rid if rid.startswith(f"{name}-") else f"{name}-{rid}")
                 if eid in self.seen:
@@ -238,8 +243,27 @@ def _first_object(raws: list[_Raw]) -> Any:
     return next((r.row for r in raws if r.error is None and isinstance(r.row, dict)), None)
 
 
+def chat_template_of(tokenizer: Any) -> ChatTemplate | None:
+    """The tokenizer's chat template as a conversation's prompt renderer (with the generation
+    prompt, so the response follows it), or None when it has none (or no tokenizer is given)."""
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        return None
+    bos = tokenizer.bos_token
+    adds_bos = bool(bos) and tokenizer("x", add_special_tokens=True)["input_ids"][:1] == [
+        tokenizer.bos_token_id]
+
+    def prompt(messages: list[dict[str, str]]) -> str:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        # A template that writes BOS itself (Llama 3's) would get a second one when the prompt is
+        # encoded with the tokenizer's default specials (_encode_prompts): keep one.
+        return text[len(bos):] if adds_bos and text.startswith(bos) else text
+
+    return prompt
+
+
 def _load_source(cfg: ExperimentConfig, i: int, src: DataSource, names: set[str],
-                 seen: dict[str, str]) -> tuple[list[Example], list[Example], SourceReport]:
+                 seen: dict[str, str], chat: ChatTemplate | None
+                 ) -> tuple[list[Example], list[Example], SourceReport]:
     held: list[Example] = []
     if src.path == "demo":
         from repro.core.demo_pool import generate_demo_pool  # lazy: only demo runs need the generator
@@ -279,7 +303,12 @@ def _load_source(cfg: ExperimentConfig, i: int, src: DataSource, names: set[str]
         name = f"{name}.{i}"  # two sources with the same stem must not collide on ids
     names.add(name)
     report = SourceReport(i, file, name, fmt)
-    loader = _SourceLoader(cfg, seen, report, file, fmt, _exclude_ids(cfg, i, src))
+    if FORMATS[fmt].conversation:
+        report.template = ("chat template of the tokenizer" if chat is not None else
+                           "plain (### User: / ### Assistant:; no chat template)")
+        print(f"[data] {file}: {fmt} conversations rendered with the {report.template}",
+              file=sys.stderr)
+    loader = _SourceLoader(cfg, seen, report, file, fmt, _exclude_ids(cfg, i, src), chat)
     train = loader.examples(iter(train_raws), src.limit)
     if src.path == "demo":
         held = loader.examples(iter(held_raws), None)  # the demo's own held-out tasks, with answers
@@ -295,15 +324,18 @@ def _load_source(cfg: ExperimentConfig, i: int, src: DataSource, names: set[str]
     return train, held, report
 
 
-def load_pool_report(cfg: ExperimentConfig) -> tuple[Pool, Pool, list[SourceReport]]:
-    """`load_pool`, plus one SourceReport per source (rows read, excluded, skipped, sizes)."""
+def load_pool_report(cfg: ExperimentConfig, tokenizer: Any = None
+                     ) -> tuple[Pool, Pool, list[SourceReport]]:
+    """`load_pool`, plus one SourceReport per source (rows read, excluded, skipped, sizes, how
+    conversations were rendered)."""
+    chat = chat_template_of(tokenizer)
     train: list[Example] = []
     held: list[Example] = []
     reports: list[SourceReport] = []
     names: set[str] = set()
     seen: dict[str, str] = {}  # id -> where it was first seen, across all sources
     for i, src in enumerate(cfg.data.sources):
-        t, h, rep = _load_source(cfg, i, src, names, seen)
+        t, h, rep = _load_source(cfg, i, src, names, seen, chat)
         train += t
         held += h
         reports.append(rep)
@@ -326,10 +358,11 @@ def load_pool_report(cfg: ExperimentConfig) -> tuple[Pool, Pool, list[SourceRepo
     return Pool(train, name="train", skipped=skipped), Pool(held, name="heldout"), reports
 
 
-def load_pool(cfg: ExperimentConfig) -> tuple[Pool, Pool]:
+def load_pool(cfg: ExperimentConfig, tokenizer: Any = None) -> tuple[Pool, Pool]:
     """(train_pool, heldout_pool) from `cfg.data.sources`. Skip counts are on train_pool.skipped
-    (rows are skipped before the split, so they belong to neither part); DataError on any problem."""
-    train, held, _ = load_pool_report(cfg)
+    (rows are skipped before the split, so they belong to neither part); DataError on any problem.
+    `tokenizer`: the model's, whose chat template renders conversations (None: the plain one)."""
+    train, held, _ = load_pool_report(cfg, tokenizer)
     return train, held
 
 
