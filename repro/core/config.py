@@ -361,6 +361,43 @@ def read_yaml_file(path: str | os.PathLike[str], what: str, hint: str = "") -> A
         raise ConfigError(f"{p}: not valid YAML: {e}") from None
 
 
+# The configs the package ships (experiment configs, run lists, grids, cluster profiles). They live
+# inside the package so that an installed wheel has them; the repository's top-level `configs` is a
+# link to this folder, so the documented `configs/...` paths work in a checkout.
+SHIPPED_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def shipped_configs() -> list[str]:
+    """The name of every shipped config: its path under SHIPPED_CONFIGS without `.yaml`, sorted
+    (`demo`, `runs/demo-grid`, `grids/paper`, `clusters/local`, ...)."""
+    return sorted(p.relative_to(SHIPPED_CONFIGS).with_suffix("").as_posix()
+                  for p in SHIPPED_CONFIGS.rglob("*.yaml"))
+
+
+def resolve_config_path(path: str | os.PathLike[str], what: str = "config file") -> Path:
+    """The file `path` names: a file that exists wins; else, for a relative path, the shipped
+    config of that name (`demo`, `demo.yaml`, `runs/demo-grid`, or the checkout's spelling
+    `configs/runs/demo-grid.yaml`), so every shipped config works from any directory and from an
+    installed wheel. Otherwise ConfigError naming `path` (`what` says what kind of file), with a
+    "did you mean" and the shipped names."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return p
+    if not p.is_absolute():
+        name = p.as_posix().removesuffix(".yaml")
+        if name.startswith("configs/"):
+            name = name[len("configs/"):]
+        shipped = SHIPPED_CONFIGS / f"{name}.yaml"
+        if ".." not in Path(name).parts and shipped.is_file():
+            return shipped
+    names = shipped_configs()
+    hint = difflib.get_close_matches(p.as_posix().removesuffix(".yaml").removeprefix("configs/"),
+                                     names, n=1, cutoff=0.6)
+    raise ConfigError(f"{what} {str(path)!r} not found: no such file, nor a shipped config of "
+                      f"that name{f'; did you mean {hint[0]!r}?' if hint else ''} (shipped: "
+                      f"{', '.join(names)}; `cluster-repro ls configs` describes them)")
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """`train.lr=1e-4` -> ("train.lr", 0.0001). Values are parsed as YAML scalars/lists."""
     if "=" not in text:
@@ -663,11 +700,13 @@ def from_dict(data: dict[str, Any] | None, overrides: list[str] | tuple[str, ...
 
 def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | tuple[str, ...] = ()
                 ) -> ExperimentConfig:
-    """Load a YAML config file (or the defaults when `path` is None) and apply overrides."""
+    """Load a YAML config file, or a shipped config by name (`resolve_config_path`), or the
+    defaults when `path` is None, and apply overrides."""
     if path is None:
         return from_dict({}, overrides, source="<defaults>")
-    data = read_yaml_file(path, "config file") or {}
-    return from_dict(data, overrides, source=str(Path(path)))
+    p = resolve_config_path(path)
+    data = read_yaml_file(p, "config file") or {}
+    return from_dict(data, overrides, source=str(p))
 
 
 def save_config(cfg: ExperimentConfig, path: Path) -> None:
