@@ -12,7 +12,7 @@ export HF_DATASETS_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo demo-quick test test-all clean
+.PHONY: install demo demo-quick test test-all lint clean
 
 install: $(STAMP)
 
@@ -39,6 +39,14 @@ test: install
 # Also the tests marked slow or needing the real SmolLM2 (minutes more).
 test-all: install
 	$(PY) -m pytest -q -m ""
+
+# What CI checks before the tests: lint and format (ruff), the pre-commit hooks (local ones, see
+# .pre-commit-config.yaml), and the type check of the base layer (mypy, [tool.mypy] in pyproject).
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pre-commit run --all-files
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

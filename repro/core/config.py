@@ -211,6 +211,11 @@ def eval_hash(cfg: ExperimentConfig) -> str:
 # ----------------------------------------------------------------------------- building
 
 
+def _is_dataclass_type(tp: Any) -> typing.TypeGuard[type]:
+    """An annotation that is a dataclass (a config section), not an instance of one."""
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
@@ -224,7 +229,7 @@ def _type_name(tp: Any) -> str:
         return "a mapping"
     if tp is type(None):
         return "null"
-    if dataclasses.is_dataclass(tp):
+    if _is_dataclass_type(tp):
         return f"a mapping ({tp.__name__})"
     return getattr(tp, "__name__", str(tp))
 
@@ -262,7 +267,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
         return dict(value)
-    if dataclasses.is_dataclass(tp):
+    if _is_dataclass_type(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
         return _build(tp, value, key)
@@ -543,7 +548,7 @@ def numeric_keys(cls: type = None, prefix: str = "") -> list[str]:  # type: igno
     for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"
         tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
+        if _is_dataclass_type(tp):
             out += numeric_keys(tp, key + ".")
         elif _list_item_dataclass(tp) is not None:
             out += numeric_keys(_list_item_dataclass(tp), key + "[].")

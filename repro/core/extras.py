@@ -9,6 +9,7 @@ stops with the pip command that installs it instead of a bare ImportError, and i
 preflight sees it (a selector checks in its constructor, which preflight calls) before a run
 starts. The check only looks the modules up (importlib.util.find_spec); it imports nothing.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -51,8 +52,10 @@ def extra_problem(extra: str, what: str, alternative: str = "") -> str | None:
     missing = missing_modules(extra)
     if not missing:
         return None
-    return (f"{what} needs the optional extra {extra!r} (missing: {', '.join(missing)}); install "
-            f"it with {install_hint(extra)}" + (f", or {alternative}" if alternative else ""))
+    return (
+        f"{what} needs the optional extra {extra!r} (missing: {', '.join(missing)}); install "
+        f"it with {install_hint(extra)}" + (f", or {alternative}" if alternative else "")
+    )
 
 
 def require_extra(extra: str, what: str, alternative: str = "") -> None:
