@@ -2,8 +2,9 @@
 
 Loading a config (repro/core/config.py) already checks keys, types and ranges. What it cannot check
 needs the rest of the suite or the file system: benchmark names (evals/), selector and allocator
-names and parameters (the registries), data files, and settings that are valid values but almost
-surely a slip (`selection.params.ratio: 0.5`, a percentage). Those checks live here, as small
+names and parameters (the registries), the optional extras they and the model need
+(repro/core/extras.py), data files, and settings that are valid values but almost surely a slip
+(`selection.params.ratio: 0.5`, a percentage). Those checks live here, as small
 functions run before the first stage by `validate`, `run`, `select`, `grid` and `launch`:
 
     problems = preflight(cfg)                      # every check, in order
