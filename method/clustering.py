@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 
+from repro.core.extras import require_extra
 from repro.core.interfaces import SelectionError
 
 NORM_MODES = ("auto", "l2", "center", "none")
@@ -227,6 +228,7 @@ def _faiss_kmeans(X: np.ndarray, k: int, seed: int, n_init: int, max_iter: int,
     """The "faiss" mode: faiss's k-means (its own random init, n_init restarts keeping the lowest
     objective) on a seeded sample, then one exact assignment of all rows. Uses the GPU build's
     devices when faiss has them."""
+    require_extra("faiss", "k-means mode 'faiss'")
     import faiss
 
     n, dim = X.shape

@@ -21,6 +21,8 @@ import numpy as np
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
+from method.clustering import KMEANS_MODES
+from repro.core.extras import require_extra
 
 PRUNE_MODES = ("close", "far", "rand", "mix", "big", "none")
 FEATURE_TYPES = ("gradient-proxy", "lora-grad")
@@ -40,7 +42,8 @@ class ClusterSelector:
     rand, mix, big, none. feature_type: gradient-proxy (the method) or lora-grad (per-example LoRA
     gradients, projected to proj_dim). normalization: auto (L2 for K > 1, centering for K = 1),
     l2, center, none. cap: the soft-cap factor (1.5), or null for none. kmeans: exact (scikit-learn,
-    the authors' settings) or fast. variant: prune, or uniform (step 9).
+    the authors' settings), fast, or faiss (needs the `faiss` extra). variant: prune, or uniform
+    (step 9).
     feature_workers: processes of the gradient-proxy feature pass (an integer >= 1), or null for
     min(K, visible GPUs) on GPU and K on CPU. It changes only the pass's time and memory: the
     features, hence the clusters and the selection, are the same for any number (K stays the
@@ -58,7 +61,9 @@ class ClusterSelector:
         _check(prune, PRUNE_MODES, "prune")
         _check(feature_type, FEATURE_TYPES, "feature_type")
         _check(normalization, ("auto", "l2", "center", "none"), "normalization")
-        _check(kmeans, ("exact", "fast"), "kmeans")
+        _check(kmeans, KMEANS_MODES, "kmeans")
+        if kmeans == "faiss":
+            require_extra("faiss", "selection.params.kmeans: 'faiss'")
         _check(variant, ("prune", "uniform"), "variant")
         if cap is not None and cap < 1:
             raise SelectionError(f"selection.params.cap: {cap} must be >= 1 (or null for no cap)")

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from repro.core.config import ConfigError, load_config
+from repro.core.config import ConfigError, load_config, resolve_config_path
 from repro.core.rundir import RunStopped
 
 EPILOG = ("Overrides use dotted keys, e.g. train.lr=1e-4 selection.fraction=0.5 world_size=8. "
@@ -25,7 +25,8 @@ EPILOG = ("Overrides use dotted keys, e.g. train.lr=1e-4 selection.fraction=0.5 
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", help="a YAML config file (see `cluster-repro ls configs`)")
+    p.add_argument("config", help="a YAML config file, or a shipped config by name, e.g. demo or "
+                                  "mini/code (`cluster-repro ls configs`)")
     p.add_argument("overrides", nargs="*", metavar="key.sub=value",
                    help="override any config key, e.g. train.epochs=2")
 
@@ -64,13 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run every experiment of a run-list file (configs/runs/*.yaml) "
                        "in order; a run can take another run's kept count (match_kept_count_of).",
                        epilog=EPILOG)
-    p.add_argument("runs_file", help="a run-list YAML file, e.g. configs/runs/demo-grid.yaml")
+    p.add_argument("runs_file", help="a run-list YAML file, or a shipped one by name, e.g. "
+                                     "runs/demo-grid (configs/runs/demo-grid.yaml)")
     p.add_argument("overrides", nargs="*", metavar="key.sub=value",
                    help="overrides applied to every run")
     p.add_argument("--force", action="store_true", help="redo every stage of every run")
     p.add_argument("--base", default=None, metavar="CONFIG",
                    help="run every run on this base config instead of the run list's own, e.g. "
-                        "configs/demo-quick.yaml for a quick pass of a demo grid")
+                        "demo-quick (configs/demo-quick.yaml) for a quick pass of a demo grid")
 
     p = sub.add_parser("validate", help="load and check a config; print it and its hash",
                        description="Load a config and check it before anything runs: keys, "
@@ -160,12 +162,12 @@ def _cmd_ls(what: str, task_paths: list[str]) -> int:
             print(f"{b.name:20s} {b.kind:8s} {','.join(b.metrics):16s} lm-eval task "
                   f"{b.task_name('<source>')}  [{b.origin}]")
         return 0
-    if what == "configs":
-        from repro.demo import CONFIG_DIR
+    if what == "configs":  # every name works as CONFIG, RUNS_FILE, GRID or --profile anywhere
+        from repro.core.config import SHIPPED_CONFIGS, shipped_configs
 
-        for p in sorted(CONFIG_DIR.rglob("*.yaml")):
-            first = p.read_text(encoding="utf-8").splitlines()[:1]
-            print(f"{p.relative_to(CONFIG_DIR.parent)}\t{first[0].lstrip('# ') if first else ''}")
+        for name in shipped_configs():
+            first = (SHIPPED_CONFIGS / f"{name}.yaml").read_text(encoding="utf-8").splitlines()[:1]
+            print(f"{name:24s} {first[0].lstrip('# ') if first else ''}")
         return 0
     reg = SELECTORS if what == "selectors" else ALLOCATORS
     for name in reg.names():
@@ -236,9 +238,7 @@ def main(argv: list[str] | None = None) -> int:
 
             rl = load_run_list(args.runs_file)
             if args.base:
-                if not Path(args.base).is_file():
-                    raise ConfigError(f"--base {args.base!r}: config file not found")
-                rl.base = Path(args.base).resolve()
+                rl.base = resolve_config_path(args.base, "--base").resolve()
             run_dirs = run_list(rl, args.overrides, force=args.force)
             print(summary_table(run_dirs))
             return 0

@@ -13,20 +13,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import ConfigError, ExperimentConfig, load_config
+from repro.core.config import SHIPPED_CONFIGS, ExperimentConfig, load_config
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 # The demo's runs (full, CluSTER r = 0.5, random at CluSTER's kept count): a run-list file.
-DEMO_RUNS = CONFIG_DIR / "runs" / "demo.yaml"
+DEMO_RUNS = SHIPPED_CONFIGS / "runs" / "demo.yaml"
 
 
 def demo_config(quick: bool, overrides: list[str] = ()) -> ExperimentConfig:
-    """The demo's base config (configs/demo.yaml, or demo-quick.yaml) with overrides."""
-    path = CONFIG_DIR / ("demo-quick.yaml" if quick else "demo.yaml")
-    if not path.is_file():
-        raise ConfigError(f"{path} not found: the demo reads the repository's configs/ folder "
-                          "(install with `make install`, which installs this checkout in place)")
-    return load_config(path, overrides)
+    """The demo's base config (the shipped demo.yaml, or demo-quick.yaml) with overrides."""
+    return load_config(SHIPPED_CONFIGS / ("demo-quick.yaml" if quick else "demo.yaml"), overrides)
 
 
 def run_demo(quick: bool = False, overrides: list[str] = (), force: bool = False,
@@ -37,7 +32,7 @@ def run_demo(quick: bool = False, overrides: list[str] = (), force: bool = False
 
     rl = load_run_list(runs_file or DEMO_RUNS)
     if quick:
-        rl.base = CONFIG_DIR / "demo-quick.yaml"
+        rl.base = SHIPPED_CONFIGS / "demo-quick.yaml"
     run_dirs = run_list(rl, list(overrides), force=force)
     out_dir = Path(demo_config(quick, list(overrides)).output_dir)
     merged, _ = merge_results(out_dir)

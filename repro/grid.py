@@ -22,7 +22,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from repro.core.config import ConfigError, ExperimentConfig, load_config, read_yaml_file
+from repro.core.config import (ConfigError, ExperimentConfig, load_config, read_yaml_file,
+                               resolve_config_path)
 from repro.core.io import read_json
 
 
@@ -49,7 +50,7 @@ def _override_list(value: object, where: str) -> None:
 
 
 def load_run_list(path: str | Path) -> RunList:
-    p = Path(path)
+    p = resolve_config_path(path, "run-list file")
     data = read_yaml_file(p, "run-list file") or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping with 'base' and 'runs' at the top level")

@@ -2,8 +2,9 @@
 
 Loading a config (repro/core/config.py) already checks keys, types and ranges. What it cannot check
 needs the rest of the suite or the file system: benchmark names (evals/), selector and allocator
-names and parameters (the registries), data files, and settings that are valid values but almost
-surely a slip (`selection.params.ratio: 0.5`, a percentage). Those checks live here, as small
+names and parameters (the registries), the optional extras they and the model need
+(repro/core/extras.py), data files, and settings that are valid values but almost surely a slip
+(`selection.params.ratio: 0.5`, a percentage). Those checks live here, as small
 functions run before the first stage by `validate`, `run`, `select`, `grid` and `launch`:
 
     problems = preflight(cfg)                      # every check, in order
@@ -264,6 +265,19 @@ def check_allocator(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     """allocation.method: as the selector, with allocate()."""
     a = cfg.allocation
     return _method_problems("allocator", "allocation.method", a.method, a.params, "allocate")
+
+
+@check
+def check_model_extra(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
+    """model.name_or_path: a builtin model built from an optional extra's package has it installed
+    (the selector's extras are checked by its constructor, in check_selector)."""
+    from repro.core.extras import extra_problem
+    from repro.core.models import BUILTIN_EXTRAS
+
+    name = cfg.model.name_or_path
+    problem = name in BUILTIN_EXTRAS and extra_problem(BUILTIN_EXTRAS[name], f"{name!r}",
+                                                       "set a local model directory")
+    return [Problem("model.name_or_path", problem)] if problem else []
 
 
 @check

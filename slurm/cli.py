@@ -56,11 +56,13 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("grid", help="a grid file, e.g. configs/grids/paper.yaml")
+    p.add_argument("grid", help="a grid file, or a shipped one by name, e.g. grids/paper "
+                                "(configs/grids/paper.yaml)")
     p.add_argument("overrides", nargs="*", metavar="key.sub=value",
                    help="config overrides for every cell, e.g. data_dir=../shared/data")
     p.add_argument("--profile", default=None,
-                   help="cluster profile YAML (see configs/clusters/example.yaml); required "
+                   help="cluster profile YAML, or a shipped one by name (clusters/local; "
+                   "configs/clusters/example.yaml documents every key); required "
                    "for --cluster slurm; otherwise defaults: 4 GPUs per node, A100 bf16 peak, "
                    "MFU 0.40, the config's output_dir")
     p.add_argument("--output-dir", default=None,

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.core.config import (ConfigError, ExperimentConfig, check_name, check_text, from_dict,
-                          parse_override, read_yaml_file, set_dotted)
+                          parse_override, read_yaml_file, resolve_config_path, set_dotted)
 
 AXES = ("dataset", "model", "method", "ratio", "world_size", "seed")
 _TOP = {"name", "base", "overrides", "set", "datasets", "models", "methods", "world_sizes",
@@ -175,8 +175,8 @@ def _excluded(axes: dict[str, Any], rules: list[dict[str, Any]]) -> bool:
 
 def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid:
     """Read a grid file and expand it into cells (each config validated now, not in a job)."""
-    p = Path(path)
-    g = read_yaml_file(p, "grid file", " (shipped grids: configs/grids/)") or {}
+    p = resolve_config_path(path, "grid file")
+    g = read_yaml_file(p, "grid file") or {}
     if not isinstance(g, dict):
         raise ConfigError(f"{p}: expected a mapping at the top level")
     unknown = set(g) - _TOP

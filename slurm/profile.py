@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.core.config import (ConfigError, Range, _coerce, check_numbers, check_texts,
-                          read_yaml_file)
+                          read_yaml_file, resolve_config_path)
 
 
 # The dry run's model-FLOPs utilization when a profile names none: the one figure measured for
@@ -146,8 +146,8 @@ def check_profile(prof: ClusterProfile, where: str) -> None:
 
 def load_profile(path: str | Path) -> ClusterProfile:
     """Load and check a profile file; errors name the file and the key."""
-    p = Path(path)
-    data = read_yaml_file(p, "cluster profile", " (see configs/clusters/example.yaml)") or {}
+    p = resolve_config_path(path, "cluster profile")
+    data = read_yaml_file(p, "cluster profile") or {}
     prof = _build(ClusterProfile, data, str(p))
     check_profile(prof, str(p))
     if prof.name == "default":

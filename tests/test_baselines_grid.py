@@ -90,4 +90,5 @@ def test_grid_base_option_names_a_missing_file(capsys) -> None:
     from repro.cli import main
 
     assert main(["grid", str(GRID), "--base", "no/such/base.yaml"]) == 2
-    assert "--base 'no/such/base.yaml': config file not found" in capsys.readouterr().err
+    assert "--base 'no/such/base.yaml' not found: no such file, nor a shipped config" in \
+        capsys.readouterr().err

@@ -133,3 +133,33 @@ def test_uniform_variant_and_crossing_with_the_standard_allocator(tmp_path: Path
     mixed = {c for w in sched["order"][0] for c in {sched["clusters"][i] for i in w}}
     assert mixed == {0, 1, 2, 3}
     assert json.loads((run_dir / "features.json").read_text())["workers"] == 1
+
+
+def test_kmeans_faiss_is_reachable_from_config(default_run: Path, tmp_path: Path) -> None:
+    """selection.params.kmeans=faiss clusters with faiss (the `faiss` extra, installed for the
+    tests): the selection's clusters are faiss mode's k-means of the run's features. The default
+    run's features are copied in (same model and pool), so only the clustering runs here."""
+    import shutil
+
+    from method import clustering as C
+    from repro.core.interfaces import SelectionContext
+    from repro.pipeline import load_pool_files
+
+    cfg = _cfg(tmp_path, "selection.params.ratio=50", "selection.params.kmeans=faiss")
+    for name in ("features.npy", "features.json"):
+        shutil.copy(default_run / name, tmp_path / name)
+    train, _ = load_pool_files(default_run)
+    selector = SELECTORS.create("cluster", cfg.selection.params, "selection.params")
+    sel = selector.select(train, None, SelectionContext(cfg, cfg.seed, 4, tmp_path))
+    assert sel.info["kmeans"] == "faiss" and sel.info["features_reused"]
+
+    Xn = C.normalize_features(np.load(tmp_path / "features.npy"), 4, "auto")
+    labels, _, inertia = C.kmeans(Xn, 4, cfg.seed, mode="faiss")
+    assert sel.info["cluster_sizes_before_cap"] == np.bincount(labels, minlength=4).tolist()
+    assert sel.info["inertia"] == pytest.approx(inertia, rel=1e-6)
+
+
+def test_kmeans_mode_is_checked_and_names_the_modes() -> None:
+    with pytest.raises(ConfigError, match=r"^selection\.params\.kmeans: 'fiass' is not one of "
+                                          r"exact, fast, faiss"):
+        SELECTORS.create("cluster", {"kmeans": "fiass"}, "selection.params")

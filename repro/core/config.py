@@ -221,6 +221,11 @@ def eval_hash(cfg: ExperimentConfig) -> str:
 # ----------------------------------------------------------------------------- building
 
 
+def _is_dataclass_type(tp: Any) -> typing.TypeGuard[type]:
+    """An annotation that is a dataclass (a config section), not an instance of one."""
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
@@ -234,7 +239,7 @@ def _type_name(tp: Any) -> str:
         return "a mapping"
     if tp is type(None):
         return "null"
-    if dataclasses.is_dataclass(tp):
+    if _is_dataclass_type(tp):
         return f"a mapping ({tp.__name__})"
     return getattr(tp, "__name__", str(tp))
 
@@ -272,7 +277,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
         return dict(value)
-    if dataclasses.is_dataclass(tp):
+    if _is_dataclass_type(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
         return _build(tp, value, key)
@@ -369,6 +374,43 @@ def read_yaml_file(path: str | os.PathLike[str], what: str, hint: str = "") -> A
         raise ConfigError(f"{p}: {e}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: not valid YAML: {e}") from None
+
+
+# The configs the package ships (experiment configs, run lists, grids, cluster profiles). They live
+# inside the package so that an installed wheel has them; the repository's top-level `configs` is a
+# link to this folder, so the documented `configs/...` paths work in a checkout.
+SHIPPED_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def shipped_configs() -> list[str]:
+    """The name of every shipped config: its path under SHIPPED_CONFIGS without `.yaml`, sorted
+    (`demo`, `runs/demo-grid`, `grids/paper`, `clusters/local`, ...)."""
+    return sorted(p.relative_to(SHIPPED_CONFIGS).with_suffix("").as_posix()
+                  for p in SHIPPED_CONFIGS.rglob("*.yaml"))
+
+
+def resolve_config_path(path: str | os.PathLike[str], what: str = "config file") -> Path:
+    """The file `path` names: a file that exists wins; else, for a relative path, the shipped
+    config of that name (`demo`, `demo.yaml`, `runs/demo-grid`, or the checkout's spelling
+    `configs/runs/demo-grid.yaml`), so every shipped config works from any directory and from an
+    installed wheel. Otherwise ConfigError naming `path` (`what` says what kind of file), with a
+    "did you mean" and the shipped names."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return p
+    if not p.is_absolute():
+        name = p.as_posix().removesuffix(".yaml")
+        if name.startswith("configs/"):
+            name = name[len("configs/"):]
+        shipped = SHIPPED_CONFIGS / f"{name}.yaml"
+        if ".." not in Path(name).parts and shipped.is_file():
+            return shipped
+    names = shipped_configs()
+    hint = difflib.get_close_matches(p.as_posix().removesuffix(".yaml").removeprefix("configs/"),
+                                     names, n=1, cutoff=0.6)
+    raise ConfigError(f"{what} {str(path)!r} not found: no such file, nor a shipped config of "
+                      f"that name{f'; did you mean {hint[0]!r}?' if hint else ''} (shipped: "
+                      f"{', '.join(names)}; `cluster-repro ls configs` describes them)")
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -516,7 +558,7 @@ def numeric_keys(cls: type = None, prefix: str = "") -> list[str]:  # type: igno
     for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"
         tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
+        if _is_dataclass_type(tp):
             out += numeric_keys(tp, key + ".")
         elif _list_item_dataclass(tp) is not None:
             out += numeric_keys(_list_item_dataclass(tp), key + "[].")
@@ -673,11 +715,13 @@ def from_dict(data: dict[str, Any] | None, overrides: list[str] | tuple[str, ...
 
 def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | tuple[str, ...] = ()
                 ) -> ExperimentConfig:
-    """Load a YAML config file (or the defaults when `path` is None) and apply overrides."""
+    """Load a YAML config file, or a shipped config by name (`resolve_config_path`), or the
+    defaults when `path` is None, and apply overrides."""
     if path is None:
         return from_dict({}, overrides, source="<defaults>")
-    data = read_yaml_file(path, "config file") or {}
-    return from_dict(data, overrides, source=str(Path(path)))
+    p = resolve_config_path(path)
+    data = read_yaml_file(p, "config file") or {}
+    return from_dict(data, overrides, source=str(p))
 
 
 def save_config(cfg: ExperimentConfig, path: Path) -> None:

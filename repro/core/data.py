@@ -273,7 +273,7 @@ def _load_source(cfg: ExperimentConfig, i: int, src: DataSource, names: set[str]
         name, file = "demo", "demo pool (generated)"
         train_raws = [_Raw(f"train row {k}", k, r) for k, r in enumerate(train_rows)]
         held_raws = [_Raw(f"held-out row {k}", k, r) for k, r in enumerate(held_rows)]
-        fmt = "demo" if src.format == "auto" else src.format
+        fmt: str = "demo" if src.format == "auto" else src.format
     else:
         if src.path.startswith("hf:"):
             name, file = src.path[3:].rstrip("/").split("/")[-1], src.path

@@ -168,6 +168,7 @@ def _g_parity(r: random.Random) -> tuple:
 
 
 def _g_python(r: random.Random) -> tuple:
+    key: tuple[str, int | str]  # the problem's identity: its family and the family's parameter
     if r.random() < 0.75:  # integer families: 8 x 98 distinct problems
         pat, desc, body = r.choice(_PY_INT)
         k = r.randint(2, 99)
@@ -334,7 +335,7 @@ def generate_demo_pool(seed: int = 0, n_train: int = 480, n_heldout_per_category
     for oi, ci, field in pairs:
         rows[ci]["meta"][field] = rows[oi]["id"]
 
-    heldout = []
+    heldout: list[dict[str, Any]] = []
     for cat in CATEGORIES:  # shares used_* with training: no held-out problem was trained on
         for _ in range(n_heldout_per_category):
             row = _new_row(r, cat, used_problems, used_texts)

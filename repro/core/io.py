@@ -73,7 +73,7 @@ def remove_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
     """Remove the temp files in `folder` left by processes of this host that are gone (killed
     mid-write); returns what was removed. Never touches another host's or a live process's."""
     folder = Path(folder)
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(folder))
     except FileNotFoundError:
@@ -102,7 +102,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], None], mod
                                dir=path.parent)
     try:
         os.fchmod(fd, file_mode())
-        kwargs = {} if "b" in mode else {"encoding": "utf-8"}
+        kwargs: dict[str, Any] = {} if "b" in mode else {"encoding": "utf-8"}
         with os.fdopen(fd, mode, **kwargs) as fh:
             write(fh)
             fh.flush()

