@@ -61,6 +61,15 @@ def test_plain_progress_respects_the_gap_and_the_heartbeat(capsys):
     assert err[1].endswith("loss=2.5")
 
 
+def test_rates_read_well_from_slow_to_fast():
+    from repro.core.log import _rate, format_seconds
+
+    assert [_rate(r, "ex") for r in (2500.4, 12.34, 0.5, 0.002)] == [
+        "2,500 ex/s", "12.3 ex/s", "0.5 ex/s", "0.12 ex/min"]
+    assert [format_seconds(s) for s in (0.42, 12.4, 185, 7620)] == [
+        "0.4 s", "12 s", "3 min 05 s", "2 h 07 min"]
+
+
 def test_disabled_progress_is_silent_but_still_iterates(capsys):
     seen = list(progress_bar(range(7), desc="rank 1", enabled=False, min_gap_s=0))
     assert seen == list(range(7)) and capsys.readouterr().err == ""

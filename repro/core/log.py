@@ -139,6 +139,13 @@ def format_seconds(s: float) -> str:
     return f"{h} h {m:02d} min"
 
 
+def _rate(per_s: float, unit: str) -> str:
+    """12.3 ex/s, 1,250 ex/s; below 0.1 a second, per minute (0.125 job/min, not 0.00208 job/s)."""
+    if per_s >= 0.1:
+        return f"{per_s:,.0f} {unit}/s" if per_s >= 100 else f"{per_s:.3g} {unit}/s"
+    return f"{60 * per_s:.3g} {unit}/min"
+
+
 class PlainProgress:
     """Progress as plain log lines (see the module docstring); the part of tqdm's interface the
     suite uses: update, set_postfix, close, iteration, and use as a context manager. Disabled
@@ -195,8 +202,7 @@ class PlainProgress:
         if final:
             parts[0] += f" in {format_seconds(elapsed)}"
         if rate:
-            parts.append(f"{rate:,.0f} {self.unit}/s" if rate >= 100
-                         else f"{rate:.3g} {self.unit}/s")
+            parts.append(_rate(rate, self.unit))
             if not final and self.total and self.n < self.total:
                 parts.append(f"eta {format_seconds((self.total - self.n) / rate)}")
         if self._postfix:
