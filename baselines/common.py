@@ -14,13 +14,13 @@ Scores are per example in pool order; selections keep ids in pool order (the all
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.log import progress_bar
 from repro.core.types import Pool, Selection
 
 KEEP_MODES = ("top", "bottom", "middle")
@@ -153,13 +153,6 @@ def scored_selection(method: str, pool: Pool, rows: np.ndarray, scores: np.ndarr
 # ----------------------------------------------------------------------------- the model
 
 
-def progress_bar(total: int, desc: str):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="ex", dynamic_ncols=True,
-                disable=os.environ.get("CLUSTER_REPRO_NO_PROGRESS") == "1")
-
-
 def scoring_model(ctx: SelectionContext, method: str, lora: bool = False, seed: int | None = None,
                   model_dir: Path | None = None, model_cfg: Any = None):
     """(model, tokenizer) on CPU/GPU in eval mode: the INITIAL target model, without LoRA unless
@@ -247,7 +240,7 @@ def forward_stats(model: Any, items: list[dict], pad_token_id: int, batch_size: 
     dev = next(model.parameters()).device
     dec, head = _decoder_and_head(model)
     order = sorted(range(n), key=lambda i: -len(items[i]["input_ids"]))
-    bar = progress_bar(n, desc)
+    bar = progress_bar(total=n, desc=desc, unit="ex")
     with torch.no_grad():
         for s in range(0, n, batch_size):
             idx = order[s:s + batch_size]
@@ -319,7 +312,7 @@ def train_briefly(model: Any, items: list[dict], pad_token_id: int, epochs: int,
     rng = np.random.default_rng([seed, 29])
     steps_per_epoch = -(-len(items) // batch_size)
     marks = set(checkpoints)
-    bar = progress_bar(epochs * steps_per_epoch * batch_size, desc)
+    bar = progress_bar(total=epochs * steps_per_epoch * batch_size, desc=desc, unit="ex")
     step = 0
     for _epoch in range(epochs):
         order = rng.permutation(len(items))

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from baselines.common import (KEEP_MODES, check_budget, check_choice, progress_bar,
-                              scored_selection, scoring_model, tokenize_pool, top_rows)
+from baselines.common import (KEEP_MODES, check_budget, check_choice, scored_selection,
+                              scoring_model, tokenize_pool, top_rows)
 from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.log import progress_bar
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
@@ -25,7 +26,7 @@ def lora_gradient_norms(model, items: list[dict], pad_token_id: int, batch_size:
 
     out = np.zeros(len(items))
     order = sorted(range(len(items)), key=lambda i: -len(items[i]["input_ids"]))
-    bar = progress_bar(len(items), "grand gradients")
+    bar = progress_bar(total=len(items), desc="grand gradients", unit="ex")
     with PerExampleLoraGrads(model) as hooks:
         for s in range(0, len(items), batch_size):
             idx = order[s:s + batch_size]

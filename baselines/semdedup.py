@@ -18,9 +18,10 @@ import warnings
 import numpy as np
 
 from baselines.common import (check_budget, check_choice, check_pool_size, fill_to_budget,
-                              progress_bar, scoring_model, tokenize_pool)
+                              scoring_model, tokenize_pool)
 from repro.core.extras import require_extra
 from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.log import progress_bar
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
@@ -52,7 +53,7 @@ def model_embeddings(pool: Pool, ctx: SelectionContext, batch_size: int = 8) -> 
     core = getattr(model, "model", None)  # the decoder without the LM head (Llama-style models)
     dev = next(model.parameters()).device
     out = np.zeros((len(items), model.config.hidden_size), dtype=np.float32)
-    bar = progress_bar(len(items), "semdedup embeddings")
+    bar = progress_bar(total=len(items), desc="semdedup embeddings", unit="ex")
     with torch.no_grad():
         for s in range(0, len(items), batch_size):
             b = collate(items[s:s + batch_size], tok.pad_token_id)

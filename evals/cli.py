@@ -133,6 +133,7 @@ def _load(args: argparse.Namespace, device: str):
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from evals.run import EvalSettings, entries_to_rows, expand_benchmarks, make_lm, run_benchmarks
+    from repro.core.lm_eval_json import LM_EVAL_NAME, write_lm_eval_results
     from repro.core.results import PART_NAME, provenance, write_rows
 
     if args.adapter and not args.model:
@@ -171,6 +172,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for e in entries:
         rows += entries_to_rows([e], {**base, "eval_s": e["seconds"], **provenance()})
     write_rows(out_dir / PART_NAME, rows)
+    write_lm_eval_results(out_dir / LM_EVAL_NAME, rows, {
+        "batch_size": args.batch_size, "limit": args.limit, "source": args.source,
+        "num_fewshot": fewshot, "max_gen_toks": args.max_gen_toks, "device": args.device})
     _print_table(entries, wall)
     print(f"\n{out_dir / PART_NAME} ({len(rows)} rows); per-sample logs in {out_dir / 'samples'}")
     bad = [e for e in entries if e["status"] != "ok"]

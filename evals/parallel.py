@@ -42,6 +42,9 @@ from typing import Any
 from evals.run import EvalSettings, Processes, make_lm, run_benchmarks
 from repro.core.config import ExperimentConfig, ModelConfig
 from repro.core.io import read_json
+from repro.core.log import get_logger
+
+logger = get_logger("eval")
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,8 @@ def evaluate_locally(job: EvalJob, workers: int) -> list[dict[str, Any]]:
 
     from repro.core.distributed import spawn_workers
 
+    logger.info(f"{len(job.benchmarks)} benchmark(s) on {workers} process(es): "
+                f"{', '.join(job.benchmarks)}")
     if workers == 1:
         return _evaluate(job, Processes(), local_rank=0)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -179,6 +184,10 @@ def _evaluate(job: EvalJob, procs: Processes, local_rank: int) -> list[dict[str,
         set_worker_threads(procs.world, job.torch_threads)
     # A full model loads straight in its dtype; a LoRA adapter is merged in fp32, then cast.
     load_dtype = torch.float32 if job.model.lora.enabled else dtype
+    if procs.rank == 0:
+        logger.info(f"loading {job.model_dir} on {device} ({str(dtype).removeprefix('torch.')}"
+                    + (f", each of {procs.world} processes its own copy)" if procs.world > 1
+                       else ")"))
     model, tok = load_finetuned(Path(job.model_dir), Path(job.base_model_dir), job.model,
                                 device=device, dtype=load_dtype)
     lm = make_lm(model, tok, batch_size=job.settings.batch_size, dtype=dtype)

@@ -29,7 +29,6 @@ import functools
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -39,6 +38,7 @@ from typing import Any, Iterable
 from evals import local_data, plugins
 from evals.plugins import Benchmark
 from repro.core.io import atomic_write_json, atomic_write_jsonl
+from repro.core.log import get_logger, progress_bar
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 
@@ -63,13 +63,13 @@ SOURCES = ("local", "hub")
 LOCAL_SHOT_SOURCES = ("mmlu_medical", "mbpp", "mbpp_plus")
 
 
-def _log(msg: str) -> None:
-    print(f"[cluster-repro eval] {msg}", file=sys.stderr, flush=True)
+logger = get_logger("eval")
 
 
 def _loud(msg: str) -> None:
+    """A warning no one scrolling a log can miss: the message between two rows of '!'."""
     bar = "!" * 78
-    print(f"\n{bar}\n[cluster-repro eval] {msg}\n{bar}\n", file=sys.stderr, flush=True)
+    logger.warning(f"{bar}\n{msg}\n{bar}")
 
 
 @functools.lru_cache(maxsize=1)
@@ -241,6 +241,38 @@ def _harness_as_one_process():
             os.environ["LOCAL_RANK"] = saved_local_rank
 
 
+@contextlib.contextmanager
+def _harness_progress(benchmark: str, enabled: bool):
+    """lm-eval's progress bars through ours (repro.core.log) while one benchmark runs.
+
+    The model's request loops (lm_eval.models.huggingface: "Running loglikelihood requests", one
+    request per item and answer choice; "Running generate_until requests", one per item) become
+    `<benchmark> <kind>: done/total requests` lines, or a bar on a terminal; the quick passes that
+    build and tokenize the requests (lm_eval.api.task, lm_eval.api.model) stay silent. Left to
+    itself, lm-eval redraws tqdm bars with carriage returns, one line of thousands of characters
+    in a log file. `enabled`: whether this process shows progress (process 0 of several)."""
+    import lm_eval.api.model as api_model
+    import lm_eval.api.task as api_task
+    import lm_eval.models.huggingface as hf
+
+    def requests_bar(iterable: Any = None, total: int | None = None, desc: str | None = None,
+                     disable: bool = False, **_: Any) -> Any:
+        kind = (desc or "").removeprefix("Running ").removesuffix(" requests")
+        return progress_bar(iterable, total=total, desc=f"{benchmark} {kind}".strip(),
+                            unit="requests", enabled=enabled and not disable, logger=logger)
+
+    def silent(iterable: Any = None, total: int | None = None, **_: Any) -> Any:
+        return progress_bar(iterable, total=total, enabled=False)
+
+    saved = [(m, m.tqdm) for m in (hf, api_model, api_task)]
+    hf.tqdm, api_model.tqdm, api_task.tqdm = requests_bar, silent, silent
+    try:
+        yield
+    finally:
+        for module, original in saved:
+            module.tqdm = original
+
+
 # ----------------------------------------------------------------------------- processes
 
 # How long a process waits at a collective for the others (gathering a benchmark's results):
@@ -351,7 +383,14 @@ def _score_my_share(lm: Any, bench: Benchmark, task: str, tm: Any, settings: Eva
         objs = (list(loaded["groups"].values()) if bench.group and len(run) == len(tasks)
                 else [tasks[name] for name in run])
         limit = settings.gen_limit(bench.name)
-        with _harness_as_one_process():
+        if procs.rank == 0:
+            total = sum(len(_selected_items(bench, len(t.eval_docs), settings))
+                        for t in tasks.values())
+            here = sum(len(ids) for ids in run.values())
+            logger.info(f"{bench.name}: {total} items" + (
+                f", {here} of them scored here and the rest by the other {procs.world - 1} "
+                "processes (the progress lines count this one's)" if sharing > 1 else ""))
+        with _harness_as_one_process(), _harness_progress(bench.name, procs.rank == 0):
             res = lm_eval.simple_evaluate(
                 model=lm, tasks=objs, task_manager=tm, samples=run,
                 num_fewshot=settings.num_fewshot.get(bench.name),
@@ -546,7 +585,8 @@ def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
         if name in done:
             entries += done[name]
             if lead:
-                _log(f"{name}: reusing the scores of an earlier call in {out_dir}/benchmarks.json")
+                logger.info(f"{name}: reusing the scores of an earlier call in "
+                            f"{out_dir}/benchmarks.json")
             continue
         task = bench.task_name(settings.source)
         t0 = time.perf_counter()
@@ -564,12 +604,12 @@ def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
         if lead:
             ids = settings.items.get(name)
             limit = settings.gen_limit(name)
-            _log(f"{name}: lm-eval task {task}, "
-                 + (f"items {ids}" if ids else f"limit {settings.limit}") + ", batch "
-                 f"{getattr(lm, 'batch_size', '?')}, {procs.world} process(es)"
-                 + (f", {settings.num_fewshot[name]} shots" if name in settings.num_fewshot
-                    else "")
-                 + (f", max_gen_toks {limit}" if limit else ""))
+            logger.info(f"{name}: lm-eval task {task}, "
+                        + (f"items {ids}" if ids else f"limit {settings.limit}") + ", batch "
+                        f"{getattr(lm, 'batch_size', '?')}, {procs.world} process(es)"
+                        + (f", {settings.num_fewshot[name]} shots" if name in settings.num_fewshot
+                           else "")
+                        + (f", max_gen_toks {limit}" if limit else ""))
         parts = procs.gather(_score_my_share(lm, bench, task, tm, settings, procs))
         if not lead:
             continue
@@ -583,8 +623,9 @@ def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
                 for t, rows in samples.items():
                     _write_samples(Path(out_dir) / "samples" / f"{t}.jsonl", rows)
             sharing = parts[0]["sharing"]
-            _log(f"{name}: {main['metric']} = {main['value']:.4f} (n={main['n']}) in "
-                 f"{main['seconds']:.1f}s" + (f" on {sharing} processes" if sharing > 1 else ""))
+            logger.info(f"{name}: {main['metric']} = {main['value']:.4f} (n={main['n']}) in "
+                        f"{main['seconds']:.1f}s"
+                        + (f" on {sharing} processes" if sharing > 1 else ""))
         save(complete=False)
     save(complete=True)
     return entries if lead else []

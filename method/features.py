@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from repro.core.data import IGNORE_INDEX, collate, tokenize_example
+from repro.core.log import progress_bar
 
 __all__ = ["HeadWorkspace", "gradient_proxy_features", "gradient_proxy_features_naive", "compute_features",
            "feature_workers", "features_to_file"]
@@ -185,13 +186,6 @@ def gradient_proxy_features_naive(model: Any, batch: dict, *, bf16: bool | None 
 # ----------------------------------------------------------------------------- one process
 
 
-def _progress(total: int, desc: str, enabled: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="ex", dynamic_ncols=True,
-                disable=not enabled or os.environ.get("CLUSTER_REPRO_NO_PROGRESS") == "1")
-
-
 def _length_batches(lengths: dict[int, int], batch_size: int) -> list[list[int]]:
     """Row indices in batches of `batch_size`, longest first (lengths: row -> tokens).
 
@@ -222,7 +216,7 @@ def compute_features(examples: list, tokenizer: Any, model: Any, max_length: int
         out = np.empty((len(examples), hdim), dtype=np.float32)
     items = {i: tokenize_example(ex, tokenizer, max_length) for i, ex in enumerate(examples)}
     device = _device(model)
-    bar = _progress(len(examples), "features", progress)
+    bar = progress_bar(total=len(examples), desc="features", unit="ex", enabled=progress)
     ws = HeadWorkspace()
     for b in _length_batches({i: len(it["input_ids"]) for i, it in items.items()}, batch_size):
         batch = collate([items[i] for i in b], tokenizer.pad_token_id)
@@ -340,7 +334,7 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
     if rank == 0:
         mm = np.lib.format.open_memmap(tmp_path, mode="w+", dtype=np.float32, shape=(n, hdim))
         written = np.zeros(n, dtype=bool)
-        bar = _progress(n, f"features x{workers}", True)
+        bar = progress_bar(total=n, desc=f"features x{workers}", unit="ex")
 
     # -- phase 3: compute and gather, round by round
     t_loop = time.perf_counter()

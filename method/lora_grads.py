@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from typing import Callable
 
 import numpy as np
@@ -293,9 +292,8 @@ def lora_gradient_features(model, tokenized_examples: list[dict], pad_token_id: 
     is put in eval mode (no dropout) for the call. Flat gradients are buffered up to BUFFER_BYTES
     (on the model's device) between projections. Not normalized: LESS takes cosine similarity.
     """
-    from tqdm import tqdm
-
     from repro.core.data import collate
+    from repro.core.log import progress_bar
 
     n = len(tokenized_examples)
     out = np.zeros((n, proj_dim), dtype=np.float32)
@@ -322,8 +320,7 @@ def lora_gradient_features(model, tokenized_examples: list[dict], pad_token_id: 
                 buf.clear()
                 buf_idx.clear()
 
-            bar = tqdm(total=n, desc="lora grads", unit="ex", dynamic_ncols=True,
-                       disable=not progress or os.environ.get("CLUSTER_REPRO_NO_PROGRESS") == "1")
+            bar = progress_bar(total=n, desc="lora grads", unit="ex", enabled=progress)
             for s in range(0, n, batch_size):
                 idx = order[s:s + batch_size]
                 g = hooks.flat(collate([tokenized_examples[i] for i in idx], pad_token_id))

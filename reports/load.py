@@ -30,9 +30,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from repro.core.results import PART_NAME, REQUIRED_COLUMNS
+from repro.core.results import DIAGNOSTIC_PREFIXES, PART_NAME, REQUIRED_COLUMNS
 
-DIAGNOSTIC_PREFIXES = ("cost/", "cluster/", "worker/")
 # Metrics reported as they are (lower is better); every other metric is a fraction shown as %.
 RAW_METRICS = ("loss", "perplexity")
 # Required columns: what a row must have for the report to place it.

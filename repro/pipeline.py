@@ -17,6 +17,7 @@ two stages are redone. Files (schemas in docs/files.md):
     train_log/rank*.jsonl per step and worker       model/        the fine-tuned weights or adapter
     stages/eval.json     scores                     results.part.csv  tidy result rows
     stages/attempts.json every attempt of a stage   .lock  held by the run writing the folder
+    lm_eval_results.json the rows' scores as lm-eval's JSON   tb/  TensorBoard (train.report_to)
 
 Integrity (docs/files.md): one run writes a folder at a time (`.lock`); the model, pool and select
 markers record fingerprints of what they read from outside the folder (repro/core/fingerprints.py), and
@@ -30,7 +31,6 @@ import contextlib
 import json
 import resource
 import shutil
-import sys
 import time
 from collections import Counter
 from dataclasses import asdict
@@ -40,6 +40,7 @@ from typing import Any, Callable
 from repro.core.config import ExperimentConfig, derive, eval_hash, save_config
 from repro.core.interfaces import SelectionContext, SelectionError, resolve_budget
 from repro.core.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_json, read_jsonl
+from repro.core.log import get_logger
 from repro.core import fingerprints, rundir
 from repro.core.registry import ALLOCATORS, SELECTORS
 from repro.core.rundir import (EVAL_STAGES, RunStopped, model_dir_of, stage_current, stage_done,
@@ -49,8 +50,7 @@ from repro.core.types import Example, Pool, Schedule, Selection
 STAGES = ("model", "pool", "select", "schedule", "train", "eval", "results")
 
 
-def _log(msg: str) -> None:
-    print(f"[cluster-repro] {msg}", file=sys.stderr, flush=True)
+logger = get_logger()
 
 
 def _peak_rss_mb() -> float:
@@ -63,13 +63,14 @@ def _stage(run_dir: Path, name: str, force: bool, fn: Callable[[], dict[str, Any
     With `record`, the attempt goes into stages/attempts.json (the run folder's owner only)."""
     marker = stage_marker(run_dir, name)
     if not force and stage_done(run_dir, name, key):
-        _log(f"{name}: done already ({marker}), skipped")
+        logger.info(f"{name}: done already ({marker}), skipped")
         return read_json(marker)
     if marker.is_file() and not force:
         old = {k: read_json(marker).get(k) for k in key or {}}
-        _log(f"{name}: done with other settings ({old}, now {key}), redone")
+        logger.info(f"{name}: done with other settings ({old}, now {key}), redone")
     if record:
         rundir.start(run_dir, name)
+    logger.info(f"{name}: running")
     t0 = time.perf_counter()
     try:
         info = fn()
@@ -83,7 +84,7 @@ def _stage(run_dir: Path, name: str, force: bool, fn: Callable[[], dict[str, Any
     atomic_write_json(marker, info)
     if record:
         rundir.finish(run_dir, name, "done", info["stage_s"])
-    _log(f"{name}: done in {info['stage_s']:.1f}s")
+    logger.info(f"{name}: done in {info['stage_s']:.1f}s")
     return info
 
 
@@ -422,11 +423,15 @@ def diagnostic_rows(base: dict[str, Any], run_dir: Path, sel: dict[str, Any], sc
 
 
 def stage_results(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
+    """The run's rows (results.part.csv), and the same scores in lm-eval's JSON shape."""
+    from repro.core.lm_eval_json import LM_EVAL_NAME, write_lm_eval_results
     from repro.core.results import PART_NAME, write_rows
 
     rows = result_rows(cfg, run_dir)
     write_rows(run_dir / PART_NAME, rows)
-    return {"rows": len(rows), "path": str(run_dir / PART_NAME)}
+    write_lm_eval_results(run_dir / LM_EVAL_NAME, rows)
+    return {"rows": len(rows), "path": str(run_dir / PART_NAME),
+            "lm_eval_json": str(run_dir / LM_EVAL_NAME)}
 
 
 # ----------------------------------------------------------------------------- driver
@@ -470,8 +475,8 @@ def run_experiment(cfg: ExperimentConfig, force: bool = False, until: str = "res
 
 def _run_stages(cfg: ExperimentConfig, run_dir: Path, force: bool, until: str, leader: bool) -> None:
     save_config(cfg, run_dir / "config.yaml")
-    _log(f"run {cfg.name} ({cfg.selection.method} + {cfg.allocation.method}, "
-         f"world size {cfg.world_size}) -> {run_dir}")
+    logger.info(f"run {cfg.name} ({cfg.selection.method} + {cfg.allocation.method}, "
+                f"world size {cfg.world_size}) -> {run_dir}")
     steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         ("model", lambda: stage_model(cfg, run_dir)),
         ("pool", lambda: stage_pool(cfg, run_dir)),
@@ -552,7 +557,7 @@ def _model_changes(cfg: ExperimentConfig, run_dir: Path, info: dict[str, Any]) -
     found = fingerprints.model_changes(info["inputs"].get("model", {}),
                                        fingerprints.model_fingerprint(model_dir))
     if not found and str(model_dir) != info["model_dir"]:
-        _log(f"model: the same model, now at {model_dir}")
+        logger.info(f"model: the same model, now at {model_dir}")
         atomic_write_json(stage_marker(run_dir, "model"), {**info, "model_dir": str(model_dir)})
     return found
 
@@ -566,9 +571,11 @@ def invalidate_eval_outputs(run_dir: Path, after: str) -> None:
         if name in later:
             stage_marker(run_dir, name).unlink(missing_ok=True)
     if "results" in later or after == "results":
+        from repro.core.lm_eval_json import LM_EVAL_NAME
         from repro.core.results import PART_NAME
 
         (run_dir / PART_NAME).unlink(missing_ok=True)
+        (run_dir / LM_EVAL_NAME).unlink(missing_ok=True)
     if after == "eval" and stage_marker(run_dir, "eval").is_file():
         # Made with other eval settings: a benchmark dropped from the list must not linger.
         (run_dir / "eval_samples.jsonl").unlink(missing_ok=True)

@@ -411,3 +411,13 @@ def check_gpu_memory(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
                            f"mem_per_gpu_gb = {host_limit:g}; raise mem_per_gpu_gb",
                            kind="memory"))
     return out
+
+
+@check
+def check_report_to(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
+    """train.report_to: the tracker's package is installed (they are optional; tensorboard is
+    the `tensorboard` extra), else the pip command that installs it."""
+    from repro.core.tracking import missing_package
+
+    problem = missing_package(cfg.train.report_to)
+    return [Problem("train.report_to", problem)] if problem else []

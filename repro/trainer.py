@@ -15,11 +15,13 @@ Divergence: after each step's backward every worker checks its loss and the norm
 first step where any is inf or NaN, before the optimizer applies it. train.json then says
 `status: diverged` and `diverged_step`; no model is saved.
 
-Per step and worker it logs compute seconds, seconds waiting at the gradient all-reduce (ddp:
+Per step and worker it logs loss, learning rate, gradient norm (before clipping; under fsdp the
+norm of the worker's shards), compute seconds, seconds waiting at the gradient all-reduce (ddp:
 from the moment this worker's last gradient bucket was ready until the synchronized gradients
 were back; fsdp: null, its collectives run inside backward), tokens, tokens/s and peak memory, to
-train_log/rank{k}.jsonl. train.json adds each worker's bytes of parameters, gradients, optimizer
-state and DDP buckets (`state_bytes`).
+train_log/rank{k}.jsonl; rank 0 also sends its loss, lr, gradient norm, tokens/s and wait to the
+experiment tracker `train.report_to` names (repro/core/tracking.py). train.json adds each
+worker's bytes of parameters, gradients, optimizer state and DDP buckets (`state_bytes`).
 """
 from __future__ import annotations
 
@@ -29,7 +31,6 @@ import os
 import random
 import resource
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -43,13 +44,19 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from repro.core import sharding
 from repro.core.config import Derived, ExperimentConfig, load_config
 from repro.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
+from repro.core.log import get_logger, progress_bar
 from repro.core.optim import optimizer_state_bytes
 from repro.core.sharding import enable_activation_checkpointing
 from repro.core.lmhead import weighted_lm_loss
 from repro.core.runtime import peak_memory_mb, seed_everything
+from repro.core.tracking import NoTracker, make_tracker
 from repro.core.types import Example, Pool, Schedule
 
 CKPT_DIR = "checkpoints"
+# The train_log fields rank 0 sends to the experiment tracker, as train/<field>.
+TRACKED = ("loss", "lr", "grad_norm", "tokens_per_s", "allreduce_wait_s")
+
+logger = get_logger("train")
 
 
 # ----------------------------------------------------------------------------- pieces
@@ -251,9 +258,11 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
         settle_ddp_buckets(wrapped, batch, autocast)
     t_loop = time.perf_counter()
     if rank == 0 and start_step:
-        print(f"[train] resuming from {ckpt} at step {start_step}/{derived.total_steps}",
-              file=sys.stderr, flush=True)
-    progress = _progress(rank, derived.total_steps, start_step)
+        logger.info(f"resuming from {ckpt} at step {start_step}/{derived.total_steps}")
+    progress = progress_bar(total=derived.total_steps, initial=start_step, desc="train",
+                            unit="step", enabled=rank == 0, logger=logger)
+    tracker = (make_tracker(cfg.train.report_to, run_dir, f"{cfg.name}-{run_dir.name}",
+                            cfg.to_dict(), start_step) if rank == 0 else NoTracker())
     totals: dict[str, Any] = {"tokens": 0, "compute_s": 0.0, "wait_s": 0.0, "steps": 0}
     diverged_at: int | None = None
     for step in range(start_step, derived.total_steps):
@@ -293,31 +302,33 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
         opt.zero_grad(set_to_none=True)
         step_s = time.perf_counter() - t0
         row = {"step": step, "rank": rank, "epoch": epoch, "loss": loss_sum,
-               "lr": sched.get_last_lr()[0], "step_s": step_s, "compute_s": step_s - wait,
+               "lr": sched.get_last_lr()[0], "grad_norm": float(grad_norm),
+               "step_s": step_s, "compute_s": step_s - wait,
                "allreduce_wait_s": wait if strategy == "ddp" else None,
                "tokens": tokens, "tokens_per_s": tokens / step_s,
                "peak_mem_mb": peak_memory_mb(device)}
         log.write(json.dumps(row) + "\n")
         log.flush()
+        tracker.log({f"train/{k}": row[k] for k in TRACKED if row[k] is not None}, step)
         totals["tokens"] += tokens
         totals["compute_s"] += step_s - wait
         totals["wait_s"] += wait
         totals["steps"] += 1
-        if progress is not None:
-            progress.set_postfix(loss=f"{loss_sum:.3f}")
-            progress.update(1)
+        progress.set_postfix(loss=f"{loss_sum:.3f}")
+        progress.update(1)
         done = step + 1
         if cfg.train.checkpoint_every and done % cfg.train.checkpoint_every == 0 \
                 and done < derived.total_steps:
             so_far = totals_so_far(time.perf_counter() - t_loop, totals["tokens"], device)
+            tracker.flush()  # durable before the checkpoint a killed run would resume from
             save_checkpoint(run_dir, done, sharding.unwrapped(wrapped), opt, sched, rank,
                             world_size, cfg.train.keep_checkpoints, strategy,
                             progress={"train_s": carried["train_s"] + so_far[0],
                                       "tokens": carried["tokens"] + so_far[1]})
         _maybe_fail_for_tests(done)
     log.close()
-    if progress is not None:
-        progress.close()
+    progress.close()
+    tracker.close()
     loop_s = time.perf_counter() - t_loop
 
     totals.update(loop_s=loop_s, startup_s=t_loop - t_start, peak_mem_mb=peak_memory_mb(device),
@@ -427,15 +438,6 @@ def settle_ddp_buckets(model: torch.nn.Module, batch: dict[str, torch.Tensor], a
     _set_rng_state(rng)
     for p in model.parameters():
         p.grad = None
-
-
-def _progress(rank: int, total: int, start: int) -> Any:
-    if rank != 0:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=start, desc="train", unit="step", dynamic_ncols=True,
-                disable=os.environ.get("CLUSTER_REPRO_NO_PROGRESS") == "1")
 
 
 def _maybe_fail_for_tests(done_steps: int) -> None:

@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import socket
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from repro.core.io import atomic_write_json, read_json
+from repro.core.log import get_logger
 
 if TYPE_CHECKING:
     from repro.core.distributed import LaunchEnv
@@ -54,8 +54,7 @@ SHARED_FILES = ("pool.jsonl", "heldout.jsonl", "stages/pool.json", "stages/model
 POLL_S = 0.5
 
 
-def _log(msg: str) -> None:
-    print(f"[cluster-repro launch] {msg}", file=sys.stderr, flush=True)
+logger = get_logger("launch")
 
 
 # ----------------------------------------------------------------------------- environment
@@ -148,7 +147,7 @@ def file_lock(path: Path) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() - t0 > 5 and int(time.monotonic() - t0) % 60 == 0:
-                    _log(f"waiting for the lock {path}")
+                    logger.info(f"waiting for the lock {path}")
                 time.sleep(POLL_S)
         try:
             yield
@@ -229,7 +228,8 @@ class _Requeueable(Checkpointable):
     """
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
-        _log("timeout or preemption: requeueing; training resumes from its newest checkpoint")
+        logger.info("timeout or preemption: requeueing; training resumes from its newest "
+                    "checkpoint")
         return DelayedSubmission(self, *args, **kwargs)
 
 
@@ -281,7 +281,7 @@ class CellJob(_Requeueable):
                             run_dir=str(run_dir), restart=ident["restart"])
                 with rdv.rank0(), single_process_env():
                     if self.shared_dir and link_shared(Path(self.shared_dir), run_dir):
-                        _log(f"shared pool and features from {self.shared_dir}")
+                        logger.info(f"shared pool and features from {self.shared_dir}")
                     run_experiment(cfg, until="schedule")
             else:
                 rdv.wait()
@@ -362,7 +362,7 @@ class FeaturesJob(_Requeueable):
                 for cell_id, data in self.cells:
                     ccfg = from_dict(data, source=f"cell {cell_id}")
                     link_shared(shared, ccfg.run_dir())
-                    _log(f"selection of {cell_id}")
+                    logger.info(f"selection of {cell_id}")
                     run_experiment(ccfg, until="schedule")
         except Exception as e:
             if ident["rank"] == 0:

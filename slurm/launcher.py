@@ -26,6 +26,7 @@ from typing import Any
 
 from repro.core.config import ConfigError, ExperimentConfig, check_text
 from repro.core.io import atomic_write_json, read_json
+from repro.core.log import get_logger, progress_bar
 from slurm.grid import Cell, Grid, load_grid, select_cells
 from slurm.jobs import CellJob, FeaturesJob
 from slurm.profile import ClusterProfile
@@ -37,8 +38,7 @@ PENDING = {"PENDING", "REQUEUED", "CONFIGURING", "RESIZING", "SUSPENDED", "REQUE
 RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
 
 
-def _log(msg: str) -> None:
-    print(f"[cluster-repro launch] {msg}", file=sys.stderr, flush=True)
+logger = get_logger("launch")
 
 
 # ----------------------------------------------------------------------------- the context
@@ -338,8 +338,8 @@ def submit(ctx: Context, jobs: list[PlannedJob], backend: str) -> dict[str, Any]
                     js = [ex.submit(pj.job) for pj in group]
             for pj, job in zip(group, js):
                 note(pj, job, after_id)
-                _log(f"{pj.kind} {pj.name}: job {job.job_id}"
-                     + (f" (after {after_id})" if after_id else ""))
+                logger.info(f"{pj.kind} {pj.name}: job {job.job_id}"
+                            + (f" (after {after_id})" if after_id else ""))
             atomic_write_json(ctx.launch_dir / "jobs.json", record)  # after every submission
     return submitted
 
@@ -354,15 +354,10 @@ def _wait_ok(job: Any, name: str) -> None:
 
 def wait_all(submitted: dict[str, Any], poll_s: float = 2.0) -> dict[str, str]:
     """Block until every job has ended; name -> "done" or "failed: <reason>"."""
-    import os
-
-    from tqdm import tqdm
-
     left = dict(submitted)
     out: dict[str, str] = {}
     rounds = 0
-    bar = tqdm(total=len(left), desc="jobs ended", unit="job", dynamic_ncols=True,
-               disable=os.environ.get("CLUSTER_REPRO_NO_PROGRESS") == "1")
+    bar = progress_bar(total=len(left), desc="jobs ended", unit="job", logger=logger)
     while left:
         rounds += 1
         # One sacct call every few rounds refreshes every job's state (submitit's watcher is
@@ -381,8 +376,8 @@ def wait_all(submitted: dict[str, Any], poll_s: float = 2.0) -> dict[str, str]:
                 except Exception as e:  # noqa: BLE001 - a failed job is reported, not raised
                     out[name] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
                 del left[name]
-                bar.update(1)
                 bar.set_postfix(failed=sum(v != "done" for v in out.values()))
+                bar.update(1)
         if left:
             time.sleep(poll_s)
     bar.close()

@@ -88,6 +88,20 @@ def test_hash_is_stable_and_ignores_paths() -> None:
     assert a.hash() == load_config(CONFIGS / "demo.yaml").hash()
 
 
+def test_report_to_is_not_part_of_the_training_identity() -> None:
+    """train.report_to says where the training's scalars are shown, not what is trained: the
+    run folder is the same for every choice, while a sibling key of train still counts."""
+    a = load_config(CONFIGS / "demo.yaml")
+    assert a.train.report_to == "none"
+    for choice in ("tensorboard", "wandb", "trackio"):
+        b = load_config(CONFIGS / "demo.yaml", [f"train.report_to={choice}"])
+        assert b.train.report_to == choice and b.hash() == a.hash() and b.run_dir() == a.run_dir()
+    assert load_config(CONFIGS / "demo.yaml", ["train.lr=0.5", "train.report_to=wandb"]).hash() \
+        == load_config(CONFIGS / "demo.yaml", ["train.lr=0.5"]).hash() != a.hash()
+    with pytest.raises(ConfigError, match="train.report_to"):
+        load_config(CONFIGS / "demo.yaml", ["train.report_to=mlflow"])
+
+
 def test_eval_settings_are_not_part_of_the_training_identity() -> None:
     from repro.core.config import eval_hash
 

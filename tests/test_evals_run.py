@@ -7,6 +7,7 @@ import csv
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -84,6 +85,46 @@ def test_cli_evaluates_the_tiny_model_on_every_local_benchmark(shared_data, tmp_
     sample = json.loads((out / "samples" / "humaneval_local.jsonl").read_text().splitlines()[0])
     assert sample["doc"]["task_id"] == "HumanEval/0" and "pass@1" in sample
     assert "medqa" in captured.out and "total wall time" in captured.out
+    # Progress on stderr, plain lines (no carriage return): per benchmark a start line, its
+    # requests done / total, and an end line with the score.
+    assert "\r" not in captured.err
+    for bench in expected_n:
+        metric = "pass@1" if bench in ("humaneval", "mbpp", "mbpp_plus") else "acc"
+        kind = "generate_until" if metric == "pass@1" else "loglikelihood"
+        assert f"[cluster-repro eval] {bench}: lm-eval task {bench}_local, limit 2" in captured.err
+        assert re.search(rf"\[cluster-repro eval\] {bench} {kind}: (\d+)/\1 requests \(100%\) "
+                         r"in [\d.]+ s", captured.err), bench
+        assert f"[cluster-repro eval] {bench}: {metric} = " in captured.err
+    # The same scores in lm-eval's JSON shape, equal to the rows.
+    harness = json.loads((out / "lm_eval_results.json").read_text())
+    _same_as_rows(harness, rows)
+    assert harness["config"]["batch_size"] == 4 and harness["config"]["limit"] == 2
+    subjects = {json.loads(r["versions"])["lm_eval_task"] for r in rows
+                if r["benchmark"].startswith("mmlu_medical/")}
+    assert sorted(harness["group_subtasks"]["mmlu_medical_local"]) == sorted(subjects)
+    assert len(subjects) == 6
+    assert harness["groups"]["mmlu_medical_local"] == harness["results"]["mmlu_medical_local"]
+    assert harness["cluster_repro"]["not_evaluated"]["humaneval_plus"]["status"] == "missing"
+    assert "humaneval_plus_local" not in harness["results"]
+
+
+def _same_as_rows(harness: dict, rows: list[dict]) -> None:
+    """Every scored row's value and stderr in results[task]["<metric>,none"] and
+    ["<metric>_stderr,none"] ("N/A" where the row has none), and nothing else there."""
+    expected: dict[str, dict] = {}
+    for r in rows:
+        if r["value"] in ("", None) or r["benchmark"].startswith(("cost/", "cluster/", "worker/")):
+            continue
+        v = json.loads(r["versions"])
+        task = v.get("lm_eval_task", r["benchmark"])
+        e = expected.setdefault(task, {"alias": r["benchmark"]})
+        e[f"{r['metric']},none"] = float(r["value"])
+        e[f"{r['metric']}_stderr,none"] = "N/A" if r["stderr"] in ("", None) else float(r["stderr"])
+        if "lm_eval_task" in v:
+            assert harness["versions"][task] == v["lm_eval_task_version"]
+            assert harness["n-shot"][task] == v["num_fewshot"]
+        assert harness["n-samples"][task] == {"effective": int(r["n"])}
+    assert harness["results"] == expected and expected
 
 
 def _tiny(tmp_path: Path, lora: bool):
@@ -171,6 +212,18 @@ def test_pipeline_eval_stage_runs_the_configured_benchmarks(shared_data, tmp_pat
     assert rows[("humaneval_plus", "missing")]["value"] is None
     assert json.loads(rows[("humaneval", "pass@1")]["versions"])["eval_max_gen_toks"] == 3
     assert "eval_max_gen_toks" not in json.loads(rows[("medqa", "acc")]["versions"])
+    # The results stage writes the rows and the same scores in lm-eval's JSON shape.
+    from repro.core.results import read_rows
+    from repro.pipeline import stage_results
+
+    stage_results(cfg, run_dir)
+    harness = json.loads((run_dir / "lm_eval_results.json").read_text())
+    _same_as_rows(harness, read_rows(run_dir / PART_NAME))
+    assert set(harness["results"]) >= {"medqa_local", "humaneval_local"}
+    assert harness["config"]["model"] == cfg.model.name_or_path
+    assert harness["config"]["max_new_tokens"] == {"humaneval": 3, "demo": 5}
+    assert harness["cluster_repro"]["run_id"] == rows[("medqa", "acc")]["run_id"]
+    assert harness["cluster_repro"]["not_evaluated"]["humaneval_plus"]["status"] == "missing"
 
 
 def _n_tokens(tok, sample: dict) -> int:

@@ -261,6 +261,8 @@ def test_a_diverging_training_stops_with_a_diverged_row(
     (div,) = [r for r in rows if r["metric"] == "diverged"]
     assert (div["benchmark"], div["value"], div["n"], div["eval_s"]) == ("train", "1", "3", "")
     assert not [r for r in rows if r["benchmark"] == "heldout"]  # no scores from NaN weights
+    harness = read_json(run_dir / "lm_eval_results.json")  # lm-eval's shape: no results either
+    assert harness["results"] == {} and harness["cluster_repro"]["status"] == "diverged"
     if strategy == "fsdp":
         return
 

@@ -6,7 +6,7 @@
   uninterrupted one. The kill is every worker calling os._exit(137) right after a step
   (CLUSTER_REPRO_CRASH_AFTER_STEP), i.e. an abrupt death with no cleanup, at a known step. Its
   result rows say attempts 2, resumed from step 3, and train_s counts the killed attempt's loop
-  up to its checkpoint too.
+  up to its checkpoint too; its TensorBoard events (train.report_to) hold every step once.
 - Bit for bit at 4 and 8 DDP workers and 4 fsdp workers, where the order of floating-point
   additions in the all-reduce matters (trainer.settle_ddp_buckets).
 """
@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -28,6 +29,7 @@ from repro.pipeline import load_pool_files, model_dir_of, run_experiment, stage_
 from repro.core.results import PART_NAME, read_rows
 from repro.core.types import Schedule
 from tests.conftest import CONFIGS, REPO
+from tests.test_tracking import tb_scalars
 
 
 def _tiny_cfg(tmp_path: Path, *extra: str):
@@ -108,7 +110,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path: Path) -> None:
     common = ["model.name_or_path=tiny-random-llama", "data.demo_train_size=64",
               "data.demo_heldout_per_category=1", "world_size=2", "train.per_device_batch_size=2",
               "train.global_batch_size=4", "train.epochs=1", "train.checkpoint_every=3",
-              "eval.demo_tasks=false", "data.max_length=256"]
+              "eval.demo_tasks=false", "data.max_length=256", "train.report_to=tensorboard"]
     cfg_path = CONFIGS / "demo-quick.yaml"
     a = _run_cli(["run", str(cfg_path), f"output_dir={tmp_path / 'a'}", *common])
     assert a.returncode == 0, a.stderr[-3000:]
@@ -137,6 +139,13 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path: Path) -> None:
     # The per-rank log holds each step exactly once after the resume.
     steps = [json.loads(l)["step"] for l in (run_b / "train_log" / "rank1.jsonl").read_text().splitlines()]
     assert steps == list(range(info["total_steps"]))
+    # So do the TensorBoard event files (train.report_to): rank 0's logged values at every step,
+    # those up to the checkpoint flushed by the killed attempt, the rest by the resumed one.
+    log0 = [json.loads(l) for l in (run_b / "train_log" / "rank0.jsonl").read_text().splitlines()]
+    for field in ("loss", "lr", "grad_norm", "tokens_per_s", "allreduce_wait_s"):
+        assert tb_scalars(run_b, f"train/{field}") == [
+            (r["step"], float(np.float32(r[field]))) for r in log0], field  # TB keeps float32
+    assert len({r["loss"] for r in log0}) == len(log0) and all(r["grad_norm"] > 0 for r in log0)
 
     # Costs: train_s counts the killed attempt's loop up to its checkpoint (carried in it) plus
     # the resumed loop, and the rows say the run was resumed.

@@ -2,8 +2,8 @@
 
 Validation happens at load time: an unknown key gets a "did you mean", a wrong type or value
 names the key and what is allowed. `config_hash` is stable (canonical JSON of the fields that
-change what is trained; paths, launch and eval settings are left out, so moving the data does not
-rerun work, and the eval settings have their own `eval_hash`).
+change what is trained; paths, launch and eval settings and train.report_to are left out, so
+moving the data does not rerun work, and the eval settings have their own `eval_hash`).
 """
 from __future__ import annotations
 
@@ -120,6 +120,10 @@ class TrainConfig:
     strategy: Literal["ddp", "fsdp"] = "ddp"
     # Keep only each decoder layer's input in forward and recompute the layer in backward.
     activation_checkpointing: bool = False
+    # Per-step loss, lr, gradient norm, tokens/s and all-reduce wait (rank 0's) to an experiment
+    # tracker, offline (repro/core/tracking.py): tensorboard writes <run_dir>/tb/. Not part of
+    # the config hash: it changes what is recorded, not what is trained.
+    report_to: Literal["none", "tensorboard", "wandb", "trackio"] = "none"
 
 
 # The demo tasks' own generation limit (tokens), used when eval.max_new_tokens does not set one.
@@ -195,11 +199,12 @@ class ExperimentConfig:
         return Path(self.output_dir) / self.name / self.hash()
 
 
-# Keys that do not change what a run trains: left out of the hash, which names the run folder.
-# `eval` is left out too: how a trained model is scored has its own key (`eval_hash`), which the
-# eval stage records, so correcting a benchmark name or the eval limit later redoes only the
-# evaluation and the result rows, never the selection or the training.
-_HASH_EXCLUDED = {"name", "output_dir", "data_dir", "launch", "eval"}
+# Keys that do not change what a run trains: left out of the hash, which names the run folder
+# (a dotted key leaves out one key of a section). `eval` is left out too: how a trained model is
+# scored has its own key (`eval_hash`), which the eval stage records, so correcting a benchmark
+# name or the eval limit later redoes only the evaluation and the result rows, never the
+# selection or the training. `train.report_to` only says where the training's scalars are shown.
+_HASH_EXCLUDED = {"name", "output_dir", "data_dir", "launch", "eval", "train.report_to"}
 
 
 def _short_hash(d: Any) -> str:
@@ -209,8 +214,15 @@ def _short_hash(d: Any) -> str:
 
 def config_hash(cfg: ExperimentConfig) -> str:
     """The run's training identity: 12 hex digits of the canonical JSON of every field that
-    changes what is selected and trained (all but name, paths, launch and eval)."""
-    return _short_hash({k: v for k, v in cfg.to_dict().items() if k not in _HASH_EXCLUDED})
+    changes what is selected and trained (all but name, paths, launch, eval, train.report_to)."""
+    d = cfg.to_dict()
+    for key in _HASH_EXCLUDED:
+        *section, last = key.split(".")
+        parent = d
+        for part in section:
+            parent = parent[part]
+        parent.pop(last, None)
+    return _short_hash(d)
 
 
 def eval_hash(cfg: ExperimentConfig) -> str:

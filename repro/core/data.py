@@ -22,14 +22,16 @@ from __future__ import annotations
 import json
 import math
 import random
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 from repro.core.config import DataSource, ExperimentConfig
+from repro.core.log import get_logger
 from repro.core.prompts import FORMATS, ChatTemplate, DataError, RowError, detect_format, render
 from repro.core.types import Example, Pool
+
+logger = get_logger("data")
 
 __all__ = ["DataError", "SourceReport", "load_pool", "load_pool_report", "tokenize_example",
            "TokenizedPool", "collate", "IGNORE_INDEX"]
@@ -340,8 +342,8 @@ def load_pool_report(cfg: ExperimentConfig, tokenizer: Any = None
         held += h
         reports.append(rep)
         if rep.excluded:
-            print(f"[data] {rep.path}: excluded {rep.excluded} rows listed in {src.exclude_ids_file}",
-                  file=sys.stderr)
+            logger.info(f"{rep.path}: excluded {rep.excluded} rows listed in "
+                        f"{src.exclude_ids_file}")
     skipped: dict[str, int] = {}
     for rep in reports:
         for k, v in rep.skipped.items():
@@ -349,8 +351,8 @@ def load_pool_report(cfg: ExperimentConfig, tokenizer: Any = None
     if skipped:
         detail = "; ".join(f"{r.path}: " + ", ".join(f"{k}={v}" for k, v in sorted(r.skipped.items()))
                            for r in reports if r.skipped)
-        print(f"[data] skipped {sum(skipped.values())} bad rows (data.on_bad_row=skip): {detail}",
-              file=sys.stderr)
+        logger.warning(f"skipped {sum(skipped.values())} bad rows (data.on_bad_row=skip): "
+                       f"{detail}")
     if not train:
         raise DataError("no training examples were loaded from data.sources ("
                         + ", ".join(f"{r.path}: {r.rows} rows read, {r.excluded} excluded, "
@@ -447,9 +449,9 @@ class TokenizedPool:
                 self._items[ex.id] = item
                 self.ids.append(ex.id)
         if self.skipped:
-            print(f"[data] tokenization skipped {self.skipped['no_response_tokens']} of {len(exs)} "
-                  f"examples whose prompt leaves no response token within max_length={max_length}",
-                  file=sys.stderr)
+            logger.warning(f"tokenization skipped {self.skipped['no_response_tokens']} of "
+                           f"{len(exs)} examples whose prompt leaves no response token within "
+                           f"max_length={max_length}")
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -21,7 +21,6 @@ import fcntl
 import importlib.util
 import os
 import shutil
-import sys
 import tempfile
 import time
 import warnings
@@ -31,6 +30,7 @@ from typing import Callable
 import torch
 
 from repro.core.config import ModelConfig
+from repro.core.log import get_logger
 
 # peft's LoRA wrapper calls a transformers API deprecated in 5.x; not ours to fix, only noise.
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
@@ -48,8 +48,7 @@ class ModelLoadError(RuntimeError):
     """A model cannot be found, built or loaded; the message names it and says what to fix."""
 
 
-def _log(msg: str) -> None:
-    print(f"[cluster-repro models] {msg}", file=sys.stderr, flush=True)
+logger = get_logger("models")
 
 
 def cache_dir() -> Path:
@@ -75,7 +74,7 @@ def _build_once(target: Path, build: Callable[[Path], None], what: str) -> Path:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            _log(f"waiting for another process that is building {target}")
+            logger.info(f"waiting for another process that is building {target}")
             fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if (target / _COMPLETE).is_file():  # built by whoever held the lock before us
@@ -85,11 +84,11 @@ def _build_once(target: Path, build: Callable[[Path], None], what: str) -> Path:
             for stale in target.parent.glob(f".{target.name}.tmp-*"):
                 shutil.rmtree(stale, ignore_errors=True)
             if target.exists():
-                _log(f"{target} is incomplete (no {_COMPLETE} marker): rebuilding it")
+                logger.info(f"{target} is incomplete (no {_COMPLETE} marker): rebuilding it")
                 shutil.rmtree(target)
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
             start = time.perf_counter()
-            _log(f"building {what} into {target}")
+            logger.info(f"building {what} into {target}")
             try:
                 with torch.random.fork_rng(devices=[]):  # the caller's RNG stream stays untouched
                     build(tmp)
@@ -99,7 +98,7 @@ def _build_once(target: Path, build: Callable[[Path], None], what: str) -> Path:
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
-            _log(f"built {what} in {time.perf_counter() - start:.2f} s")
+            logger.info(f"built {what} in {time.perf_counter() - start:.2f} s")
             return target
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

@@ -35,6 +35,10 @@ COLUMNS = [
     "git_sha", "versions", "hardware", "timestamp",
 ]
 
+# Rows whose benchmark starts with one of these are diagnostics (costs, clusters, workers; see
+# repro/pipeline.py diagnostic_rows), never quality scores.
+DIAGNOSTIC_PREFIXES = ("cost/", "cluster/", "worker/")
+
 _VERSIONED = ["torch", "transformers", "peft", "accelerate", "datasets", "scikit-learn", "numpy",
               "lm_eval", "submitit", "cluster-repro"]
 

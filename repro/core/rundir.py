@@ -31,12 +31,12 @@ import fcntl
 import json
 import os
 import socket
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from repro.core.io import atomic_write_json, read_json
+from repro.core.log import get_logger
 
 if TYPE_CHECKING:
     from repro.core.config import ExperimentConfig
@@ -56,8 +56,7 @@ class RunLocked(RunStopped):
     """Another process holds the run folder."""
 
 
-def _log(msg: str) -> None:
-    print(f"[cluster-repro] {msg}", file=sys.stderr, flush=True)
+logger = get_logger()
 
 
 def is_leader() -> bool:
@@ -124,14 +123,14 @@ def _acquire(fh: Any, path: Path, wait: bool, poll_s: float) -> bool:
                     f"a time. Wait for it to finish (or pass --wait-lock to wait here); if that "
                     f"process is gone, its lock is gone too ({path})") from None
             if not said or time.monotonic() - t0 > 600:
-                _log(f"waiting for {who} to finish with {path.parent}")
+                logger.info(f"waiting for {who} to finish with {path.parent}")
                 said, t0 = True, time.monotonic()
             time.sleep(poll_s)
         except OSError as e:
             if e.errno not in (errno.ENOLCK, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
                 raise
-            _log(f"warning: {path}: the file system does not support flock ({e.strerror}); "
-                 "running without the run-folder lock, so do not start this run twice")
+            logger.warning(f"{path}: the file system does not support flock ({e.strerror}); "
+                           "running without the run-folder lock, so do not start this run twice")
             return False
 
 
@@ -230,9 +229,10 @@ def close_killed(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     if closed:
         _save(run_dir, ledger)
         for stage, e in closed:
-            _log(f"{stage}: attempt {e['attempt']} (pid {e['pid']} on {e['host']}) was killed "
-                 f"after at least {e['ran_s']:.1f}s; {e['counted_s']:.1f}s of it kept "
-                 f"({e['progress'] or 'nothing reusable'}), counted in the run's times")
+            logger.info(f"{stage}: attempt {e['attempt']} (pid {e['pid']} on {e['host']}) was "
+                        f"killed after at least {e['ran_s']:.1f}s; {e['counted_s']:.1f}s of it "
+                        f"kept ({e['progress'] or 'nothing reusable'}), counted in the run's "
+                        "times")
     return closed
 
 
