@@ -181,7 +181,7 @@ def test_ordinary_names_and_grid_cell_ids_are_accepted(tmp_path: Path) -> None:
     ("model.name_or_path", "tiny-random-llama\n", "model.name_or_path"),
     ("model.lora.target_modules", ["q_proj", "v_proj\t"], r"model.lora.target_modules\[1\]"),
     ("eval.benchmarks", ["medqa\n"], r"eval.benchmarks\[0\]"),
-    ("launch.cluster_profile", "a\x1bb", "launch.cluster_profile"),
+    ("allocation.method", "cluster-interleave\x1b", "allocation.method"),
 ])
 def test_control_characters_in_any_setting_are_refused(key: str, value: object, shown: str) -> None:
     data = _data_with(key, value)

@@ -148,9 +148,9 @@ class EvalConfig:
 
 @dataclass
 class LaunchConfig:
-    backend: Literal["local", "slurm", "debug"] = "local"
-    cluster_profile: str | None = None
-    timeout_min: int = 60
+    """How `run` starts its workers on this machine (`cluster-repro launch` takes its cluster
+    settings from a cluster profile, slurm/profile.py)."""
+
     master_port: int | None = None  # None: a free port is chosen
     torch_threads: int | None = None  # per worker; None: cores // world_size (at least 1)
 
@@ -455,7 +455,6 @@ NUMERIC_RANGES: dict[str, Range] = {
     "eval.max_new_tokens": Range(1),
     "eval.limit": Range(1, note="items per benchmark; null: all"),
     "eval.workers": Range(1, note="processes; null: one per visible GPU"),
-    "launch.timeout_min": Range(1, note="minutes"),
     "launch.master_port": Range(1, 65535, note="a TCP port; null: a free one is chosen"),
     "launch.torch_threads": Range(1, note="per worker; null: cores // world_size"),
 }
