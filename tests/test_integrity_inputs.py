@@ -281,7 +281,7 @@ def _grid(tmp_path: Path, name: str = "g", ratios: str = "[50]") -> Path:
 
 
 def test_a_newline_in_a_grid_name_never_becomes_an_sbatch_line(tmp_path: Path) -> None:
-    from slurm.grid import load_grid
+    from repro.experiments.grids import load_grid
     from slurm.launcher import sbatch_script
     from slurm.profile import load_profile
 
@@ -375,8 +375,8 @@ def test_a_raw_control_character_in_an_override_is_refused_not_folded_by_yaml() 
 
 
 def test_malformed_run_lists_and_grids_are_errors_not_type_errors(tmp_path: Path) -> None:
-    from repro.grid import load_run_list
-    from slurm.grid import load_grid
+    from repro.experiments.grids import load_grid
+    from repro.experiments.runlists import load_run_list
 
     p = tmp_path / "runs.yaml"
     for body, msg in [
