@@ -7,7 +7,10 @@ and result tables call it what the paper calls it.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from method.selector import ClusterSelector
+from repro.core.config import ExperimentConfig
 from repro.core.interfaces import SelectionContext
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
@@ -25,6 +28,10 @@ class UniformSelector:
                                      cap=cap, kmeans=kmeans, variant="uniform", n_init=n_init,
                                      max_iter=max_iter, feature_batch_size=feature_batch_size,
                                      proj_dim=proj_dim, feature_workers=feature_workers)
+
+    def feature_key(self, cfg: ExperimentConfig) -> dict[str, Any] | None:
+        """CluSTER's (the same features, so a `uniform` cell shares them with `cluster` cells)."""
+        return self.inner.feature_key(cfg)
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         sel = self.inner.select(pool, budget, ctx)

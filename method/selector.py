@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from repro.core.config import ExperimentConfig
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
@@ -80,6 +81,15 @@ class ClusterSelector:
         self.feature_workers = feature_workers
 
     # -- step 1 -------------------------------------------------------------------------
+    def feature_key(self, cfg: ExperimentConfig) -> dict[str, Any] | None:
+        """What identifies this selector's features besides the model, the data and the seed
+        (repro/core/interfaces.py): the gradient-proxy pass depends on its batch size (how
+        examples are padded together changes the last bits), not on the ratio, the world size or
+        feature_workers. None for lora-grad features: not shared."""
+        if self.feature_type != "gradient-proxy":
+            return None
+        return {"features": "gradient-proxy", "feature_batch_size": self.feature_batch_size}
+
     def features(self, pool: Pool, ctx: SelectionContext) -> tuple[np.ndarray, dict[str, Any]]:
         """N x D float32 features in pool order, written to <run dir>/features.npy (reused if complete)."""
         cfg = ctx.config

@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("grid", help="run every experiment of a run-list file, in order",
                        description="Run every experiment of a run-list file (configs/runs/*.yaml) "
-                       "in order; a run can take another run's kept count (match_kept_count_of).",
+                       "in order; a run can take another run's kept count (match_kept_count_of). "
+                       "Grid files (configs/grids/) are for `cluster-repro launch`.",
                        epilog=EPILOG)
     p.add_argument("runs_file", help="a run-list YAML file, or a shipped one by name, e.g. "
                                      "runs/demo-grid (configs/runs/demo-grid.yaml)")
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.cmd == "grid":
             from repro.demo import summary_table
-            from repro.grid import load_run_list, run_list
+            from repro.experiments.runlists import load_run_list, run_list
 
             rl = load_run_list(args.runs_file)
             if args.base:

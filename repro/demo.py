@@ -27,7 +27,7 @@ def demo_config(quick: bool, overrides: list[str] = ()) -> ExperimentConfig:
 def run_demo(quick: bool = False, overrides: list[str] = (), force: bool = False,
              runs_file: Path | None = None) -> tuple[list[Path], Path]:
     """Run every run of the demo's run list; return the run directories and the merged results."""
-    from repro.grid import load_run_list, run_list
+    from repro.experiments.runlists import load_run_list, run_list
     from repro.core.results import merge_results
 
     rl = load_run_list(runs_file or DEMO_RUNS)

@@ -57,7 +57,8 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("grid", help="a grid file, or a shipped one by name, e.g. grids/paper "
-                                "(configs/grids/paper.yaml)")
+                                "(configs/grids/paper.yaml; run lists, configs/runs/, are for "
+                                "`cluster-repro grid`)")
     p.add_argument("overrides", nargs="*", metavar="key.sub=value",
                    help="config overrides for every cell, e.g. data_dir=../shared/data")
     p.add_argument("--profile", default=None,

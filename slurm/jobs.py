@@ -21,16 +21,16 @@ While rank 0 runs the single-process stages the rank variables are hidden from i
 needs several workers there (features when nothing is shared) spawns them on its own node.
 
 Shared stages: CluSTER's gradient-proxy features depend on the model, the pool and the seed, not
-on the ratio or the world size. `FeaturesJob` computes them once per key into
+on the ratio or the world size. Cells whose selectors say so get one shared-feature key
+(repro/experiments/sharing.py). `FeaturesJob` computes the pool and the features once per key into
 `<output_dir>/_shared/features/<key>/` (under a file lock, so two launches of the same key do not
-race), then runs the selection of every CluSTER cell of that key, whose run folders get the shared
-pool and features as hard links. Cells wait for it through a SLURM dependency (`afterok`).
+race), then runs the selection of every cell of that key, whose run folders get the shared pool
+and features as hard links. Cells wait for it through a SLURM dependency (`afterok`).
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import shutil
 import socket
@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
+from repro.core.config import ConfigError
 from repro.core.io import atomic_write_json, read_json
 from repro.core.log import get_logger
 
@@ -246,19 +247,20 @@ class CellJob(_Requeueable):
         self.timeout_s = timeout_s
 
     def resolve(self):  # -> ExperimentConfig
+        """The cell's config; a matched cell's at the kept count of the cell it matches
+        (repro/experiments/matching.py), which must have selected by now."""
         from repro.core.config import from_dict
-        from repro.core.rundir import stage_marker
+        from repro.experiments.matching import matched_config
 
-        data = json.loads(json.dumps(self.config))
-        if self.match_config is not None:
-            ref = from_dict(self.match_config, source=f"cell {self.cell_id} (matched)")
-            marker = stage_marker(ref.run_dir(), "select")
-            if not marker.is_file():
-                raise RuntimeError(f"cell {self.cell_id}: the cell it matches has no selection "
-                                   f"yet ({marker} missing); its job must finish first")
-            data.setdefault("selection", {})["n"] = int(read_json(marker)["n_unique"])
-            data["selection"]["fraction"] = None
-        return from_dict(data, source=f"cell {self.cell_id}")
+        cfg = from_dict(self.config, source=f"cell {self.cell_id}")
+        if self.match_config is None:
+            return cfg
+        ref = from_dict(self.match_config, source=f"cell {self.cell_id} (matched)")
+        matched = matched_config(cfg, ref.run_dir(), f"cell {self.cell_id}")
+        if matched is None:
+            raise RuntimeError(f"cell {self.cell_id}: the cell it matches has no selection yet "
+                               f"(in {ref.run_dir()}); its job must finish first")
+        return matched
 
     def __call__(self) -> dict[str, Any]:
         from repro.core.rundir import stage_marker
@@ -312,13 +314,24 @@ class CellJob(_Requeueable):
 
 
 class FeaturesJob(_Requeueable):
-    """The shared features of one (model, pool, seed), then the selection of its CluSTER cells."""
+    """The shared features of one key (model, pool, seed and feature pass), then the selection of
+    its cells.
 
-    def __init__(self, key: str, config: dict[str, Any], cells: list[tuple[str, dict[str, Any]]],
-                 shared_dir: str, state_dir: str | None, timeout_s: float) -> None:
+    `features` is what the cells' selector said identifies its features (its `feature_key`,
+    repro/core/interfaces.py); this job computes the one kind the suite has, CluSTER's
+    gradient-proxy features (method/features.py), with the batch size it names.
+    """
+
+    def __init__(self, key: str, features: dict[str, Any], config: dict[str, Any],
+                 cells: list[tuple[str, dict[str, Any]]], shared_dir: str, state_dir: str | None,
+                 timeout_s: float) -> None:
+        if features.get("features") != "gradient-proxy":
+            raise ConfigError(f"features {key}: the shared features job computes gradient-proxy "
+                              f"features only; the selector asked for {features!r}")
         self.key = key
+        self.features = features
         self.config = config  # any cell of the key: model, data and seed are what matter
-        self.cells = cells  # (cell id, config) of the CluSTER cells to select for
+        self.cells = cells  # (cell id, config) of the cells to select for
         self.shared_dir = shared_dir
         self.state_dir = state_dir
         self.timeout_s = timeout_s
@@ -355,7 +368,7 @@ class FeaturesJob(_Requeueable):
                 params = cfg.selection.params
                 workers = min(world, int(params.get("feature_workers") or world))  # rest: idle
                 features_to_file(shared, workers, model_dir_of(shared), cfg.model, cfg.data.max_length,
-                                 int(params.get("feature_batch_size", 8)), shared / "features.npy")
+                                 int(self.features["feature_batch_size"]), shared / "features.npy")
             if ident["rank"] != 0:
                 return {"features": self.key, "rank": ident["rank"]}
             with single_process_env():

@@ -27,7 +27,8 @@ from typing import Any
 from repro.core.config import ConfigError, ExperimentConfig, check_text
 from repro.core.io import atomic_write_json, read_json
 from repro.core.log import get_logger, progress_bar
-from slurm.grid import Cell, Grid, load_grid, select_cells
+from repro.experiments.grids import Cell, Grid, load_grid, select_cells
+from repro.experiments.matching import matched_config
 from slurm.jobs import CellJob, FeaturesJob
 from slurm.profile import ClusterProfile
 
@@ -65,8 +66,7 @@ def load_context(grid_path: str, extra: list[str], only: list[str], profile: Clu
     """The grid's cells with one absolute output directory: --output-dir, else the profile's,
     else the base config's (relative paths resolve against the current directory)."""
     grid = load_grid(grid_path, extra)
-    out = output_dir or profile.output_dir or grid.cells[0].config(
-        kept_count=1 if grid.cells[0].match_of else None).output_dir
+    out = output_dir or profile.output_dir or grid.cells[0].check_config().output_dir
     out_abs = Path(out).expanduser().resolve()
     grid = load_grid(grid_path, [*extra, f"output_dir={out_abs}"])
     cells = select_cells(grid, only)
@@ -77,14 +77,10 @@ def load_context(grid_path: str, extra: list[str], only: list[str], profile: Clu
 
 def cell_config(cell: Cell, by_id: dict[str, Cell]) -> ExperimentConfig | None:
     """The final config, or None for a matched cell whose reference has not selected yet."""
-    from repro.core.rundir import stage_marker
-
     if cell.match_of is None:
         return cell.config()
-    marker = stage_marker(by_id[cell.match_of].config().run_dir(), "select")
-    if not marker.is_file():
-        return None
-    return cell.config(kept_count=int(read_json(marker)["n_unique"]))
+    return matched_config(cell.check_config(), by_id[cell.match_of].config().run_dir(),
+                          f"cell {cell.id}")
 
 
 def has_marker(cell: Cell, by_id: dict[str, Cell], stage: str) -> bool:
@@ -201,23 +197,33 @@ class PlannedJob:
 
 
 def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[PlannedJob], list[Cell]]:
-    """(jobs to submit, cells already done). A features job is planned for each key that has a
-    CluSTER cell without its selection; matched cells wait for the job that selects their
-    reference (its features job, or its own cell job). Cells in `active` (queued or running from
-    an earlier launch) are left alone."""
+    """(jobs to submit, cells already done). A features job is planned for each shared-feature
+    key (repro/experiments/sharing.py) that has a cell without its selection; matched cells wait
+    for the job that selects their reference (its features job, or its own cell job). Cells in
+    `active` (queued or running from an earlier launch) are left alone."""
     timeout_s = ctx.profile.time_limit_min * 60.0
     state_dir = str(ctx.launch_dir / "state")
     done = [c for c in ctx.cells if has_marker(c, ctx.by_id, "results")]
     todo = [c for c in ctx.cells if c not in done and c.id not in active]
+    keys: dict[str, str | None] = {}  # cell id -> its shared-feature key (None: shares none)
+
+    def key_of(c: Cell) -> str | None:
+        if c.id not in keys:
+            try:
+                keys[c.id] = c.feature_key()
+            except ConfigError:  # a selector that cannot be made: preflight names the cell, and
+                keys[c.id] = None  # only a dry run plans such a cell (to show the plan anyway)
+        return keys[c.id]
+
     groups: dict[str, list[Cell]] = {}
     for c in todo:
-        if c.needs_features and not has_marker(c, ctx.by_id, "select"):
-            groups.setdefault(c.feature_key(), []).append(c)
+        if key_of(c) is not None and not has_marker(c, ctx.by_id, "select"):
+            groups.setdefault(key_of(c), []).append(c)
     for c in todo:  # a matched cell's reference must select even when the reference is done
         ref = ctx.by_id.get(c.match_of) if c.match_of else None
-        if ref is not None and ref.needs_features and ref.id not in active \
+        if ref is not None and key_of(ref) is not None and ref.id not in active \
                 and not has_marker(ref, ctx.by_id, "select"):
-            grp = groups.setdefault(ref.feature_key(), [])
+            grp = groups.setdefault(key_of(ref), [])
             if ref not in grp:
                 grp.append(ref)
     jobs: list[PlannedJob] = []
@@ -228,8 +234,8 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
         name = f"features-{key}"
         cfgs = [(c.id, c.config().to_dict()) for c in grp]
         jobs.append(PlannedJob("features", name, tasks, FeaturesJob(
-            key, cfgs[0][1], cfgs, str(ctx.shared_dir(key)), state_dir, timeout_s),
-            cells=[c.id for c in grp]))
+            key, grp[0].feature_pass(), cfgs[0][1], cfgs, str(ctx.shared_dir(key)), state_dir,
+            timeout_s), cells=[c.id for c in grp]))
         for c in grp:
             feature_of[c.id] = name
     for c in todo:
@@ -241,13 +247,13 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
             if not has_marker(ref, ctx.by_id, "select"):
                 after = feature_of.get(ref.id) or (ref.id if ref in todo else None)
                 if after is None and ref.id in active:  # its reference is queued from before
-                    fname = f"features-{ref.feature_key()}"
+                    fname = f"features-{key_of(ref)}"
                     after = fname if fname in _record(ctx)["jobs"] else ref.id
                 if after is None:
                     raise ConfigError(f"cell {c.id} takes the kept count of {ref.id}, which has no "
                                       "selection and is not part of this launch; drop --only "
                                       "filters that leave it out")
-        shared = str(ctx.shared_dir(c.feature_key())) if c.needs_features else None
+        shared = str(ctx.shared_dir(key_of(c))) if key_of(c) is not None else None
         data = c.data if c.match_of else c.config().to_dict()
         jobs.append(PlannedJob("cell", c.id, c.axes["world_size"], CellJob(
             c.id, data, match_cfg, shared, state_dir, timeout_s), after=after, cells=[c.id]))

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from slurm.grid import Cell
+from repro.experiments.grids import Cell
 from slurm.profile import ClusterProfile
 
 UNIFORM_UPPER_BOUND = 1.5
@@ -74,7 +74,7 @@ def kept_fraction(cell: Cell, cells: dict[str, Cell], grid_estimate: dict[str, A
 
 def estimate_cell(cell: Cell, cells: dict[str, Cell], grid_estimate: dict[str, Any],
                   profile: ClusterProfile) -> Estimate:
-    cfg = cell.config(kept_count=1 if cell.match_of else None)
+    cfg = cell.check_config()
     n_pool = _pool_rows(cell, cfg)
     frac, note = kept_fraction(cell, cells, grid_estimate, n_pool)
     tpe, pb = cell.estimate.get("tokens_per_example"), cell.estimate.get("params_b")
@@ -90,7 +90,7 @@ def estimate_cell(cell: Cell, cells: dict[str, Cell], grid_estimate: dict[str, A
 
 def estimate_features(cell: Cell, profile: ClusterProfile, gpus: int) -> Estimate:
     """One forward pass of the initial model over the pool (the shared features job)."""
-    cfg = cell.config(kept_count=1 if cell.match_of else None)
+    cfg = cell.check_config()
     n_pool = _pool_rows(cell, cfg)
     tpe, pb = cell.estimate.get("tokens_per_example"), cell.estimate.get("params_b")
     if n_pool is None or tpe is None or pb is None:

@@ -9,16 +9,13 @@ every key; `configs/clusters/local.yaml` is the one-node test cluster of `slurm/
 """
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import re
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import (ConfigError, Range, _coerce, check_numbers, check_texts,
-                          read_yaml_file, resolve_config_path)
+from repro.core.config import (ConfigError, Range, build, check_numbers, check_texts, read_yaml_file,
+                               resolve_config_path)
 
 
 # The dry run's model-FLOPs utilization when a profile names none: the one figure measured for
@@ -85,27 +82,6 @@ class ClusterProfile:
         return world_size // per, per
 
 
-def _build(cls: type, data: dict[str, Any], where: str) -> Any:
-    """The dataclass from a mapping: unknown keys get a "did you mean", each value is checked
-    against its annotation (repro/core/config.py's rules: an int where an int is asked, ...)."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {data!r}")
-    names = [f.name for f in dataclasses.fields(cls)]
-    hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in names:
-            hint = difflib.get_close_matches(str(key), names, n=1)
-            extra = f"; did you mean {hint[0]!r}?" if hint else ""
-            raise ConfigError(f"{where}: unknown key {key!r}{extra} (allowed: {', '.join(names)})")
-        tp = hints[key]
-        if dataclasses.is_dataclass(tp):
-            kwargs[key] = _build(tp, value, f"{where}.{key}")
-        else:
-            kwargs[key] = _coerce(value, tp, f"{where}.{key}")
-    return cls(**kwargs)
-
-
 # Numeric keys of a profile and what they allow (repro/core/config.py's Range); every numeric field
 # has an entry (tests/test_integrity_inputs.py checks it, as for the experiment config).
 RANGES: dict[str, Range] = {
@@ -125,31 +101,32 @@ _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SBATCH_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
-def check_profile(prof: ClusterProfile, where: str) -> None:
+def check_profile(prof: ClusterProfile) -> None:
     """Numbers in range; no control characters anywhere (every value can reach the sbatch file,
     where a newline would start a line of its own: an extra #SBATCH directive or command);
     env keys that `export` takes; sbatch_extra keys that are option names, values scalars."""
-    check_numbers(prof, RANGES, f"{where}: ")
-    check_texts(prof, f"{where}: ")
+    check_numbers(prof, RANGES)
+    check_texts(prof)
     for k in prof.env:
         if not _ENV_KEY.fullmatch(str(k)):
-            raise ConfigError(f"{where}: env: {k!r} is not a shell variable name (letters, digits "
-                              "and _, not starting with a digit)")
+            raise ConfigError(f"env: {k!r} is not a shell variable name (letters, digits and _, "
+                              "not starting with a digit)")
     for k, v in prof.sbatch_extra.items():
         if not _SBATCH_KEY.fullmatch(str(k)):
-            raise ConfigError(f"{where}: sbatch_extra: {k!r} is not an sbatch option name "
-                              "(e.g. mail-type, exclusive)")
+            raise ConfigError(f"sbatch_extra: {k!r} is not an sbatch option name (e.g. mail-type, "
+                              "exclusive)")
         if not isinstance(v, (str, int, float, bool)):
-            raise ConfigError(f"{where}: sbatch_extra.{k}: expected a single value (string, "
-                              f"number or true), got {v!r}")
+            raise ConfigError(f"sbatch_extra.{k}: expected a single value (string, number or "
+                              f"true), got {v!r}")
 
 
 def load_profile(path: str | Path) -> ClusterProfile:
-    """Load and check a profile file; errors name the file and the key."""
+    """Load and check a profile file, by the experiment config's rules (repro/core/config.py's
+    `build`: the same types, Literal and null checks and the same wording); errors name the file
+    and the key."""
     p = resolve_config_path(path, "cluster profile")
-    data = read_yaml_file(p, "cluster profile") or {}
-    prof = _build(ClusterProfile, data, str(p))
-    check_profile(prof, str(p))
+    data = read_yaml_file(p, "cluster profile", " (see configs/clusters/example.yaml)") or {}
+    prof = build(ClusterProfile, data, str(p), check_profile)
     if prof.name == "default":
         prof.name = p.stem
     return prof

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from repro.core.config import from_dict
-from repro.grid import load_run_list, run_configs
+from repro.experiments.runlists import load_run_list, run_configs
 from repro.core.interfaces import SelectionError
 from repro.core.io import read_json
 from repro.pipeline import run_experiment

@@ -98,7 +98,7 @@ def test_feature_workers_must_be_a_positive_integer() -> None:
 
 def test_feature_workers_do_not_enter_the_shared_feature_key(tmp_path: Path) -> None:
     """slurm/ shares one features file per key: the file does not depend on the process count."""
-    from slurm.grid import Cell
+    from repro.experiments.grids import Cell
 
     def key(**params):
         data = {"output_dir": str(tmp_path), "name": "c", "world_size": 4,

@@ -171,7 +171,7 @@ def test_derived_values() -> None:
 
 @pytest.mark.parametrize("path", RUN_LISTS, ids=lambda p: p.name)
 def test_every_shipped_run_list_validates(path: Path) -> None:
-    from repro.grid import load_run_list, run_configs
+    from repro.experiments.runlists import load_run_list, run_configs
 
     rl = load_run_list(path)
     cfgs = run_configs(rl)
@@ -182,7 +182,7 @@ def test_every_shipped_run_list_validates(path: Path) -> None:
 
 
 def test_run_list_errors(tmp_path: Path) -> None:
-    from repro.grid import load_run_list
+    from repro.experiments.runlists import load_run_list
 
     f = tmp_path / "r.yaml"
     f.write_text("base: x.yaml\nruns:\n  - {label: a, match_kept_count_of: b}\n")

@@ -14,7 +14,7 @@ import pytest
 from repro.core.distributed import (PORT_BASE, PORT_SPAN, cuda_device_index, env_rank_world,
                                expand_hostlist, init_from_env, launch_env, master_port_for_job,
                                slurm_env)
-from slurm.grid import load_grid
+from repro.experiments.grids import load_grid
 from slurm.jobs import export_torch_env
 from slurm.launcher import slurm_parameters, sbatch_script
 from slurm.profile import load_profile

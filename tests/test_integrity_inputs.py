@@ -181,7 +181,7 @@ def test_ordinary_names_and_grid_cell_ids_are_accepted(tmp_path: Path) -> None:
     ("model.name_or_path", "tiny-random-llama\n", "model.name_or_path"),
     ("model.lora.target_modules", ["q_proj", "v_proj\t"], r"model.lora.target_modules\[1\]"),
     ("eval.benchmarks", ["medqa\n"], r"eval.benchmarks\[0\]"),
-    ("launch.cluster_profile", "a\x1bb", "launch.cluster_profile"),
+    ("allocation.method", "cluster-interleave\x1b", "allocation.method"),
 ])
 def test_control_characters_in_any_setting_are_refused(key: str, value: object, shown: str) -> None:
     data = _data_with(key, value)
@@ -281,7 +281,7 @@ def _grid(tmp_path: Path, name: str = "g", ratios: str = "[50]") -> Path:
 
 
 def test_a_newline_in_a_grid_name_never_becomes_an_sbatch_line(tmp_path: Path) -> None:
-    from slurm.grid import load_grid
+    from repro.experiments.grids import load_grid
     from slurm.launcher import sbatch_script
     from slurm.profile import load_profile
 
@@ -375,8 +375,8 @@ def test_a_raw_control_character_in_an_override_is_refused_not_folded_by_yaml() 
 
 
 def test_malformed_run_lists_and_grids_are_errors_not_type_errors(tmp_path: Path) -> None:
-    from repro.grid import load_run_list
-    from slurm.grid import load_grid
+    from repro.experiments.grids import load_grid
+    from repro.experiments.runlists import load_run_list
 
     p = tmp_path / "runs.yaml"
     for body, msg in [

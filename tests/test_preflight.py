@@ -11,7 +11,7 @@ import pytest
 from repro.core.config import ConfigError, from_dict, load_config
 from repro.preflight import CheckContext, Problem, PreflightError, preflight, require_clean
 from repro.core.registry import SELECTORS
-from slurm.grid import load_grid
+from repro.experiments.grids import load_grid
 from slurm.profile import ClusterProfile, load_profile
 from tests.conftest import CONFIGS
 
@@ -67,7 +67,7 @@ def test_every_cell_of_every_shipped_grid_passes_preflight(path: Path, data_env:
 
 @pytest.mark.parametrize("path", RUN_LISTS, ids=lambda p: p.name)
 def test_every_run_of_every_shipped_run_list_passes_preflight(path: Path, data_env: Path) -> None:
-    from repro.grid import load_run_list, preflight_run_list
+    from repro.experiments.runlists import load_run_list, preflight_run_list
 
     found = preflight_run_list(load_run_list(path))  # raises PreflightError on a problem
     assert len(found) == len(load_run_list(path).runs)

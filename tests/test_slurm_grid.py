@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from repro.core.config import ConfigError
-from slurm.grid import load_grid, select_cells
+from repro.experiments.grids import load_grid, select_cells
 from slurm.launcher import PROJECT_ROOT, Context, plan_jobs, sbatch_script
 from slurm.plan import estimate_cell
 from slurm.profile import load_profile
@@ -91,7 +91,7 @@ datasets: {a: {}, b: {overrides: [data.demo_train_size=64]}}
 models: {tiny: {}}
 methods:
   cluster: {overrides: [selection.method=cluster], ratios: [100, 50]}
-  random: {overrides: [selection.method=random], match: cluster}
+  random: {overrides: [selection.method=random], match_kept_count_of: cluster}
 world_sizes: [1, 2]
 seeds: [1]
 exclude:
@@ -103,10 +103,11 @@ exclude:
     assert "b.tiny.cluster-r50.ws2.s1" not in ids and "b.tiny.random-r100.ws1.s1" in ids
     b = next(c for c in grid.cells if c.id == "b.tiny.cluster-r50.ws1.s1")
     assert b.config().data.demo_train_size == 64 and b.config().selection.params["ratio"] == 50
-    assert b.needs_features and not next(c for c in grid.cells if c.axes["method"] == "random").needs_features
+    assert b.feature_key() is not None
+    assert next(c for c in grid.cells if c.axes["method"] == "random").feature_key() is None
     # Cells that differ only in ratio or world size share one features key; another seed does not.
     keys = {c.feature_key() for c in grid.cells if c.axes["dataset"] == "a"}
-    assert len(keys) == 1
+    assert len(keys - {None}) == 1
     # --only keeps what the chosen cells match.
     chosen = select_cells(grid, ["method=random", "dataset=b"])
     assert {c.id for c in chosen} == {"b.tiny.random-r100.ws1.s1", "b.tiny.random-r50.ws1.s1",
@@ -124,8 +125,9 @@ exclude:
         load_grid(_write(tmp_path, body), ["train.lrr=1"])
     with pytest.raises(ConfigError, match="world_size: this is an axis of the grid"):
         load_grid(_write(tmp_path, body), ["world_size=8"])
-    with pytest.raises(ConfigError, match=r"methods\.random\.match: 'cluster2' is not a method"):
-        load_grid(_write(tmp_path, body.replace("match: cluster", "match: cluster2")))
+    with pytest.raises(ConfigError, match=r"methods\.random\.match_kept_count_of: 'cluster2' is "
+                                          "not a method"):
+        load_grid(_write(tmp_path, body.replace("of: cluster", "of: cluster2")))
     with pytest.raises(ConfigError, match=r"unknown keys \['ratio'\]"):
         load_grid(_write(tmp_path, body.replace("ratios: [100, 50]", "ratio: [100, 50]")))
     with pytest.raises(ConfigError, match="--only 'colour=red': unknown axis"):

@@ -83,7 +83,7 @@ def run_once(world_size: int, profile: str, how: str) -> dict[str, float]:
         out = tmp / "runs"
         env = {**os.environ, "CLUSTER_REPRO_NO_PROGRESS": "1"}
         if how == "direct":
-            from slurm.grid import load_grid
+            from repro.experiments.grids import load_grid
 
             cfg = tmp / "cell.yaml"
 

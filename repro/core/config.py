@@ -162,9 +162,9 @@ class EvalConfig:
 
 @dataclass
 class LaunchConfig:
-    backend: Literal["local", "slurm", "debug"] = "local"
-    cluster_profile: str | None = None
-    timeout_min: int = 60
+    """How `run` starts its workers on this machine (`cluster-repro launch` takes its cluster
+    settings from a cluster profile, slurm/profile.py)."""
+
     master_port: int | None = None  # None: a free port is chosen
     torch_threads: int | None = None  # per worker; None: cores // world_size (at least 1)
 
@@ -519,7 +519,6 @@ NUMERIC_RANGES: dict[str, Range] = {
     "eval.max_new_tokens": Range(1),
     "eval.limit": Range(1, note="items per benchmark; null: all"),
     "eval.workers": Range(1, note="processes; null: one per visible GPU"),
-    "launch.timeout_min": Range(1, note="minutes"),
     "launch.master_port": Range(1, 65535, note="a TCP port; null: a free one is chosen"),
     "launch.torch_threads": Range(1, note="per worker; null: cores // world_size"),
 }
@@ -708,6 +707,27 @@ def _validate_eval_limits(ev: EvalConfig) -> None:
                           f"{ev.limit}")
 
 
+T = typing.TypeVar("T")
+
+
+def build(cls: type[T], data: Any, source: str,
+          validate: typing.Callable[[T], None] | None = None) -> T:
+    """The dataclass `cls` (a config of any kind: an experiment, a cluster profile) from a
+    mapping, by one set of rules: an unknown key gets a "did you mean", every value is checked
+    against its annotation (int, float, bool, str, Literal, Optional, lists, nested sections),
+    then `validate` runs the checks the types cannot say. Every error starts with `source` (the
+    file) and names the key."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        obj = _build(cls, copy.deepcopy(data))
+        if validate is not None:
+            validate(obj)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    return obj
+
+
 def from_dict(data: dict[str, Any] | None, overrides: list[str] | tuple[str, ...] = (),
               source: str = "<dict>") -> ExperimentConfig:
     """Build and validate a config from a mapping plus `key=value` overrides."""
@@ -717,12 +737,7 @@ def from_dict(data: dict[str, Any] | None, overrides: list[str] | tuple[str, ...
     for ov in overrides:
         k, v = parse_override(ov)
         set_dotted(data, k, v)
-    try:
-        cfg = _build(ExperimentConfig, data)
-        _validate(cfg)
-    except ConfigError as e:
-        raise ConfigError(f"{source}: {e}") from None
-    return cfg
+    return build(ExperimentConfig, data, source, _validate)
 
 
 def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | tuple[str, ...] = ()

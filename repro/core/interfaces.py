@@ -6,6 +6,19 @@ any allocator; that is how the suite separates what a selection buys from what a
     selector.select(pool, budget, ctx) -> Selection        (which examples, optional groups/weights)
     allocator.allocate(selection, world_size, seed, epochs) -> Schedule
                                                           (each worker's ordered ids, loss weights)
+
+Optional, for a selector that computes features which depend only on the model, the data and the
+seed (not on the budget, the ratio or the world size), so that grid cells can share one pass:
+
+    selector.feature_key(cfg) -> dict | None
+
+A JSON-able mapping of what else identifies the features (CluSTER: {"features": "gradient-proxy",
+"feature_batch_size": 8}, from its own defaults), or None when this configuration computes none
+worth sharing; no such method is the same as None. Cells with the same model, data, seed and
+mapping share one key (repro/experiments/sharing.py): the SLURM launcher computes their pool and
+features once and links `features.npy` / `features.json` into each run folder, where the
+selector's `select` must reuse them. The shared features job computes one kind today,
+"gradient-proxy" (method/features.py, with the mapping's feature_batch_size).
 """
 from __future__ import annotations
 

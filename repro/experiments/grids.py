@@ -2,7 +2,9 @@
 
 A grid expands into cells; a cell is one experiment config (`repro/core/config.py`), built from the
 grid's base config plus the overrides of its dataset, model and method, and its ratio, world size
-and seed. The format (every shipped grid under `configs/grids/` is an example):
+and seed. `cluster-repro launch` submits a grid's cells (slurm/), `cluster-repro status` shows
+where they stand; run lists (runlists.py) are the small, sequential form `cluster-repro grid`
+runs. The format (every shipped grid under `configs/grids/` is an example):
 
     name: paper                          # names the launch folder and the cells' run names
     base: ../paper/recipe.yaml           # a config file, relative to this file
@@ -19,7 +21,7 @@ and seed. The format (every shipped grid under `configs/grids/` is an example):
     methods:
       full: {overrides: [selection.method=full]}
       cluster: {overrides: [selection.method=cluster, ...], ratios: [100, 75, 50]}
-      random: {overrides: [selection.method=random], match: cluster}
+      random: {overrides: [selection.method=random], match_kept_count_of: cluster}
     world_sizes: [4, 8]
     seeds: [42]
     exclude:                             # a cell matching every key of one rule is dropped
@@ -28,22 +30,24 @@ and seed. The format (every shipped grid under `configs/grids/` is an example):
     estimate: {cluster_kept_at_r100: 0.79}   # dry-run assumptions (see slurm/plan.py)
 
 `ratios` makes the ratio axis (`selection.params.ratio`, in percent) for that method only.
-`match: cluster` runs the method once per ratio of `cluster`, at exactly the kept count that the
-`cluster` cell of the same dataset, model, world size and seed ends up with (known only after its
-clustering: the launcher makes the matched cell wait for it).
+`match_kept_count_of: cluster` runs the method once per ratio of `cluster`, at exactly the kept
+count that the `cluster` cell of the same dataset, model, world size and seed ends up with (known
+only after its clustering: the launcher makes the matched cell wait for it; matching.py).
 """
 from __future__ import annotations
 
 import copy
-import hashlib
 import itertools
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from repro.core.config import (ConfigError, ExperimentConfig, check_name, check_text, from_dict,
-                          parse_override, read_yaml_file, resolve_config_path, set_dotted)
+                               parse_override, read_yaml_file, resolve_config_path, set_dotted)
+from repro.experiments.files import GRID_FILE, read_mapping
+from repro.experiments.matching import MATCH_KEY, at_kept_count, reference_of
+from repro.experiments.sharing import feature_pass
+from repro.experiments.sharing import feature_key as config_feature_key
 
 AXES = ("dataset", "model", "method", "ratio", "world_size", "seed")
 _TOP = {"name", "base", "overrides", "set", "datasets", "models", "methods", "world_sizes",
@@ -51,7 +55,7 @@ _TOP = {"name", "base", "overrides", "set", "datasets", "models", "methods", "wo
 _ENTRY = {"overrides", "set"}
 _DATASET = _ENTRY | {"rows", "tokens_per_example"}
 _MODEL = _ENTRY | {"params_b"}
-_METHOD = _ENTRY | {"ratios", "match"}
+_METHOD = _ENTRY | {"ratios", MATCH_KEY}
 
 
 @dataclass
@@ -66,49 +70,30 @@ class Cell:
 
     def config(self, kept_count: int | None = None) -> ExperimentConfig:
         """The validated config; a matched cell needs the kept count of the cell it matches."""
-        data = copy.deepcopy(self.data)
-        if self.match_of is not None:
-            if kept_count is None:
-                raise ConfigError(f"cell {self.id}: its kept count comes from {self.match_of}, "
-                                  "whose selection has not run yet")
-            data.setdefault("selection", {})["n"] = int(kept_count)
-            data["selection"]["fraction"] = None
-        return from_dict(data, source=f"cell {self.id}")
+        cfg = self.check_config()
+        if self.match_of is None:
+            return cfg
+        if kept_count is None:
+            raise ConfigError(f"cell {self.id}: its kept count comes from {self.match_of}, "
+                              "whose selection has not run yet")
+        return at_kept_count(cfg, kept_count, f"cell {self.id}")
 
     def check_config(self) -> ExperimentConfig:
-        """The config to preflight before anything runs: the final one, or for a matched cell
-        (whose kept count is known only once its reference has selected) the same config
-        selecting from the whole pool."""
-        if self.match_of is None:
-            return self.config()
-        return from_dict(copy.deepcopy(self.data), source=f"cell {self.id}")
+        """The config as far as it is known before anything runs: the final one, or for a matched
+        cell (whose kept count is known only once its reference has selected) the same config
+        selecting from the whole pool. What preflight checks, the plan estimates and the
+        features are keyed by: none of them depends on the kept count."""
+        return from_dict(self.data, source=f"cell {self.id}")
 
-    @property
-    def needs_features(self) -> bool:
-        """CluSTER's gradient-proxy features: computed once per (model, pool) and shared."""
-        sel = self.data.get("selection", {})
-        params = sel.get("params") or {}
-        return sel.get("method") == "cluster" and params.get("feature_type", "gradient-proxy") \
-            == "gradient-proxy"
+    def feature_pass(self) -> dict[str, Any] | None:
+        """What identifies the features this cell's selector computes, if it shares any
+        (sharing.py); None: the cell computes no shareable features."""
+        return feature_pass(self.check_config())
 
-    def feature_key(self) -> str:
-        """Cells with the same key have the same pool and the same features (12 hex digits).
-
-        The pool depends on the data, the model's tokenizer and the seed (the held-out split);
-        the features on the initial model. World size, ratio and method do not enter.
-        """
-        cfg = self.config(kept_count=1 if self.match_of else None)
-        params = cfg.selection.params
-        blob = json.dumps({"model": _asdict(cfg.model), "data": _asdict(cfg.data), "seed": cfg.seed,
-                           "feature_batch_size": params.get("feature_batch_size", 8)},
-                          sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
-def _asdict(obj: Any) -> Any:
-    import dataclasses
-
-    return dataclasses.asdict(obj)
+    def feature_key(self) -> str | None:
+        """Cells with the same key have the same pool and the same features (12 hex digits;
+        sharing.py); None when the cell's selector computes no shareable features."""
+        return config_feature_key(self.check_config())
 
 
 @dataclass
@@ -142,6 +127,8 @@ def _entries(data: dict[str, Any], key: str, allowed: set[str], where: str) -> d
         entry = entry or {}
         if not isinstance(entry, dict):
             raise ConfigError(f"{where}: {key}.{name}: expected a mapping, got {entry!r}")
+        if MATCH_KEY in allowed:  # methods: the key's one spelling (matching.py)
+            reference_of(entry, f"{where}: {key}.{name}")
         extra = set(entry) - allowed
         if extra:
             raise ConfigError(f"{where}: {key}.{name}: unknown keys {sorted(extra)} "
@@ -176,9 +163,7 @@ def _excluded(axes: dict[str, Any], rules: list[dict[str, Any]]) -> bool:
 def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid:
     """Read a grid file and expand it into cells (each config validated now, not in a job)."""
     p = resolve_config_path(path, "grid file")
-    g = read_yaml_file(p, "grid file") or {}
-    if not isinstance(g, dict):
-        raise ConfigError(f"{p}: expected a mapping at the top level")
+    g = read_mapping(p, GRID_FILE)
     unknown = set(g) - _TOP
     if unknown:
         raise ConfigError(f"{p}: unknown keys {sorted(unknown)} (allowed: {', '.join(sorted(_TOP))})")
@@ -208,19 +193,24 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
         if bad:
             raise ConfigError(f"{p}: exclude[{i}] has unknown axes {sorted(bad)} (allowed: "
                               f"{', '.join(AXES)})")
+    matches = {name: reference_of(m, f"{p}: methods.{name}") for name, m in methods.items()}
     for name, m in methods.items():
         for r in m.get("ratios") or []:
             if not isinstance(r, (int, float)) or isinstance(r, bool) or not 0 < r <= 100:
                 raise ConfigError(f"{p}: methods.{name}.ratios: {r!r} is not a ratio: expected "
                                   "numbers in (0, 100], in percent (the paper's r = 0.5 is 50)")
-        if m.get("match") is not None and m["match"] not in methods:
-            raise ConfigError(f"{p}: methods.{name}.match: {m['match']!r} is not a method of this grid")
-        if m.get("match") and m.get("ratios"):
-            raise ConfigError(f"{p}: methods.{name}: 'match' takes the ratios of the matched "
+        ref = matches[name]
+        if ref is None:
+            continue
+        where = f"{p}: methods.{name}.{MATCH_KEY}"
+        if ref not in methods:
+            raise ConfigError(f"{where}: {ref!r} is not a method of this grid")
+        if m.get("ratios"):
+            raise ConfigError(f"{p}: methods.{name}: {MATCH_KEY} takes the ratios of the matched "
                               "method; do not give 'ratios' too")
-        if m.get("match") and methods[m["match"]].get("match"):
-            raise ConfigError(f"{p}: methods.{name}.match: {m['match']!r} itself matches another "
-                              "method; match a method that selects on its own")
+        if matches[ref]:
+            raise ConfigError(f"{where}: {ref!r} itself matches another method; match a method "
+                              "that selects on its own")
 
     extra_pairs = [parse_override(o) for o in extra]
     for k, _ in extra_pairs:
@@ -229,12 +219,11 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
                               "or pick cells with --only")
     cells: list[Cell] = []
     ids: set[str] = set()
-    order = [n for n, m in methods.items() if not m.get("match")] + \
-            [n for n, m in methods.items() if m.get("match")]
+    order = [n for n in methods if not matches[n]] + [n for n in methods if matches[n]]
     for ds, model, ws, seed in itertools.product(datasets, models, world_sizes, seeds):
         for mname in order:
             m = methods[mname]
-            ref = m.get("match")
+            ref = matches[mname]
             ratios = (methods[ref].get("ratios") if ref else m.get("ratios")) or [None]
             for r in ratios:
                 axes = {"dataset": ds, "model": model, "method": mname, "ratio": r,
@@ -269,8 +258,7 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
                     "rows": datasets[ds].get("rows"),
                     "tokens_per_example": datasets[ds].get("tokens_per_example"),
                     "params_b": models[model].get("params_b")})
-                # Validate now: a typo fails before anything is submitted.
-                cell.config(kept_count=1 if match_of else None)
+                cell.check_config()  # validated now: a typo fails before anything is submitted
                 cells.append(cell)
                 ids.add(cid)
     if not cells:

@@ -1,6 +1,6 @@
-"""Run lists: several experiments that share a base config, run one after another.
+"""Run lists: several experiments that share a base config, run one after another here.
 
-A run-list file (YAML):
+A run-list file (YAML; `cluster-repro grid` runs one, the shipped ones are in configs/runs/):
 
     base: demo.yaml                  # a config file, relative to this file
     overrides: [output_dir=runs]     # optional, applied to every run
@@ -12,9 +12,10 @@ A run-list file (YAML):
         match_kept_count_of: cluster-r0.5    # selection.n = that run's kept count
         overrides: [selection.method=random]
 
-`match_kept_count_of` is how a baseline is compared at the same budget as a CluSTER run whose
-kept count is only known once its clusters are. (The SLURM launcher expands paper-scale grids;
-this is the local, sequential form the demo and the mini reproductions use.)
+`match_kept_count_of` (matching.py) is how a baseline is compared at the same budget as a CluSTER
+run whose kept count is only known once its clusters are. This is the local, sequential form the
+demo and the mini reproductions use; grid files (grids.py) are the paper-scale form that
+`cluster-repro launch` submits.
 """
 from __future__ import annotations
 
@@ -22,9 +23,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from repro.core.config import (ConfigError, ExperimentConfig, load_config, read_yaml_file,
-                               resolve_config_path)
-from repro.core.io import read_json
+from repro.core.config import ConfigError, ExperimentConfig, load_config, resolve_config_path
+from repro.experiments.files import RUN_LIST, read_mapping
+from repro.experiments.matching import MATCH_KEY, matched_config, reference_of
+
+_TOP = {"base", "overrides", "runs"}
+_RUN = {"label", "overrides", MATCH_KEY}
 
 
 @dataclass
@@ -51,10 +55,8 @@ def _override_list(value: object, where: str) -> None:
 
 def load_run_list(path: str | Path) -> RunList:
     p = resolve_config_path(path, "run-list file")
-    data = read_yaml_file(p, "run-list file") or {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a mapping with 'base' and 'runs' at the top level")
-    unknown = set(data) - {"base", "overrides", "runs"}
+    data = read_mapping(p, RUN_LIST)
+    unknown = set(data) - _TOP
     if unknown:
         raise ConfigError(f"{p}: unknown keys {sorted(unknown)} (allowed: base, overrides, runs)")
     if "base" not in data or not data.get("runs"):
@@ -67,16 +69,16 @@ def load_run_list(path: str | Path) -> RunList:
     for i, r in enumerate(data["runs"]):
         if not isinstance(r, dict) or "label" not in r:
             raise ConfigError(f"{p}: runs[{i}] needs a 'label'")
-        extra = set(r) - {"label", "overrides", "match_kept_count_of"}
+        ref = reference_of(r, f"{p}: runs[{i}]")
+        extra = set(r) - _RUN
         if extra:
             raise ConfigError(f"{p}: runs[{i}] has unknown keys {sorted(extra)} "
-                              "(allowed: label, overrides, match_kept_count_of)")
+                              f"(allowed: {', '.join(sorted(_RUN))})")
         _override_list(r.get("overrides"), f"{p}: runs[{i}].overrides")
-        spec = RunSpec(str(r["label"]), [str(o) for o in r.get("overrides") or []],
-                       r.get("match_kept_count_of"))
-        if spec.match_kept_count_of is not None and spec.match_kept_count_of not in labels:
+        spec = RunSpec(str(r["label"]), [str(o) for o in r.get("overrides") or []], ref)
+        if ref is not None and ref not in labels:
             raise ConfigError(f"{p}: runs[{i}] ({spec.label}) matches the kept count of "
-                              f"{spec.match_kept_count_of!r}, which must be an earlier run's label")
+                              f"{ref!r}, which must be an earlier run's label")
         labels.add(spec.label)
         runs.append(spec)
     return RunList((p.parent / data["base"]).resolve(), [str(o) for o in data.get("overrides") or []],
@@ -99,7 +101,6 @@ def preflight_run_list(rl: RunList, extra: list[str] = ()) -> dict[str, list]:
 
 def run_list(rl: RunList, extra: list[str] = (), force: bool = False) -> list[Path]:
     """Run every experiment of the list in order; returns their run directories."""
-    from repro.core.rundir import stage_marker
     from repro.pipeline import run_experiment
     from repro.preflight import report
 
@@ -107,13 +108,13 @@ def run_list(rl: RunList, extra: list[str] = (), force: bool = False) -> list[Pa
     if any(notes.values()):
         print(report(notes), file=sys.stderr, flush=True)
     done: dict[str, Path] = {}
-    for spec in rl.runs:
-        ov = [*rl.overrides, *spec.overrides, *extra]
+    for spec, cfg in run_configs(rl, extra):
         if spec.match_kept_count_of:
             ref = done[spec.match_kept_count_of]
-            kept = read_json(stage_marker(ref, "select"))["n_unique"]
-            ov.append(f"selection.n={kept}")
-        cfg = load_config(rl.base, ov)
+            matched = matched_config(cfg, ref, f"{rl.path or 'run list'}: run {spec.label}")
+            if matched is None:  # run_experiment returned, so its select stage has run
+                raise RuntimeError(f"run {spec.label}: {ref} has no selection to match")
+            cfg = matched
         print(f"\n=== {spec.label} ===", file=sys.stderr, flush=True)
         done[spec.label] = run_experiment(cfg, force=force)
     return list(done.values())

@@ -1,0 +1,61 @@
+"""Kept-count matching: run a method at exactly the kept count of another run.
+
+A baseline is compared with CluSTER at the same budget, but CluSTER's kept count is known only
+once its clusters are (the soft cap and the balanced budget decide it). So a run list's run or a
+grid's method says `match_kept_count_of: <run label or method>`; its config selects from the whole
+pool until the run it matches has selected, and then gets `selection.n` = that run's kept count
+(unique examples, from its select-stage marker) and no `selection.fraction`.
+
+The local runner (`runlists.py`), the grid's cells (`grids.py`), the launcher and its jobs
+(`slurm/launcher.py`, `slurm/jobs.py`) all match through the functions below.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from repro.core.config import ConfigError, ExperimentConfig, from_dict
+from repro.core.io import read_json
+from repro.core.rundir import stage_marker
+
+MATCH_KEY = "match_kept_count_of"
+_OLD_SPELLINGS = ("match",)
+
+
+def reference_of(entry: dict[str, Any], where: str) -> str | None:
+    """The label (run list) or method (grid) whose kept count `entry` takes, or None.
+
+    ConfigError, prefixed by `where` (the file and the entry), for another spelling of the key
+    (grid files once said `match:`) and for a reference that is not a name."""
+    for old in _OLD_SPELLINGS:
+        if old in entry:
+            raise ConfigError(f"{where}: unknown key {old!r}; write '{MATCH_KEY}: "
+                              f"{entry[old]}' to run at the kept count of {entry[old]!r}")
+    ref = entry.get(MATCH_KEY)
+    if ref is not None and not isinstance(ref, str):
+        raise ConfigError(f"{where}: {MATCH_KEY}: expected the name of the run whose kept count "
+                          f"this one takes, got {ref!r}")
+    return ref
+
+
+def kept_count_of(run_dir: Path) -> int | None:
+    """The kept count (unique examples) the run in `run_dir` selected; None before it has."""
+    marker = stage_marker(run_dir, "select")
+    return int(read_json(marker)["n_unique"]) if marker.is_file() else None
+
+
+def at_kept_count(cfg: ExperimentConfig, kept: int, source: str) -> ExperimentConfig:
+    """`cfg` selecting exactly `kept` examples: selection.n = kept, no fraction (validated again;
+    errors start with `source`)."""
+    data = cfg.to_dict()
+    data["selection"]["n"] = int(kept)
+    data["selection"]["fraction"] = None
+    return from_dict(data, source=source)
+
+
+def matched_config(cfg: ExperimentConfig, reference_run_dir: Path, source: str
+                   ) -> ExperimentConfig | None:
+    """`cfg` at the kept count of the run in `reference_run_dir`; None while that run has not
+    selected yet."""
+    kept = kept_count_of(reference_run_dir)
+    return None if kept is None else at_kept_count(cfg, kept, source)

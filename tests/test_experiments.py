@@ -1,0 +1,197 @@
+"""repro/experiments/: run lists and grid files, kept-count matching, shared-feature keys, and the
+profile validator they share with the experiment config. Fast: configs only, no training (the
+runs that match for real are in tests/test_demo.py and tests/test_slurm_cluster.py)."""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+from method.selector import ClusterSelector
+from repro.cli import main
+from repro.core.config import ConfigError, from_dict, load_config
+from repro.core.io import atomic_write_json
+from repro.core.rundir import stage_marker
+from repro.experiments.grids import load_grid
+from repro.experiments.matching import matched_config
+from repro.experiments.runlists import load_run_list
+from slurm.jobs import CellJob
+from slurm.launcher import Context, cell_config, plan_jobs
+from slurm.profile import load_profile
+from tests.conftest import CONFIGS
+
+QUICK = (CONFIGS / "demo-quick.yaml").as_posix()
+GRID = f"""name: g
+base: {QUICK}
+datasets: {{demo: {{}}}}
+models: {{tiny: {{}}}}
+methods:
+  cluster: {{overrides: [selection.method=cluster], ratios: [50]}}
+  uniform: {{overrides: [selection.method=uniform]}}
+  random: {{overrides: [selection.method=random], match_kept_count_of: cluster}}
+world_sizes: [2]
+seeds: [1]
+"""
+RUNS = f"""base: {QUICK}
+runs:
+  - {{label: c, overrides: [selection.method=cluster]}}
+  - {{label: r, match_kept_count_of: c, overrides: [selection.method=random]}}
+"""
+
+
+def _file(tmp_path: Path, text: str, name: str = "f.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def _selected(cfg, kept: int) -> None:
+    """The select stage's marker as the pipeline writes it (only the field matching reads): a
+    stand-in for a selection, so matching is tested without training anything."""
+    atomic_write_json(stage_marker(cfg.run_dir(), "select"), {"n_unique": kept})
+
+
+# ----------------------------------------------------------------------------- kept-count matching
+
+
+def test_one_spelling_of_the_match_key_in_grids_and_run_lists(tmp_path: Path) -> None:
+    grid = _file(tmp_path, GRID.replace("match_kept_count_of: cluster", "match: cluster"))
+    with pytest.raises(ConfigError, match=rf"^{grid}: methods\.random: unknown key 'match'; write "
+                                          r"'match_kept_count_of: cluster'"):
+        load_grid(grid)
+    runs = _file(tmp_path, RUNS.replace("match_kept_count_of: c", "match: c"), "runs.yaml")
+    with pytest.raises(ConfigError, match=rf"^{runs}: runs\[1\]: unknown key 'match'; write "
+                                          r"'match_kept_count_of: c'"):
+        load_run_list(runs)
+    bad = _file(tmp_path, RUNS.replace("match_kept_count_of: c", "match_kept_count_of: [c]"),
+                "bad.yaml")
+    with pytest.raises(ConfigError, match=r"runs\[1\]: match_kept_count_of: expected the name"):
+        load_run_list(bad)
+
+
+def test_the_runner_the_cells_and_the_jobs_match_the_same_way(tmp_path: Path) -> None:
+    """A matched run selects from the whole pool until its reference has selected, then exactly
+    the reference's kept count, with no fraction left over: the same config whether the run
+    list, the grid cell, the launcher or the cell's job builds it."""
+    out = f"output_dir={tmp_path}"
+    grid = load_grid(_file(tmp_path, GRID), [out])
+    by_id = {c.id: c for c in grid.cells}
+    cell = by_id["demo.tiny.random-r50.ws2.s1"]
+    ref = by_id[cell.match_of]
+    pool_wide = cell.check_config()
+    assert pool_wide.selection.n is None
+    assert cell_config(cell, by_id) is None  # the reference has not selected
+    job = CellJob(cell.id, cell.data, ref.config().to_dict(), None, None, 1.0)
+    with pytest.raises(RuntimeError, match="has no selection yet"):
+        job.resolve()
+
+    _selected(ref.config(), 37)
+    via_launcher = cell_config(cell, by_id)
+    assert via_launcher.selection.n == 37 and via_launcher.selection.fraction is None
+    assert job.resolve() == via_launcher == cell.config(kept_count=37)
+    # A fraction in the base config gives way to the count (n wins in the pipeline anyway; here
+    # it leaves the config, so it does not name a different run folder).
+    with_fraction = from_dict(pool_wide.to_dict(), ["selection.fraction=0.5"])
+    assert matched_config(with_fraction, ref.config().run_dir(), "x") == via_launcher
+
+    rl = load_run_list(_file(tmp_path, RUNS, "runs.yaml"))
+    c_cfg = load_config(rl.base, [*rl.runs[0].overrides, out])
+    _selected(c_cfg, 11)
+    r_cfg = load_config(rl.base, [*rl.runs[1].overrides, out])
+    assert matched_config(r_cfg, c_cfg.run_dir(), "x").selection.n == 11
+
+
+# ----------------------------------------------------------------------------- shared-feature keys
+
+
+def _set_default(monkeypatch: pytest.MonkeyPatch, cls: type, name: str, value: object) -> None:
+    """Change a default of `cls.__init__`, as an edit of its signature in the source would."""
+    init = cls.__init__
+    names = [p.name for p in inspect.signature(init).parameters.values()
+             if p.default is not inspect.Parameter.empty]
+    defaults = list(init.__defaults__)
+    defaults[names.index(name)] = value
+    monkeypatch.setattr(init, "__defaults__", tuple(defaults))
+
+
+def test_the_selector_owns_the_feature_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    grid = load_grid(_file(tmp_path, GRID), [f"output_dir={tmp_path}"])
+    by_method = {c.axes["method"]: c for c in grid.cells}
+    cluster, uniform = by_method["cluster"], by_method["uniform"]
+    assert by_method["random"].feature_key() is None  # computes no features
+    assert cluster.feature_pass() == {"features": "gradient-proxy", "feature_batch_size": 8}
+    # `uniform` (the registry name) computes CluSTER's features: it shares them.
+    assert uniform.feature_key() == cluster.feature_key() is not None
+    before = cluster.feature_key()
+
+    _set_default(monkeypatch, ClusterSelector, "feature_batch_size", 16)
+    assert cluster.feature_pass() == {"features": "gradient-proxy", "feature_batch_size": 16}
+    assert cluster.feature_key() != before
+    # The features job computes with the batch size the selector named, not one of its own.
+    ctx = Context(grid, grid.cells, {c.id: c for c in grid.cells}, tmp_path, load_profile(
+        CONFIGS / "clusters" / "local.yaml"))
+    jobs, _ = plan_jobs(ctx)
+    feature_jobs = {j.name: j.job for j in jobs if j.kind == "features"}
+    assert feature_jobs[f"features-{cluster.feature_key()}"].features["feature_batch_size"] == 16
+
+
+# ----------------------------------------------------------------------------- which file, which command
+
+
+def test_each_command_redirects_the_other_kind_of_file(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    grid, runs = _file(tmp_path, GRID, "grid.yaml"), _file(tmp_path, RUNS, "runs.yaml")
+    assert main(["grid", str(grid)]) == 2
+    err = capsys.readouterr().err
+    assert f"{grid}: this is a grid file" in err and f"cluster-repro launch {grid}" in err
+    for cmd in (["launch", str(runs), "--dry-run"], ["status", str(runs)]):
+        assert main(cmd) == 2
+        err = capsys.readouterr().err
+        assert f"{runs}: this is a run list" in err and f"`cluster-repro grid {runs}`" in err
+    assert main(["grid", QUICK]) == 2
+    assert "this is an experiment config" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- one validator
+
+
+def test_profiles_and_configs_share_one_validator(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same mistake gets the same words in a cluster profile as in an experiment config."""
+    monkeypatch.chdir(tmp_path)  # messages start with the path as given: prof.yaml
+
+    def errors(profile_yaml: str, config: dict) -> tuple[str, str]:
+        _file(tmp_path, profile_yaml, "prof.yaml")
+        with pytest.raises(ConfigError) as p:
+            load_profile("prof.yaml")
+        with pytest.raises(ConfigError) as c:
+            from_dict(config, source="cfg.yaml")
+        return str(p.value), str(c.value)
+
+    # A wrong type; null where no null is allowed; a string where a number-or-null is.
+    p, c = errors("time_limit_min: 4h\n", {"world_size": "4h"})
+    assert p == "prof.yaml: time_limit_min: expected an integer, got '4h'"
+    assert c == "cfg.yaml: world_size: expected an integer, got '4h'"
+    p, c = errors("gpus_per_node: null\n", {"world_size": None})
+    assert p == "prof.yaml: gpus_per_node: expected an integer, got None"
+    assert c == "cfg.yaml: world_size: expected an integer, got None"
+    p, c = errors("mem_per_gpu_gb: lots\n", {"train": {"grad_clip": "lots"}})
+    assert p == "prof.yaml: mem_per_gpu_gb: expected float or null, got 'lots'"
+    assert c == "cfg.yaml: train.grad_clip: expected float or null, got 'lots'"
+    # An unknown key in a section, with the suggestion.
+    p, c = errors("gpu: {mfuu: 0.2}\n", {"model": {"lora": {"rr": 4}}})
+    assert p.startswith("prof.yaml: unknown key 'gpu.mfuu'; did you mean 'gpu.mfu'? (allowed here:")
+    assert c.startswith("cfg.yaml: unknown key 'model.lora.rr'; did you mean 'model.lora.r'? "
+                        "(allowed here:")
+
+
+def test_launch_settings_that_nothing_read_are_gone() -> None:
+    """launch.backend, cluster_profile and timeout_min were never read (a cluster profile says
+    how jobs run): a config that sets them is told so, like any unknown key."""
+    for key in ("backend", "cluster_profile", "timeout_min"):
+        with pytest.raises(ConfigError, match=rf"unknown key 'launch\.{key}' \(allowed here: "
+                                              r"master_port, torch_threads\)"):
+            from_dict({"launch": {key: "x"}})
+    for path in CONFIGS.rglob("*.yaml"):
+        assert "timeout_min" not in path.read_text() and "backend:" not in path.read_text(), path
