@@ -308,8 +308,7 @@ def _load_source(cfg: ExperimentConfig, i: int, src: DataSource, names: set[str]
     if FORMATS[fmt].conversation:
         report.template = ("chat template of the tokenizer" if chat is not None else
                            "plain (### User: / ### Assistant:; no chat template)")
-        print(f"[data] {file}: {fmt} conversations rendered with the {report.template}",
-              file=sys.stderr)
+        logger.info(f"{file}: {fmt} conversations rendered with the {report.template}")
     loader = _SourceLoader(cfg, seen, report, file, fmt, _exclude_ids(cfg, i, src), chat)
     train = loader.examples(iter(train_raws), src.limit)
     if src.path == "demo":
