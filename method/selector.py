@@ -147,39 +147,44 @@ class ClusterSelector:
         X, feat_meta = self.features(pool, ctx)
         X = np.asarray(X, dtype=np.float32)
 
+        # Stopped in `finally`: a selection that fails (K larger than the pool, m_adj = 0)
+        # must not leave every later allocation of the process traced, hence slow.
         tracemalloc.start()
-        t0 = time.perf_counter()
-        Xn = C.normalize_features(X, k, self.normalization)
-        labels, centers, inertia = C.kmeans(Xn, k, ctx.seed, self.n_init, self.max_iter,
-                                            self.kmeans_mode)
-        before = np.bincount(labels, minlength=k)
-        if self.cap is not None:
-            labels = C.soft_cap_assign(Xn, centers, labels, self.cap)
-        after = np.bincount(labels, minlength=k)
-        clustering_s = time.perf_counter() - t0
-        clustering_peak = tracemalloc.get_traced_memory()[1] / 2**20
-        tracemalloc.reset_peak()
+        try:
+            t0 = time.perf_counter()
+            Xn = C.normalize_features(X, k, self.normalization)
+            labels, centers, inertia = C.kmeans(Xn, k, ctx.seed, self.n_init, self.max_iter,
+                                                self.kmeans_mode)
+            before = np.bincount(labels, minlength=k)
+            if self.cap is not None:
+                labels = C.soft_cap_assign(Xn, centers, labels, self.cap)
+            after = np.bincount(labels, minlength=k)
+            clustering_s = time.perf_counter() - t0
+            clustering_peak = tracemalloc.get_traced_memory()[1] / 2**20
+            tracemalloc.reset_peak()
 
-        t1 = time.perf_counter()
-        rounding = None
-        if self.variant == "uniform":
-            chosen = C.uniform_upsample(labels, k, ctx.seed)
-            m, m_adj = int(after.min()), int(after.max())
-            weights = np.ones(k)
-        else:
-            t = ctx.config.train
-            rounding = (t.drop_last if self.round_budget_to_batch is None
-                        else self.round_budget_to_batch)
-            m, m_adj = C.balanced_budget(after, self.ratio, t.per_device_batch_size, rounding)
-            # "big" ranks by the raw feature norm; the other modes by distance in the clustered space.
-            chosen = C.choose_within_cluster(X if self.prune == "big" else Xn, centers, labels,
-                                             m_adj, self.prune, ctx.seed)
-            if self.order == "authors":
-                chosen = C.authors_list_order(Xn, centers, labels, chosen)
-            weights = C.rank_weights(after, n)
-        selection_s = time.perf_counter() - t1
-        selection_peak = tracemalloc.get_traced_memory()[1] / 2**20
-        tracemalloc.stop()
+            t1 = time.perf_counter()
+            rounding = None
+            if self.variant == "uniform":
+                chosen = C.uniform_upsample(labels, k, ctx.seed)
+                m, m_adj = int(after.min()), int(after.max())
+                weights = np.ones(k)
+            else:
+                t = ctx.config.train
+                rounding = (t.drop_last if self.round_budget_to_batch is None
+                            else self.round_budget_to_batch)
+                m, m_adj = C.balanced_budget(after, self.ratio, t.per_device_batch_size, rounding)
+                # "big" ranks by the raw feature norm; the other modes by distance in the
+                # clustered space.
+                chosen = C.choose_within_cluster(X if self.prune == "big" else Xn, centers, labels,
+                                                 m_adj, self.prune, ctx.seed)
+                if self.order == "authors":
+                    chosen = C.authors_list_order(Xn, centers, labels, chosen)
+                weights = C.rank_weights(after, n)
+            selection_s = time.perf_counter() - t1
+            selection_peak = tracemalloc.get_traced_memory()[1] / 2**20
+        finally:
+            tracemalloc.stop()
 
         ids, clusters = [], []
         pool_ids = pool.ids

@@ -30,6 +30,16 @@ EPOCHS = 2
 BATCH = 2  # per-device batch: the suite's old default would round m_adj to an even number
 
 
+@pytest.fixture(autouse=True)
+def one_blas_thread():
+    """scikit-learn's k-means on one thread: tiny problems gain nothing from threads, and OpenMP's
+    spin-waiting on a busy machine made them many times slower."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        yield
+
+
 def skewed_features(n: int, k: int, seed: int) -> np.ndarray:
     """n rows around k blob centres whose shares grow geometrically (x1.25 per blob), so the
     largest blob is many times the smallest and k-means' largest cluster usually exceeds the
@@ -43,7 +53,7 @@ def skewed_features(n: int, k: int, seed: int) -> np.ndarray:
 
 
 def reference(X: np.ndarray, k: int, seed: int, ratio: float, prune: str, epochs: int):
-    """(labels after the cap, kept list per cluster, weights, order[epoch][worker]) as row indices."""
+    """(labels after the cap, kept list per cluster, weights, order[epoch][worker]), in rows."""
     n = len(X)
     if k == 1:  # one worker: every example, pool order, no shuffle
         rows = list(range(n))
@@ -117,7 +127,7 @@ def _run_suite(pool: Pool, ctx: SelectionContext, params: dict):
 @pytest.mark.parametrize("k,prune,seed", [(4, "close", 42), (8, "far", 7), (16, "close", 42)])
 def test_the_suite_replays_the_authors_selection_and_training_order(
         tmp_path: Path, k: int, prune: str, seed: int) -> None:
-    X = skewed_features(50 * k, k, seed)
+    X = skewed_features(30 * k, k, seed)
     pool = _pool(len(X))
     sel, sched = _run_suite(pool, _ctx(tmp_path, X, k, seed), {
         "ratio": 50, "prune": prune, "order": "authors", "round_budget_to_batch": False})
@@ -198,14 +208,29 @@ def test_the_allocators_order_follows_the_selection_and_refuses_a_contradiction(
 
 
 def test_the_paper_grids_run_cluster_the_authors_way() -> None:
-    from slurm.grid import load_grid
+    """Both paper grids' `cluster` entry, applied to the paper recipe as a grid cell is."""
+    import yaml
+
+    from repro.core.config import load_config
     from tests.conftest import CONFIGS
 
     for name in ("paper.yaml", "paper-baselines.yaml"):
-        cells = [c for c in load_grid(CONFIGS / "grids" / name).cells
-                 if c.axes["method"] == "cluster"]
-        assert cells
-        for cell in cells:
-            params = cell.config().selection.params
-            assert params["order"] == "authors" and params["round_budget_to_batch"] is False
-            SELECTORS.create("cluster", params, "selection.params")  # the selector accepts them
+        grid = yaml.safe_load((CONFIGS / "grids" / name).read_text())
+        overrides = grid["methods"]["cluster"]["overrides"]
+        cfg = load_config(CONFIGS / "paper" / "recipe.yaml", overrides)
+        params = cfg.selection.params
+        assert params["order"] == "authors" and params["round_budget_to_batch"] is False
+        SELECTORS.create("cluster", params, "selection.params")  # the selector accepts them
+
+
+def test_a_failed_selection_stops_its_memory_tracing(tmp_path: Path) -> None:
+    """K larger than the pool fails inside the traced part of `cluster`; tracing must stop, or
+    every later allocation of the process (the rest of a test session) runs traced, many times
+    slower."""
+    import tracemalloc
+
+    X = skewed_features(10, 2, 0)
+    with pytest.raises(SelectionError, match="larger than the pool"):
+        SELECTORS.create("cluster", {}, "k").select(_pool(len(X)), None,
+                                                    _ctx(tmp_path, X, 64, 0))
+    assert not tracemalloc.is_tracing()

@@ -122,7 +122,7 @@ def test_rds_keeps_the_nearest_to_each_query_set_in_turn(tiny) -> None:
 
 
 def test_rds_queries_a_benchmarks_dev_split_and_never_its_test_split(tiny, shared_data) -> None:
-    cfg, _, work = tiny
+    work = tiny[2]
     ctx = _ctx(from_dict({}, [f"data_dir={shared_data}"]), work)
     dev = target_examples("rds", "selection.params.query", ctx, "mmlu_medical", "auto", 100)
     assert len(dev) == 30  # 5 dev rows for each of the six subjects
@@ -153,8 +153,11 @@ def test_clusterclip_balances_clusters_and_clips_repeats(tmp_path: Path) -> None
     and 10: the 6-member cluster repeats 4 of its members); draws inside a cluster go round its
     members, so their counts differ by at most one."""
     pool, ctx = _planted(tmp_path, [2, 6, 16])
-    make = lambda: SELECTORS.create("clusterclip", {"n_clusters": 3, "max_repeats": 2,  # noqa: E731
-                                                    "embedding": "gradient"}, "k")
+    params = {"n_clusters": 3, "max_repeats": 2, "embedding": "gradient"}
+
+    def make():
+        return SELECTORS.create("clusterclip", params, "k")
+
     small = make().select(pool, 6, ctx)
     assert sorted(Counter(small.clusters).values()) == [2, 2, 2]
     assert len(set(small.ids)) == 6 and small.info["with_replacement"] is False
@@ -197,7 +200,7 @@ def test_clusterclip_repeats_flow_through_the_pipeline(tmp_path: Path) -> None:
     sel = read_json(run_dir / "stages" / "select.json")
     assert sel["n_selected"] == sel["n_pool"] > sel["n_unique"]
     assert sel["kept_fraction"] == pytest.approx(sel["n_unique"] / sel["n_pool"])
-    rows = list(csv.DictReader(open(run_dir / "selection.csv")))
+    rows = list(csv.DictReader((run_dir / "selection.csv").read_text().splitlines()))
     assert len(rows) == -(-sel["n_selected"] // 2) * 2  # every draw dealt, padded to 2 workers
     assert 1 < max(Counter(r["example_id"] for r in rows).values()) <= 3
 
