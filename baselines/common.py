@@ -8,6 +8,10 @@
   every example's mean response-token loss, EL2N and token count in one pass (used by `loss`,
   `perplexity`, `ccs`, `ifd`); `response_alone` for IFD's unconditioned pass.
 - `train_briefly`: the short single-process training loop of LESS's warm-up and S2L's proxy model.
+- `hidden_state_embeddings`: the target model's final hidden states pooled per example (SemDeDup's
+  `model` embeddings, RDS+, ClusterClip, deita's diversity filter), and `unit_rows`.
+- `target_examples`: the examples a selector aims at (LESS's validation set, RDS+'s query sets):
+  the run's held-out examples, a benchmark's dev split, or a data file.
 
 Scores are per example in pool order; selections keep ids in pool order (the allocator shuffles).
 """
@@ -285,6 +289,97 @@ def model_scores(method: str, pool: Pool, ctx: SelectionContext, labels: str = "
     model, tok = scoring_model(ctx, method)
     items = tokenize_pool(pool, tok, ctx.config.data.max_length, labels)
     return forward_stats(model, items, tok.pad_token_id, batch_size, desc=f"{method} scores")
+
+
+POOLINGS = ("mean", "weighted")
+
+
+def hidden_state_embeddings(model: Any, items: list[dict], pad_token_id: int, batch_size: int = 8,
+                            pooling: str = "mean", desc: str = "embeddings") -> np.ndarray:
+    """N x H float32: each example's final hidden states (the LM head's input), pooled over its
+    tokens: "mean" (every token alike) or "weighted" (token t of T weighted t / sum(1..T), the
+    position-weighted mean of RDS+: later tokens have read more of the example). No grad."""
+    import torch
+
+    from repro.core.data import collate
+
+    check_choice(pooling, POOLINGS, "pooling")
+    dec, _ = _decoder_and_head(model)
+    dev = next(model.parameters()).device
+    out = np.zeros((len(items), model.config.hidden_size), dtype=np.float32)
+    bar = progress_bar(len(items), desc)
+    with torch.no_grad():
+        for s in range(0, len(items), batch_size):
+            b = collate(items[s:s + batch_size], pad_token_id)
+            ids, mask = b["input_ids"].to(dev), b["attention_mask"].to(dev)
+            if dec is not None:
+                h = dec(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+            else:
+                h = model(input_ids=ids, attention_mask=mask,
+                          output_hidden_states=True).hidden_states[-1]
+            w = mask.float()
+            if pooling == "weighted":
+                w = w * torch.cumsum(w, dim=1)  # position 1..T of each example's own tokens
+            w = w[..., None]
+            out[s:s + len(ids)] = ((h.float() * w).sum(1) / w.sum(1)).cpu().numpy()
+            bar.update(len(ids))
+    bar.close()
+    return out
+
+
+def unit_rows(E: np.ndarray, center: bool = False) -> np.ndarray:
+    """Rows scaled to unit L2 norm (cosine similarity becomes a dot product); `center` subtracts
+    the mean row first (raw LM states share one large direction, which makes every pair look
+    alike)."""
+    E = np.asarray(E, dtype=np.float32)
+    if center:
+        E = E - E.mean(axis=0, keepdims=True)
+    return E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
+
+
+def target_examples(method: str, key: str, ctx: SelectionContext, source: str, fmt: str,
+                    n: int) -> Pool:
+    """The examples a selector aims at, at most `n` (a seeded sample): `heldout` (the run's
+    held-out examples, heldout.jsonl in the run directory: the same data source, never trained
+    on), a benchmark's name (its dev split, `evals.dev_split`), or a data file relative to
+    data_dir in format `fmt`. `key` names the parameter in messages."""
+    from evals.dev_split import dev_examples, is_benchmark
+    from repro.core.config import DataSource
+    from repro.core.data import load_pool
+    from repro.core.io import read_jsonl
+    from repro.core.types import Example
+
+    if source == "heldout":
+        path = Path(ctx.workdir) / "heldout.jsonl"
+        if not path.is_file():
+            raise SelectionError(f"selector {method!r}: {key} 'heldout' reads {path}, which does "
+                                 "not exist; run through the pipeline (its pool stage writes it) "
+                                 f"or set {key} to a benchmark or a data file")
+        found = Pool([Example.from_dict(r) for r in read_jsonl(path)], source)
+    elif is_benchmark(source):
+        try:
+            found = Pool(dev_examples(source, ctx.config.resolved_data_dir()), source)
+        except (OSError, ValueError) as e:  # missing local data, or no dev split
+            raise SelectionError(f"selector {method!r}: {key} {source!r}: {e}") from e
+    else:
+        cfg = ctx.config
+        data = dataclasses.replace(cfg.data, sources=[DataSource(path=source, format=fmt)],
+                                   heldout_fraction=0.0)
+        # Conversations get the chat template the training pool was rendered with.
+        tok = None
+        if ctx.model_dir:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(ctx.model_dir)
+        found, _ = load_pool(dataclasses.replace(cfg, data=data), tok)
+    if len(found) == 0:
+        raise SelectionError(f"selector {method!r}: {key} {source!r} holds no examples (set "
+                             "data.heldout_fraction > 0 for 'heldout', or name a benchmark or a "
+                             "data file)")
+    if len(found) > n:
+        keep = np.sort(np.random.default_rng([ctx.seed, 37]).choice(len(found), n, replace=False))
+        found = Pool([found.examples[i] for i in keep], found.name)
+    return found
 
 
 # ----------------------------------------------------------------------------- brief training

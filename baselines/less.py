@@ -13,57 +13,20 @@ validation set's gradient points.
 
 The validation set should come from the target benchmarks' domain: `validation: heldout` (the
 run's held-out examples, heldout.jsonl in the run directory: the same data source, never trained
-on), or a data file relative to data_dir with its `validation_format` (e.g.
-medagents/pubmedqa/train.jsonl with format pubmedqa), at most `validation_n` examples (seeded sample).
+on), a benchmark's name (its dev split, e.g. mmlu_medical), or a data file relative to data_dir
+with its `validation_format` (e.g. medagents/pubmedqa/train.jsonl with format pubmedqa), at most
+`validation_n` examples (seeded sample; `baselines.common.target_examples`).
 """
 from __future__ import annotations
-
-import dataclasses
-from pathlib import Path
 
 import numpy as np
 
 from baselines.common import (check_budget, check_pool_size, scored_selection, scoring_model,
-                              tokenize_pool, top_rows, train_briefly)
+                              target_examples, tokenize_pool, top_rows, train_briefly,
+                              unit_rows)
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.registry import register_selector
-from repro.core.types import Example, Pool, Selection
-
-
-def validation_pool(ctx: SelectionContext, source: str, fmt: str, n: int) -> Pool:
-    """The validation examples: the run's held-out file or a data file (see module docstring)."""
-    from repro.core.config import DataSource
-    from repro.core.data import load_pool
-    from repro.core.io import read_jsonl
-
-    if source == "heldout":
-        path = Path(ctx.workdir) / "heldout.jsonl"
-        if not path.is_file():
-            raise SelectionError(f"selector 'less': validation 'heldout' reads {path}, which does "
-                                 "not exist; run through the pipeline (its pool stage writes it) "
-                                 "or set selection.params.validation to a data file")
-        val = Pool([Example.from_dict(r) for r in read_jsonl(path)], "validation")
-    else:
-        from transformers import AutoTokenizer
-
-        cfg = ctx.config
-        data = dataclasses.replace(cfg.data, sources=[DataSource(path=source, format=fmt)],
-                                   heldout_fraction=0.0)
-        # Conversations get the chat template the training pool was rendered with.
-        tok = AutoTokenizer.from_pretrained(ctx.model_dir) if ctx.model_dir else None
-        val, _ = load_pool(dataclasses.replace(cfg, data=data), tok)
-    if len(val) == 0:
-        raise SelectionError(f"selector 'less': the validation set ({source}) is empty; LESS "
-                             "needs a few examples from the target domain (set "
-                             "data.heldout_fraction > 0 or selection.params.validation)")
-    if len(val) > n:
-        keep = np.sort(np.random.default_rng([ctx.seed, 37]).choice(len(val), n, replace=False))
-        val = Pool([val.examples[i] for i in keep], "validation")
-    return val
-
-
-def _unit_rows(X: np.ndarray) -> np.ndarray:
-    return X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+from repro.core.types import Pool, Selection
 
 
 @register_selector("less")
@@ -97,7 +60,8 @@ class LessSelector:
         n_warm = max(self.warmup_min, round(self.warmup_fraction * len(pool)))
         check_pool_size("less", pool, n_warm, "the warm-up size (selection.params.warmup_min, "
                         "warmup_fraction)")
-        val = validation_pool(ctx, self.validation, self.validation_format, self.validation_n)
+        val = target_examples("less", "selection.params.validation", ctx, self.validation,
+                              self.validation_format, self.validation_n)
         model, tok = scoring_model(ctx, "less", lora=True)
         L = ctx.config.data.max_length
         items = tokenize_pool(pool, tok, L)
@@ -112,8 +76,8 @@ class LessSelector:
         def at_checkpoint(step: int, opt) -> None:
             pre = adam_preconditioner(opt.state_dict(), names)
             args = (tok.pad_token_id, self.batch_size, self.proj_dim, ctx.seed)
-            X = _unit_rows(lora_gradient_features(model, items, *args, preconditioner=pre))
-            V = _unit_rows(lora_gradient_features(model, val_items, *args))
+            X = unit_rows(lora_gradient_features(model, items, *args, preconditioner=pre))
+            V = unit_rows(lora_gradient_features(model, val_items, *args))
             s = (X @ V.T).mean(axis=1)
             scores[:] += lr * s
             per_checkpoint.append({"step": step, "weight": lr, "mean_cosine": float(s.mean())})

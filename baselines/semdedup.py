@@ -18,10 +18,9 @@ import warnings
 import numpy as np
 
 from baselines.common import (check_budget, check_choice, check_pool_size, fill_to_budget,
-                              scoring_model, tokenize_pool)
+                              hidden_state_embeddings, scoring_model, tokenize_pool, unit_rows)
 from repro.core.extras import require_extra
 from repro.core.interfaces import SelectionContext, SelectionError
-from repro.core.log import progress_bar
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
@@ -44,30 +43,10 @@ def minilm_embeddings(texts: list[str], batch_size: int = 64) -> np.ndarray:
 
 def model_embeddings(pool: Pool, ctx: SelectionContext, batch_size: int = 8) -> np.ndarray:
     """Mean last hidden state of the target model over each example's tokens (N x H)."""
-    import torch
-
-    from repro.core.data import collate
-
     model, tok = scoring_model(ctx, "semdedup")
     items = tokenize_pool(pool, tok, ctx.config.data.max_length)
-    core = getattr(model, "model", None)  # the decoder without the LM head (Llama-style models)
-    dev = next(model.parameters()).device
-    out = np.zeros((len(items), model.config.hidden_size), dtype=np.float32)
-    bar = progress_bar(total=len(items), desc="semdedup embeddings", unit="ex")
-    with torch.no_grad():
-        for s in range(0, len(items), batch_size):
-            b = collate(items[s:s + batch_size], tok.pad_token_id)
-            ids, mask = b["input_ids"].to(dev), b["attention_mask"].to(dev)
-            if core is not None:
-                h = core(input_ids=ids, attention_mask=mask).last_hidden_state
-            else:
-                h = model(input_ids=ids, attention_mask=mask,
-                          output_hidden_states=True).hidden_states[-1]
-            m = mask[..., None].float()
-            out[s:s + len(ids)] = ((h.float() * m).sum(1) / m.sum(1)).cpu().numpy()
-            bar.update(len(ids))
-    bar.close()
-    return out
+    return hidden_state_embeddings(model, items, tok.pad_token_id, batch_size,
+                                   desc="semdedup embeddings")
 
 
 def near_duplicates_in_cluster(E: np.ndarray, members: np.ndarray, centroid: np.ndarray,
@@ -110,9 +89,7 @@ class SemDedupSelector:
         if self.embedding == "minilm":
             return minilm_embeddings([e.prompt + "\n" + e.response for e in pool.examples],
                                      self.batch_size)
-        E = model_embeddings(pool, ctx)
-        E = E - E.mean(axis=0, keepdims=True)
-        return E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
+        return unit_rows(model_embeddings(pool, ctx), center=True)
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         from sklearn.cluster import KMeans

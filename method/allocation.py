@@ -16,9 +16,15 @@ reshuffles within each worker's list (positions mod K are kept).
 
 Worker k's loss weight is w_k = K * n_k / N (n_k: cluster k's size after the soft cap, before the
 budget trim), so DDP's average of worker gradients follows the original cluster proportions.
+
+`cluster-interleave` with `order: authors` uses the authors' random streams instead of the suite's
+(method.md step 7, "The authors' exact order"; `authors_order` below), so that a run trains in the
+authors' order for the same seed and selection. It is one switch for the user: the `cluster`
+selector's `order: authors` records itself in the selection and the allocator follows it.
 """
 from __future__ import annotations
 
+import random
 from collections import defaultdict
 
 import numpy as np
@@ -75,9 +81,68 @@ def interleave(groups: list[list[str]]) -> list[str]:
     return out
 
 
+ORDERS = ("suite", "authors")
+
+
+def resolve_order(order: str | None, selection: Selection) -> str:
+    """The allocator's order: its own `order` parameter, else the one the selection states
+    (`info["order"]`, written by the `cluster` selector), else "suite". A parameter that
+    contradicts the selection's stated order is an error: the two halves of the authors' order
+    (the kept lists' order and the shuffles) only reproduce the authors' run together."""
+    stated = selection.info.get("order")
+    if order is None:
+        return stated if stated in ORDERS else "suite"
+    if stated in ORDERS and stated != order:
+        raise SelectionError(
+            f"allocation.params.order is {order!r} but the selection was made with "
+            f"selection.params.order: {stated}; set both to the same value (or leave "
+            "allocation.params.order unset: it follows the selection)")
+    return order
+
+
+def authors_order(groups: list[list[str]], seed: int, epochs: int) -> list[list[list[str]]]:
+    """The authors' training order (method.md step 7), as order[epoch][worker].
+
+    Kept list c (the cluster's label) is shuffled with Python's `random.Random(seed + c)`; the
+    lists are interleaved by label (c0[0], c1[0], ..., c0[1], ...), position i going to worker
+    i mod K. Epoch e (epoch 0 included) reshuffles the positions of each residue r mod K with
+    `random.Random(seed + e + 12345 + r)`, so a worker keeps its positions. With one worker the
+    authors keep the pool order: no shuffle at all. The tail of unequal clusters is dropped so
+    that every worker has the same count (lockstep DDP; the balanced budget leaves none)."""
+    k = len(groups)
+    if k == 1:
+        return [[list(groups[0])] for _ in range(epochs)]
+    shuffled = []
+    for c, members in enumerate(groups):
+        members = list(members)
+        random.Random(seed + c).shuffle(members)
+        shuffled.append(members)
+    flat = interleave(shuffled)
+    usable = len(flat) // k * k
+    order = []
+    for e in range(epochs):
+        lists = []
+        for r in range(k):
+            ids = flat[r:usable:k]
+            random.Random(seed + e + 12345 + r).shuffle(ids)
+            lists.append(ids)
+        order.append(lists)
+    return order
+
+
 @register_allocator("cluster-interleave")
 class ClusterInterleaveAllocator:
-    """Cluster k on worker k: every micro-step holds every cluster (CluSTER, method.md step 7)."""
+    """Cluster k on worker k: every micro-step holds every cluster (CluSTER, method.md step 7).
+
+    order: null (follow the selection: the authors' order when the `cluster` selector ran with
+    `order: authors`, else the suite's), suite (the suite's numpy streams) or authors (the
+    authors' Python `random` streams, `authors_order`)."""
+
+    def __init__(self, order: str | None = None) -> None:
+        if order is not None and order not in ORDERS:
+            raise SelectionError(f"allocation.params.order: {order!r} is not one of "
+                                 f"{', '.join(ORDERS)} (or null: follow the selection)")
+        self.order = order
 
     def allocate(self, selection: Selection, world_size: int, seed: int, epochs: int = 1,
                  weight_mode: str = "none") -> Schedule:
@@ -93,25 +158,29 @@ class ClusterInterleaveAllocator:
             raise SelectionError(
                 f"allocator 'cluster-interleave' needs clusters 0..{k - 1} (one per worker, "
                 f"world_size = {k}); the selection has clusters {sorted(by_cluster)}")
-        groups = []
-        for c in range(k):
-            members = list(by_cluster[c])
-            np.random.default_rng([seed, c]).shuffle(members)
-            groups.append(members)
-        flat = interleave(groups)
-        usable = len(flat) // k * k  # equal per-worker lengths for lockstep DDP (drop the tail)
+        order_name = resolve_order(self.order, selection)
+        groups = [list(by_cluster[c]) for c in range(k)]
+        n_selected = sum(len(g) for g in groups)
+        usable = n_selected // k * k  # equal per-worker lengths for lockstep DDP (drop the tail)
         if usable == 0:
-            raise SelectionError(f"cluster-interleave: {len(flat)} selected examples cannot give "
-                                 f"each of {k} workers one")
-        base = [flat[w:usable:k] for w in range(k)]
-        order = [base]
-        for epoch in range(1, epochs):
-            epoch_lists = []
-            for w, ids in enumerate(base):
-                ids = list(ids)
-                np.random.default_rng([seed, epoch, w]).shuffle(ids)
-                epoch_lists.append(ids)
-            order.append(epoch_lists)
+            raise SelectionError(f"cluster-interleave: {n_selected} selected examples cannot "
+                                 f"give each of {k} workers one")
+        if order_name == "authors":
+            order = authors_order(groups, seed, epochs)
+        else:
+            for c, members in enumerate(groups):
+                np.random.default_rng([seed, c]).shuffle(members)
+            flat = interleave(groups)
+            base = [flat[w:usable:k] for w in range(k)]
+            order = [base]
+            for epoch in range(1, epochs):
+                epoch_lists = []
+                for w, ids in enumerate(base):
+                    ids = list(ids)
+                    np.random.default_rng([seed, epoch, w]).shuffle(ids)
+                    epoch_lists.append(ids)
+                order.append(epoch_lists)
+        base = order[0]
 
         clusters = {i: int(c) for i, c in zip(selection.ids, selection.clusters)}
         worker_weights = [1.0] * k
@@ -126,5 +195,6 @@ class ClusterInterleaveAllocator:
                 example_weights = {i: float(selection.group_weights[c]) for i, c in clusters.items()}
         return Schedule(order=order, worker_weights=worker_weights,
                         example_weights=example_weights, clusters=clusters,
-                        info={"allocator": "cluster-interleave", "dropped_tail": len(flat) - usable,
+                        info={"allocator": "cluster-interleave", "order": order_name,
+                              "dropped_tail": n_selected - usable,
                               "cluster_sizes": {c: len(g) for c, g in enumerate(groups)}})

@@ -404,7 +404,8 @@ def soft_cap_assign_reference(X, centers, labels, cap_factor: float = 1.5,
 def balanced_budget(sizes, ratio: float, micro_batch: int = 1,
                     drop_last: bool = False) -> tuple[int, int]:
     """Step 5. Returns (m, m_adj): m = smallest cluster size, m_adj = floor(m * ratio / 100),
-    rounded down to a multiple of micro_batch when the loader drops the last incomplete batch.
+    rounded down to a multiple of micro_batch when `drop_last` (the `cluster` selector passes its
+    round_budget_to_batch switch, by default train.drop_last).
     Every cluster then keeps m_adj rows (kept fraction K * m_adj / N)."""
     sizes = np.asarray(sizes, dtype=np.int64)
     if sizes.size == 0:
@@ -423,7 +424,8 @@ def balanced_budget(sizes, ratio: float, micro_batch: int = 1,
         raise SelectionError(
             f"the balanced budget is 0 per cluster: the smallest cluster has m = {m} members, "
             f"ratio {ratio}% keeps floor({m} * {ratio} / 100) = {math.floor(m * ratio / 100)}"
-            f"{rounded}; use a larger pool or ratio, fewer workers, or drop_last = false")
+            f"{rounded}; use a larger pool or ratio, fewer workers, or no rounding "
+            "(selection.params.round_budget_to_batch: false)")
     return m, m_adj
 
 
@@ -480,6 +482,20 @@ def choose_within_cluster(X, centers, labels, m_adj: int, mode: str,
         half = m_adj // 2
         out[c] = {"close": ranked[::-1][:m_adj], "far": ranked[:m_adj],
                   "mix": np.concatenate([ranked[:half], ranked[::-1][:m_adj - half]])}[mode]
+    return out
+
+
+def authors_list_order(X, centers, labels, chosen: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    """{cluster: the same kept rows, in the authors' list order} (method.md step 7): pool-index
+    order, then stably sorted by squared distance to the cluster's center, ascending. For `close`
+    this is the last m_adj of the cluster's ascending list, for `far` the first m_adj, as the
+    authors keep them; the shuffle that follows (`method.allocation.authors_order`) depends on
+    this order. X is the clustered (normalized) space, as for choose_within_cluster."""
+    dist = sq_distances_to_own_center(X, centers, labels)
+    out = {}
+    for c, rows in chosen.items():
+        rows = np.sort(np.asarray(rows, dtype=np.int64))
+        out[c] = rows[np.argsort(dist[rows], kind="stable")]
     return out
 
 

@@ -49,13 +49,19 @@ class ClusterSelector:
     min(K, visible GPUs) on GPU and K on CPU. It changes only the pass's time and memory: the
     features, hence the clusters and the selection, are the same for any number (K stays the
     number of clusters). The lora-grad features run in one process and ignore it.
+    round_budget_to_batch: round m_adj down to a multiple of train.per_device_batch_size (true),
+    or not (false: the authors' default, their loader keeps incomplete batches); null follows
+    train.drop_last. order: suite, or authors (method.md step 7: each cluster's kept list in the
+    authors' order, and at K = 1 all N examples in pool order; `cluster-interleave` then shuffles
+    with the authors' streams). See docs/method.md for what still differs from the authors' code.
     """
 
     def __init__(self, ratio: float = 50, prune: str = "close",
                  feature_type: str = "gradient-proxy", normalization: str = "auto",
                  cap: float | None = 1.5, kmeans: str = "exact", variant: str = "prune",
                  n_init: int = 10, max_iter: int = 300, feature_batch_size: int = 8,
-                 proj_dim: int = 8192, feature_workers: int | None = None) -> None:
+                 proj_dim: int = 8192, feature_workers: int | None = None,
+                 round_budget_to_batch: bool | None = None, order: str = "suite") -> None:
         if not 0 < float(ratio) <= 100:
             raise SelectionError(f"selection.params.ratio: {ratio} is outside 1..100 (a "
                                  "percentage: 50 for the paper's r = 0.5)")
@@ -79,6 +85,15 @@ class ClusterSelector:
         self.variant, self.n_init, self.max_iter = variant, n_init, max_iter
         self.feature_batch_size, self.proj_dim = feature_batch_size, proj_dim
         self.feature_workers = feature_workers
+        if round_budget_to_batch not in (None, True, False):
+            raise SelectionError(f"selection.params.round_budget_to_batch: "
+                                 f"{round_budget_to_batch!r} is not true, false or null (null: "
+                                 "as train.drop_last)")
+        _check(order, ("suite", "authors"), "order")
+        if order == "authors" and variant != "prune":
+            raise SelectionError("selection.params.order: authors is defined for variant prune "
+                                 "(method.md step 7); the uniform variant has no authors' order")
+        self.round_budget_to_batch, self.order = round_budget_to_batch, order
 
     # -- step 1 -------------------------------------------------------------------------
     def feature_key(self, cfg: ExperimentConfig) -> dict[str, Any] | None:
@@ -143,40 +158,52 @@ class ClusterSelector:
             raise SelectionError("selector 'cluster' sets its own kept count from "
                                  "selection.params.ratio; remove selection.n / selection.fraction")
         k, n = ctx.world_size, len(pool)
+        if k == 1 and self.order == "authors":
+            return self._authors_single_worker(pool)
         X, feat_meta = self.features(pool, ctx)
         X = np.asarray(X, dtype=np.float32)
 
+        # Stopped in `finally`: a selection that fails (K larger than the pool, m_adj = 0)
+        # must not leave every later allocation of the process traced, hence slow.
         tracemalloc.start()
-        t0 = time.perf_counter()
-        Xn = C.normalize_features(X, k, self.normalization)
-        labels, centers, inertia = C.kmeans(Xn, k, ctx.seed, self.n_init, self.max_iter,
-                                            self.kmeans_mode)
-        before = np.bincount(labels, minlength=k)
-        if self.cap is not None:
-            labels = C.soft_cap_assign(Xn, centers, labels, self.cap)
-        after = np.bincount(labels, minlength=k)
-        clustering_s = time.perf_counter() - t0
-        clustering_peak = tracemalloc.get_traced_memory()[1] / 2**20
-        tracemalloc.reset_peak()
+        try:
+            t0 = time.perf_counter()
+            Xn = C.normalize_features(X, k, self.normalization)
+            labels, centers, inertia = C.kmeans(Xn, k, ctx.seed, self.n_init, self.max_iter,
+                                                self.kmeans_mode)
+            before = np.bincount(labels, minlength=k)
+            if self.cap is not None:
+                labels = C.soft_cap_assign(Xn, centers, labels, self.cap)
+            after = np.bincount(labels, minlength=k)
+            clustering_s = time.perf_counter() - t0
+            clustering_peak = tracemalloc.get_traced_memory()[1] / 2**20
+            tracemalloc.reset_peak()
 
-        t1 = time.perf_counter()
-        if self.variant == "uniform":
-            chosen = C.uniform_upsample(labels, k, ctx.seed)
-            m, m_adj = int(after.min()), int(after.max())
-            weights = np.ones(k)
-            explained = None  # every cluster up-sampled to the largest: nothing cut to explain
-        else:
-            t = ctx.config.train
-            m, m_adj = C.balanced_budget(after, self.ratio, t.per_device_batch_size, t.drop_last)
-            explained = C.explain_kept(after, self.ratio, m_adj, t.per_device_batch_size)
-            print(f"[cluster-repro] {explained}", file=sys.stderr, flush=True)
-            # "big" ranks by the raw feature norm; the other modes by distance in the clustered space.
-            chosen = C.choose_within_cluster(X if self.prune == "big" else Xn, centers, labels,
-                                             m_adj, self.prune, ctx.seed)
-            weights = C.rank_weights(after, n)
-        selection_s = time.perf_counter() - t1
-        selection_peak = tracemalloc.get_traced_memory()[1] / 2**20
-        tracemalloc.stop()
+            t1 = time.perf_counter()
+            rounding = None
+            if self.variant == "uniform":
+                chosen = C.uniform_upsample(labels, k, ctx.seed)
+                m, m_adj = int(after.min()), int(after.max())
+                weights = np.ones(k)
+                explained = None  # every cluster up-sampled to the largest: nothing cut to explain
+            else:
+                t = ctx.config.train
+                rounding = (t.drop_last if self.round_budget_to_batch is None
+                            else self.round_budget_to_batch)
+                m, m_adj = C.balanced_budget(after, self.ratio, t.per_device_batch_size, rounding)
+                explained = C.explain_kept(after, self.ratio, m_adj, t.per_device_batch_size)
+                print(f"[cluster-repro] {explained}", file=sys.stderr, flush=True)
+                # "big" ranks by the raw feature norm; the other modes by distance in the
+                # clustered space.
+                chosen = C.choose_within_cluster(X if self.prune == "big" else Xn, centers, labels,
+                                                 m_adj, self.prune, ctx.seed)
+                if self.order == "authors":
+                    chosen = C.authors_list_order(Xn, centers, labels, chosen)
+                weights = C.rank_weights(after, n)
+            selection_s = time.perf_counter() - t1
+            selection_peak = tracemalloc.get_traced_memory()[1] / 2**20
+        finally:
+            tracemalloc.stop()
 
         ids, clusters = [], []
         pool_ids = pool.ids
@@ -198,10 +225,23 @@ class ClusterSelector:
             "feature_workers": feat_meta.get("workers", feat_meta.get("world_size")),
             "clustering_s": clustering_s, "clustering_peak_mem_mb": clustering_peak,
             "selection_s": selection_s, "selection_peak_mem_mb": selection_peak,
-            "with_replacement": self.variant == "uniform",
+            "with_replacement": self.variant == "uniform", "order": self.order,
+            "budget_rounded_to_batch": rounding,
         }
         cats = pool.categories()
         if any(c is not None for c in cats):
             info["category_agreement"] = C.cluster_agreement(labels, cats)
         return Selection(ids=ids, clusters=clusters,
                          group_weights={c: float(weights[c]) for c in range(k)}, info=info)
+
+    def _authors_single_worker(self, pool: Pool) -> Selection:
+        """K = 1 the authors' way (method.md step 7): every example, in pool order; no features,
+        no clustering, no pruning (the suite's own K = 1 keeps m_adj = floor(N * ratio / 100)
+        of one centered cluster). One group, weight K * N / N = 1."""
+        n = len(pool)
+        return Selection(ids=list(pool.ids), clusters=[0] * n, group_weights={0: 1.0}, info={
+            "method": "cluster", "variant": self.variant, "ratio": self.ratio, "order": "authors",
+            "k": 1, "n_pool": n, "cluster_sizes_before_cap": [n], "cluster_sizes_after_cap": [n],
+            "m": n, "m_adj": n, "kept": n, "kept_fraction": 1.0, "weights": [1.0],
+            "with_replacement": False,
+            "note": "K = 1 under order: authors keeps all N examples in pool order"})

@@ -30,6 +30,7 @@ PARAMS = {
     "ccs": {"n_strata": 4},
     "less": {"warmup_min": 4, "epochs": 2, "proj_dim": 128},
     "s2l": {"n_clusters": 3, "epochs": 1, "n_checkpoints": 3},
+    "clusterclip": {"n_clusters": 3},
 }
 # Parameters that need a bigger pool than 40 examples: each must be refused with a clear message.
 TOO_SMALL = {
@@ -37,11 +38,13 @@ TOO_SMALL = {
     "ccs": ({"n_strata": 41}, r"fewer than selection\.params\.n_strata = 41"),
     "s2l": ({"n_clusters": 41}, r"fewer than selection\.params\.n_clusters = 41"),
     "less": ({"warmup_min": 41}, r"fewer than the warm-up size"),
+    "clusterclip": ({"n_clusters": 41}, r"fewer than selection\.params\.n_clusters = 41"),
     "cluster": ({}, r"K|cluster"),
     "uniform": ({}, r"K|cluster"),
 }
 ISSUE_SELECTORS = {"random", "uniform", "dedup-exact", "dedup-minhash", "semdedup", "loss", "grand",
-                   "perplexity", "ccs", "ifd", "less", "s2l"}
+                   "perplexity", "ccs", "ifd", "less", "s2l", "rds", "clusterclip", "deita-ifd",
+                   "deita-perplexity"}
 K = 2  # world size (CluSTER's K) for the cluster-based selectors
 
 
@@ -131,7 +134,7 @@ def test_a_pool_too_small_for_the_parameters_is_refused(name: str, env) -> None:
 
 
 @pytest.mark.parametrize("name", ["random", "loss", "grand", "perplexity", "ccs", "ifd", "less",
-                                  "s2l"])
+                                  "s2l", "rds", "clusterclip", "deita-ifd"])
 def test_budgeted_selectors_ask_for_a_budget(name: str, env) -> None:
     pool, ctx = env
     with pytest.raises(SelectionError, match="needs a budget"):

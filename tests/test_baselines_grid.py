@@ -33,12 +33,14 @@ def test_the_ablation_grid_is_complete_and_every_run_is_valid(base: Path | None)
             assert spec.match_kept_count_of == "cluster-r0.5"
     methods = {cfg.selection.method for cfg in by_label.values()}
     assert {"full", "cluster", "uniform", "random", "dedup-exact", "dedup-minhash", "semdedup",
-            "loss", "grand", "perplexity", "ccs", "ifd", "less", "s2l"} <= methods
+            "loss", "grand", "perplexity", "ccs", "ifd", "less", "s2l", "rds", "clusterclip",
+            "deita-ifd", "deita-perplexity"} <= methods
     ref = by_label["cluster-r0.5"]
     assert ref.selection.params["ratio"] == 50 and ref.allocation.weight_mode == "rank"
     matched = {s.label for s, _ in runs if s.match_kept_count_of == "cluster-r0.5"}
     assert {"random", "dedup-exact", "dedup-minhash", "semdedup", "loss", "grand", "perplexity",
-            "ccs", "ifd", "less", "s2l"} <= matched
+            "ccs", "ifd", "less", "s2l", "rds", "clusterclip", "deita-ifd",
+            "deita-perplexity"} <= matched
     cluster_runs = [c for c in by_label.values() if c.selection.method == "cluster"]
     assert {c.selection.params.get("prune", "close") for c in cluster_runs} == {
         "close", "far", "rand", "mix", "big", "none"}

@@ -346,7 +346,10 @@ def test_long_prompts_are_cut_from_the_left_for_a_proxy_tokenizer(tiny) -> None:
 
 
 def test_less_reads_a_validation_file_or_says_what_is_missing(tmp_path: Path) -> None:
-    from baselines.less import validation_pool
+    from baselines.common import target_examples
+
+    def validation_pool(ctx, source, fmt, n):
+        return target_examples("less", "selection.params.validation", ctx, source, fmt, n)
 
     rows = [{"instruction": f"Question {i}?", "input": "", "output": f"Answer {i}."}
             for i in range(10)]
