@@ -77,9 +77,16 @@ class DataConfig:
 
 @dataclass
 class SelectionConfig:
+    """Which examples to keep. Two keys look alike and have different units:
+    `fraction` is a share of the pool in (0, 1] (0.5 = half the pool), while CluSTER's
+    `params.ratio` is a PERCENTAGE in (0, 100] of the smallest cluster kept per cluster
+    (50 = the paper's r = 0.5). CluSTER sets its own budget from ratio and takes neither
+    `fraction` nor `n`."""
+
     # A registered selector name (see `cluster-repro ls selectors`) or "module:Class".
     method: str = "full"
-    # Budget: a fraction of the pool in (0, 1], or an absolute count n (n wins when both are set).
+    # Budget: a share of the pool in (0, 1] (not a percentage), or an absolute count n (n wins
+    # when both are set).
     fraction: float | None = None
     n: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
@@ -235,12 +242,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is Any:
         return value
     if origin in (typing.Union, types.UnionType):
-        errors = []
         for arg in typing.get_args(tp):
             try:
                 return _coerce(value, arg, key)
-            except ConfigError as e:
-                errors.append(e)
+            except ConfigError:
+                pass  # try the next member; the message below names them all
         raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
     if tp is type(None):
         if value is None:
