@@ -323,14 +323,16 @@ def _pool_upper_bound(cfg: ExperimentConfig) -> int | None:
 
 @check
 def check_ratio(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
-    """selection.params.ratio is a percentage (CluSTER: 1-100); 0.5 is surely meant as 50."""
+    """selection.params.ratio is a percentage (CluSTER: 1-100), unlike selection.fraction (a
+    share, 0-1); 0.5 is surely meant as 50."""
     r = cfg.selection.params.get("ratio")
     if r is None or isinstance(r, bool) or not isinstance(r, (int, float)):
         return []
     if 0 < r < 1:
         pct = r * 100
         return [Problem("selection.params.ratio",
-                        f"{r:g} looks like a fraction; it is a percentage, did you mean "
+                        f"{r:g} looks like a fraction; it is a percentage (0-100, unlike "
+                        "selection.fraction's 0-1 share), did you mean "
                         f"{int(pct) if float(pct).is_integer() else round(pct, 4):g}?")]
     if r == 1:
         return [Problem("selection.params.ratio", "1 keeps 1% of the smallest cluster per "
