@@ -267,12 +267,14 @@ def _gather_objects(obj: Any, world_size: int) -> list[Any]:
 
 
 def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str, model_cfg: Any,
-                     max_length: int, batch_size: int, tmp_path: str, out_path: str, workers: int,
-                     spawned: bool, local_rank: int | None = None) -> None:
-    """Rank `rank` of a group of `world_size` processes (initialized when world_size > 1).
+                     max_length: int, batch_size: int, tmp_path: str, out_path: str,
+                     requested: int) -> int:
+    """Rank `rank` of a group of `world_size` processes (initialized when world_size > 1);
+    returns `rank`.
 
-    Ranks 0..workers-1 compute. Ranks >= workers (an existing torchrun/SLURM group larger than
-    `workers`) load no model and take part in every collective with empty rows, so no rank sits in
+    Ranks 0..workers-1 compute (workers = min(requested, world_size)). Ranks >= workers (an
+    existing torchrun/SLURM group larger than `requested`) load no model and take part in every
+    collective with empty rows, so no rank sits in
     one collective for the whole pass (NCCL's timeout) and no sub-group is needed. Three phases:
     1. the computing ranks load the model and tokenize rows r, r+F, r+2F, ... (F = workers) for
        their lengths; one all_gather_object shares the lengths, the feature size and any error;
@@ -280,11 +282,11 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
        r, r+F, r+2F, ... (longest first, so the work is balanced);
     3. rounds of all_gather: in round j rank r computes its j-th batch (tokenized then), and
        rank 0 writes the gathered rows into the memmap as they arrive.
-    `local_rank` picks the GPU (None: rank); the device index wraps at the visible GPU count.
+    The GPU is its local rank's (SLURM_LOCALID under srun, LOCAL_RANK under torchrun).
     """
     import torch.distributed as dist
 
-    from repro.core.distributed import set_worker_threads, worker_device
+    from repro.core.distributed import set_worker_threads, spawned_here, worker_device
     from repro.core.io import atomic_write_json, read_jsonl
     from repro.core.models import load_model_and_tokenizer
     from repro.core.runtime import peak_memory_mb
@@ -292,13 +294,13 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
 
     t0 = time.perf_counter()
     use_cuda = torch.cuda.is_available()
-    # The CUDA device of its local rank (SLURM_LOCALID under srun, LOCAL_RANK under torchrun).
-    device = worker_device(rank if local_rank is None else local_rank)
+    device = worker_device(rank)
     if use_cuda:
         torch.cuda.set_device(device)  # nccl collectives (and all_gather_object) use this device
-    if spawned:
+    if spawned_here():
         set_worker_threads(world_size)  # the workers share the machine's cores
     bf16 = use_cuda and model_cfg.precision in ("auto", "bf16")
+    workers = min(requested, world_size)
     computing = rank < workers
 
     # -- phase 1: lengths (every error is shared, so no rank waits for a rank that died)
@@ -395,6 +397,7 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
             "device": device.type, "bf16": bf16, "per_worker": gathered})
     if world_size > 1:
         dist.barrier()  # nobody leaves (and tears the group down) before the file is in place
+    return rank
 
 
 def features_to_file(run_dir: Path, workers: int, model_dir: Path, model_cfg: Any,
@@ -403,10 +406,10 @@ def features_to_file(run_dir: Path, workers: int, model_dir: Path, model_cfg: An
 
     `workers` processes compute, in a real process group (gloo on CPU, nccl on GPU); the file is
     the same for any number (whole global batches are dealt, see `_features_worker`). Where the
-    processes come from:
+    processes come from (repro.core.distributed.run_group):
     - a group that already exists with more than one rank (torch.distributed initialized here, or
-      torchrun/SLURM variables, repro.core.distributed.env_rank_world): every rank of it must call this.
-      Its first min(workers, its size) ranks compute; the others only take part in the gathers;
+      torchrun/SLURM variables): every rank of it must call this. Its first min(workers, its size)
+      ranks compute; the others only take part in the gathers;
     - otherwise `workers` processes spawned here (on GPU one per visible GPU: ValueError if
       `workers` exceeds them), or this process when workers is 1.
     Timing and peak memory go to out_path.with_suffix(".json"): "seconds" (rank 0, from worker
@@ -414,9 +417,7 @@ def features_to_file(run_dir: Path, workers: int, model_dir: Path, model_cfg: An
     processes; MiB), "n", "dim", "workers" (processes that computed), "world_size" (processes in
     the group), "per_worker" (rows, batches, compute_s, peak_mem_mb of each). Returns out_path.
     """
-    import torch.distributed as dist
-
-    from repro.core.distributed import env_rank_world, init_from_env, spawn_workers
+    from repro.core.distributed import run_group
     from repro.core.io import atomic_write_json, read_json, remove_stale_temps, temp_path
 
     if workers < 1 or batch_size < 1:
@@ -429,35 +430,15 @@ def features_to_file(run_dir: Path, workers: int, model_dir: Path, model_cfg: An
     remove_stale_temps(out_path.parent)
     tmp = temp_path(out_path)
     args = (str(Path(run_dir) / "pool.jsonl"), str(model_dir), model_cfg, max_length, batch_size,
-            str(tmp), str(out_path))
-    env = env_rank_world()
-    rank0 = True
+            str(tmp), str(out_path), workers)
     try:
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            size = dist.get_world_size()
-            rank0 = dist.get_rank() == 0
-            local = env[2] if env is not None and env[1] == size else None
-            _features_worker(dist.get_rank(), size, *args, min(workers, size), False, local)
-        elif env is not None and env[1] > 1:
-            rank0 = env[0] == 0
-            init_from_env()  # master: MASTER_ADDR, or under srun the first node of the job's list
-            try:
-                _features_worker(env[0], env[1], *args, min(workers, env[1]), False, env[2])
-            finally:
-                dist.destroy_process_group()
-        elif workers == 1:
-            _features_worker(0, 1, *args, 1, False)
-        else:
-            gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-            if 0 < gpus < workers:
-                raise ValueError(f"selection.params.feature_workers: {workers} feature processes but "
-                                 f"{gpus} visible CUDA GPU(s); NCCL needs a GPU per process (set "
-                                 f"it to at most {gpus}, or leave it unset for min(K, GPUs))")
-            spawn_workers(_features_worker, workers, args=(*args, workers, True))
+        # This process's rank, or None when the workers were spawned here (it then waited for all).
+        rank = run_group(_features_worker, workers, args, join_size=None, in_process=True,
+                         key="selection.params.feature_workers", default="min(K, GPUs)")
     finally:
         tmp.unlink(missing_ok=True)  # only left behind by a failed run
     meta_path = out_path.with_suffix(".json")
-    if rank0 and meta_path.is_file():
+    if rank in (None, 0) and meta_path.is_file():
         meta = read_json(meta_path)
         meta["wall_s"] = time.perf_counter() - t0
         atomic_write_json(meta_path, meta)
