@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from evals import local_data
+from repro.core.config import resolve_data_dir
 from repro.core.io import atomic_write_json, atomic_write_jsonl
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
@@ -80,7 +81,9 @@ def _loud(msg: str) -> None:
 
 def expand_benchmarks(names: list[str] | str) -> list[str]:
     """Benchmark names and aliases (a list or a comma-separated string) -> benchmark names, in
-    order, without duplicates. An unknown name raises ValueError with a suggestion."""
+    order, without duplicates. An unknown name raises ValueError with a suggestion: the nearest
+    known name, or for lm-eval's own task name (medqa_4options) this suite's (medqa). The eval
+    CLI, the eval stage and the preflight check (repro/preflight.py) all read names through here."""
     if isinstance(names, str):
         names = [n for n in names.split(",")]
     out: list[str] = []
@@ -93,8 +96,10 @@ def expand_benchmarks(names: list[str] | str) -> list[str]:
         elif n in BENCHMARKS:
             out.append(n)
         else:
-            near = difflib.get_close_matches(n, [*BENCHMARKS, *ALIASES], n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
+            by_harness = {b.harness_task: name for name, b in BENCHMARKS.items()}
+            near = difflib.get_close_matches(n, [*BENCHMARKS, *ALIASES], n=1, cutoff=0.5)
+            hint = (f"; did you mean {by_harness[n]!r} (this suite's name for lm-eval's {n})?"
+                    if n in by_harness else f"; did you mean {near[0]!r}?" if near else "")
             raise ValueError(f"unknown benchmark {n!r}{hint} (known: {', '.join(BENCHMARKS)}; "
                              f"aliases: {', '.join(ALIASES)})")
     return list(dict.fromkeys(out))
@@ -182,7 +187,7 @@ def make_lm(model: Any, tokenizer: Any, batch_size: int = 8, max_length: int | N
 
 def task_manager(settings: EvalSettings):
     """lm-eval's TaskManager over evals/tasks only (not the harness's ~10k built-in YAMLs)."""
-    data_dir = local_data.resolve_data_dir(settings.data_dir)
+    data_dir = resolve_data_dir(settings.data_dir)
     return _task_manager(str(data_dir) if data_dir else None, settings.humaneval_plus_file)
 
 

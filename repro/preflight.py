@@ -126,8 +126,8 @@ def require_clean(configs: list[tuple[str, ExperimentConfig]], ctx: CheckContext
     return found
 
 
-def _did_you_mean(name: str, known: list[str], cutoff: float = 0.6) -> str:
-    hint = difflib.get_close_matches(name, known, n=1, cutoff=cutoff)
+def _did_you_mean(name: str, known: list[str]) -> str:
+    hint = difflib.get_close_matches(name, known, n=1)
     return f"; did you mean {hint[0]!r}?" if hint else ""
 
 
@@ -141,23 +141,15 @@ def check_benchmarks(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     is not found is a note: its evaluation writes a `missing` row, the others still run."""
     if not cfg.eval.benchmarks:
         return []
-    from evals.run import ALIASES, BENCHMARKS
+    from evals.run import expand_benchmarks
 
-    by_harness = {b.harness_task: name for name, b in BENCHMARKS.items()}
-    known = [*BENCHMARKS, *ALIASES]
     out: list[Problem] = []
     names: list[str] = []
-    for i, raw in enumerate(cfg.eval.benchmarks):
-        key = f"eval.benchmarks[{i}]"
-        if raw in ALIASES:
-            names += ALIASES[raw]
-        elif raw in BENCHMARKS:
-            names.append(raw)
-        else:
-            hint = (f"; did you mean {by_harness[raw]!r} (this suite's name for lm-eval's {raw})?"
-                    if raw in by_harness else _did_you_mean(raw, known, 0.5))
-            out.append(Problem(key, f"unknown benchmark {raw!r}{hint} (known: "
-                                    f"{', '.join(BENCHMARKS)}; aliases: {', '.join(ALIASES)})"))
+    for i, raw in enumerate(cfg.eval.benchmarks):  # one at a time, so every bad one is named
+        try:
+            names += expand_benchmarks([raw])
+        except ValueError as e:
+            out.append(Problem(f"eval.benchmarks[{i}]", str(e)))
     if getattr(cfg.eval, "source", "local") == "local":
         out += _benchmark_data_notes(cfg, ctx, list(dict.fromkeys(names)))
     return out

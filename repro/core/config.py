@@ -28,6 +28,13 @@ class ConfigError(ValueError):
     """A user's config is wrong; the message names the key (and file) and what was expected."""
 
 
+def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """Where local data files live: `data_dir` when given, else $CLUSTER_REPRO_DATA, else None.
+    The one rule for the config key, the eval CLI's --data-dir and lm-eval's metadata alike."""
+    d = data_dir or os.environ.get("CLUSTER_REPRO_DATA")
+    return Path(d).expanduser() if d else None
+
+
 # ----------------------------------------------------------------------------- sections
 
 
@@ -179,8 +186,7 @@ class ExperimentConfig:
 
     # -- convenience ---------------------------------------------------------------------
     def resolved_data_dir(self) -> Path | None:
-        d = self.data_dir or os.environ.get("CLUSTER_REPRO_DATA")
-        return Path(d).expanduser() if d else None
+        return resolve_data_dir(self.data_dir)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
