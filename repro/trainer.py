@@ -314,7 +314,6 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
                             world_size, cfg.train.keep_checkpoints, strategy,
                             progress={"train_s": carried["train_s"] + so_far[0],
                                       "tokens": carried["tokens"] + so_far[1]})
-        _maybe_fail_for_tests(done)
     log.close()
     if progress is not None:
         progress.close()
@@ -436,13 +435,6 @@ def _progress(rank: int, total: int, start: int) -> Any:
 
     return tqdm(total=total, initial=start, desc="train", unit="step", dynamic_ncols=True,
                 disable=os.environ.get("CLUSTER_REPRO_NO_PROGRESS") == "1")
-
-
-def _maybe_fail_for_tests(done_steps: int) -> None:
-    """Tests simulate a crash: CLUSTER_REPRO_CRASH_AFTER_STEP=N kills every worker after step N."""
-    at = os.environ.get("CLUSTER_REPRO_CRASH_AFTER_STEP")
-    if at is not None and done_steps == int(at):
-        os._exit(137)
 
 
 def run_training(run_dir: Path, world_size: int, master_port: int | None = None) -> dict[str, Any]:
