@@ -98,10 +98,11 @@ EVAL_PORT_OFFSET = 1
 
 def evaluate(job: EvalJob, workers: int, job_size: int = 1) -> list[dict[str, Any]]:
     """Evaluate on the tasks of the job this process is one of, when that job has `job_size`
-    tasks (> 1: the run's world_size, whose tasks trained together; 1: never): in a group of theirs at MASTER_ADDR, MASTER_PORT + 1
-    (gloo: only Python objects travel between them), waiting until task 0 gets to its eval stage,
-    so the fine-tuned model is saved when any task loads it. Otherwise in this process (1 worker)
-    or in `workers` processes started here. Returns the entries ([] on job tasks other than 0).
+    tasks (> 1: the run's world_size, whose tasks trained together; 1: never): in a group of
+    theirs at MASTER_ADDR, MASTER_PORT + 1 (gloo: only Python objects travel between them),
+    waiting until task 0 gets to its eval stage, so the fine-tuned model is saved when any task
+    loads it. Otherwise in this process (1 worker) or in `workers` processes started here
+    (repro.core.distributed.run_group). Returns the entries ([] on job tasks other than 0).
     """
     from repro.core.distributed import run_group
 
@@ -118,12 +119,10 @@ def evaluate(job: EvalJob, workers: int, job_size: int = 1) -> list[dict[str, An
 
 
 def _group_worker(rank: int, world: int, job: EvalJob) -> list[dict[str, Any]]:
-    """Evaluation process `rank` of `world` (alone when world is 1)."""
-    import torch.distributed as dist
-
+    """Evaluation process `rank` of `world` (alone, without torch.distributed, when world is 1)."""
     from repro.core.distributed import local_rank
 
-    return _evaluate(job, Processes(together=dist.is_initialized()), local_rank(rank))
+    return _evaluate(job, Processes(together=world > 1), local_rank(rank))
 
 
 def device_and_dtype(precision: str, local_rank: int):
