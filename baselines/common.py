@@ -214,67 +214,45 @@ def response_alone(item: dict, leading: list[int]) -> dict:
             "labels": [-100] * len(leading) + list(item["labels"][p:])}
 
 
-def _decoder_and_head(model: Any) -> tuple[Any, Any]:
-    """(decoder without the LM head, LM head) of a Llama-style causal LM (peft-wrapped or not), or
-    (None, None) when the model does not split that way or post-processes its logits."""
-    m = model.get_base_model() if hasattr(model, "get_base_model") else model
-    dec, head = getattr(m, "model", None), m.get_output_embeddings()
-    if dec is None or head is None or getattr(m.config, "final_logit_softcapping", None):
-        return None, None
-    return dec, head
-
-
 def forward_stats(model: Any, items: list[dict], pad_token_id: int, batch_size: int = 8,
                   desc: str = "scoring", chunk_rows: int = 2048) -> dict[str, np.ndarray]:
     """One no-grad forward pass over `items` (tokenized dicts): per example
       loss   mean next-token cross-entropy over its labelled tokens (nats/token),
       el2n   mean over those tokens of ||softmax(logits) - onehot(y)||_2 (EL2N, Paul et al. 2021),
       tokens the number of labelled (predicted) tokens.
-    The LM head runs only at labelled positions, `chunk_rows` at a time, so memory is
-    chunk_rows x vocab instead of batch x length x vocab (1.6 GB per batch of 8 x 1024 tokens
-    for a 49k vocabulary). Batches are formed by length; results do not depend on them."""
+    The LM head runs only at labelled positions, `chunk_rows` at a time
+    (repro.core.lmhead.head_chunks), so memory is chunk_rows x vocab instead of batch x length x
+    vocab (1.6 GB per batch of 8 x 1024 tokens for a 49k vocabulary). Batches are formed by
+    length; results do not depend on them. The model runs in its own dtype (no autocast)."""
     import torch
 
     from repro.core.data import collate
+    from repro.core.lmhead import head_chunks, labelled_positions
 
     n = len(items)
     loss, el2n, tokens = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
     if n == 0:
         return {"loss": loss, "el2n": el2n, "tokens": tokens}
     dev = next(model.parameters()).device
-    dec, head = _decoder_and_head(model)
     order = sorted(range(n), key=lambda i: -len(items[i]["input_ids"]))
     bar = progress_bar(total=n, desc=desc, unit="ex")
     with torch.no_grad():
         for s in range(0, n, batch_size):
             idx = order[s:s + batch_size]
             b = collate([items[i] for i in idx], pad_token_id)
-            ids, att = b["input_ids"].to(dev), b["attention_mask"].to(dev)
-            targets = b["labels"][:, 1:].to(dev)
-            mask = targets != -100
-            if dec is not None:
-                h = dec(input_ids=ids, attention_mask=att, use_cache=False).last_hidden_state
-                h = h[:, :-1][mask]                                   # [M, H] labelled positions
-                logits_of = lambda a, z=h: head(z[a:a + chunk_rows])  # noqa: E731
-            else:
-                full = model(input_ids=ids, attention_mask=att, use_cache=False).logits[:, :-1]
-                full = full[mask]
-                logits_of = lambda a, z=full: z[a:a + chunk_rows]     # noqa: E731
-            y = targets[mask]
+            labels = b["labels"].to(dev)
             k = len(idx)
             nll = torch.zeros(k, device=dev, dtype=torch.float64)
             err = torch.zeros(k, device=dev, dtype=torch.float64)
-            row_of = torch.nonzero(mask)[:, 0]
-            for a in range(0, int(y.numel()), chunk_rows):
-                z = logits_of(a).float()
-                yy, rr = y[a:a + chunk_rows], row_of[a:a + chunk_rows]
+            for rr, _, yy, z in head_chunks(model, b["input_ids"].to(dev), b["attention_mask"].to(dev),
+                                            labels, chunk_rows, bf16=False):
                 logz = torch.logsumexp(z, dim=-1)
                 logp = z.gather(1, yy[:, None])[:, 0] - logz
                 sum_p2 = torch.exp(torch.logsumexp(2 * z, dim=-1) - 2 * logz)
                 e = torch.sqrt((sum_p2 - 2 * logp.exp() + 1).clamp_min(0))
                 nll.index_add_(0, rr, -logp.double())
                 err.index_add_(0, rr, e.double())
-            cnt = mask.sum(dim=1)
+            cnt = labelled_positions(labels)[1].sum(dim=1)
             c = cnt.clamp_min(1).double()
             loss[idx], el2n[idx] = (nll / c).cpu().numpy(), (err / c).cpu().numpy()
             tokens[idx] = cnt.cpu().numpy()

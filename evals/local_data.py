@@ -17,11 +17,11 @@ import functools
 import gzip
 import importlib.util
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from evals.code_tests import io_test_program
+from repro.core.config import resolve_data_dir
 from repro.core.extras import install_hint
 
 MMLU_MEDICAL_SUBJECTS = ("anatomy", "clinical_knowledge", "college_biology", "college_medicine",
@@ -42,11 +42,6 @@ HUMANEVAL_PLUS_NAMES = ("evalplus/HumanEvalPlus.jsonl", "evalplus/HumanEvalPlus.
 
 class MissingDataError(FileNotFoundError):
     """A benchmark's local data cannot be found; the message says where we looked and what to do."""
-
-
-def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path | None:
-    d = data_dir or os.environ.get("CLUSTER_REPRO_DATA")
-    return Path(d).expanduser() if d else None
 
 
 def _need_dir(benchmark: str, data_dir: Any) -> Path:

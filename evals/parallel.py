@@ -3,7 +3,7 @@ every benchmark's items, process 0 merging them into the rows a single process w
 
     entries = evaluate_run(cfg, run_dir)   # the pipeline's eval stage (repro/pipeline.py)
 
-Which processes:
+Which processes (repro.core.distributed.run_group, the trainer's and the feature pass's rule too):
 - inside a job whose tasks trained together (SLURM through `cluster-repro launch`, or any launcher
   that sets RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS for `world_size` tasks): the job's own
   tasks, one per GPU as they trained. Task 0 runs the eval stage; the others join it through
@@ -34,7 +34,6 @@ medical task with shots) goes whole to process 0, since its draws depend on the 
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,26 +77,11 @@ def job_for_run(cfg: ExperimentConfig, run_dir: Path) -> EvalJob:
                    torch_threads=cfg.launch.torch_threads)
 
 
-def job_rank(cfg: ExperimentConfig) -> tuple[int, int, int] | None:
-    """(rank, world size, local rank) when this process is one of the `world_size` tasks of a job
-    that trained together (the condition under which repro.trainer joins the job's group), so its
-    tasks evaluate together too; None otherwise."""
-    from repro.core.distributed import env_rank_world
-
-    env = env_rank_world()
-    if env is not None and env[1] == cfg.world_size and cfg.world_size > 1:
-        return env
-    return None
-
-
 def evaluate_run(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
-    """The entries of the run's benchmarks (on the job's tasks, or on eval.workers processes
-    started here); [] on job tasks other than 0."""
-    job = job_for_run(cfg, Path(run_dir))
-    env = job_rank(cfg)
-    if env is not None:
-        return evaluate_in_job(job, *env)
-    return evaluate_locally(job, default_workers(cfg.eval.workers))
+    """The entries of the run's benchmarks (on the job's tasks when they trained together, or on
+    eval.workers processes started here); [] on job tasks other than 0."""
+    return evaluate(job_for_run(cfg, Path(run_dir)), default_workers(cfg.eval.workers),
+                    job_size=cfg.world_size)
 
 
 def default_workers(requested: int | None) -> int:
@@ -109,54 +93,41 @@ def default_workers(requested: int | None) -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 1
 
 
-def evaluate_locally(job: EvalJob, workers: int) -> list[dict[str, Any]]:
-    """Evaluate in this process (1 worker) or in `workers` processes started here."""
-    import torch
-
-    from repro.core.distributed import spawn_workers
-
-    logger.info(f"{len(job.benchmarks)} benchmark(s) on {workers} process(es): "
-                f"{', '.join(job.benchmarks)}")
-    if workers == 1:
-        return _evaluate(job, Processes(), local_rank=0)
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus and workers > gpus:
-        raise ValueError(f"eval.workers: {workers} processes, but {gpus} GPUs are visible; "
-                         f"give at most {gpus} (one process per GPU), or null for all of them")
-    spawn_workers(_spawned_worker, workers, args=(job,))
-    saved = read_json(Path(job.out_dir) / "benchmarks.json")  # process 0 wrote it
-    if not saved.get("complete"):
-        raise RuntimeError(f"{job.out_dir}/benchmarks.json: the evaluation processes ended "
-                           "without finishing")
-    return saved["entries"]
-
-
 # The job's evaluation group meets on MASTER_PORT + 1, not on the training group's port: task 0
 # hosts that group's store and closes it only after saving the model, so a task that finished
 # training first would join the old store and meet its stale keys (seen here as a hang).
 EVAL_PORT_OFFSET = 1
 
 
-def evaluate_in_job(job: EvalJob, rank: int, world: int, local_rank: int) -> list[dict[str, Any]]:
-    """Evaluate as task `rank` of a job's `world` tasks, in a group of theirs at MASTER_ADDR,
-    MASTER_PORT + 1 (gloo: only Python objects travel between them). It waits until task 0 gets
-    to its eval stage, so the fine-tuned model is saved when any task loads it."""
-    import torch.distributed as dist
+def evaluate(job: EvalJob, workers: int, job_size: int = 1) -> list[dict[str, Any]]:
+    """Evaluate on the tasks of the job this process is one of, when that job has `job_size`
+    tasks (> 1: the run's world_size, whose tasks trained together; 1: never): in a group of
+    theirs at MASTER_ADDR, MASTER_PORT + 1 (gloo: only Python objects travel between them),
+    waiting until task 0 gets to its eval stage, so the fine-tuned model is saved when any task
+    loads it. Otherwise in this process (1 worker) or in `workers` processes started here
+    (repro.core.distributed.run_group). Returns the entries ([] on job tasks other than 0).
+    """
+    from repro.core.distributed import run_group
 
-    from repro.core.distributed import init_process_group
+    logger.info(f"{len(job.benchmarks)} benchmark(s) on {max(workers, job_size)} process(es): "
+                f"{', '.join(job.benchmarks)}")
+    entries = run_group(_group_worker, workers, (job,), join_size=job_size, in_process=True,
+                        key="eval.workers", default="one per GPU", port_offset=EVAL_PORT_OFFSET,
+                        backend="gloo")
+    if entries is not None:
+        return entries
+    saved = read_json(Path(job.out_dir) / "benchmarks.json")  # process 0 of those spawned wrote it
+    if not saved.get("complete"):
+        raise RuntimeError(f"{job.out_dir}/benchmarks.json: the evaluation processes ended "
+                           "without finishing")
+    return saved["entries"]
 
-    port = int(os.environ.get("MASTER_PORT", "29500")) + EVAL_PORT_OFFSET
-    init_process_group(rank, world, os.environ.get("MASTER_ADDR", "127.0.0.1"), port,
-                       backend="gloo")
-    try:
-        return _evaluate(job, Processes(together=True), local_rank)
-    finally:
-        dist.destroy_process_group()
 
+def _group_worker(rank: int, world: int, job: EvalJob) -> list[dict[str, Any]]:
+    """Evaluation process `rank` of `world` (alone, without torch.distributed, when world is 1)."""
+    from repro.core.distributed import local_rank
 
-def _spawned_worker(rank: int, world: int, job: EvalJob) -> None:
-    """One of the processes evaluate_locally starts (in a group spawn_workers set up)."""
-    _evaluate(job, Processes(together=True), local_rank=rank)
+    return _evaluate(job, Processes(together=world > 1), local_rank(rank))
 
 
 def device_and_dtype(precision: str, local_rank: int):

@@ -37,6 +37,7 @@ from typing import Any, Iterable
 
 from evals import local_data, plugins
 from evals.plugins import Benchmark
+from repro.core.config import resolve_data_dir
 from repro.core.io import atomic_write_json, atomic_write_jsonl
 from repro.core.log import get_logger, progress_bar
 
@@ -90,7 +91,9 @@ def expand_benchmarks(names: list[str] | str, task_paths: Iterable[str] = ()) ->
     """Benchmark names and aliases (a list or a comma-separated string) -> benchmark names, in
     order, without duplicates. Plugin benchmarks (of installed packages and the `task_paths`
     folders) are known by name; the aliases name the built-in ones. An unknown name raises
-    ValueError with a suggestion."""
+    ValueError with a suggestion: the nearest known name, or for lm-eval's own task name
+    (medqa_4options) this suite's (medqa). The eval CLI, the eval stage and the preflight check
+    (repro/preflight.py) all read names through here."""
     if isinstance(names, str):
         names = [n for n in names.split(",")]
     known = known_benchmarks(task_paths)
@@ -104,8 +107,10 @@ def expand_benchmarks(names: list[str] | str, task_paths: Iterable[str] = ()) ->
         elif n in known:
             out.append(n)
         else:
-            near = difflib.get_close_matches(n, [*known, *ALIASES], n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
+            by_harness = {b.harness_task: name for name, b in BENCHMARKS.items()}
+            near = difflib.get_close_matches(n, [*known, *ALIASES], n=1, cutoff=0.5)
+            hint = (f"; did you mean {by_harness[n]!r} (this suite's name for lm-eval's {n})?"
+                    if n in by_harness else f"; did you mean {near[0]!r}?" if near else "")
             raise ValueError(f"unknown benchmark {n!r}{hint} (known: {', '.join(known)}; "
                              f"aliases: {', '.join(ALIASES)}; more from eval.task_paths or an "
                              "installed package: docs/add-a-benchmark.md)")
@@ -201,7 +206,7 @@ def make_lm(model: Any, tokenizer: Any, batch_size: int = 8, max_length: int | N
 def task_manager(settings: EvalSettings, benches: Iterable[Benchmark] = ()):
     """lm-eval's TaskManager over evals/tasks and the plugin `benches`' task folders; the
     harness's ~10k built-in YAMLs only when a plugin names one of its tasks (no task folder)."""
-    data_dir = local_data.resolve_data_dir(settings.data_dir)
+    data_dir = resolve_data_dir(settings.data_dir)
     benches = [b for b in benches if b.plugin]
     dirs = tuple(dict.fromkeys(str(Path(b.task_dir).resolve()) for b in benches if b.task_dir))
     return _task_manager(str(data_dir) if data_dir else None, settings.humaneval_plus_file, dirs,

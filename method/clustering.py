@@ -370,36 +370,6 @@ def soft_cap_assign(X, centers, labels, cap_factor: float = 1.5,
     return out
 
 
-def soft_cap_assign_reference(X, centers, labels, cap_factor: float = 1.5,
-                              n_candidates: int = 8) -> np.ndarray:
-    """The same rule as soft_cap_assign written as plain loops (for tests). Uses the same distance
-    matrix (pairwise_sq_distances) so that both see identical numbers."""
-    X = _matrix(X)
-    n, k = X.shape[0], np.asarray(centers).shape[0]
-    labels = [int(v) for v in _check_labels(labels, n, k)]
-    sizes = [labels.count(c) for c in range(k)]
-    if n == 0 or max(sizes) <= cap_factor * n / k:
-        return np.array(labels, dtype=np.int64)
-    cap = math.ceil(cap_factor * n / k)
-    d = pairwise_sq_distances(X, centers).tolist()
-    nearest = [sorted(range(k), key=lambda c: (d[i][c], c)) for i in range(n)]
-    pairs = []
-    for i in range(n):
-        for r, c in enumerate(nearest[i][:min(n_candidates, k)]):
-            pairs.append((d[i][c], i, r, c))
-    pairs.sort()  # by distance, then row index, then candidate rank
-    assigned, count = [None] * n, [0] * k
-    for _, i, _, c in pairs:
-        if assigned[i] is None and count[c] < cap:
-            assigned[i] = c
-            count[c] += 1
-    for i in range(n):
-        if assigned[i] is None:
-            assigned[i] = next((c for c in nearest[i] if count[c] < cap), nearest[i][0])
-            count[assigned[i]] += 1
-    return np.array(assigned, dtype=np.int64)
-
-
 # -- steps 5-6 ------------------------------------------------------------------------------------
 def balanced_budget(sizes, ratio: float, micro_batch: int = 1,
                     drop_last: bool = False) -> tuple[int, int]:

@@ -10,8 +10,9 @@ head's input, after the final norm) and p_t = the model's probability of y_t:
 embedding. Forward only, with the INITIAL model (no LoRA), bf16 autocast on GPU, fp32 on CPU.
 
 Two forms compute the same g:
-- `gradient_proxy_features` (used by the selector): runs the transformer body once for the last
-  hidden state only, then the LM head only at response positions, in row chunks, computing
+- `gradient_proxy_features` (used by the selector): the suite's one scoring pass,
+  repro.core.lmhead.head_chunks (the body once for the last hidden state only, then the LM head
+  only at response positions, in row chunks; the baselines' loss and EL2N use it too), computing
   log p(y) = logit_y - logsumexp(logits). Never holds [B, T, V] logits nor all layers' states.
 - `gradient_proxy_features_naive` (reference, what the authors' code does): all hidden states,
   full-vocabulary log_softmax at every position. For tests and `repro/bench/features.py`.
@@ -29,7 +30,6 @@ import dataclasses
 import math
 import os
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -37,19 +37,14 @@ import numpy as np
 import torch
 
 from repro.core.data import IGNORE_INDEX, collate, tokenize_example
+from repro.core.lmhead import HeadWorkspace, autocast, core_model, head_chunks, labelled_positions
 from repro.core.log import progress_bar
 
-__all__ = ["HeadWorkspace", "gradient_proxy_features", "gradient_proxy_features_naive", "compute_features",
+__all__ = ["gradient_proxy_features", "gradient_proxy_features_naive", "compute_features",
            "feature_workers", "features_to_file"]
 
 
 # ----------------------------------------------------------------------------- the two forms
-
-
-def _core(model: Any) -> Any:
-    """The plain causal LM inside DDP and peft wrappers (names and heads live there)."""
-    model = getattr(model, "module", model)  # DistributedDataParallel
-    return model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
 
 
 def _device(model: Any) -> torch.device:
@@ -58,8 +53,7 @@ def _device(model: Any) -> torch.device:
 
 def _targets(batch: dict, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(targets [B, T-1], response mask [B, T-1], |R| per row [B]); ValueError on an empty row."""
-    targets = batch["labels"].to(device)[:, 1:]  # h_t predicts labels[t+1]
-    sel = targets != IGNORE_INDEX
+    targets, sel = labelled_positions(batch["labels"].to(device))  # h_t predicts labels[t+1]
     counts = sel.sum(dim=1)
     empty = (counts == 0).nonzero().flatten().tolist()
     if empty:
@@ -69,49 +63,6 @@ def _targets(batch: dict, device: torch.device) -> tuple[torch.Tensor, torch.Ten
     return targets, sel, counts
 
 
-def _autocast(device: torch.device, bf16: bool | None):
-    on = device.type == "cuda" if bf16 is None else bf16
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=on)
-
-
-class HeadWorkspace:
-    """A reusable fp32 buffer for the LM head's chunk of logits ([rows, V]).
-
-    A fresh 1024 x 49152 fp32 tensor (192 MiB) is a fresh mmap on CPU: the kernel zero-fills and
-    page-faults it on every chunk of every batch (~0.09 s each on 2 cores, measured). A loop over
-    many batches passes one workspace to every `gradient_proxy_features` call, so the buffer is
-    faulted in once. It grows to the largest chunk asked for, never beyond `chunk_rows` rows.
-    """
-
-    def __init__(self) -> None:
-        self._buf: torch.Tensor | None = None
-
-    def get(self, rows: int, vocab: int, device: torch.device) -> torch.Tensor:
-        b = self._buf
-        if b is None or b.device != device or b.shape[1] != vocab or b.shape[0] < rows:
-            self._buf = b = None  # drop the old one before allocating the new one
-            self._buf = b = torch.empty(rows, vocab, dtype=torch.float32, device=device)
-        return b[:rows]
-
-
-def _head_logits(head: Any, hc: torch.Tensor, device: torch.device, bf16: bool | None,
-                 workspace: HeadWorkspace | None) -> torch.Tensor:
-    """fp32 logits [rows, V] of the LM head for hidden rows `hc`, written into the workspace when
-    one is given and the head is a plain fp32 Linear without autocast (the CPU path)."""
-    autocast_on = device.type == "cuda" if bf16 is None else bf16
-    w = getattr(head, "weight", None)
-    if (workspace is not None and not autocast_on and isinstance(head, torch.nn.Linear)
-            and w.dtype == torch.float32 and hc.dtype == torch.float32):
-        out = workspace.get(hc.shape[0], w.shape[0], device)
-        torch.mm(hc, w.t(), out=out)
-        if head.bias is not None:
-            out.add_(head.bias)
-        return out
-    with _autocast(device, bf16):
-        logits = head(hc)
-    return logits.float()  # a new fp32 tensor under bf16; on CPU fp32 the head's own output
-
-
 @torch.inference_mode()
 def gradient_proxy_features(model: Any, batch: dict, chunk_rows: int = 1024, *,
                             bf16: bool | None = None,
@@ -119,50 +70,26 @@ def gradient_proxy_features(model: Any, batch: dict, chunk_rows: int = 1024, *,
     """g for every row of a collated batch (input_ids, attention_mask, labels: [B, T] int64).
 
     Returns [B, H] float32 on the model's device. The LM head runs on at most `chunk_rows` response
-    positions at a time, so the extra working memory is about chunk_rows * V * 4 bytes (1024 rows
-    x 49152 vocab = 192 MiB) instead of B * T * V * 4 * 2 for full logits plus log_softmax. Smaller
-    chunks save memory but slow the head on CPU (measured on SmolLM2 at batch 8: 256 rows, 0.16x the
-    naive form's memory but no faster than a plain forward; 1024 rows, 0.28x and 1.18x faster);
-    see docs/measurements.md.
-    The body runs only up to the last column that holds a response position (causal attention:
-    outputs at t depend on inputs <= t only, so the columns after it change nothing).
-    `bf16`: autocast to bfloat16; None = on when the model is on CUDA.
-    `workspace`: a `HeadWorkspace` reused across calls (see there); None = a fresh buffer per chunk.
+    positions at a time (repro.core.lmhead.head_chunks, which also says what `bf16` and
+    `workspace` do), so the extra working memory is about chunk_rows * V * 4 bytes instead of
+    B * T * V * 4 * 2 for full logits plus log_softmax. Smaller chunks save memory but slow the
+    head on CPU (measured on SmolLM2 at batch 8: 256 rows, 0.16x the naive form's memory but no
+    faster than a plain forward; 1024 rows, 0.28x and 1.18x faster); see docs/measurements.md.
     """
-    if chunk_rows < 1:
-        raise ValueError(f"chunk_rows: expected >= 1, got {chunk_rows}")
-    core = _core(model)
-    cfg = core.config
-    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
-        # The head's output is transformed after the Linear (Gemma-2, Cohere): only the full
-        # forward gets the probabilities right, so use it rather than a wrong fast path.
-        warnings.warn(f"{type(core).__name__} transforms logits after the LM head; using the naive "
-                      "feature form", stacklevel=2)
-        return gradient_proxy_features_naive(model, batch, bf16=bf16)
-    device = _device(core)
-    targets, sel, counts = _targets(batch, device)
-    head = core.get_output_embeddings()
-    # h_t for t < T-1 predicts labels[t+1]; the body needs columns 0..last response position only.
-    t_need = int(sel.any(dim=0).nonzero().max()) + 1
-    with _autocast(device, bf16):
-        hidden = core.get_decoder()(input_ids=batch["input_ids"].to(device)[:, :t_need],
-                                    attention_mask=batch["attention_mask"].to(device)[:, :t_need],
-                                    use_cache=False).last_hidden_state  # [B, t_need, H], after the norm
-    rows, pos = sel.nonzero(as_tuple=True)  # response positions, row-major
-    h = hidden[rows, pos]  # [M, H]: only these rows ever meet the head
-    y = targets[rows, pos]
-    del hidden
-    out = torch.zeros(sel.shape[0], h.shape[1], dtype=torch.float32, device=device)
-    for s in range(0, h.shape[0], chunk_rows):
-        hc, yc = h[s:s + chunk_rows], y[s:s + chunk_rows]
-        logits = _head_logits(head, hc, device, bf16, workspace)
+    device = _device(core_model(model))
+    _, _, counts = _targets(batch, device)
+    hdim = core_model(model).get_output_embeddings().weight.shape[1]
+    out = torch.zeros(counts.shape[0], hdim, dtype=torch.float32, device=device)
+    for rows, hc, yc, logits in head_chunks(
+            model, batch["input_ids"].to(device), batch["attention_mask"].to(device),
+            batch["labels"].to(device), chunk_rows, bf16=bf16, workspace=workspace):
         gold = logits.gather(1, yc[:, None]).squeeze(1)
         # logsumexp in place: one [rows, V] buffer at a time (torch.logsumexp makes another).
         m = logits.amax(dim=1, keepdim=True)
         lse = logits.sub_(m).exp_().sum(dim=1).log_() + m.squeeze(1)
         del logits
         p = torch.exp(gold - lse)
-        out.index_add_(0, rows[s:s + chunk_rows], (p - 1.0)[:, None] * hc.float())  # segment sum
+        out.index_add_(0, rows, (p - 1.0)[:, None] * hc.float())  # segment sum
     return out / counts[:, None].to(out.dtype)
 
 
@@ -172,7 +99,7 @@ def gradient_proxy_features_naive(model: Any, batch: dict, *, bf16: bool | None 
     full-vocabulary log_softmax at every position ([B, T, V] twice). Returns [B, H] float32."""
     device = _device(model)
     targets, sel, counts = _targets(batch, device)
-    with _autocast(device, bf16):
+    with autocast(device, bf16):
         out = model(input_ids=batch["input_ids"].to(device),
                     attention_mask=batch["attention_mask"].to(device),
                     output_hidden_states=True, use_cache=False)
@@ -211,7 +138,7 @@ def compute_features(examples: list, tokenizer: Any, model: Any, max_length: int
     rows = list(range(len(examples))) if rows is None else list(rows)
     if len(rows) != len(examples):
         raise ValueError(f"rows: expected {len(examples)} entries (one per example), got {len(rows)}")
-    hdim = _core(model).get_output_embeddings().weight.shape[1]
+    hdim = core_model(model).get_output_embeddings().weight.shape[1]
     if out is None:
         out = np.empty((len(examples), hdim), dtype=np.float32)
     items = {i: tokenize_example(ex, tokenizer, max_length) for i, ex in enumerate(examples)}
@@ -261,12 +188,14 @@ def _gather_objects(obj: Any, world_size: int) -> list[Any]:
 
 
 def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str, model_cfg: Any,
-                     max_length: int, batch_size: int, tmp_path: str, out_path: str, workers: int,
-                     spawned: bool, local_rank: int | None = None) -> None:
-    """Rank `rank` of a group of `world_size` processes (initialized when world_size > 1).
+                     max_length: int, batch_size: int, tmp_path: str, out_path: str,
+                     requested: int) -> int:
+    """Rank `rank` of a group of `world_size` processes (initialized when world_size > 1);
+    returns `rank`.
 
-    Ranks 0..workers-1 compute. Ranks >= workers (an existing torchrun/SLURM group larger than
-    `workers`) load no model and take part in every collective with empty rows, so no rank sits in
+    Ranks 0..workers-1 compute (workers = min(requested, world_size)). Ranks >= workers (an
+    existing torchrun/SLURM group larger than `requested`) load no model and take part in every
+    collective with empty rows, so no rank sits in
     one collective for the whole pass (NCCL's timeout) and no sub-group is needed. Three phases:
     1. the computing ranks load the model and tokenize rows r, r+F, r+2F, ... (F = workers) for
        their lengths; one all_gather_object shares the lengths, the feature size and any error;
@@ -274,11 +203,11 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
        r, r+F, r+2F, ... (longest first, so the work is balanced);
     3. rounds of all_gather: in round j rank r computes its j-th batch (tokenized then), and
        rank 0 writes the gathered rows into the memmap as they arrive.
-    `local_rank` picks the GPU (None: rank); the device index wraps at the visible GPU count.
+    The GPU is its local rank's (SLURM_LOCALID under srun, LOCAL_RANK under torchrun).
     """
     import torch.distributed as dist
 
-    from repro.core.distributed import set_worker_threads, worker_device
+    from repro.core.distributed import set_worker_threads, spawned_here, worker_device
     from repro.core.io import atomic_write_json, read_jsonl
     from repro.core.models import load_model_and_tokenizer
     from repro.core.runtime import peak_memory_mb
@@ -286,13 +215,13 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
 
     t0 = time.perf_counter()
     use_cuda = torch.cuda.is_available()
-    # The CUDA device of its local rank (SLURM_LOCALID under srun, LOCAL_RANK under torchrun).
-    device = worker_device(rank if local_rank is None else local_rank)
+    device = worker_device(rank)
     if use_cuda:
         torch.cuda.set_device(device)  # nccl collectives (and all_gather_object) use this device
-    if spawned:
+    if spawned_here():
         set_worker_threads(world_size)  # the workers share the machine's cores
     bf16 = use_cuda and model_cfg.precision in ("auto", "bf16")
+    workers = min(requested, world_size)
     computing = rank < workers
 
     # -- phase 1: lengths (every error is shared, so no rank waits for a rank that died)
@@ -389,6 +318,7 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
             "device": device.type, "bf16": bf16, "per_worker": gathered})
     if world_size > 1:
         dist.barrier()  # nobody leaves (and tears the group down) before the file is in place
+    return rank
 
 
 def features_to_file(run_dir: Path, workers: int, model_dir: Path, model_cfg: Any,
@@ -397,10 +327,10 @@ def features_to_file(run_dir: Path, workers: int, model_dir: Path, model_cfg: An
 
     `workers` processes compute, in a real process group (gloo on CPU, nccl on GPU); the file is
     the same for any number (whole global batches are dealt, see `_features_worker`). Where the
-    processes come from:
+    processes come from (repro.core.distributed.run_group):
     - a group that already exists with more than one rank (torch.distributed initialized here, or
-      torchrun/SLURM variables, repro.core.distributed.env_rank_world): every rank of it must call this.
-      Its first min(workers, its size) ranks compute; the others only take part in the gathers;
+      torchrun/SLURM variables): every rank of it must call this. Its first min(workers, its size)
+      ranks compute; the others only take part in the gathers;
     - otherwise `workers` processes spawned here (on GPU one per visible GPU: ValueError if
       `workers` exceeds them), or this process when workers is 1.
     Timing and peak memory go to out_path.with_suffix(".json"): "seconds" (rank 0, from worker
@@ -408,9 +338,7 @@ def features_to_file(run_dir: Path, workers: int, model_dir: Path, model_cfg: An
     processes; MiB), "n", "dim", "workers" (processes that computed), "world_size" (processes in
     the group), "per_worker" (rows, batches, compute_s, peak_mem_mb of each). Returns out_path.
     """
-    import torch.distributed as dist
-
-    from repro.core.distributed import env_rank_world, init_from_env, spawn_workers
+    from repro.core.distributed import run_group
     from repro.core.io import atomic_write_json, read_json, remove_stale_temps, temp_path
 
     if workers < 1 or batch_size < 1:
@@ -423,35 +351,15 @@ def features_to_file(run_dir: Path, workers: int, model_dir: Path, model_cfg: An
     remove_stale_temps(out_path.parent)
     tmp = temp_path(out_path)
     args = (str(Path(run_dir) / "pool.jsonl"), str(model_dir), model_cfg, max_length, batch_size,
-            str(tmp), str(out_path))
-    env = env_rank_world()
-    rank0 = True
+            str(tmp), str(out_path), workers)
     try:
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            size = dist.get_world_size()
-            rank0 = dist.get_rank() == 0
-            local = env[2] if env is not None and env[1] == size else None
-            _features_worker(dist.get_rank(), size, *args, min(workers, size), False, local)
-        elif env is not None and env[1] > 1:
-            rank0 = env[0] == 0
-            init_from_env()  # master: MASTER_ADDR, or under srun the first node of the job's list
-            try:
-                _features_worker(env[0], env[1], *args, min(workers, env[1]), False, env[2])
-            finally:
-                dist.destroy_process_group()
-        elif workers == 1:
-            _features_worker(0, 1, *args, 1, False)
-        else:
-            gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-            if 0 < gpus < workers:
-                raise ValueError(f"selection.params.feature_workers: {workers} feature processes but "
-                                 f"{gpus} visible CUDA GPU(s); NCCL needs a GPU per process (set "
-                                 f"it to at most {gpus}, or leave it unset for min(K, GPUs))")
-            spawn_workers(_features_worker, workers, args=(*args, workers, True))
+        # This process's rank, or None when the workers were spawned here (it then waited for all).
+        rank = run_group(_features_worker, workers, args, join_size=None, in_process=True,
+                         key="selection.params.feature_workers", default="min(K, GPUs)")
     finally:
         tmp.unlink(missing_ok=True)  # only left behind by a failed run
     meta_path = out_path.with_suffix(".json")
-    if rank0 and meta_path.is_file():
+    if rank in (None, 0) and meta_path.is_file():
         meta = read_json(meta_path)
         meta["wall_s"] = time.perf_counter() - t0
         atomic_write_json(meta_path, meta)

@@ -18,14 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from method.clustering import KMEANS_MODES, NORM_MODES, PRUNE_MODES
 from repro.core.config import ExperimentConfig
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.registry import register_selector
-from repro.core.types import Pool, Selection
-from method.clustering import KMEANS_MODES
 from repro.core.extras import require_extra
+from repro.core.types import Pool, Selection
 
-PRUNE_MODES = ("close", "far", "rand", "mix", "big", "none")
 FEATURE_TYPES = ("gradient-proxy", "lora-grad")
 
 
@@ -67,7 +66,7 @@ class ClusterSelector:
                                  "percentage: 50 for the paper's r = 0.5)")
         _check(prune, PRUNE_MODES, "prune")
         _check(feature_type, FEATURE_TYPES, "feature_type")
-        _check(normalization, ("auto", "l2", "center", "none"), "normalization")
+        _check(normalization, NORM_MODES, "normalization")
         _check(kmeans, KMEANS_MODES, "kmeans")
         if kmeans == "faiss":
             require_extra("faiss", "selection.params.kmeans: 'faiss'")

@@ -6,7 +6,7 @@
     cluster-repro grid RUNS_FILE [k=v ...]        every run of a run list (configs/runs/)
     cluster-repro validate CONFIG [k=v ...]       load and preflight-check a config, print its hash
     cluster-repro ls selectors|allocators|configs|formats|benchmarks   what is available
-    cluster-repro results [--output-dir DIR]      merge result part files into results.csv/.parquet
+    cluster-repro results [--runs-dir DIR]        merge result part files into results.csv/.parquet
     cluster-repro bench ddp [--world-sizes 1,4,8] DDP throughput and all-reduce wait
     cluster-repro bench paper-step --shape S      the paper's step on a model shape: MFU, memory
     cluster-repro report [--results DIR] [--out DIR] every table and figure from the results
@@ -22,6 +22,19 @@ from repro.core.rundir import RunStopped
 
 EPILOG = ("Overrides use dotted keys, e.g. train.lr=1e-4 selection.fraction=0.5 world_size=8. "
           "Data files are read relative to data_dir (or $CLUSTER_REPRO_DATA).")
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An old spelling of an option, kept so existing scripts run: it stores into the new
+    option's `dest` and prints a one-line note naming the new spelling (`new`)."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        print(f"note: {option_string} is deprecated; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -113,9 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", metavar="key.sub=value")
 
     p = sub.add_parser("results", help="merge every run's result part file into one CSV + Parquet")
-    p.add_argument("--output-dir", default="runs",
-                   help="the output_dir the runs wrote to (default: runs)")
-    p.add_argument("--out", default=None, help="merged CSV path (default: OUTPUT_DIR/results.csv)")
+    p.add_argument("--runs-dir", default="runs",
+                   help="the folder the runs wrote to, i.e. their config's output_dir, read here "
+                        "(default: runs)")
+    p.add_argument("--output-dir", dest="runs_dir", action=_DeprecatedAlias, new="--runs-dir",
+                   default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    p.add_argument("--out", default=None, help="merged CSV path (default: RUNS_DIR/results.csv)")
     p.add_argument("--allow-damaged", action="store_true",
                    help="merge the intact part files and leave out damaged ones (cut, or not "
                         "matching their checksum), naming each; without it a damaged part stops "
@@ -300,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "results":
             from repro.core.results import merge_results
 
-            path, n = merge_results(Path(args.output_dir), Path(args.out) if args.out else None,
+            path, n = merge_results(Path(args.runs_dir), Path(args.out) if args.out else None,
                                     allow_damaged=args.allow_damaged)
             print(f"{path} ({n} rows); also {path.with_suffix('.parquet')}")
             return 0

@@ -127,8 +127,8 @@ def require_clean(configs: list[tuple[str, ExperimentConfig]], ctx: CheckContext
     return found
 
 
-def _did_you_mean(name: str, known: list[str], cutoff: float = 0.6) -> str:
-    hint = difflib.get_close_matches(name, known, n=1, cutoff=cutoff)
+def _did_you_mean(name: str, known: list[str]) -> str:
+    hint = difflib.get_close_matches(name, known, n=1)
     return f"; did you mean {hint[0]!r}?" if hint else ""
 
 
@@ -145,28 +145,19 @@ def check_benchmarks(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     if not cfg.eval.benchmarks and not cfg.eval.task_paths:
         return []
     from evals.plugins import BenchmarkPluginError
-    from evals.run import ALIASES, BENCHMARKS, known_benchmarks
+    from evals.run import expand_benchmarks, known_benchmarks
 
     try:
         table = known_benchmarks(cfg.eval.task_paths)
     except BenchmarkPluginError as e:
         return [Problem("eval.task_paths", str(e))]
-    by_harness = {b.harness_task: name for name, b in BENCHMARKS.items()}
-    known = [*table, *ALIASES]
     out: list[Problem] = []
     names: list[str] = []
-    for i, raw in enumerate(cfg.eval.benchmarks):
-        key = f"eval.benchmarks[{i}]"
-        if raw in ALIASES:
-            names += ALIASES[raw]
-        elif raw in table:
-            names.append(raw)
-        else:
-            hint = (f"; did you mean {by_harness[raw]!r} (this suite's name for lm-eval's {raw})?"
-                    if raw in by_harness else _did_you_mean(raw, known, 0.5))
-            out.append(Problem(key, f"unknown benchmark {raw!r}{hint} (known: "
-                                    f"{', '.join(table)}; aliases: {', '.join(ALIASES)}; more "
-                                    "from eval.task_paths or an installed package)"))
+    for i, raw in enumerate(cfg.eval.benchmarks):  # one at a time, so every bad one is named
+        try:
+            names += expand_benchmarks([raw], cfg.eval.task_paths)
+        except ValueError as e:
+            out.append(Problem(f"eval.benchmarks[{i}]", str(e)))
     names = list(dict.fromkeys(names))
     out += _plugin_data_notes([table[n] for n in names if table[n].plugin])
     if getattr(cfg.eval, "source", "local") == "local":
@@ -360,14 +351,16 @@ def _pool_upper_bound(cfg: ExperimentConfig) -> int | None:
 
 @check
 def check_ratio(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
-    """selection.params.ratio is a percentage (CluSTER: 1-100); 0.5 is surely meant as 50."""
+    """selection.params.ratio is a percentage (CluSTER: 1-100), unlike selection.fraction (a
+    share, 0-1); 0.5 is surely meant as 50."""
     r = cfg.selection.params.get("ratio")
     if r is None or isinstance(r, bool) or not isinstance(r, (int, float)):
         return []
     if 0 < r < 1:
         pct = r * 100
         return [Problem("selection.params.ratio",
-                        f"{r:g} looks like a fraction; it is a percentage, did you mean "
+                        f"{r:g} looks like a fraction; it is a percentage (0-100, unlike "
+                        "selection.fraction's 0-1 share), did you mean "
                         f"{int(pct) if float(pct).is_integer() else round(pct, 4):g}?")]
     if r == 1:
         return [Problem("selection.params.ratio", "1 keeps 1% of the smallest cluster per "

@@ -325,7 +325,6 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
                             world_size, cfg.train.keep_checkpoints, strategy,
                             progress={"train_s": carried["train_s"] + so_far[0],
                                       "tokens": carried["tokens"] + so_far[1]})
-        _maybe_fail_for_tests(done)
     log.close()
     progress.close()
     tracker.close()
@@ -440,27 +439,13 @@ def settle_ddp_buckets(model: torch.nn.Module, batch: dict[str, torch.Tensor], a
         p.grad = None
 
 
-def _maybe_fail_for_tests(done_steps: int) -> None:
-    """Tests simulate a crash: CLUSTER_REPRO_CRASH_AFTER_STEP=N kills every worker after step N."""
-    at = os.environ.get("CLUSTER_REPRO_CRASH_AFTER_STEP")
-    if at is not None and done_steps == int(at):
-        os._exit(137)
 
 
 def run_training(run_dir: Path, world_size: int, master_port: int | None = None) -> dict[str, Any]:
-    """Spawn the workers locally (or, under SLURM/torchrun, join the existing group)."""
-    from repro.core.distributed import env_rank_world, spawn_workers
+    """Train with `world_size` workers: this process's SLURM/torchrun group when it was launched
+    into one of that size (every task calls this), else as many processes spawned here."""
+    from repro.core.distributed import run_group
 
-    env = env_rank_world()
-    if env is not None and env[1] == world_size and world_size > 1:
-        from repro.core.distributed import init_from_env
-
-        rank, ws, _ = env
-        init_from_env()  # master: MASTER_ADDR, or under srun the first node of the job's list
-        try:
-            train_worker(rank, ws, str(run_dir))
-        finally:
-            dist.destroy_process_group()
-    else:
-        spawn_workers(train_worker, world_size, args=(str(run_dir),), master_port=master_port)
+    run_group(train_worker, world_size, (str(run_dir),), join_size=world_size,
+              master_port=master_port)
     return read_json(run_dir / "train.json")

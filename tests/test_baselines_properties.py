@@ -364,15 +364,18 @@ def test_less_reads_a_validation_file_or_says_what_is_missing(tmp_path: Path) ->
 
 def test_forward_stats_head_at_labelled_positions_matches_full_logits(tiny, monkeypatch) -> None:
     """The lean path (decoder, then the LM head on labelled rows in chunks) equals the plain
-    full-logits forward."""
+    full-logits forward (what repro.core.lmhead.head_chunks takes for a model whose head is not
+    last: the test pretends the tiny Llama is one)."""
     import baselines.common as common
+    import repro.core.lmhead as lmhead
 
     cfg, model_dir = tiny
     model, tok = common.scoring_model(_ctx(cfg, Path("."), model_dir), "t")
     items = common.tokenize_pool(_text_pool(10), tok, 128)
     lean = common.forward_stats(model, items, tok.pad_token_id, 4, chunk_rows=7)
-    monkeypatch.setattr(common, "_decoder_and_head", lambda m: (None, None))
-    full = common.forward_stats(model, items, tok.pad_token_id, 3)
+    monkeypatch.setattr(lmhead, "head_is_last", lambda m: False)
+    with pytest.warns(UserWarning, match="full forward"):
+        full = common.forward_stats(model, items, tok.pad_token_id, 3)
     for key in ("loss", "el2n"):
         assert lean[key] == pytest.approx(full[key], rel=1e-5)
     assert (lean["tokens"] == full["tokens"]).all() and lean["tokens"].min() > 0

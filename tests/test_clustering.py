@@ -1,4 +1,8 @@
-"""CluSTER steps 2-6, 8, 9 (method/clustering.py): property tests on small random inputs."""
+"""CluSTER steps 2-6, 8, 9 (method/clustering.py): property tests on small random inputs.
+
+The soft cap is checked against `soft_cap_assign_reference` below: the same rule written as plain
+loops, on the same distance matrix.
+"""
 from __future__ import annotations
 
 import math
@@ -53,6 +57,43 @@ def skewed(X, k, seed):
     return centers.astype(np.float32), labels
 
 
+def nearest(X, k, seed):
+    """Centers on K random rows and every row labelled with its nearest one: the partition k-means
+    hands the soft cap, with the natural imbalance of the data (the cap may or may not trigger)."""
+    centers = X[np.random.default_rng(seed).choice(len(X), size=k, replace=False)]
+    return centers, C.pairwise_sq_distances(X, centers).argmin(axis=1)
+
+
+def soft_cap_assign_reference(X, centers, labels, cap_factor: float = 1.5,
+                              n_candidates: int = 8) -> np.ndarray:
+    """The rule of C.soft_cap_assign as plain loops. Uses the same distance matrix
+    (C.pairwise_sq_distances), so both see identical numbers."""
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    n, k = X.shape[0], np.asarray(centers).shape[0]
+    labels = [int(v) for v in labels]
+    sizes = [labels.count(c) for c in range(k)]
+    if n == 0 or max(sizes) <= cap_factor * n / k:
+        return np.array(labels, dtype=np.int64)
+    cap = math.ceil(cap_factor * n / k)
+    d = C.pairwise_sq_distances(X, centers).tolist()
+    ranked = [sorted(range(k), key=lambda c: (d[i][c], c)) for i in range(n)]
+    pairs = []
+    for i in range(n):
+        for r, c in enumerate(ranked[i][:min(n_candidates, k)]):
+            pairs.append((d[i][c], i, r, c))
+    pairs.sort()  # by distance, then row index, then candidate rank
+    assigned, count = [None] * n, [0] * k
+    for _, i, _, c in pairs:
+        if assigned[i] is None and count[c] < cap:
+            assigned[i] = c
+            count[c] += 1
+    for i in range(n):
+        if assigned[i] is None:
+            assigned[i] = next((c for c in ranked[i] if count[c] < cap), ranked[i][0])
+            count[assigned[i]] += 1
+    return np.array(assigned, dtype=np.int64)
+
+
 def clustered(X, k, seed):
     """Labels with every cluster non-empty (row i in cluster perm(i) mod K) and per-cluster means:
     the choice rules hold for any partition, so no k-means is needed here."""
@@ -63,12 +104,13 @@ def clustered(X, k, seed):
 
 # -- step 4: the soft cap ------------------------------------------------------------------------
 @SETTINGS
-@given(features(), st.sampled_from([1.0, 1.2, 1.5, 2.0]), st.integers(1, 9))
-def test_soft_cap_matches_reference_and_holds(data, cap_factor, n_cand):
+@given(features(), st.sampled_from([1.0, 1.2, 1.5, 2.0]), st.integers(1, 9),
+       st.sampled_from([skewed, nearest]))
+def test_soft_cap_matches_reference_and_holds(data, cap_factor, n_cand, partition):
     X, k, seed = data
-    centers, labels = skewed(X, k, seed)
+    centers, labels = partition(X, k, seed)
     got = C.soft_cap_assign(X, centers, labels, cap_factor, n_cand)
-    ref = C.soft_cap_assign_reference(X, centers, labels, cap_factor, n_cand)
+    ref = soft_cap_assign_reference(X, centers, labels, cap_factor, n_cand)
     np.testing.assert_array_equal(got, ref)
     assert got.dtype == np.int64 and got.shape == labels.shape
     n = len(X)
@@ -86,7 +128,7 @@ def test_soft_cap_with_duplicates_and_ties(data, n_cand):
     centers = np.round(X[rng.integers(0, len(X), k)], 0)  # centers on rows: many exact ties
     labels = np.zeros(len(X), dtype=np.int64)
     got = C.soft_cap_assign(X, centers, labels, 1.5, n_cand)
-    np.testing.assert_array_equal(got, C.soft_cap_assign_reference(X, centers, labels, 1.5, n_cand))
+    np.testing.assert_array_equal(got, soft_cap_assign_reference(X, centers, labels, 1.5, n_cand))
     if k > 1:  # all rows in cluster 0 exceeds 1.5 N / K
         assert np.bincount(got, minlength=k).max() <= math.ceil(1.5 * len(X) / k)
 
@@ -137,6 +179,7 @@ def test_choose_within_cluster_properties(data, mode, ratio):
     dist = C.sq_distances_to_own_center(X, centers, labels)
     for c, idx in chosen.items():
         assert np.all(labels[idx] == c) and len(set(idx.tolist())) == len(idx)
+        assert len(idx) == (sizes[c] if mode == "none" else m_adj)  # every cluster keeps m_adj
         rest = np.setdiff1d(np.flatnonzero(labels == c), idx)
         if mode == "close" and rest.size:
             assert dist[idx].min() >= dist[rest].max()
@@ -178,6 +221,8 @@ def test_choose_errors():
 
 def test_balanced_budget_examples():
     assert C.balanced_budget([10, 20, 30], 50) == (10, 5)
+    assert C.balanced_budget([10, 13, 7], 100) == (7, 7)  # m is the smallest, wherever it stands
+    assert C.balanced_budget([10, 13, 7], 100, micro_batch=4, drop_last=True) == (7, 4)
     assert C.balanced_budget([10, 20, 30], 100) == (10, 10)
     assert C.balanced_budget([101, 200], 75) == (101, 75)
     assert C.balanced_budget(np.array([1000, 1200]), 50, 8, drop_last=True) == (1000, 496)

@@ -12,17 +12,13 @@ from pathlib import Path
 import pytest
 
 from repro.core.distributed import (PORT_BASE, PORT_SPAN, cuda_device_index, env_rank_world,
-                               expand_hostlist, init_from_env, launch_env, master_port_for_job,
-                               slurm_env)
+                                    expand_hostlist, init_from_env, launch_env, launched_group,
+                                    master_port_for_job, run_group, slurm_env)
 from repro.experiments.grids import load_grid
 from slurm.jobs import export_torch_env
 from slurm.launcher import slurm_parameters, sbatch_script
 from slurm.profile import load_profile
-from tests.conftest import CONFIGS
-
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
-               "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_ID", "SLURM_JOB_ID",
-               "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_STEP_NODELIST")
+from tests.conftest import CONFIGS, LAUNCH_VARS
 
 
 @pytest.fixture
@@ -175,6 +171,25 @@ def test_env_rank_world_and_init_from_env_read_the_process_environment(
     for k, v in srun_task(6).items():
         clean_env.setenv(k, v)
     assert env_rank_world() == (6, 8, 2)
+
+
+def test_a_launched_group_is_joined_only_at_the_size_asked_for(clean_env: pytest.MonkeyPatch) -> None:
+    """run_group's choice (repro/core/distributed.py), without starting a group: a task of an
+    8-task srun step joins a group of 8 or of any size, never one of 4 (the trainer's and the eval
+    stage's rule: the job's tasks trained together only when the job has world_size tasks); a
+    one-task job is a plain process. Where no group is joined, one in-process worker runs here."""
+    assert launched_group() is None
+    for k, v in srun_task(6).items():
+        clean_env.setenv(k, v)
+    assert launched_group().rank == 6 and launched_group(8).world_size == 8
+    assert launched_group(4) is None
+    ran = run_group(lambda rank, world, x: (rank, world, x), 1, ("a",), join_size=4, in_process=True)
+    assert ran == (0, 1, "a")
+    for k in LAUNCH_VARS:
+        clean_env.delenv(k, raising=False)
+    clean_env.setenv("RANK", "0")
+    clean_env.setenv("WORLD_SIZE", "1")
+    assert launch_env() is not None and launched_group() is None and launched_group(1) is None
 
 
 def test_a_job_exports_the_slurm_rendezvous_for_env_init(clean_env: pytest.MonkeyPatch) -> None:

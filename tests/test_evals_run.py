@@ -258,7 +258,7 @@ SPLIT_BENCHMARKS = ["medqa", "mmlu_medical", "humaneval"]
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
     """(config, run dir, tokenizer, entries, output dir) of a lone process's evaluation."""
-    from evals.parallel import evaluate_locally, job_for_run
+    from evals.parallel import evaluate, job_for_run
     from tests.conftest import SHARED_DATA
 
     if SHARED_DATA is None:
@@ -267,7 +267,7 @@ def one_process(tmp_path_factory):
     cfg, run_dir, tok = _finished_run(tmp, SHARED_DATA, False, "evaldp", SPLIT_BENCHMARKS,
                                       world_size=2, limit=5, max_new_tokens=3)
     out = tmp / "one"
-    entries = evaluate_locally(dataclasses.replace(job_for_run(cfg, run_dir), out_dir=str(out)), 1)
+    entries = evaluate(dataclasses.replace(job_for_run(cfg, run_dir), out_dir=str(out)), 1)
     assert [e["status"] for e in entries] == ["ok"] * len(entries)
     assert [e["n"] for e in entries if "/" not in e["benchmark"]] == [5, 5, 30, 5]
     return cfg, run_dir, tok, entries, out
@@ -304,11 +304,10 @@ def test_two_spawned_processes_give_the_rows_of_one(one_process, tmp_path):
     """eval.workers 2 on CPU: 2 real processes, each scoring a share of every task's items, give
     exactly the entries (value, stderr, n) of 1 process, for the same items and results. The
     stated 3-token limit is the one generation used, and the one the rows record."""
-    from evals.parallel import evaluate_locally, job_for_run
+    from evals.parallel import evaluate, job_for_run
 
     cfg, run_dir, tok, one, one_dir = one_process
-    two = evaluate_locally(dataclasses.replace(job_for_run(cfg, run_dir),
-                                               out_dir=str(tmp_path)), 2)
+    two = evaluate(dataclasses.replace(job_for_run(cfg, run_dir), out_dir=str(tmp_path)), 2)
     assert _scores(two) == _scores(one)
     assert json.loads((tmp_path / "benchmarks.json").read_text())["processes"] == 2
     _same_items(one_dir, tmp_path)

@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 import torch
 
-from method.features import (HeadWorkspace, compute_features, feature_workers, features_to_file,
+from method.features import (compute_features, feature_workers, features_to_file,
                              gradient_proxy_features, gradient_proxy_features_naive)
 from repro.core.config import LoraConfig, ModelConfig
 from repro.core.data import IGNORE_INDEX, collate, tokenize_example
 from repro.core.io import atomic_write_jsonl
+from repro.core.lmhead import HeadWorkspace
 from repro.core.types import Example
 
 CFG = ModelConfig(name_or_path="tiny-random-llama", lora=LoraConfig(enabled=False))
@@ -72,6 +73,21 @@ def test_efficient_equals_naive_with_padding_and_chunks(tiny) -> None:
     assert any(len(f["input_ids"]) > cut for f in full)
     short = _batch(tok, exs, max_length=cut)
     _close(gradient_proxy_features(model, short, chunk_rows=5), gradient_proxy_features_naive(model, short))
+
+
+def test_a_model_whose_head_is_not_last_is_scored_by_its_full_forward(tiny, monkeypatch) -> None:
+    """Gemma-2 and Cohere transform logits after the LM head (repro.core.lmhead.head_is_last):
+    the shared scoring pass then takes the model's own full-forward logits, in chunks, and says
+    so. The tiny Llama's head is last; the test pretends otherwise (no such tiny model here)."""
+    import repro.core.lmhead as lmhead
+
+    _, model, tok = tiny
+    batch = _batch(tok, _examples(5))
+    assert lmhead.head_is_last(model)
+    monkeypatch.setattr(lmhead, "head_is_last", lambda m: False)
+    with pytest.warns(UserWarning, match="transforms logits after the LM head"):
+        got = gradient_proxy_features(model, batch, chunk_rows=4)
+    _close(got, gradient_proxy_features_naive(model, batch))
 
 
 def test_workspace_reused_across_batches_equals_naive(tiny) -> None:

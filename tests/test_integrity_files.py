@@ -174,7 +174,7 @@ def test_cli_results_and_report_exit_2_naming_the_part_unless_allowed(
 
     parts, total = _store(tmp_path)
     parts[2].write_bytes(_cut_in_header(parts[2].read_bytes()))
-    for cmd in (["results", "--output-dir", str(tmp_path)],
+    for cmd in (["results", "--runs-dir", str(tmp_path)],
                 ["report", "--results", str(tmp_path), "--out", str(tmp_path / "r")]):
         assert main(cmd) == 2
         err = capsys.readouterr().err
@@ -183,6 +183,12 @@ def test_cli_results_and_report_exit_2_naming_the_part_unless_allowed(
         assert main([*cmd, "--allow-damaged"]) == 0
         assert f"skipped" in capsys.readouterr().err
     assert (tmp_path / "results.csv").is_file() and (tmp_path / "r" / "index.md").is_file()
+    # The old spelling still reads the same folder, and says once that it is deprecated.
+    (tmp_path / "results.csv").unlink()
+    assert main(["results", "--output-dir", str(tmp_path), "--allow-damaged"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("--output-dir is deprecated; use --runs-dir") == 1
+    assert (tmp_path / "results.csv").is_file()
 
 
 def test_merged_results_carry_a_checksum_that_the_report_checks(tmp_path: Path) -> None:

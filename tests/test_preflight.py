@@ -203,8 +203,8 @@ def test_hub_sources_are_a_note_and_the_profile_env_sets_the_data_dir(tmp_path: 
 
 def test_a_ratio_given_as_a_fraction_asks_for_the_percentage() -> None:
     errs = _errors(preflight(_quick("selection.method=cluster", "selection.params.ratio=0.5")))
-    assert errs == ["selection.params.ratio: 0.5 looks like a fraction; it is a percentage, did "
-                    "you mean 50?"]
+    assert errs == ["selection.params.ratio: 0.5 looks like a fraction; it is a percentage (0-100, "
+                    "unlike selection.fraction's 0-1 share), did you mean 50?"]
     errs = _errors(preflight(_quick("selection.method=cluster", "selection.params.ratio=0.75")))
     assert errs[0].endswith("did you mean 75?")
     assert preflight(_quick("selection.method=cluster", "selection.params.ratio=50")) == []
@@ -275,8 +275,8 @@ def test_validate_run_and_grid_refuse_before_any_stage(tmp_path: Path, cli) -> N
         rc, _, err = cli(cmd, quick, f"output_dir={tmp_path}", "selection.method=cluster",
                          "selection.params.ratio=0.5")
         assert rc == 2
-        assert "selection.params.ratio: 0.5 looks like a fraction; it is a percentage, did you " \
-               "mean 50?" in err
+        assert "selection.params.ratio: 0.5 looks like a fraction; it is a percentage (0-100, " \
+               "unlike selection.fraction's 0-1 share), did you mean 50?" in err
         assert not any(tmp_path.iterdir()), "nothing may run"
 
     runs = tmp_path / "runs.yaml"
@@ -305,7 +305,8 @@ def test_launch_lists_each_cells_problems_and_submits_nothing(tmp_path: Path, cl
     assert "  error  cell demo.tiny.mine.ws1.s1: selection.method: unknown selector " \
            "'no-such-selector'" in out_text
     assert "  error  cell demo.tiny.cl-r0.5.ws1.s1: selection.params.ratio: 0.5 looks like a " \
-           "fraction; it is a percentage, did you mean 50?" in out_text
+           "fraction; it is a percentage (0-100, unlike selection.fraction's 0-1 share), did you " \
+           "mean 50?" in out_text
     assert "demo.tiny.full.ws1.s1" in out_text.split("Preflight:")[0]  # the plan is still shown
     rc, _, err = cli("launch", str(grid), "--cluster", "local", "--output-dir", str(out))
     assert rc == 2

@@ -19,6 +19,7 @@ from repro.core.config import from_dict
 from repro.core.io import atomic_write_json, read_json
 from repro.pipeline import load_pool_files, model_dir_of, run_experiment
 from repro.core.types import Schedule
+from tests.crash_hook import STEP_VAR, crash_env
 
 TINY = ["model.name_or_path=tiny-random-llama", "data.demo_train_size=48",
         "data.demo_heldout_per_category=1", "data.max_length=256", "eval.demo_tasks=false",
@@ -153,7 +154,8 @@ def test_killed_fsdp_run_resumes_to_the_same_weights(tmp_path: Path, fsdp_run: t
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     full_dir, cfg = fsdp_run
     cfg_b = _cfg(tmp_path, *RECIPE_LIKE, "train.strategy=fsdp", "train.activation_checkpointing=true")
-    monkeypatch.setenv("CLUSTER_REPRO_CRASH_AFTER_STEP", "5")  # every worker dies after step 5
+    for k, v in crash_env(5).items():  # every spawned worker dies after step 5 (tests/crash_hook)
+        monkeypatch.setenv(k, v)
     with pytest.raises(Exception):
         run_experiment(cfg_b, until="train")
     run_b = cfg_b.run_dir()
@@ -161,7 +163,7 @@ def test_killed_fsdp_run_resumes_to_the_same_weights(tmp_path: Path, fsdp_run: t
     ckpts = sorted((run_b / "checkpoints").glob("step-*"))
     assert [p.name for p in ckpts] == ["step-0000003"]
     assert (ckpts[0] / "dcp" / ".metadata").is_file()  # sharded: torch.distributed.checkpoint
-    monkeypatch.delenv("CLUSTER_REPRO_CRASH_AFTER_STEP")
+    monkeypatch.delenv(STEP_VAR)
     run_experiment(cfg_b, until="train")
     info = read_json(run_b / "train.json")
     assert info["resumed_from_step"] == 3 and info["steps_run"] == 3

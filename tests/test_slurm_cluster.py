@@ -27,6 +27,7 @@ from repro.core.io import read_json
 from slurm.launcher import make_executor
 from slurm.profile import load_profile
 from tests.conftest import CONFIGS, REPO
+from tests.crash_hook import crash_env
 
 SLURM_DIR = Path(os.environ.get("CLUSTER_REPRO_SLURM_DIR", "/tmp/cluster-repro-slurm"))
 PROFILE = str(CONFIGS / "clusters" / "local.yaml")
@@ -299,8 +300,9 @@ seeds: [7]
 """)
     out = tmp_path / "runs"
     cell = "demo.tiny.full.ws2.s7"
-    # Every worker of the first job dies hard (os._exit(137), as under kill -9) after step 3.
-    first = launch(grid, out, "--wait", env={"CLUSTER_REPRO_CRASH_AFTER_STEP": "3"})
+    # Every worker of the first job dies hard (os._exit(137), as under kill -9) after step 3
+    # (tests/crash_hook, on the PYTHONPATH the job's tasks inherit).
+    first = launch(grid, out, "--wait", env=crash_env(3))
     assert first.returncode == 1, first.stdout[-2000:] + first.stderr[-3000:]
     jobs = read_json(out / "_launch" / "resume" / "jobs.json")["jobs"]
     first_id = jobs[cell]["job_id"]

@@ -3,8 +3,9 @@
 - Weighting: with worker weights w_k, one DDP step equals the serial update with gradient
   sum_k (w_k / K) * grad_k (plain SGD, so the update is the gradient itself).
 - Resume: a run killed after a checkpoint and resumed ends with the same weights as an
-  uninterrupted one. The kill is every worker calling os._exit(137) right after a step
-  (CLUSTER_REPRO_CRASH_AFTER_STEP), i.e. an abrupt death with no cleanup, at a known step. Its
+  uninterrupted one. The kill is every worker calling os._exit(137) once a given number of steps
+  is done (tests/crash_hook, put on PYTHONPATH: no hook in the trainer), i.e. an abrupt death with
+  no cleanup, at a known step. Its
   result rows say attempts 2, resumed from step 3, and train_s counts the killed attempt's loop
   up to its checkpoint too; its TensorBoard events (train.report_to) hold every step once.
 - Bit for bit at 4 and 8 DDP workers and 4 fsdp workers, where the order of floating-point
@@ -29,6 +30,7 @@ from repro.pipeline import load_pool_files, model_dir_of, run_experiment, stage_
 from repro.core.results import PART_NAME, read_rows
 from repro.core.types import Schedule
 from tests.conftest import CONFIGS, REPO
+from tests.crash_hook import crash_env
 from tests.test_tracking import tb_scalars
 
 
@@ -116,8 +118,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path: Path) -> None:
     assert a.returncode == 0, a.stderr[-3000:]
 
     b_out = tmp_path / "b"
-    crashed = _run_cli(["run", str(cfg_path), f"output_dir={b_out}", *common],
-                       {"CLUSTER_REPRO_CRASH_AFTER_STEP": "5"})
+    crashed = _run_cli(["run", str(cfg_path), f"output_dir={b_out}", *common], crash_env(5))
     assert crashed.returncode != 0
     run_b = next(b_out.glob("*/*"))
     assert not (run_b / "train.json").exists()

@@ -37,7 +37,8 @@ from typing import Any
 
 import torch
 
-from method.features import HeadWorkspace, gradient_proxy_features, gradient_proxy_features_naive
+from method.features import gradient_proxy_features, gradient_proxy_features_naive
+from repro.core.lmhead import HeadWorkspace
 
 FORMS = ("efficient", "naive", "plain")
 # Published shapes, for timing on a GPU without downloading weights (random initialization).

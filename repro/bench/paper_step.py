@@ -83,7 +83,8 @@ def _peak_bytes(device: torch.device) -> int:
 
 def _features(model: Any, seq_len: int, batch: int, n: int, device: torch.device) -> dict[str, Any]:
     """Time the lean gradient-proxy feature pass (method/features.py) on n sequences."""
-    from method.features import HeadWorkspace, gradient_proxy_features
+    from method.features import gradient_proxy_features
+    from repro.core.lmhead import HeadWorkspace
 
     ids = _sequences(n, seq_len, seed=7).to(device)
     ws = HeadWorkspace()

@@ -34,6 +34,13 @@ class ConfigError(ValueError):
     """A user's config is wrong; the message names the key (and file) and what was expected."""
 
 
+def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """Where local data files live: `data_dir` when given, else $CLUSTER_REPRO_DATA, else None.
+    The one rule for the config key, the eval CLI's --data-dir and lm-eval's metadata alike."""
+    d = data_dir or os.environ.get("CLUSTER_REPRO_DATA")
+    return Path(d).expanduser() if d else None
+
+
 # ----------------------------------------------------------------------------- sections
 
 
@@ -83,9 +90,16 @@ class DataConfig:
 
 @dataclass
 class SelectionConfig:
+    """Which examples to keep. Two keys look alike and have different units:
+    `fraction` is a share of the pool in (0, 1] (0.5 = half the pool), while CluSTER's
+    `params.ratio` is a PERCENTAGE in (0, 100] of the smallest cluster kept per cluster
+    (50 = the paper's r = 0.5). CluSTER sets its own budget from ratio and takes neither
+    `fraction` nor `n`."""
+
     # A registered selector name (see `cluster-repro ls selectors`) or "module:Class".
     method: str = "full"
-    # Budget: a fraction of the pool in (0, 1], or an absolute count n (n wins when both are set).
+    # Budget: a share of the pool in (0, 1] (not a percentage), or an absolute count n (n wins
+    # when both are set).
     fraction: float | None = None
     n: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
@@ -186,8 +200,7 @@ class ExperimentConfig:
 
     # -- convenience ---------------------------------------------------------------------
     def resolved_data_dir(self) -> Path | None:
-        d = self.data_dir or os.environ.get("CLUSTER_REPRO_DATA")
-        return Path(d).expanduser() if d else None
+        return resolve_data_dir(self.data_dir)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -262,12 +275,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is Any:
         return value
     if origin in (typing.Union, types.UnionType):
-        errors = []
         for arg in typing.get_args(tp):
             try:
                 return _coerce(value, arg, key)
-            except ConfigError as e:
-                errors.append(e)
+            except ConfigError:
+                pass  # try the next member; the message below names them all
         raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
     if tp is type(None):
         if value is None:

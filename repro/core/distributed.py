@@ -228,6 +228,16 @@ def env_rank_world() -> tuple[int, int, int] | None:
     return None if e is None else (e.rank, e.world_size, e.local_rank)
 
 
+def launched_group(world_size: int | None = None) -> LaunchEnv | None:
+    """This process's place in a group of more than one process launched by torchrun or srun, of
+    exactly `world_size` processes when given (a job whose tasks train together); None for a plain
+    process, a one-task job or a job of another size, each of which starts its own workers."""
+    e = launch_env()
+    if e is None or e.world_size < 2 or (world_size is not None and e.world_size != world_size):
+        return None
+    return e
+
+
 def cuda_device_index(local_rank: int, n_visible: int) -> int:
     """The CUDA device of a node's `local_rank`-th worker among `n_visible` devices.
 
@@ -246,17 +256,21 @@ def cuda_device_index(local_rank: int, n_visible: int) -> int:
     return local_rank
 
 
-def worker_device(rank: int) -> torch.device:
-    """The device of worker `rank`: CPU without CUDA; else the CUDA device of its local rank
-    (from torchrun/SLURM when this process was launched so, else `rank`: workers spawned here)."""
-    if not torch.cuda.is_available():
-        return torch.device("cpu")
+def local_rank(rank: int) -> int:
+    """Worker `rank`'s index among the workers of its node: from torchrun/SLURM when this process
+    was launched as that worker, else `rank` (workers spawned here share one node)."""
     e = launch_env()
     # Launched so, and this is that worker (not one that a launched process spawned itself).
     ours = e is not None and e.rank == rank and (not dist.is_initialized()
                                                  or dist.get_world_size() == e.world_size)
-    local = e.local_rank if ours else rank
-    return torch.device("cuda", cuda_device_index(local, torch.cuda.device_count()))
+    return e.local_rank if ours else rank
+
+
+def worker_device(rank: int) -> torch.device:
+    """The device of worker `rank`: CPU without CUDA; else the CUDA device of its local rank."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda", cuda_device_index(local_rank(rank), torch.cuda.device_count()))
 
 
 def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int,
@@ -286,7 +300,18 @@ def set_worker_threads(world_size: int, threads: int | None = None) -> int:
     return n
 
 
+_SPAWNED_HERE = False  # set in the workers `spawn_workers` starts
+
+
+def spawned_here() -> bool:
+    """Whether this process is a worker that `spawn_workers` started, i.e. one of several
+    processes of this machine that share its cores (`set_worker_threads`)."""
+    return _SPAWNED_HERE
+
+
 def _entry(rank: int, fn: Callable[..., Any], world_size: int, port: int, args: tuple) -> None:
+    global _SPAWNED_HERE
+    _SPAWNED_HERE = True
     init_process_group(rank, world_size, "127.0.0.1", port)
     try:
         fn(rank, world_size, *args)
@@ -305,3 +330,48 @@ def spawn_workers(fn: Callable[..., Any], world_size: int, args: tuple = (),
     port = master_port or free_port()
     mp.start_processes(_entry, args=(fn, world_size, port, args), nprocs=world_size,
                        join=True, start_method="spawn")
+
+
+def check_gpus_for(workers: int, key: str, default: str = "") -> None:
+    """ValueError naming `key` when `workers` processes would need more GPUs than are visible
+    (NCCL allows one process per GPU); nothing on CPU. `default` says what unset `key` means."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if 0 < gpus < workers:
+        unset = f", or leave it unset for {default}" if default else ""
+        raise ValueError(f"{key}: {workers} processes but {gpus} visible CUDA GPU(s); NCCL needs "
+                         f"a GPU per process (set it to at most {gpus}{unset})")
+
+
+def run_group(fn: Callable[..., Any], workers: int, args: tuple = (), *,
+              join_size: int | None, in_process: bool = False, key: str = "world_size",
+              default: str = "", master_port: int | None = None, port_offset: int = 0,
+              backend: str | None = None) -> Any:
+    """Run fn(rank, world_size, *args) on every process of a group: join the group this process
+    is part of, or start `workers` processes here. The one place that makes this choice, for the
+    trainer, the feature pass and the eval stage:
+
+    1. Join, when this process is in a group of more than one process, of `join_size` processes
+       (None: of any size): one already initialized (fn runs in it as is), or one torchrun/srun
+       launched (`launched_group`: joined on its master at master port + `port_offset`, with
+       `backend`, and left afterwards). Every process of that group must call this. fn runs with
+       the group's rank and size, which may differ from `workers`. Returns fn's result.
+    2. Otherwise, with `in_process` and one worker, fn(0, 1, *args) in this process without a
+       group; returns fn's result.
+    3. Otherwise `workers` processes spawned here (`spawn_workers`, on `master_port` when given),
+       after checking there is a GPU for each on a GPU machine (ValueError naming `key`, and what
+       leaving it unset means, `default`). Returns None: the workers' results stay with them.
+    """
+    if dist.is_initialized() and dist.get_world_size() > 1 and join_size in (None, dist.get_world_size()):
+        return fn(dist.get_rank(), dist.get_world_size(), *args)
+    e = launched_group(join_size)
+    if e is not None:
+        init_process_group(e.rank, e.world_size, e.master_addr, e.master_port + port_offset, backend)
+        try:
+            return fn(e.rank, e.world_size, *args)
+        finally:
+            dist.destroy_process_group()
+    if in_process and workers == 1:
+        return fn(0, 1, *args)
+    check_gpus_for(workers, key, default)
+    spawn_workers(fn, workers, args=args, master_port=master_port)
+    return None

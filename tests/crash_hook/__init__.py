@@ -1,0 +1,22 @@
+"""Kill a training run at a known step, from the test's side (no hook in the library).
+
+`crash_env(n)` gives the environment variables that make every training worker of a run started
+with them die after n optimizer steps, as under kill -9 (os._exit(137): no cleanup, no `finally`):
+this folder goes first on PYTHONPATH, so every Python process started with it (the CLI, the
+trainer's spawned workers, SLURM's tasks) imports its `sitecustomize.py` at startup, which wraps
+two functions of `repro.trainer` when that module is imported (see there).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+HOOK_DIR = Path(__file__).resolve().parent
+STEP_VAR = "CLUSTER_REPRO_TEST_CRASH_AFTER_STEP"
+
+
+def crash_env(after_step: int) -> dict[str, str]:
+    """PYTHONPATH (this folder first) and the step count, to add to a child process's environment."""
+    path = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": str(HOOK_DIR) + (os.pathsep + path if path else ""),
+            STEP_VAR: str(after_step)}
