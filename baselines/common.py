@@ -281,11 +281,13 @@ def hidden_state_embeddings(model: Any, items: list[dict], pad_token_id: int, ba
 
     from repro.core.data import collate
 
+    from repro.core.lmhead import core_model
+
     check_choice(pooling, POOLINGS, "pooling")
-    dec, _ = _decoder_and_head(model)
+    dec = getattr(core_model(model), "model", None)  # the body without the LM head (Llama-style)
     dev = next(model.parameters()).device
     out = np.zeros((len(items), model.config.hidden_size), dtype=np.float32)
-    bar = progress_bar(len(items), desc)
+    bar = progress_bar(total=len(items), desc=desc, unit="ex")
     with torch.no_grad():
         for s in range(0, len(items), batch_size):
             b = collate(items[s:s + batch_size], pad_token_id)
