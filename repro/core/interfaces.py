@@ -6,6 +6,10 @@ any allocator; that is how the suite separates what a selection buys from what a
     selector.select(pool, budget, ctx) -> Selection        (which examples, optional groups/weights)
     allocator.allocate(selection, world_size, seed, epochs) -> Schedule
                                                           (each worker's ordered ids, loss weights)
+
+An allocator that needs the examples' token lengths or the step shape (one that balances steps in
+tokens) also takes `ctx: AllocationContext`; the pipeline passes it to allocators whose
+allocate() has a `ctx` parameter, so allocators without one work unchanged.
 """
 from __future__ import annotations
 
@@ -38,6 +42,17 @@ class SelectionContext:
     workdir: Path
     model_dir: Path | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AllocationContext:
+    """What an allocator may use beyond the selection: each selected id's token count
+    (repro/core/steps.py token_lengths) and the shape of an optimizer step."""
+
+    lengths: dict[str, int]
+    per_device_batch: int
+    grad_accum: int
+    drop_last: bool = True
 
 
 @runtime_checkable
