@@ -17,6 +17,7 @@ still written, saying so, so the index never links to a missing file.
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -443,7 +444,8 @@ def step_tokens(rep: Report, out_dir: Path) -> list[Path]:
     workers = max((len(r.step_tokens[0]) for _, r in cells), default=0)
     legend_cols = min(4, max(1, workers))
     legend_h = LINE_IN * _legend_rows(workers, legend_cols) + 0.1
-    top, panel_h, gap, bottom = 0.15 + legend_h, 1.6, 0.8, 0.42
+    # Titles take up to three lines: the method (wrapped to the panel), the setting and idle.
+    top, panel_h, gap, bottom = 0.15 + legend_h + 0.45, 1.6, 0.95, 0.42
     height = top + nrows * panel_h + (nrows - 1) * gap + bottom
     fig, axes = _figure(nrows, ncols)
     _layout(fig, COLUMN_IN if ncols == 1 else PAGE_IN, height, nrows, ncols, left=0.62,
@@ -466,9 +468,10 @@ def step_tokens(rep: Report, out_dir: Path) -> list[Path]:
         ax.set_xlabel("optimizer step", labelpad=1)
         ax.set_ylabel("tokens per step")
         idle = 100 * idle_share(sums)
-        ax.set_title(f"{cell_method_name(c)}, seed {run.seed}\n"
-                     f"{setting_name(c.first.dataset, '', c.first.world_size)}; "
-                     f"predicted idle {idle:.1f}%", fontsize=FONT_PT)
+        where = f"{setting_name(c.first.dataset, '', c.first.world_size)} · seed {run.seed}"
+        ax.set_title(textwrap.fill(cell_method_name(c), 44) + "\n"
+                     + textwrap.fill(f"{where}; predicted idle {idle:.1f}%", 52),
+                     fontsize=FONT_PT)
     _legend(fig, axes, legend_cols, 1.0 - 0.02 / height)
     return _save(fig, out_dir, "step_tokens")
 
