@@ -422,7 +422,7 @@ def _summary_cols(rep: Report) -> tuple[list[Column], Callable[[Cell], list[Any]
     cols = [Column("data used (%)", "pct")] + [Column(f"{d} avg (%)", "pct") for d in rep.domains]
     cols += [quality_column(k) for k in other]
     cols += [Column("train s", "sec"), Column("end-to-end s", "sec"), Column("tokens/s", "num0"),
-             Column("all-reduce wait (%)", "pct")]
+             Column("all-reduce wait (%)", "pct"), Column("predicted idle (%)", "pct")]
 
     def values(c: Cell) -> list[Any]:
         return ([rep.kept_cell(c)] + [rep.domain_cell(c, d) for d in rep.domains]
@@ -430,7 +430,8 @@ def _summary_cols(rep: Report) -> tuple[list[Column], Callable[[Cell], list[Any]
                 + [rep.cost_cell(c, "train_s"), rep.cost_cell(c, "end_to_end_s"),
                    rep.cost_cell(c, "tokens_per_s"),
                    NOT_MEASURED_FSDP if rep.fsdp(c) else
-                   rep.cost_cell(c, "allreduce_wait_share", 100)])
+                   rep.cost_cell(c, "allreduce_wait_share", 100),
+                   rep.cost_cell(c, "predicted_idle_share", 100)])
     return cols, values
 
 

@@ -1,9 +1,10 @@
 """Optimizer steps from a schedule (repro/core/steps.py), the predicted straggler idle share, token
 budgets (method/clustering.py) and steps balanced in tokens (method/allocation.py).
 
-Pure arithmetic on hand-made schedules and synthetic token lengths: no model. The trainer's side
-(the same steps, run by real gloo DDP) is in tests/test_trainer.py; the pipeline's (step_tokens.json
-against the training log) in tests/test_demo.py.
+Arithmetic on hand-made schedules and synthetic token lengths, and `select`/`validate` printing
+the prediction (tiny model, no training). The trainer's side (the same steps, run by real gloo
+DDP) is in tests/test_trainer.py; the pipeline's (step_tokens.json against the training log) in
+tests/test_demo.py.
 """
 from __future__ import annotations
 
@@ -188,3 +189,22 @@ def test_token_budget_keeps_equal_token_totals_within_one_example() -> None:
         assert max(totals) - min(totals) < lengths.max()
     with pytest.raises(SelectionError, match="first example alone"):
         C.token_budget({0: np.array([0]), 1: np.array([1, 2])}, np.array([100, 1, 1]), 100)
+
+
+def test_select_and_validate_print_the_predicted_idle_share(tmp_path, capsys) -> None:
+    import json
+
+    from repro.cli import main
+    from tests.conftest import CONFIGS
+
+    args = [str(CONFIGS / "demo-quick.yaml"), f"output_dir={tmp_path}", "world_size=2",
+            "selection.method=full"]
+    assert main(["validate", *args]) == 0
+    assert "predicted idle share: not known yet" in capsys.readouterr().out
+    assert main(["select", *args]) == 0
+    run_dir = next(tmp_path.glob("*/*"))
+    summary = json.loads((run_dir / "step_tokens.json").read_text())
+    line = f"predicted idle share: {100 * summary['predicted_idle_share']:.1f}% of each optimizer step"
+    assert line in capsys.readouterr().err
+    assert main(["validate", *args]) == 0
+    assert line in capsys.readouterr().out
