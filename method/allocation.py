@@ -21,6 +21,18 @@ budget trim), so DDP's average of worker gradients follows the original cluster 
 (method.md step 7, "The authors' exact order"; `authors_order` below), so that a run trains in the
 authors' order for the same seed and selection. It is one switch for the user: the `cluster`
 selector's `order: authors` records itself in the selection and the allocator follows it.
+
+`cluster-interleave` with `balance: tokens` (allocation.params): cluster k still trains on worker
+k, but each optimizer step is balanced in tokens rather than in examples. Every worker's list
+(its cluster, shuffled as above; reshuffled each epoch) is cut into the same number of steps S,
+at the boundaries that bring each step's token sum closest to the worker's total / S, so a worker
+with short examples takes more of them per step. S is what the worker with the fewest examples
+gives at per-device batch x accumulation per step (at most its count / accumulation, so every
+micro-step of every worker holds an example); nothing is dropped. Steps then carry about equal
+tokens on every worker when the clusters' token totals are equal (`selection.params.budget_unit:
+tokens`); with unequal totals each worker's steps are even, and the totals' spread remains.
+The trainer normalizes such steps per example (repro/core/steps.py step_objective), so rank
+weights keep each cluster's share of the objective.
 """
 from __future__ import annotations
 
@@ -30,7 +42,7 @@ from collections import defaultdict
 import numpy as np
 import torch
 
-from repro.core.interfaces import SelectionError
+from repro.core.interfaces import AllocationContext, SelectionError
 from repro.core.registry import register_allocator
 from repro.core.types import Schedule, Selection
 
@@ -49,7 +61,8 @@ class UniformShuffleAllocator:
     """Shuffle, pad to a multiple of K, deal to workers: DistributedSampler's behaviour."""
 
     def allocate(self, selection: Selection, world_size: int, seed: int, epochs: int = 1,
-                 weight_mode: str = "none") -> Schedule:
+                 weight_mode: str = "none", ctx: AllocationContext | None = None) -> Schedule:
+        """`ctx` is not needed: every step takes per-device batch x accumulation examples."""
         n = len(selection.ids)
         if n == 0:
             raise SelectionError("uniform-shuffle: the selection is empty")
@@ -130,22 +143,49 @@ def authors_order(groups: list[list[str]], seed: int, epochs: int) -> list[list[
     return order
 
 
+def token_balanced_split(lengths: list[int], steps: int, min_size: int) -> list[int]:
+    """Sizes of `steps` consecutive chunks of `lengths` (in order), each with at least min_size
+    items, whose token sums are as close to sum / steps as the boundaries allow: boundary s sits
+    where the running sum is nearest s * sum / steps (within one item's length of it)."""
+    n = len(lengths)
+    if steps < 1 or n < steps * min_size:
+        raise SelectionError(f"cannot cut {n} examples into {steps} steps of at least {min_size}")
+    cum = np.cumsum(np.asarray(lengths, dtype=np.float64))
+    total = cum[-1]
+    bounds = [0]
+    for s in range(1, steps):
+        target = total * s / steps
+        b = int(np.searchsorted(cum, target))  # the first b + 1 items reach the target
+        before = cum[b - 1] if b > 0 else 0.0
+        count = b + 1 if b < n and cum[b] - target < target - before else b
+        count = min(max(count, bounds[-1] + min_size), n - (steps - s) * min_size)
+        bounds.append(count)
+    bounds.append(n)
+    return np.diff(bounds).astype(int).tolist()
+
+
 @register_allocator("cluster-interleave")
 class ClusterInterleaveAllocator:
     """Cluster k on worker k: every micro-step holds every cluster (CluSTER, method.md step 7).
 
     order: null (follow the selection: the authors' order when the `cluster` selector ran with
     `order: authors`, else the suite's), suite (the suite's numpy streams) or authors (the
-    authors' Python `random` streams, `authors_order`)."""
+    authors' Python `random` streams, `authors_order`).
+    balance: none (steps of per-device batch x accumulation examples) or tokens (steps of about
+    equal tokens on each worker; needs the token lengths, `ctx`)."""
 
-    def __init__(self, order: str | None = None) -> None:
+    def __init__(self, order: str | None = None, balance: str = "none") -> None:
         if order is not None and order not in ORDERS:
             raise SelectionError(f"allocation.params.order: {order!r} is not one of "
                                  f"{', '.join(ORDERS)} (or null: follow the selection)")
         self.order = order
+        if balance not in ("none", "tokens"):
+            raise SelectionError(f"allocation.params.balance: {balance!r} is not one of none, "
+                                 "tokens")
+        self.balance = balance
 
     def allocate(self, selection: Selection, world_size: int, seed: int, epochs: int = 1,
-                 weight_mode: str = "none") -> Schedule:
+                 weight_mode: str = "none", ctx: AllocationContext | None = None) -> Schedule:
         if selection.clusters is None:
             raise SelectionError(
                 "allocator 'cluster-interleave' needs a selection with clusters (e.g. selector "
@@ -159,19 +199,30 @@ class ClusterInterleaveAllocator:
                 f"allocator 'cluster-interleave' needs clusters 0..{k - 1} (one per worker, "
                 f"world_size = {k}); the selection has clusters {sorted(by_cluster)}")
         order_name = resolve_order(self.order, selection)
+        if order_name == "authors" and self.balance == "tokens":
+            raise SelectionError("allocation.params: order 'authors' and balance 'tokens' cannot "
+                                 "be combined (the authors' order deals equal example counts); "
+                                 "choose one")
         groups = [list(by_cluster[c]) for c in range(k)]
         n_selected = sum(len(g) for g in groups)
-        usable = n_selected // k * k  # equal per-worker lengths for lockstep DDP (drop the tail)
-        if usable == 0:
-            raise SelectionError(f"cluster-interleave: {n_selected} selected examples cannot "
-                                 f"give each of {k} workers one")
         if order_name == "authors":
-            order = authors_order(groups, seed, epochs)
+            usable = n_selected // k * k  # equal per-worker lengths for lockstep DDP
+            if usable == 0:
+                raise SelectionError(f"cluster-interleave: {n_selected} selected examples cannot "
+                                     f"give each of {k} workers one")
+            order, dropped = authors_order(groups, seed, epochs), n_selected - usable
         else:
             for c, members in enumerate(groups):
                 np.random.default_rng([seed, c]).shuffle(members)
-            flat = interleave(groups)
-            base = [flat[w:usable:k] for w in range(k)]
+            if self.balance == "tokens":
+                base, dropped = groups, 0  # cluster k on worker k, whatever the cluster sizes
+            else:
+                flat = interleave(groups)
+                usable = len(flat) // k * k  # equal per-worker lengths for lockstep DDP
+                if usable == 0:
+                    raise SelectionError(f"cluster-interleave: {len(flat)} selected examples "
+                                         f"cannot give each of {k} workers one")
+                base, dropped = [flat[w:usable:k] for w in range(k)], len(flat) - usable
             order = [base]
             for epoch in range(1, epochs):
                 epoch_lists = []
@@ -181,6 +232,13 @@ class ClusterInterleaveAllocator:
                     epoch_lists.append(ids)
                 order.append(epoch_lists)
         base = order[0]
+        info = {"allocator": "cluster-interleave", "order": order_name, "dropped_tail": dropped,
+                "cluster_sizes": {c: len(g) for c, g in enumerate(groups)}}
+        step_sizes = None
+        if self.balance == "tokens":
+            step_sizes = self._token_steps(order, ctx)
+            info.update(balance="tokens", steps_per_epoch=len(step_sizes[0][0]),
+                        worker_tokens=[sum(ctx.lengths[i] for i in ids) for ids in base])
 
         clusters = {i: int(c) for i, c in zip(selection.ids, selection.clusters)}
         worker_weights = [1.0] * k
@@ -194,7 +252,29 @@ class ClusterInterleaveAllocator:
             if not pure:  # unequal clusters (prune 'none'): weights follow the example's cluster
                 example_weights = {i: float(selection.group_weights[c]) for i, c in clusters.items()}
         return Schedule(order=order, worker_weights=worker_weights,
-                        example_weights=example_weights, clusters=clusters,
-                        info={"allocator": "cluster-interleave", "order": order_name,
-                              "dropped_tail": n_selected - usable,
-                              "cluster_sizes": {c: len(g) for c, g in enumerate(groups)}})
+                        example_weights=example_weights, clusters=clusters, info=info,
+                        step_sizes=step_sizes)
+
+    @staticmethod
+    def _token_steps(order: list[list[list[str]]], ctx: AllocationContext | None
+                     ) -> list[list[list[int]]]:
+        """step_sizes[e][k][s] for `balance: tokens` (see the module's docstring)."""
+        if ctx is None:
+            raise SelectionError("allocation.params.balance: tokens needs the examples' token "
+                                 "lengths (allocate(..., ctx=AllocationContext(...)); the "
+                                 "pipeline passes them)")
+        fewest = min(len(ids) for ids in order[0])
+        per_step = ctx.per_device_batch * ctx.grad_accum
+        steps = fewest // per_step if ctx.drop_last else -(-fewest // per_step)
+        steps = min(steps, fewest // ctx.grad_accum)
+        if steps < 1:
+            raise SelectionError(
+                f"allocation.params.balance: tokens: the smallest worker list has {fewest} "
+                f"examples, fewer than one optimizer step of per-device batch x accumulation = "
+                f"{per_step}; lower train.global_batch_size or select more data")
+        missing = [i for ids in order[0] for i in ids if i not in ctx.lengths]
+        if missing:
+            raise SelectionError(f"balance: tokens: no token length for {len(missing)} selected "
+                                 f"ids, e.g. {missing[:3]}")
+        return [[token_balanced_split([ctx.lengths[i] for i in ids], steps, ctx.grad_accum)
+                 for ids in lists] for lists in order]

@@ -469,6 +469,66 @@ def authors_list_order(X, centers, labels, chosen: dict[int, np.ndarray]) -> dic
     return out
 
 
+def member_order(X, centers, labels, mode: str, seed: int) -> dict[int, np.ndarray]:
+    """{cluster k: every member's row index, in the order `mode` keeps them}: for close, far, mix
+    and big the first m of a cluster are the members choose_within_cluster keeps at m_adj = m
+    (close: farthest first; far: nearest first; mix: farthest, nearest, next farthest, next
+    nearest, ...; big: largest norm first, X un-normalized as there); rand: a permutation
+    seeded by (seed, k) (a draw of the same law as choose_within_cluster's, not the same draw);
+    none: row order. For budgets that differ between clusters (`token_budget`)."""
+    if mode not in PRUNE_MODES:
+        raise SelectionError(f"unknown prune mode {mode!r}; choose one of {PRUNE_MODES}")
+    X = _matrix(X)
+    k = np.asarray(centers).shape[0]
+    labels = _check_labels(labels, X.shape[0], k)
+    members = [np.flatnonzero(labels == c) for c in range(k)]
+    if mode == "none":
+        return dict(enumerate(members))
+    if mode == "rand":
+        return {c: np.random.default_rng([seed, c]).permutation(idx) for c, idx in enumerate(members)}
+    if mode == "big":
+        norms = np.sqrt(_sq_norms(X))
+        return {c: idx[np.argsort(-norms[idx], kind="stable")] for c, idx in enumerate(members)}
+    dist = sq_distances_to_own_center(X, centers, labels)
+    out = {}
+    for c, idx in enumerate(members):
+        ranked = idx[np.argsort(dist[idx], kind="stable")]  # nearest first
+        if mode == "far":
+            out[c] = ranked
+        elif mode == "close":
+            out[c] = ranked[::-1]
+        else:  # mix: at every m, floor(m / 2) nearest and the rest farthest
+            far_first, near_first = ranked[::-1], ranked
+            seq = [far_first[j // 2] if j % 2 == 0 else near_first[j // 2]
+                   for j in range(idx.size)]
+            out[c] = np.asarray(seq, dtype=np.int64)
+    return out
+
+
+def token_budget(order: dict[int, np.ndarray], lengths, ratio: float
+                 ) -> tuple[int, dict[int, np.ndarray]]:
+    """Step 5 in tokens: (budget, {cluster: rows kept}). budget = floor(ratio / 100 x the smallest
+    cluster's token total), the token analogue of m_adj; every cluster keeps the longest prefix of
+    its `order` (member_order) whose tokens fit in it, so the kept token totals differ by less
+    than one example's length. lengths[row]: the tokens of pool row `row`."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if not 0 < ratio <= 100:
+        raise SelectionError(f"ratio = {ratio}: ratio is a percentage in 1..100, e.g. 50 for the "
+                             "paper's r = 0.5")
+    totals = {c: int(lengths[idx].sum()) for c, idx in order.items()}
+    budget = math.floor(min(totals.values()) * ratio / 100)
+    kept = {}
+    for c, idx in order.items():
+        n = int(np.searchsorted(np.cumsum(lengths[idx]), budget, side="right"))
+        if n == 0:
+            raise SelectionError(f"the token budget is {budget} tokens per cluster (ratio {ratio}% "
+                                 f"of the smallest cluster's {min(totals.values())}); cluster {c}'s "
+                                 f"first example alone has {int(lengths[idx[0]])}: use a larger "
+                                 "ratio or pool, or budget_unit: examples")
+        kept[c] = idx[:n]
+    return budget, kept
+
+
 # -- steps 8, 9 and diagnostics --------------------------------------------------------------------
 def rank_weights(sizes_after_cap, n_total: int) -> np.ndarray:
     """Step 8: w_k = K * n_k / N (float64), n_k = cluster k's size after the cap, before the budget

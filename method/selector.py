@@ -53,6 +53,9 @@ class ClusterSelector:
     train.drop_last. order: suite, or authors (method.md step 7: each cluster's kept list in the
     authors' order, and at K = 1 all N examples in pool order; `cluster-interleave` then shuffles
     with the authors' streams). See docs/method.md for what still differs from the authors' code.
+    budget_unit: examples (the method: every cluster keeps m_adj examples) or tokens (every
+    cluster keeps, in its within-cluster order, examples up to one token budget, ratio x the
+    smallest cluster's token total: equal work per worker; method/clustering.py token_budget).
     """
 
     def __init__(self, ratio: float = 50, prune: str = "close",
@@ -60,7 +63,8 @@ class ClusterSelector:
                  cap: float | None = 1.5, kmeans: str = "exact", variant: str = "prune",
                  n_init: int = 10, max_iter: int = 300, feature_batch_size: int = 8,
                  proj_dim: int = 8192, feature_workers: int | None = None,
-                 round_budget_to_batch: bool | None = None, order: str = "suite") -> None:
+                 round_budget_to_batch: bool | None = None, order: str = "suite",
+                 budget_unit: str = "examples") -> None:
         if not 0 < float(ratio) <= 100:
             raise SelectionError(f"selection.params.ratio: {ratio} is outside 1..100 (a "
                                  "percentage: 50 for the paper's r = 0.5)")
@@ -71,6 +75,10 @@ class ClusterSelector:
         if kmeans == "faiss":
             require_extra("faiss", "selection.params.kmeans: 'faiss'")
         _check(variant, ("prune", "uniform"), "variant")
+        _check(budget_unit, ("examples", "tokens"), "budget_unit")
+        if budget_unit == "tokens" and variant != "prune":
+            raise SelectionError("selection.params.budget_unit: tokens applies to variant prune "
+                                 "(the uniform variant keeps every cluster whole)")
         if cap is not None and cap < 1:
             raise SelectionError(f"selection.params.cap: {cap} must be >= 1 (or null for no cap)")
         if feature_workers is not None and (isinstance(feature_workers, bool)
@@ -93,6 +101,7 @@ class ClusterSelector:
             raise SelectionError("selection.params.order: authors is defined for variant prune "
                                  "(method.md step 7); the uniform variant has no authors' order")
         self.round_budget_to_batch, self.order = round_budget_to_batch, order
+        self.budget_unit = budget_unit
 
     # -- step 1 -------------------------------------------------------------------------
     def feature_key(self, cfg: ExperimentConfig) -> dict[str, Any] | None:
@@ -149,6 +158,27 @@ class ClusterSelector:
             "n": len(pool), "dim": int(X.shape[1]), "workers": 1, "world_size": 1,
             "feature_type": "lora-grad"})
 
+    def _token_budget(self, pool: Pool, ctx: SelectionContext, space: np.ndarray,
+                      centers: np.ndarray, labels: np.ndarray
+                      ) -> tuple[dict[int, np.ndarray], dict[str, Any]]:
+        """Step 5 with budget_unit tokens: the rows each cluster keeps, and what selection.json
+        records (the budget, each cluster's token total after the cap and kept)."""
+        from method import clustering as C
+        from repro.core.steps import token_lengths
+
+        if ctx.model_dir is None:
+            raise SelectionError("selection.params.budget_unit: tokens needs the target model's "
+                                 "tokenizer (ctx.model_dir)")
+        by_id = token_lengths(pool.examples, Path(ctx.model_dir), ctx.config.data.max_length)
+        lengths = np.array([by_id[i] for i in pool.ids], dtype=np.int64)
+        order = C.member_order(space, centers, labels, self.prune, ctx.seed)
+        budget, chosen = C.token_budget(order, lengths, self.ratio)
+        return chosen, {"token_budget": budget,
+                        "cluster_tokens_after_cap": [int(lengths[order[c]].sum())
+                                                     for c in sorted(order)],
+                        "kept_tokens": [int(lengths[chosen[c]].sum()) for c in sorted(chosen)],
+                        "kept_per_cluster": [int(chosen[c].size) for c in sorted(chosen)]}
+
     # -- steps 2-6, 8, 9 ----------------------------------------------------------------
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         from method import clustering as C
@@ -180,22 +210,29 @@ class ClusterSelector:
 
             t1 = time.perf_counter()
             rounding = None
+            token_info = None
+            explained = None
             if self.variant == "uniform":
                 chosen = C.uniform_upsample(labels, k, ctx.seed)
                 m, m_adj = int(after.min()), int(after.max())
                 weights = np.ones(k)
-                explained = None  # every cluster up-sampled to the largest: nothing cut to explain
             else:
-                t = ctx.config.train
-                rounding = (t.drop_last if self.round_budget_to_batch is None
-                            else self.round_budget_to_batch)
-                m, m_adj = C.balanced_budget(after, self.ratio, t.per_device_batch_size, rounding)
-                explained = C.explain_kept(after, self.ratio, m_adj, t.per_device_batch_size)
-                print(f"[cluster-repro] {explained}", file=sys.stderr, flush=True)
                 # "big" ranks by the raw feature norm; the other modes by distance in the
                 # clustered space.
-                chosen = C.choose_within_cluster(X if self.prune == "big" else Xn, centers, labels,
-                                                 m_adj, self.prune, ctx.seed)
+                space = X if self.prune == "big" else Xn
+                if self.budget_unit == "tokens":  # no m_adj: each cluster keeps its own count
+                    m, m_adj = int(after.min()), None
+                    chosen, token_info = self._token_budget(pool, ctx, space, centers, labels)
+                else:
+                    t = ctx.config.train
+                    rounding = (t.drop_last if self.round_budget_to_batch is None
+                                else self.round_budget_to_batch)
+                    m, m_adj = C.balanced_budget(after, self.ratio, t.per_device_batch_size,
+                                                 rounding)
+                    explained = C.explain_kept(after, self.ratio, m_adj, t.per_device_batch_size)
+                    print(f"[cluster-repro] {explained}", file=sys.stderr, flush=True)
+                    chosen = C.choose_within_cluster(space, centers, labels, m_adj, self.prune,
+                                                     ctx.seed)
                 if self.order == "authors":
                     chosen = C.authors_list_order(Xn, centers, labels, chosen)
                 weights = C.rank_weights(after, n)
@@ -216,7 +253,7 @@ class ClusterSelector:
             "cap": self.cap, "kmeans": self.kmeans_mode, "k": k, "n_pool": n,
             "feature_dim": int(X.shape[1]), "inertia": float(inertia),
             "cluster_sizes_before_cap": before.tolist(), "cluster_sizes_after_cap": after.tolist(),
-            "m": int(m), "m_adj": int(m_adj), "kept": len(ids),
+            "m": int(m), "m_adj": None if m_adj is None else int(m_adj), "kept": len(ids),
             "kept_explained": explained,
             "kept_fraction": len(set(ids)) / n, "weights": [float(w) for w in weights],
             "features_s": feat_meta.get("seconds"), "features_peak_mem_mb": feat_meta.get("peak_mem_mb"),
@@ -225,8 +262,10 @@ class ClusterSelector:
             "clustering_s": clustering_s, "clustering_peak_mem_mb": clustering_peak,
             "selection_s": selection_s, "selection_peak_mem_mb": selection_peak,
             "with_replacement": self.variant == "uniform", "order": self.order,
-            "budget_rounded_to_batch": rounding,
+            "budget_rounded_to_batch": rounding, "budget_unit": self.budget_unit,
         }
+        if self.budget_unit == "tokens":
+            info.update(token_info)
         cats = pool.categories()
         if any(c is not None for c in cats):
             info["category_agreement"] = C.cluster_agreement(labels, cats)

@@ -33,7 +33,7 @@ def in_main(c: Cell) -> bool:
         return True
     extra = {k: v for k, v in r.params.items() if k != "ratio"}
     return (r.allocator == "cluster-interleave" and r.weight_mode == "rank"
-            and extra in ({}, {"prune": "close"}))
+            and extra in ({}, {"prune": "close"}) and not r.alloc_params)
 
 
 def time_unit(seconds: list[float]) -> tuple[str, float, str]:

@@ -17,6 +17,7 @@ still written, saying so, so the index never links to a missing file.
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from reports.load import RAW_METRICS, Cell
 from reports.names import cell_method_name, method_name, setting_name
 from reports.reported import PaperCell, paper_cells
 from reports.tables import Report
+from repro.core.steps import idle_share
 
 COLUMN_IN, PAGE_IN = 3.25, 6.75  # single- and double-column widths of a two-column paper
 DPI = 300
@@ -44,7 +46,7 @@ COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#00
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 PAPER_STYLE = {"color": "black", "markerfacecolor": "none", "markeredgewidth": 0.9}
 JITTER = 1.0  # points of data used between neighbouring series at one budget
-FIGURES = ("quality_vs_data", "time_breakdown", "cluster_sizes", "worker_balance")
+FIGURES = ("quality_vs_data", "time_breakdown", "cluster_sizes", "worker_balance", "step_tokens")
 LINE_IN = 0.17  # height of one line of 8 pt text (a legend row), inches
 UNIT_WORDS = {"s": "seconds", "min": "minutes", "h": "hours"}
 
@@ -147,6 +149,7 @@ def _series_name(c: Cell) -> str:
     """One line per method and settings; the ratio (or budget) varies along the line."""
     r = c.first
     extra = [f"{k} = {v}" for k, v in sorted(r.params.items()) if k != "ratio"]
+    extra += [f"{k} = {v}" for k, v in sorted(r.alloc_params.items())]
     if r.method == "cluster" and r.weight_mode != "rank":
         extra.append(f"weights {r.weight_mode}")
     if r.method == "cluster" and r.allocator != "cluster-interleave":
@@ -423,6 +426,56 @@ def worker_balance(rep: Report, out_dir: Path) -> list[Path]:
     return _save(fig, out_dir, "worker_balance")
 
 
+# ----------------------------------------------------------------------------- step tokens
+
+def step_tokens(rep: Report, out_dir: Path) -> list[Path]:
+    """Per optimizer step, each worker's tokens (from the schedule, known before training), for
+    up to four cells (main ones first; each cell's first seed) whose run folders hold
+    step_tokens.json: in every step the other workers wait for the top line, and the predicted
+    idle share in each title is the mean over steps of 1 - mean/max of the lines."""
+    cells = []
+    for c in _main_first(rep):
+        run = next((r for r in c.runs if r.step_tokens and len(r.step_tokens[0]) > 1), None)
+        if run is not None:
+            cells.append((c, run))
+    cells = cells[:4]
+    ncols = 1 if len(cells) <= 1 else 2
+    nrows = max(1, math.ceil(len(cells) / ncols))
+    workers = max((len(r.step_tokens[0]) for _, r in cells), default=0)
+    legend_cols = min(4, max(1, workers))
+    legend_h = LINE_IN * _legend_rows(workers, legend_cols) + 0.1
+    # Titles take up to three lines: the method (wrapped to the panel), the setting and idle.
+    top, panel_h, gap, bottom = 0.15 + legend_h + 0.45, 1.6, 0.95, 0.42
+    height = top + nrows * panel_h + (nrows - 1) * gap + bottom
+    fig, axes = _figure(nrows, ncols)
+    _layout(fig, COLUMN_IN if ncols == 1 else PAGE_IN, height, nrows, ncols, left=0.62,
+            right=0.1, bottom=bottom, top=top, hspace=gap, wspace=0.75)
+    if not cells:
+        _empty(axes[0], "per-step token sums (run folders' step_tokens.json)")
+    for ax in axes[len(cells):]:
+        if cells:
+            ax.set_axis_off()
+    for ax, (c, run) in zip(axes, cells):
+        sums = np.asarray(run.step_tokens, dtype=float)
+        x = np.arange(1, sums.shape[0] + 1)
+        marker = sums.shape[0] <= 30  # markers only where they stay apart
+        for k in range(sums.shape[1]):
+            ax.plot(x, sums[:, k], color=COLORS[k % len(COLORS)], linewidth=0.9,
+                    marker=MARKERS[k % len(MARKERS)] if marker else None, markersize=3,
+                    label=f"worker {k}")
+        ax.set_ylim(0, 1.1 * sums.max())
+        ax.set_xlim(0.5, sums.shape[0] + 0.5)
+        ax.set_xlabel("optimizer step", labelpad=1)
+        ax.set_ylabel("tokens per step")
+        idle = 100 * idle_share(sums)
+        where = f"{setting_name(c.first.dataset, '', c.first.world_size)} · seed {run.seed}"
+        ax.set_title(textwrap.fill(cell_method_name(c), 44) + "\n"
+                     + textwrap.fill(f"{where}; predicted idle {idle:.1f}%", 52),
+                     fontsize=FONT_PT)
+    _legend(fig, axes, legend_cols, 1.0 - 0.02 / height)
+    return _save(fig, out_dir, "step_tokens")
+
+
 def all_figures(rep: Report, out_dir: Path, reported: list[dict[str, Any]] | None = None
                 ) -> list[Path]:
     """Write every figure as PNG and PDF into out_dir; returns the paths. reported: the paper's
@@ -435,6 +488,6 @@ def all_figures(rep: Report, out_dir: Path, reported: list[dict[str, Any]] | Non
     paths: list[Path] = []
     with matplotlib.rc_context(RC):
         paths += quality_vs_data(rep, out_dir, paper)
-        for fn in (time_breakdown, cluster_sizes, worker_balance):
+        for fn in (time_breakdown, cluster_sizes, worker_balance, step_tokens):
             paths += fn(rep, out_dir)
     return paths

@@ -2,13 +2,14 @@
 
 Input: the tidy result rows (repro/core/results.py) — every `results.part.csv` under a results
 directory, or one merged CSV — and, where a row's run folder `<root>/<name>/<config_hash>/` is
-present, its per-item scores (`eval_samples.jsonl`), used only to pair bootstrap intervals on items.
+present, its per-item scores (`eval_samples.jsonl`), used only to pair bootstrap intervals on items,
+and its per-step token sums per worker (`step_tokens.json`), used only by the step-tokens figure.
 Every file is checked before it is read (part files against their checksum sidecar, see
 docs/files.md): a damaged one stops the report unless --allow-damaged leaves it out, by name.
 
 A *run* is one `run_id` (one config, one seed). A *cell* is what the tables show as one line: the
 runs that differ only in their seed (same dataset, model, method, selection params, ratio,
-allocator, weighting, world size and, for budget-taking baselines, the budget). A baseline run at
+allocator and its params, weighting, world size and, for budget-taking baselines, the budget). A baseline run at
 exactly a CluSTER run's kept count (same seed, dataset, model, workers) is placed "at r = ..." of
 that CluSTER run, so random runs matched per seed land in one cell even when CluSTER's kept count
 differs a little between seeds.
@@ -109,13 +110,16 @@ class Run:
     diverged_step: int | None = None
     attempts: int | None = None  # starts of the run until it finished (1: never interrupted)
     resumed_from_step: int | None = None  # the step its training resumed from (0: none)
+    alloc_params: dict[str, Any] = field(default_factory=dict)  # allocation.params (balance)
+    # steps x workers token sums, from the run folder's step_tokens.json when it is there
+    step_tokens: list[list[int]] | None = None
 
     def score(self, benchmark: str, metric: str) -> float | None:
         return self.scores.get((benchmark, metric))
 
 
 COST_COLUMNS = ("selection_s", "train_s", "eval_s", "end_to_end_s", "tokens_per_s",
-                "allreduce_wait_share", "peak_mem_mb")
+                "allreduce_wait_share", "predicted_idle_share", "peak_mem_mb")
 
 
 def _float(v: str, where: str, col: str) -> float | None:
@@ -213,6 +217,11 @@ def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> lis
             except json.JSONDecodeError:
                 raise ReportInputError(f"{where}: selection_params is not JSON: "
                                        f"{r.get('selection_params')!r}") from None
+            try:
+                alloc_params = json.loads(r.get("allocation_params") or "{}")
+            except json.JSONDecodeError:
+                raise ReportInputError(f"{where}: allocation_params is not JSON: "
+                                       f"{r.get('allocation_params')!r}") from None
             versions = _json(r.get("versions"), where, "versions")
             seed = _int(r.get("seed", ""), where, "seed")
             runs[rid] = Run(
@@ -228,7 +237,8 @@ def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> lis
                 costs=costs,
                 lm_eval=versions.get("lm_eval"), versions=versions, git_sha=r.get("git_sha", ""),
                 attempts=_int(r.get("attempts", ""), where, "attempts"),
-                resumed_from_step=_int(r.get("resumed_from_step", ""), where, "resumed_from_step"))
+                resumed_from_step=_int(r.get("resumed_from_step", ""), where, "resumed_from_step"),
+                alloc_params=alloc_params)
         run = runs[rid]
         b, m = r["benchmark"], r["metric"]
         if r.get("status") == "diverged":
@@ -259,7 +269,22 @@ def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> lis
     if root is not None:
         for run in out:
             run.items = load_items(root / run.name / run.config_hash)
+            run.step_tokens = load_step_tokens(root / run.name / run.config_hash)
     return out
+
+
+def load_step_tokens(run_dir: Path) -> list[list[int]] | None:
+    """Per optimizer step, each worker's tokens (the schedule stage's step_tokens.json), or None
+    when the run folder or file is not there."""
+    path = run_dir / "step_tokens.json"
+    if not path.is_file():
+        return None
+    try:
+        steps = json.loads(path.read_text(encoding="utf-8"))["step_tokens"]
+        return [[int(x) for x in row] for row in steps]
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ReportInputError(f"{path}: expected JSON with step_tokens, a list of per-worker "
+                               f"token lists ({e})") from None
 
 
 def load_items(run_dir: Path) -> dict[str, dict[str, float]]:
@@ -311,6 +336,7 @@ class Cell:
         if r.ratio is not None:
             out += f" r={r.ratio / 100:g}"
         extra = {k: v for k, v in sorted(r.params.items()) if k != "ratio"}
+        extra.update(sorted(r.alloc_params.items()))
         if extra:
             out += " (" + ", ".join(f"{k}={v}" for k, v in extra.items()) + ")"
         if r.budget:
@@ -379,7 +405,8 @@ def place_base_runs(runs: list[Run]) -> list[Run]:
 
 def cell_key(r: Run) -> tuple:
     return (r.dataset, r.model, r.world_size or 0, METHOD_ORDER.get(r.method, 5), r.method,
-            -(r.ratio or 0), _params_key(r.params), r.budget, r.allocator, r.weight_mode)
+            -(r.ratio or 0), _params_key(r.params), r.budget, r.allocator,
+            _params_key(r.alloc_params), r.weight_mode)
 
 
 def group_cells(runs: list[Run]) -> list[Cell]:

@@ -48,11 +48,12 @@ def method_name(method: str, ratio: float | None = None, budget: str = "",
 
 def cell_method_name(c: Cell, variants: bool = True) -> str:
     """A cell's method as a paper names it; with `variants`, the settings that tell an ablation's
-    cells apart (selection params, weighting off, another allocator) are added."""
+    cells apart (selection and allocation params, weighting off, another allocator) are added."""
     r = c.first
     extra: list[str] = []
     if variants:
         extra += [f"{k} = {v}" for k, v in sorted(r.params.items()) if k != "ratio"]
+        extra += [f"{k} = {v}" for k, v in sorted(r.alloc_params.items())]
         if r.method == "cluster" and r.weight_mode != "rank":
             extra.append(f"weights {r.weight_mode}")
         if r.method == "cluster" and r.allocator != "cluster-interleave":

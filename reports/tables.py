@@ -337,6 +337,7 @@ def overhead_table(rep: Report) -> Table:
                                                                     "end-to-end (%)", "pct"),
                          Column("peak memory MB", "mb"), Column("features peak MB", "mb"),
                          Column("clustering peak MB", "mb"), Column("train energy J", "joules"),
+                         Column("all-reduce wait (%)", "pct"), Column("predicted idle (%)", "pct"),
                          Column("attempts", "int"), Column("resumed from step", "int")]
     rows = []
     for c in rep.cells:
@@ -350,12 +351,18 @@ def overhead_table(rep: Report) -> Table:
             sel, 100 * sel.value / e2e.value if sel and e2e and e2e.value > 0 else MISSING,
             rep.cost_cell(c, "peak_mem_mb"), rep.diag_cell(c, "cost/features", "peak_mem_mb"),
             rep.diag_cell(c, "cost/clustering", "peak_mem_mb"),
-            energy if energy is not None else "not measured", *rep.run_counts(c)])
+            energy if energy is not None else "not measured",
+            NOT_MEASURED_FSDP if rep.fsdp(c) else rep.cost_cell(c, "allreduce_wait_share", 100),
+            rep.cost_cell(c, "predicted_idle_share", 100), *rep.run_counts(c)])
     return Table("overhead", "Selection overhead: seconds, memory and energy", cols, rows, notes=[
         "choice s: keeping m_adj examples per cluster; selection total = select + schedule stages.",
         "Energy comes from GPU energy counters (NVML) around training; where no GPU reports it "
         "the cell says 'not measured' (never estimated). Peak memory: process RSS on CPU, "
         "allocated device memory on GPU; step peaks from Python's tracemalloc.",
+        "all-reduce wait: the measured share of step time the workers waited at the gradient "
+        "all-reduce; predicted idle: its prediction before training, the mean over optimizer "
+        "steps of 1 - mean/max of the workers' token sums (repro/core/steps.py; one worker: "
+        "missing). n/a (fsdp): the wait is not measured.",
         "attempts: how often a run was started before it finished (1: never interrupted), and "
         "the step its training resumed from (0: none), the largest over the cell's seeds; the "
         "seconds of a resumed run add up every attempt (docs/files.md)."])
@@ -373,7 +380,8 @@ def balance_table(rep: Report) -> Table:
                          Column("vs mean of workers (%)", "delta"),
                          Column("all-reduce wait / step s", "sec"),
                          Column("compute / step s", "sec"),
-                         Column("wait share of step (%)", "pct")]
+                         Column("wait share of step (%)", "pct"),
+                         Column("predicted idle (%)", "pct")]
     rows = []
     for c in rep.cells:
         workers = sorted({int(b.split("/")[1]) for r in c.runs for (b, _) in r.diag
@@ -396,7 +404,8 @@ def balance_table(rep: Report) -> Table:
                 k, "/".join(str(n) for n in steps) if steps else MISSING, t,
                 100 * (t.value / mean_tok - 1) if t and mean_tok else MISSING,
                 NOT_MEASURED_FSDP if fsdp else wait, comp,
-                NOT_MEASURED_FSDP if fsdp else share])
+                NOT_MEASURED_FSDP if fsdp else share,
+                rep.diag_cell(c, b, "predicted_idle_share", 100)])
     return Table("balance", "Per-worker balance: tokens per step and waiting at the all-reduce",
                  cols, rows, notes=[
                      "tokens / step: non-padding tokens a worker processes per optimizer step, "
@@ -405,6 +414,10 @@ def balance_table(rep: Report) -> Table:
                      "were back, mean per optimizer step (the run's total over its steps), then "
                      "over seeds; compute / step likewise; wait share: wait / (wait + compute).",
                      "steps: optimizer steps each seed's run logged (several: the seeds differ).",
+                     "predicted idle: the worker's share of step time spent waiting for the "
+                     "slowest worker, predicted from the schedule and token counts before "
+                     "training (mean over steps of 1 - its tokens / the step's most; "
+                     "repro/core/steps.py), beside the measured wait share.",
                      "n/a (fsdp): train.strategy fsdp does not measure the wait (its compute / "
                      "step is the whole step, communication included)."])
 
@@ -415,7 +428,7 @@ def _summary_cols(rep: Report) -> tuple[list[Column], Callable[[Cell], list[Any]
     cols = [Column("data used (%)", "pct")] + [Column(f"{d} avg (%)", "pct") for d in rep.domains]
     cols += [quality_column(k) for k in other]
     cols += [Column("train s", "sec"), Column("end-to-end s", "sec"), Column("tokens/s", "num0"),
-             Column("all-reduce wait (%)", "pct")]
+             Column("all-reduce wait (%)", "pct"), Column("predicted idle (%)", "pct")]
 
     def values(c: Cell) -> list[Any]:
         return ([rep.kept_cell(c)] + [rep.domain_cell(c, d) for d in rep.domains]
@@ -423,7 +436,8 @@ def _summary_cols(rep: Report) -> tuple[list[Column], Callable[[Cell], list[Any]
                 + [rep.cost_cell(c, "train_s"), rep.cost_cell(c, "end_to_end_s"),
                    rep.cost_cell(c, "tokens_per_s"),
                    NOT_MEASURED_FSDP if rep.fsdp(c) else
-                   rep.cost_cell(c, "allreduce_wait_share", 100)])
+                   rep.cost_cell(c, "allreduce_wait_share", 100),
+                   rep.cost_cell(c, "predicted_idle_share", 100)])
     return cols, values
 
 
@@ -431,25 +445,30 @@ def _prune(r: Run) -> str | None:
     return str(r.params.get("prune", "close")) if r.method == "cluster" else None
 
 
+def _alloc(r: Run) -> str:
+    """The allocator's params (balance), part of every ablation group's identity."""
+    return json.dumps(r.alloc_params, sort_keys=True)
+
+
 # name, title, the factor, and the identity of a cell without that factor
 ABLATIONS: list[tuple[str, str, Callable[[Run], Any], Callable[[Run], tuple]]] = [
     ("ablation_weighting", "Ablation: rank weighting of worker gradients on/off",
      lambda r: r.weight_mode,
      lambda r: (r.dataset, r.model, r.world_size, r.method, r.ratio,
-                json.dumps(r.params, sort_keys=True), r.budget, r.allocator)),
+                json.dumps(r.params, sort_keys=True), r.budget, r.allocator, _alloc(r))),
     ("ablation_choice", "Ablation: which examples a cluster keeps (close = peripheral, far = core)",
      _prune,
      lambda r: (r.dataset, r.model, r.world_size, r.method, r.ratio,
                 json.dumps({k: v for k, v in r.params.items() if k != "prune"}, sort_keys=True),
-                r.allocator, r.weight_mode)),
+                r.allocator, _alloc(r), r.weight_mode)),
     ("ablation_allocator_selector", "Ablation: allocator crossed with selector",
      lambda r: r.allocator,
      lambda r: (r.dataset, r.model, r.world_size, r.method, r.ratio,
-                json.dumps(r.params, sort_keys=True), r.budget)),
+                json.dumps(r.params, sort_keys=True), r.budget, _alloc(r))),
     ("ablation_workers", "Ablation: 4 vs 8 data-parallel workers",
      lambda r: r.world_size,
      lambda r: (r.dataset, r.model, r.method, r.ratio, json.dumps(r.params, sort_keys=True),
-                r.budget, r.allocator, r.weight_mode)),
+                r.budget, r.allocator, _alloc(r), r.weight_mode)),
 ]
 
 

@@ -9,6 +9,8 @@
     cluster-repro results [--runs-dir DIR]        merge result part files into results.csv/.parquet
     cluster-repro bench ddp [--world-sizes 1,4,8] DDP throughput and all-reduce wait
     cluster-repro bench paper-step --shape S      the paper's step on a model shape: MFU, memory
+    cluster-repro bench stragglers                predicted straggler idle at the paper's step shape
+    cluster-repro bench balance [--config C]      token budgets and balance, trained side by side
     cluster-repro report [--results DIR] [--out DIR] every table and figure from the results
 """
 from __future__ import annotations
@@ -114,10 +116,15 @@ def build_parser() -> argparse.ArgumentParser:
                        "ddp: throughput and all-reduce wait vs world size. features: the lean vs "
                        "naive gradient-proxy features vs a plain forward pass. cluster: k-means + "
                        "soft cap + selection at the paper's pool size, exact vs fast.")
-    p.add_argument("what", choices=["ddp", "features", "cluster", "paper-step"],
+    p.add_argument("what", choices=["ddp", "features", "cluster", "paper-step", "stragglers",
+                                    "balance"],
                    help="paper-step: the paper recipe's training step and feature pass on a "
                    "published model shape, with MFU and peak memory vs the memory plan "
-                   "(`cluster-repro bench paper-step --help`)")
+                   "(`cluster-repro bench paper-step --help`). stragglers: the predicted idle "
+                   "share at the paper's step shape from real lengths and clusters, no training "
+                   "(`... bench stragglers --help`). balance: CluSTER with example vs token "
+                   "budgets and balance, and random allocation, trained side by side "
+                   "(`... bench balance --help`)")
     p.add_argument("--config", default=None, help="config to train (default: the demo config)")
     p.add_argument("--world-sizes", default="1,4,8", help="comma-separated (default 1,4,8)")
     p.add_argument("--steps", type=int, default=6, help="optimizer steps per run (default 6)")
@@ -219,12 +226,38 @@ def _memory_line(cfg) -> str:
             "profile's gpu.memory_gb")
 
 
+def _idle_line(run_dir: Path) -> str | None:
+    """The predicted straggler idle share that the run folder's schedule stage recorded
+    (repro/core/steps.py), or None before that stage or with one worker."""
+    from repro.core.io import read_json
+    from repro.core.rundir import stage_marker
+
+    marker = stage_marker(run_dir, "schedule")
+    info = read_json(marker) if marker.is_file() else {}
+    share = info.get("predicted_idle_share")
+    if share is None:
+        return None
+    workers = " ".join(f"{100 * w:.1f}%" for w in info.get("worker_idle_shares") or [])
+    steps = (info.get("derived") or {}).get("total_steps")
+    return (f"predicted idle share: {100 * share:.1f}% of each optimizer step, mean over {steps} "
+            f"steps (per worker: {workers}; from the schedule and token counts, "
+            f"{run_dir / 'step_tokens.json'})")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:2] == ["bench", "paper-step"]:  # its own flags (repro/bench/paper_step.py)
         from repro.bench.paper_step import main as paper_step
 
         return paper_step(argv[2:])
+    if argv[:2] == ["bench", "stragglers"]:  # its own flags (repro/bench/stragglers.py)
+        from repro.bench.stragglers import main as stragglers
+
+        return stragglers(argv[2:])
+    if argv[:2] == ["bench", "balance"]:  # its own flags (repro/bench/balance.py)
+        from repro.bench.balance import main as balance
+
+        return balance(argv[2:])
     parser = build_parser()
     # Overrides may come before or after flags (`validate CONFIG --quiet k=v`): argparse stops
     # filling a trailing nargs="*" positional at the first flag, so collect the rest here.
@@ -266,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
             _preflight(args.config, cfg)
             run_dir = run_experiment(cfg, force=args.force, wait_lock=args.wait_lock,
                                      until="results" if args.cmd == "run" else "schedule")
+            line = _idle_line(run_dir)
+            if line:
+                print(line, file=sys.stderr)
             what = "results.part.csv" if args.cmd == "run" else "selection.csv"
             print(f"{run_dir / what}")
             return 0
@@ -280,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
                 print(f"eval_hash: {eval_hash(cfg)}  (the eval settings; not part of config_hash)")
                 print(_memory_line(cfg))
+                if cfg.world_size > 1:
+                    print(_idle_line(cfg.run_dir()) or "predicted idle share: not known yet "
+                          "(`cluster-repro select` computes it from the selection's schedule)")
             print(f"config_hash: {cfg.hash()}")
             return 0
         if args.cmd == "ls":

@@ -66,7 +66,8 @@ def summary_table(run_dirs: list[Path]) -> str:
         rows = read_rows(d / PART_NAME)
         runs.append({(r["benchmark"], r["metric"]): r for r in rows})
     head = ["method", "data used", "n", "demo overall", "heldout loss", "ppl",
-            "selection s", "train s", "end-to-end s", "tokens/s", "all-reduce wait"]
+            "selection s", "train s", "end-to-end s", "tokens/s", "all-reduce wait",
+            "predicted idle"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     cats: list[str] = []
     for r in runs:
@@ -75,13 +76,15 @@ def summary_table(run_dirs: list[Path]) -> str:
         loss = r.get(("heldout", "loss"), {}).get("value")
         ppl = r.get(("heldout", "perplexity"), {}).get("value")
         wait = any_row.get("allreduce_wait_share")
+        idle = any_row.get("predicted_idle_share")  # from the schedule, before training
         cells = [_label(any_row),
                  f"{100 * float(any_row['kept_fraction']):.0f}%", any_row["n_selected"],
                  _fmt(float(overall) if overall else None), _fmt(float(loss) if loss else None),
                  _fmt(float(ppl) if ppl else None, 2), _fmt(float(any_row["selection_s"]), 1),
                  _fmt(float(any_row["train_s"]), 1), _fmt(float(any_row["end_to_end_s"]), 1),
                  _fmt(float(any_row["tokens_per_s"]), 0) if any_row.get("tokens_per_s") else "-",
-                 f"{100 * float(wait):.0f}%" if wait else "-"]
+                 f"{100 * float(wait):.0f}%" if wait else "-",
+                 f"{100 * float(idle):.0f}%" if idle else "-"]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
         for (b, _m) in r:
             if b.startswith("demo/") and b != "demo/overall" and b not in cats:

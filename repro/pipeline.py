@@ -14,6 +14,7 @@ two stages are redone. Files (schemas in docs/files.md):
     selection.json       kept ids, groups           features.npy  (selectors with features)
     schedule.json        each worker's ids/epoch    selection.csv example_id,cluster,worker,position,weight
     derived.json         steps, batch, accumulation train.json    training timings, throughput
+    step_tokens.json     per-step worker tokens, predicted idle share
     train_log/rank*.jsonl per step and worker       model/        the fine-tuned weights or adapter
     stages/eval.json     scores                     results.part.csv  tidy result rows
     stages/attempts.json every attempt of a stage   .lock  held by the run writing the folder
@@ -28,6 +29,7 @@ columns add up every attempt of a killed and restarted run (repro/core/rundir.py
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import resource
 import shutil
@@ -185,31 +187,71 @@ def load_selection(run_dir: Path) -> Selection:
 
 
 def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
+    """Deal the selection to the workers; record each optimizer step's per-worker token sums and
+    the predicted idle share (step_tokens.json, repro/core/steps.py): known before training."""
+    from repro.core import steps
+    from repro.core.config import grad_accum
+    from repro.core.interfaces import AllocationContext
+
     sel = load_selection(run_dir)
-    a = cfg.allocation
+    train, _ = load_pool_files(run_dir)
+    by_id = train.by_id()
+    lengths = steps.token_lengths([by_id[i] for i in dict.fromkeys(sel.ids)],
+                                  model_dir_of(run_dir), cfg.data.max_length)
+    a, t = cfg.allocation, cfg.train
     allocator = ALLOCATORS.create(a.method, a.params, "allocation.params")
+    accum = grad_accum(cfg)
+    # Allocators that balance in tokens take the lengths (interfaces.AllocationContext).
+    extra = ({"ctx": AllocationContext(lengths, t.per_device_batch_size, accum, t.drop_last)}
+             if "ctx" in inspect.signature(allocator.allocate).parameters else {})
     t0 = time.perf_counter()
-    sched = allocator.allocate(sel, cfg.world_size, cfg.seed, epochs=cfg.train.epochs,
-                               weight_mode=a.weight_mode)
+    sched = allocator.allocate(sel, cfg.world_size, cfg.seed, epochs=t.epochs,
+                               weight_mode=a.weight_mode, **extra)
     seconds = time.perf_counter() - t0
-    lens = {len(w) for epoch in sched.order for w in epoch}
-    if len(lens) != 1 or sched.world_size != cfg.world_size or sched.epochs != cfg.train.epochs:
-        raise SelectionError(f"allocator {a.method!r} returned an uneven schedule: per-worker "
-                             f"lengths {sorted(lens)}, {sched.world_size} workers, "
-                             f"{sched.epochs} epochs (expected equal lengths, {cfg.world_size} "
-                             f"workers, {cfg.train.epochs} epochs)")
+    check_schedule(sched, cfg, accum)
     n_pool = read_json(stage_marker(run_dir, "pool"))["n_pool"]
     derived = derive(cfg, n_pool=n_pool, n_selected=len(sel.ids),
-                     per_worker_len=sched.per_worker_len())
+                     per_worker_len=sched.per_worker_len(),
+                     steps_per_epoch=sched.steps_per_epoch())
+    stragglers = steps.straggler_summary(sched, lengths, t.per_device_batch_size * accum,
+                                         derived.steps_per_epoch, derived.total_steps)
     atomic_write_json(run_dir / "schedule.json", sched.to_dict())
     atomic_write_json(run_dir / "derived.json", derived.to_dict())
+    atomic_write_json(run_dir / "step_tokens.json", stragglers)
     lines = ["example_id,cluster,worker,position,weight"]
     for k, ids in enumerate(sched.order[0]):
         for pos, i in enumerate(ids):
             lines.append(f"{i},{sched.clusters.get(i, -1)},{k},{pos},{sched.weight(i, k):.6g}")
     atomic_write_text(run_dir / "selection.csv", "\n".join(lines) + "\n")
     return {"allocator": a.method, "allocation_s": seconds, "derived": derived.to_dict(),
-            "worker_weights": sched.worker_weights, "info": sched.info}
+            "worker_weights": sched.worker_weights, "info": sched.info,
+            "predicted_idle_share": stragglers["predicted_idle_share"],
+            "worker_idle_shares": stragglers["worker_idle_shares"]}
+
+
+def check_schedule(sched: Schedule, cfg: ExperimentConfig, accum: int) -> None:
+    """What the trainer needs of a schedule: cfg's workers and epochs, and steps in lockstep:
+    equal per-worker lengths, or (step_sizes) the same number of steps on every worker, each of
+    at least `accum` ids (one per micro-step) and adding up to the worker's list."""
+    method = cfg.allocation.method
+    if sched.world_size != cfg.world_size or sched.epochs != cfg.train.epochs:
+        raise SelectionError(f"allocator {method!r} returned {sched.world_size} workers and "
+                             f"{sched.epochs} epochs (expected {cfg.world_size} workers, "
+                             f"{cfg.train.epochs} epochs)")
+    if sched.step_sizes is None:
+        lens = {len(w) for epoch in sched.order for w in epoch}
+        if len(lens) != 1:
+            raise SelectionError(f"allocator {method!r} returned an uneven schedule: per-worker "
+                                 f"lengths {sorted(lens)} (expected equal lengths)")
+        return
+    counts = {len(w) for epoch in sched.step_sizes for w in epoch}
+    bad = [(e, k) for e, epoch in enumerate(sched.step_sizes) for k, sizes in enumerate(epoch)
+           if sum(sizes) != len(sched.order[e][k]) or min(sizes, default=0) < accum]
+    if len(counts) != 1 or len(sched.step_sizes) != sched.epochs or bad:
+        raise SelectionError(
+            f"allocator {method!r} returned step_sizes the trainer cannot run: steps per worker "
+            f"{sorted(counts)} (expected one count), epoch/worker pairs whose sizes do not add "
+            f"up to their ids or have a step below {accum} ids (the accumulation): {bad[:3]}")
 
 
 def stage_train(cfg: ExperimentConfig, run_dir: Path, force: bool) -> dict[str, Any]:
@@ -327,6 +369,8 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         "eval_settings": json.dumps((ev or {}).get("eval_settings", asdict(cfg.eval)),
                                     sort_keys=True, separators=(",", ":")),
         "allocator": cfg.allocation.method,
+        "allocation_params": json.dumps(cfg.allocation.params, sort_keys=True,
+                                        separators=(",", ":")),
         "weight_mode": cfg.allocation.weight_mode,
         "ratio": sel["info"].get("ratio", cfg.selection.params.get("ratio")),
         "kept_fraction": sel["kept_fraction"],
@@ -343,6 +387,9 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         "tokens_per_s": round(train["tokens_per_s"], 2) if train.get("tokens_per_s") else None,
         "allreduce_wait_share": (round(train["allreduce_wait_share"], 4)
                                  if train.get("allreduce_wait_share") is not None else None),
+        # Its prediction from the schedule and the token counts (one worker: None).
+        "predicted_idle_share": (round(sch["predicted_idle_share"], 4)
+                                 if sch.get("predicted_idle_share") is not None else None),
         "peak_mem_mb": round(max(train["peak_mem_mb"], sel.get("peak_mem_mb", 0)), 1),
         **provenance(),
     }
@@ -379,8 +426,9 @@ def diagnostic_rows(base: dict[str, Any], run_dir: Path, sel: dict[str, Any], sc
                     train: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows: cost/<step> seconds and peak_mem_mb; cluster/<c> size_before_cap, size_after_cap and
     kept, cluster/agreement nmi, ari, purity; worker/<k> tokens_per_step, allreduce_wait_s,
-    compute_s (n = steps; the wait only under ddp, fsdp does not measure it); cost/train fsdp (1
-    or 0) and energy_j only where the GPU reports energy."""
+    compute_s (n = steps; the wait only under ddp, fsdp does not measure it) and
+    predicted_idle_share (from the schedule, n = steps; with more than one worker); cost/train
+    fsdp (1 or 0) and energy_j only where the GPU reports energy."""
     info = sel.get("info") or {}
     rows: list[dict[str, Any]] = []
 
@@ -407,6 +455,9 @@ def diagnostic_rows(base: dict[str, Any], run_dir: Path, sel: dict[str, Any], sc
                 add(f"cluster/{c}", "size_before_cap", before[c])
             add(f"cluster/{c}", "size_after_cap", n_after)
             add(f"cluster/{c}", "kept", kept.get(c, 0))
+    n_steps = (sch.get("derived") or {}).get("total_steps")
+    for k, share in enumerate(sch.get("worker_idle_shares") or []):
+        add(f"worker/{k}", "predicted_idle_share", round(share, 4), n_steps)
     for log in sorted((run_dir / "train_log").glob("rank*.jsonl"),
                       key=lambda p: int(p.stem[4:]) if p.stem[4:].isdigit() else -1):
         steps = read_jsonl(log)

@@ -1,8 +1,13 @@
 """The data-parallel trainer: real torch.distributed, one process per worker.
 
 Reads top to bottom: `train_worker` is what each process runs. Worker k trains on exactly the
-ordered ids that schedule.json gives it, multiplying each example's loss by its weight (CluSTER's
-rank weight w_k, 1.0 otherwise). Gradients are averaged over workers, by DDP or by FSDP2
+ordered ids that schedule.json gives it, step by step and micro-batch by micro-batch as
+repro/core/steps.py forms them (the same steps the schedule stage's predicted idle share is
+computed from), multiplying each example's loss by its weight (CluSTER's rank weight w_k, 1.0
+otherwise). Loss normalization: each micro-batch's token mean over the accumulation steps; under
+a schedule balanced in tokens each example's own token mean over the worker's mean examples per
+step (steps.step_objective), so a worker's share of the update does not depend on how many
+examples its steps hold. Gradients are averaged over workers, by DDP or by FSDP2
 (`train.strategy`, repro/core/sharding.py), so one optimizer step follows sum_k (w_k / K) * grad_k
 under either. Checkpoints every `train.checkpoint_every` steps (sharded under fsdp); a restarted
 run resumes from the newest complete checkpoint and ends with the same weights as an
@@ -41,7 +46,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from repro.core import sharding
+from repro.core import sharding, steps
 from repro.core.config import Derived, ExperimentConfig, load_config
 from repro.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 from repro.core.log import get_logger, progress_bar
@@ -245,11 +250,15 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
     per_step = b * accum
     pad_id = tokenizer.pad_token_id
     autocast = sharding.autocast_enabled(strategy, bf16)
+    # A schedule with step_sizes (steps balanced in tokens): this worker's steps may hold more or
+    # fewer ids than per_step, in `accum` near-equal micro-batches, never empty (repro/core/steps.py).
+    even = schedule.step_sizes is not None
 
     def micro_batch(step: int, micro: int) -> tuple[dict[str, torch.Tensor], list[str]]:
         """Micro-batch `micro` of optimizer step `step` on this worker, on its device."""
         epoch, s = divmod(step, derived.steps_per_epoch)
-        chunk = schedule.order[epoch][rank][s * per_step + micro * b:s * per_step + (micro + 1) * b]
+        ids = steps.step_ids(schedule, epoch, rank, s, per_step)
+        chunk = steps.micro_batches(ids, accum, b, even)[micro]
         batch = collate([tokenized[i] for i in chunk], pad_id)
         return {k: v.to(device) for k, v in batch.items()}, chunk
 
@@ -267,6 +276,7 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
     diverged_at: int | None = None
     for step in range(start_step, derived.total_steps):
         epoch = step // derived.steps_per_epoch
+        per_example, divisor = steps.step_objective(schedule, epoch, rank, accum)
         t0 = time.perf_counter()
         wait = 0.0
         tokens = 0
@@ -280,7 +290,7 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
                     logits = wrapped(input_ids=batch["input_ids"],
                                      attention_mask=batch["attention_mask"]).logits
-                loss = weighted_lm_loss(logits, batch["labels"], weights) / accum
+                loss = weighted_lm_loss(logits, batch["labels"], weights, per_example) / divisor
                 loss.backward()
                 if sync and strategy == "ddp":
                     wait = max(0.0, time.perf_counter() - timer.last_ready)

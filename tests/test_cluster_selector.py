@@ -85,6 +85,49 @@ def test_fewer_feature_processes_than_k_give_the_same_selection(default_run: Pat
     assert (run_dir / "selection.csv").read_bytes() == (default_run / "selection.csv").read_bytes()
 
 
+def test_token_budget_keeps_equal_token_totals_per_cluster(default_run: Path) -> None:
+    """budget_unit: tokens on the default run's clusters (its features, reused): every cluster
+    keeps, in the order `close` keeps them, examples up to one token budget (r x the smallest
+    cluster's token total), so the kept totals differ by less than one example; the examples
+    budget's choice and the tokens budget's are prefixes of one order. balance: tokens then gives
+    every worker its own cluster and the same number of steps."""
+    from method.allocation import ClusterInterleaveAllocator
+    from repro.core.config import load_config
+    from repro.core.interfaces import AllocationContext, SelectionContext
+    from repro.core.rundir import model_dir_of
+    from repro.core.steps import token_lengths
+    from repro.pipeline import load_pool_files
+
+    cfg = load_config(default_run / "config.yaml")
+    pool, _ = load_pool_files(default_run)
+    ctx = SelectionContext(config=cfg, seed=cfg.seed, world_size=4, workdir=default_run,
+                           model_dir=model_dir_of(default_run))
+    by_examples = SELECTORS.create("cluster", {"ratio": 50}, "selection.params").select(
+        pool, None, ctx)
+    assert by_examples.ids == read_json(default_run / "selection.json")["ids"]
+    sel = SELECTORS.create("cluster", {"ratio": 50, "budget_unit": "tokens"},
+                           "selection.params").select(pool, None, ctx)
+    info = sel.info
+    lengths = token_lengths(pool.examples, model_dir_of(default_run), cfg.data.max_length)
+    kept = {c: [i for i, g in zip(sel.ids, sel.clusters) if g == c] for c in range(4)}
+    totals = [sum(lengths[i] for i in kept[c]) for c in range(4)]
+    assert info["budget_unit"] == "tokens" and info["m_adj"] is None
+    assert info["token_budget"] == min(info["cluster_tokens_after_cap"]) * 50 // 100
+    assert totals == info["kept_tokens"] and max(totals) <= info["token_budget"]
+    assert max(totals) - min(totals) < max(lengths[i] for i in sel.ids)
+    assert [len(kept[c]) for c in range(4)] == info["kept_per_cluster"]
+    for c in range(4):  # one order: the shorter choice is the start of the longer one
+        ex = [i for i, g in zip(by_examples.ids, by_examples.clusters) if g == c]
+        short, long_ = sorted((set(ex), set(kept[c])), key=len)
+        assert short <= long_
+    assert sel.group_weights == by_examples.group_weights  # weights: sizes after the cap
+
+    sched = ClusterInterleaveAllocator("tokens").allocate(
+        sel, 4, cfg.seed, weight_mode="rank", ctx=AllocationContext(lengths, 1, 2, True))
+    assert {len(s) for s in sched.step_sizes[0]} == {min(info["kept_per_cluster"]) // 2}
+    assert [sorted(ids) for ids in sched.order[0]] == [sorted(kept[c]) for c in range(4)]
+
+
 def test_feature_workers_must_be_a_positive_integer() -> None:
     for bad in (0, -1, 1.5, "2", True):
         with pytest.raises(ConfigError, match=r"^selection\.params\.feature_workers: .* is not an "

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -49,6 +50,21 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
         header = (d / "selection.csv").read_text().splitlines()[0]
         assert header == "example_id,cluster,worker,position,weight"
     assert (tmp_path / "results.parquet").stat().st_size > 0
+    # Straggler accounting: every multi-worker run's rows carry the predicted idle share, made
+    # before training from the steps the trainer then ran (its logged tokens, step by step).
+    assert "all-reduce wait | predicted idle |" in out
+    for d in run_dirs:
+        rows_d = list(csv.DictReader(open(d / PART_NAME, newline="")))
+        predicted = json.loads((d / "step_tokens.json").read_text())
+        logs = [[json.loads(line) for line in (d / "train_log" / f"rank{k}.jsonl").open()]
+                for k in range(4)]
+        assert [[log[s]["tokens"] for log in logs] for s in range(len(logs[0]))] \
+            == predicted["step_tokens"]
+        share = {float(r["predicted_idle_share"]) for r in rows_d}
+        assert share == {round(predicted["predicted_idle_share"], 4)} and 0 < share.pop() < 1
+        per_worker = [float(r["value"]) for r in rows_d if r["metric"] == "predicted_idle_share"]
+        assert len(per_worker) == 4
+        assert abs(sum(per_worker) / 4 - predicted["predicted_idle_share"]) < 1e-4
     # Diagnostic rows for reports/: per-worker balance for every run, CluSTER's step costs and
     # cluster sizes (kept per cluster = m_adj, summing to the kept count).
     for m in methods:

@@ -175,6 +175,17 @@ def test_table_numbers_equal_the_rows(report: Path) -> None:
         per_step.append(float(w["value"]) / int(w["n"]))
     assert float(bal["all-reduce wait / step s"]) == pytest.approx(mean(per_step), rel=1e-9)
     assert bal["steps"] == "6"
+    # Stragglers: the measured wait share beside its prediction, per cell and per worker.
+    assert float(over["all-reduce wait (%)"]) == pytest.approx(
+        100 * mean(float(r[0]["allreduce_wait_share"]) for r in cl.values()), rel=1e-9)
+    assert float(over["predicted idle (%)"]) == pytest.approx(
+        100 * mean(float(r[0]["predicted_idle_share"]) for r in cl.values()), rel=1e-9)
+    assert float(bal["predicted idle (%)"]) == pytest.approx(
+        100 * mean(_value(r, "worker/2", "predicted_idle_share") for r in cl.values()), rel=1e-9)
+    # Allocation params (balance: tokens) make a cell of their own, named by them.
+    tok = _find(main, setting="demo · tiny-random-llama", workers="4",
+                method="cluster r=0.5 (budget_unit=tokens, balance=tokens)")
+    assert tok["seeds"] == "2" and tok["allocator"] == "cluster-interleave"
 
     # Single-seed cells carry no interval and are marked in Markdown.
     c8 = _find(main, setting="demo · tiny-random-llama", method="full", workers="8")
@@ -632,6 +643,20 @@ def test_figures_are_column_width_with_readable_fonts_honest_axes_and_the_papers
     assert len(xs) == 5 and len(set(xs)) == 5
     wait = DRAWN["worker_balance"].axes[1]
     assert "% of step time" in wait.get_ylabel() and wait.get_ylim() == (0.0, 100.0)
+    # Per-step token sums per worker: each panel is one run folder's step_tokens.json, with the
+    # predicted idle share computed from it in its title.
+    import numpy as np
+
+    from repro.core.steps import idle_share
+
+    saved = {tuple(map(tuple, np.array(json.loads(p.read_text())["step_tokens"]).T))
+             for p in FIXTURE.rglob("step_tokens.json")}
+    panels = [ax for ax in DRAWN["step_tokens"].axes if ax.get_lines()]
+    assert 1 <= len(panels) <= 4
+    for ax in panels:
+        columns = tuple(tuple(line.get_ydata()) for line in ax.get_lines())
+        assert columns in saved and len(columns) == 4 and ax.get_ylim()[0] == 0
+        assert f"predicted idle {100 * idle_share(np.array(columns).T):.1f}%" in ax.get_title()
 
 
 def test_no_module_of_reports_imports_one_that_imports_it_back() -> None:

@@ -102,6 +102,69 @@ def test_weighted_ddp_step_equals_serial_weighted_update(tmp_path: Path, per_dev
     assert len(log) == 1 and log[0]["tokens"] > 0 and log[0]["allreduce_wait_s"] >= 0
 
 
+def test_balanced_steps_run_in_lockstep_with_the_per_example_objective(tmp_path: Path) -> None:
+    """A schedule balanced in tokens (Schedule.step_sizes): worker 0 takes 3 examples in the
+    step, worker 1 takes 5, both in accumulation 2 micro-batches (2 + 1 and 3 + 2), under real
+    2-process gloo DDP with no_sync on the first micro-step. The SGD step must equal
+    -lr * sum_k (w_k / K) * (1 / m_k) * sum_i g_i, with g_i the gradient of example i's own token
+    mean (computed one example at a time here) and m_k worker k's mean examples per step; and
+    each worker's logged tokens are the step's token sum that the schedule stage predicts."""
+    from repro.core import steps
+    from repro.core.config import derive
+    from repro.core.data import TokenizedPool, collate
+    from repro.core.lmhead import weighted_lm_loss
+    from repro.core.models import load_model_and_tokenizer
+    from repro.core.runtime import seed_everything
+
+    K, lr, weights = 2, 0.5, [0.7, 1.3]
+    cfg = _tiny_cfg(tmp_path, f"world_size={K}", "train.optimizer=sgd", f"train.lr={lr}",
+                    "train.per_device_batch_size=1", "train.global_batch_size=4",
+                    "train.max_steps=1", "train.schedule=constant", "eval.heldout_loss=false")
+    run_dir = run_experiment(cfg, until="schedule")
+    pool, _ = load_pool_files(run_dir)
+    ids = pool.ids
+    sched = Schedule(order=[[ids[0:6], ids[6:16]]], worker_weights=weights,
+                     step_sizes=[[[3, 3], [5, 5]]])
+    atomic_write_json(run_dir / "schedule.json", sched.to_dict())
+    derived = derive(cfg, len(ids), 16, sched.per_worker_len(), sched.steps_per_epoch())
+    assert (derived.grad_accum, derived.steps_per_epoch, derived.total_steps) == (2, 2, 1)
+    atomic_write_json(run_dir / "derived.json", derived.to_dict())
+    run_experiment(cfg, until="train")
+
+    model_dir = model_dir_of(run_dir)
+    seed_everything(cfg.seed)
+    model, tok = load_model_and_tokenizer(model_dir, cfg.model)
+    params = {k: p for k, p in model.named_parameters() if p.requires_grad}
+    init = {k: p.detach().clone() for k, p in params.items()}
+    tp = TokenizedPool(pool, tok, cfg.data.max_length)
+    per_example = {}  # example id -> gradient of its own token-mean loss
+    for i in ids[0:3] + ids[6:11]:
+        model.zero_grad()
+        b = collate([tp[i]], tok.pad_token_id)
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+        weighted_lm_loss(logits, b["labels"], torch.ones(1)).backward()
+        per_example[i] = {n: p.grad.detach().clone() for n, p in params.items()}
+    step = {0: ids[0:3], 1: ids[6:11]}
+    mean_per_step = {0: 3.0, 1: 5.0}
+    trained = _trainable(run_dir, cfg)
+    off_by_token_mean = 0.0
+    for name in params:
+        grad = sum(weights[k] / K / mean_per_step[k] * per_example[i][name]
+                   for k in range(K) for i in step[k])
+        torch.testing.assert_close(trained[name], init[name] - lr * grad, rtol=1e-5, atol=1e-7)
+        # The normalization matters: dividing by accumulation instead gives another update.
+        other = sum(weights[k] / K / 2 * per_example[i][name] for k in range(K) for i in step[k])
+        off_by_token_mean += float((trained[name] - (init[name] - lr * other)).abs().sum())
+    assert off_by_token_mean > 1e-4
+
+    lengths = {i: len(tp[i]["input_ids"]) for i in ids[:16]}
+    predicted = steps.step_token_sums(sched, lengths, 2, 2, 1)
+    for k in range(K):
+        (row,) = [json.loads(line) for line in
+                  (run_dir / "train_log" / f"rank{k}.jsonl").read_text().splitlines()]
+        assert row["tokens"] == predicted[0, k] == sum(lengths[i] for i in step[k])
+
+
 def _run_cli(args: list[str], env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, **(env_extra or {})}
     return subprocess.run([sys.executable, "-m", "repro", *args], cwd=REPO, env=env,

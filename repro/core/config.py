@@ -772,6 +772,12 @@ def save_config(cfg: ExperimentConfig, path: Path) -> None:
 # ----------------------------------------------------------------------------- derived
 
 
+def grad_accum(cfg: ExperimentConfig) -> int:
+    """Micro-steps per optimizer step: global batch / (per-device batch x world size)."""
+    t = cfg.train
+    return t.global_batch_size // (t.per_device_batch_size * cfg.world_size)
+
+
 @dataclass
 class Derived:
     """Numbers computed once from the config and the selection size, saved with the run."""
@@ -790,18 +796,21 @@ class Derived:
         return dataclasses.asdict(self)
 
 
-def derive(cfg: ExperimentConfig, n_pool: int, n_selected: int, per_worker_len: int) -> Derived:
+def derive(cfg: ExperimentConfig, n_pool: int, n_selected: int, per_worker_len: int,
+           steps_per_epoch: int | None = None) -> Derived:
     """Steps, per-worker batch and accumulation from the config and the schedule length.
 
-    `per_worker_len` is how many examples each worker sees per epoch (from the schedule).
-    A partial last optimizer step is dropped when `train.drop_last` (as the authors' loader does).
+    `per_worker_len` is how many examples each worker sees per epoch (from the schedule; the most
+    of any worker when the schedule sets its own steps). A partial last optimizer step is dropped
+    when `train.drop_last` (as the authors' loader does). `steps_per_epoch`: the schedule's own
+    count (Schedule.step_sizes, steps balanced in tokens), used as it is.
     """
     t = cfg.train
-    accum = t.global_batch_size // (t.per_device_batch_size * cfg.world_size)
+    accum = grad_accum(cfg)
     per_step = t.per_device_batch_size * accum
-    if t.drop_last:
+    if steps_per_epoch is None and t.drop_last:
         steps_per_epoch = per_worker_len // per_step
-    else:
+    elif steps_per_epoch is None:
         steps_per_epoch = -(-per_worker_len // per_step)
     total = steps_per_epoch * t.epochs
     if t.max_steps is not None:

@@ -19,6 +19,10 @@ mapping share one key (repro/experiments/sharing.py): the SLURM launcher compute
 features once and links `features.npy` / `features.json` into each run folder, where the
 selector's `select` must reuse them. The shared features job computes one kind today,
 "gradient-proxy" (method/features.py, with the mapping's feature_batch_size).
+
+An allocator that needs the examples' token lengths or the step shape (one that balances steps in
+tokens) also takes `ctx: AllocationContext`; the pipeline passes it to allocators whose
+allocate() has a `ctx` parameter, so allocators without one work unchanged.
 """
 from __future__ import annotations
 
@@ -51,6 +55,17 @@ class SelectionContext:
     workdir: Path
     model_dir: Path | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AllocationContext:
+    """What an allocator may use beyond the selection: each selected id's token count
+    (repro/core/steps.py token_lengths) and the shape of an optimizer step."""
+
+    lengths: dict[str, int]
+    per_device_batch: int
+    grad_accum: int
+    drop_last: bool = True
 
 
 @runtime_checkable

@@ -25,10 +25,13 @@ from repro.core.io import atomic_write, atomic_write_json
 PART_NAME = "results.part.csv"
 
 COLUMNS = [
-    "run_id", "config_hash", "name", "method", "selection_params", "allocator", "weight_mode",
+    "run_id", "config_hash", "name", "method", "selection_params", "allocator",
+    "allocation_params", "weight_mode",
     "ratio", "kept_fraction", "n_selected", "n_pool", "model", "dataset", "world_size", "seed",
     "eval_settings", "benchmark", "metric", "value", "stderr", "n", "selection_s", "train_s", "eval_s",
-    "end_to_end_s", "tokens_per_s", "allreduce_wait_share", "peak_mem_mb",
+    "end_to_end_s", "tokens_per_s", "allreduce_wait_share",
+    # The wait's prediction from the schedule and token counts (repro/core/steps.py).
+    "predicted_idle_share", "peak_mem_mb",
     # The run's outcome (ok, or diverged: its training loss or gradients became non-finite), how
     # many times it was started before it finished, and the step its training resumed from.
     "status", "attempts", "resumed_from_step",

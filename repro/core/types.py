@@ -94,11 +94,18 @@ class Selection:
 class Schedule:
     """What an allocator returns: each worker's ordered example ids for every epoch.
 
-    `order[e][k]` is the list of ids worker k trains on in epoch e, in order; all workers have the
-    same number of ids in an epoch (DDP steps in lockstep). `worker_weights[k]` multiplies worker
-    k's loss (CluSTER's rank weight w_k; 1.0 when unweighted). `example_weights` overrides that
-    per id when a weight belongs to the example rather than the worker (a group's weight under an
-    allocator that mixes groups on a worker). `clusters` maps an id to its group (or -1).
+    `order[e][k]` is the list of ids worker k trains on in epoch e, in order. `worker_weights[k]`
+    multiplies worker k's loss (CluSTER's rank weight w_k; 1.0 when unweighted). `example_weights`
+    overrides that per id when a weight belongs to the example rather than the worker (a group's
+    weight under an allocator that mixes groups on a worker). `clusters` maps an id to its group
+    (or -1).
+
+    Optimizer steps: without `step_sizes` (None), every step takes per-device batch x
+    accumulation ids from each worker's list, so all workers have the same number of ids in an
+    epoch (DDP steps in lockstep). With `step_sizes[e][k][s]` (an allocator that balances steps
+    in tokens), step s of epoch e takes that many of worker k's ids, next in order: workers may
+    take different numbers per step, but every worker has the same number of steps and the
+    sizes add up to its list (repro/core/stragglers.py forms the steps either way).
     """
 
     order: list[list[list[str]]]
@@ -106,6 +113,7 @@ class Schedule:
     example_weights: dict[str, float] = field(default_factory=dict)
     clusters: dict[str, int] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    step_sizes: list[list[list[int]]] | None = None
 
     @property
     def world_size(self) -> int:
@@ -116,20 +124,27 @@ class Schedule:
         return len(self.order)
 
     def per_worker_len(self) -> int:
-        return len(self.order[0][0]) if self.order and self.order[0] else 0
+        """Ids per worker in an epoch: the same for all without step_sizes, else the most."""
+        return max((len(ids) for ids in self.order[0]), default=0) if self.order else 0
+
+    def steps_per_epoch(self) -> int | None:
+        """The allocator's optimizer steps per epoch with step_sizes; None: set by the batch."""
+        return len(self.step_sizes[0][0]) if self.step_sizes else None
 
     def weight(self, example_id: str, worker: int) -> float:
         """The loss weight of `example_id` when trained on `worker`."""
         return self.example_weights.get(example_id, self.worker_weights[worker])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"order": self.order, "worker_weights": self.worker_weights,
-                "example_weights": self.example_weights, "clusters": self.clusters,
-                "info": self.info}
+        d = {"order": self.order, "worker_weights": self.worker_weights,
+             "example_weights": self.example_weights, "clusters": self.clusters, "info": self.info}
+        if self.step_sizes is not None:
+            d["step_sizes"] = self.step_sizes
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Schedule":
         return cls(order=d["order"], worker_weights=d["worker_weights"],
                    example_weights=d.get("example_weights") or {},
                    clusters={k: int(v) for k, v in (d.get("clusters") or {}).items()},
-                   info=d.get("info") or {})
+                   info=d.get("info") or {}, step_sizes=d.get("step_sizes"))

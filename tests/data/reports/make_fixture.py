@@ -11,6 +11,11 @@ What it holds, so every table has something to show:
   benchmark is a 'missing' row.
 - the paper's Magicoder + CodeLlama-7B cell, seed 42: full and CluSTER r = 1.0, four code
   benchmarks (matches reports/reported.yaml entries).
+- demo pool, 4 workers, seeds 1 and 2: CluSTER r = 0.5 with budget_unit tokens and allocation
+  balance tokens (allocation_params), a cell of its own.
+Every multi-worker run has per-step token sums per worker (drawn from a second generator, so the
+numbers above do not move), its predicted idle share and each worker's computed from them
+(repro/core/steps.py), and the runs with a folder have them as step_tokens.json.
 """
 from __future__ import annotations
 
@@ -24,8 +29,9 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from repro.core.io import atomic_write_jsonl  # noqa: E402
+from repro.core.io import atomic_write_json, atomic_write_jsonl  # noqa: E402
 from repro.core.results import write_rows  # noqa: E402
+from repro.core.steps import idle_share, worker_idle_shares  # noqa: E402
 
 VERSIONS = json.dumps({"lm_eval": "0.4.13", "torch": "2.13.0", "transformers": "5.24.0",
                        "python": "3.11.9"}, sort_keys=True)
@@ -33,12 +39,21 @@ CATS = ("a", "b", "c")
 ITEMS = 8  # per category
 
 
+def step_tokens(label: str, seed: int, ws: int, steps: int = 6) -> np.ndarray:
+    """steps x workers token sums from their own generator (the other numbers do not move)."""
+    rng = np.random.default_rng(int(hashlib.sha256(f"{label}|{seed}|steps".encode()).hexdigest()[:8],
+                                    16))
+    return rng.integers(600, 1000, size=(steps, ws))
+
+
 def run_rows(label: str, name: str, dataset: str, model: str, method: str, params: dict,
              allocator: str, weight_mode: str, ws: int, seed: int, n_sel: int, n_pool: int,
              quality: float, benches: list[str], missing: tuple[str, ...] = (),
-             items: bool = False) -> tuple[list[dict], list[dict], str, str]:
+             items: bool = False, alloc_params: dict | None = None
+             ) -> tuple[list[dict], list[dict], str, str, np.ndarray]:
     rng = np.random.default_rng(int(hashlib.sha256(f"{label}|{seed}".encode()).hexdigest()[:8], 16))
     h = hashlib.sha256(f"{label}|{ws}|{seed}".encode()).hexdigest()[:12]
+    sums = step_tokens(label, seed, ws)
     frac = n_sel / n_pool
     sel_s = 0.2 if method in ("full", "random") else round(3.0 + rng.uniform(0, 1), 3)
     train_s = round(40 * frac * (1 + 0.1 * (ws == 8)) + rng.uniform(0, 2), 3)
@@ -53,6 +68,8 @@ def run_rows(label: str, name: str, dataset: str, model: str, method: str, param
         "end_to_end_s": round(sel_s + train_s + eval_s + 5 + rng.uniform(0, 1), 3),
         "tokens_per_s": round(9000 + rng.uniform(0, 500), 2),
         "allreduce_wait_share": round(0.2 + rng.uniform(0, 0.05), 4),
+        "predicted_idle_share": round(idle_share(sums), 4),
+        "allocation_params": json.dumps(alloc_params or {}, sort_keys=True, separators=(",", ":")),
         "peak_mem_mb": round(420 + rng.uniform(0, 20), 1), "git_sha": "0" * 40,
         "versions": VERSIONS, "hardware": "cpu:x86_64 cores=2",
         "timestamp": "2026-11-30T12:00:00+00:00",
@@ -107,7 +124,10 @@ def run_rows(label: str, name: str, dataset: str, model: str, method: str, param
                      "value": round(rng.uniform(0.1, 0.5), 4), "n": steps})
         rows.append({**base, "benchmark": f"worker/{k}", "metric": "compute_s",
                      "value": round(rng.uniform(1, 2), 4), "n": steps})
-    return rows, (samples if items else []), name, h
+    for k, share in enumerate(worker_idle_shares(sums)):
+        rows.append({**base, "benchmark": f"worker/{k}", "metric": "predicted_idle_share",
+                     "value": round(float(share), 4), "n": len(sums)})
+    return rows, (samples if items else []), name, h, sums
 
 
 def main() -> None:
@@ -141,6 +161,12 @@ def main() -> None:
         dict(label="c50-8", method="cluster", params={"ratio": 50}, allocator="cluster-interleave",
              weight_mode="rank", ws=8, seed=1, n_sel=40, quality=0.5, missing=("demo/c",), **demo),
     ]
+    for seed, n in ((1, 36), (2, 38)):
+        specs.append(dict(label="c50tok", method="cluster",
+                          params={"budget_unit": "tokens", "ratio": 50},
+                          alloc_params={"balance": "tokens"}, allocator="cluster-interleave",
+                          weight_mode="rank", ws=4, seed=seed, n_sel=n, quality=0.5, items=True,
+                          **demo))
     paper = dict(name="paper-code", dataset="Magicoder-OSS-Instruct-75K",
                  model="codellama/CodeLlama-7b-Python-hf", n_pool=75197,
                  benches=["humaneval", "humaneval_plus", "mbpp", "mbpp_plus"])
@@ -153,10 +179,12 @@ def main() -> None:
     ]
     all_rows = []
     for s in specs:
-        rows, samples, name, h = run_rows(**s)
+        rows, samples, name, h, sums = run_rows(**s)
         all_rows += rows
         if samples:
             atomic_write_jsonl(HERE / name / h / "eval_samples.jsonl", samples)
+            atomic_write_json(HERE / name / h / "step_tokens.json",
+                              {"step_tokens": sums.tolist(), "world_size": int(sums.shape[1])})
     write_rows(HERE / "results.csv", all_rows)
     print(f"{HERE / 'results.csv'}: {len(all_rows)} rows")
 

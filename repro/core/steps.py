@@ -1,0 +1,129 @@
+"""How a schedule becomes optimizer steps, and what its stragglers are predicted to cost.
+
+One owner of step formation: the trainer, the pipeline's schedule stage and the benchmarks all
+take a worker's ids of a step from `step_ids`, its micro-batches from `micro_batches` and the
+loss normalization from `step_objective`, so the prediction below is made from exactly the
+steps the trainer runs.
+
+Steps: without `Schedule.step_sizes`, step s of an epoch takes ids s*P .. (s+1)*P - 1 of every
+worker's list (P = per-device batch x accumulation), split into accumulation micro-batches of the
+per-device batch. With step_sizes (an allocator that balances steps in tokens), step s takes the
+next step_sizes[e][k][s] ids of worker k, split into accumulation near-equal micro-batches (none
+empty: the allocator gives every step at least accumulation ids), so every worker runs the same
+number of forward/backward micro-steps and DDP's or FSDP's collectives match across workers.
+
+Straggler model: data-parallel workers meet at every optimizer step's gradient all-reduce, so a
+step lasts as long as its slowest worker. A worker's compute in a step is taken as proportional to
+the tokens it processes (prompt + response + eos, no padding: at per-device batch 1, the paper's,
+there is none), so the step lasts in proportion to the largest worker token sum and worker k sits
+idle for the share 1 - sum_k / max of it. The predicted idle share of a run is the mean over its
+optimizer steps of 1 - mean_k(sum_k) / max_k(sum_k), which is also the mean of the workers' own
+idle shares. It needs only the tokenizer and the schedule, so it is known before training; the
+trainer's all-reduce wait share (train.json) is what it predicts, measured.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from repro.core.types import Example, Schedule
+
+
+def token_lengths(examples: list[Example], model_dir: Path, max_length: int) -> dict[str, int]:
+    """{id: tokens the trainer feeds for it} (prompt + response + eos, cut at max_length), with
+    the model's own tokenizer, as the pool stage and the trainer tokenize."""
+    from transformers import AutoTokenizer
+
+    from repro.core.data import TokenizedPool
+    from repro.core.types import Pool
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tp = TokenizedPool(Pool(list(examples)), tok, max_length)
+    return {i: len(tp[i]["input_ids"]) for i in tp.ids}
+
+
+def step_ids(schedule: Schedule, epoch: int, worker: int, step: int, per_step: int) -> list[str]:
+    """The ids `worker` trains on in optimizer step `step` (0-based within `epoch`)."""
+    ids = schedule.order[epoch][worker]
+    if schedule.step_sizes is None:
+        return ids[step * per_step:(step + 1) * per_step]
+    sizes = schedule.step_sizes[epoch][worker]
+    start = sum(sizes[:step])
+    return ids[start:start + sizes[step]]
+
+
+def micro_batches(ids: list[str], accum: int, per_device_batch: int, even: bool) -> list[list[str]]:
+    """A worker's step as its `accum` micro-batches, in order.
+
+    even False (fixed steps): consecutive slices of per_device_batch. even True (a schedule with
+    step_sizes): the ids in accum near-equal parts, the larger ones first, so a worker with more
+    (shorter) examples in a step takes more per micro-batch rather than more micro-steps."""
+    if not even:
+        return [ids[m * per_device_batch:(m + 1) * per_device_batch] for m in range(accum)]
+    q, extra = divmod(len(ids), accum)
+    out, start = [], 0
+    for m in range(accum):
+        n = q + (1 if m < extra else 0)
+        out.append(ids[start:start + n])
+        start += n
+    return out
+
+
+def step_objective(schedule: Schedule, epoch: int, worker: int, accum: int) -> tuple[bool, float]:
+    """How a worker's micro-batch loss is normalized: (per_example, divisor) for
+    `weighted_lm_loss(..., per_example=per_example) / divisor` (repro/core/lmhead.py).
+
+    Fixed steps: the micro-batch's token mean over accumulation, (False, accum), as always.
+    Balanced steps: each example's own token mean, over the worker's mean examples per step in
+    the epoch, (True, len(ids) / steps). A worker then contributes w_k times the mean over its
+    examples per step on average, whatever it takes in one step: what the fixed steps give at
+    per-device batch 1 (the paper's), so rank weights keep each cluster's share of the objective.
+    """
+    if schedule.step_sizes is None:
+        return False, float(accum)
+    sizes = schedule.step_sizes[epoch][worker]
+    return True, sum(sizes) / len(sizes)
+
+
+def step_token_sums(schedule: Schedule, lengths: dict[str, int], per_step: int,
+                    steps_per_epoch: int, total_steps: int) -> np.ndarray:
+    """total_steps x K: the tokens each worker processes in each optimizer step the trainer runs."""
+    k = schedule.world_size
+    out = np.zeros((total_steps, k), dtype=np.int64)
+    for step in range(total_steps):
+        epoch, s = divmod(step, steps_per_epoch)
+        for w in range(k):
+            out[step, w] = sum(lengths[i] for i in step_ids(schedule, epoch, w, s, per_step))
+    return out
+
+
+def worker_idle_shares(sums: np.ndarray) -> np.ndarray:
+    """Per worker: the mean over steps of 1 - its token sum / the step's largest."""
+    sums = np.asarray(sums, dtype=np.float64)
+    if sums.ndim != 2 or sums.shape[0] == 0:
+        raise ValueError(f"step token sums must be steps x workers with >= 1 step, got shape "
+                         f"{sums.shape}")
+    top = sums.max(axis=1, keepdims=True)
+    if (top <= 0).any():
+        raise ValueError("a step has no tokens on any worker")
+    return (1.0 - sums / top).mean(axis=0)
+
+
+def idle_share(sums: np.ndarray) -> float:
+    """The predicted idle share: mean over steps of 1 - mean/max of the workers' token sums."""
+    return float(worker_idle_shares(sums).mean())
+
+
+def straggler_summary(schedule: Schedule, lengths: dict[str, int], per_step: int,
+                      steps_per_epoch: int, total_steps: int) -> dict[str, Any]:
+    """What the schedule stage records (step_tokens.json): every step's per-worker token sums,
+    each worker's idle share and the run's predicted idle share (None with one worker: no one
+    to wait for)."""
+    sums = step_token_sums(schedule, lengths, per_step, steps_per_epoch, total_steps)
+    multi = schedule.world_size > 1
+    return {"predicted_idle_share": idle_share(sums) if multi else None,
+            "worker_idle_shares": worker_idle_shares(sums).tolist() if multi else None,
+            "world_size": schedule.world_size, "steps": int(total_steps),
+            "step_tokens": sums.tolist()}
