@@ -44,13 +44,17 @@ class ClusterSelector:
     min(K, visible GPUs) on GPU and K on CPU. It changes only the pass's time and memory: the
     features, hence the clusters and the selection, are the same for any number (K stays the
     number of clusters). The lora-grad features run in one process and ignore it.
+    clusters_per_worker: C (an integer >= 1). C = 1 is the method: K clusters, one per worker.
+    C > 1: C x K clusters packed onto the K workers with balanced totals, the budget and the rank
+    weights per worker (method/packing.py, docs/k-scaling.md).
     """
 
     def __init__(self, ratio: float = 50, prune: str = "close",
                  feature_type: str = "gradient-proxy", normalization: str = "auto",
                  cap: float | None = 1.5, kmeans: str = "exact", variant: str = "prune",
                  n_init: int = 10, max_iter: int = 300, feature_batch_size: int = 8,
-                 proj_dim: int = 8192, feature_workers: int | None = None) -> None:
+                 proj_dim: int = 8192, feature_workers: int | None = None,
+                 clusters_per_worker: int = 1) -> None:
         if not 0 < float(ratio) <= 100:
             raise SelectionError(f"selection.params.ratio: {ratio} is outside 1..100 (a "
                                  "percentage: 50 for the paper's r = 0.5)")
@@ -67,11 +71,17 @@ class ClusterSelector:
             raise SelectionError(f"selection.params.feature_workers: {feature_workers!r} is not an "
                                  "integer >= 1 (the feature pass's processes; null: min(K, visible "
                                  "GPUs) on GPU, K on CPU)")
+        if (isinstance(clusters_per_worker, bool) or not isinstance(clusters_per_worker, int)
+                or clusters_per_worker < 1):
+            raise SelectionError(f"selection.params.clusters_per_worker: {clusters_per_worker!r} "
+                                 "is not an integer >= 1 (k-means clusters per worker; 1: the "
+                                 "method's one cluster per worker)")
         self.ratio, self.prune, self.feature_type = float(ratio), prune, feature_type
         self.normalization, self.cap, self.kmeans_mode = normalization, cap, kmeans
         self.variant, self.n_init, self.max_iter = variant, n_init, max_iter
         self.feature_batch_size, self.proj_dim = feature_batch_size, proj_dim
         self.feature_workers = feature_workers
+        self.clusters_per_worker = clusters_per_worker
 
     # -- step 1 -------------------------------------------------------------------------
     def features(self, pool: Pool, ctx: SelectionContext) -> tuple[np.ndarray, dict[str, Any]]:
@@ -122,39 +132,46 @@ class ClusterSelector:
     # -- steps 2-6, 8, 9 ----------------------------------------------------------------
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         from method import clustering as C
+        from method.packing import merge_by_worker, pack_clusters, split_budget
 
         if budget is not None:
             raise SelectionError("selector 'cluster' sets its own kept count from "
                                  "selection.params.ratio; remove selection.n / selection.fraction")
         k, n = ctx.world_size, len(pool)
+        kc = k * self.clusters_per_worker  # k-means clusters; k with the method's C = 1
         X, feat_meta = self.features(pool, ctx)
         X = np.asarray(X, dtype=np.float32)
 
         tracemalloc.start()
         t0 = time.perf_counter()
         Xn = C.normalize_features(X, k, self.normalization)
-        labels, centers, inertia = C.kmeans(Xn, k, ctx.seed, self.n_init, self.max_iter,
+        labels, centers, inertia = C.kmeans(Xn, kc, ctx.seed, self.n_init, self.max_iter,
                                             self.kmeans_mode)
-        before = np.bincount(labels, minlength=k)
+        before = np.bincount(labels, minlength=kc)
         if self.cap is not None:
             labels = C.soft_cap_assign(Xn, centers, labels, self.cap)
-        after = np.bincount(labels, minlength=k)
+        after = np.bincount(labels, minlength=kc)
+        packing = pack_clusters(after, k)  # C = 1: cluster c on worker c
+        group_before = np.bincount(packing.worker_of, before, k).astype(np.int64)
         clustering_s = time.perf_counter() - t0
         clustering_peak = tracemalloc.get_traced_memory()[1] / 2**20
         tracemalloc.reset_peak()
 
         t1 = time.perf_counter()
         if self.variant == "uniform":
-            chosen = C.uniform_upsample(labels, k, ctx.seed)
-            m, m_adj = int(after.min()), int(after.max())
+            chosen = C.uniform_upsample(packing.worker_labels(labels), k, ctx.seed)
+            m, m_adj = int(packing.sizes.min()), int(packing.sizes.max())
             weights = np.ones(k)
         else:
             t = ctx.config.train
-            m, m_adj = C.balanced_budget(after, self.ratio, t.per_device_batch_size, t.drop_last)
+            m, m_adj = C.balanced_budget(packing.sizes, self.ratio, t.per_device_batch_size,
+                                         t.drop_last)
             # "big" ranks by the raw feature norm; the other modes by distance in the clustered space.
-            chosen = C.choose_within_cluster(X if self.prune == "big" else Xn, centers, labels,
-                                             m_adj, self.prune, ctx.seed)
-            weights = C.rank_weights(after, n)
+            counts = split_budget(after, packing, m_adj).tolist()  # C = 1: m_adj per cluster
+            chosen = merge_by_worker(
+                C.choose_within_cluster(X if self.prune == "big" else Xn, centers, labels, counts,
+                                        self.prune, ctx.seed), packing)
+            weights = C.rank_weights(packing.sizes, n)
         selection_s = time.perf_counter() - t1
         selection_peak = tracemalloc.get_traced_memory()[1] / 2**20
         tracemalloc.stop()
@@ -170,7 +187,9 @@ class ClusterSelector:
             "feature_type": self.feature_type, "normalization": self.normalization,
             "cap": self.cap, "kmeans": self.kmeans_mode, "k": k, "n_pool": n,
             "feature_dim": int(X.shape[1]), "inertia": float(inertia),
-            "cluster_sizes_before_cap": before.tolist(), "cluster_sizes_after_cap": after.tolist(),
+            # per group (= worker; = cluster when C = 1), as the result rows' cluster/<k> read them
+            "cluster_sizes_before_cap": group_before.tolist(),
+            "cluster_sizes_after_cap": packing.sizes.tolist(),
             "m": int(m), "m_adj": int(m_adj), "kept": len(ids),
             "kept_fraction": len(set(ids)) / n, "weights": [float(w) for w in weights],
             "features_s": feat_meta.get("seconds"), "features_peak_mem_mb": feat_meta.get("peak_mem_mb"),
@@ -180,6 +199,11 @@ class ClusterSelector:
             "selection_s": selection_s, "selection_peak_mem_mb": selection_peak,
             "with_replacement": self.variant == "uniform",
         }
+        if kc > k:  # the k-means clusters behind the groups, and the group (worker) of each
+            info.update(clusters_per_worker=self.clusters_per_worker,
+                        kmeans_sizes_before_cap=before.tolist(),
+                        kmeans_sizes_after_cap=after.tolist(),
+                        worker_of_cluster=packing.worker_of.tolist())
         cats = pool.categories()
         if any(c is not None for c in cats):
             info["category_agreement"] = C.cluster_agreement(labels, cats)
