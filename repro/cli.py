@@ -9,6 +9,7 @@
     cluster-repro results [--output-dir DIR]      merge result part files into results.csv/.parquet
     cluster-repro bench ddp [--world-sizes 1,4,8] DDP throughput and all-reduce wait
     cluster-repro bench paper-step --shape S      the paper's step on a model shape: MFU, memory
+    cluster-repro bench k-scaling --features-dir D CluSTER's kept fraction as K grows to 256
     cluster-repro report [--results DIR] [--out DIR] every table and figure from the results
 """
 from __future__ import annotations
@@ -90,10 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
                        "ddp: throughput and all-reduce wait vs world size. features: the lean vs "
                        "naive gradient-proxy features vs a plain forward pass. cluster: k-means + "
                        "soft cap + selection at the paper's pool size, exact vs fast.")
-    p.add_argument("what", choices=["ddp", "features", "cluster", "paper-step"],
+    p.add_argument("what", choices=["ddp", "features", "cluster", "paper-step", "k-scaling"],
                    help="paper-step: the paper recipe's training step and feature pass on a "
                    "published model shape, with MFU and peak memory vs the memory plan "
-                   "(`cluster-repro bench paper-step --help`)")
+                   "(`cluster-repro bench paper-step --help`). k-scaling: CluSTER's selection "
+                   "at K = 4..256 workers, with clusters_per_worker C = 1, 2, 4 "
+                   "(`cluster-repro bench k-scaling --help`)")
     p.add_argument("--config", default=None, help="config to train (default: the demo config)")
     p.add_argument("--world-sizes", default="1,4,8", help="comma-separated (default 1,4,8)")
     p.add_argument("--steps", type=int, default=6, help="optimizer steps per run (default 6)")
@@ -183,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
         from repro.bench.paper_step import main as paper_step
 
         return paper_step(argv[2:])
+    if argv[:2] == ["bench", "k-scaling"]:  # its own flags (repro/bench/k_scaling.py)
+        from repro.bench.k_scaling import main as k_scaling
+
+        return k_scaling(argv[2:])
     parser = build_parser()
     # Overrides may come before or after flags (`validate CONFIG --quiet k=v`): argparse stops
     # filling a trailing nargs="*" positional at the first flag, so collect the rest here.
