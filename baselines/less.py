@@ -47,7 +47,12 @@ def validation_pool(ctx: SelectionContext, source: str, fmt: str, n: int) -> Poo
         cfg = ctx.config
         data = dataclasses.replace(cfg.data, sources=[DataSource(path=source, format=fmt)],
                                    heldout_fraction=0.0)
-        val, _ = load_pool(dataclasses.replace(cfg, data=data))
+        tok = None
+        if cfg.data.chat_template:  # rendered as the pool is, through the model's chat template
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(ctx.model_dir)
+        val, _ = load_pool(dataclasses.replace(cfg, data=data), tok)
     if len(val) == 0:
         raise SelectionError(f"selector 'less': the validation set ({source}) is empty; LESS "
                              "needs a few examples from the target domain (set "

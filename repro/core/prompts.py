@@ -3,7 +3,9 @@
 Each format names the fields it needs and renders a row the way the data's own authors trained on
 it (Magicoder's template for Magicoder data, the Stanford Alpaca template for Alpaca-style data),
 so a run here sees the same text as the paper's runs. `detect_format` picks a format from a row's
-fields for `format: auto`.
+fields for `format: auto`. Every rendering also gives the bare user turn (`Rendered.user`: the
+instruction and its input, without a template), which `data.chat_template: true` puts through the
+model's own chat template instead (repro/core/data.py).
 
 A row that does not fit raises `RowError`, a `DataError` that carries a short `reason` (the key
 counted in `Pool.skipped`, e.g. "missing_field:output") and the field; `repro.core.data` adds the file
@@ -30,10 +32,11 @@ class RowError(DataError):
 
 @dataclass(frozen=True)
 class Rendered:
-    prompt: str
+    prompt: str  # the dataset's own template around the user turn
     response: str
     category: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    user: str = ""  # the user turn alone: instruction, then the input (for a chat template)
 
 
 # ----------------------------------------------------------------------------- templates
@@ -106,6 +109,11 @@ def _short(v: Any, n: int = 40) -> str:
     return r if len(r) <= n else r[: n - 3] + "..."
 
 
+def user_turn(instruction: str, inp: str = "") -> str:
+    """The request as a chat user message: the instruction, then its input after a blank line."""
+    return f"{instruction}\n\n{inp}" if inp.strip() else instruction
+
+
 def alpaca_prompt(instruction: str, inp: str = "") -> str:
     if inp.strip():
         return ALPACA_PROMPT_INPUT.format(instruction=instruction, input=inp)
@@ -122,7 +130,8 @@ def render_alpaca(row: Mapping[str, Any]) -> Rendered:
     inp = text_field(row, "input", required=False)
     output = text_field(row, "output")
     category = row.get("category") if isinstance(row.get("category"), str) else None
-    return Rendered(alpaca_prompt(instruction, inp), output, category)
+    return Rendered(alpaca_prompt(instruction, inp), output, category,
+                    user=user_turn(instruction, inp))
 
 
 def render_demo(row: Mapping[str, Any]) -> Rendered:
@@ -137,7 +146,7 @@ def render_demo(row: Mapping[str, Any]) -> Rendered:
     if not isinstance(meta, dict):
         raise RowError("not_mapping:meta", "meta",
                        f"field 'meta': expected a mapping, got {type(meta).__name__}")
-    return Rendered(prompt, r.response, category, dict(meta))
+    return Rendered(prompt, r.response, category, dict(meta), user=r.user)
 
 
 def render_magicoder(row: Mapping[str, Any]) -> Rendered:
@@ -153,7 +162,7 @@ def render_magicoder(row: Mapping[str, Any]) -> Rendered:
     inp = text_field(row, "input", required=False)
     if inp.strip():
         instruction = f"{instruction}\n\n{inp}"
-    return Rendered(MAGICODER_PROMPT.format(instruction=instruction), response)
+    return Rendered(MAGICODER_PROMPT.format(instruction=instruction), response, user=instruction)
 
 
 def render_pubmedqa(row: Mapping[str, Any]) -> Rendered:
@@ -177,6 +186,7 @@ def render_pubmedqa(row: Mapping[str, Any]) -> Rendered:
                        f"got {decision!r}")
     inp = "Context:\n" + "\n".join(contexts) + f"\n\nQuestion: {question}"
     return Rendered(alpaca_prompt(PUBMEDQA_INSTRUCTION, inp), f"{long_answer}\nAnswer: {decision}",
+                    user=user_turn(PUBMEDQA_INSTRUCTION, inp),
                     meta={"final_decision": decision})
 
 
