@@ -27,8 +27,8 @@ def rows() -> list[dict]:
 
 def test_rows_follow_from_the_cluster_sizes(rows: list[dict]) -> None:
     # C x K > N (64 x 8 = 512 > 300) is left out; every other (K, C) once per seed.
-    assert sorted({(r["k"], r["c"]) for r in rows}) == [(k, c) for k in (2, 8, 64) for c in (1, 2, 8)
-                                                        if k * c <= 300]
+    assert sorted({(r["k"], r["c"]) for r in rows}) == [
+        (k, c) for k in (2, 8, 64) for c in (1, 2, 8) if k * c <= 300]
     assert len(rows) == 2 * 8
     for r in rows:
         n, kc = r["n"], r["k"] * r["c"]
@@ -86,7 +86,14 @@ def test_command_line_on_a_small_synthetic_set(tmp_path: Path, capsys) -> None:
         ("synthetic", k, c, "fast") for k in (2, 4) for c in (1, 2)}
     X = _unit_vectors(200, 16, 0)  # bench/cluster.py's generator, as the paper-size run uses
     assert rows[0]["n"] == X.shape[0] and rows[0]["d"] == X.shape[1]
-    assert (out / "k_scaling.md").read_text().strip() == capsys.readouterr().out.split("\n\n/")[0].strip()
+    printed = capsys.readouterr().out
+    assert (out / "k_scaling.md").read_text().strip() == printed.split("\n\n/")[0].strip()
+    # --rows: the same tables again from the saved rows, measuring nothing.
+    assert main(["--rows", str(out / "k_scaling.json"), "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "k_scaling.md").read_text() == (out / "k_scaling.md").read_text()
+    (tmp_path / "bad.json").write_text('[{"set": "x"}]')
+    with pytest.raises(SystemExit, match="expected the k_scaling.json list of rows"):
+        main(["--rows", str(tmp_path / "bad.json")])
     for bad in (["--no-real", "--no-synthetic"], [], ["--no-real", "--ks", "0"]):
         with pytest.raises(SystemExit) as e:
             main(bad + ["--out", str(out)])

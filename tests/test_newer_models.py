@@ -95,7 +95,8 @@ def test_chat_prompts_wrap_the_user_turn_once(chat_model: Path) -> None:
     text = chat_prompt(tok, "Hi")
     assert text == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     item = tokenize_example(Example(id="x", prompt=text, response="Hello", source="t"), tok, 256)
-    assert item["input_ids"].count(tok.bos_token_id) == 1 and item["input_ids"][0] == tok.bos_token_id
+    ids = item["input_ids"]
+    assert ids.count(tok.bos_token_id) == 1 and ids[0] == tok.bos_token_id
     # No template: an error that names the fix, at load time too.
     tok.chat_template = None
     with pytest.raises(DataError, match="has no chat template.*data.chat_template=false"):

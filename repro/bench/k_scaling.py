@@ -1,8 +1,10 @@
 """`cluster-repro bench k-scaling`: CluSTER's selection as the number of workers K grows.
 
     cluster-repro bench k-scaling --features-dir DIR [--out DIR] [--ks 4 8 16 32 64 128 256]
-        [--cs 1 2 4] [--seeds 0 1 2] [--synthetic-n 75197] [--synthetic-d 4096]
-        [--synthetic-mode fast] [--synthetic-seeds 0] [--no-real] [--no-synthetic]
+        [--cs 1 2 4] [--seeds 0 1 2] [--pools code medical] [--synthetic-n 75197]
+        [--synthetic-d 4096] [--synthetic-mode fast] [--synthetic-seeds 0] [--no-real]
+        [--no-synthetic]
+    cluster-repro bench k-scaling --rows A/k_scaling.json B/k_scaling.json --out DIR
 
 K is the number of data-parallel workers, and CluSTER clusters the pool into K clusters, each of
 which keeps m_adj = r x the smallest cluster. The smallest of K clusters shrinks faster than N / K,
@@ -332,9 +334,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--synthetic-d", type=int, default=4096)
     ap.add_argument("--synthetic-mode", choices=C.KMEANS_MODES, default="fast")
     ap.add_argument("--synthetic-seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--pools", nargs="+", choices=list(MINI_CONFIGS), default=list(MINI_CONFIGS),
+                    help="which mini pools (default: both)")
     ap.add_argument("--no-real", action="store_true", help="only the synthetic features")
     ap.add_argument("--no-synthetic", action="store_true", help="only the mini pools")
+    ap.add_argument("--rows", type=Path, nargs="+", default=None, metavar="JSON",
+                    help="measure nothing: the tables and figures of rows saved by earlier runs "
+                         "(their k_scaling.json files, e.g. one per feature set)")
     a = ap.parse_args(argv)
+    if a.rows:
+        return _write(sum((_read_rows(p) for p in a.rows), []), a.out)
     for flag, values in (("--ks", a.ks), ("--cs", a.cs), ("--synthetic-n", [a.synthetic_n]),
                          ("--synthetic-d", [a.synthetic_d])):
         if min(values) < 1:
@@ -350,8 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     try:
         if not a.no_real:
-            for name, rel in MINI_CONFIGS.items():
-                X = mini_features(CONFIG_DIR / rel, a.features_dir, a.data_dir)
+            for name in a.pools:
+                X = mini_features(CONFIG_DIR / MINI_CONFIGS[name], a.features_dir, a.data_dir)
                 rows += scaling_rows(X, name, a.ks, a.cs, a.seeds, "exact")
         if not a.no_synthetic:
             X = _unit_vectors(a.synthetic_n, a.synthetic_d, 0)
@@ -359,15 +368,29 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:  # config, data, selection: the message says what
         print(f"error: {e}", file=sys.stderr)
         return 2
+    return _write(rows, a.out)
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    rows = json.loads(path.read_text())
+    need = {"set", "k", "c", "seed", "kept_r100", "kept_r50", "smallest", "worker_smallest"}
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and need <= set(r) for r in rows):
+        raise SystemExit(f"--rows {path}: expected the k_scaling.json list of rows (each with "
+                         f"{', '.join(sorted(need))}, ...)")
+    return rows
+
+
+def _write(rows: list[dict[str, Any]], out: Path) -> int:
+    """k_scaling.json, k_scaling.md and the figures under out; the tables on stdout."""
     from repro.core.io import atomic_write_json, atomic_write_text
 
-    a.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(a.out / "k_scaling.json", rows)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "k_scaling.json", rows)
     text = format_tables(rows)
-    atomic_write_text(a.out / "k_scaling.md", text + "\n")
-    paths = figures(rows, a.out)
+    atomic_write_text(out / "k_scaling.md", text + "\n")
+    paths = figures(rows, out)
     print(text)
-    print(f"\n{a.out / 'k_scaling.json'}; figures: {', '.join(str(p) for p in paths)}")
+    print(f"\n{out / 'k_scaling.json'}; figures: {', '.join(str(p) for p in paths)}")
     return 0
 
 
