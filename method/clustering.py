@@ -417,14 +417,17 @@ def explain_kept(sizes, ratio: float, m_adj: int, micro_batch: int = 1) -> str:
     return line
 
 
-def choose_within_cluster(X, centers, labels, m_adj: int, mode: str,
+def choose_within_cluster(X, centers, labels, m_adj: int | list[int], mode: str,
                           seed: int) -> dict[int, np.ndarray]:
     """Steps 5-6: {cluster k: the row indices kept}. Members are ranked by squared distance to
     their center, ascending (stable: ties by row index). "close" (the paper's default,
     "peripheral"): the m_adj farthest, farthest first; "far" ("core"): the m_adj nearest; "rand":
     uniform without replacement, seeded by (seed, k); "mix": floor(m_adj / 2) nearest, then the
     rest farthest; "big": the m_adj largest row L2 norms of X (the CALLER passes the un-normalized
-    features for this mode; only K is read from centers); "none": all members in row order."""
+    features for this mode; only K is read from centers); "none": all members in row order.
+    m_adj: one count for every cluster (the paper's balanced budget), or a list of K counts, one
+    per cluster, each 0..its size (clusters_per_worker > 1 shares a worker's budget among its
+    clusters: method/packing.py)."""
     if mode not in PRUNE_MODES:
         raise SelectionError(f"unknown prune mode {mode!r}; choose one of {PRUNE_MODES}")
     X = _matrix(X)
@@ -433,25 +436,35 @@ def choose_within_cluster(X, centers, labels, m_adj: int, mode: str,
     members = [np.flatnonzero(labels == c) for c in range(k)]
     if mode == "none":
         return dict(enumerate(members))
-    m_adj = int(m_adj)
-    small = [c for c in range(k) if members[c].size < m_adj]
-    if m_adj < 1 or small:
-        raise SelectionError(f"cannot keep m_adj = {m_adj} per cluster: cluster(s) {small} are "
-                             "smaller (m_adj must be 1..smallest cluster size)")
+    if np.ndim(m_adj) == 0:
+        m_adj = int(m_adj)
+        small = [c for c in range(k) if members[c].size < m_adj]
+        if m_adj < 1 or small:
+            raise SelectionError(f"cannot keep m_adj = {m_adj} per cluster: cluster(s) {small} "
+                                 "are smaller (m_adj must be 1..smallest cluster size)")
+        counts = [m_adj] * k
+    else:
+        counts = [int(q) for q in m_adj]
+        bad = [c for c in range(min(k, len(counts))) if not 0 <= counts[c] <= members[c].size]
+        if len(counts) != k or bad:
+            raise SelectionError(f"per-cluster kept counts {counts} do not fit the {k} clusters "
+                                 f"of sizes {[int(m.size) for m in members]} (each must lie in "
+                                 "0..its cluster's size)")
     if mode == "big":
         norms = np.sqrt(_sq_norms(X))
-        return {c: idx[np.argsort(-norms[idx], kind="stable")[:m_adj]]
+        return {c: idx[np.argsort(-norms[idx], kind="stable")[:counts[c]]]
                 for c, idx in enumerate(members)}
     if mode == "rand":
-        return {c: np.random.default_rng([seed, c]).choice(idx, m_adj, replace=False)
+        return {c: np.random.default_rng([seed, c]).choice(idx, counts[c], replace=False)
                 for c, idx in enumerate(members)}
     dist = sq_distances_to_own_center(X, centers, labels)
     out = {}
     for c, idx in enumerate(members):
         ranked = idx[np.argsort(dist[idx], kind="stable")]  # nearest first
-        half = m_adj // 2
-        out[c] = {"close": ranked[::-1][:m_adj], "far": ranked[:m_adj],
-                  "mix": np.concatenate([ranked[:half], ranked[::-1][:m_adj - half]])}[mode]
+        q = counts[c]
+        half = q // 2
+        out[c] = {"close": ranked[::-1][:q], "far": ranked[:q],
+                  "mix": np.concatenate([ranked[:half], ranked[::-1][:q - half]])}[mode]
     return out
 
 

@@ -56,6 +56,9 @@ class ClusterSelector:
     budget_unit: examples (the method: every cluster keeps m_adj examples) or tokens (every
     cluster keeps, in its within-cluster order, examples up to one token budget, ratio x the
     smallest cluster's token total: equal work per worker; method/clustering.py token_budget).
+    clusters_per_worker: C (an integer >= 1). C = 1 is the method: K clusters, one per worker.
+    C > 1: C x K clusters packed onto the K workers with balanced totals, the budget and the rank
+    weights per worker (method/packing.py, docs/k-scaling.md).
     """
 
     def __init__(self, ratio: float = 50, prune: str = "close",
@@ -64,7 +67,7 @@ class ClusterSelector:
                  n_init: int = 10, max_iter: int = 300, feature_batch_size: int = 8,
                  proj_dim: int = 8192, feature_workers: int | None = None,
                  round_budget_to_batch: bool | None = None, order: str = "suite",
-                 budget_unit: str = "examples") -> None:
+                 budget_unit: str = "examples", clusters_per_worker: int = 1) -> None:
         if not 0 < float(ratio) <= 100:
             raise SelectionError(f"selection.params.ratio: {ratio} is outside 1..100 (a "
                                  "percentage: 50 for the paper's r = 0.5)")
@@ -87,6 +90,11 @@ class ClusterSelector:
             raise SelectionError(f"selection.params.feature_workers: {feature_workers!r} is not an "
                                  "integer >= 1 (the feature pass's processes; null: min(K, visible "
                                  "GPUs) on GPU, K on CPU)")
+        if (isinstance(clusters_per_worker, bool) or not isinstance(clusters_per_worker, int)
+                or clusters_per_worker < 1):
+            raise SelectionError(f"selection.params.clusters_per_worker: {clusters_per_worker!r} "
+                                 "is not an integer >= 1 (k-means clusters per worker; 1: the "
+                                 "method's one cluster per worker)")
         self.ratio, self.prune, self.feature_type = float(ratio), prune, feature_type
         self.normalization, self.cap, self.kmeans_mode = normalization, cap, kmeans
         self.variant, self.n_init, self.max_iter = variant, n_init, max_iter
@@ -102,6 +110,11 @@ class ClusterSelector:
                                  "(method.md step 7); the uniform variant has no authors' order")
         self.round_budget_to_batch, self.order = round_budget_to_batch, order
         self.budget_unit = budget_unit
+        self.clusters_per_worker = clusters_per_worker
+        if clusters_per_worker != 1 and (order == "authors" or budget_unit == "tokens"):
+            raise SelectionError("selection.params.clusters_per_worker > 1 is defined for the "
+                                 "suite's order and budget_unit: examples (order: authors and "
+                                 "budget_unit: tokens assume one cluster per worker)")
 
     # -- step 1 -------------------------------------------------------------------------
     def feature_key(self, cfg: ExperimentConfig) -> dict[str, Any] | None:
@@ -182,6 +195,7 @@ class ClusterSelector:
     # -- steps 2-6, 8, 9 ----------------------------------------------------------------
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         from method import clustering as C
+        from method.packing import merge_by_worker, pack_clusters, split_budget
 
         if budget is not None:
             raise SelectionError("selector 'cluster' sets its own kept count from "
@@ -195,15 +209,18 @@ class ClusterSelector:
         # Stopped in `finally`: a selection that fails (K larger than the pool, m_adj = 0)
         # must not leave every later allocation of the process traced, hence slow.
         tracemalloc.start()
+        kc = k * self.clusters_per_worker  # k-means clusters; k with the method's C = 1
         try:
             t0 = time.perf_counter()
             Xn = C.normalize_features(X, k, self.normalization)
-            labels, centers, inertia = C.kmeans(Xn, k, ctx.seed, self.n_init, self.max_iter,
+            labels, centers, inertia = C.kmeans(Xn, kc, ctx.seed, self.n_init, self.max_iter,
                                                 self.kmeans_mode)
-            before = np.bincount(labels, minlength=k)
+            before = np.bincount(labels, minlength=kc)
             if self.cap is not None:
                 labels = C.soft_cap_assign(Xn, centers, labels, self.cap)
-            after = np.bincount(labels, minlength=k)
+            after = np.bincount(labels, minlength=kc)
+            packing = pack_clusters(after, k)  # C = 1: cluster c on worker c
+            group_before = np.bincount(packing.worker_of, before, k).astype(np.int64)
             clustering_s = time.perf_counter() - t0
             clustering_peak = tracemalloc.get_traced_memory()[1] / 2**20
             tracemalloc.reset_peak()
@@ -213,8 +230,8 @@ class ClusterSelector:
             token_info = None
             explained = None
             if self.variant == "uniform":
-                chosen = C.uniform_upsample(labels, k, ctx.seed)
-                m, m_adj = int(after.min()), int(after.max())
+                chosen = C.uniform_upsample(packing.worker_labels(labels), k, ctx.seed)
+                m, m_adj = int(packing.sizes.min()), int(packing.sizes.max())
                 weights = np.ones(k)
             else:
                 # "big" ranks by the raw feature norm; the other modes by distance in the
@@ -227,15 +244,18 @@ class ClusterSelector:
                     t = ctx.config.train
                     rounding = (t.drop_last if self.round_budget_to_batch is None
                                 else self.round_budget_to_batch)
-                    m, m_adj = C.balanced_budget(after, self.ratio, t.per_device_batch_size,
-                                                 rounding)
-                    explained = C.explain_kept(after, self.ratio, m_adj, t.per_device_batch_size)
+                    m, m_adj = C.balanced_budget(packing.sizes, self.ratio,
+                                                 t.per_device_batch_size, rounding)
+                    explained = C.explain_kept(packing.sizes, self.ratio, m_adj,
+                                               t.per_device_batch_size)
                     print(f"[cluster-repro] {explained}", file=sys.stderr, flush=True)
-                    chosen = C.choose_within_cluster(space, centers, labels, m_adj, self.prune,
-                                                     ctx.seed)
-                if self.order == "authors":
+                    counts = split_budget(after, packing, m_adj).tolist()  # C = 1: m_adj each
+                    chosen = merge_by_worker(
+                        C.choose_within_cluster(space, centers, labels, counts, self.prune,
+                                                ctx.seed), packing)
+                if self.order == "authors":  # C = 1 (checked at construction)
                     chosen = C.authors_list_order(Xn, centers, labels, chosen)
-                weights = C.rank_weights(after, n)
+                weights = C.rank_weights(packing.sizes, n)
             selection_s = time.perf_counter() - t1
             selection_peak = tracemalloc.get_traced_memory()[1] / 2**20
         finally:
@@ -252,7 +272,9 @@ class ClusterSelector:
             "feature_type": self.feature_type, "normalization": self.normalization,
             "cap": self.cap, "kmeans": self.kmeans_mode, "k": k, "n_pool": n,
             "feature_dim": int(X.shape[1]), "inertia": float(inertia),
-            "cluster_sizes_before_cap": before.tolist(), "cluster_sizes_after_cap": after.tolist(),
+            # per group (= worker; = cluster when C = 1), as the result rows' cluster/<k> read them
+            "cluster_sizes_before_cap": group_before.tolist(),
+            "cluster_sizes_after_cap": packing.sizes.tolist(),
             "m": int(m), "m_adj": None if m_adj is None else int(m_adj), "kept": len(ids),
             "kept_explained": explained,
             "kept_fraction": len(set(ids)) / n, "weights": [float(w) for w in weights],
@@ -266,6 +288,11 @@ class ClusterSelector:
         }
         if self.budget_unit == "tokens":
             info.update(token_info)
+        if kc > k:  # the k-means clusters behind the groups, and the group (worker) of each
+            info.update(clusters_per_worker=self.clusters_per_worker,
+                        kmeans_sizes_before_cap=before.tolist(),
+                        kmeans_sizes_after_cap=after.tolist(),
+                        worker_of_cluster=packing.worker_of.tolist())
         cats = pool.categories()
         if any(c is not None for c in cats):
             info["category_agreement"] = C.cluster_agreement(labels, cats)

@@ -11,6 +11,7 @@
     cluster-repro bench paper-step --shape S      the paper's step on a model shape: MFU, memory
     cluster-repro bench stragglers                predicted straggler idle at the paper's step shape
     cluster-repro bench balance [--config C]      token budgets and balance, trained side by side
+    cluster-repro bench k-scaling --features-dir D CluSTER's kept fraction as K grows to 256
     cluster-repro report [--results DIR] [--out DIR] every table and figure from the results
 """
 from __future__ import annotations
@@ -117,14 +118,15 @@ def build_parser() -> argparse.ArgumentParser:
                        "naive gradient-proxy features vs a plain forward pass. cluster: k-means + "
                        "soft cap + selection at the paper's pool size, exact vs fast.")
     p.add_argument("what", choices=["ddp", "features", "cluster", "paper-step", "stragglers",
-                                    "balance"],
+                                    "balance", "k-scaling"],
                    help="paper-step: the paper recipe's training step and feature pass on a "
                    "published model shape, with MFU and peak memory vs the memory plan "
                    "(`cluster-repro bench paper-step --help`). stragglers: the predicted idle "
                    "share at the paper's step shape from real lengths and clusters, no training "
                    "(`... bench stragglers --help`). balance: CluSTER with example vs token "
                    "budgets and balance, and random allocation, trained side by side "
-                   "(`... bench balance --help`)")
+                   "(`... bench balance --help`). k-scaling: CluSTER's selection at K = 4..256 "
+                   "workers, with clusters_per_worker C = 1, 2, 4 (`... bench k-scaling --help`)")
     p.add_argument("--config", default=None, help="config to train (default: the demo config)")
     p.add_argument("--world-sizes", default="1,4,8", help="comma-separated (default 1,4,8)")
     p.add_argument("--steps", type=int, default=6, help="optimizer steps per run (default 6)")
@@ -258,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
         from repro.bench.balance import main as balance
 
         return balance(argv[2:])
+    if argv[:2] == ["bench", "k-scaling"]:  # its own flags (repro/bench/k_scaling.py)
+        from repro.bench.k_scaling import main as k_scaling
+
+        return k_scaling(argv[2:])
     parser = build_parser()
     # Overrides may come before or after flags (`validate CONFIG --quiet k=v`): argparse stops
     # filling a trailing nargs="*" positional at the first flag, so collect the rest here.

@@ -109,7 +109,7 @@ def stage_pool(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     # Fingerprint first: a file changed while it is read shows as changed at the next run.
     data_inputs = fingerprints.data_fingerprints(cfg)
     tok = AutoTokenizer.from_pretrained(model_dir_of(run_dir))
-    train, held, reports = load_pool_report(cfg, tok)  # conversations: the model's chat template
+    train, held, reports = load_pool_report(cfg, tok)  # the model's chat template (conversations; data.chat_template)
     skipped = dict(train.skipped)
     pools = []
     for pool in (train, held):

@@ -83,6 +83,10 @@ class DataConfig:
     max_length: int = 256  # tokens; longer examples are truncated from the right (see docs)
     heldout_fraction: float = 0.1  # share of the pool kept out of training, for loss/perplexity
     on_bad_row: Literal["error", "skip"] = "error"
+    # true: the user turn (instruction + input) goes through the model tokenizer's chat template,
+    # with the assistant's turn opened, instead of the dataset's own template (repro/core/data.py);
+    # an error at the pool stage if the tokenizer has no template. false: the dataset's template.
+    chat_template: bool = False
     # Demo pool generator knobs (path == "demo").
     demo_train_size: int = 480
     demo_heldout_per_category: int = 8

@@ -15,6 +15,10 @@ Example ids are stable across runs: "{source name}-{row's own id}" when the row 
 name is the file stem (hub: the last part of the id), with ".{i}" added if an earlier source
 already uses it. An id that already starts with "{name}-" (the demo's "demo-train-00000") is kept.
 
+With `data.chat_template: true`, an Example's prompt is the row's user turn (instruction and input)
+through the model tokenizer's chat template, with the assistant's turn opened (`chat_prompt`);
+the response follows and ends with the tokenizer's eos token, as with the datasets' own templates.
+
 `tokenize_example`, `TokenizedPool` and `collate` turn Examples into training tensors.
 """
 from __future__ import annotations
@@ -33,8 +37,8 @@ from repro.core.types import Example, Pool
 
 logger = get_logger("data")
 
-__all__ = ["DataError", "SourceReport", "load_pool", "load_pool_report", "tokenize_example",
-           "TokenizedPool", "collate", "IGNORE_INDEX"]
+__all__ = ["DataError", "SourceReport", "load_pool", "load_pool_report", "chat_prompt",
+           "tokenize_example", "TokenizedPool", "collate", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100  # label value the loss ignores (prompt and padding positions)
 _ID_FIELDS = ("id", "task_id")
@@ -199,9 +203,12 @@ class _SourceLoader:
     """Turns one source's raw rows into Examples, applying exclusions, bad-row policy and limit."""
 
     def __init__(self, cfg: ExperimentConfig, seen: dict[str, str], report: SourceReport,
-                 file: str, fmt: str, exclude: set[str], chat: ChatTemplate | None):
+                 file: str, fmt: str, exclude: set[str], chat: ChatTemplate | None,
+                 tokenizer: Any = None):
         self.cfg, self.seen, self.report = cfg, seen, report
         self.file, self.fmt, self.exclude, self.chat = file, fmt, exclude, chat
+        # not None (data.chat_template): single-turn prompts go through its chat template
+        self.tokenizer = None if FORMATS[fmt].conversation else tokenizer
 
     def bad(self, raw: _Raw, err: RowError) -> None:
         if self.cfg.data.on_bad_row == "error":
@@ -236,7 +243,8 @@ class _SourceLoader:
                 self.bad(raw, err)
                 continue
             self.seen[eid] = f"{self.file}: {raw.where}"
-            out.append(Example(id=eid, prompt=r.prompt, response=r.response, source=name,
+            prompt = r.prompt if self.tokenizer is None else chat_prompt(self.tokenizer, r.user)
+            out.append(Example(id=eid, prompt=prompt, response=r.response, source=name,
                                category=r.category, meta=r.meta))
         return out
 
@@ -264,7 +272,7 @@ def chat_template_of(tokenizer: Any) -> ChatTemplate | None:
 
 
 def _load_source(cfg: ExperimentConfig, i: int, src: DataSource, names: set[str],
-                 seen: dict[str, str], chat: ChatTemplate | None
+                 seen: dict[str, str], chat: ChatTemplate | None, tokenizer: Any
                  ) -> tuple[list[Example], list[Example], SourceReport]:
     held: list[Example] = []
     if src.path == "demo":
@@ -309,7 +317,8 @@ def _load_source(cfg: ExperimentConfig, i: int, src: DataSource, names: set[str]
         report.template = ("chat template of the tokenizer" if chat is not None else
                            "plain (### User: / ### Assistant:; no chat template)")
         logger.info(f"{file}: {fmt} conversations rendered with the {report.template}")
-    loader = _SourceLoader(cfg, seen, report, file, fmt, _exclude_ids(cfg, i, src), chat)
+    loader = _SourceLoader(cfg, seen, report, file, fmt, _exclude_ids(cfg, i, src), chat,
+                            tokenizer)
     train = loader.examples(iter(train_raws), src.limit)
     if src.path == "demo":
         held = loader.examples(iter(held_raws), None)  # the demo's own held-out tasks, with answers
@@ -329,14 +338,18 @@ def load_pool_report(cfg: ExperimentConfig, tokenizer: Any = None
                      ) -> tuple[Pool, Pool, list[SourceReport]]:
     """`load_pool`, plus one SourceReport per source (rows read, excluded, skipped, sizes, how
     conversations were rendered)."""
+    if cfg.data.chat_template and tokenizer is None:
+        raise DataError("data.chat_template is true: loading the pool needs the model's "
+                        "tokenizer (its chat template renders the prompts)")
     chat = chat_template_of(tokenizer)
+    single_turn = tokenizer if cfg.data.chat_template else None
     train: list[Example] = []
     held: list[Example] = []
     reports: list[SourceReport] = []
     names: set[str] = set()
     seen: dict[str, str] = {}  # id -> where it was first seen, across all sources
     for i, src in enumerate(cfg.data.sources):
-        t, h, rep = _load_source(cfg, i, src, names, seen, chat)
+        t, h, rep = _load_source(cfg, i, src, names, seen, chat, single_turn)
         train += t
         held += h
         reports.append(rep)
@@ -362,9 +375,36 @@ def load_pool_report(cfg: ExperimentConfig, tokenizer: Any = None
 def load_pool(cfg: ExperimentConfig, tokenizer: Any = None) -> tuple[Pool, Pool]:
     """(train_pool, heldout_pool) from `cfg.data.sources`. Skip counts are on train_pool.skipped
     (rows are skipped before the split, so they belong to neither part); DataError on any problem.
-    `tokenizer`: the model's, whose chat template renders conversations (None: the plain one)."""
+    `tokenizer`: the model's, whose chat template renders conversations (None: the plain one)
+    and, with data.chat_template, single-turn prompts too (then it is required)."""
     train, held, _ = load_pool_report(cfg, tokenizer)
     return train, held
+
+
+def chat_prompt(tokenizer: Any, user: str) -> str:
+    """`user` as the one user message of a conversation through the tokenizer's chat template,
+    with the assistant's turn opened (add_generation_prompt), as text. The template's own system
+    message, if it adds one, stays. A leading BOS is dropped from the text when the tokenizer adds
+    one itself on encoding (Llama- and Mistral-style templates start with it), so the encoded prompt
+    holds one BOS, not two. DataError when the tokenizer has no chat template."""
+    if not getattr(tokenizer, "chat_template", None):
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        raise DataError(f"data.chat_template is true, but the tokenizer of {name!r} has no chat "
+                        "template (base models often have none); set data.chat_template=false "
+                        "to use the dataset's own prompt template")
+    text = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
+                                         add_generation_prompt=True)
+    bos = tokenizer.bos_token
+    if bos and text.startswith(bos) and _adds_bos(tokenizer):
+        text = text[len(bos):]
+    return text
+
+
+def _adds_bos(tokenizer: Any) -> bool:
+    """Whether encoding with the default special tokens puts the BOS token first."""
+    ids = tokenizer("x", add_special_tokens=True)["input_ids"]
+    return bool(ids) and tokenizer.bos_token_id is not None and ids[0] == tokenizer.bos_token_id \
+        and ids != tokenizer("x", add_special_tokens=False)["input_ids"]
 
 
 # ----------------------------------------------------------------------------- tokenization

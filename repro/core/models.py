@@ -225,12 +225,16 @@ def materialize_model(model_cfg: ModelConfig, seed: int, workdir: Path | None = 
 def _from_hub(repo_id: str) -> Path:
     from huggingface_hub import snapshot_download
 
-    # Only what loading needs: skip GGUF/ONNX/other-framework copies that many repos also hold.
+    # Only what loading needs: skip GGUF/ONNX/other-framework copies that many repos also hold,
+    # and Mistral's own-format weights (consolidated.safetensors: Mistral-7B-v0.3 ships its 14.5 GB
+    # beside the transformers shards, which are what loads).
     patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+    skip = ["consolidated*.safetensors"]
     try:
-        path = Path(snapshot_download(repo_id, allow_patterns=patterns))
+        path = Path(snapshot_download(repo_id, allow_patterns=patterns, ignore_patterns=skip))
         if not any(path.glob("*.safetensors")):  # older repos ship only PyTorch .bin weights
-            path = Path(snapshot_download(repo_id, allow_patterns=patterns + ["*.bin"]))
+            path = Path(snapshot_download(repo_id, allow_patterns=patterns + ["*.bin"],
+                                          ignore_patterns=skip))
     except Exception as e:
         near = difflib.get_close_matches(repo_id, BUILTIN_MODELS, n=1, cutoff=0.8)
         hint = f" Did you mean the builtin {near[0]!r}?" if near else ""

@@ -10,7 +10,9 @@ Conversations (`sharegpt`, `messages`): the response is the LAST assistant turn;
 it (system, user, and earlier assistant answers) is the prompt, rendered with the tokenizer's chat
 template when the caller passes one (`chat`), else with the suite's plain template
 (`plain_chat_prompt`). So the loss (labels) covers the last answer only; earlier answers are
-context. Turns after the last assistant turn (an unanswered question) are not used.
+context. Turns after the last assistant turn (an unanswered question) are not used. Every single-turn rendering also gives the bare user turn
+(`Rendered.user`: the instruction and its input, without a template), which `data.chat_template:
+true` puts through the model's own chat template instead (repro/core/data.py).
 
 A row that does not fit raises `RowError`, a `DataError` that carries a short `reason` (the key
 counted in `Pool.skipped`, e.g. "missing_field:output") and the field; `repro.core.data` adds the file
@@ -37,10 +39,11 @@ class RowError(DataError):
 
 @dataclass(frozen=True)
 class Rendered:
-    prompt: str
+    prompt: str  # the dataset's own template around the user turn
     response: str
     category: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    user: str = ""  # the user turn alone: instruction, then the input (for a chat template)
 
 
 # ----------------------------------------------------------------------------- templates
@@ -116,6 +119,11 @@ def _short(v: Any, n: int = 40) -> str:
     return r if len(r) <= n else r[: n - 3] + "..."
 
 
+def user_turn(instruction: str, inp: str = "") -> str:
+    """The request as a chat user message: the instruction, then its input after a blank line."""
+    return f"{instruction}\n\n{inp}" if inp.strip() else instruction
+
+
 def alpaca_prompt(instruction: str, inp: str = "") -> str:
     if inp.strip():
         return ALPACA_PROMPT_INPUT.format(instruction=instruction, input=inp)
@@ -132,7 +140,8 @@ def render_alpaca(row: Mapping[str, Any]) -> Rendered:
     inp = text_field(row, "input", required=False)
     output = text_field(row, "output")
     category = row.get("category") if isinstance(row.get("category"), str) else None
-    return Rendered(alpaca_prompt(instruction, inp), output, category)
+    return Rendered(alpaca_prompt(instruction, inp), output, category,
+                    user=user_turn(instruction, inp))
 
 
 def render_demo(row: Mapping[str, Any]) -> Rendered:
@@ -147,7 +156,7 @@ def render_demo(row: Mapping[str, Any]) -> Rendered:
     if not isinstance(meta, dict):
         raise RowError("not_mapping:meta", "meta",
                        f"field 'meta': expected a mapping, got {type(meta).__name__}")
-    return Rendered(prompt, r.response, category, dict(meta))
+    return Rendered(prompt, r.response, category, dict(meta), user=r.user)
 
 
 def render_magicoder(row: Mapping[str, Any]) -> Rendered:
@@ -163,7 +172,7 @@ def render_magicoder(row: Mapping[str, Any]) -> Rendered:
     inp = text_field(row, "input", required=False)
     if inp.strip():
         instruction = f"{instruction}\n\n{inp}"
-    return Rendered(MAGICODER_PROMPT.format(instruction=instruction), response)
+    return Rendered(MAGICODER_PROMPT.format(instruction=instruction), response, user=instruction)
 
 
 def render_pubmedqa(row: Mapping[str, Any]) -> Rendered:
@@ -187,6 +196,7 @@ def render_pubmedqa(row: Mapping[str, Any]) -> Rendered:
                        f"got {decision!r}")
     inp = "Context:\n" + "\n".join(contexts) + f"\n\nQuestion: {question}"
     return Rendered(alpaca_prompt(PUBMEDQA_INSTRUCTION, inp), f"{long_answer}\nAnswer: {decision}",
+                    user=user_turn(PUBMEDQA_INSTRUCTION, inp),
                     meta={"final_decision": decision})
 
 
