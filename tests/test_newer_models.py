@@ -15,7 +15,7 @@ from repro.core.config import LoraConfig, ModelConfig, from_dict
 from repro.core.data import DataError, chat_prompt, load_pool, tokenize_example
 from repro.core.memory import model_shape
 from repro.core.types import Example
-from slurm.grid import load_grid
+from repro.experiments.grids import load_grid
 from tests.conftest import CONFIGS
 
 GRID = CONFIGS / "grids" / "newer-models.yaml"
