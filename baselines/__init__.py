@@ -6,5 +6,22 @@ perplexity, ccs, ifd, less, s2l, rds (RDS+), clusterclip, deita-ifd and deita-pe
 examples, pooled hidden-state embeddings, the target examples, the short training loop). See
 docs/baselines.md.
 """
-from baselines import (ccs, clusterclip, deita, dedup_exact, dedup_minhash, full,  # noqa: F401
-                       grand, ifd, less, loss, perplexity, random, rds, s2l, semdedup, uniform)
+
+from baselines import (  # noqa: F401
+    ccs,
+    clusterclip,
+    dedup_exact,
+    dedup_minhash,
+    deita,
+    full,
+    grand,
+    ifd,
+    less,
+    loss,
+    perplexity,
+    random,
+    rds,
+    s2l,
+    semdedup,
+    uniform,
+)

@@ -7,14 +7,21 @@
    its share gives the rest to the larger ones), drawing at random (seeded) inside each.
 So every score level is covered, unlike top-k pruning, which keeps only the hard end.
 """
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-from baselines.common import (check_budget, check_choice, check_pool_size, model_scores,
-                              scored_selection, spread_over_groups)
+from baselines.common import (
+    check_budget,
+    check_choice,
+    check_pool_size,
+    model_scores,
+    scored_selection,
+    spread_over_groups,
+)
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
@@ -36,12 +43,12 @@ class CCSSelector:
     n_strata: equal-width score strata (50).
     """
 
-    def __init__(self, score: str = "el2n", hard_cutoff: float = 0.1, n_strata: int = 50,
-                 batch_size: int = 8) -> None:
+    def __init__(
+        self, score: str = "el2n", hard_cutoff: float = 0.1, n_strata: int = 50, batch_size: int = 8
+    ) -> None:
         check_choice(score, ("el2n", "loss"), "score")
         if not 0 <= hard_cutoff < 1:
-            raise SelectionError(f"selection.params.hard_cutoff: {hard_cutoff} is not a fraction "
-                                 "in [0, 1)")
+            raise SelectionError(f"selection.params.hard_cutoff: {hard_cutoff} is not a fraction in [0, 1)")
         if n_strata < 1:
             raise SelectionError(f"selection.params.n_strata: expected >= 1, got {n_strata}")
         self.score, self.hard_cutoff = score, float(hard_cutoff)
@@ -55,15 +62,27 @@ class CCSSelector:
         hardest = np.argsort(-scores, kind="stable")[:n_drop]
         rest = np.setdiff1d(np.arange(len(pool)), hardest)
         if budget > rest.size:
-            raise SelectionError(f"selector 'ccs': budget {budget} is larger than the "
-                                 f"{rest.size} examples left after dropping the hardest "
-                                 f"{self.hard_cutoff:.0%}; lower selection.params.hard_cutoff "
-                                 "or the budget")
+            raise SelectionError(
+                f"selector 'ccs': budget {budget} is larger than the "
+                f"{rest.size} examples left after dropping the hardest "
+                f"{self.hard_cutoff:.0%}; lower selection.params.hard_cutoff "
+                "or the budget"
+            )
         strata = strata_of(scores[rest], self.n_strata)
         groups = [rest[strata == s] for s in range(self.n_strata)]
         chosen = spread_over_groups(groups, budget, np.random.default_rng([ctx.seed, 31]))
         rows = np.sort(np.concatenate(chosen))
-        return scored_selection("ccs", pool, rows, scores, {
-            "score": self.score, "hard_cutoff": self.hard_cutoff, "n_dropped_hardest": n_drop,
-            "n_strata": self.n_strata, "stratum_sizes": [int(g.size) for g in groups],
-            "stratum_kept": [int(c.size) for c in chosen]})
+        return scored_selection(
+            "ccs",
+            pool,
+            rows,
+            scores,
+            {
+                "score": self.score,
+                "hard_cutoff": self.hard_cutoff,
+                "n_dropped_hardest": n_drop,
+                "n_strata": self.n_strata,
+                "stratum_sizes": [int(g.size) for g in groups],
+                "stratum_kept": [int(c.size) for c in chosen],
+            },
+        )

@@ -20,14 +20,22 @@ results counts distinct examples. The budget counts draws and is at most the poo
 every selector), so repeats stand in for distinct examples of the large clusters: they give the
 small clusters their balanced share.
 """
+
 from __future__ import annotations
 
 import warnings
 
 import numpy as np
 
-from baselines.common import (check_budget, check_choice, check_pool_size,
-                              hidden_state_embeddings, scoring_model, tokenize_pool, unit_rows)
+from baselines.common import (
+    check_budget,
+    check_choice,
+    check_pool_size,
+    hidden_state_embeddings,
+    scoring_model,
+    tokenize_pool,
+    unit_rows,
+)
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
@@ -40,8 +48,7 @@ def balanced_quotas(capacity: np.ndarray, budget: int) -> np.ndarray:
     the integer division goes to the later (larger) clusters."""
     capacity = np.asarray(capacity, dtype=np.int64)
     if budget > capacity.sum():
-        raise SelectionError(f"cannot draw {budget} from clusters holding at most "
-                             f"{int(capacity.sum())}")
+        raise SelectionError(f"cannot draw {budget} from clusters holding at most {int(capacity.sum())}")
     quotas = np.zeros_like(capacity)
     remaining = budget
     order = np.argsort(capacity, kind="stable")
@@ -69,11 +76,19 @@ class ClusterClipSelector:
     batch_size (8).
     """
 
-    def __init__(self, n_clusters: int | None = None, max_repeats: int = 2,
-                 embedding: str = "model", batch_size: int = 8) -> None:
+    def __init__(
+        self,
+        n_clusters: int | None = None,
+        max_repeats: int = 2,
+        embedding: str = "model",
+        batch_size: int = 8,
+    ) -> None:
         check_choice(embedding, ("model", "gradient"), "embedding")
-        for key, v in (("max_repeats", max_repeats), ("batch_size", batch_size),
-                       ("n_clusters", 1 if n_clusters is None else n_clusters)):
+        for key, v in (
+            ("max_repeats", max_repeats),
+            ("batch_size", batch_size),
+            ("n_clusters", 1 if n_clusters is None else n_clusters),
+        ):
             if isinstance(v, bool) or int(v) != v or v < 1:
                 raise SelectionError(f"selection.params.{key}: expected an integer >= 1, got {v!r}")
         self.n_clusters, self.max_repeats = n_clusters, int(max_repeats)
@@ -87,8 +102,12 @@ class ClusterClipSelector:
             return unit_rows(np.asarray(X))
         model, tok = scoring_model(ctx, "clusterclip")
         items = tokenize_pool(pool, tok, ctx.config.data.max_length)
-        return unit_rows(hidden_state_embeddings(model, items, tok.pad_token_id, self.batch_size,
-                                                 desc="clusterclip embeddings"), center=True)
+        return unit_rows(
+            hidden_state_embeddings(
+                model, items, tok.pad_token_id, self.batch_size, desc="clusterclip embeddings"
+            ),
+            center=True,
+        )
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         from sklearn.cluster import KMeans
@@ -111,9 +130,19 @@ class ClusterClipSelector:
                 ids.append(pool_ids[int(row)])
                 clusters.append(c)
         n_distinct = len(set(ids))
-        return Selection(ids=ids, clusters=clusters, info={
-            "method": "clusterclip", "n_pool": len(pool), "n_clusters": k,
-            "embedding": self.embedding, "max_repeats": self.max_repeats,
-            "cluster_sizes": sizes.tolist(), "cluster_draws": quotas.tolist(),
-            "n_distinct": n_distinct, "n_repeated_draws": len(ids) - n_distinct,
-            "with_replacement": len(ids) > n_distinct})
+        return Selection(
+            ids=ids,
+            clusters=clusters,
+            info={
+                "method": "clusterclip",
+                "n_pool": len(pool),
+                "n_clusters": k,
+                "embedding": self.embedding,
+                "max_repeats": self.max_repeats,
+                "cluster_sizes": sizes.tolist(),
+                "cluster_draws": quotas.tolist(),
+                "n_distinct": n_distinct,
+                "n_repeated_draws": len(ids) - n_distinct,
+                "with_replacement": len(ids) > n_distinct,
+            },
+        )

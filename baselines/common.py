@@ -15,11 +15,13 @@
 
 Scores are per example in pool order; selections keep ids in pool order (the allocator shuffles).
 """
+
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,21 +40,26 @@ def check_budget(method: str, pool: Pool, budget: int | None, optional: bool = F
     if budget is None:
         if optional:
             return None
-        raise SelectionError(f"selector {method!r} needs a budget: set selection.n (a count) or "
-                             "selection.fraction (0 < f <= 1)")
+        raise SelectionError(
+            f"selector {method!r} needs a budget: set selection.n (a count) or "
+            "selection.fraction (0 < f <= 1)"
+        )
     if int(budget) != budget or budget < 1:
         raise SelectionError(f"selector {method!r}: budget must be a count >= 1, got {budget!r}")
     if budget > len(pool):
-        raise SelectionError(f"selector {method!r}: budget {budget} is larger than the pool "
-                             f"({len(pool)} examples)")
+        raise SelectionError(
+            f"selector {method!r}: budget {budget} is larger than the pool ({len(pool)} examples)"
+        )
     return int(budget)
 
 
 def check_pool_size(method: str, pool: Pool, need: int, why: str) -> None:
     """SelectionError when the pool has fewer than `need` examples (`why` names the parameter)."""
     if len(pool) < need:
-        raise SelectionError(f"selector {method!r}: the pool has {len(pool)} examples, fewer than "
-                             f"{why} = {need}; use a larger pool or lower that parameter")
+        raise SelectionError(
+            f"selector {method!r}: the pool has {len(pool)} examples, fewer than "
+            f"{why} = {need}; use a larger pool or lower that parameter"
+        )
 
 
 def check_choice(value: Any, allowed: Sequence[str], key: str) -> None:
@@ -62,8 +69,10 @@ def check_choice(value: Any, allowed: Sequence[str], key: str) -> None:
 
 def need_model(method: str, ctx: SelectionContext) -> Path:
     if ctx.model_dir is None:
-        raise SelectionError(f"selector {method!r} scores examples with the target model, but the "
-                             "selection context has no model_dir (run it through the pipeline)")
+        raise SelectionError(
+            f"selector {method!r} scores examples with the target model, but the "
+            "selection context has no model_dir (run it through the pipeline)"
+        )
     return Path(ctx.model_dir)
 
 
@@ -86,20 +95,22 @@ def top_rows(scores: np.ndarray, budget: int, keep: str = "top") -> np.ndarray:
     else:
         asc = np.argsort(scores, kind="stable")
         start = 0 if keep == "bottom" else (asc.size - budget) // 2
-        chosen = asc[start:start + budget]
+        chosen = asc[start : start + budget]
     return np.sort(chosen)
 
 
-def spread_over_groups(groups: Sequence[np.ndarray], budget: int,
-                       rng: np.random.Generator) -> list[np.ndarray]:
+def spread_over_groups(
+    groups: Sequence[np.ndarray], budget: int, rng: np.random.Generator
+) -> list[np.ndarray]:
     """Spread `budget` evenly over groups, smallest first: each group in turn (by size, ties by
     index) takes min(its size, remaining budget // groups left), members drawn at random. A small
     group's unused share passes to the larger ones, so the total is exactly `budget`
     (when the groups hold at least that many). Returns the chosen rows per group, sorted."""
     sizes = np.array([len(g) for g in groups])
     if budget > sizes.sum():
-        raise SelectionError(f"cannot spread a budget of {budget} over groups holding "
-                             f"{int(sizes.sum())} examples")
+        raise SelectionError(
+            f"cannot spread a budget of {budget} over groups holding {int(sizes.sum())} examples"
+        )
     out: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * len(groups)
     remaining = budget
     order = np.argsort(sizes, kind="stable")
@@ -111,16 +122,22 @@ def spread_over_groups(groups: Sequence[np.ndarray], budget: int,
     return out
 
 
-def fill_to_budget(method: str, pool: Pool, kept: np.ndarray, budget: int | None, seed: int,
-                   info: dict[str, Any]) -> Selection:
+def fill_to_budget(
+    method: str, pool: Pool, kept: np.ndarray, budget: int | None, seed: int, info: dict[str, Any]
+) -> Selection:
     """A deduplicator's selection: `kept` rows (the unique ones, pool order). More than the budget:
     a seeded random sample of them. Fewer: every unique row, topped up with randomly drawn
     duplicates so the count is right, and said in info["refilled_with_duplicates"]."""
     kept = np.sort(np.asarray(kept, dtype=np.int64))
     n_unique = int(kept.size)
     rng = np.random.default_rng([seed, 17])
-    info = {"method": method, "n_pool": len(pool), "n_unique": n_unique,
-            "n_duplicates": len(pool) - n_unique, **info}
+    info = {
+        "method": method,
+        "n_pool": len(pool),
+        "n_unique": n_unique,
+        "n_duplicates": len(pool) - n_unique,
+        **info,
+    }
     if budget is None:
         rows = kept
     elif n_unique >= budget:
@@ -135,8 +152,9 @@ def fill_to_budget(method: str, pool: Pool, kept: np.ndarray, budget: int | None
     return Selection(ids=[ids[i] for i in rows], info=info)
 
 
-def scored_selection(method: str, pool: Pool, rows: np.ndarray, scores: np.ndarray,
-                     info: dict[str, Any]) -> Selection:
+def scored_selection(
+    method: str, pool: Pool, rows: np.ndarray, scores: np.ndarray, info: dict[str, Any]
+) -> Selection:
     """Selection of `rows` (pool order) carrying their scores (None where not finite), with the
     mean score of the pool and of the kept rows in info."""
     ids = pool.ids
@@ -148,17 +166,30 @@ def scored_selection(method: str, pool: Pool, rows: np.ndarray, scores: np.ndarr
 
     kept = np.zeros(s.size, dtype=bool)
     kept[rows] = True
-    info = {"method": method, "n_pool": len(pool), "kept": int(len(rows)),
-            "score_mean_pool": mean(fin), "score_mean_kept": mean(fin & kept), **info}
-    return Selection(ids=[ids[i] for i in rows],
-                     scores=[float(s[i]) if fin[i] else None for i in rows], info=info)
+    info = {
+        "method": method,
+        "n_pool": len(pool),
+        "kept": int(len(rows)),
+        "score_mean_pool": mean(fin),
+        "score_mean_kept": mean(fin & kept),
+        **info,
+    }
+    return Selection(
+        ids=[ids[i] for i in rows], scores=[float(s[i]) if fin[i] else None for i in rows], info=info
+    )
 
 
 # ----------------------------------------------------------------------------- the model
 
 
-def scoring_model(ctx: SelectionContext, method: str, lora: bool = False, seed: int | None = None,
-                  model_dir: Path | None = None, model_cfg: Any = None):
+def scoring_model(
+    ctx: SelectionContext,
+    method: str,
+    lora: bool = False,
+    seed: int | None = None,
+    model_dir: Path | None = None,
+    model_cfg: Any = None,
+):
     """(model, tokenizer) on CPU/GPU in eval mode: the INITIAL target model, without LoRA unless
     `lora` (then LoRA as configured, or the config's defaults if it is off; A drawn from `seed`)."""
     import torch
@@ -176,8 +207,9 @@ def scoring_model(ctx: SelectionContext, method: str, lora: bool = False, seed: 
     return model, tok
 
 
-def tokenize_pool(pool: Pool, tokenizer: Any, max_length: int, labels: str = "response",
-                  cut_prompt: bool = False) -> list[dict]:
+def tokenize_pool(
+    pool: Pool, tokenizer: Any, max_length: int, labels: str = "response", cut_prompt: bool = False
+) -> list[dict]:
     """`repro.core.data` tokenization of every example, in pool order. labels="all" puts every token
     after the first in the loss (perplexity of the whole text); "response" is the training loss.
     An example longer than max_length is cut from the right, as training does; one whose prompt
@@ -195,8 +227,9 @@ def tokenize_pool(pool: Pool, tokenizer: Any, max_length: int, labels: str = "re
             r_keep = min(r, max_length - min(p, max_length // 2))
             p_keep = min(p, max_length - r_keep)
             sl = slice(p - p_keep, p + r_keep)
-            items.append({"input_ids": it["input_ids"][sl], "labels": it["labels"][sl],
-                          "n_response_tokens": r_keep})
+            items.append(
+                {"input_ids": it["input_ids"][sl], "labels": it["labels"][sl], "n_response_tokens": r_keep}
+            )
     else:
         tp = TokenizedPool(pool, tokenizer, max_length, on_bad_row="error")
         items = [tp[i] for i in pool.ids]
@@ -210,12 +243,20 @@ def response_alone(item: dict, leading: list[int]) -> dict:
     (`leading`, e.g. [BOS], or []): IFD's loss(response alone). Without a leading token the first
     response token cannot be predicted; `ifd` then masks it in both passes."""
     p = sum(1 for x in item["labels"] if x == -100)
-    return {"input_ids": list(leading) + list(item["input_ids"][p:]),
-            "labels": [-100] * len(leading) + list(item["labels"][p:])}
+    return {
+        "input_ids": list(leading) + list(item["input_ids"][p:]),
+        "labels": [-100] * len(leading) + list(item["labels"][p:]),
+    }
 
 
-def forward_stats(model: Any, items: list[dict], pad_token_id: int, batch_size: int = 8,
-                  desc: str = "scoring", chunk_rows: int = 2048) -> dict[str, np.ndarray]:
+def forward_stats(
+    model: Any,
+    items: list[dict],
+    pad_token_id: int,
+    batch_size: int = 8,
+    desc: str = "scoring",
+    chunk_rows: int = 2048,
+) -> dict[str, np.ndarray]:
     """One no-grad forward pass over `items` (tokenized dicts): per example
       loss   mean next-token cross-entropy over its labelled tokens (nats/token),
       el2n   mean over those tokens of ||softmax(logits) - onehot(y)||_2 (EL2N, Paul et al. 2021),
@@ -238,14 +279,15 @@ def forward_stats(model: Any, items: list[dict], pad_token_id: int, batch_size: 
     bar = progress_bar(total=n, desc=desc, unit="ex")
     with torch.no_grad():
         for s in range(0, n, batch_size):
-            idx = order[s:s + batch_size]
+            idx = order[s : s + batch_size]
             b = collate([items[i] for i in idx], pad_token_id)
             labels = b["labels"].to(dev)
             k = len(idx)
             nll = torch.zeros(k, device=dev, dtype=torch.float64)
             err = torch.zeros(k, device=dev, dtype=torch.float64)
-            for rr, _, yy, z in head_chunks(model, b["input_ids"].to(dev), b["attention_mask"].to(dev),
-                                            labels, chunk_rows, bf16=False):
+            for rr, _, yy, z in head_chunks(
+                model, b["input_ids"].to(dev), b["attention_mask"].to(dev), labels, chunk_rows, bf16=False
+            ):
                 logz = torch.logsumexp(z, dim=-1)
                 logp = z.gather(1, yy[:, None])[:, 0] - logz
                 sum_p2 = torch.exp(torch.logsumexp(2 * z, dim=-1) - 2 * logz)
@@ -261,8 +303,9 @@ def forward_stats(model: Any, items: list[dict], pad_token_id: int, batch_size: 
     return {"loss": loss, "el2n": el2n, "tokens": tokens}
 
 
-def model_scores(method: str, pool: Pool, ctx: SelectionContext, labels: str = "response",
-                 batch_size: int = 8) -> dict[str, np.ndarray]:
+def model_scores(
+    method: str, pool: Pool, ctx: SelectionContext, labels: str = "response", batch_size: int = 8
+) -> dict[str, np.ndarray]:
     """`forward_stats` of the initial target model (no LoRA) over the pool, in pool order."""
     model, tok = scoring_model(ctx, method)
     items = tokenize_pool(pool, tok, ctx.config.data.max_length, labels)
@@ -272,15 +315,20 @@ def model_scores(method: str, pool: Pool, ctx: SelectionContext, labels: str = "
 POOLINGS = ("mean", "weighted")
 
 
-def hidden_state_embeddings(model: Any, items: list[dict], pad_token_id: int, batch_size: int = 8,
-                            pooling: str = "mean", desc: str = "embeddings") -> np.ndarray:
+def hidden_state_embeddings(
+    model: Any,
+    items: list[dict],
+    pad_token_id: int,
+    batch_size: int = 8,
+    pooling: str = "mean",
+    desc: str = "embeddings",
+) -> np.ndarray:
     """N x H float32: each example's final hidden states (the LM head's input), pooled over its
     tokens: "mean" (every token alike) or "weighted" (token t of T weighted t / sum(1..T), the
     position-weighted mean of RDS+: later tokens have read more of the example). No grad."""
     import torch
 
     from repro.core.data import collate
-
     from repro.core.lmhead import core_model
 
     check_choice(pooling, POOLINGS, "pooling")
@@ -290,18 +338,17 @@ def hidden_state_embeddings(model: Any, items: list[dict], pad_token_id: int, ba
     bar = progress_bar(total=len(items), desc=desc, unit="ex")
     with torch.no_grad():
         for s in range(0, len(items), batch_size):
-            b = collate(items[s:s + batch_size], pad_token_id)
+            b = collate(items[s : s + batch_size], pad_token_id)
             ids, mask = b["input_ids"].to(dev), b["attention_mask"].to(dev)
             if dec is not None:
                 h = dec(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
             else:
-                h = model(input_ids=ids, attention_mask=mask,
-                          output_hidden_states=True).hidden_states[-1]
+                h = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[-1]
             w = mask.float()
             if pooling == "weighted":
                 w = w * torch.cumsum(w, dim=1)  # position 1..T of each example's own tokens
             w = w[..., None]
-            out[s:s + len(ids)] = ((h.float() * w).sum(1) / w.sum(1)).cpu().numpy()
+            out[s : s + len(ids)] = ((h.float() * w).sum(1) / w.sum(1)).cpu().numpy()
             bar.update(len(ids))
     bar.close()
     return out
@@ -317,8 +364,7 @@ def unit_rows(E: np.ndarray, center: bool = False) -> np.ndarray:
     return E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
 
 
-def target_examples(method: str, key: str, ctx: SelectionContext, source: str, fmt: str,
-                    n: int) -> Pool:
+def target_examples(method: str, key: str, ctx: SelectionContext, source: str, fmt: str, n: int) -> Pool:
     """The examples a selector aims at, at most `n` (a seeded sample): `heldout` (the run's
     held-out examples, heldout.jsonl in the run directory: the same data source, never trained
     on), a benchmark's name (its dev split, `evals.dev_split`), or a data file relative to
@@ -332,9 +378,11 @@ def target_examples(method: str, key: str, ctx: SelectionContext, source: str, f
     if source == "heldout":
         path = Path(ctx.workdir) / "heldout.jsonl"
         if not path.is_file():
-            raise SelectionError(f"selector {method!r}: {key} 'heldout' reads {path}, which does "
-                                 "not exist; run through the pipeline (its pool stage writes it) "
-                                 f"or set {key} to a benchmark or a data file")
+            raise SelectionError(
+                f"selector {method!r}: {key} 'heldout' reads {path}, which does "
+                "not exist; run through the pipeline (its pool stage writes it) "
+                f"or set {key} to a benchmark or a data file"
+            )
         found = Pool([Example.from_dict(r) for r in read_jsonl(path)], source)
     elif is_benchmark(source):
         try:
@@ -343,8 +391,9 @@ def target_examples(method: str, key: str, ctx: SelectionContext, source: str, f
             raise SelectionError(f"selector {method!r}: {key} {source!r}: {e}") from e
     else:
         cfg = ctx.config
-        data = dataclasses.replace(cfg.data, sources=[DataSource(path=source, format=fmt)],
-                                   heldout_fraction=0.0)
+        data = dataclasses.replace(
+            cfg.data, sources=[DataSource(path=source, format=fmt)], heldout_fraction=0.0
+        )
         # Conversations get the chat template the training pool was rendered with.
         tok = None
         if ctx.model_dir:
@@ -353,9 +402,11 @@ def target_examples(method: str, key: str, ctx: SelectionContext, source: str, f
             tok = AutoTokenizer.from_pretrained(ctx.model_dir)
         found, _ = load_pool(dataclasses.replace(cfg, data=data), tok)
     if len(found) == 0:
-        raise SelectionError(f"selector {method!r}: {key} {source!r} holds no examples (set "
-                             "data.heldout_fraction > 0 for 'heldout', or name a benchmark or a "
-                             "data file)")
+        raise SelectionError(
+            f"selector {method!r}: {key} {source!r} holds no examples (set "
+            "data.heldout_fraction > 0 for 'heldout', or name a benchmark or a "
+            "data file)"
+        )
     if len(found) > n:
         keep = np.sort(np.random.default_rng([ctx.seed, 37]).choice(len(found), n, replace=False))
         found = Pool([found.examples[i] for i in keep], found.name)
@@ -365,10 +416,18 @@ def target_examples(method: str, key: str, ctx: SelectionContext, source: str, f
 # ----------------------------------------------------------------------------- brief training
 
 
-def train_briefly(model: Any, items: list[dict], pad_token_id: int, epochs: int, lr: float,
-                  batch_size: int, seed: int, checkpoints: Sequence[int] = (),
-                  on_checkpoint: Callable[[int, Any], None] | None = None,
-                  desc: str = "warm-up") -> Any:
+def train_briefly(
+    model: Any,
+    items: list[dict],
+    pad_token_id: int,
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    seed: int,
+    checkpoints: Sequence[int] = (),
+    on_checkpoint: Callable[[int, Any], None] | None = None,
+    desc: str = "warm-up",
+) -> Any:
     """AdamW on the model's trainable parameters, `epochs` passes over `items` in a seeded shuffled
     order, batch `batch_size`, constant `lr`, the trainer's loss (`weighted_lm_loss`, weights 1).
     After each optimizer step whose 1-based number is in `checkpoints` (and, when `checkpoints` is
@@ -393,11 +452,11 @@ def train_briefly(model: Any, items: list[dict], pad_token_id: int, epochs: int,
         order = rng.permutation(len(items))
         model.train()
         for s in range(0, len(items), batch_size):
-            b = collate([items[i] for i in order[s:s + batch_size]], pad_token_id)
-            logits = model(input_ids=b["input_ids"].to(dev),
-                           attention_mask=b["attention_mask"].to(dev), use_cache=False).logits
-            loss = weighted_lm_loss(logits, b["labels"].to(dev),
-                                    torch.ones(b["labels"].shape[0], device=dev))
+            b = collate([items[i] for i in order[s : s + batch_size]], pad_token_id)
+            logits = model(
+                input_ids=b["input_ids"].to(dev), attention_mask=b["attention_mask"].to(dev), use_cache=False
+            ).logits
+            loss = weighted_lm_loss(logits, b["labels"].to(dev), torch.ones(b["labels"].shape[0], device=dev))
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)

@@ -6,6 +6,7 @@ case-folded, runs of whitespace collapsed to one space, trimmed (so "Add 2 and 3
 unique examples are sampled down at random to it (or topped up with duplicates if too few; the
 selection summary says how many were duplicates and what was done).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -56,5 +57,6 @@ class DedupExactSelector:
             if key not in seen:
                 seen.add(key)
                 kept.append(i)
-        return fill_to_budget("dedup-exact", pool, np.array(kept, dtype=np.int64), budget,
-                              ctx.seed, {"fields": self.fields})
+        return fill_to_budget(
+            "dedup-exact", pool, np.array(kept, dtype=np.int64), budget, ctx.seed, {"fields": self.fields}
+        )

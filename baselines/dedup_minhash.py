@@ -7,6 +7,7 @@ example is >= `threshold` is a near-duplicate and dropped (LSH finds the candida
 is checked, so LSH's false positives do not drop anything). The first of each group is kept. A
 budget is then met at random, as in `dedup-exact`.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,7 +24,7 @@ def shingles(text: str, size: int) -> set[str]:
     words = normalize_text(text).split(" ")
     if len(words) <= size:
         return {" ".join(words)}
-    return {" ".join(words[i:i + size]) for i in range(len(words) - size + 1)}
+    return {" ".join(words[i : i + size]) for i in range(len(words) - size + 1)}
 
 
 @register_selector("dedup-minhash")
@@ -35,14 +36,18 @@ class DedupMinHashSelector:
     estimate). minhash_seed: the permutations' seed (fixed, so a pool always dedups the same way).
     """
 
-    def __init__(self, threshold: float = 0.8, shingle_size: int = 3, num_perm: int = 128,
-                 minhash_seed: int = 1) -> None:
+    def __init__(
+        self, threshold: float = 0.8, shingle_size: int = 3, num_perm: int = 128, minhash_seed: int = 1
+    ) -> None:
         if not 0 < threshold <= 1:
-            raise SelectionError(f"selection.params.threshold: {threshold} is not a Jaccard "
-                                 "similarity in (0, 1]")
+            raise SelectionError(
+                f"selection.params.threshold: {threshold} is not a Jaccard similarity in (0, 1]"
+            )
         if shingle_size < 1 or num_perm < 16:
-            raise SelectionError("selection.params.shingle_size must be >= 1 and num_perm >= 16, "
-                                 f"got {shingle_size}, {num_perm}")
+            raise SelectionError(
+                "selection.params.shingle_size must be >= 1 and num_perm >= 16, "
+                f"got {shingle_size}, {num_perm}"
+            )
         self.threshold, self.shingle_size = float(threshold), int(shingle_size)
         self.num_perm, self.minhash_seed = int(num_perm), int(minhash_seed)
 
@@ -52,9 +57,9 @@ class DedupMinHashSelector:
         out = []
         for e in pool.examples:
             m = MinHash(num_perm=self.num_perm, seed=self.minhash_seed)
-            m.update_batch([s.encode("utf-8")
-                            for s in sorted(shingles(e.prompt + "\n" + e.response,
-                                                     self.shingle_size))])
+            m.update_batch(
+                [s.encode("utf-8") for s in sorted(shingles(e.prompt + "\n" + e.response, self.shingle_size))]
+            )
             out.append(m)
         return out
 
@@ -66,9 +71,11 @@ class DedupMinHashSelector:
         try:
             lsh = MinHashLSH(threshold=self.threshold, num_perm=self.num_perm)
         except ValueError as e:  # datasketch finds no band layout for this threshold
-            raise SelectionError(f"selection.params.threshold = {self.threshold} with num_perm = "
-                                 f"{self.num_perm}: no LSH band layout fits ({e}); lower the "
-                                 "threshold (at most about 0.95) or raise num_perm") from e
+            raise SelectionError(
+                f"selection.params.threshold = {self.threshold} with num_perm = "
+                f"{self.num_perm}: no LSH band layout fits ({e}); lower the "
+                "threshold (at most about 0.95) or raise num_perm"
+            ) from e
         kept: list[int] = []
         for i, m in enumerate(hashes):
             near = [int(c) for c in lsh.query(m)]
@@ -76,7 +83,11 @@ class DedupMinHashSelector:
                 continue
             lsh.insert(str(i), m)
             kept.append(i)
-        return fill_to_budget("dedup-minhash", pool, np.array(kept, dtype=np.int64), budget,
-                              ctx.seed, {"threshold": self.threshold,
-                                         "shingle_size": self.shingle_size,
-                                         "num_perm": self.num_perm})
+        return fill_to_budget(
+            "dedup-minhash",
+            pool,
+            np.array(kept, dtype=np.int64),
+            budget,
+            ctx.seed,
+            {"threshold": self.threshold, "shingle_size": self.shingle_size, "num_perm": self.num_perm},
+        )

@@ -17,20 +17,29 @@
 The result rows name the method by the registered name (`deita-ifd`, `deita-perplexity`), so
 nobody mistakes them for deita's own scorers.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from baselines.common import (check_budget, forward_stats, hidden_state_embeddings,
-                              scored_selection, scoring_model, tokenize_pool, unit_rows)
+from baselines.common import (
+    check_budget,
+    forward_stats,
+    hidden_state_embeddings,
+    scored_selection,
+    scoring_model,
+    tokenize_pool,
+    unit_rows,
+)
 from baselines.ifd import ifd_order, ifd_scores
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
 
-def diversity_filter(order: np.ndarray, E: np.ndarray, budget: int,
-                     threshold: float) -> tuple[np.ndarray, int]:
+def diversity_filter(
+    order: np.ndarray, E: np.ndarray, budget: int, threshold: float
+) -> tuple[np.ndarray, int]:
     """(kept rows in the order taken, how many were refilled). E rows are unit vectors; a row is
     taken when 1 - its largest cosine to the rows taken so far exceeds `threshold`."""
     kept: list[int] = []
@@ -44,7 +53,7 @@ def diversity_filter(order: np.ndarray, E: np.ndarray, budget: int,
             continue
         kept.append(i)
         nearest = np.maximum(nearest, E @ E[i])
-    refill = passed[:budget - len(kept)]
+    refill = passed[: budget - len(kept)]
     return np.array(kept + refill, dtype=np.int64), len(refill)
 
 
@@ -55,8 +64,10 @@ class _Deita:
 
     def __init__(self, threshold: float = 0.1, batch_size: int = 8) -> None:
         if not 0 <= threshold < 2:
-            raise SelectionError(f"selection.params.threshold: {threshold} is not a cosine "
-                                 "distance in [0, 2) (deita's default 0.1 = similarity 0.9)")
+            raise SelectionError(
+                f"selection.params.threshold: {threshold} is not a cosine "
+                "distance in [0, 2) (deita's default 0.1 = similarity 0.9)"
+            )
         self.threshold, self.batch_size = float(threshold), int(batch_size)
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
@@ -68,16 +79,28 @@ class _Deita:
             scores = ifd_scores(model, tok, items, self.batch_size)["ifd"]
             order = ifd_order(scores)
         else:
-            loss = forward_stats(model, items, tok.pad_token_id, self.batch_size,
-                                 f"{name} scores")["loss"]
+            loss = forward_stats(model, items, tok.pad_token_id, self.batch_size, f"{name} scores")["loss"]
             scores = np.exp(np.minimum(loss, 50.0))
             order = np.argsort(-scores, kind="stable")
-        E = unit_rows(hidden_state_embeddings(model, items, tok.pad_token_id, self.batch_size,
-                                              desc=f"{name} embeddings"), center=True)
+        E = unit_rows(
+            hidden_state_embeddings(
+                model, items, tok.pad_token_id, self.batch_size, desc=f"{name} embeddings"
+            ),
+            center=True,
+        )
         rows, refilled = diversity_filter(order, E, budget, self.threshold)
-        return scored_selection(name, pool, np.sort(rows), scores, {
-            "score": self.score, "threshold": self.threshold, "n_refilled": refilled,
-            "scorer": "the initial target model (deita's own scorers are not available offline)"})
+        return scored_selection(
+            name,
+            pool,
+            np.sort(rows),
+            scores,
+            {
+                "score": self.score,
+                "threshold": self.threshold,
+                "n_refilled": refilled,
+                "scorer": "the initial target model (deita's own scorers are not available offline)",
+            },
+        )
 
 
 @register_selector("deita-ifd")

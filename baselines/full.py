@@ -1,4 +1,5 @@
 """`full`: keep the whole pool (the full-data reference every method is compared with)."""
+
 from __future__ import annotations
 
 from repro.core.interfaces import SelectionContext, SelectionError
@@ -12,6 +13,8 @@ class FullSelector:
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         if budget is not None and budget != len(pool):
-            raise SelectionError(f"selector 'full' keeps all {len(pool)} examples; got a budget of "
-                                 f"{budget} (remove selection.fraction / selection.n)")
+            raise SelectionError(
+                f"selector 'full' keeps all {len(pool)} examples; got a budget of "
+                f"{budget} (remove selection.fraction / selection.n)"
+            )
         return Selection(ids=list(pool.ids), info={"method": "full"})

@@ -7,12 +7,20 @@ the norm over several initializations: `n_inits` fresh LoRA draws (seeded by run
 A fresh LoRA has B = 0, so the norm is that of the B gradient. Keeps the largest norms
 (`keep: top`), or `bottom` / `middle`. LoRA settings come from model.lora (its defaults if off).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from baselines.common import (KEEP_MODES, check_budget, check_choice, scored_selection,
-                              scoring_model, tokenize_pool, top_rows)
+from baselines.common import (
+    KEEP_MODES,
+    check_budget,
+    check_choice,
+    scored_selection,
+    scoring_model,
+    tokenize_pool,
+    top_rows,
+)
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.log import progress_bar
 from repro.core.registry import register_selector
@@ -29,7 +37,7 @@ def lora_gradient_norms(model, items: list[dict], pad_token_id: int, batch_size:
     bar = progress_bar(total=len(items), desc="grand gradients", unit="ex")
     with PerExampleLoraGrads(model) as hooks:
         for s in range(0, len(items), batch_size):
-            idx = order[s:s + batch_size]
+            idx = order[s : s + batch_size]
             g = hooks.flat(collate([items[i] for i in idx], pad_token_id))
             out[idx] = g.norm(dim=1).double().cpu().numpy()
             bar.update(len(idx))
@@ -56,5 +64,4 @@ class GrandSelector:
             norms += lora_gradient_norms(model, items, tok.pad_token_id, self.batch_size)
         norms /= self.n_inits
         rows = top_rows(norms, budget, self.keep)
-        return scored_selection("grand", pool, rows, norms, {"n_inits": self.n_inits,
-                                                             "keep": self.keep})
+        return scored_selection("grand", pool, rows, norms, {"n_inits": self.n_inits, "keep": self.keep})

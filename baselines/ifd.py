@@ -9,12 +9,19 @@ than the budget are below 1, the rest come from IFD >= 1, closest to 1 first, an
 how many. When the tokenizer adds no leading token (e.g. BOS), the response's first token cannot be
 predicted without the instruction, so it is left out of both losses.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from baselines.common import (check_budget, forward_stats, response_alone, scored_selection,
-                              scoring_model, tokenize_pool)
+from baselines.common import (
+    check_budget,
+    forward_stats,
+    response_alone,
+    scored_selection,
+    scoring_model,
+    tokenize_pool,
+)
 from repro.core.interfaces import SelectionContext
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
@@ -25,7 +32,7 @@ def leading_special_tokens(tokenizer) -> list[int]:
     with_sp = tokenizer("a", add_special_tokens=True)["input_ids"]
     plain = tokenizer("a", add_special_tokens=False)["input_ids"]
     for start in range(len(with_sp) - len(plain) + 1):
-        if with_sp[start:start + len(plain)] == plain:
+        if with_sp[start : start + len(plain)] == plain:
             return list(with_sp[:start])
     return []
 
@@ -68,11 +75,18 @@ class IFDSelector:
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         budget = check_budget("ifd", pool, budget)
         model, tok = scoring_model(ctx, "ifd")
-        s = ifd_scores(model, tok, tokenize_pool(pool, tok, ctx.config.data.max_length),
-                       self.batch_size)
+        s = ifd_scores(model, tok, tokenize_pool(pool, tok, ctx.config.data.max_length), self.batch_size)
         ifd = s["ifd"]
         rows = np.sort(ifd_order(ifd)[:budget])
         below = int(np.sum(ifd < 1))
-        return scored_selection("ifd", pool, rows, ifd, {
-            "n_ifd_below_1": below, "n_kept_ifd_at_least_1": int(np.sum(~(ifd[rows] < 1))),
-            "n_unscored": int(np.isnan(ifd).sum())})
+        return scored_selection(
+            "ifd",
+            pool,
+            rows,
+            ifd,
+            {
+                "n_ifd_below_1": below,
+                "n_kept_ifd_at_least_1": int(np.sum(~(ifd[rows] < 1))),
+                "n_unscored": int(np.isnan(ifd).sum()),
+            },
+        )

@@ -17,13 +17,22 @@ on), a benchmark's name (its dev split, e.g. mmlu_medical), or a data file relat
 with its `validation_format` (e.g. medagents/pubmedqa/train.jsonl with format pubmedqa), at most
 `validation_n` examples (seeded sample; `baselines.common.target_examples`).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from baselines.common import (check_budget, check_pool_size, scored_selection, scoring_model,
-                              target_examples, tokenize_pool, top_rows, train_briefly,
-                              unit_rows)
+from baselines.common import (
+    check_budget,
+    check_pool_size,
+    scored_selection,
+    scoring_model,
+    target_examples,
+    tokenize_pool,
+    top_rows,
+    train_briefly,
+    unit_rows,
+)
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
@@ -37,15 +46,29 @@ class LessSelector:
     validation (heldout, or a data file), validation_format (auto), validation_n (64).
     """
 
-    def __init__(self, warmup_fraction: float = 0.05, warmup_min: int = 16, epochs: int = 4,
-                 lr: float | None = None, proj_dim: int = 8192, batch_size: int = 8,
-                 validation: str = "heldout", validation_format: str = "auto",
-                 validation_n: int = 64) -> None:
+    def __init__(
+        self,
+        warmup_fraction: float = 0.05,
+        warmup_min: int = 16,
+        epochs: int = 4,
+        lr: float | None = None,
+        proj_dim: int = 8192,
+        batch_size: int = 8,
+        validation: str = "heldout",
+        validation_format: str = "auto",
+        validation_n: int = 64,
+    ) -> None:
         if not 0 < warmup_fraction <= 1:
-            raise SelectionError(f"selection.params.warmup_fraction: {warmup_fraction} is not a "
-                                 "fraction in (0, 1]")
-        for key, v in (("warmup_min", warmup_min), ("epochs", epochs), ("proj_dim", proj_dim),
-                       ("batch_size", batch_size), ("validation_n", validation_n)):
+            raise SelectionError(
+                f"selection.params.warmup_fraction: {warmup_fraction} is not a fraction in (0, 1]"
+            )
+        for key, v in (
+            ("warmup_min", warmup_min),
+            ("epochs", epochs),
+            ("proj_dim", proj_dim),
+            ("batch_size", batch_size),
+            ("validation_n", validation_n),
+        ):
             if int(v) != v or v < 1:
                 raise SelectionError(f"selection.params.{key}: expected an integer >= 1, got {v}")
         self.warmup_fraction, self.warmup_min, self.epochs = warmup_fraction, warmup_min, epochs
@@ -58,16 +81,22 @@ class LessSelector:
 
         budget = check_budget("less", pool, budget)
         n_warm = max(self.warmup_min, round(self.warmup_fraction * len(pool)))
-        check_pool_size("less", pool, n_warm, "the warm-up size (selection.params.warmup_min, "
-                        "warmup_fraction)")
-        val = target_examples("less", "selection.params.validation", ctx, self.validation,
-                              self.validation_format, self.validation_n)
+        check_pool_size(
+            "less", pool, n_warm, "the warm-up size (selection.params.warmup_min, warmup_fraction)"
+        )
+        val = target_examples(
+            "less",
+            "selection.params.validation",
+            ctx,
+            self.validation,
+            self.validation_format,
+            self.validation_n,
+        )
         model, tok = scoring_model(ctx, "less", lora=True)
         L = ctx.config.data.max_length
         items = tokenize_pool(pool, tok, L)
         val_items = tokenize_pool(val, tok, L)
-        warm = np.sort(np.random.default_rng([ctx.seed, 41]).choice(len(pool), n_warm,
-                                                                     replace=False))
+        warm = np.sort(np.random.default_rng([ctx.seed, 41]).choice(len(pool), n_warm, replace=False))
         lr = float(self.lr if self.lr is not None else ctx.config.train.lr)
         names = [n for n, p in model.named_parameters() if p.requires_grad]
         scores = np.zeros(len(pool))
@@ -82,10 +111,30 @@ class LessSelector:
             scores[:] += lr * s
             per_checkpoint.append({"step": step, "weight": lr, "mean_cosine": float(s.mean())})
 
-        train_briefly(model, [items[i] for i in warm], tok.pad_token_id, self.epochs, lr,
-                      self.batch_size, ctx.seed, on_checkpoint=at_checkpoint, desc="less warm-up")
+        train_briefly(
+            model,
+            [items[i] for i in warm],
+            tok.pad_token_id,
+            self.epochs,
+            lr,
+            self.batch_size,
+            ctx.seed,
+            on_checkpoint=at_checkpoint,
+            desc="less warm-up",
+        )
         rows = top_rows(scores, budget, "top")
-        return scored_selection("less", pool, rows, scores, {
-            "n_warmup": int(n_warm), "epochs": self.epochs, "lr": lr, "proj_dim": self.proj_dim,
-            "validation": self.validation, "n_validation": len(val),
-            "checkpoints": per_checkpoint})
+        return scored_selection(
+            "less",
+            pool,
+            rows,
+            scores,
+            {
+                "n_warmup": int(n_warm),
+                "epochs": self.epochs,
+                "lr": lr,
+                "proj_dim": self.proj_dim,
+                "validation": self.validation,
+                "n_validation": len(val),
+                "checkpoints": per_checkpoint,
+            },
+        )

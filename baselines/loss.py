@@ -6,10 +6,10 @@ Score (from the initial target model, one forward pass, `baselines.common.forwar
 for an early-training checkpoint. `keep: top` keeps the hardest examples (the pruning literature's
 default for large budgets); `bottom` the easiest; `middle` those around the median.
 """
+
 from __future__ import annotations
 
-from baselines.common import (KEEP_MODES, check_budget, check_choice, model_scores, scored_selection,
-                              top_rows)
+from baselines.common import KEEP_MODES, check_budget, check_choice, model_scores, scored_selection, top_rows
 from repro.core.interfaces import SelectionContext
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
@@ -28,5 +28,4 @@ class LossSelector:
         budget = check_budget("loss", pool, budget)
         scores = model_scores("loss", pool, ctx, "response", self.batch_size)[self.score]
         rows = top_rows(scores, budget, self.keep)
-        return scored_selection("loss", pool, rows, scores, {"score": self.score,
-                                                             "keep": self.keep})
+        return scored_selection("loss", pool, rows, scores, {"score": self.score, "keep": self.keep})

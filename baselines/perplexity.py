@@ -6,12 +6,12 @@ response. Here the reference is the initial target model: exp(mean cross-entropy
 after the first). `keep: top` (default) keeps the highest perplexity; `middle` the band around the
 median (the variant those papers found best for pretraining data); `bottom` the lowest.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from baselines.common import (KEEP_MODES, check_budget, check_choice, model_scores, scored_selection,
-                              top_rows)
+from baselines.common import KEEP_MODES, check_budget, check_choice, model_scores, scored_selection, top_rows
 from repro.core.interfaces import SelectionContext
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection

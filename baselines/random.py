@@ -1,4 +1,5 @@
 """`random`: a seeded uniform sample without replacement, of a given size or fraction."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,19 +20,22 @@ class RandomSelector:
     def __init__(self, seed_offset: int = 0) -> None:
         # A seed must be a non-negative integer (numpy); say so now, not at the select stage.
         if not isinstance(seed_offset, int) or isinstance(seed_offset, bool) or seed_offset < 0:
-            raise ValueError(f"selection.params.seed_offset: expected an integer >= 0, got "
-                             f"{seed_offset!r}")
+            raise ValueError(f"selection.params.seed_offset: expected an integer >= 0, got {seed_offset!r}")
         self.seed_offset = seed_offset
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         if budget is None:
-            raise SelectionError("selector 'random' needs a budget: set selection.n (a count) or "
-                                 "selection.fraction (0 < f <= 1)")
+            raise SelectionError(
+                "selector 'random' needs a budget: set selection.n (a count) or "
+                "selection.fraction (0 < f <= 1)"
+            )
         if budget > len(pool):
-            raise SelectionError(f"selector 'random': budget {budget} is larger than the pool "
-                                 f"({len(pool)} examples)")
+            raise SelectionError(
+                f"selector 'random': budget {budget} is larger than the pool ({len(pool)} examples)"
+            )
         rng = np.random.default_rng(ctx.seed + self.seed_offset)
         keep = np.sort(rng.choice(len(pool), size=budget, replace=False))
         ids = pool.ids
-        return Selection(ids=[ids[i] for i in keep],
-                         info={"method": "random", "seed": ctx.seed + self.seed_offset})
+        return Selection(
+            ids=[ids[i] for i in keep], info={"method": "random", "seed": ctx.seed + self.seed_offset}
+        )

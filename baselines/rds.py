@@ -12,13 +12,22 @@ Selection for Instruction Tuning", hamishivi/automated-instruction-selection).
    each set in turn adds its highest-scoring example not yet kept, until the budget is met, so
    every target task gets an equal share whatever its size.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from baselines.common import (POOLINGS, check_budget, check_choice, hidden_state_embeddings,
-                              scored_selection, scoring_model, target_examples, tokenize_pool,
-                              unit_rows)
+from baselines.common import (
+    POOLINGS,
+    check_budget,
+    check_choice,
+    hidden_state_embeddings,
+    scored_selection,
+    scoring_model,
+    target_examples,
+    tokenize_pool,
+    unit_rows,
+)
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
@@ -54,13 +63,21 @@ class RDSSelector:
     (auto), query_n (256 per set), pooling (mean; weighted), aggregate (max; mean), batch_size.
     """
 
-    def __init__(self, query: str | list[str] = "heldout", query_format: str = "auto",
-                 query_n: int = 256, pooling: str = "mean", aggregate: str = "max",
-                 batch_size: int = 8) -> None:
+    def __init__(
+        self,
+        query: str | list[str] = "heldout",
+        query_format: str = "auto",
+        query_n: int = 256,
+        pooling: str = "mean",
+        aggregate: str = "max",
+        batch_size: int = 8,
+    ) -> None:
         queries = [query] if isinstance(query, str) else list(query or [])
         if not queries or not all(isinstance(q, str) and q for q in queries):
-            raise SelectionError(f"selection.params.query: {query!r} is not a query set or a "
-                                 "list of them (heldout, a benchmark name, or a data file)")
+            raise SelectionError(
+                f"selection.params.query: {query!r} is not a query set or a "
+                "list of them (heldout, a benchmark name, or a data file)"
+            )
         if len(set(queries)) != len(queries):
             raise SelectionError(f"selection.params.query: {queries} names a set twice")
         check_choice(pooling, POOLINGS, "pooling")
@@ -73,15 +90,24 @@ class RDSSelector:
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         budget = check_budget("rds", pool, budget)
-        sets = [target_examples("rds", "selection.params.query", ctx, q, self.query_format,
-                                self.query_n) for q in self.queries]
+        sets = [
+            target_examples("rds", "selection.params.query", ctx, q, self.query_format, self.query_n)
+            for q in self.queries
+        ]
         model, tok = scoring_model(ctx, "rds")
         L = ctx.config.data.max_length
 
         def embed(p: Pool, what: str) -> np.ndarray:
-            return unit_rows(hidden_state_embeddings(model, tokenize_pool(p, tok, L),
-                                                     tok.pad_token_id, self.batch_size,
-                                                     self.pooling, f"rds {what} embeddings"))
+            return unit_rows(
+                hidden_state_embeddings(
+                    model,
+                    tokenize_pool(p, tok, L),
+                    tok.pad_token_id,
+                    self.batch_size,
+                    self.pooling,
+                    f"rds {what} embeddings",
+                )
+            )
 
         E = embed(pool, "pool")
         scores = np.zeros((len(sets), len(pool)))
@@ -91,8 +117,16 @@ class RDSSelector:
         rows = round_robin(scores, budget)
         # The score written per example: its best score over the query sets.
         best = scores.max(axis=0)
-        return scored_selection("rds", pool, np.sort(rows), best, {
-            "queries": self.queries, "n_query": [len(s) for s in sets],
-            "pooling": self.pooling, "aggregate": self.aggregate,
-            "kept_per_query": np.bincount(np.arange(len(rows)) % len(sets),
-                                          minlength=len(sets)).tolist()})
+        return scored_selection(
+            "rds",
+            pool,
+            np.sort(rows),
+            best,
+            {
+                "queries": self.queries,
+                "n_query": [len(s) for s in sets],
+                "pooling": self.pooling,
+                "aggregate": self.aggregate,
+                "kept_per_query": np.bincount(np.arange(len(rows)) % len(sets), minlength=len(sets)).tolist(),
+            },
+        )

@@ -16,6 +16,7 @@ loads (e.g. smollm2-135m-instruct, trained with LoRA as model.lora says). The pa
 The selection carries the clusters and rank weights K' * n_k / N (n_k: cluster k's pool size), so
 with `n_clusters` = world size it also runs under CluSTER's `cluster-interleave` allocator.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,8 +25,15 @@ from pathlib import Path
 
 import numpy as np
 
-from baselines.common import (check_budget, check_pool_size, forward_stats, scoring_model,
-                              spread_over_groups, tokenize_pool, train_briefly)
+from baselines.common import (
+    check_budget,
+    check_pool_size,
+    forward_stats,
+    scoring_model,
+    spread_over_groups,
+    tokenize_pool,
+    train_briefly,
+)
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
@@ -53,12 +61,24 @@ class S2LSelector:
     data.max_length; in the proxy's tokens, long prompts cut from the left).
     """
 
-    def __init__(self, proxy_model: str = "tiny-random-llama", proxy_hidden_size: int = 64,
-                 proxy_layers: int = 2, epochs: int = 3, n_checkpoints: int = 6,
-                 lr: float = 1e-3, batch_size: int = 8, n_clusters: int = 100,
-                 proxy_max_length: int | None = None) -> None:
-        for key, v in (("epochs", epochs), ("n_checkpoints", n_checkpoints),
-                       ("batch_size", batch_size), ("n_clusters", n_clusters)):
+    def __init__(
+        self,
+        proxy_model: str = "tiny-random-llama",
+        proxy_hidden_size: int = 64,
+        proxy_layers: int = 2,
+        epochs: int = 3,
+        n_checkpoints: int = 6,
+        lr: float = 1e-3,
+        batch_size: int = 8,
+        n_clusters: int = 100,
+        proxy_max_length: int | None = None,
+    ) -> None:
+        for key, v in (
+            ("epochs", epochs),
+            ("n_checkpoints", n_checkpoints),
+            ("batch_size", batch_size),
+            ("n_clusters", n_clusters),
+        ):
             if int(v) != v or v < 1:
                 raise SelectionError(f"selection.params.{key}: expected an integer >= 1, got {v}")
         self.proxy_model, self.proxy_hidden_size = proxy_model, proxy_hidden_size
@@ -72,25 +92,41 @@ class S2LSelector:
 
         tiny = self.proxy_model == "tiny-random-llama"
         base = ctx.config.model
-        mcfg = dataclasses.replace(base, name_or_path=self.proxy_model,
-                                   tiny_hidden_size=self.proxy_hidden_size,
-                                   tiny_layers=self.proxy_layers)
+        mcfg = dataclasses.replace(
+            base,
+            name_or_path=self.proxy_model,
+            tiny_hidden_size=self.proxy_hidden_size,
+            tiny_layers=self.proxy_layers,
+        )
         proxy_dir = materialize_model(mcfg, ctx.seed)
         model, tok = scoring_model(ctx, "s2l", lora=not tiny, model_dir=proxy_dir, model_cfg=mcfg)
         # the proxy's own tokenizer may need more tokens than the target's: cut long prompts
-        items = tokenize_pool(pool, tok, self.proxy_max_length or ctx.config.data.max_length,
-                              cut_prompt=True)
+        items = tokenize_pool(pool, tok, self.proxy_max_length or ctx.config.data.max_length, cut_prompt=True)
         total = self.epochs * -(-len(items) // self.batch_size)
-        marks = sorted({max(1, round(total * (j + 1) / self.n_checkpoints))
-                        for j in range(self.n_checkpoints)})
+        marks = sorted(
+            {max(1, round(total * (j + 1) / self.n_checkpoints)) for j in range(self.n_checkpoints)}
+        )
         columns: list[np.ndarray] = []
 
         def record(step: int, _opt) -> None:
-            columns.append(forward_stats(model, items, tok.pad_token_id, self.batch_size,
-                                         f"s2l losses @ step {step}")["loss"])
+            columns.append(
+                forward_stats(model, items, tok.pad_token_id, self.batch_size, f"s2l losses @ step {step}")[
+                    "loss"
+                ]
+            )
 
-        train_briefly(model, items, tok.pad_token_id, self.epochs, self.lr, self.batch_size,
-                      ctx.seed, checkpoints=marks, on_checkpoint=record, desc="s2l proxy")
+        train_briefly(
+            model,
+            items,
+            tok.pad_token_id,
+            self.epochs,
+            self.lr,
+            self.batch_size,
+            ctx.seed,
+            checkpoints=marks,
+            on_checkpoint=record,
+            desc="s2l proxy",
+        )
         return np.stack(columns, axis=1).astype(np.float32)
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
@@ -100,8 +136,7 @@ class S2LSelector:
         check_pool_size("s2l", pool, self.n_clusters, "selection.params.n_clusters")
         T = self.trajectories(pool, ctx)
         if Path(ctx.workdir).is_dir():
-            atomic_write(Path(ctx.workdir) / "s2l_trajectories.npy", lambda fh: np.save(fh, T),
-                         mode="wb")
+            atomic_write(Path(ctx.workdir) / "s2l_trajectories.npy", lambda fh: np.save(fh, T), mode="wb")
         labels = kmeans_labels(T, self.n_clusters, ctx.seed)
         k = int(labels.max()) + 1
         groups = [np.flatnonzero(labels == c) for c in range(k)]
@@ -110,10 +145,18 @@ class S2LSelector:
         sizes = np.array([g.size for g in groups])
         ids = pool.ids
         return Selection(
-            ids=[ids[i] for i in rows], clusters=[int(labels[i]) for i in rows],
+            ids=[ids[i] for i in rows],
+            clusters=[int(labels[i]) for i in rows],
             group_weights={c: float(k * sizes[c] / len(pool)) for c in range(k)},
-            info={"method": "s2l", "proxy_model": self.proxy_model, "n_pool": len(pool),
-                  "n_clusters": k, "n_checkpoints": int(T.shape[1]),
-                  "cluster_sizes": sizes.tolist(), "cluster_kept": [int(c.size) for c in chosen],
-                  "final_loss_mean": float(T[:, -1].mean()),
-                  "first_loss_mean": float(T[:, 0].mean())})
+            info={
+                "method": "s2l",
+                "proxy_model": self.proxy_model,
+                "n_pool": len(pool),
+                "n_clusters": k,
+                "n_checkpoints": int(T.shape[1]),
+                "cluster_sizes": sizes.tolist(),
+                "cluster_kept": [int(c.size) for c in chosen],
+                "final_loss_mean": float(T[:, -1].mean()),
+                "first_loss_mean": float(T[:, 0].mean()),
+            },
+        )

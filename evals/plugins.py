@@ -22,13 +22,15 @@ relative paths read from the current directory, as lm-eval reads them) are looke
 runs, as the built-in benchmarks' are. Aliases (code, medical, all) keep naming the eight
 built-in benchmarks, so an installed package never changes what a shipped config evaluates.
 """
+
 from __future__ import annotations
 
 import glob
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Collection, Iterable, Mapping
+from typing import Any
 
 from evals.local_data import MissingDataError
 
@@ -69,8 +71,9 @@ def _load_yaml(path: Path) -> dict[str, Any]:
     try:
         return load_yaml(path, resolve_func=False)
     except Exception as e:  # noqa: BLE001 - YAML syntax, a missing include: name the file
-        raise BenchmarkPluginError(f"{path}: not a readable lm-eval task YAML: "
-                                   f"{type(e).__name__}: {e}") from None
+        raise BenchmarkPluginError(
+            f"{path}: not a readable lm-eval task YAML: {type(e).__name__}: {e}"
+        ) from None
 
 
 def task_yamls(folder: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
@@ -90,19 +93,25 @@ def task_yamls(folder: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
 
 def _metrics_of(path: Path, cfg: Mapping[str, Any]) -> tuple[str, ...]:
     entries = cfg.get("metric_list")
-    names = [m.get("metric") for m in entries] if isinstance(entries, list) and all(
-        isinstance(m, dict) for m in entries) else []
+    names = (
+        [m.get("metric") for m in entries]
+        if isinstance(entries, list) and all(isinstance(m, dict) for m in entries)
+        else []
+    )
     if not names or not all(isinstance(n, str) and n for n in names):
         raise BenchmarkPluginError(
             f"{path}: metric_list: expected a list of {{metric: NAME, aggregation, "
-            f"higher_is_better}}, got {entries!r}; the rows are named by these metrics")
+            f"higher_is_better}}, got {entries!r}; the rows are named by these metrics"
+        )
     return tuple(names)
 
 
 def _kind_of(where: str, kind: Any) -> str:
     if kind not in KINDS:
-        raise BenchmarkPluginError(f"{where}: kind {kind!r}: expected one of {', '.join(KINDS)} "
-                                   "(what the reports group the benchmark under)")
+        raise BenchmarkPluginError(
+            f"{where}: kind {kind!r}: expected one of {', '.join(KINDS)} "
+            "(what the reports group the benchmark under)"
+        )
     return kind
 
 
@@ -112,14 +121,24 @@ def folder_benchmarks(task_paths: Iterable[str]) -> list[Benchmark]:
     for i, raw in enumerate(task_paths):
         folder = Path(raw).expanduser()
         if not folder.is_dir():
-            raise BenchmarkPluginError(f"eval.task_paths[{i}] = {raw!r}: no such folder (relative "
-                                       "paths are read from the current directory)")
+            raise BenchmarkPluginError(
+                f"eval.task_paths[{i}] = {raw!r}: no such folder (relative "
+                "paths are read from the current directory)"
+            )
         for task, (path, cfg) in task_yamls(folder).items():
             meta = cfg.get("metadata") if isinstance(cfg.get("metadata"), dict) else {}
-            out.append(Benchmark(
-                name=task, kind=_kind_of(f"{path}: metadata.kind", meta.get("kind", "other")),
-                metrics=_metrics_of(path, cfg), harness_task=task, plugin=True,
-                task_dir=str(folder), yaml=str(path), origin=f"eval.task_paths: {path}"))
+            out.append(
+                Benchmark(
+                    name=task,
+                    kind=_kind_of(f"{path}: metadata.kind", meta.get("kind", "other")),
+                    metrics=_metrics_of(path, cfg),
+                    harness_task=task,
+                    plugin=True,
+                    task_dir=str(folder),
+                    yaml=str(path),
+                    origin=f"eval.task_paths: {path}",
+                )
+            )
     return out
 
 
@@ -134,23 +153,28 @@ def _entry_benchmark(ep: Any) -> Benchmark:
     except Exception as e:  # a broken third-party package: say which one
         raise BenchmarkPluginError(f"{where}: failed to load: {type(e).__name__}: {e}") from e
     if not isinstance(spec, Mapping):
-        raise BenchmarkPluginError(f"{where}: expected a mapping {{kind, task, metric, task_dir}}, "
-                                   f"got {type(spec).__name__}")
+        raise BenchmarkPluginError(
+            f"{where}: expected a mapping {{kind, task, metric, task_dir}}, got {type(spec).__name__}"
+        )
     unknown = sorted(set(spec) - set(_ENTRY_KEYS))
     if unknown:
-        raise BenchmarkPluginError(f"{where}: unknown keys {unknown}; expected "
-                                   f"{', '.join(_ENTRY_KEYS)}")
+        raise BenchmarkPluginError(f"{where}: unknown keys {unknown}; expected {', '.join(_ENTRY_KEYS)}")
     if spec.get("name", ep.name) != ep.name:
-        raise BenchmarkPluginError(f"{where}: name {spec['name']!r} differs from the entry "
-                                   "point's name, which is the benchmark's")
+        raise BenchmarkPluginError(
+            f"{where}: name {spec['name']!r} differs from the entry point's name, which is the benchmark's"
+        )
     task = spec.get("task")
     if not isinstance(task, str) or not task:
         raise BenchmarkPluginError(f"{where}: task: expected the lm-eval task name, got {task!r}")
     metrics = spec.get("metrics", [spec["metric"]] if "metric" in spec else None)
-    if (not isinstance(metrics, (list, tuple)) or not metrics
-            or not all(isinstance(m, str) and m for m in metrics)):
-        raise BenchmarkPluginError(f"{where}: metric: expected a metric name (or metrics: a list "
-                                   f"of them), got {metrics!r}")
+    if (
+        not isinstance(metrics, (list, tuple))
+        or not metrics
+        or not all(isinstance(m, str) and m for m in metrics)
+    ):
+        raise BenchmarkPluginError(
+            f"{where}: metric: expected a metric name (or metrics: a list of them), got {metrics!r}"
+        )
     yaml = task_dir = None
     if spec.get("task_dir") is not None:
         folder = Path(spec["task_dir"])
@@ -158,12 +182,18 @@ def _entry_benchmark(ep: Any) -> Benchmark:
             raise BenchmarkPluginError(f"{where}: task_dir {str(folder)!r} is not a folder")
         found = task_yamls(folder).get(task)
         if found is None:
-            raise BenchmarkPluginError(f"{where}: no YAML in task_dir {str(folder)!r} defines "
-                                       f"task {task!r}")
+            raise BenchmarkPluginError(f"{where}: no YAML in task_dir {str(folder)!r} defines task {task!r}")
         task_dir, yaml = str(folder), str(found[0])
-    return Benchmark(name=ep.name, kind=_kind_of(where, spec.get("kind")), metrics=tuple(metrics),
-                     harness_task=task, plugin=True, task_dir=task_dir, yaml=yaml,
-                     origin=f"entry point of {dist.name if dist else 'an installed package'}")
+    return Benchmark(
+        name=ep.name,
+        kind=_kind_of(where, spec.get("kind")),
+        metrics=tuple(metrics),
+        harness_task=task,
+        plugin=True,
+        task_dir=task_dir,
+        yaml=yaml,
+        origin=f"entry point of {dist.name if dist else 'an installed package'}",
+    )
 
 
 def package_benchmarks() -> list[Benchmark]:
@@ -171,18 +201,20 @@ def package_benchmarks() -> list[Benchmark]:
     return [_entry_benchmark(ep) for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name)]
 
 
-def plugin_benchmarks(task_paths: Iterable[str], reserved: Collection[str]
-                      ) -> dict[str, Benchmark]:
+def plugin_benchmarks(task_paths: Iterable[str], reserved: Collection[str]) -> dict[str, Benchmark]:
     """name -> Benchmark for every package's and task folder's benchmark. A name that is
     `reserved` (a built-in benchmark, alias or task) or given twice is an error naming both."""
     out: dict[str, Benchmark] = {}
     for b in [*package_benchmarks(), *folder_benchmarks(task_paths)]:
         if b.name in reserved:
-            raise BenchmarkPluginError(f"benchmark {b.name!r} ({b.origin}) has the name of a "
-                                       "built-in benchmark, alias or task; rename its task")
+            raise BenchmarkPluginError(
+                f"benchmark {b.name!r} ({b.origin}) has the name of a "
+                "built-in benchmark, alias or task; rename its task"
+            )
         if b.name in out:
-            raise BenchmarkPluginError(f"benchmark {b.name!r} is defined twice: "
-                                       f"{out[b.name].origin} and {b.origin}")
+            raise BenchmarkPluginError(
+                f"benchmark {b.name!r} is defined twice: {out[b.name].origin} and {b.origin}"
+            )
         out[b.name] = b
     return out
 
@@ -215,6 +247,7 @@ def locate(bench: Benchmark) -> list[Path]:
             raise MissingDataError(
                 f"{bench.name}: data file {name!r} not found (named by dataset_kwargs.data_files "
                 f"in {bench.yaml}; relative paths are read from the current directory, "
-                f"{Path.cwd()})")
+                f"{Path.cwd()})"
+            )
         found += [Path(h) for h in hits]
     return found

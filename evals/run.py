@@ -21,6 +21,7 @@ and computes the entries from them (`_entries_from_items`, with lm-eval's own me
 A lone process takes the same path with all the items, so the entries do not depend on how many
 processes scored the items, only on the items' scores.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,10 +31,11 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from evals import local_data, plugins
 from evals.plugins import Benchmark
@@ -44,19 +46,24 @@ from repro.core.log import get_logger, progress_bar
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 
 
-BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (
-    Benchmark("humaneval", "code", ("pass@1",), "humaneval"),
-    Benchmark("humaneval_plus", "code", ("pass@1",), "humaneval_plus"),
-    Benchmark("mbpp", "code", ("pass@1",), "mbpp"),
-    Benchmark("mbpp_plus", "code", ("pass@1",), "mbpp_plus"),
-    Benchmark("medqa", "medical", ("acc", "acc_norm"), "medqa_4options"),
-    Benchmark("medmcqa", "medical", ("acc", "acc_norm"), "medmcqa"),
-    Benchmark("pubmedqa", "medical", ("acc",), "pubmedqa"),
-    Benchmark("mmlu_medical", "medical", ("acc",), "multimedqa's six mmlu_* subjects", True),
-)}
-ALIASES = {"code": [b for b, x in BENCHMARKS.items() if x.kind == "code"],
-           "medical": [b for b, x in BENCHMARKS.items() if x.kind == "medical"],
-           "all": list(BENCHMARKS)}
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in (
+        Benchmark("humaneval", "code", ("pass@1",), "humaneval"),
+        Benchmark("humaneval_plus", "code", ("pass@1",), "humaneval_plus"),
+        Benchmark("mbpp", "code", ("pass@1",), "mbpp"),
+        Benchmark("mbpp_plus", "code", ("pass@1",), "mbpp_plus"),
+        Benchmark("medqa", "medical", ("acc", "acc_norm"), "medqa_4options"),
+        Benchmark("medmcqa", "medical", ("acc", "acc_norm"), "medmcqa"),
+        Benchmark("pubmedqa", "medical", ("acc",), "pubmedqa"),
+        Benchmark("mmlu_medical", "medical", ("acc",), "multimedqa's six mmlu_* subjects", True),
+    )
+}
+ALIASES = {
+    "code": [b for b, x in BENCHMARKS.items() if x.kind == "code"],
+    "medical": [b for b, x in BENCHMARKS.items() if x.kind == "medical"],
+    "all": list(BENCHMARKS),
+}
 # The benchmarks that generate text (greedy, up to a token limit); the others score choices.
 CODE_BENCHMARKS = tuple(ALIASES["code"])
 SOURCES = ("local", "hub")
@@ -76,8 +83,7 @@ def _loud(msg: str) -> None:
 @functools.lru_cache(maxsize=1)
 def _builtin_tasks() -> frozenset[str]:
     """The lm-eval task and group names evals/tasks defines (a plugin may not take one)."""
-    return frozenset(plugins.task_yamls(TASKS_DIR)) | {f"{b}_{s}" for b in BENCHMARKS
-                                                       for s in SOURCES}
+    return frozenset(plugins.task_yamls(TASKS_DIR)) | {f"{b}_{s}" for b in BENCHMARKS for s in SOURCES}
 
 
 def known_benchmarks(task_paths: Iterable[str] = ()) -> dict[str, Benchmark]:
@@ -109,11 +115,18 @@ def expand_benchmarks(names: list[str] | str, task_paths: Iterable[str] = ()) ->
         else:
             by_harness = {b.harness_task: name for name, b in BENCHMARKS.items()}
             near = difflib.get_close_matches(n, [*known, *ALIASES], n=1, cutoff=0.5)
-            hint = (f"; did you mean {by_harness[n]!r} (this suite's name for lm-eval's {n})?"
-                    if n in by_harness else f"; did you mean {near[0]!r}?" if near else "")
-            raise ValueError(f"unknown benchmark {n!r}{hint} (known: {', '.join(known)}; "
-                             f"aliases: {', '.join(ALIASES)}; more from eval.task_paths or an "
-                             "installed package: docs/add-a-benchmark.md)")
+            hint = (
+                f"; did you mean {by_harness[n]!r} (this suite's name for lm-eval's {n})?"
+                if n in by_harness
+                else f"; did you mean {near[0]!r}?"
+                if near
+                else ""
+            )
+            raise ValueError(
+                f"unknown benchmark {n!r}{hint} (known: {', '.join(known)}; "
+                f"aliases: {', '.join(ALIASES)}; more from eval.task_paths or an "
+                "installed package: docs/add-a-benchmark.md)"
+            )
     return list(dict.fromkeys(out))
 
 
@@ -149,8 +162,9 @@ class EvalSettings:
         single = [x for x, b in known.items() if not b.group]
         for b, ids in self.items.items():
             if b not in single:
-                raise ValueError(f"items: {b!r} is not a single-task benchmark; expected one of "
-                                 f"{', '.join(single)}")
+                raise ValueError(
+                    f"items: {b!r} is not a single-task benchmark; expected one of {', '.join(single)}"
+                )
             if not ids or any(not isinstance(i, int) or i < 0 for i in ids):
                 raise ValueError(f"items: {b} needs item indices >= 0, got {ids!r}")
         for b, k in self.num_fewshot.items():
@@ -159,17 +173,27 @@ class EvalSettings:
             if self.source == "local" and k and b in BENCHMARKS and b not in LOCAL_SHOT_SOURCES:
                 # lm-eval would draw shots from the test split itself when a task has no
                 # training split: refuse rather than leak.
-                raise ValueError(f"num_fewshot: {b} has no local split to draw shots from "
-                                 f"(only {', '.join(LOCAL_SHOT_SOURCES)} do); use 0 or the hub")
-        limits = (self.max_gen_toks if isinstance(self.max_gen_toks, dict)
-                  else {} if self.max_gen_toks is None else {"": self.max_gen_toks})
+                raise ValueError(
+                    f"num_fewshot: {b} has no local split to draw shots from "
+                    f"(only {', '.join(LOCAL_SHOT_SOURCES)} do); use 0 or the hub"
+                )
+        limits = (
+            self.max_gen_toks
+            if isinstance(self.max_gen_toks, dict)
+            else {}
+            if self.max_gen_toks is None
+            else {"": self.max_gen_toks}
+        )
         for b, n in limits.items():
             if b and b not in CODE_BENCHMARKS:
-                raise ValueError(f"max_gen_toks: {b!r} is not a generation benchmark (expected "
-                                 f"{', '.join(CODE_BENCHMARKS)})")
+                raise ValueError(
+                    f"max_gen_toks: {b!r} is not a generation benchmark (expected "
+                    f"{', '.join(CODE_BENCHMARKS)})"
+                )
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-                raise ValueError(f"max_gen_toks{'.' + b if b else ''}: expected a positive "
-                                 f"number of tokens, got {n!r}")
+                raise ValueError(
+                    f"max_gen_toks{'.' + b if b else ''}: expected a positive number of tokens, got {n!r}"
+                )
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit: expected a number of items >= 1, got {self.limit}")
 
@@ -187,8 +211,9 @@ def lm_eval_version() -> str:
     return metadata.version("lm_eval")
 
 
-def make_lm(model: Any, tokenizer: Any, batch_size: int = 8, max_length: int | None = None,
-            dtype: Any = None):
+def make_lm(
+    model: Any, tokenizer: Any, batch_size: int = 8, max_length: int | None = None, dtype: Any = None
+):
     """Wrap an in-memory causal LM for lm-eval. A peft LoRA model is merged first (exact up to
     float rounding), since the harness wants a plain transformers model; then the weights are
     cast to `dtype` when given (e.g. torch.bfloat16 on a GPU)."""
@@ -209,18 +234,27 @@ def task_manager(settings: EvalSettings, benches: Iterable[Benchmark] = ()):
     data_dir = resolve_data_dir(settings.data_dir)
     benches = [b for b in benches if b.plugin]
     dirs = tuple(dict.fromkeys(str(Path(b.task_dir).resolve()) for b in benches if b.task_dir))
-    return _task_manager(str(data_dir) if data_dir else None, settings.humaneval_plus_file, dirs,
-                         any(b.task_dir is None for b in benches))
+    return _task_manager(
+        str(data_dir) if data_dir else None,
+        settings.humaneval_plus_file,
+        dirs,
+        any(b.task_dir is None for b in benches),
+    )
 
 
 @functools.lru_cache(maxsize=8)
-def _task_manager(data_dir: str | None, humaneval_plus_file: str | None,
-                  plugin_dirs: tuple[str, ...] = (), harness_tasks: bool = False):
+def _task_manager(
+    data_dir: str | None,
+    humaneval_plus_file: str | None,
+    plugin_dirs: tuple[str, ...] = (),
+    harness_tasks: bool = False,
+):
     from lm_eval.tasks import TaskManager
 
     meta = {"data_dir": data_dir, "humaneval_plus_file": humaneval_plus_file}
-    return TaskManager(include_path=[str(TASKS_DIR), *plugin_dirs], include_defaults=harness_tasks,
-                       metadata=meta)
+    return TaskManager(
+        include_path=[str(TASKS_DIR), *plugin_dirs], include_defaults=harness_tasks, metadata=meta
+    )
 
 
 @contextlib.contextmanager
@@ -260,11 +294,22 @@ def _harness_progress(benchmark: str, enabled: bool):
     import lm_eval.api.task as api_task
     import lm_eval.models.huggingface as hf
 
-    def requests_bar(iterable: Any = None, total: int | None = None, desc: str | None = None,
-                     disable: bool = False, **_: Any) -> Any:
+    def requests_bar(
+        iterable: Any = None,
+        total: int | None = None,
+        desc: str | None = None,
+        disable: bool = False,
+        **_: Any,
+    ) -> Any:
         kind = (desc or "").removeprefix("Running ").removesuffix(" requests")
-        return progress_bar(iterable, total=total, desc=f"{benchmark} {kind}".strip(),
-                            unit="requests", enabled=enabled and not disable, logger=logger)
+        return progress_bar(
+            iterable,
+            total=total,
+            desc=f"{benchmark} {kind}".strip(),
+            unit="requests",
+            enabled=enabled and not disable,
+            logger=logger,
+        )
 
     def silent(iterable: Any = None, total: int | None = None, **_: Any) -> Any:
         return progress_bar(iterable, total=total, enabled=False)
@@ -300,8 +345,9 @@ class Processes:
             import torch.distributed as dist
 
             self.rank, self.world = dist.get_rank(), dist.get_world_size()
-            self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(
-                seconds=COLLECTIVE_TIMEOUT_S))
+            self.group = dist.new_group(
+                backend="gloo", timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S)
+            )
 
     def gather(self, obj: Any) -> list[Any] | None:
         """Every process's `obj`, in rank order, on process 0; None on the others."""
@@ -334,8 +380,7 @@ def _selected_items(bench: Benchmark, n_docs: int, settings: EvalSettings) -> li
         ids = sorted(set(settings.items[bench.name]))
         bad = [i for i in ids if i >= n_docs]
         if bad:
-            raise ValueError(f"items: {bench.name} has {n_docs} items (0 to {n_docs - 1}), got "
-                             f"{bad}")
+            raise ValueError(f"items: {bench.name} has {n_docs} items (0 to {n_docs - 1}), got {bad}")
         return ids
     return list(range(min(settings.limit, n_docs) if settings.limit else n_docs))
 
@@ -354,21 +399,22 @@ def _shots_depend_on_order(tasks: dict[str, Any], fewshot: int | None) -> bool:
     return False
 
 
-def _my_items(bench: Benchmark, tasks: dict[str, Any], settings: EvalSettings,
-              procs: Processes) -> tuple[dict[str, list[int]], int]:
+def _my_items(
+    bench: Benchmark, tasks: dict[str, Any], settings: EvalSettings, procs: Processes
+) -> tuple[dict[str, list[int]], int]:
     """(this process's items of each task, how many processes share them). Items are dealt round
     robin (item i to process i mod P), which balances both counts and lengths (items of one task
     come in no length order). A benchmark whose shots depend on the order goes whole to process
     0, so its items get the shots a lone process would give them."""
-    chosen = {name: _selected_items(bench, len(t.eval_docs), settings)
-              for name, t in tasks.items()}
+    chosen = {name: _selected_items(bench, len(t.eval_docs), settings) for name, t in tasks.items()}
     if _shots_depend_on_order(tasks, settings.num_fewshot.get(bench.name)):
         return (chosen if procs.rank == 0 else {name: [] for name in chosen}), 1
-    return {name: ids[procs.rank::procs.world] for name, ids in chosen.items()}, procs.world
+    return {name: ids[procs.rank :: procs.world] for name, ids in chosen.items()}, procs.world
 
 
-def _score_my_share(lm: Any, bench: Benchmark, task: str, tm: Any, settings: EvalSettings,
-                    procs: Processes) -> dict[str, Any]:
+def _score_my_share(
+    lm: Any, bench: Benchmark, task: str, tm: Any, settings: EvalSettings, procs: Processes
+) -> dict[str, Any]:
     """This process's part of one benchmark: the per-item results of its share of the items.
     Never raises: a failure is a part with status "missing" or "error", so that every process
     still reaches the gather and process 0 reports it."""
@@ -379,35 +425,55 @@ def _score_my_share(lm: Any, bench: Benchmark, task: str, tm: Any, settings: Eva
         tasks = loaded["tasks"]  # leaf task name -> Task, in the group's order
         mine, sharing = _my_items(bench, tasks, settings, procs)
         run = {name: ids for name, ids in mine.items() if ids}
-        part: dict[str, Any] = {"status": "ok", "order": list(tasks), "sharing": sharing,
-                                "samples": {}}
+        part: dict[str, Any] = {"status": "ok", "order": list(tasks), "sharing": sharing, "samples": {}}
         if not run:  # fewer items than processes: nothing for this one
             return part
         # Every task with items: the group itself (rank 0 always, having item 0 of each); a
         # task without items must be left out, as lm-eval reads an empty list as "all items".
-        objs = (list(loaded["groups"].values()) if bench.group and len(run) == len(tasks)
-                else [tasks[name] for name in run])
+        objs = (
+            list(loaded["groups"].values())
+            if bench.group and len(run) == len(tasks)
+            else [tasks[name] for name in run]
+        )
         limit = settings.gen_limit(bench.name)
         if procs.rank == 0:
-            total = sum(len(_selected_items(bench, len(t.eval_docs), settings))
-                        for t in tasks.values())
+            total = sum(len(_selected_items(bench, len(t.eval_docs), settings)) for t in tasks.values())
             here = sum(len(ids) for ids in run.values())
-            logger.info(f"{bench.name}: {total} items" + (
-                f", {here} of them scored here and the rest by the other {procs.world - 1} "
-                "processes (the progress lines count this one's)" if sharing > 1 else ""))
+            logger.info(
+                f"{bench.name}: {total} items"
+                + (
+                    f", {here} of them scored here and the rest by the other {procs.world - 1} "
+                    "processes (the progress lines count this one's)"
+                    if sharing > 1
+                    else ""
+                )
+            )
         with _harness_as_one_process(), _harness_progress(bench.name, procs.rank == 0):
             res = lm_eval.simple_evaluate(
-                model=lm, tasks=objs, task_manager=tm, samples=run,
+                model=lm,
+                tasks=objs,
+                task_manager=tm,
+                samples=run,
                 num_fewshot=settings.num_fewshot.get(bench.name),
-                gen_kwargs={"max_gen_toks": limit} if limit else None, log_samples=True,
-                confirm_run_unsafe_code=True, bootstrap_iters=settings.bootstrap_iters,
-                random_seed=settings.seed, numpy_random_seed=settings.seed,
-                torch_random_seed=settings.seed, fewshot_random_seed=settings.seed)
-        part.update(samples=res["samples"], versions=res.get("versions", {}),
-                    n_shot=res.get("n-shot", {}),
-                    gen_toks={name: (c.get("generation_kwargs") or {}).get("max_gen_toks")
-                              for name, c in res.get("configs", {}).items()
-                              if c.get("output_type") == "generate_until"})
+                gen_kwargs={"max_gen_toks": limit} if limit else None,
+                log_samples=True,
+                confirm_run_unsafe_code=True,
+                bootstrap_iters=settings.bootstrap_iters,
+                random_seed=settings.seed,
+                numpy_random_seed=settings.seed,
+                torch_random_seed=settings.seed,
+                fewshot_random_seed=settings.seed,
+            )
+        part.update(
+            samples=res["samples"],
+            versions=res.get("versions", {}),
+            n_shot=res.get("n-shot", {}),
+            gen_toks={
+                name: (c.get("generation_kwargs") or {}).get("max_gen_toks")
+                for name, c in res.get("configs", {}).items()
+                if c.get("output_type") == "generate_until"
+            },
+        )
         return part
     except local_data.MissingDataError as e:
         return {"status": "missing", "reason": str(e)}
@@ -425,8 +491,9 @@ def _num(x: Any) -> float | None:
     return None
 
 
-def _task_score(samples: list[dict[str, Any]], metric: str, bootstrap_iters: int
-                ) -> tuple[float, float | None, int]:
+def _task_score(
+    samples: list[dict[str, Any]], metric: str, bootstrap_iters: int
+) -> tuple[float, float | None, int]:
     """(mean, its standard error, n) of one metric over a task's items, in doc order, with
     lm-eval's own functions (mean, mean_stderr: the sample standard deviation / sqrt(n)); no
     stderr for one item or with bootstrap_iters 0, as lm-eval."""
@@ -437,25 +504,40 @@ def _task_score(samples: list[dict[str, Any]], metric: str, bootstrap_iters: int
     return float(mean(values)), _num(stderr), len(values)
 
 
-def _entries_from_items(bench: Benchmark, task: str, samples: dict[str, list[dict[str, Any]]],
-                        order: list[str], info: dict[str, Any], settings: EvalSettings,
-                        seconds: float) -> list[dict[str, Any]]:
+def _entries_from_items(
+    bench: Benchmark,
+    task: str,
+    samples: dict[str, list[dict[str, Any]]],
+    order: list[str],
+    info: dict[str, Any],
+    settings: EvalSettings,
+    seconds: float,
+) -> list[dict[str, Any]]:
     """The entries of one benchmark from the per-item results of all its tasks (each list sorted
     by doc_id). A group (mmlu_medical) pools its subjects as lm-eval does: the size-weighted mean
     of the subject means, and the pooled standard error."""
     from lm_eval.api.metrics import aggregate_subtask_metrics, pooled_sample_stderr
 
     versions, nshot = info.get("versions", {}), info.get("n_shot", {})
-    shots = nshot.get(task, next((v for k, v in nshot.items() if k != task),
-                                 settings.num_fewshot.get(bench.name)))
+    shots = nshot.get(
+        task, next((v for k, v in nshot.items() if k != task), settings.num_fewshot.get(bench.name))
+    )
     gen_toks = next(iter(info.get("gen_toks", {}).values()), None)
-    common = {"source": settings.source, "lm_eval_version": lm_eval_version(),
-              "limit": settings.limit, "num_fewshot": shots, "seconds": round(seconds, 3),
-              **({"items": settings.items[bench.name]} if bench.name in settings.items else {}),
-              **({"max_gen_toks": gen_toks} if gen_toks else {}),
-              "status": "ok", "reason": None, "harness_task": bench.harness_task}
-    leaf = {t: {m: _task_score(samples[t], m, settings.bootstrap_iters)
-                for m in bench.metrics} for t in order}
+    common = {
+        "source": settings.source,
+        "lm_eval_version": lm_eval_version(),
+        "limit": settings.limit,
+        "num_fewshot": shots,
+        "seconds": round(seconds, 3),
+        **({"items": settings.items[bench.name]} if bench.name in settings.items else {}),
+        **({"max_gen_toks": gen_toks} if gen_toks else {}),
+        "status": "ok",
+        "reason": None,
+        "harness_task": bench.harness_task,
+    }
+    leaf = {
+        t: {m: _task_score(samples[t], m, settings.bootstrap_iters) for m in bench.metrics} for t in order
+    }
     out = []
     for metric in bench.metrics:
         if bench.group:
@@ -463,69 +545,126 @@ def _entries_from_items(bench: Benchmark, task: str, samples: dict[str, list[dic
             sizes = [n for _, _, n in scores]
             value = float(aggregate_subtask_metrics([v for v, _, _ in scores], sizes, True))
             errs = [e for _, e, _ in scores]
-            stderr = (None if any(e is None for e in errs)
-                      else float(pooled_sample_stderr(errs, sizes)))
+            stderr = None if any(e is None for e in errs) else float(pooled_sample_stderr(errs, sizes))
             n = sum(sizes)
         else:
             value, stderr, n = leaf[task][metric]
-        out.append({**common, "benchmark": bench.name, "kind": bench.kind, "task": task,
-                    "task_version": str(versions.get(task)), "metric": metric, "value": value,
-                    "stderr": stderr, "n": n})
+        out.append(
+            {
+                **common,
+                "benchmark": bench.name,
+                "kind": bench.kind,
+                "task": task,
+                "task_version": str(versions.get(task)),
+                "metric": metric,
+                "value": value,
+                "stderr": stderr,
+                "n": n,
+            }
+        )
     if bench.group:
         for t in sorted(order):  # mmlu_medical/<subject>
-            subject = t[len("mmlu_medical_"):-len(task[len("mmlu_medical"):])]
+            subject = t[len("mmlu_medical_") : -len(task[len("mmlu_medical") :])]
             value, stderr, n = leaf[t]["acc"]
-            out.append({**common, "benchmark": f"{bench.name}/{subject}", "task": t,
-                        "task_version": str(versions.get(t)), "metric": "acc", "value": value,
-                        "stderr": stderr, "n": n})
+            out.append(
+                {
+                    **common,
+                    "benchmark": f"{bench.name}/{subject}",
+                    "task": t,
+                    "task_version": str(versions.get(t)),
+                    "metric": "acc",
+                    "value": value,
+                    "stderr": stderr,
+                    "n": n,
+                }
+            )
     return out
 
 
-def _merge(bench: Benchmark, task: str, parts: list[dict[str, Any]], settings: EvalSettings,
-           seconds: float) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+def _merge(
+    bench: Benchmark, task: str, parts: list[dict[str, Any]], settings: EvalSettings, seconds: float
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
     """(entries, per-item samples of each task sorted by doc_id) from every process's part."""
     failed = [(r, p) for r, p in enumerate(parts) if p["status"] != "ok"]
     if failed:
         status = "missing" if any(p["status"] == "missing" for _, p in failed) else "error"
         rank, part = next((r, p) for r, p in failed if p["status"] == status)
         where = f"process {rank} of {len(parts)}: " if len(parts) > 1 else ""
-        return [_status_entry(bench, task, status, where + part["reason"], settings,
-                              seconds)], {}
+        return [_status_entry(bench, task, status, where + part["reason"], settings, seconds)], {}
     ran = [p for p in parts if p["samples"]]
     if not ran:
-        return [_status_entry(bench, task, "error", "no items were selected", settings,
-                              seconds)], {}
+        return [_status_entry(bench, task, "error", "no items were selected", settings, seconds)], {}
     order = parts[0]["order"]
-    samples = {t: sorted((s for p in ran for s in p["samples"].get(t, [])
-                          if s.get("filter", "none") == "none"), key=lambda s: int(s["doc_id"]))
-               for t in order}
+    samples = {
+        t: sorted(
+            (s for p in ran for s in p["samples"].get(t, []) if s.get("filter", "none") == "none"),
+            key=lambda s: int(s["doc_id"]),
+        )
+        for t in order
+    }
     return _entries_from_items(bench, task, samples, order, ran[0], settings, seconds), samples
 
 
 def _unreachable(e: BaseException) -> bool:
     """The hub dataset cannot be fetched (offline, no network, unknown id)."""
-    names = {"DatasetNotFoundError", "OfflineModeIsEnabled", "LocalEntryNotFoundError",
-             "RepositoryNotFoundError"}
+    names = {
+        "DatasetNotFoundError",
+        "OfflineModeIsEnabled",
+        "LocalEntryNotFoundError",
+        "RepositoryNotFoundError",
+    }
     return isinstance(e, ConnectionError) or type(e).__name__ in names
 
 
-def _status_entry(bench: Benchmark, task: str, status: str, reason: str, settings: EvalSettings,
-                  seconds: float = 0.0) -> dict[str, Any]:
-    return {"benchmark": bench.name, "kind": bench.kind, "task": task, "task_version": None,
-            "metric": status, "value": None, "stderr": None, "n": 0, "source": settings.source,
-            "lm_eval_version": lm_eval_version(), "limit": settings.limit, "num_fewshot": None,
-            "seconds": round(seconds, 3), "status": status, "reason": reason,
-            "harness_task": bench.harness_task}
+def _status_entry(
+    bench: Benchmark, task: str, status: str, reason: str, settings: EvalSettings, seconds: float = 0.0
+) -> dict[str, Any]:
+    return {
+        "benchmark": bench.name,
+        "kind": bench.kind,
+        "task": task,
+        "task_version": None,
+        "metric": status,
+        "value": None,
+        "stderr": None,
+        "n": 0,
+        "source": settings.source,
+        "lm_eval_version": lm_eval_version(),
+        "limit": settings.limit,
+        "num_fewshot": None,
+        "seconds": round(seconds, 3),
+        "status": status,
+        "reason": reason,
+        "harness_task": bench.harness_task,
+    }
 
 
 def _write_samples(path: Path, samples: list[dict[str, Any]]) -> None:
     rows = []
     for s in samples:
-        rows.append({k: s.get(k) for k in ("doc_id", "doc", "target", "arguments", "resps",
-                                             "filtered_resps", "filter")}
-                    | {k: v for k, v in s.items() if k not in {
-                        "doc_id", "doc", "target", "arguments", "resps", "filtered_resps",
-                        "filter", "doc_hash", "prompt_hash", "target_hash"}})
+        rows.append(
+            {
+                k: s.get(k)
+                for k in ("doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter")
+            }
+            | {
+                k: v
+                for k, v in s.items()
+                if k
+                not in {
+                    "doc_id",
+                    "doc",
+                    "target",
+                    "arguments",
+                    "resps",
+                    "filtered_resps",
+                    "filter",
+                    "doc_hash",
+                    "prompt_hash",
+                    "target_hash",
+                }
+            }
+        )
     atomic_write_jsonl(path, json.loads(json.dumps(rows, default=str)))
 
 
@@ -533,8 +672,9 @@ def _settings_json(settings: EvalSettings) -> dict[str, Any]:
     return json.loads(json.dumps(vars(settings) | {"num_fewshot": settings.num_fewshot}))
 
 
-def _finished(out_dir: Path | None, settings: EvalSettings, resume_key: str | None
-              ) -> dict[str, list[dict[str, Any]]]:
+def _finished(
+    out_dir: Path | None, settings: EvalSettings, resume_key: str | None
+) -> dict[str, list[dict[str, Any]]]:
     """Benchmark -> its entries from an earlier, interrupted or finished, call with the same
     resume_key, settings and lm-eval version (scored benchmarks only: missing and failed ones
     are tried again)."""
@@ -545,8 +685,11 @@ def _finished(out_dir: Path | None, settings: EvalSettings, resume_key: str | No
         old = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    if (old.get("resume_key") != resume_key or old.get("settings") != _settings_json(settings)
-            or old.get("lm_eval_version") != lm_eval_version()):
+    if (
+        old.get("resume_key") != resume_key
+        or old.get("settings") != _settings_json(settings)
+        or old.get("lm_eval_version") != lm_eval_version()
+    ):
         return {}
     done: dict[str, list[dict[str, Any]]] = {}
     for e in old.get("entries", []):
@@ -555,9 +698,14 @@ def _finished(out_dir: Path | None, settings: EvalSettings, resume_key: str | No
     return done
 
 
-def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
-                   out_dir: Path | None = None, resume_key: str | None = None,
-                   procs: Processes | None = None) -> list[dict[str, Any]]:
+def run_benchmarks(
+    lm: Any,
+    benchmarks: list[str],
+    settings: EvalSettings,
+    out_dir: Path | None = None,
+    resume_key: str | None = None,
+    procs: Processes | None = None,
+) -> list[dict[str, Any]]:
     """Evaluate `lm` (an lm-eval LM, e.g. from make_lm) on each benchmark; return entries
     (benchmark, metric, value, stderr, n, task, task_version, lm_eval_version, status, reason,
     seconds, ...). With out_dir: per-sample logs in out_dir/samples/<task>.jsonl and the entries
@@ -580,18 +728,24 @@ def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
 
     def save(complete: bool) -> None:
         if out_dir is not None and lead:
-            atomic_write_json(Path(out_dir) / "benchmarks.json", {
-                "entries": entries, "settings": _settings_json(settings),
-                "lm_eval_version": lm_eval_version(), "resume_key": resume_key,
-                "processes": procs.world, "complete": complete})
+            atomic_write_json(
+                Path(out_dir) / "benchmarks.json",
+                {
+                    "entries": entries,
+                    "settings": _settings_json(settings),
+                    "lm_eval_version": lm_eval_version(),
+                    "resume_key": resume_key,
+                    "processes": procs.world,
+                    "complete": complete,
+                },
+            )
 
     for name in names:
         bench = known[name]
         if name in done:
             entries += done[name]
             if lead:
-                logger.info(f"{name}: reusing the scores of an earlier call in "
-                            f"{out_dir}/benchmarks.json")
+                logger.info(f"{name}: reusing the scores of an earlier call in {out_dir}/benchmarks.json")
             continue
         task = bench.task_name(settings.source)
         t0 = time.perf_counter()
@@ -609,12 +763,14 @@ def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
         if lead:
             ids = settings.items.get(name)
             limit = settings.gen_limit(name)
-            logger.info(f"{name}: lm-eval task {task}, "
-                        + (f"items {ids}" if ids else f"limit {settings.limit}") + ", batch "
-                        f"{getattr(lm, 'batch_size', '?')}, {procs.world} process(es)"
-                        + (f", {settings.num_fewshot[name]} shots" if name in settings.num_fewshot
-                           else "")
-                        + (f", max_gen_toks {limit}" if limit else ""))
+            logger.info(
+                f"{name}: lm-eval task {task}, "
+                + (f"items {ids}" if ids else f"limit {settings.limit}")
+                + ", batch "
+                f"{getattr(lm, 'batch_size', '?')}, {procs.world} process(es)"
+                + (f", {settings.num_fewshot[name]} shots" if name in settings.num_fewshot else "")
+                + (f", max_gen_toks {limit}" if limit else "")
+            )
         parts = procs.gather(_score_my_share(lm, bench, task, tm, settings, procs))
         if not lead:
             continue
@@ -628,9 +784,10 @@ def run_benchmarks(lm: Any, benchmarks: list[str], settings: EvalSettings,
                 for t, rows in samples.items():
                     _write_samples(Path(out_dir) / "samples" / f"{t}.jsonl", rows)
             sharing = parts[0]["sharing"]
-            logger.info(f"{name}: {main['metric']} = {main['value']:.4f} (n={main['n']}) in "
-                        f"{main['seconds']:.1f}s"
-                        + (f" on {sharing} processes" if sharing > 1 else ""))
+            logger.info(
+                f"{name}: {main['metric']} = {main['value']:.4f} (n={main['n']}) in "
+                f"{main['seconds']:.1f}s" + (f" on {sharing} processes" if sharing > 1 else "")
+            )
         save(complete=False)
     save(complete=True)
     return entries if lead else []
@@ -644,9 +801,15 @@ def entries_to_rows(entries: list[dict[str, Any]], base: dict[str, Any]) -> list
     rows = []
     pkg = json.loads(base.get("versions") or "{}")
     for e in entries:
-        v = {**pkg, "lm_eval": e["lm_eval_version"], "lm_eval_task": e["task"],
-             "lm_eval_task_version": e["task_version"], "eval_source": e["source"],
-             "eval_limit": e["limit"], "num_fewshot": e["num_fewshot"]}
+        v = {
+            **pkg,
+            "lm_eval": e["lm_eval_version"],
+            "lm_eval_task": e["task"],
+            "lm_eval_task_version": e["task_version"],
+            "eval_source": e["source"],
+            "eval_limit": e["limit"],
+            "num_fewshot": e["num_fewshot"],
+        }
         if e.get("items"):
             v["eval_items"] = e["items"]
         if e.get("max_gen_toks"):  # the limit a code benchmark generated under (tokens)
@@ -655,7 +818,15 @@ def entries_to_rows(entries: list[dict[str, Any]], base: dict[str, Any]) -> list
             v["benchmark_kind"] = e["kind"]
         if e["reason"]:
             v["status_reason"] = e["reason"]
-        rows.append({**base, "benchmark": e["benchmark"], "metric": e["metric"],
-                     "value": e["value"], "stderr": e["stderr"], "n": e["n"],
-                     "versions": json.dumps(v, sort_keys=True)})
+        rows.append(
+            {
+                **base,
+                "benchmark": e["benchmark"],
+                "metric": e["metric"],
+                "value": e["value"],
+                "stderr": e["stderr"],
+                "n": e["n"],
+                "versions": json.dumps(v, sort_keys=True),
+            }
+        )
     return rows

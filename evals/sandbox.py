@@ -38,6 +38,7 @@ The nonce lives only in memory (passed through pipes, never a file, argv or the 
 code that deliberately introspects the wrapper's interpreter frames could find it, which no model
 output does by accident.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -130,8 +131,7 @@ class ExecResult:
 # ============================================================================ the caller's side
 
 
-def run_program(code: str, limits: Limits | None = None, *,
-                use_namespaces: bool = True) -> ExecResult:
+def run_program(code: str, limits: Limits | None = None, *, use_namespaces: bool = True) -> ExecResult:
     """Run `code` (a complete Python program, e.g. a completion followed by its tests) contained.
 
     `use_namespaces=False` runs without namespaces even where they are available (the fallback
@@ -148,17 +148,23 @@ def run_program(code: str, limits: Limits | None = None, *,
         nonce = secrets.token_hex(16)
         # Unnamed files: the program cannot swap them for a link to something we would then read.
         with tempfile.TemporaryFile(dir=base) as out, tempfile.TemporaryFile(dir=base) as err:
-            config = {"workdir": str(workdir), "uid": uid, "nonce": nonce,
-                      "interpreter": _interpreter(), "wrapper": _WRAPPER,
-                      "use_namespaces": use_namespaces, "limits": asdict(limits),
-                      "stdout_fd": out.fileno(), "stderr_fd": err.fileno()}
+            config = {
+                "workdir": str(workdir),
+                "uid": uid,
+                "nonce": nonce,
+                "interpreter": _interpreter(),
+                "wrapper": _WRAPPER,
+                "use_namespaces": use_namespaces,
+                "limits": asdict(limits),
+                "stdout_fd": out.fileno(),
+                "stderr_fd": err.fileno(),
+            }
             report, problem = _run_supervisor(config, limits, (out.fileno(), err.fileno()))
             stdout = _tail(out, limits.output_tail_bytes + 64)
             stderr = _tail(err, limits.output_tail_bytes)
         isolation = list(report.get("isolation", [])) if report else []
         if problem or report.get("error"):
-            return ExecResult("error", None, 0.0, "", f"sandbox: {problem or report['error']}",
-                              isolation)
+            return ExecResult("error", None, 0.0, "", f"sandbox: {problem or report['error']}", isolation)
         rc = report["returncode"]
         if report["timed_out"] or rc == -signal.SIGXCPU:
             # SIGXCPU: the CPU limit; on an idle machine a busy loop reaches it with the wall clock.
@@ -167,7 +173,7 @@ def run_program(code: str, limits: Limits | None = None, *,
             status = "passed"
         else:
             status = "failed"
-        stdout = stdout.replace(nonce, "<nonce>")[-limits.output_tail_bytes:]
+        stdout = stdout.replace(nonce, "<nonce>")[-limits.output_tail_bytes :]
         return ExecResult(status, rc, report["seconds"], stdout, stderr, isolation)
     finally:
         _remove_tree(base)
@@ -188,19 +194,27 @@ def _prepare_run_dir(base: Path, code: str, uid: int | None) -> Path:
     return workdir
 
 
-def _run_supervisor(config: dict, limits: Limits,
-                    pass_fds: tuple[int, ...]) -> tuple[dict | None, str | None]:
+def _run_supervisor(
+    config: dict, limits: Limits, pass_fds: tuple[int, ...]
+) -> tuple[dict | None, str | None]:
     """Start the supervisor (this file, in a fresh interpreter) and return (report, problem)."""
     cmd = [sys.executable, "-I", "-S", "-B", os.path.abspath(__file__)]
     try:
-        sup = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, pass_fds=pass_fds, start_new_session=True,
-                               env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+        sup = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=pass_fds,
+            start_new_session=True,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        )
     except OSError as e:
         return None, f"could not start the supervisor: {e}"
     try:
-        out, err = sup.communicate(json.dumps(config).encode() + b"\n",
-                                   timeout=limits.timeout_s + _SUPERVISOR_GRACE_S)
+        out, err = sup.communicate(
+            json.dumps(config).encode() + b"\n", timeout=limits.timeout_s + _SUPERVISOR_GRACE_S
+        )
     except subprocess.TimeoutExpired:
         # Its init (if any) dies with it (PDEATHSIG), and with init the whole pid namespace.
         sup.kill()
@@ -222,8 +236,7 @@ def _interpreter() -> str:
     if os.geteuid() != 0:
         return sys.executable
     real = Path(os.path.realpath(sys.executable))
-    if all(p.stat().st_mode & stat.S_IXOTH for p in real.parents) and \
-            real.stat().st_mode & stat.S_IXOTH:
+    if all(p.stat().st_mode & stat.S_IXOTH for p in real.parents) and real.stat().st_mode & stat.S_IXOTH:
         return sys.executable
     for cand in ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3"):
         if os.path.exists(cand):
@@ -282,8 +295,10 @@ def _check(ret: int, what: str) -> None:
 
 
 def _prctl(option: int, arg: int) -> None:
-    _check(_libc().prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                         ctypes.c_ulong(0)), f"prctl({option})")
+    _check(
+        _libc().prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)),
+        f"prctl({option})",
+    )
 
 
 def _mount(source: bytes | None, target: bytes, fstype: bytes | None, flags: int) -> int:
@@ -328,8 +343,12 @@ def _supervise(config: dict) -> dict:
     seconds = time.monotonic() - start
     if isinstance(status, str):  # the program could not be started
         return {"error": status, "isolation": isolation}
-    return {"returncode": None if status is None else os.waitstatus_to_exitcode(status),
-            "timed_out": status is None, "seconds": seconds, "isolation": isolation}
+    return {
+        "returncode": None if status is None else os.waitstatus_to_exitcode(status),
+        "timed_out": status is None,
+        "seconds": seconds,
+        "isolation": isolation,
+    }
 
 
 def _contain(config: dict) -> tuple[bool | None, int, list[str]]:
@@ -350,8 +369,12 @@ def _contain(config: dict) -> tuple[bool | None, int, list[str]]:
     if namespaces:
         refused = _probe_namespaces(flags, workdir)
         if refused and os.geteuid() == 0:
-            return None, 0, isolation + [f"running as root, but the namespaces could not be set "
-                                         f"up ({refused}); nothing was run"]
+            return (
+                None,
+                0,
+                isolation
+                + [f"running as root, but the namespaces could not be set up ({refused}); nothing was run"],
+            )
         if refused:
             namespaces = False
             isolation.append(f"no-namespaces ({refused})")
@@ -363,8 +386,11 @@ def _contain(config: dict) -> tuple[bool | None, int, list[str]]:
         _enter_namespaces(flags)
         writable = _remount_read_only(workdir)
         isolation += (["user-namespace"] if flags & _CLONE_NEWUSER else []) + [
-            "pid-namespace", "no-network", "ipc-namespace",
-            "read-only-fs" if not writable else f"read-only-fs (still writable: {writable})"]
+            "pid-namespace",
+            "no-network",
+            "ipc-namespace",
+            "read-only-fs" if not writable else f"read-only-fs (still writable: {writable})",
+        ]
     return namespaces, nproc, isolation
 
 
@@ -404,8 +430,11 @@ def _enter_namespaces(flags: int) -> None:
     uid, gid = os.getuid(), os.getgid()
     _check(_libc().unshare(flags), "unshare")
     if flags & _CLONE_NEWUSER:
-        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
-                           ("gid_map", f"{gid} {gid} 1")):
+        for name, text in (
+            ("setgroups", "deny"),
+            ("uid_map", f"{uid} {uid} 1"),
+            ("gid_map", f"{gid} {gid} 1"),
+        ):
             fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
             try:
                 os.write(fd, text.encode())  # one write: the kernel wants the map in one go
@@ -448,8 +477,7 @@ def _remount_read_only(workdir: str) -> list[str]:
     return failed
 
 
-def _run_in_pid_namespace(config: dict, nproc: int,
-                          deadline: float) -> tuple[int | str | None, list[str]]:
+def _run_in_pid_namespace(config: dict, nproc: int, deadline: float) -> tuple[int | str | None, list[str]]:
     """Fork the sandbox's init (pid 1 of the new pid namespace), which runs the program.
 
     Returns (wait status of the program, None on timeout, or a start-up error message; extra
@@ -580,12 +608,14 @@ def _become_program(config: dict, nproc: int, stdin_fd: int) -> None:
     for fd in {stdin_fd, config["stdout_fd"], config["stderr_fd"]} - {0, 1, 2}:
         os.close(fd)
     os.chdir(config["workdir"])
-    for what, value in ((resource.RLIMIT_CPU, lim["cpu_s"]),
-                        (resource.RLIMIT_AS, lim["memory_bytes"]),
-                        (resource.RLIMIT_FSIZE, lim["max_file_bytes"]),
-                        (resource.RLIMIT_NOFILE, lim["max_open_files"]),
-                        (resource.RLIMIT_CORE, 0),
-                        (resource.RLIMIT_NPROC, nproc)):
+    for what, value in (
+        (resource.RLIMIT_CPU, lim["cpu_s"]),
+        (resource.RLIMIT_AS, lim["memory_bytes"]),
+        (resource.RLIMIT_FSIZE, lim["max_file_bytes"]),
+        (resource.RLIMIT_NOFILE, lim["max_open_files"]),
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_NPROC, nproc),
+    ):
         # CPU: SIGXCPU at the soft limit (reported as a timeout), SIGKILL one second later.
         _lower_limit(what, value, value + 1 if what == resource.RLIMIT_CPU else value)
     if config["uid"] is not None:
@@ -599,8 +629,13 @@ def _become_program(config: dict, nproc: int, stdin_fd: int) -> None:
     for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
         signal.signal(sig, signal.SIG_DFL)
     workdir = config["workdir"]
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": os.path.join(workdir, "home"),
-           "TMPDIR": os.path.join(workdir, "tmp"), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "HOME": os.path.join(workdir, "home"),
+        "TMPDIR": os.path.join(workdir, "tmp"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     interp = config["interpreter"]
     os.execve(interp, [interp, "-I", "-B", "-c", config["wrapper"]], env)
 
@@ -685,7 +720,7 @@ def _descendants(root: int) -> list[int]:
         except OSError:
             continue
         try:  # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-            ppid = int(text[text.rindex(b")") + 2:].split()[1])
+            ppid = int(text[text.rindex(b")") + 2 :].split()[1])
         except (ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(d))
@@ -718,8 +753,7 @@ def _kill_uid(uid: int) -> None:
     """Kill every process of the private uid until none is left (stopped first: no forking)."""
     end = time.monotonic() + _KILL_DEADLINE_S
     while True:
-        pids = [pid for pid, f in _proc_status_fields(("Uid",))
-                if f.get("Uid", "").split()[:1] == [str(uid)]]
+        pids = [pid for pid, f in _proc_status_fields(("Uid",)) if f.get("Uid", "").split()[:1] == [str(uid)]]
         if not pids:
             return
         if time.monotonic() > end:

@@ -5,6 +5,7 @@ produce the same schemas, so both variants of a task call the same functions.
 Prompts reproduce lm-evaluation-harness 0.4.13's own tasks (medqa_4options, medmcqa, pubmedqa,
 mmlu, humaneval, mbpp), so scores compare with numbers published from the harness.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,7 @@ def medqa_doc_to_text(doc: dict[str, Any]) -> str:
 
 def medmcqa_doc_to_text(doc: dict[str, Any]) -> str:
     """As medmcqa: 'Question: ...\\nChoices:\\nA. ...\\n...D. ...\\nAnswer:'."""
-    opts = "".join(f"{letter}. {doc[key]}\n" for letter, key in zip("ABCD", ("opa", "opb", "opc",
-                                                                             "opd")))
+    opts = "".join(f"{letter}. {doc[key]}\n" for letter, key in zip("ABCD", ("opa", "opb", "opc", "opd")))
     return f"Question: {doc['question']}\nChoices:\n{opts}Answer:"
 
 
@@ -38,32 +38,44 @@ def pubmedqa_doc_to_text(doc: dict[str, Any]) -> str:
 # The harness's MBPP prompt gives three solved examples: MBPP tasks 2, 3 and 4 (public MBPP data,
 # prompt split), shown with their original text, code and tests.
 MBPP_FEWSHOT = [
-    {"task_id": 2,
-     "text": "Write a function to find the similar elements from the given two tuple lists.",
-     "code": "def similar_elements(test_tup1, test_tup2):\r\n  res = tuple(set(test_tup1) & "
-             "set(test_tup2))\r\n  return (res) ",
-     "test_list": ["assert similar_elements((3, 4, 5, 6),(5, 7, 4, 10)) == (4, 5)",
-                   "assert similar_elements((1, 2, 3, 4),(5, 4, 3, 7)) == (3, 4)",
-                   "assert similar_elements((11, 12, 14, 13),(17, 15, 14, 13)) == (13, 14)"],
-     "is_fewshot": True},
-    {"task_id": 3, "text": "Write a python function to identify non-prime numbers.",
-     "code": "import math\r\ndef is_not_prime(n):\r\n    result = False\r\n    for i in "
-             "range(2,int(math.sqrt(n)) + 1):\r\n        if n % i == 0:\r\n            result = "
-             "True\r\n    return result",
-     "test_list": ["assert is_not_prime(2) == False", "assert is_not_prime(10) == True",
-                   "assert is_not_prime(35) == True"],
-     "is_fewshot": True},
-    {"task_id": 4,
-     "text": "Write a function to find the largest integers from a given list of numbers using "
-             "heap queue algorithm.",
-     "code": "import heapq as hq\r\ndef heap_queue_largest(nums,n):\r\n  largest_nums = "
-             "hq.nlargest(n, nums)\r\n  return largest_nums",
-     "test_list": ["assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],3)==[85, 75, "
-                   "65] ",
-                   "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],2)==[85, 75] ",
-                   "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],5)==[85, 75, "
-                   "65, 58, 35]"],
-     "is_fewshot": True},
+    {
+        "task_id": 2,
+        "text": "Write a function to find the similar elements from the given two tuple lists.",
+        "code": "def similar_elements(test_tup1, test_tup2):\r\n  res = tuple(set(test_tup1) & "
+        "set(test_tup2))\r\n  return (res) ",
+        "test_list": [
+            "assert similar_elements((3, 4, 5, 6),(5, 7, 4, 10)) == (4, 5)",
+            "assert similar_elements((1, 2, 3, 4),(5, 4, 3, 7)) == (3, 4)",
+            "assert similar_elements((11, 12, 14, 13),(17, 15, 14, 13)) == (13, 14)",
+        ],
+        "is_fewshot": True,
+    },
+    {
+        "task_id": 3,
+        "text": "Write a python function to identify non-prime numbers.",
+        "code": "import math\r\ndef is_not_prime(n):\r\n    result = False\r\n    for i in "
+        "range(2,int(math.sqrt(n)) + 1):\r\n        if n % i == 0:\r\n            result = "
+        "True\r\n    return result",
+        "test_list": [
+            "assert is_not_prime(2) == False",
+            "assert is_not_prime(10) == True",
+            "assert is_not_prime(35) == True",
+        ],
+        "is_fewshot": True,
+    },
+    {
+        "task_id": 4,
+        "text": "Write a function to find the largest integers from a given list of numbers using "
+        "heap queue algorithm.",
+        "code": "import heapq as hq\r\ndef heap_queue_largest(nums,n):\r\n  largest_nums = "
+        "hq.nlargest(n, nums)\r\n  return largest_nums",
+        "test_list": [
+            "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],3)==[85, 75, 65] ",
+            "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],2)==[85, 75] ",
+            "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],5)==[85, 75, 65, 58, 35]",
+        ],
+        "is_fewshot": True,
+    },
 ]
 
 
@@ -78,8 +90,10 @@ def _mbpp_text(doc: dict[str, Any]) -> str:
 def mbpp_doc_to_text(doc: dict[str, Any]) -> str:
     """As mbpp / mbpp_plus: the task, its first three tests, then '[BEGIN]'."""
     tests = "\n".join(doc["test_list"][:3])
-    return (f"You are an expert Python programmer, and here is your task: {_mbpp_text(doc)} "
-            f"Your code should pass these tests:\n\n{tests}\n[BEGIN]\n")
+    return (
+        f"You are an expert Python programmer, and here is your task: {_mbpp_text(doc)} "
+        f"Your code should pass these tests:\n\n{tests}\n[BEGIN]\n"
+    )
 
 
 def mbpp_doc_to_target(doc: dict[str, Any]) -> str:
@@ -111,14 +125,20 @@ def _timeout(default: float) -> float:
 def humaneval_process_results(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
     """pass@1 of the greedy completion: prompt + completion, then the tests, in the sandbox."""
     cands = [doc["prompt"] + r for r in _flat(results)]
-    return {"pass@1": pass_at_k_per_problem(humaneval_test_program(doc), cands, 1,
-                                            timeout=_timeout(10.0))["pass@k"]}
+    return {
+        "pass@1": pass_at_k_per_problem(humaneval_test_program(doc), cands, 1, timeout=_timeout(10.0))[
+            "pass@k"
+        ]
+    }
 
 
 def mbpp_process_results(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
     """pass@1 of the greedy completion (the code between [BEGIN] and [DONE]) in the sandbox."""
-    return {"pass@1": pass_at_k_per_problem(mbpp_test_program(doc), _flat(results), 1,
-                                            timeout=_timeout(20.0))["pass@k"]}
+    return {
+        "pass@1": pass_at_k_per_problem(mbpp_test_program(doc), _flat(results), 1, timeout=_timeout(20.0))[
+            "pass@k"
+        ]
+    }
 
 
 def _flat(results: list[Any]) -> list[str]:

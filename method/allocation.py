@@ -34,6 +34,7 @@ tokens`); with unequal totals each worker's steps are even, and the totals' spre
 The trainer normalizes such steps per example (repro/core/steps.py step_objective), so rank
 weights keep each cluster's share of the objective.
 """
+
 from __future__ import annotations
 
 import random
@@ -50,9 +51,11 @@ from repro.core.types import Schedule, Selection
 def rank_example_weights(selection: Selection) -> dict[str, float]:
     """Per-example weights from the selector's group weights (for allocators that mix groups)."""
     if selection.group_weights is None or selection.clusters is None:
-        raise SelectionError("allocation.weight_mode 'rank' needs a selector that defines group "
-                             "weights (e.g. 'cluster'); this selection has none. Use "
-                             "weight_mode: none")
+        raise SelectionError(
+            "allocation.weight_mode 'rank' needs a selector that defines group "
+            "weights (e.g. 'cluster'); this selection has none. Use "
+            "weight_mode: none"
+        )
     return {i: float(selection.group_weights[c]) for i, c in zip(selection.ids, selection.clusters)}
 
 
@@ -60,8 +63,15 @@ def rank_example_weights(selection: Selection) -> dict[str, float]:
 class UniformShuffleAllocator:
     """Shuffle, pad to a multiple of K, deal to workers: DistributedSampler's behaviour."""
 
-    def allocate(self, selection: Selection, world_size: int, seed: int, epochs: int = 1,
-                 weight_mode: str = "none", ctx: AllocationContext | None = None) -> Schedule:
+    def allocate(
+        self,
+        selection: Selection,
+        world_size: int,
+        seed: int,
+        epochs: int = 1,
+        weight_mode: str = "none",
+        ctx: AllocationContext | None = None,
+    ) -> Schedule:
         """`ctx` is not needed: every step takes per-device batch x accumulation examples."""
         n = len(selection.ids)
         if n == 0:
@@ -73,14 +83,20 @@ class UniformShuffleAllocator:
             g.manual_seed(seed + epoch)
             perm = torch.randperm(n, generator=g).tolist()
             perm += perm[: total - n]  # wrap around, as DistributedSampler pads
-            order.append([[selection.ids[i] for i in perm[k:total:world_size]]
-                          for k in range(world_size)])
-        clusters = ({i: int(c) for i, c in zip(selection.ids, selection.clusters)}
-                    if selection.clusters is not None else {})
+            order.append([[selection.ids[i] for i in perm[k:total:world_size]] for k in range(world_size)])
+        clusters = (
+            {i: int(c) for i, c in zip(selection.ids, selection.clusters)}
+            if selection.clusters is not None
+            else {}
+        )
         example_weights = rank_example_weights(selection) if weight_mode == "rank" else {}
-        return Schedule(order=order, worker_weights=[1.0] * world_size,
-                        example_weights=example_weights, clusters=clusters,
-                        info={"allocator": "uniform-shuffle", "padded": total - n})
+        return Schedule(
+            order=order,
+            worker_weights=[1.0] * world_size,
+            example_weights=example_weights,
+            clusters=clusters,
+            info={"allocator": "uniform-shuffle", "padded": total - n},
+        )
 
 
 def interleave(groups: list[list[str]]) -> list[str]:
@@ -109,7 +125,8 @@ def resolve_order(order: str | None, selection: Selection) -> str:
         raise SelectionError(
             f"allocation.params.order is {order!r} but the selection was made with "
             f"selection.params.order: {stated}; set both to the same value (or leave "
-            "allocation.params.order unset: it follows the selection)")
+            "allocation.params.order unset: it follows the selection)"
+        )
     return order
 
 
@@ -176,20 +193,29 @@ class ClusterInterleaveAllocator:
 
     def __init__(self, order: str | None = None, balance: str = "none") -> None:
         if order is not None and order not in ORDERS:
-            raise SelectionError(f"allocation.params.order: {order!r} is not one of "
-                                 f"{', '.join(ORDERS)} (or null: follow the selection)")
+            raise SelectionError(
+                f"allocation.params.order: {order!r} is not one of "
+                f"{', '.join(ORDERS)} (or null: follow the selection)"
+            )
         self.order = order
         if balance not in ("none", "tokens"):
-            raise SelectionError(f"allocation.params.balance: {balance!r} is not one of none, "
-                                 "tokens")
+            raise SelectionError(f"allocation.params.balance: {balance!r} is not one of none, tokens")
         self.balance = balance
 
-    def allocate(self, selection: Selection, world_size: int, seed: int, epochs: int = 1,
-                 weight_mode: str = "none", ctx: AllocationContext | None = None) -> Schedule:
+    def allocate(
+        self,
+        selection: Selection,
+        world_size: int,
+        seed: int,
+        epochs: int = 1,
+        weight_mode: str = "none",
+        ctx: AllocationContext | None = None,
+    ) -> Schedule:
         if selection.clusters is None:
             raise SelectionError(
                 "allocator 'cluster-interleave' needs a selection with clusters (e.g. selector "
-                "'cluster'); this selector returns none. Use allocation.method: uniform-shuffle")
+                "'cluster'); this selector returns none. Use allocation.method: uniform-shuffle"
+            )
         by_cluster: dict[int, list[str]] = defaultdict(list)
         for i, c in zip(selection.ids, selection.clusters):
             by_cluster[int(c)].append(i)
@@ -197,19 +223,23 @@ class ClusterInterleaveAllocator:
         if sorted(by_cluster) != list(range(k)):
             raise SelectionError(
                 f"allocator 'cluster-interleave' needs clusters 0..{k - 1} (one per worker, "
-                f"world_size = {k}); the selection has clusters {sorted(by_cluster)}")
+                f"world_size = {k}); the selection has clusters {sorted(by_cluster)}"
+            )
         order_name = resolve_order(self.order, selection)
         if order_name == "authors" and self.balance == "tokens":
-            raise SelectionError("allocation.params: order 'authors' and balance 'tokens' cannot "
-                                 "be combined (the authors' order deals equal example counts); "
-                                 "choose one")
+            raise SelectionError(
+                "allocation.params: order 'authors' and balance 'tokens' cannot "
+                "be combined (the authors' order deals equal example counts); "
+                "choose one"
+            )
         groups = [list(by_cluster[c]) for c in range(k)]
         n_selected = sum(len(g) for g in groups)
         if order_name == "authors":
             usable = n_selected // k * k  # equal per-worker lengths for lockstep DDP
             if usable == 0:
-                raise SelectionError(f"cluster-interleave: {n_selected} selected examples cannot "
-                                     f"give each of {k} workers one")
+                raise SelectionError(
+                    f"cluster-interleave: {n_selected} selected examples cannot give each of {k} workers one"
+                )
             order, dropped = authors_order(groups, seed, epochs), n_selected - usable
         else:
             for c, members in enumerate(groups):
@@ -220,8 +250,10 @@ class ClusterInterleaveAllocator:
                 flat = interleave(groups)
                 usable = len(flat) // k * k  # equal per-worker lengths for lockstep DDP
                 if usable == 0:
-                    raise SelectionError(f"cluster-interleave: {len(flat)} selected examples "
-                                         f"cannot give each of {k} workers one")
+                    raise SelectionError(
+                        f"cluster-interleave: {len(flat)} selected examples "
+                        f"cannot give each of {k} workers one"
+                    )
                 base, dropped = [flat[w:usable:k] for w in range(k)], len(flat) - usable
             order = [base]
             for epoch in range(1, epochs):
@@ -232,37 +264,52 @@ class ClusterInterleaveAllocator:
                     epoch_lists.append(ids)
                 order.append(epoch_lists)
         base = order[0]
-        info = {"allocator": "cluster-interleave", "order": order_name, "dropped_tail": dropped,
-                "cluster_sizes": {c: len(g) for c, g in enumerate(groups)}}
+        info = {
+            "allocator": "cluster-interleave",
+            "order": order_name,
+            "dropped_tail": dropped,
+            "cluster_sizes": {c: len(g) for c, g in enumerate(groups)},
+        }
         step_sizes = None
         if self.balance == "tokens":
             step_sizes = self._token_steps(order, ctx)
-            info.update(balance="tokens", steps_per_epoch=len(step_sizes[0][0]),
-                        worker_tokens=[sum(ctx.lengths[i] for i in ids) for ids in base])
+            info.update(
+                balance="tokens",
+                steps_per_epoch=len(step_sizes[0][0]),
+                worker_tokens=[sum(ctx.lengths[i] for i in ids) for ids in base],
+            )
 
         clusters = {i: int(c) for i, c in zip(selection.ids, selection.clusters)}
         worker_weights = [1.0] * k
         example_weights: dict[str, float] = {}
         if weight_mode == "rank":
             if selection.group_weights is None:
-                raise SelectionError("allocation.weight_mode 'rank' needs a selector that defines "
-                                     "group weights (e.g. 'cluster'); use weight_mode: none")
+                raise SelectionError(
+                    "allocation.weight_mode 'rank' needs a selector that defines "
+                    "group weights (e.g. 'cluster'); use weight_mode: none"
+                )
             worker_weights = [float(selection.group_weights[c]) for c in range(k)]
             pure = all(clusters[i] == w for w, ids in enumerate(base) for i in ids)
             if not pure:  # unequal clusters (prune 'none'): weights follow the example's cluster
                 example_weights = {i: float(selection.group_weights[c]) for i, c in clusters.items()}
-        return Schedule(order=order, worker_weights=worker_weights,
-                        example_weights=example_weights, clusters=clusters, info=info,
-                        step_sizes=step_sizes)
+        return Schedule(
+            order=order,
+            worker_weights=worker_weights,
+            example_weights=example_weights,
+            clusters=clusters,
+            info=info,
+            step_sizes=step_sizes,
+        )
 
     @staticmethod
-    def _token_steps(order: list[list[list[str]]], ctx: AllocationContext | None
-                     ) -> list[list[list[int]]]:
+    def _token_steps(order: list[list[list[str]]], ctx: AllocationContext | None) -> list[list[list[int]]]:
         """step_sizes[e][k][s] for `balance: tokens` (see the module's docstring)."""
         if ctx is None:
-            raise SelectionError("allocation.params.balance: tokens needs the examples' token "
-                                 "lengths (allocate(..., ctx=AllocationContext(...)); the "
-                                 "pipeline passes them)")
+            raise SelectionError(
+                "allocation.params.balance: tokens needs the examples' token "
+                "lengths (allocate(..., ctx=AllocationContext(...)); the "
+                "pipeline passes them)"
+            )
         fewest = min(len(ids) for ids in order[0])
         per_step = ctx.per_device_batch * ctx.grad_accum
         steps = fewest // per_step if ctx.drop_last else -(-fewest // per_step)
@@ -271,10 +318,14 @@ class ClusterInterleaveAllocator:
             raise SelectionError(
                 f"allocation.params.balance: tokens: the smallest worker list has {fewest} "
                 f"examples, fewer than one optimizer step of per-device batch x accumulation = "
-                f"{per_step}; lower train.global_batch_size or select more data")
+                f"{per_step}; lower train.global_batch_size or select more data"
+            )
         missing = [i for ids in order[0] for i in ids if i not in ctx.lengths]
         if missing:
-            raise SelectionError(f"balance: tokens: no token length for {len(missing)} selected "
-                                 f"ids, e.g. {missing[:3]}")
-        return [[token_balanced_split([ctx.lengths[i] for i in ids], steps, ctx.grad_accum)
-                 for ids in lists] for lists in order]
+            raise SelectionError(
+                f"balance: tokens: no token length for {len(missing)} selected ids, e.g. {missing[:3]}"
+            )
+        return [
+            [token_balanced_split([ctx.lengths[i] for i in ids], steps, ctx.grad_accum) for ids in lists]
+            for lists in order
+        ]

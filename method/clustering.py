@@ -6,6 +6,7 @@ Conventions: X is N x D (float32; converted when not), indices are row indices i
 number of clusters (= world size). Squared Euclidean distances are in squared feature units
 (float64 results from float32 products; see pairwise_sq_distances).
 """
+
 from __future__ import annotations
 
 import math
@@ -41,8 +42,10 @@ def _check_finite(X: np.ndarray) -> None:
         cand = np.flatnonzero(~np.isfinite(X @ r))
     bad = cand[~np.isfinite(X[cand]).all(axis=1)] if cand.size else cand
     if bad.size:
-        raise SelectionError(f"{bad.size} feature row(s) contain NaN or inf (first bad row index: "
-                             f"{int(bad[0])}); the feature extraction failed for those examples")
+        raise SelectionError(
+            f"{bad.size} feature row(s) contain NaN or inf (first bad row index: "
+            f"{int(bad[0])}); the feature extraction failed for those examples"
+        )
 
 
 def _sq_norms(X: np.ndarray) -> np.ndarray:
@@ -92,8 +95,10 @@ def pairwise_sq_distances(X, centers) -> np.ndarray:
     if X.shape[0] and xsq.max() * max(cn.max(), 1.0) < 1e60:
         dots = (X @ C.T).astype(np.float64)
     else:
-        dots = np.concatenate([X[b:b + 4096].astype(np.float64) @ C.T.astype(np.float64)
-                               for b in range(0, X.shape[0], 4096)] or [np.empty((0, len(C)))])
+        dots = np.concatenate(
+            [X[b : b + 4096].astype(np.float64) @ C.T.astype(np.float64) for b in range(0, X.shape[0], 4096)]
+            or [np.empty((0, len(C)))]
+        )
     out = xsq[:, None] + cn - 2.0 * dots
     return np.maximum(out, 0.0, out=out)  # cancellation can give -1e-7 for a point on its center
 
@@ -121,8 +126,10 @@ def normalize_features(X, k: int, mode: str = "auto") -> np.ndarray:
         norms = np.sqrt(_sq_norms(X))
         zero = np.flatnonzero(norms == 0)
         if zero.size:
-            raise SelectionError(f"{zero.size} feature row(s) are all zeros (first: row "
-                                 f"{int(zero[0])}); they cannot be L2-normalized (empty response?)")
+            raise SelectionError(
+                f"{zero.size} feature row(s) are all zeros (first: row "
+                f"{int(zero[0])}); they cannot be L2-normalized (empty response?)"
+            )
         with np.errstate(all="ignore"):
             out = X / norms.astype(np.float32)[:, None]
         odd = np.flatnonzero(~((norms > 1e-30) & (norms < 1e30)))  # norm not a safe float32
@@ -134,8 +141,15 @@ def normalize_features(X, k: int, mode: str = "auto") -> np.ndarray:
 
 
 # -- step 3 ---------------------------------------------------------------------------------------
-def kmeans(X, k: int, seed: int, n_init: int = 10, max_iter: int = 300, mode: str = "exact",
-           sample: int | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+def kmeans(
+    X,
+    k: int,
+    seed: int,
+    n_init: int = 10,
+    max_iter: int = 300,
+    mode: str = "exact",
+    sample: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Step 3: k-means with K clusters. Returns (labels int64 [N], centers float32 [K, D], inertia =
     sum of squared distances of ALL points to their own center, squared feature units).
 
@@ -155,19 +169,20 @@ def kmeans(X, k: int, seed: int, n_init: int = 10, max_iter: int = 300, mode: st
     _check_finite(X)
     n_distinct = _n_distinct_at_least(X, k)
     if n_distinct < k:
-        raise SelectionError(f"only {n_distinct} distinct feature rows for K = world size = {k} "
-                             "clusters; the features are degenerate (duplicates or a constant row)")
+        raise SelectionError(
+            f"only {n_distinct} distinct feature rows for K = world size = {k} "
+            "clusters; the features are degenerate (duplicates or a constant row)"
+        )
     if mode == "exact":
         from sklearn.cluster import KMeans
-        km = KMeans(n_clusters=k, init="k-means++", n_init=n_init, max_iter=max_iter,
-                    random_state=seed)
+
+        km = KMeans(n_clusters=k, init="k-means++", n_init=n_init, max_iter=max_iter, random_state=seed)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             km.fit(X)
         for w in caught:
             if "distinct clusters" in str(w.message):
-                raise SelectionError(f"k-means found fewer distinct clusters than K = {k}: "
-                                     f"{w.message}")
+                raise SelectionError(f"k-means found fewer distinct clusters than K = {k}: {w.message}")
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         labels, centers = km.labels_.astype(np.int64), km.cluster_centers_.astype(np.float32)
         inertia = float(km.inertia_)
@@ -181,8 +196,9 @@ def kmeans(X, k: int, seed: int, n_init: int = 10, max_iter: int = 300, mode: st
     return labels, centers, inertia
 
 
-def _fast_kmeans(X: np.ndarray, k: int, seed: int, n_init: int, max_iter: int,
-                 sample: int | None) -> tuple[np.ndarray, np.ndarray, float]:
+def _fast_kmeans(
+    X: np.ndarray, k: int, seed: int, n_init: int, max_iter: int, sample: int | None
+) -> tuple[np.ndarray, np.ndarray, float]:
     """The "fast" mode. (1) A seeded sample of s rows (D > 512: projected to 256 dims by a seeded
     Gaussian matrix, which preserves k-means costs up to a small factor) gets greedy k-means++ and
     Lloyd (<= 20 iterations) min(n_init, 3) times; the lowest sample inertia wins; (2) that
@@ -214,8 +230,7 @@ def _fast_kmeans(X: np.ndarray, k: int, seed: int, n_init: int, max_iter: int,
     finally:
         torch.set_num_threads(threads)
     counts = torch.bincount(best[0], minlength=k).double()
-    centers = (torch.zeros(k, dim).index_add_(0, best[0], Xs).double()
-               / counts.clamp_min(1)[:, None]).float()
+    centers = (torch.zeros(k, dim).index_add_(0, best[0], Xs).double() / counts.clamp_min(1)[:, None]).float()
     for c in torch.nonzero(counts == 0).flatten().tolist():  # only for a projected duplicate
         centers[c] = Xs[int(rng.integers(s))]
     passes = max(1, min(max_iter, _FULL_PASSES))
@@ -223,8 +238,9 @@ def _fast_kmeans(X: np.ndarray, k: int, seed: int, n_init: int, max_iter: int,
     return labels.numpy().astype(np.int64), centers.numpy().astype(np.float32), inertia
 
 
-def _faiss_kmeans(X: np.ndarray, k: int, seed: int, n_init: int, max_iter: int,
-                  sample: int | None) -> tuple[np.ndarray, np.ndarray, float]:
+def _faiss_kmeans(
+    X: np.ndarray, k: int, seed: int, n_init: int, max_iter: int, sample: int | None
+) -> tuple[np.ndarray, np.ndarray, float]:
     """The "faiss" mode: faiss's k-means (its own random init, n_init restarts keeping the lowest
     objective) on a seeded sample, then one exact assignment of all rows. Uses the GPU build's
     devices when faiss has them."""
@@ -235,9 +251,16 @@ def _faiss_kmeans(X: np.ndarray, k: int, seed: int, n_init: int, max_iter: int,
     s = min(n, sample if sample else max(256 * k, 20000))
     rng = np.random.default_rng([seed, 5])
     Xs = X[np.sort(rng.choice(n, s, replace=False))] if s < n else X
-    km = faiss.Kmeans(dim, k, niter=max_iter, nredo=max(1, n_init), seed=int(seed) % 2**31,
-                      max_points_per_centroid=max(1, -(-s // k)), verbose=False,
-                      gpu=faiss.get_num_gpus() > 0)
+    km = faiss.Kmeans(
+        dim,
+        k,
+        niter=max_iter,
+        nredo=max(1, n_init),
+        seed=int(seed) % 2**31,
+        max_points_per_centroid=max(1, -(-s // k)),
+        verbose=False,
+        gpu=faiss.get_num_gpus() > 0,
+    )
     km.train(np.ascontiguousarray(Xs, dtype=np.float32))
     dist, lab = km.index.search(X, 1)
     labels = lab[:, 0].astype(np.int64)
@@ -278,8 +301,7 @@ def _lloyd(Xt, C, n_pass: int, tol: float):
     blocks = [slice(b, min(b + _BLOCK, n)) for b in range(0, n, _BLOCK)]
     # inertia = sum_i |x_i|^2 + sum_i part_i, part_i = |c|^2 - 2 x_i.c for the row's center
     # (per-row norms: a float32 norm over a whole 32768 x 4096 block is off by ~3%)
-    total_sq = sum(float(torch.linalg.vector_norm(Xt[s], dim=1).double().pow(2).sum())
-                   for s in blocks)
+    total_sq = sum(float(torch.linalg.vector_norm(Xt[s], dim=1).double().pow(2).sum()) for s in blocks)
     labels = torch.full((n,), -1, dtype=torch.int64)
     part = torch.empty(n)
     prev = math.inf
@@ -328,8 +350,7 @@ def _repair_empty(X, labels, centers):
 
 
 # -- step 4 ---------------------------------------------------------------------------------------
-def soft_cap_assign(X, centers, labels, cap_factor: float = 1.5,
-                    n_candidates: int = 8) -> np.ndarray:
+def soft_cap_assign(X, centers, labels, cap_factor: float = 1.5, n_candidates: int = 8) -> np.ndarray:
     """Step 4. If the largest cluster has more than cap_factor * N / K members, reassign every row
     with the same centers under cap = ceil(cap_factor * N / K): all (row, candidate) pairs, the
     candidates being each row's n_candidates nearest centers, in increasing squared distance
@@ -340,8 +361,7 @@ def soft_cap_assign(X, centers, labels, cap_factor: float = 1.5,
     n, k = X.shape[0], np.asarray(centers).shape[0]
     labels = _check_labels(labels, n, k)
     if not cap_factor > 0 or n_candidates < 1:
-        raise SelectionError(f"need cap_factor > 0 and n_candidates >= 1, got {cap_factor}, "
-                             f"{n_candidates}")
+        raise SelectionError(f"need cap_factor > 0 and n_candidates >= 1, got {cap_factor}, {n_candidates}")
     cap = math.ceil(cap_factor * n / k)
     if n == 0 or np.bincount(labels, minlength=k).max() <= cap_factor * n / k:
         return labels.copy()
@@ -371,8 +391,7 @@ def soft_cap_assign(X, centers, labels, cap_factor: float = 1.5,
 
 
 # -- steps 5-6 ------------------------------------------------------------------------------------
-def balanced_budget(sizes, ratio: float, micro_batch: int = 1,
-                    drop_last: bool = False) -> tuple[int, int]:
+def balanced_budget(sizes, ratio: float, micro_batch: int = 1, drop_last: bool = False) -> tuple[int, int]:
     """Step 5. Returns (m, m_adj): m = smallest cluster size, m_adj = floor(m * ratio / 100),
     rounded down to a multiple of micro_batch when `drop_last` (the `cluster` selector passes its
     round_budget_to_batch switch, by default train.drop_last).
@@ -381,8 +400,9 @@ def balanced_budget(sizes, ratio: float, micro_batch: int = 1,
     if sizes.size == 0:
         raise SelectionError("no clusters: the cluster-size list is empty")
     if not 0 < ratio <= 100:
-        raise SelectionError(f"ratio = {ratio}: ratio is a percentage in 1..100, e.g. 50 for the "
-                             "paper's r = 0.5")
+        raise SelectionError(
+            f"ratio = {ratio}: ratio is a percentage in 1..100, e.g. 50 for the paper's r = 0.5"
+        )
     if int(micro_batch) != micro_batch or micro_batch < 1:
         raise SelectionError(f"micro batch must be a positive integer, got {micro_batch}")
     m = int(sizes.min())
@@ -395,7 +415,8 @@ def balanced_budget(sizes, ratio: float, micro_batch: int = 1,
             f"the balanced budget is 0 per cluster: the smallest cluster has m = {m} members, "
             f"ratio {ratio}% keeps floor({m} * {ratio} / 100) = {math.floor(m * ratio / 100)}"
             f"{rounded}; use a larger pool or ratio, fewer workers, or no rounding "
-            "(selection.params.round_budget_to_batch: false)")
+            "(selection.params.round_budget_to_batch: false)"
+        )
     return m, m_adj
 
 
@@ -406,19 +427,24 @@ def explain_kept(sizes, ratio: float, m_adj: int, micro_batch: int = 1) -> str:
     sizes = np.asarray(sizes, dtype=np.int64)
     k, n, m = sizes.size, int(sizes.sum()), int(sizes.min())
     kept, r, floor_mr = k * int(m_adj), ratio / 100, math.floor(m * ratio / 100)
-    line = (f"cluster: kept {kept}/{n} ({100 * kept / n:.1f}%) = K x m_adj = {k} x {m_adj}, "
-            f"m_adj = smallest cluster ({m}) x r ({r:g}) rounded down = {floor_mr}")
+    line = (
+        f"cluster: kept {kept}/{n} ({100 * kept / n:.1f}%) = K x m_adj = {k} x {m_adj}, "
+        f"m_adj = smallest cluster ({m}) x r ({r:g}) rounded down = {floor_mr}"
+    )
     if m_adj < floor_mr:
         line += f", then down to a multiple of the per-device batch ({micro_batch}) = {m_adj}"
     line += f" (cluster sizes after the soft cap: {', '.join(str(x) for x in sizes)})"
     if kept < r * n / 2:
-        line += (f"; the smallest cluster is {m} of {n / k:.1f} on average, so this keeps under "
-                 "half of r: raise r (selection.params.ratio) or use a larger pool")
+        line += (
+            f"; the smallest cluster is {m} of {n / k:.1f} on average, so this keeps under "
+            "half of r: raise r (selection.params.ratio) or use a larger pool"
+        )
     return line
 
 
-def choose_within_cluster(X, centers, labels, m_adj: int | list[int], mode: str,
-                          seed: int) -> dict[int, np.ndarray]:
+def choose_within_cluster(
+    X, centers, labels, m_adj: int | list[int], mode: str, seed: int
+) -> dict[int, np.ndarray]:
     """Steps 5-6: {cluster k: the row indices kept}. Members are ranked by squared distance to
     their center, ascending (stable: ties by row index). "close" (the paper's default,
     "peripheral"): the m_adj farthest, farthest first; "far" ("core"): the m_adj nearest; "rand":
@@ -440,31 +466,39 @@ def choose_within_cluster(X, centers, labels, m_adj: int | list[int], mode: str,
         m_adj = int(m_adj)
         small = [c for c in range(k) if members[c].size < m_adj]
         if m_adj < 1 or small:
-            raise SelectionError(f"cannot keep m_adj = {m_adj} per cluster: cluster(s) {small} "
-                                 "are smaller (m_adj must be 1..smallest cluster size)")
+            raise SelectionError(
+                f"cannot keep m_adj = {m_adj} per cluster: cluster(s) {small} "
+                "are smaller (m_adj must be 1..smallest cluster size)"
+            )
         counts = [m_adj] * k
     else:
         counts = [int(q) for q in m_adj]
         bad = [c for c in range(min(k, len(counts))) if not 0 <= counts[c] <= members[c].size]
         if len(counts) != k or bad:
-            raise SelectionError(f"per-cluster kept counts {counts} do not fit the {k} clusters "
-                                 f"of sizes {[int(m.size) for m in members]} (each must lie in "
-                                 "0..its cluster's size)")
+            raise SelectionError(
+                f"per-cluster kept counts {counts} do not fit the {k} clusters "
+                f"of sizes {[int(m.size) for m in members]} (each must lie in "
+                "0..its cluster's size)"
+            )
     if mode == "big":
         norms = np.sqrt(_sq_norms(X))
-        return {c: idx[np.argsort(-norms[idx], kind="stable")[:counts[c]]]
-                for c, idx in enumerate(members)}
+        return {c: idx[np.argsort(-norms[idx], kind="stable")[: counts[c]]] for c, idx in enumerate(members)}
     if mode == "rand":
-        return {c: np.random.default_rng([seed, c]).choice(idx, counts[c], replace=False)
-                for c, idx in enumerate(members)}
+        return {
+            c: np.random.default_rng([seed, c]).choice(idx, counts[c], replace=False)
+            for c, idx in enumerate(members)
+        }
     dist = sq_distances_to_own_center(X, centers, labels)
     out = {}
     for c, idx in enumerate(members):
         ranked = idx[np.argsort(dist[idx], kind="stable")]  # nearest first
         q = counts[c]
         half = q // 2
-        out[c] = {"close": ranked[::-1][:q], "far": ranked[:q],
-                  "mix": np.concatenate([ranked[:half], ranked[::-1][:q - half]])}[mode]
+        out[c] = {
+            "close": ranked[::-1][:q],
+            "far": ranked[:q],
+            "mix": np.concatenate([ranked[:half], ranked[::-1][: q - half]]),
+        }[mode]
     return out
 
 
@@ -512,32 +546,33 @@ def member_order(X, centers, labels, mode: str, seed: int) -> dict[int, np.ndarr
             out[c] = ranked[::-1]
         else:  # mix: at every m, floor(m / 2) nearest and the rest farthest
             far_first, near_first = ranked[::-1], ranked
-            seq = [far_first[j // 2] if j % 2 == 0 else near_first[j // 2]
-                   for j in range(idx.size)]
+            seq = [far_first[j // 2] if j % 2 == 0 else near_first[j // 2] for j in range(idx.size)]
             out[c] = np.asarray(seq, dtype=np.int64)
     return out
 
 
-def token_budget(order: dict[int, np.ndarray], lengths, ratio: float
-                 ) -> tuple[int, dict[int, np.ndarray]]:
+def token_budget(order: dict[int, np.ndarray], lengths, ratio: float) -> tuple[int, dict[int, np.ndarray]]:
     """Step 5 in tokens: (budget, {cluster: rows kept}). budget = floor(ratio / 100 x the smallest
     cluster's token total), the token analogue of m_adj; every cluster keeps the longest prefix of
     its `order` (member_order) whose tokens fit in it, so the kept token totals differ by less
     than one example's length. lengths[row]: the tokens of pool row `row`."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if not 0 < ratio <= 100:
-        raise SelectionError(f"ratio = {ratio}: ratio is a percentage in 1..100, e.g. 50 for the "
-                             "paper's r = 0.5")
+        raise SelectionError(
+            f"ratio = {ratio}: ratio is a percentage in 1..100, e.g. 50 for the paper's r = 0.5"
+        )
     totals = {c: int(lengths[idx].sum()) for c, idx in order.items()}
     budget = math.floor(min(totals.values()) * ratio / 100)
     kept = {}
     for c, idx in order.items():
         n = int(np.searchsorted(np.cumsum(lengths[idx]), budget, side="right"))
         if n == 0:
-            raise SelectionError(f"the token budget is {budget} tokens per cluster (ratio {ratio}% "
-                                 f"of the smallest cluster's {min(totals.values())}); cluster {c}'s "
-                                 f"first example alone has {int(lengths[idx[0]])}: use a larger "
-                                 "ratio or pool, or budget_unit: examples")
+            raise SelectionError(
+                f"the token budget is {budget} tokens per cluster (ratio {ratio}% "
+                f"of the smallest cluster's {min(totals.values())}); cluster {c}'s "
+                f"first example alone has {int(lengths[idx[0]])}: use a larger "
+                "ratio or pool, or budget_unit: examples"
+            )
         kept[c] = idx[:n]
     return budget, kept
 
@@ -548,8 +583,9 @@ def rank_weights(sizes_after_cap, n_total: int) -> np.ndarray:
     trim. DDP averages worker gradients, so the update is sum_k (n_k / N) grad_k."""
     sizes = np.asarray(sizes_after_cap, dtype=np.float64)
     if sizes.size == 0 or n_total <= 0 or sizes.sum() != n_total:
-        raise SelectionError(f"rank weights need cluster sizes summing to N = {n_total}, got "
-                             f"{sizes.astype(np.int64).tolist()}")
+        raise SelectionError(
+            f"rank weights need cluster sizes summing to N = {n_total}, got {sizes.astype(np.int64).tolist()}"
+        )
     return sizes.size * sizes / n_total
 
 
@@ -559,8 +595,9 @@ def uniform_upsample(labels, k: int, seed: int) -> dict[int, np.ndarray]:
     labels = _check_labels(labels, np.shape(labels)[0], k)
     sizes = np.bincount(labels, minlength=k)
     if sizes.min() == 0:
-        raise SelectionError(f"cluster(s) {np.flatnonzero(sizes == 0).tolist()} are empty: "
-                             "nothing to up-sample")
+        raise SelectionError(
+            f"cluster(s) {np.flatnonzero(sizes == 0).tolist()} are empty: nothing to up-sample"
+        )
     top = int(sizes.max())
     out = {}
     for c in range(k):
@@ -588,6 +625,9 @@ def cluster_agreement(labels, categories) -> dict:
     _, cats = np.unique(np.array([str(categories[i]) for i in keep]), return_inverse=True)
     lab = labels[keep]
     table = contingency_matrix(lab, cats)  # clusters x categories
-    return {"nmi": float(normalized_mutual_info_score(cats, lab)),
-            "ari": float(adjusted_rand_score(cats, lab)),
-            "purity": float(table.max(axis=1).sum() / len(keep)), "n": len(keep)}
+    return {
+        "nmi": float(normalized_mutual_info_score(cats, lab)),
+        "ari": float(adjusted_rand_score(cats, lab)),
+        "purity": float(table.max(axis=1).sum() / len(keep)),
+        "n": len(keep),
+    }

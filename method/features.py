@@ -24,6 +24,7 @@ process per GPU. The pool's length-sorted batches are formed globally and dealt 
 processes (batch j to process j mod F), so every example is computed in the same batch whatever F
 is, and the file does not depend on the number of processes.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,8 +41,13 @@ from repro.core.data import IGNORE_INDEX, collate, tokenize_example
 from repro.core.lmhead import HeadWorkspace, autocast, core_model, head_chunks, labelled_positions
 from repro.core.log import progress_bar
 
-__all__ = ["gradient_proxy_features", "gradient_proxy_features_naive", "compute_features",
-           "feature_workers", "features_to_file"]
+__all__ = [
+    "gradient_proxy_features",
+    "gradient_proxy_features_naive",
+    "compute_features",
+    "feature_workers",
+    "features_to_file",
+]
 
 
 # ----------------------------------------------------------------------------- the two forms
@@ -57,16 +63,23 @@ def _targets(batch: dict, device: torch.device) -> tuple[torch.Tensor, torch.Ten
     counts = sel.sum(dim=1)
     empty = (counts == 0).nonzero().flatten().tolist()
     if empty:
-        raise ValueError(f"batch row {empty[0]} has no response position (every shifted label is "
-                         f"{IGNORE_INDEX}; {len(empty)} such row(s): {empty[:10]}); its gradient proxy "
-                         "feature is undefined")
+        raise ValueError(
+            f"batch row {empty[0]} has no response position (every shifted label is "
+            f"{IGNORE_INDEX}; {len(empty)} such row(s): {empty[:10]}); its gradient proxy "
+            "feature is undefined"
+        )
     return targets, sel, counts
 
 
 @torch.inference_mode()
-def gradient_proxy_features(model: Any, batch: dict, chunk_rows: int = 1024, *,
-                            bf16: bool | None = None,
-                            workspace: HeadWorkspace | None = None) -> torch.Tensor:
+def gradient_proxy_features(
+    model: Any,
+    batch: dict,
+    chunk_rows: int = 1024,
+    *,
+    bf16: bool | None = None,
+    workspace: HeadWorkspace | None = None,
+) -> torch.Tensor:
     """g for every row of a collated batch (input_ids, attention_mask, labels: [B, T] int64).
 
     Returns [B, H] float32 on the model's device. The LM head runs on at most `chunk_rows` response
@@ -81,8 +94,14 @@ def gradient_proxy_features(model: Any, batch: dict, chunk_rows: int = 1024, *,
     hdim = core_model(model).get_output_embeddings().weight.shape[1]
     out = torch.zeros(counts.shape[0], hdim, dtype=torch.float32, device=device)
     for rows, hc, yc, logits in head_chunks(
-            model, batch["input_ids"].to(device), batch["attention_mask"].to(device),
-            batch["labels"].to(device), chunk_rows, bf16=bf16, workspace=workspace):
+        model,
+        batch["input_ids"].to(device),
+        batch["attention_mask"].to(device),
+        batch["labels"].to(device),
+        chunk_rows,
+        bf16=bf16,
+        workspace=workspace,
+    ):
         gold = logits.gather(1, yc[:, None]).squeeze(1)
         # logsumexp in place: one [rows, V] buffer at a time (torch.logsumexp makes another).
         m = logits.amax(dim=1, keepdim=True)
@@ -100,9 +119,12 @@ def gradient_proxy_features_naive(model: Any, batch: dict, *, bf16: bool | None 
     device = _device(model)
     targets, sel, counts = _targets(batch, device)
     with autocast(device, bf16):
-        out = model(input_ids=batch["input_ids"].to(device),
-                    attention_mask=batch["attention_mask"].to(device),
-                    output_hidden_states=True, use_cache=False)
+        out = model(
+            input_ids=batch["input_ids"].to(device),
+            attention_mask=batch["attention_mask"].to(device),
+            output_hidden_states=True,
+            use_cache=False,
+        )
     logp = torch.log_softmax(out.logits.float(), dim=-1)[:, :-1]  # [B, T-1, V]
     lp = logp.gather(-1, targets.clamp(min=0)[..., None]).squeeze(-1)  # ignored slots: masked below
     coef = (lp.exp() - 1.0) * sel
@@ -123,12 +145,21 @@ def _length_batches(lengths: dict[int, int], batch_size: int) -> list[list[int]]
     same float results) whether one process or K compute the pass.
     """
     order = sorted(lengths, key=lambda i: (-lengths[i], i))
-    return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
 
 
-def compute_features(examples: list, tokenizer: Any, model: Any, max_length: int, batch_size: int,
-                     out: np.ndarray | None = None, rows: list[int] | None = None,
-                     progress: bool = True, *, bf16: bool | None = None) -> np.ndarray:
+def compute_features(
+    examples: list,
+    tokenizer: Any,
+    model: Any,
+    max_length: int,
+    batch_size: int,
+    out: np.ndarray | None = None,
+    rows: list[int] | None = None,
+    progress: bool = True,
+    *,
+    bf16: bool | None = None,
+) -> np.ndarray:
     """g of every Example (repro.core.types.Example), in one process, in input order.
 
     Example i's feature goes to out[rows[i]] (rows defaults to 0..n-1; `out` defaults to a new
@@ -147,8 +178,9 @@ def compute_features(examples: list, tokenizer: Any, model: Any, max_length: int
     ws = HeadWorkspace()
     for b in _length_batches({i: len(it["input_ids"]) for i, it in items.items()}, batch_size):
         batch = collate([items[i] for i in b], tokenizer.pad_token_id)
-        feats = gradient_proxy_features(model, {k: v.to(device) for k, v in batch.items()}, bf16=bf16,
-                                        workspace=ws)
+        feats = gradient_proxy_features(
+            model, {k: v.to(device) for k, v in batch.items()}, bf16=bf16, workspace=ws
+        )
         out[[rows[i] for i in b]] = feats.cpu().numpy()
         bar.update(len(b))
     bar.close()
@@ -187,9 +219,18 @@ def _gather_objects(obj: Any, world_size: int) -> list[Any]:
     return out
 
 
-def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str, model_cfg: Any,
-                     max_length: int, batch_size: int, tmp_path: str, out_path: str,
-                     requested: int) -> int:
+def _features_worker(
+    rank: int,
+    world_size: int,
+    pool_path: str,
+    model_dir: str,
+    model_cfg: Any,
+    max_length: int,
+    batch_size: int,
+    tmp_path: str,
+    out_path: str,
+    requested: int,
+) -> int:
     """Rank `rank` of a group of `world_size` processes (initialized when world_size > 1);
     returns `rank`.
 
@@ -231,15 +272,15 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
     if computing:
         try:
             # The feature uses the INITIAL base model: never the LoRA-wrapped one.
-            base_cfg = dataclasses.replace(model_cfg, lora=dataclasses.replace(model_cfg.lora,
-                                                                               enabled=False))
+            base_cfg = dataclasses.replace(model_cfg, lora=dataclasses.replace(model_cfg.lora, enabled=False))
             model, tok = load_model_and_tokenizer(Path(model_dir), base_cfg, device=str(device))
             model.eval()
             rows = read_jsonl(pool_path)
             mine_info["dim"] = int(model.get_output_embeddings().weight.shape[1])
             mine_info["lengths"] = {
                 i: len(tokenize_example(Example.from_dict(rows[i]), tok, max_length)["input_ids"])
-                for i in range(rank, len(rows), workers)}
+                for i in range(rank, len(rows), workers)
+            }
         except Exception as e:
             if world_size == 1:
                 raise
@@ -274,11 +315,13 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
         idx = torch.full((batch_size,), -1, dtype=torch.long, device=device)
         if j < len(mine):
             b = mine[j]
-            batch = collate([tokenize_example(Example.from_dict(rows[i]), tok, max_length) for i in b],
-                            tok.pad_token_id)
-            feats[:len(b)] = gradient_proxy_features(
-                model, {k: v.to(device) for k, v in batch.items()}, bf16=bf16, workspace=ws)
-            idx[:len(b)] = torch.tensor(b, dtype=torch.long)
+            batch = collate(
+                [tokenize_example(Example.from_dict(rows[i]), tok, max_length) for i in b], tok.pad_token_id
+            )
+            feats[: len(b)] = gradient_proxy_features(
+                model, {k: v.to(device) for k, v in batch.items()}, bf16=bf16, workspace=ws
+            )
+            idx[: len(b)] = torch.tensor(b, dtype=torch.long)
         if world_size > 1:
             all_f = [torch.empty_like(feats) for _ in range(world_size)]
             all_i = [torch.empty_like(idx) for _ in range(world_size)]
@@ -294,35 +337,59 @@ def _features_worker(rank: int, world_size: int, pool_path: str, model_dir: str,
                 written[i[keep]] = True
                 bar.update(int(keep.sum()))
     compute_s = time.perf_counter() - t_loop
-    stats = {"rank": rank, "rows": sum(len(b) for b in mine), "batches": len(mine),
-             "compute_s": compute_s, "peak_mem_mb": peak_memory_mb(device)}
+    stats = {
+        "rank": rank,
+        "rows": sum(len(b) for b in mine),
+        "batches": len(mine),
+        "compute_s": compute_s,
+        "peak_mem_mb": peak_memory_mb(device),
+    }
     gathered = _gather_objects(stats, world_size)
     if rank == 0:
         bar.close()
         if not written.all():
-            raise RuntimeError(f"features: {int((~written).sum())} of {n} rows were never written "
-                               f"(first: {np.flatnonzero(~written)[:5].tolist()})")
+            raise RuntimeError(
+                f"features: {int((~written).sum())} of {n} rows were never written "
+                f"(first: {np.flatnonzero(~written)[:5].tolist()})"
+            )
         mm.flush()
         del mm
         with open(tmp_path, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, out_path)  # a file under the final name is always complete
-        atomic_write_json(Path(out_path).with_suffix(".json"), {
-            "seconds": time.perf_counter() - t0,  # rank 0: model load + tokenize + compute + write
-            "compute_s": max(g["compute_s"] for g in gathered),
-            "peak_mem_mb": max(g["peak_mem_mb"] for g in gathered),  # GPU: allocated; CPU: max RSS
-            "feature_type": "gradient-proxy", "n": n, "dim": int(hdim),
-            "workers": workers,  # processes that computed features
-            "world_size": world_size,  # processes in the group (> workers: the rest only gathered)
-            "batch_size": batch_size, "batches": len(batches), "max_length": max_length,
-            "device": device.type, "bf16": bf16, "per_worker": gathered})
+        atomic_write_json(
+            Path(out_path).with_suffix(".json"),
+            {
+                "seconds": time.perf_counter() - t0,  # rank 0: model load + tokenize + compute + write
+                "compute_s": max(g["compute_s"] for g in gathered),
+                "peak_mem_mb": max(g["peak_mem_mb"] for g in gathered),  # GPU: allocated; CPU: max RSS
+                "feature_type": "gradient-proxy",
+                "n": n,
+                "dim": int(hdim),
+                "workers": workers,  # processes that computed features
+                "world_size": world_size,  # processes in the group (> workers: the rest only gathered)
+                "batch_size": batch_size,
+                "batches": len(batches),
+                "max_length": max_length,
+                "device": device.type,
+                "bf16": bf16,
+                "per_worker": gathered,
+            },
+        )
     if world_size > 1:
         dist.barrier()  # nobody leaves (and tears the group down) before the file is in place
     return rank
 
 
-def features_to_file(run_dir: Path, workers: int, model_dir: Path, model_cfg: Any,
-                     max_length: int, batch_size: int, out_path: Path) -> Path:
+def features_to_file(
+    run_dir: Path,
+    workers: int,
+    model_dir: Path,
+    model_cfg: Any,
+    max_length: int,
+    batch_size: int,
+    out_path: Path,
+) -> Path:
     """g of every row of run_dir/"pool.jsonl", in pool order, into `out_path` (.npy, N x H float32).
 
     `workers` processes compute, in a real process group (gloo on CPU, nccl on GPU); the file is
@@ -350,12 +417,27 @@ def features_to_file(run_dir: Path, workers: int, model_dir: Path, model_cfg: An
     # processes here, then write under a name the next pass can recognize the same way.
     remove_stale_temps(out_path.parent)
     tmp = temp_path(out_path)
-    args = (str(Path(run_dir) / "pool.jsonl"), str(model_dir), model_cfg, max_length, batch_size,
-            str(tmp), str(out_path), workers)
+    args = (
+        str(Path(run_dir) / "pool.jsonl"),
+        str(model_dir),
+        model_cfg,
+        max_length,
+        batch_size,
+        str(tmp),
+        str(out_path),
+        workers,
+    )
     try:
         # This process's rank, or None when the workers were spawned here (it then waited for all).
-        rank = run_group(_features_worker, workers, args, join_size=None, in_process=True,
-                         key="selection.params.feature_workers", default="min(K, GPUs)")
+        rank = run_group(
+            _features_worker,
+            workers,
+            args,
+            join_size=None,
+            in_process=True,
+            key="selection.params.feature_workers",
+            default="min(K, GPUs)",
+        )
     finally:
         tmp.unlink(missing_ok=True)  # only left behind by a failed run
     meta_path = out_path.with_suffix(".json")

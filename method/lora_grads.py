@@ -14,11 +14,12 @@ shared/docs/environment.md). Padding positions have their loss masked, so their 
 Sizes: SmolLM2-135M, LoRA r=8 on q_proj, v_proj: P = 460,800 LoRA weights, 1.8 MB per example in
 fp32; a stored 460,800 x 8192 fp32 projection would be 15 GB, one 4096-row block is 128 MiB.
 """
+
 from __future__ import annotations
 
 import hashlib
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -42,8 +43,9 @@ def per_example_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor
     """
     logits = logits[:, :-1].float()
     targets = labels[:, 1:].to(logits.device)
-    tok = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1),
-                          ignore_index=IGNORE_INDEX, reduction="none").view(targets.shape)
+    tok = F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="none"
+    ).view(targets.shape)
     mask = targets != IGNORE_INDEX
     return (tok * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
 
@@ -73,13 +75,16 @@ class PerExampleLoraGrads:
             if not isinstance(mod, LoraLayer):
                 continue
             if getattr(mod, "lora_variant", None) or any(getattr(mod, "use_dora", {}).values()):
-                raise NotImplementedError(f"{mname}: LoRA variants (DoRA, ...) are not supported; "
-                                          "their forward is not lora_B(lora_A(x)) * scaling")
+                raise NotImplementedError(
+                    f"{mname}: LoRA variants (DoRA, ...) are not supported; "
+                    "their forward is not lora_B(lora_A(x)) * scaling"
+                )
             for a in mod.active_adapters:
                 for sub in (mod.lora_A[a], mod.lora_B[a]) if a in mod.lora_A else ():
                     if type(sub) is not torch.nn.Linear:
-                        raise NotImplementedError(f"{mname}: only Linear LoRA modules are "
-                                                  f"supported, got {type(sub).__name__}")
+                        raise NotImplementedError(
+                            f"{mname}: only Linear LoRA modules are supported, got {type(sub).__name__}"
+                        )
                     for p in sub.parameters(recurse=False):
                         if p.requires_grad:
                             owner[name_of[id(p)]] = sub
@@ -98,7 +103,7 @@ class PerExampleLoraGrads:
         self._acc: dict[str, torch.Tensor] = {}
         self._handles = [m.register_forward_hook(self._forward_hook) for m in self._names]
 
-    def __enter__(self) -> "PerExampleLoraGrads":
+    def __enter__(self) -> PerExampleLoraGrads:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -119,11 +124,10 @@ class PerExampleLoraGrads:
 
     def _accumulate(self, mod, x: torch.Tensor, gy: torch.Tensor) -> None:
         b = x.shape[0]
-        x = x.reshape(b, -1, x.shape[-1]).float()   # [B, T, in]
+        x = x.reshape(b, -1, x.shape[-1]).float()  # [B, T, in]
         gy = gy.reshape(b, -1, gy.shape[-1]).float()  # [B, T, out]
         wname, bname = self._names[mod]
-        for name, g in ((wname, lambda: torch.einsum("bto,bti->boi", gy, x)),
-                        (bname, lambda: gy.sum(dim=1))):
+        for name, g in ((wname, lambda: torch.einsum("bto,bti->boi", gy, x)), (bname, lambda: gy.sum(dim=1))):
             if name is not None:
                 self._acc[name] = self._acc[name] + g() if name in self._acc else g()
 
@@ -139,12 +143,16 @@ class PerExampleLoraGrads:
         try:
             with torch.enable_grad():
                 self._active = True
-                logits = self.model(input_ids=batch["input_ids"].to(dev), use_cache=False,
-                                    attention_mask=None if mask is None else mask.to(dev)).logits
+                logits = self.model(
+                    input_ids=batch["input_ids"].to(dev),
+                    use_cache=False,
+                    attention_mask=None if mask is None else mask.to(dev),
+                ).logits
                 self._active = False
                 # d(sum_b loss_b)/d(activations of b) = d loss_b / d(activations of b).
-                total = torch.autograd.grad(per_example_loss(logits, labels).sum(), self._params,
-                                            allow_unused=True)
+                total = torch.autograd.grad(
+                    per_example_loss(logits, labels).sum(), self._params, allow_unused=True
+                )
         finally:
             self._active = False
         bsz = labels.shape[0]
@@ -156,8 +164,10 @@ class PerExampleLoraGrads:
             # grads must sum to autograd's gradient of the summed loss (cheap: LoRA is small).
             t = torch.zeros_like(g[0]) if t is None else t.float()
             if (g.sum(0) - t).norm() > 1e-3 * t.norm() + 1e-6:
-                raise RuntimeError(f"per-example gradients of {n} do not sum to the batch "
-                                   "gradient: a LoRA module was called outside the hooked forward")
+                raise RuntimeError(
+                    f"per-example gradients of {n} do not sum to the batch "
+                    "gradient: a LoRA module was called outside the hooked forward"
+                )
         return out
 
     def flat(self, batch: dict) -> torch.Tensor:
@@ -181,11 +191,11 @@ class RademacherProjector:
     block on 2 cores), so project many rows per call.
     """
 
-    def __init__(self, in_dim: int, out_dim: int, seed: int, block_rows: int = 4096,
-                 dtype=torch.float32):
+    def __init__(self, in_dim: int, out_dim: int, seed: int, block_rows: int = 4096, dtype=torch.float32):
         if in_dim < 1 or out_dim < 1 or block_rows < 1:
-            raise ValueError(f"in_dim, out_dim, block_rows must be >= 1; got {in_dim}, {out_dim}, "
-                             f"{block_rows}")
+            raise ValueError(
+                f"in_dim, out_dim, block_rows must be >= 1; got {in_dim}, {out_dim}, {block_rows}"
+            )
         self.in_dim, self.out_dim, self.seed = in_dim, out_dim, int(seed)
         self.block_rows, self.dtype = block_rows, dtype
         self._lut: dict[torch.device, torch.Tensor] = {}
@@ -193,8 +203,10 @@ class RademacherProjector:
     def block(self, k: int, device="cpu") -> torch.Tensor:
         """Rows [k*block_rows, min((k+1)*block_rows, in_dim)) of R, [rows, d] in self.dtype."""
         lo, hi = k * self.block_rows, min((k + 1) * self.block_rows, self.in_dim)
-        seed = int.from_bytes(hashlib.blake2b(f"{self.seed},{k}".encode(), digest_size=8).digest(),
-                              "little") >> 1  # manual_seed wants < 2**63
+        seed = (
+            int.from_bytes(hashlib.blake2b(f"{self.seed},{k}".encode(), digest_size=8).digest(), "little")
+            >> 1
+        )  # manual_seed wants < 2**63
         g = torch.Generator(device="cpu").manual_seed(seed)
         nbytes = -(-self.out_dim // 8)
         raw = torch.randint(0, 256, (hi - lo, nbytes), generator=g, dtype=torch.uint8)
@@ -203,7 +215,7 @@ class RademacherProjector:
             bits = (torch.arange(256).unsqueeze(1) >> torch.arange(8)) & 1
             self._lut[device] = (bits * 2 - 1).to(device=device, dtype=self.dtype)
         signs = self._lut[device].index_select(0, raw.to(device).reshape(-1).int())
-        return signs.view(hi - lo, nbytes * 8)[:, :self.out_dim]
+        return signs.view(hi - lo, nbytes * 8)[:, : self.out_dim]
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         """[B, in_dim] -> [B, out_dim] in self.dtype, on x's device."""
@@ -212,12 +224,13 @@ class RademacherProjector:
         out = torch.zeros(x.shape[0], self.out_dim, device=x.device, dtype=self.dtype)
         for k in range(-(-self.in_dim // self.block_rows)):
             lo = k * self.block_rows
-            out.addmm_(x[:, lo:lo + self.block_rows].to(self.dtype), self.block(k, x.device))
+            out.addmm_(x[:, lo : lo + self.block_rows].to(self.dtype), self.block(k, x.device))
         return out.div_(math.sqrt(self.out_dim))
 
 
-def adam_preconditioner(optimizer_state: dict, param_order: list[str], beta1=0.9, beta2=0.999,
-                        eps=1e-8, step=None) -> Callable[[torch.Tensor], torch.Tensor]:
+def adam_preconditioner(
+    optimizer_state: dict, param_order: list[str], beta1=0.9, beta2=0.999, eps=1e-8, step=None
+) -> Callable[[torch.Tensor], torch.Tensor]:
     """LESS-style Adam preconditioning of per-example gradients: returns f(g [B, P]) -> [B, P].
 
     f(g) = m_hat / (sqrt(v_hat) + eps), where, per coordinate,
@@ -241,8 +254,10 @@ def adam_preconditioner(optimizer_state: dict, param_order: list[str], beta1=0.9
     if "state" in optimizer_state and "param_groups" in optimizer_state:
         ids = [i for group in optimizer_state["param_groups"] for i in group["params"]]
         if len(ids) != len(param_order):
-            raise ValueError(f"optimizer state has {len(ids)} parameters, param_order names "
-                             f"{len(param_order)}; it must name every optimizer parameter in order")
+            raise ValueError(
+                f"optimizer state has {len(ids)} parameters, param_order names "
+                f"{len(param_order)}; it must name every optimizer parameter in order"
+            )
         for group in optimizer_state["param_groups"]:
             if "betas" in group and tuple(group["betas"]) != (beta1, beta2):
                 raise ValueError(f"optimizer betas {tuple(group['betas'])} != ({beta1}, {beta2})")
@@ -251,24 +266,26 @@ def adam_preconditioner(optimizer_state: dict, param_order: list[str], beta1=0.9
         by_name = optimizer_state
     missing = [n for n in param_order if "exp_avg" not in by_name.get(n, {})]
     if missing:
-        raise ValueError(f"no Adam moments for {len(missing)} parameters (e.g. {missing[:3]}); "
-                         "is this an AdamW state saved after at least one step?")
-    m0, v0 = (torch.cat([by_name[n][k].detach().float().reshape(-1).cpu() for n in param_order])
-              for k in ("exp_avg", "exp_avg_sq"))
+        raise ValueError(
+            f"no Adam moments for {len(missing)} parameters (e.g. {missing[:3]}); "
+            "is this an AdamW state saved after at least one step?"
+        )
+    m0, v0 = (
+        torch.cat([by_name[n][k].detach().float().reshape(-1).cpu() for n in param_order])
+        for k in ("exp_avg", "exp_avg_sq")
+    )
     if step is None:
         steps = {int(by_name[n]["step"]) for n in param_order if "step" in by_name[n]}
         if len(steps) != 1:
-            raise ValueError(f"cannot infer the step from the optimizer state (found {steps}); "
-                             "pass step=")
+            raise ValueError(f"cannot infer the step from the optimizer state (found {steps}); pass step=")
         step = steps.pop() + 1
-    c1 = 1 - beta1 ** step if step else 1.0
-    c2 = 1 - beta2 ** step if step else 1.0
+    c1 = 1 - beta1**step if step else 1.0
+    c2 = 1 - beta2**step if step else 1.0
     cache: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def precondition(g: torch.Tensor) -> torch.Tensor:
         if g.shape[-1] != m0.numel():
-            raise ValueError(f"gradient has {g.shape[-1]} coordinates, the optimizer state "
-                             f"{m0.numel()}")
+            raise ValueError(f"gradient has {g.shape[-1]} coordinates, the optimizer state {m0.numel()}")
         if g.device not in cache:
             cache[g.device] = (m0.to(g.device), v0.to(g.device))
         m_s, v_s = cache[g.device]
@@ -281,9 +298,16 @@ def adam_preconditioner(optimizer_state: dict, param_order: list[str], beta1=0.9
     return precondition
 
 
-def lora_gradient_features(model, tokenized_examples: list[dict], pad_token_id: int,
-                           batch_size: int, proj_dim: int, seed: int, preconditioner=None,
-                           progress=True) -> np.ndarray:
+def lora_gradient_features(
+    model,
+    tokenized_examples: list[dict],
+    pad_token_id: int,
+    batch_size: int,
+    proj_dim: int,
+    seed: int,
+    preconditioner=None,
+    progress=True,
+) -> np.ndarray:
     """[N, proj_dim] float32, in input order: projected (optionally preconditioned) per-example
     LoRA gradients of each example's mean response-token loss.
 
@@ -306,9 +330,11 @@ def lora_gradient_features(model, tokenized_examples: list[dict], pad_token_id: 
         with PerExampleLoraGrads(model) as hooks:
             want = getattr(preconditioner, "param_order", None)
             if want is not None and list(want) != hooks.param_names:
-                raise ValueError("preconditioner param_order differs from the LoRA parameter order "
-                                 f"({len(want)} vs {len(hooks.param_names)} names); build it with "
-                                 "param_order=PerExampleLoraGrads(model).param_names")
+                raise ValueError(
+                    "preconditioner param_order differs from the LoRA parameter order "
+                    f"({len(want)} vs {len(hooks.param_names)} names); build it with "
+                    "param_order=PerExampleLoraGrads(model).param_names"
+                )
             proj = RademacherProjector(hooks.num_params, proj_dim, seed)
             cap = max(batch_size, BUFFER_BYTES // (4 * hooks.num_params))
             buf: list[torch.Tensor] = []
@@ -322,7 +348,7 @@ def lora_gradient_features(model, tokenized_examples: list[dict], pad_token_id: 
 
             bar = progress_bar(total=n, desc="lora grads", unit="ex", enabled=progress)
             for s in range(0, n, batch_size):
-                idx = order[s:s + batch_size]
+                idx = order[s : s + batch_size]
                 g = hooks.flat(collate([tokenized_examples[i] for i in idx], pad_token_id))
                 buf.append(preconditioner(g) if preconditioner is not None else g)
                 buf_idx.extend(idx)

@@ -17,6 +17,7 @@ The schedule is unchanged: one worker per group (the selection's `clusters` are 
 `cluster-interleave` puts group k on worker k. With C = 1 every step is the paper's: one cluster per
 worker, cluster k on worker k, every cluster keeping m_adj.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -60,8 +61,9 @@ def pack_clusters(cluster_sizes, k: int) -> Packing:
     if int(k) != k or k < 1:
         raise SelectionError(f"K = world size = {k} must be a positive integer")
     if sizes.ndim != 1 or sizes.size == 0 or sizes.size % k or (sizes < 0).any():
-        raise SelectionError(f"packing needs C x K non-negative cluster sizes for K = {k}, got "
-                             f"{sizes.tolist()}")
+        raise SelectionError(
+            f"packing needs C x K non-negative cluster sizes for K = {k}, got {sizes.tolist()}"
+        )
     if sizes.size == k:
         return Packing(np.arange(k, dtype=np.int64), sizes.copy())
     worker_of = np.empty(sizes.size, dtype=np.int64)
@@ -82,11 +84,11 @@ def split_budget(cluster_sizes, packing: Packing, m_adj: int) -> np.ndarray:
     sizes = np.asarray(cluster_sizes, dtype=np.int64)
     m_adj = int(m_adj)
     if sizes.shape != packing.worker_of.shape:
-        raise SelectionError(f"{sizes.size} cluster sizes for a packing of "
-                             f"{packing.worker_of.size} clusters")
+        raise SelectionError(f"{sizes.size} cluster sizes for a packing of {packing.worker_of.size} clusters")
     if m_adj < 0 or m_adj > packing.sizes.min():
-        raise SelectionError(f"m_adj = {m_adj} per worker must lie in 0..{packing.sizes.min()} "
-                             "(the smallest worker total)")
+        raise SelectionError(
+            f"m_adj = {m_adj} per worker must lie in 0..{packing.sizes.min()} (the smallest worker total)"
+        )
     out = np.zeros(sizes.size, dtype=np.int64)
     for w in range(packing.k):
         cl = packing.clusters_of(w)
@@ -101,7 +103,7 @@ def split_budget(cluster_sizes, packing: Packing, m_adj: int) -> np.ndarray:
 
 def merge_by_worker(chosen: dict[int, np.ndarray], packing: Packing) -> dict[int, np.ndarray]:
     """{worker: rows}: each worker's clusters' chosen rows, in cluster index order."""
-    return {w: np.concatenate([np.asarray(chosen[int(c)], dtype=np.int64)
-                               for c in packing.clusters_of(w)])
-            for w in range(packing.k)}
-
+    return {
+        w: np.concatenate([np.asarray(chosen[int(c)], dtype=np.int64) for c in packing.clusters_of(w)])
+        for w in range(packing.k)
+    }

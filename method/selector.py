@@ -7,6 +7,7 @@ or, with `variant: uniform` (step 9), every cluster up-sampled with replacement 
 unit weights. It works with either allocator: `cluster-interleave` (cluster k on worker k, the
 method) or `uniform-shuffle` (the standard allocation), so the suite can tell what each part buys.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,9 +21,9 @@ import numpy as np
 
 from method.clustering import KMEANS_MODES, NORM_MODES, PRUNE_MODES
 from repro.core.config import ExperimentConfig
+from repro.core.extras import require_extra
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.registry import register_selector
-from repro.core.extras import require_extra
 from repro.core.types import Pool, Selection
 
 FEATURE_TYPES = ("gradient-proxy", "lora-grad")
@@ -61,16 +62,30 @@ class ClusterSelector:
     weights per worker (method/packing.py, docs/k-scaling.md).
     """
 
-    def __init__(self, ratio: float = 50, prune: str = "close",
-                 feature_type: str = "gradient-proxy", normalization: str = "auto",
-                 cap: float | None = 1.5, kmeans: str = "exact", variant: str = "prune",
-                 n_init: int = 10, max_iter: int = 300, feature_batch_size: int = 8,
-                 proj_dim: int = 8192, feature_workers: int | None = None,
-                 round_budget_to_batch: bool | None = None, order: str = "suite",
-                 budget_unit: str = "examples", clusters_per_worker: int = 1) -> None:
+    def __init__(
+        self,
+        ratio: float = 50,
+        prune: str = "close",
+        feature_type: str = "gradient-proxy",
+        normalization: str = "auto",
+        cap: float | None = 1.5,
+        kmeans: str = "exact",
+        variant: str = "prune",
+        n_init: int = 10,
+        max_iter: int = 300,
+        feature_batch_size: int = 8,
+        proj_dim: int = 8192,
+        feature_workers: int | None = None,
+        round_budget_to_batch: bool | None = None,
+        order: str = "suite",
+        budget_unit: str = "examples",
+        clusters_per_worker: int = 1,
+    ) -> None:
         if not 0 < float(ratio) <= 100:
-            raise SelectionError(f"selection.params.ratio: {ratio} is outside 1..100 (a "
-                                 "percentage: 50 for the paper's r = 0.5)")
+            raise SelectionError(
+                f"selection.params.ratio: {ratio} is outside 1..100 (a "
+                "percentage: 50 for the paper's r = 0.5)"
+            )
         _check(prune, PRUNE_MODES, "prune")
         _check(feature_type, FEATURE_TYPES, "feature_type")
         _check(normalization, NORM_MODES, "normalization")
@@ -80,41 +95,56 @@ class ClusterSelector:
         _check(variant, ("prune", "uniform"), "variant")
         _check(budget_unit, ("examples", "tokens"), "budget_unit")
         if budget_unit == "tokens" and variant != "prune":
-            raise SelectionError("selection.params.budget_unit: tokens applies to variant prune "
-                                 "(the uniform variant keeps every cluster whole)")
+            raise SelectionError(
+                "selection.params.budget_unit: tokens applies to variant prune "
+                "(the uniform variant keeps every cluster whole)"
+            )
         if cap is not None and cap < 1:
             raise SelectionError(f"selection.params.cap: {cap} must be >= 1 (or null for no cap)")
-        if feature_workers is not None and (isinstance(feature_workers, bool)
-                                            or not isinstance(feature_workers, int)
-                                            or feature_workers < 1):
-            raise SelectionError(f"selection.params.feature_workers: {feature_workers!r} is not an "
-                                 "integer >= 1 (the feature pass's processes; null: min(K, visible "
-                                 "GPUs) on GPU, K on CPU)")
-        if (isinstance(clusters_per_worker, bool) or not isinstance(clusters_per_worker, int)
-                or clusters_per_worker < 1):
-            raise SelectionError(f"selection.params.clusters_per_worker: {clusters_per_worker!r} "
-                                 "is not an integer >= 1 (k-means clusters per worker; 1: the "
-                                 "method's one cluster per worker)")
+        if feature_workers is not None and (
+            isinstance(feature_workers, bool) or not isinstance(feature_workers, int) or feature_workers < 1
+        ):
+            raise SelectionError(
+                f"selection.params.feature_workers: {feature_workers!r} is not an "
+                "integer >= 1 (the feature pass's processes; null: min(K, visible "
+                "GPUs) on GPU, K on CPU)"
+            )
+        if (
+            isinstance(clusters_per_worker, bool)
+            or not isinstance(clusters_per_worker, int)
+            or clusters_per_worker < 1
+        ):
+            raise SelectionError(
+                f"selection.params.clusters_per_worker: {clusters_per_worker!r} "
+                "is not an integer >= 1 (k-means clusters per worker; 1: the "
+                "method's one cluster per worker)"
+            )
         self.ratio, self.prune, self.feature_type = float(ratio), prune, feature_type
         self.normalization, self.cap, self.kmeans_mode = normalization, cap, kmeans
         self.variant, self.n_init, self.max_iter = variant, n_init, max_iter
         self.feature_batch_size, self.proj_dim = feature_batch_size, proj_dim
         self.feature_workers = feature_workers
         if round_budget_to_batch not in (None, True, False):
-            raise SelectionError(f"selection.params.round_budget_to_batch: "
-                                 f"{round_budget_to_batch!r} is not true, false or null (null: "
-                                 "as train.drop_last)")
+            raise SelectionError(
+                f"selection.params.round_budget_to_batch: "
+                f"{round_budget_to_batch!r} is not true, false or null (null: "
+                "as train.drop_last)"
+            )
         _check(order, ("suite", "authors"), "order")
         if order == "authors" and variant != "prune":
-            raise SelectionError("selection.params.order: authors is defined for variant prune "
-                                 "(method.md step 7); the uniform variant has no authors' order")
+            raise SelectionError(
+                "selection.params.order: authors is defined for variant prune "
+                "(method.md step 7); the uniform variant has no authors' order"
+            )
         self.round_budget_to_batch, self.order = round_budget_to_batch, order
         self.budget_unit = budget_unit
         self.clusters_per_worker = clusters_per_worker
         if clusters_per_worker != 1 and (order == "authors" or budget_unit == "tokens"):
-            raise SelectionError("selection.params.clusters_per_worker > 1 is defined for the "
-                                 "suite's order and budget_unit: examples (order: authors and "
-                                 "budget_unit: tokens assume one cluster per worker)")
+            raise SelectionError(
+                "selection.params.clusters_per_worker > 1 is defined for the "
+                "suite's order and budget_unit: examples (order: authors and "
+                "budget_unit: tokens assume one cluster per worker)"
+            )
 
     # -- step 1 -------------------------------------------------------------------------
     def feature_key(self, cfg: ExperimentConfig) -> dict[str, Any] | None:
@@ -133,7 +163,10 @@ class ClusterSelector:
         meta_path = out.with_suffix(".json")
         if out.is_file() and meta_path.is_file():
             meta = json.loads(meta_path.read_text())
-            if meta.get("n") == len(pool) and meta.get("feature_type", self.feature_type) == self.feature_type:
+            if (
+                meta.get("n") == len(pool)
+                and meta.get("feature_type", self.feature_type) == self.feature_type
+            ):
                 return np.load(out, mmap_mode="r"), {**meta, "reused": True}
         if ctx.model_dir is None:
             raise SelectionError("selector 'cluster' needs the target model (ctx.model_dir)")
@@ -142,8 +175,15 @@ class ClusterSelector:
 
             # K = ctx.world_size stays the number of clusters; only the pass's processes change.
             workers = feature_workers(ctx.world_size, self.feature_workers)
-            features_to_file(Path(ctx.workdir), workers, Path(ctx.model_dir), cfg.model,
-                             cfg.data.max_length, self.feature_batch_size, out)
+            features_to_file(
+                Path(ctx.workdir),
+                workers,
+                Path(ctx.model_dir),
+                cfg.model,
+                cfg.data.max_length,
+                self.feature_batch_size,
+                out,
+            )
         else:
             self._lora_features(pool, ctx, out)
         meta = json.loads(meta_path.read_text())
@@ -163,34 +203,50 @@ class ClusterSelector:
         seed_everything(ctx.seed)
         model, tok = load_model_and_tokenizer(Path(ctx.model_dir), cfg.model)
         tp = TokenizedPool(pool, tok, cfg.data.max_length)
-        X = lora_gradient_features(model, [tp[i] for i in pool.ids], tok.pad_token_id,
-                                   self.feature_batch_size, self.proj_dim, ctx.seed)
+        X = lora_gradient_features(
+            model,
+            [tp[i] for i in pool.ids],
+            tok.pad_token_id,
+            self.feature_batch_size,
+            self.proj_dim,
+            ctx.seed,
+        )
         atomic_write(out, lambda fh: np.save(fh, X.astype(np.float32)), mode="wb")
-        atomic_write_json(out.with_suffix(".json"), {
-            "seconds": time.perf_counter() - t0, "peak_mem_mb": peak_memory_mb(torch.device("cpu")),
-            "n": len(pool), "dim": int(X.shape[1]), "workers": 1, "world_size": 1,
-            "feature_type": "lora-grad"})
+        atomic_write_json(
+            out.with_suffix(".json"),
+            {
+                "seconds": time.perf_counter() - t0,
+                "peak_mem_mb": peak_memory_mb(torch.device("cpu")),
+                "n": len(pool),
+                "dim": int(X.shape[1]),
+                "workers": 1,
+                "world_size": 1,
+                "feature_type": "lora-grad",
+            },
+        )
 
-    def _token_budget(self, pool: Pool, ctx: SelectionContext, space: np.ndarray,
-                      centers: np.ndarray, labels: np.ndarray
-                      ) -> tuple[dict[int, np.ndarray], dict[str, Any]]:
+    def _token_budget(
+        self, pool: Pool, ctx: SelectionContext, space: np.ndarray, centers: np.ndarray, labels: np.ndarray
+    ) -> tuple[dict[int, np.ndarray], dict[str, Any]]:
         """Step 5 with budget_unit tokens: the rows each cluster keeps, and what selection.json
         records (the budget, each cluster's token total after the cap and kept)."""
         from method import clustering as C
         from repro.core.steps import token_lengths
 
         if ctx.model_dir is None:
-            raise SelectionError("selection.params.budget_unit: tokens needs the target model's "
-                                 "tokenizer (ctx.model_dir)")
+            raise SelectionError(
+                "selection.params.budget_unit: tokens needs the target model's tokenizer (ctx.model_dir)"
+            )
         by_id = token_lengths(pool.examples, Path(ctx.model_dir), ctx.config.data.max_length)
         lengths = np.array([by_id[i] for i in pool.ids], dtype=np.int64)
         order = C.member_order(space, centers, labels, self.prune, ctx.seed)
         budget, chosen = C.token_budget(order, lengths, self.ratio)
-        return chosen, {"token_budget": budget,
-                        "cluster_tokens_after_cap": [int(lengths[order[c]].sum())
-                                                     for c in sorted(order)],
-                        "kept_tokens": [int(lengths[chosen[c]].sum()) for c in sorted(chosen)],
-                        "kept_per_cluster": [int(chosen[c].size) for c in sorted(chosen)]}
+        return chosen, {
+            "token_budget": budget,
+            "cluster_tokens_after_cap": [int(lengths[order[c]].sum()) for c in sorted(order)],
+            "kept_tokens": [int(lengths[chosen[c]].sum()) for c in sorted(chosen)],
+            "kept_per_cluster": [int(chosen[c].size) for c in sorted(chosen)],
+        }
 
     # -- steps 2-6, 8, 9 ----------------------------------------------------------------
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
@@ -198,8 +254,10 @@ class ClusterSelector:
         from method.packing import merge_by_worker, pack_clusters, split_budget
 
         if budget is not None:
-            raise SelectionError("selector 'cluster' sets its own kept count from "
-                                 "selection.params.ratio; remove selection.n / selection.fraction")
+            raise SelectionError(
+                "selector 'cluster' sets its own kept count from "
+                "selection.params.ratio; remove selection.n / selection.fraction"
+            )
         k, n = ctx.world_size, len(pool)
         if k == 1 and self.order == "authors":
             return self._authors_single_worker(pool)
@@ -213,8 +271,9 @@ class ClusterSelector:
         try:
             t0 = time.perf_counter()
             Xn = C.normalize_features(X, k, self.normalization)
-            labels, centers, inertia = C.kmeans(Xn, kc, ctx.seed, self.n_init, self.max_iter,
-                                                self.kmeans_mode)
+            labels, centers, inertia = C.kmeans(
+                Xn, kc, ctx.seed, self.n_init, self.max_iter, self.kmeans_mode
+            )
             before = np.bincount(labels, minlength=kc)
             if self.cap is not None:
                 labels = C.soft_cap_assign(Xn, centers, labels, self.cap)
@@ -242,17 +301,16 @@ class ClusterSelector:
                     chosen, token_info = self._token_budget(pool, ctx, space, centers, labels)
                 else:
                     t = ctx.config.train
-                    rounding = (t.drop_last if self.round_budget_to_batch is None
-                                else self.round_budget_to_batch)
-                    m, m_adj = C.balanced_budget(packing.sizes, self.ratio,
-                                                 t.per_device_batch_size, rounding)
-                    explained = C.explain_kept(packing.sizes, self.ratio, m_adj,
-                                               t.per_device_batch_size)
+                    rounding = (
+                        t.drop_last if self.round_budget_to_batch is None else self.round_budget_to_batch
+                    )
+                    m, m_adj = C.balanced_budget(packing.sizes, self.ratio, t.per_device_batch_size, rounding)
+                    explained = C.explain_kept(packing.sizes, self.ratio, m_adj, t.per_device_batch_size)
                     print(f"[cluster-repro] {explained}", file=sys.stderr, flush=True)
                     counts = split_budget(after, packing, m_adj).tolist()  # C = 1: m_adj each
                     chosen = merge_by_worker(
-                        C.choose_within_cluster(space, centers, labels, counts, self.prune,
-                                                ctx.seed), packing)
+                        C.choose_within_cluster(space, centers, labels, counts, self.prune, ctx.seed), packing
+                    )
                 if self.order == "authors":  # C = 1 (checked at construction)
                     chosen = C.authors_list_order(Xn, centers, labels, chosen)
                 weights = C.rank_weights(packing.sizes, n)
@@ -268,45 +326,80 @@ class ClusterSelector:
                 ids.append(pool_ids[int(row)])
                 clusters.append(c)
         info: dict[str, Any] = {
-            "method": "cluster", "variant": self.variant, "ratio": self.ratio, "prune": self.prune,
-            "feature_type": self.feature_type, "normalization": self.normalization,
-            "cap": self.cap, "kmeans": self.kmeans_mode, "k": k, "n_pool": n,
-            "feature_dim": int(X.shape[1]), "inertia": float(inertia),
+            "method": "cluster",
+            "variant": self.variant,
+            "ratio": self.ratio,
+            "prune": self.prune,
+            "feature_type": self.feature_type,
+            "normalization": self.normalization,
+            "cap": self.cap,
+            "kmeans": self.kmeans_mode,
+            "k": k,
+            "n_pool": n,
+            "feature_dim": int(X.shape[1]),
+            "inertia": float(inertia),
             # per group (= worker; = cluster when C = 1), as the result rows' cluster/<k> read them
             "cluster_sizes_before_cap": group_before.tolist(),
             "cluster_sizes_after_cap": packing.sizes.tolist(),
-            "m": int(m), "m_adj": None if m_adj is None else int(m_adj), "kept": len(ids),
+            "m": int(m),
+            "m_adj": None if m_adj is None else int(m_adj),
+            "kept": len(ids),
             "kept_explained": explained,
-            "kept_fraction": len(set(ids)) / n, "weights": [float(w) for w in weights],
-            "features_s": feat_meta.get("seconds"), "features_peak_mem_mb": feat_meta.get("peak_mem_mb"),
+            "kept_fraction": len(set(ids)) / n,
+            "weights": [float(w) for w in weights],
+            "features_s": feat_meta.get("seconds"),
+            "features_peak_mem_mb": feat_meta.get("peak_mem_mb"),
             "features_reused": bool(feat_meta.get("reused")),
             "feature_workers": feat_meta.get("workers", feat_meta.get("world_size")),
-            "clustering_s": clustering_s, "clustering_peak_mem_mb": clustering_peak,
-            "selection_s": selection_s, "selection_peak_mem_mb": selection_peak,
-            "with_replacement": self.variant == "uniform", "order": self.order,
-            "budget_rounded_to_batch": rounding, "budget_unit": self.budget_unit,
+            "clustering_s": clustering_s,
+            "clustering_peak_mem_mb": clustering_peak,
+            "selection_s": selection_s,
+            "selection_peak_mem_mb": selection_peak,
+            "with_replacement": self.variant == "uniform",
+            "order": self.order,
+            "budget_rounded_to_batch": rounding,
+            "budget_unit": self.budget_unit,
         }
         if self.budget_unit == "tokens":
             info.update(token_info)
         if kc > k:  # the k-means clusters behind the groups, and the group (worker) of each
-            info.update(clusters_per_worker=self.clusters_per_worker,
-                        kmeans_sizes_before_cap=before.tolist(),
-                        kmeans_sizes_after_cap=after.tolist(),
-                        worker_of_cluster=packing.worker_of.tolist())
+            info.update(
+                clusters_per_worker=self.clusters_per_worker,
+                kmeans_sizes_before_cap=before.tolist(),
+                kmeans_sizes_after_cap=after.tolist(),
+                worker_of_cluster=packing.worker_of.tolist(),
+            )
         cats = pool.categories()
         if any(c is not None for c in cats):
             info["category_agreement"] = C.cluster_agreement(labels, cats)
-        return Selection(ids=ids, clusters=clusters,
-                         group_weights={c: float(weights[c]) for c in range(k)}, info=info)
+        return Selection(
+            ids=ids, clusters=clusters, group_weights={c: float(weights[c]) for c in range(k)}, info=info
+        )
 
     def _authors_single_worker(self, pool: Pool) -> Selection:
         """K = 1 the authors' way (method.md step 7): every example, in pool order; no features,
         no clustering, no pruning (the suite's own K = 1 keeps m_adj = floor(N * ratio / 100)
         of one centered cluster). One group, weight K * N / N = 1."""
         n = len(pool)
-        return Selection(ids=list(pool.ids), clusters=[0] * n, group_weights={0: 1.0}, info={
-            "method": "cluster", "variant": self.variant, "ratio": self.ratio, "order": "authors",
-            "k": 1, "n_pool": n, "cluster_sizes_before_cap": [n], "cluster_sizes_after_cap": [n],
-            "m": n, "m_adj": n, "kept": n, "kept_fraction": 1.0, "weights": [1.0],
-            "with_replacement": False,
-            "note": "K = 1 under order: authors keeps all N examples in pool order"})
+        return Selection(
+            ids=list(pool.ids),
+            clusters=[0] * n,
+            group_weights={0: 1.0},
+            info={
+                "method": "cluster",
+                "variant": self.variant,
+                "ratio": self.ratio,
+                "order": "authors",
+                "k": 1,
+                "n_pool": n,
+                "cluster_sizes_before_cap": [n],
+                "cluster_sizes_after_cap": [n],
+                "m": n,
+                "m_adj": n,
+                "kept": n,
+                "kept_fraction": 1.0,
+                "weights": [1.0],
+                "with_replacement": False,
+                "note": "K = 1 under order: authors keeps all N examples in pool order",
+            },
+        )

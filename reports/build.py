@@ -8,6 +8,7 @@ PDF) and an index page, deterministically (the same rows give byte-identical fil
 Warnings (also printed on the index page): result rows from more than one lm-eval version (scores
 drift between versions, so one table should not mix them), and from more than one git commit.
 """
+
 from __future__ import annotations
 
 import sys
@@ -15,14 +16,30 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from repro.core.io import atomic_write_text
 from reports.compact import compact_tables
 from reports.figures import FIGURES, all_figures
-from reports.load import ReportInputError, build_runs, find_result_files, group_cells, input_digest, read_results
+from reports.load import (
+    ReportInputError,
+    build_runs,
+    find_result_files,
+    group_cells,
+    input_digest,
+    read_results,
+)
 from reports.render import to_csv, to_latex, to_markdown
 from reports.reported import load_reported, reported_table
-from reports.tables import ABLATIONS, Report, Table, ablation_table, balance_table, \
-    differences_table, drop_blank_columns, main_table, overhead_table
+from reports.tables import (
+    ABLATIONS,
+    Report,
+    Table,
+    ablation_table,
+    balance_table,
+    differences_table,
+    drop_blank_columns,
+    main_table,
+    overhead_table,
+)
+from repro.core.io import atomic_write_text
 
 
 class MixedVersionsWarning(UserWarning):
@@ -34,12 +51,13 @@ def version_warnings(runs: list) -> list[str]:
     out = []
     lm = sorted({r.lm_eval or "not installed" for r in runs})
     if len(lm) > 1:
-        which = {v: sorted(r.run_id for r in runs if (r.lm_eval or "not installed") == v)
-                 for v in lm}
-        msg = ("result rows come from different lm-eval versions: " +
-               "; ".join(f"{v}: {len(ids)} run(s), e.g. {ids[0]}" for v, ids in which.items()) +
-               ". Scores can drift between harness versions; rerun the evaluation with one "
-               "version before comparing them in one table.")
+        which = {v: sorted(r.run_id for r in runs if (r.lm_eval or "not installed") == v) for v in lm}
+        msg = (
+            "result rows come from different lm-eval versions: "
+            + "; ".join(f"{v}: {len(ids)} run(s), e.g. {ids[0]}" for v, ids in which.items())
+            + ". Scores can drift between harness versions; rerun the evaluation with one "
+            "version before comparing them in one table."
+        )
         warnings.warn(msg, MixedVersionsWarning, stacklevel=3)
         out.append(msg)
     shas = sorted({r.git_sha for r in runs} - {""})
@@ -67,12 +85,21 @@ def all_tables(rep: Report, reported: list[dict[str, Any]]) -> list[Table]:
 
 
 def _table_section(t: Table) -> list[str]:
-    return [to_markdown(t), f"Files: [{t.name}.md](tables/{t.name}.md) · "
-            f"[{t.name}.tex](tables/{t.name}.tex) · [{t.name}.csv](tables/{t.name}.csv)", ""]
+    return [
+        to_markdown(t),
+        f"Files: [{t.name}.md](tables/{t.name}.md) · "
+        f"[{t.name}.tex](tables/{t.name}.tex) · [{t.name}.csv](tables/{t.name}.csv)",
+        "",
+    ]
 
 
-def build_report(results: Path, out: Path, figures: bool = True,
-                 run_ids: set[str] | None = None, allow_damaged: bool = False) -> Path:
+def build_report(
+    results: Path,
+    out: Path,
+    figures: bool = True,
+    run_ids: set[str] | None = None,
+    allow_damaged: bool = False,
+) -> Path:
     """Write the report for the results at `results` (a folder or a CSV) into `out`; returns the
     index page. figures=False skips the figures (and their links); run_ids keeps only those runs
     (the demo reports its own runs); allow_damaged leaves damaged results files out (named on
@@ -101,12 +128,17 @@ def build_report(results: Path, out: Path, figures: bool = True,
     if figures:
         all_figures(rep, fdir, load_reported())  # the paper's points beside ours
 
-    n_files = ", ".join(sorted({str(f.relative_to(root)) if f.is_relative_to(root) else f.name
-                                for f in files})[:3]) + (" ..." if len(files) > 3 else "")
-    index = ["# CluSTER reproduction report", "",
-             f"Rebuilt by `cluster-repro report` from {len(rows)} result rows of {len(runs)} runs "
-             f"({len(cells)} cells) in {len(files)} file(s): {n_files}. Input digest "
-             f"`{input_digest(rows)}` (same digest, same report).", ""]
+    n_files = ", ".join(
+        sorted({str(f.relative_to(root)) if f.is_relative_to(root) else f.name for f in files})[:3]
+    ) + (" ..." if len(files) > 3 else "")
+    index = [
+        "# CluSTER reproduction report",
+        "",
+        f"Rebuilt by `cluster-repro report` from {len(rows)} result rows of {len(runs)} runs "
+        f"({len(cells)} cells) in {len(files)} file(s): {n_files}. Input digest "
+        f"`{input_digest(rows)}` (same digest, same report).",
+        "",
+    ]
     if notes:
         index += ["**Warnings**", ""] + [f"- {n}" for n in notes] + [""]
     compact = {t.name for t in tables if t.name.startswith("main_compact_")}
@@ -115,8 +147,12 @@ def build_report(results: Path, out: Path, figures: bool = True,
             index += _table_section(t)
     index += ["## Figures", ""] if figures else []
     for name in FIGURES if figures else ():
-        index += [f"![{name}](figures/{name}.png)", "",
-                  f"[{name}.png](figures/{name}.png) · [{name}.pdf](figures/{name}.pdf)", ""]
+        index += [
+            f"![{name}](figures/{name}.png)",
+            "",
+            f"[{name}.png](figures/{name}.png) · [{name}.pdf](figures/{name}.pdf)",
+            "",
+        ]
     for t in tables:
         if t.name not in compact:
             index += _table_section(t)

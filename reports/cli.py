@@ -2,6 +2,7 @@
 
 Registered into repro/cli.py's parser through `register(subparsers, epilog)`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,8 +13,8 @@ from pathlib import Path
 
 def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG001 (own epilog)
     p = sub.add_parser(
-        "report", help="rebuild every table and figure from the results (Markdown, LaTeX, CSV, "
-                       "PNG, PDF)",
+        "report",
+        help="rebuild every table and figure from the results (Markdown, LaTeX, CSV, PNG, PDF)",
         description="Rebuild the report from the results store alone: compact main tables "
         "shaped like the paper's (method x benchmark, average, data used, time, the paper's "
         "reported lines beside ours), the detailed main table (data used, "
@@ -25,15 +26,23 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
         "breakdown, cluster sizes and worker balance. The same results give byte-identical "
         "files. See docs/reports.md.",
         epilog="Example: cluster-repro report --results runs --out runs/report (then open "
-               "runs/report/index.md).")
-    p.add_argument("--results", default="runs",
-                   help="the output_dir the runs wrote to (every results.part.csv under it is "
-                        "read), or one results CSV (default: runs)")
-    p.add_argument("--out", default=None,
-                   help="where to write the report (default: RESULTS/report, or next to the CSV)")
-    p.add_argument("--allow-damaged", action="store_true",
-                   help="leave out results files that are damaged (cut, or not matching their "
-                        "checksum) instead of stopping; each is named on the index page")
+        "runs/report/index.md).",
+    )
+    p.add_argument(
+        "--results",
+        default="runs",
+        help="the output_dir the runs wrote to (every results.part.csv under it is "
+        "read), or one results CSV (default: runs)",
+    )
+    p.add_argument(
+        "--out", default=None, help="where to write the report (default: RESULTS/report, or next to the CSV)"
+    )
+    p.add_argument(
+        "--allow-damaged",
+        action="store_true",
+        help="leave out results files that are damaged (cut, or not matching their "
+        "checksum) instead of stopping; each is named on the index page",
+    )
     p.set_defaults(func=run_report)
 
 

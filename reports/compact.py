@@ -8,6 +8,7 @@ setting, its numbers follow ours as a block of their own, labelled as the paper'
 `main` table keeps every column, and the ablations keep their variants: a CluSTER cell with
 another allocator, weighting off or a non-default within-cluster choice is left out here.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,12 +16,10 @@ from typing import Any
 from reports.load import RAW_METRICS, Cell, norm_benchmark
 from reports.names import benchmark_name, cell_method_name, method_name, setting_name
 from reports.reported import PaperCell, paper_cells
-from reports.tables import (MISSING, NOT_EVALUATED, Column, QualityKey, Report, Table,
-                            quality_column)
+from reports.tables import MISSING, NOT_EVALUATED, Column, QualityKey, Report, Table, quality_column
 
 OURS, PAPER = "ours", "paper (reported)"
-DOMAIN_TITLES = {"code": "code", "medical": "medical", "demo": "demo pool",
-                 "other": "other benchmarks"}
+DOMAIN_TITLES = {"code": "code", "medical": "medical", "demo": "demo pool", "other": "other benchmarks"}
 # (unit, seconds per unit, render kind), largest first: the first unit our longest run reaches.
 TIME_UNITS = (("h", 3600.0, "hours"), ("min", 60.0, "min"), ("s", 1.0, "sec"))
 
@@ -32,8 +31,12 @@ def in_main(c: Cell) -> bool:
     if r.method != "cluster":
         return True
     extra = {k: v for k, v in r.params.items() if k != "ratio"}
-    return (r.allocator == "cluster-interleave" and r.weight_mode == "rank"
-            and extra in ({}, {"prune": "close"}) and not r.alloc_params)
+    return (
+        r.allocator == "cluster-interleave"
+        and r.weight_mode == "rank"
+        and extra in ({}, {"prune": "close"})
+        and not r.alloc_params
+    )
 
 
 def time_unit(seconds: list[float]) -> tuple[str, float, str]:
@@ -52,8 +55,9 @@ def paper_order(c: Cell) -> tuple:
     r = c.first
     if r.method in ("base", "full"):
         return (0 if r.method == "base" else 1,)
-    ratio = r.ratio if r.ratio is not None else (
-        float(r.budget[2:]) * 100 if r.budget.startswith("r=") else None)
+    ratio = (
+        r.ratio if r.ratio is not None else (float(r.budget[2:]) * 100 if r.budget.startswith("r=") else None)
+    )
     rank = {"cluster": 0, "random": 1}.get(r.method, 2)
     return (2, 0, -ratio, rank, c.label()) if ratio is not None else (2, 1, 0.0, rank, c.label())
 
@@ -72,10 +76,8 @@ def _keys(rep: Report, cells: list[Cell], domain: str) -> list[QualityKey]:
     if domain != "other":
         want = {k for c in cells for k in rep.domain_keys(c.first, domain)}
     else:
-        exp = set().union(*(rep.expected.get((c.first.dataset, c.first.model), set())
-                            for c in cells))
-        want = {k for k in rep.quality if k[0] in exp and k[1] is not None
-                and rep.domain(k[0]) is None}
+        exp = set().union(*(rep.expected.get((c.first.dataset, c.first.model), set()) for c in cells))
+        want = {k for k in rep.quality if k[0] in exp and k[1] is not None and rep.domain(k[0]) is None}
     return [k for k in rep.quality if k in want]
 
 
@@ -85,9 +87,14 @@ def _score_columns(keys: list[QualityKey]) -> list[Column]:
     for k in keys:
         col = quality_column(k)
         label = benchmark_name(k[0]) + (f" {k[1]}" if per_bench[k[0]] > 1 else "")
-        cols.append(Column(col.name, col.kind, label=label + (" (%)" if col.kind == "pct"
-                                                                else ""),
-                           best="min" if k[1] in RAW_METRICS else "max"))
+        cols.append(
+            Column(
+                col.name,
+                col.kind,
+                label=label + (" (%)" if col.kind == "pct" else ""),
+                best="min" if k[1] in RAW_METRICS else "max",
+            )
+        )
     return cols
 
 
@@ -104,8 +111,7 @@ def _paper_row(p: PaperCell, keys: list[QualityKey], domain: str, scale: float) 
     return row
 
 
-def _ours_row(rep: Report, c: Cell, keys: list[QualityKey], domain: str,
-              scale: float) -> list[Any]:
+def _ours_row(rep: Report, c: Cell, keys: list[QualityKey], domain: str, scale: float) -> list[Any]:
     row: list[Any] = [rep.quality_cell(c, k) for k in keys]
     if domain != "other":
         row.append(rep.domain_cell(c, domain))
@@ -126,54 +132,63 @@ def compact_tables(rep: Report, entries: list[dict[str, Any]]) -> list[Table]:
                 by_domain.setdefault(d, []).append(c)
     paper = paper_cells(entries)
     order = {d: i for i, d in enumerate(list(rep.domains) + ["other"])}
-    return [compact_table(rep, d, by_domain[d], paper)
-            for d in sorted(by_domain, key=lambda d: order.get(d, 99))]
+    return [
+        compact_table(rep, d, by_domain[d], paper) for d in sorted(by_domain, key=lambda d: order.get(d, 99))
+    ]
 
 
-def compact_table(rep: Report, domain: str, cells: list[Cell],
-                  paper: list[PaperCell]) -> Table:
+def compact_table(rep: Report, domain: str, cells: list[Cell], paper: list[PaperCell]) -> Table:
     keys = _keys(rep, cells, domain)
     settings = list(dict.fromkeys(_setting_key(c) for c in cells))
     lines = {s: [p for p in paper if (p.dataset, p.model, p.world_size) == s] for s in settings}
     ours_s = [e.value for c in cells if (e := rep.cost_cell(c, "train_s")) is not None]
-    paper_s = [p.values["train_time"] * 3600 for ps in lines.values() for p in ps
-               if "train_time" in p.values]
+    paper_s = [p.values["train_time"] * 3600 for ps in lines.values() for p in ps if "train_time" in p.values]
     unit, scale, kind = time_unit(ours_s or paper_s)
 
-    cols = [Column("setting"), Column("source"), Column("method"),
-            Column("method id", csv_only=True)]
+    cols = [Column("setting"), Column("source"), Column("method"), Column("method id", csv_only=True)]
     cols += _score_columns(keys)
     if domain != "other":
         cols.append(Column(f"{domain} avg (%)", "pct", label="Avg. (%)", best="max"))
-    cols += [Column("data used (%)", "pct", label="Data used (%)"),
-             Column(f"train time ({unit})", kind, label=f"Train time ({unit})"),
-             Column("train time vs full (%)", "delta", label="Δ time vs full (%)")]
+    cols += [
+        Column("data used (%)", "pct", label="Data used (%)"),
+        Column(f"train time ({unit})", kind, label=f"Train time ({unit})"),
+        Column("train time vs full (%)", "delta", label="Δ time vs full (%)"),
+    ]
     rows, rankable = [], []
     for s in settings:
         name = setting_name(*s)
         for c in sorted((c for c in cells if _setting_key(c) == s), key=paper_order):
-            rows.append([name, OURS, cell_method_name(c), c.label()]
-                        + _ours_row(rep, c, keys, domain, scale))
+            rows.append([name, OURS, cell_method_name(c), c.label()] + _ours_row(rep, c, keys, domain, scale))
             rankable.append(True)
         for p in lines[s]:
             ident = p.method + (f" r={p.ratio / 100:g}" if p.ratio is not None else "")
-            rows.append([name, PAPER, method_name(p.method, p.ratio), ident]
-                        + _paper_row(p, keys, domain, scale))
+            rows.append(
+                [name, PAPER, method_name(p.method, p.ratio), ident] + _paper_row(p, keys, domain, scale)
+            )
             rankable.append(False)
     title = f"Main results, {DOMAIN_TITLES.get(domain, domain)}"
     return Table(
-        f"main_compact_{domain}", title, cols, rows, group_by=("setting", "source"),
+        f"main_compact_{domain}",
+        title,
+        cols,
+        rows,
+        group_by=("setting", "source"),
         rankable=rankable,
-        caption=("Scores per benchmark and their average (%), the share of the training pool "
-                 "used, and the training loop's time (selection not included), means over "
-                 "seeds. Bold: the best of our rows in "
-                 "each setting and column (the paper's rows are not ranked). Random (r = x): "
-                 "random data of the size CluSTER (r = x) kept. Paper rows: the numbers the "
-                 "paper reports for the same setting, not rerun. Δ time: change against full "
-                 "data (negative: faster)."),
-        notes=["CluSTER as the paper runs it (interleaved allocation, rank weights, "
-               "peripheral choice); its variants are in the ablation tables, every column in "
-               "`main`.",
-               "Paper rows transcribed in reports/reported.yaml (section "
-               "'Reported numbers') from ../shared/docs/method.md, not yet checked against the "
-               "PDF; blank where the paper does not report the number."])
+        caption=(
+            "Scores per benchmark and their average (%), the share of the training pool "
+            "used, and the training loop's time (selection not included), means over "
+            "seeds. Bold: the best of our rows in "
+            "each setting and column (the paper's rows are not ranked). Random (r = x): "
+            "random data of the size CluSTER (r = x) kept. Paper rows: the numbers the "
+            "paper reports for the same setting, not rerun. Δ time: change against full "
+            "data (negative: faster)."
+        ),
+        notes=[
+            "CluSTER as the paper runs it (interleaved allocation, rank weights, "
+            "peripheral choice); its variants are in the ablation tables, every column in "
+            "`main`.",
+            "Paper rows transcribed in reports/reported.yaml (section "
+            "'Reported numbers') from ../shared/docs/method.md, not yet checked against the "
+            "PDF; blank where the paper does not report the number.",
+        ],
+    )

@@ -14,6 +14,7 @@ Byte-identical for the same results: no timestamps or version strings in the fil
 fixed hash salt; everything drawn in the cells' fixed order. A figure with nothing to show yet is
 still written, saying so, so the index never links to a missing file.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,12 +36,25 @@ DPI = 300
 PNG_META = {"Software": None}
 PDF_META = {"Creator": None, "Producer": None, "CreationDate": None}
 FONT_PT = 8
-RC = {"font.family": "DejaVu Sans", "font.size": FONT_PT, "axes.titlesize": FONT_PT,
-      "axes.labelsize": FONT_PT, "xtick.labelsize": FONT_PT, "ytick.labelsize": FONT_PT,
-      "legend.fontsize": FONT_PT, "legend.frameon": False, "axes.linewidth": 0.6,
-      "xtick.major.width": 0.6, "ytick.major.width": 0.6, "lines.linewidth": 1.0,
-      "lines.markersize": 4.5, "svg.hashsalt": "cluster-repro", "pdf.fonttype": 42,
-      "axes.spines.top": False, "axes.spines.right": False}
+RC = {
+    "font.family": "DejaVu Sans",
+    "font.size": FONT_PT,
+    "axes.titlesize": FONT_PT,
+    "axes.labelsize": FONT_PT,
+    "xtick.labelsize": FONT_PT,
+    "ytick.labelsize": FONT_PT,
+    "legend.fontsize": FONT_PT,
+    "legend.frameon": False,
+    "axes.linewidth": 0.6,
+    "xtick.major.width": 0.6,
+    "ytick.major.width": 0.6,
+    "lines.linewidth": 1.0,
+    "lines.markersize": 4.5,
+    "svg.hashsalt": "cluster-repro",
+    "pdf.fonttype": 42,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+}
 # Okabe-Ito: colours that colour-blind readers and greyscale prints tell apart; with a marker each.
 COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -60,16 +74,32 @@ def _figure(nrows: int, ncols: int) -> tuple[Any, list[Any]]:
     return fig, [ax for row in axes for ax in row]
 
 
-def _layout(fig: Any, width: float, height: float, nrows: int, ncols: int, left: float,
-            right: float, bottom: float, top: float, hspace: float = 0.0,
-            wspace: float = 0.0) -> None:
+def _layout(
+    fig: Any,
+    width: float,
+    height: float,
+    nrows: int,
+    ncols: int,
+    left: float,
+    right: float,
+    bottom: float,
+    top: float,
+    hspace: float = 0.0,
+    wspace: float = 0.0,
+) -> None:
     """Size the figure to width x height inches; margins and gaps between axes in inches (fixed
     margins rather than a layout engine: constrained layout costs seconds per figure)."""
     fig.set_size_inches(width, height)
     cell_w = (width - left - right - wspace * (ncols - 1)) / ncols
     cell_h = (height - bottom - top - hspace * (nrows - 1)) / nrows
-    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height,
-                        top=1 - top / height, wspace=wspace / cell_w, hspace=hspace / cell_h)
+    fig.subplots_adjust(
+        left=left / width,
+        right=1 - right / width,
+        bottom=bottom / height,
+        top=1 - top / height,
+        wspace=wspace / cell_w,
+        hspace=hspace / cell_h,
+    )
 
 
 def _save(fig: Any, out_dir: Path, name: str) -> list[Path]:
@@ -78,7 +108,11 @@ def _save(fig: Any, out_dir: Path, name: str) -> list[Path]:
     paths = []
     for ext, meta in (("png", PNG_META), ("pdf", PDF_META)):
         p = out_dir / f"{name}.{ext}"
-        atomic_write(p, lambda fh: fig.savefig(fh, format=ext, metadata=meta, dpi=DPI), mode="wb")
+
+        def write(fh: Any, ext: str = ext, meta: dict = meta) -> None:
+            fig.savefig(fh, format=ext, metadata=meta, dpi=DPI)
+
+        atomic_write(p, write, mode="wb")
         paths.append(p)
     return paths
 
@@ -90,9 +124,16 @@ def _legend(fig: Any, axes: list[Any], ncol: int, y: float) -> None:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(lab, h)
     if seen:
-        fig.legend(list(seen.values()), list(seen), loc="upper center", ncol=ncol,
-                   bbox_to_anchor=(0.5, y), handlelength=2.2, columnspacing=1.2,
-                   borderaxespad=0.0)
+        fig.legend(
+            list(seen.values()),
+            list(seen),
+            loc="upper center",
+            ncol=ncol,
+            bbox_to_anchor=(0.5, y),
+            handlelength=2.2,
+            columnspacing=1.2,
+            borderaxespad=0.0,
+        )
 
 
 def _legend_rows(n_labels: int, ncol: int) -> int:
@@ -100,8 +141,7 @@ def _legend_rows(n_labels: int, ncol: int) -> int:
 
 
 def _empty(ax: Any, what: str) -> None:
-    ax.text(0.5, 0.5, f"no {what} in these results yet", ha="center", va="center",
-            transform=ax.transAxes)
+    ax.text(0.5, 0.5, f"no {what} in these results yet", ha="center", va="center", transform=ax.transAxes)
     ax.set_axis_off()
 
 
@@ -116,8 +156,10 @@ def _err(e: Any) -> list[float]:
 
 
 def _settings(rep: Report) -> list[tuple[str, str, int | None]]:
-    return sorted({(c.first.dataset, c.first.model, c.first.world_size) for c in rep.cells},
-                  key=lambda s: (s[0], s[1], s[2] or 0))
+    return sorted(
+        {(c.first.dataset, c.first.model, c.first.world_size) for c in rep.cells},
+        key=lambda s: (s[0], s[1], s[2] or 0),
+    )
 
 
 def _setting_title(s: tuple[str, str, int | None]) -> str:
@@ -128,6 +170,7 @@ def _setting_title(s: tuple[str, str, int | None]) -> str:
 
 
 # ----------------------------------------------------------------------------- quality vs data
+
 
 def _primary(rep: Report, cells: list[Cell]) -> tuple[str, Any, bool]:
     """The quality a panel plots: its setting's first domain average, else its first score.
@@ -140,8 +183,11 @@ def _primary(rep: Report, cells: list[Cell]) -> tuple[str, Any, bool]:
     for key in rep.quality:
         if key[1] is not None and key[0] in exp:
             raw = key[1] in RAW_METRICS
-            return (f"{key[0]} {key[1]}" + ("" if raw else " (%)"),
-                    lambda c, key=key: rep.quality_cell(c, key), not raw)
+            return (
+                f"{key[0]} {key[1]}" + ("" if raw else " (%)"),
+                lambda c, key=key: rep.quality_cell(c, key),
+                not raw,
+            )
     return "quality", lambda c: None, True
 
 
@@ -173,17 +219,23 @@ def _draw_paper(ax: Any, paper: list[PaperCell]) -> list[float]:
     by_method: dict[str, list[tuple[float, float]]] = {}
     for p in paper:
         if "data_used" in p.values and "avg_score" in p.values:
-            by_method.setdefault(p.method, []).append((p.values["data_used"],
-                                                       p.values["avg_score"]))
+            by_method.setdefault(p.method, []).append((p.values["data_used"], p.values["avg_score"]))
     for method, pts in sorted(by_method.items()):
         pts.sort()
         ys += [y for _, y in pts]
         # Hollow and larger than ours, so our point at the same place shows inside it.
         marker = "*" if method == "full" else "o"
-        ax.plot([x for x, _ in pts], [y for _, y in pts], marker=marker,
-                linestyle=(0, (3, 2)) if len(pts) > 1 else "none", linewidth=0.7,
-                markersize=7 if marker == "*" else 6.5, zorder=4,
-                label=f"{method_name(method)} (paper)", **PAPER_STYLE)
+        ax.plot(
+            [x for x, _ in pts],
+            [y for _, y in pts],
+            marker=marker,
+            linestyle=(0, (3, 2)) if len(pts) > 1 else "none",
+            linewidth=0.7,
+            markersize=7 if marker == "*" else 6.5,
+            zorder=4,
+            label=f"{method_name(method)} (paper)",
+            **PAPER_STYLE,
+        )
     return ys
 
 
@@ -197,7 +249,7 @@ def quality_vs_data(rep: Report, out_dir: Path, paper: list[PaperCell]) -> list[
     fig, axes = _figure(nrows, ncols)
     if not settings:
         _empty(axes[0], "runs")
-    for ax in axes[len(settings):]:
+    for ax in axes[len(settings) :]:
         if settings:
             ax.set_axis_off()
     for ax, s in zip(axes, settings):
@@ -209,15 +261,25 @@ def quality_vs_data(rep: Report, out_dir: Path, paper: list[PaperCell]) -> list[
     legend_cols = 1 if ncols == 1 else 3
     legend_h = 0.0 if spare else LINE_IN * _legend_rows(len(labels), legend_cols) + 0.08
     height = top + nrows * panel_h + (nrows - 1) * gap + bottom + legend_h
-    _layout(fig, COLUMN_IN if ncols == 1 else PAGE_IN, height, nrows, ncols, left=0.5,
-            right=0.1, bottom=bottom + legend_h, top=top, hspace=gap, wspace=0.5)
+    _layout(
+        fig,
+        COLUMN_IN if ncols == 1 else PAGE_IN,
+        height,
+        nrows,
+        ncols,
+        left=0.5,
+        right=0.1,
+        bottom=bottom + legend_h,
+        top=top,
+        hspace=gap,
+        wspace=0.5,
+    )
     if spare:
         seen: dict[str, Any] = {}
         for ax in axes:
             for h, lab in zip(*ax.get_legend_handles_labels()):
                 seen.setdefault(lab, h)
-        axes[len(settings)].legend(list(seen.values()), list(seen), loc="center left",
-                                   handlelength=2.2)
+        axes[len(settings)].legend(list(seen.values()), list(seen), loc="center left", handlelength=2.2)
     else:
         _legend(fig, axes, legend_cols, legend_h / height)
     return _save(fig, out_dir, "quality_vs_data")
@@ -249,10 +311,19 @@ def _quality_panel(ax: Any, rep: Report, s: tuple, paper: list[PaperCell]) -> No
         pts = sorted(series[name])
         dx = (i - (len(names) - 1) / 2) * JITTER  # neighbours at one budget stay visible
         err = np.array([p[2] for p in pts]).T
-        ax.errorbar([p[0] + dx for p in pts], [p[1] for p in pts], yerr=err,
-                    marker=MARKERS[i % len(MARKERS)], color=COLORS[i % len(COLORS)],
-                    linestyle=":" if name.startswith("Random") else "-", capsize=1.5,
-                    elinewidth=0.7, alpha=0.9, zorder=3, label=name)
+        ax.errorbar(
+            [p[0] + dx for p in pts],
+            [p[1] for p in pts],
+            yerr=err,
+            marker=MARKERS[i % len(MARKERS)],
+            color=COLORS[i % len(COLORS)],
+            linestyle=":" if name.startswith("Random") else "-",
+            capsize=1.5,
+            elinewidth=0.7,
+            alpha=0.9,
+            zorder=3,
+            label=name,
+        )
     if percent and label.endswith("average (%)"):  # the paper reports domain averages
         ys += _draw_paper(ax, paper)
     _honest_ylim(ax, percent, ys)
@@ -263,20 +334,33 @@ def _quality_panel(ax: Any, rep: Report, s: tuple, paper: list[PaperCell]) -> No
     ax.set_title(_setting_title(s), fontsize=FONT_PT)
     ax.grid(axis="y", linewidth=0.3, color="0.85")
     if missing:
-        ax.text(0.02, 0.03, "missing: " + "; ".join(missing), transform=ax.transAxes,
-                ha="left", va="bottom", wrap=True)
+        ax.text(
+            0.02,
+            0.03,
+            "missing: " + "; ".join(missing),
+            transform=ax.transAxes,
+            ha="left",
+            va="bottom",
+            wrap=True,
+        )
 
 
 # ----------------------------------------------------------------------------- time breakdown
 
+
 def time_breakdown(rep: Report, out_dir: Path) -> list[Path]:
     """Stacked bars per cell, one panel per setting, each in its own unit (s, min or h)."""
     cells = [c for c in rep.cells if c.first.method != "base"]  # nothing trained or selected
-    settings = [s for s in _settings(rep)
-                if any((c.first.dataset, c.first.model, c.first.world_size) == s for c in cells)]
+    settings = [
+        s
+        for s in _settings(rep)
+        if any((c.first.dataset, c.first.model, c.first.world_size) == s for c in cells)
+    ]
     bar_in, gap = 0.16, 0.72
-    heights = [bar_in * sum(1 for c in cells if (c.first.dataset, c.first.model,
-                                                  c.first.world_size) == s) for s in settings]
+    heights = [
+        bar_in * sum(1 for c in cells if (c.first.dataset, c.first.model, c.first.world_size) == s)
+        for s in settings
+    ]
     top, bottom = 0.52, 0.4  # top: the legend's row and the first panel's title
     height = top + bottom + sum(heights) + gap * max(0, len(settings) - 1) if settings else 2.0
     # Room for the longest bar label (about 0.062 in per character of 8 pt text).
@@ -291,8 +375,9 @@ def time_breakdown(rep: Report, out_dir: Path) -> list[Path]:
     y0 = height - top
     axes = []
     for s, h in zip(settings, heights):
-        ax = fig.add_axes([margin / PAGE_IN, (y0 - h) / height,
-                           (PAGE_IN - margin - 0.15) / PAGE_IN, h / height])
+        ax = fig.add_axes(
+            [margin / PAGE_IN, (y0 - h) / height, (PAGE_IN - margin - 0.15) / PAGE_IN, h / height]
+        )
         axes.append(ax)
         y0 -= h + gap
         sc = [c for c in cells if (c.first.dataset, c.first.model, c.first.world_size) == s]
@@ -321,6 +406,7 @@ def time_breakdown(rep: Report, out_dir: Path) -> list[Path]:
 
 # ----------------------------------------------------------------------------- cluster sizes
 
+
 def _main_first(rep: Report) -> list[Cell]:
     """The cells in table order, those of the compact main table first (the figures that show
     only a few cells show those)."""
@@ -330,8 +416,14 @@ def _main_first(rep: Report) -> list[Cell]:
 def _cluster_cells(rep: Report) -> list[tuple[Cell, list[int]]]:
     out = []
     for c in _main_first(rep):
-        ks = sorted({int(b.split("/")[1]) for r in c.runs for (b, _) in r.diag
-                     if b.startswith("cluster/") and b.split("/")[1].isdigit()})
+        ks = sorted(
+            {
+                int(b.split("/")[1])
+                for r in c.runs
+                for (b, _) in r.diag
+                if b.startswith("cluster/") and b.split("/")[1].isdigit()
+            }
+        )
         if ks:
             out.append((c, ks))
     return out[:4]  # four cells (main ones first) keep the figure readable
@@ -345,15 +437,19 @@ def cluster_sizes(rep: Report, out_dir: Path) -> list[Path]:
     top, panel_h, gap = 0.62, 1.6, 0.75
     height = top + nrows * panel_h + (nrows - 1) * gap + 0.42
     fig, axes = _figure(nrows, ncols)
-    _layout(fig, width, height, nrows, ncols, left=0.72, right=0.1, bottom=0.42, top=top,
-            hspace=gap, wspace=0.8)
+    _layout(
+        fig, width, height, nrows, ncols, left=0.72, right=0.1, bottom=0.42, top=top, hspace=gap, wspace=0.8
+    )
     if not cc:
         _empty(axes[0], "clustering runs")
-    for ax in axes[len(cc):]:
+    for ax in axes[len(cc) :]:
         if cc:
             ax.set_axis_off()
-    kinds = (("size_before_cap", "k-means"), ("size_after_cap", "after the soft cap"),
-             ("kept", "kept (after pruning)"))
+    kinds = (
+        ("size_before_cap", "k-means"),
+        ("size_after_cap", "after the soft cap"),
+        ("kept", "kept (after pruning)"),
+    )
     for ax, (c, ks) in zip(axes, cc):
         width_bar = 0.27
         x = np.arange(len(ks))
@@ -364,33 +460,44 @@ def cluster_sizes(rep: Report, out_dir: Path) -> list[Path]:
         ax.set_xlabel("cluster (= worker)", labelpad=1)
         ax.set_ylabel("examples")
         seeds = f"{len(c.runs)} seed" + ("s" if len(c.runs) > 1 else "")
-        ax.set_title(f"{cell_method_name(c)}, {seeds}\n"
-                     f"{setting_name(c.first.dataset, '', c.first.world_size)}", fontsize=FONT_PT)
+        ax.set_title(
+            f"{cell_method_name(c)}, {seeds}\n{setting_name(c.first.dataset, '', c.first.world_size)}",
+            fontsize=FONT_PT,
+        )
     _legend(fig, axes, 3, 1.0 - 0.02 / height)
     return _save(fig, out_dir, "cluster_sizes")
 
 
 # ----------------------------------------------------------------------------- worker balance
 
+
 def worker_balance(rep: Report, out_dir: Path) -> list[Path]:
     """Per worker: tokens per step, and the all-reduce wait as a share of the step (the total
     wait over the total step time, so runs of any length compare; n/a under fsdp)."""
     cells = []
     for c in _main_first(rep):
-        ks = sorted({int(b.split("/")[1]) for r in c.runs for (b, _) in r.diag
-                     if b.startswith("worker/") and b.split("/")[1].isdigit()})
+        ks = sorted(
+            {
+                int(b.split("/")[1])
+                for r in c.runs
+                for (b, _) in r.diag
+                if b.startswith("worker/") and b.split("/")[1].isdigit()
+            }
+        )
         if ks:
             cells.append((c, ks))
     cells = cells[:6]  # six cells (main ones first) keep the figure readable
-    names = [f"{cell_method_name(c)} · {setting_name(c.first.dataset, '', c.first.world_size)}"
-             + (" (wait: n/a, fsdp)" if rep.fsdp(c) else "") for c, _ in cells]
+    names = [
+        f"{cell_method_name(c)} · {setting_name(c.first.dataset, '', c.first.world_size)}"
+        + (" (wait: n/a, fsdp)" if rep.fsdp(c) else "")
+        for c, _ in cells
+    ]
     # Two legend columns where the names fit in half the width (about 0.062 in per character).
     legend_cols = 2 if max((len(n) for n in names), default=0) * 0.062 + 0.5 < PAGE_IN / 2 else 1
     legend_h = LINE_IN * _legend_rows(len(cells), legend_cols) + 0.1
     height = 0.15 + 1.8 + 0.42 + legend_h
     fig, axes = _figure(1, 2)
-    _layout(fig, PAGE_IN, height, 1, 2, left=0.55, right=0.1, bottom=0.42 + legend_h, top=0.15,
-            wspace=0.7)
+    _layout(fig, PAGE_IN, height, 1, 2, left=0.55, right=0.1, bottom=0.42 + legend_h, top=0.15, wspace=0.7)
     if not cells:
         _empty(axes[0], "per-worker logs")
         axes[1].set_axis_off()
@@ -409,15 +516,15 @@ def worker_balance(rep: Report, out_dir: Path) -> list[Path]:
             for k in ks:
                 w = _val(rep.diag_cell(c, f"worker/{k}", "allreduce_wait_s"))
                 comp = _val(rep.diag_cell(c, f"worker/{k}", "compute_s"))
-                share.append(100 * w / (w + comp) if w is not None and comp and w + comp > 0
-                             else 0.0)
+                share.append(100 * w / (w + comp) if w is not None and comp and w + comp > 0 else 0.0)
             axes[1].bar(x, share, width, color=color)
     axes[0].set_ylabel("tokens per optimizer step")
     axes[1].set_ylabel("all-reduce wait (% of step time)")
     axes[1].set_ylim(0, 100)
     if any_fsdp:
-        axes[1].text(0.98, 0.97, "n/a (fsdp): wait not measured", ha="right", va="top",
-                     transform=axes[1].transAxes)
+        axes[1].text(
+            0.98, 0.97, "n/a (fsdp): wait not measured", ha="right", va="top", transform=axes[1].transAxes
+        )
     n_workers = max(max(ks) for _, ks in cells) + 1
     for ax in axes:
         ax.set_xlabel("worker", labelpad=1)
@@ -427,6 +534,7 @@ def worker_balance(rep: Report, out_dir: Path) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- step tokens
+
 
 def step_tokens(rep: Report, out_dir: Path) -> list[Path]:
     """Per optimizer step, each worker's tokens (from the schedule, known before training), for
@@ -448,11 +556,22 @@ def step_tokens(rep: Report, out_dir: Path) -> list[Path]:
     top, panel_h, gap, bottom = 0.15 + legend_h + 0.45, 1.6, 0.95, 0.42
     height = top + nrows * panel_h + (nrows - 1) * gap + bottom
     fig, axes = _figure(nrows, ncols)
-    _layout(fig, COLUMN_IN if ncols == 1 else PAGE_IN, height, nrows, ncols, left=0.62,
-            right=0.1, bottom=bottom, top=top, hspace=gap, wspace=0.75)
+    _layout(
+        fig,
+        COLUMN_IN if ncols == 1 else PAGE_IN,
+        height,
+        nrows,
+        ncols,
+        left=0.62,
+        right=0.1,
+        bottom=bottom,
+        top=top,
+        hspace=gap,
+        wspace=0.75,
+    )
     if not cells:
         _empty(axes[0], "per-step token sums (run folders' step_tokens.json)")
-    for ax in axes[len(cells):]:
+    for ax in axes[len(cells) :]:
         if cells:
             ax.set_axis_off()
     for ax, (c, run) in zip(axes, cells):
@@ -460,24 +579,32 @@ def step_tokens(rep: Report, out_dir: Path) -> list[Path]:
         x = np.arange(1, sums.shape[0] + 1)
         marker = sums.shape[0] <= 30  # markers only where they stay apart
         for k in range(sums.shape[1]):
-            ax.plot(x, sums[:, k], color=COLORS[k % len(COLORS)], linewidth=0.9,
-                    marker=MARKERS[k % len(MARKERS)] if marker else None, markersize=3,
-                    label=f"worker {k}")
+            ax.plot(
+                x,
+                sums[:, k],
+                color=COLORS[k % len(COLORS)],
+                linewidth=0.9,
+                marker=MARKERS[k % len(MARKERS)] if marker else None,
+                markersize=3,
+                label=f"worker {k}",
+            )
         ax.set_ylim(0, 1.1 * sums.max())
         ax.set_xlim(0.5, sums.shape[0] + 0.5)
         ax.set_xlabel("optimizer step", labelpad=1)
         ax.set_ylabel("tokens per step")
         idle = 100 * idle_share(sums)
         where = f"{setting_name(c.first.dataset, '', c.first.world_size)} · seed {run.seed}"
-        ax.set_title(textwrap.fill(cell_method_name(c), 44) + "\n"
-                     + textwrap.fill(f"{where}; predicted idle {idle:.1f}%", 52),
-                     fontsize=FONT_PT)
+        ax.set_title(
+            textwrap.fill(cell_method_name(c), 44)
+            + "\n"
+            + textwrap.fill(f"{where}; predicted idle {idle:.1f}%", 52),
+            fontsize=FONT_PT,
+        )
     _legend(fig, axes, legend_cols, 1.0 - 0.02 / height)
     return _save(fig, out_dir, "step_tokens")
 
 
-def all_figures(rep: Report, out_dir: Path, reported: list[dict[str, Any]] | None = None
-                ) -> list[Path]:
+def all_figures(rep: Report, out_dir: Path, reported: list[dict[str, Any]] | None = None) -> list[Path]:
     """Write every figure as PNG and PDF into out_dir; returns the paths. reported: the paper's
     entries (reports/reported.yaml), drawn beside ours where the setting matches."""
     import matplotlib

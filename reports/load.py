@@ -9,7 +9,8 @@ docs/files.md): a damaged one stops the report unless --allow-damaged leaves it 
 
 A *run* is one `run_id` (one config, one seed). A *cell* is what the tables show as one line: the
 runs that differ only in their seed (same dataset, model, method, selection params, ratio,
-allocator and its params, weighting, world size and, for budget-taking baselines, the budget). A baseline run at
+allocator and its params, weighting, world size and, for budget-taking baselines, the budget). A
+baseline run at
 exactly a CluSTER run's kept count (same seed, dataset, model, workers) is placed "at r = ..." of
 that CluSTER run, so random runs matched per seed land in one cell even when CluSTER's kept count
 differs a little between seeds.
@@ -21,6 +22,7 @@ its cells show as missing, never as zero. A run whose rows say status `diverged`
 loss or gradients became non-finite; one row `train`/`diverged` holds the step) has no scores:
 its quality cells show "diverged".
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -118,8 +120,16 @@ class Run:
         return self.scores.get((benchmark, metric))
 
 
-COST_COLUMNS = ("selection_s", "train_s", "eval_s", "end_to_end_s", "tokens_per_s",
-                "allreduce_wait_share", "predicted_idle_share", "peak_mem_mb")
+COST_COLUMNS = (
+    "selection_s",
+    "train_s",
+    "eval_s",
+    "end_to_end_s",
+    "tokens_per_s",
+    "allreduce_wait_share",
+    "predicted_idle_share",
+    "peak_mem_mb",
+)
 
 
 def _float(v: str, where: str, col: str) -> float | None:
@@ -147,20 +157,25 @@ def find_result_files(results: Path) -> tuple[list[Path], Path]:
     if results.is_file():
         return [results], results.parent
     if not results.is_dir():
-        raise FileNotFoundError(f"results {results}: no such file or folder (give the output_dir "
-                                "the runs wrote to, or a results.csv)")
+        raise FileNotFoundError(
+            f"results {results}: no such file or folder (give the output_dir "
+            "the runs wrote to, or a results.csv)"
+        )
     parts = sorted(results.rglob(PART_NAME))
     if parts:
         return parts, results
     merged = results / "results.csv"
     if merged.is_file():
         return [merged], results
-    raise FileNotFoundError(f"no {PART_NAME} files and no results.csv under {results}; run an "
-                            "experiment first (cluster-repro run CONFIG, or cluster-repro demo)")
+    raise FileNotFoundError(
+        f"no {PART_NAME} files and no results.csv under {results}; run an "
+        "experiment first (cluster-repro run CONFIG, or cluster-repro demo)"
+    )
 
 
-def read_results(files: list[Path], root: Path, allow_damaged: bool = False
-                 ) -> tuple[list[tuple[str, dict[str, str]]], list[str]]:
+def read_results(
+    files: list[Path], root: Path, allow_damaged: bool = False
+) -> tuple[list[tuple[str, dict[str, str]]], list[str]]:
     """Every row with a 'file:line' label for messages, and a note per damaged file skipped.
 
     Each file is checked first (repro/core/results.py `read_checked`: part files against their
@@ -178,13 +193,16 @@ def read_results(files: list[Path], root: Path, allow_damaged: bool = False
     if damaged and not allow_damaged:
         raise ReportInputError(damaged_message(damaged, allowed=False))
     if not out:
-        raise ReportInputError(f"no result rows in {', '.join(str(f) for f in files)}"
-                               + (f" ({len(damaged)} damaged)" if damaged else ""))
+        raise ReportInputError(
+            f"no result rows in {', '.join(str(f) for f in files)}"
+            + (f" ({len(damaged)} damaged)" if damaged else "")
+        )
     return out, [f"skipped damaged results file {d}" for d in damaged]
 
 
-def read_result_rows(files: list[Path], root: Path, allow_damaged: bool = False
-                     ) -> list[tuple[str, dict[str, str]]]:
+def read_result_rows(
+    files: list[Path], root: Path, allow_damaged: bool = False
+) -> list[tuple[str, dict[str, str]]]:
     """`read_results` without the notes."""
     return read_results(files, root, allow_damaged)[0]
 
@@ -215,19 +233,27 @@ def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> lis
             try:
                 params = json.loads(r.get("selection_params") or "{}")
             except json.JSONDecodeError:
-                raise ReportInputError(f"{where}: selection_params is not JSON: "
-                                       f"{r.get('selection_params')!r}") from None
+                raise ReportInputError(
+                    f"{where}: selection_params is not JSON: {r.get('selection_params')!r}"
+                ) from None
             try:
                 alloc_params = json.loads(r.get("allocation_params") or "{}")
             except json.JSONDecodeError:
-                raise ReportInputError(f"{where}: allocation_params is not JSON: "
-                                       f"{r.get('allocation_params')!r}") from None
+                raise ReportInputError(
+                    f"{where}: allocation_params is not JSON: {r.get('allocation_params')!r}"
+                ) from None
             versions = _json(r.get("versions"), where, "versions")
             seed = _int(r.get("seed", ""), where, "seed")
             runs[rid] = Run(
-                run_id=rid, config_hash=r.get("config_hash", ""), name=r.get("name", ""),
-                dataset=r.get("dataset", ""), model=r.get("model", ""), method=r["method"],
-                params=params, allocator=r.get("allocator", ""), weight_mode=r.get("weight_mode", ""),
+                run_id=rid,
+                config_hash=r.get("config_hash", ""),
+                name=r.get("name", ""),
+                dataset=r.get("dataset", ""),
+                model=r.get("model", ""),
+                method=r["method"],
+                params=params,
+                allocator=r.get("allocator", ""),
+                weight_mode=r.get("weight_mode", ""),
                 ratio=_float(r.get("ratio", ""), where, "ratio"),
                 world_size=_int(r.get("world_size", ""), where, "world_size"),
                 seed=0 if seed is None else seed,
@@ -235,10 +261,13 @@ def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> lis
                 n_selected=_int(r.get("n_selected", ""), where, "n_selected"),
                 n_pool=_int(r.get("n_pool", ""), where, "n_pool"),
                 costs=costs,
-                lm_eval=versions.get("lm_eval"), versions=versions, git_sha=r.get("git_sha", ""),
+                lm_eval=versions.get("lm_eval"),
+                versions=versions,
+                git_sha=r.get("git_sha", ""),
                 attempts=_int(r.get("attempts", ""), where, "attempts"),
                 resumed_from_step=_int(r.get("resumed_from_step", ""), where, "resumed_from_step"),
-                alloc_params=alloc_params)
+                alloc_params=alloc_params,
+            )
         run = runs[rid]
         b, m = r["benchmark"], r["metric"]
         if r.get("status") == "diverged":
@@ -283,8 +312,9 @@ def load_step_tokens(run_dir: Path) -> list[list[int]] | None:
         steps = json.loads(path.read_text(encoding="utf-8"))["step_tokens"]
         return [[int(x) for x in row] for row in steps]
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise ReportInputError(f"{path}: expected JSON with step_tokens, a list of per-worker "
-                               f"token lists ({e})") from None
+        raise ReportInputError(
+            f"{path}: expected JSON with step_tokens, a list of per-worker token lists ({e})"
+        ) from None
 
 
 def load_items(run_dir: Path) -> dict[str, dict[str, float]]:
@@ -304,8 +334,9 @@ def load_items(run_dir: Path) -> dict[str, dict[str, float]]:
                 bench = d.get("benchmark") or f"demo/{d['category']}"
                 iid, score = str(d["id"]), float(d["score"])
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-                raise ReportInputError(f"{path}:{i}: expected JSON with id, score and benchmark or "
-                                       f"category ({e})") from None
+                raise ReportInputError(
+                    f"{path}:{i}: expected JSON with id, score and benchmark or category ({e})"
+                ) from None
             items.setdefault(bench, {})[iid] = score
             if bench.startswith("demo/"):
                 items.setdefault("demo/overall", {})[iid] = score
@@ -313,6 +344,7 @@ def load_items(run_dir: Path) -> dict[str, dict[str, float]]:
 
 
 # ----------------------------------------------------------------------------- cells
+
 
 @dataclass
 class Cell:
@@ -354,8 +386,7 @@ def assign_budgets(runs: list[Run]) -> None:
     by_count: dict[tuple, list[float]] = {}
     for r in runs:
         if r.ratio is not None and r.n_selected is not None:
-            by_count.setdefault((r.dataset, r.model, r.world_size, r.seed, r.n_selected),
-                                []).append(r.ratio)
+            by_count.setdefault((r.dataset, r.model, r.world_size, r.seed, r.n_selected), []).append(r.ratio)
     for r in runs:
         if r.ratio is not None or r.method in ("full", "base"):
             r.budget = ""
@@ -381,7 +412,7 @@ def place_base_runs(runs: list[Run]) -> list[Run]:
         if r.method == "base" and not r.dataset:
             continue
         benches = settings.setdefault((r.dataset, r.model, r.world_size), {})
-        for (b, _m) in r.scores:
+        for b, _m in r.scores:
             benches.setdefault(b, set()).add(r.n_items.get(b))
     out = []
     for r in runs:
@@ -392,11 +423,20 @@ def place_base_runs(runs: list[Run]) -> list[Run]:
         for (dataset, model, workers), benches in sorted(settings.items(), key=str):
             if model != r.model:
                 continue
-            keep = {k: v for k, v in r.scores.items()
-                    if k[0] in benches and r.n_items.get(k[0]) in benches[k[0]]}
+            keep = {
+                k: v for k, v in r.scores.items() if k[0] in benches and r.n_items.get(k[0]) in benches[k[0]]
+            }
             if keep:
-                out.append(replace(r, dataset=dataset, world_size=workers, scores=keep,
-                                   missing=set(), run_id=f"{r.run_id}@{dataset}/{workers}"))
+                out.append(
+                    replace(
+                        r,
+                        dataset=dataset,
+                        world_size=workers,
+                        scores=keep,
+                        missing=set(),
+                        run_id=f"{r.run_id}@{dataset}/{workers}",
+                    )
+                )
                 placed = True
         if not placed:
             out.append(r)
@@ -404,9 +444,19 @@ def place_base_runs(runs: list[Run]) -> list[Run]:
 
 
 def cell_key(r: Run) -> tuple:
-    return (r.dataset, r.model, r.world_size or 0, METHOD_ORDER.get(r.method, 5), r.method,
-            -(r.ratio or 0), _params_key(r.params), r.budget, r.allocator,
-            _params_key(r.alloc_params), r.weight_mode)
+    return (
+        r.dataset,
+        r.model,
+        r.world_size or 0,
+        METHOD_ORDER.get(r.method, 5),
+        r.method,
+        -(r.ratio or 0),
+        _params_key(r.params),
+        r.budget,
+        r.allocator,
+        _params_key(r.alloc_params),
+        r.weight_mode,
+    )
 
 
 def group_cells(runs: list[Run]) -> list[Cell]:

@@ -4,21 +4,40 @@ The result rows carry ids (`cluster`, `humaneval_plus`, `codellama/CodeLlama-7b-
 files keep those ids, while Markdown, LaTeX and the figures show these names. An id without an
 entry here is shown as it is.
 """
+
 from __future__ import annotations
 
 from reports.load import Cell, norm_benchmark
 
 METHODS = {
-    "base": "Base model", "full": "Full data", "random": "Random", "cluster": "CluSTER",
-    "uniform": "Uniform", "ifd": "IFD", "less": "LESS", "s2l": "S2L", "loss": "Loss (EL2N)",
-    "grand": "GraNd", "perplexity": "Perplexity", "ccs": "CCS", "dedup-exact": "Dedup (exact)",
-    "dedup-minhash": "Dedup (MinHash)", "semdedup": "SemDeDup",
+    "base": "Base model",
+    "full": "Full data",
+    "random": "Random",
+    "cluster": "CluSTER",
+    "uniform": "Uniform",
+    "ifd": "IFD",
+    "less": "LESS",
+    "s2l": "S2L",
+    "loss": "Loss (EL2N)",
+    "grand": "GraNd",
+    "perplexity": "Perplexity",
+    "ccs": "CCS",
+    "dedup-exact": "Dedup (exact)",
+    "dedup-minhash": "Dedup (MinHash)",
+    "semdedup": "SemDeDup",
 }
 # Keyed by the normalized benchmark name (reports/load.py norm_benchmark).
 BENCHMARKS = {
-    "humaneval": "HumanEval", "humanevalplus": "HumanEval+", "mbpp": "MBPP", "mbppplus": "MBPP+",
-    "medqa": "MedQA", "medqa4options": "MedQA", "medmcqa": "MedMCQA", "pubmedqa": "PubMedQA",
-    "mmlumedical": "MMLU-med.", "heldout": "Held-out",
+    "humaneval": "HumanEval",
+    "humanevalplus": "HumanEval+",
+    "mbpp": "MBPP",
+    "mbppplus": "MBPP+",
+    "medqa": "MedQA",
+    "medqa4options": "MedQA",
+    "medmcqa": "MedMCQA",
+    "pubmedqa": "PubMedQA",
+    "mmlumedical": "MMLU-med.",
+    "heldout": "Held-out",
 }
 # Metrics that are a benchmark's usual score, so a column needs only the benchmark's name.
 PRIMARY_METRICS = ("pass@1", "acc", "exact_or_exec")
@@ -31,8 +50,9 @@ def ratio_text(ratio_pct: float) -> str:
     return s + "0" if s.endswith(".") else s
 
 
-def method_name(method: str, ratio: float | None = None, budget: str = "",
-                extra: list[str] | None = None) -> str:
+def method_name(
+    method: str, ratio: float | None = None, budget: str = "", extra: list[str] | None = None
+) -> str:
     """'CluSTER (r = 0.5)', 'Random (r = 0.5)' (random at CluSTER r = 0.5's kept count),
     'Random (n = 40)', 'Full data'; `extra` adds settings such as 'prune = far'."""
     inside = []
@@ -58,7 +78,7 @@ def cell_method_name(c: Cell, variants: bool = True) -> str:
             extra.append(f"weights {r.weight_mode}")
         if r.method == "cluster" and r.allocator != "cluster-interleave":
             extra.append(ALLOCATORS.get(r.allocator, r.allocator))
-    budget = r.budget[len("r="):] if r.budget.startswith("r=") else ""
+    budget = r.budget[len("r=") :] if r.budget.startswith("r=") else ""
     ratio = r.ratio if r.ratio is not None else (float(budget) * 100 if budget else None)
     return method_name(r.method, ratio, "" if budget else r.budget, extra)
 

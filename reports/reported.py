@@ -4,6 +4,7 @@ An entry matches our cell when dataset, model, method and ratio agree (and weigh
 selection params where the entry names them), at 4 workers (the paper's main setting). Where no
 run of ours has that cell, "ours" and the difference show as missing.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,8 +18,20 @@ from reports.tables import Column, Report, Table
 
 REPORTED_FILE = Path(__file__).resolve().parent / "reported.yaml"
 QUANTITIES = ("data_used", "avg_score", "train_time", "train_time_reduction", "category_agreement")
-ENTRY_KEYS = {"section", "dataset", "model", "method", "ratio", "quantity", "value", "unit", "note",
-              "weight_mode", "selection_params", "world_size"}
+ENTRY_KEYS = {
+    "section",
+    "dataset",
+    "model",
+    "method",
+    "ratio",
+    "quantity",
+    "value",
+    "unit",
+    "note",
+    "weight_mode",
+    "selection_params",
+    "world_size",
+}
 
 
 def load_reported(path: Path = REPORTED_FILE) -> list[dict[str, Any]]:
@@ -33,15 +46,13 @@ def load_reported(path: Path = REPORTED_FILE) -> list[dict[str, Any]]:
             raise ReportInputError(f"{where}: expected a mapping")
         unknown = set(e) - ENTRY_KEYS
         if unknown:
-            raise ReportInputError(f"{where}: unknown keys {sorted(unknown)} (allowed: "
-                                   f"{sorted(ENTRY_KEYS)})")
+            raise ReportInputError(f"{where}: unknown keys {sorted(unknown)} (allowed: {sorted(ENTRY_KEYS)})")
         for k in ("section", "dataset", "model", "method", "quantity", "value"):
             if k not in e:
                 raise ReportInputError(f"{where}: missing {k!r}")
         q = str(e["quantity"])
         if q not in QUANTITIES and not q.startswith("score:"):
-            raise ReportInputError(f"{where}: quantity {q!r} is not one of {QUANTITIES} or "
-                                   "score:<benchmark>")
+            raise ReportInputError(f"{where}: quantity {q!r} is not one of {QUANTITIES} or score:<benchmark>")
         if not isinstance(e["value"], (int, float)):
             raise ReportInputError(f"{where}: value {e['value']!r} is not a number")
     return entries
@@ -121,9 +132,17 @@ def _ours(rep: Report, c: Cell, q: str) -> Any:
 
 
 def reported_table(rep: Report, entries: list[dict[str, Any]]) -> Table:
-    cols = [Column("section"), Column("setting"), Column("method"), Column("quantity"),
-            Column("unit"), Column("reported", "num2"), Column("ours", "num2"),
-            Column("ours - reported", "delta2"), Column("note")]
+    cols = [
+        Column("section"),
+        Column("setting"),
+        Column("method"),
+        Column("quantity"),
+        Column("unit"),
+        Column("reported", "num2"),
+        Column("ours", "num2"),
+        Column("ours - reported", "delta2"),
+        Column("note"),
+    ]
     rows = []
     for e in entries:
         cell = next((c for c in rep.cells if _matches(c, e)), None)
@@ -135,14 +154,31 @@ def reported_table(rep: Report, entries: list[dict[str, Any]]) -> Table:
             extra.append(f"weights={e['weight_mode']}")
         if extra:
             method += " (" + ", ".join(extra) + ")"
-        rows.append([e["section"], f"{e['dataset']} · {e['model']}", f"{method} [reported]",
-                     e["quantity"], e.get("unit", ""), float(e["value"]), ours,
-                     None if ours_v is None else ours_v - float(e["value"]), e.get("note", "")])
-    return Table("reported", "The paper's reported numbers beside ours", cols, rows, notes=[
-        "Reported values transcribed in reports/reported.yaml from ../shared/docs/method.md "
-        "(itself from summaries of the paper, not yet checked against the PDF).",
-        "ours: our cell with the same dataset, model, method and ratio at 4 workers; missing "
-        "where we have no such run. Train time in hours."])
+        rows.append(
+            [
+                e["section"],
+                f"{e['dataset']} · {e['model']}",
+                f"{method} [reported]",
+                e["quantity"],
+                e.get("unit", ""),
+                float(e["value"]),
+                ours,
+                None if ours_v is None else ours_v - float(e["value"]),
+                e.get("note", ""),
+            ]
+        )
+    return Table(
+        "reported",
+        "The paper's reported numbers beside ours",
+        cols,
+        rows,
+        notes=[
+            "Reported values transcribed in reports/reported.yaml from ../shared/docs/method.md "
+            "(itself from summaries of the paper, not yet checked against the PDF).",
+            "ours: our cell with the same dataset, model, method and ratio at 4 workers; missing "
+            "where we have no such run. Train time in hours.",
+        ],
+    )
 
 
 __all__ = ["MAIN_SECTION", "PaperCell", "load_reported", "paper_cells", "reported_table"]

@@ -12,6 +12,7 @@ cell does not move another cell's interval.
   where per-item scores are absent, seeds. Several groups (e.g. the benchmarks of a domain
   average) are resampled each within itself and their means averaged, as the average is formed.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -49,7 +50,7 @@ def _boot_means(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     step = max(1, 2_000_000 // a.size)
     for start in range(0, N_BOOT, step):
         k = min(step, N_BOOT - start)
-        out[start:start + k] = a[rng.integers(0, a.size, size=(k, a.size))].mean(axis=1)
+        out[start : start + k] = a[rng.integers(0, a.size, size=(k, a.size))].mean(axis=1)
     return out
 
 

@@ -6,11 +6,13 @@ A table cell is a str, an int/float, an `Estimate` (mean over seeds with its int
 difference) or None, which renders as missing ("—"); "" means "not evaluated in this setting";
 "diverged" marks the quality cells of a cell with a run whose training diverged (no scores).
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +79,7 @@ class Report:
         metrics: dict[str, set[str]] = {}
         for c in cells:
             for r in c.runs:
-                for (b, m) in r.scores:
+                for b, m in r.scores:
                     metrics.setdefault(b, set()).add(m)
                 for b in r.missing:
                     metrics.setdefault(b, set())
@@ -94,8 +96,9 @@ class Report:
             exp = self.expected.setdefault((c.first.dataset, c.first.model), set())
             for r in c.runs:
                 exp |= {b for (b, _) in r.scores} | r.missing
-        self.domains = sorted({d for (b, _) in self.quality if (d := self.domain(b))},
-                              key=lambda d: order.get(d, 3))
+        self.domains = sorted(
+            {d for (b, _) in self.quality if (d := self.domain(b))}, key=lambda d: order.get(d, 3)
+        )
 
     def domain(self, benchmark: str) -> str | None:
         """The benchmark's domain (reports/load.py domain_of), by name or by its rows' kind."""
@@ -111,8 +114,11 @@ class Report:
 
     def domain_keys(self, r: Run, domain: str) -> list[QualityKey]:
         exp = self.expected.get((r.dataset, r.model), set())
-        return [(b, m) for (b, m) in self.quality
-                if self.domain(b) == domain and b in exp and m not in RAW_METRICS]
+        return [
+            (b, m)
+            for (b, m) in self.quality
+            if self.domain(b) == domain and b in exp and m not in RAW_METRICS
+        ]
 
     def run_domain_avg(self, r: Run, domain: str) -> float | None:
         keys = self.domain_keys(r, domain)
@@ -170,15 +176,19 @@ class Report:
         return mean_ci(vals, f"{c.key}|{bench}|{metric}|per-step")
 
     def kept_cell(self, c: Cell) -> Estimate | None:
-        return mean_ci([None if r.kept_fraction is None else 100 * r.kept_fraction
-                        for r in c.runs], f"{c.key}|kept")
+        return mean_ci(
+            [None if r.kept_fraction is None else 100 * r.kept_fraction for r in c.runs], f"{c.key}|kept"
+        )
 
     # -- references ----------------------------------------------------------------------
     def full_cell(self, c: Cell) -> Cell | None:
         f = c.first
         for o in self.cells:
-            if o.first.method == "full" and (o.first.dataset, o.first.model, o.first.world_size) \
-                    == (f.dataset, f.model, f.world_size):
+            if o.first.method == "full" and (o.first.dataset, o.first.model, o.first.world_size) == (
+                f.dataset,
+                f.model,
+                f.world_size,
+            ):
                 return o
         return None
 
@@ -186,8 +196,7 @@ class Report:
         """The run that r is compared with at the same seed: full data, or random at r's kept count."""
         for o in self.cells:
             for x in o.runs:
-                if (x.dataset, x.model, x.world_size, x.seed) != (r.dataset, r.model,
-                                                                  r.world_size, r.seed):
+                if (x.dataset, x.model, x.world_size, x.seed) != (r.dataset, r.model, r.world_size, r.seed):
                     continue
                 if which == "full" and x.method == "full":
                     return x
@@ -198,17 +207,25 @@ class Report:
     def paired(self, c: Cell, which: str, keys: list[QualityKey]) -> Estimate | None:
         """Mean difference of c minus its reference over keys' (average), paired on items where
         both runs have per-item scores for every key, else on seeds."""
-        pairs = [(r, ref) for r in c.runs if (ref := self.reference_run(r, which)) is not None
-                 and ref.run_id != r.run_id]
+        pairs = [
+            (r, ref)
+            for r in c.runs
+            if (ref := self.reference_run(r, which)) is not None and ref.run_id != r.run_id
+        ]
         if not pairs or not keys:
             return None
         tag = f"{c.key}|{which}|{keys}"
         if all(b in r.items and b in ref.items for r, ref in pairs for (b, _) in keys):
             groups = []
-            for (b, m) in keys:
+            for b, m in keys:
                 s = _scale(m)
-                groups.append([s * (r.items[b][i] - ref.items[b][i]) for r, ref in pairs
-                               for i in sorted(r.items[b].keys() & ref.items[b].keys())])
+                groups.append(
+                    [
+                        s * (r.items[b][i] - ref.items[b][i])
+                        for r, ref in pairs
+                        for i in sorted(r.items[b].keys() & ref.items[b].keys())
+                    ]
+                )
             return paired_diff(groups, tag, "items")
         diffs = []
         for r, ref in pairs:
@@ -233,6 +250,7 @@ class Report:
 
 # ----------------------------------------------------------------------------- the tables
 
+
 def at_a_budget(c: Cell) -> bool:
     """Whether random at the same kept count is a reference for c: CluSTER at a ratio, or a
     baseline placed at a budget (`@r=0.5`, `@n=40`); not full data or the base model."""
@@ -244,8 +262,14 @@ def _ident(c: Cell) -> list[Any]:
     return [setting(r), c.label(), r.allocator, r.weight_mode, r.world_size, len(c.runs)]
 
 
-IDENT_COLS = [Column("setting"), Column("method"), Column("allocator"), Column("weights"),
-              Column("workers", "int"), Column("seeds", "int")]
+IDENT_COLS = [
+    Column("setting"),
+    Column("method"),
+    Column("allocator"),
+    Column("weights"),
+    Column("workers", "int"),
+    Column("seeds", "int"),
+]
 
 
 def quality_column(key: QualityKey) -> Column:
@@ -262,9 +286,13 @@ def main_table(rep: Report) -> Table:
     cols = IDENT_COLS + [Column("data used (%)", "pct")]
     cols += [quality_column(k) for k in rep.quality]
     cols += [Column(f"{d} avg (%)", "pct") for d in rep.domains]
-    cols += [Column("train s", "sec"), Column("selection s", "sec"), Column("end-to-end s", "sec"),
-             Column("train time vs full (% less)", "pct"),
-             Column("end-to-end vs full (% less)", "pct")]
+    cols += [
+        Column("train s", "sec"),
+        Column("selection s", "sec"),
+        Column("end-to-end s", "sec"),
+        Column("train time vs full (% less)", "pct"),
+        Column("end-to-end vs full (% less)", "pct"),
+    ]
     for d in rep.domains:
         cols += [Column(f"Δ {d} avg vs full", "delta"), Column(f"Δ {d} avg vs random", "delta")]
     rows = []
@@ -272,45 +300,70 @@ def main_table(rep: Report) -> Table:
         row = _ident(c) + [rep.kept_cell(c)]
         row += [rep.quality_cell(c, k) for k in rep.quality]
         row += [rep.domain_cell(c, d) for d in rep.domains]
-        row += [rep.cost_cell(c, "train_s"), rep.cost_cell(c, "selection_s"),
-                rep.cost_cell(c, "end_to_end_s"), rep.reduction(c, "train_s"),
-                rep.reduction(c, "end_to_end_s")]
+        row += [
+            rep.cost_cell(c, "train_s"),
+            rep.cost_cell(c, "selection_s"),
+            rep.cost_cell(c, "end_to_end_s"),
+            rep.reduction(c, "train_s"),
+            rep.reduction(c, "end_to_end_s"),
+        ]
         for d in rep.domains:
             keys = rep.domain_keys(c.first, d)
-            row.append("ref" if c.first.method == "full" else
-                       (DIVERGED if rep.diverged(c) else rep.paired(c, "full", keys))
-                       if keys else NOT_EVALUATED)
-            row.append("ref" if c.first.method == "random" else
-                       (DIVERGED if rep.diverged(c) else rep.paired(c, "random", keys))
-                       if keys and at_a_budget(c) else NOT_EVALUATED)
+            row.append(
+                "ref"
+                if c.first.method == "full"
+                else (DIVERGED if rep.diverged(c) else rep.paired(c, "full", keys))
+                if keys
+                else NOT_EVALUATED
+            )
+            row.append(
+                "ref"
+                if c.first.method == "random"
+                else (DIVERGED if rep.diverged(c) else rep.paired(c, "random", keys))
+                if keys and at_a_budget(c)
+                else NOT_EVALUATED
+            )
         rows.append(row)
-    return Table("main", "Main results: quality, data used and time per method and ratio", cols,
-                 rows, notes=[
-                     "Train time is the training loop alone (as the paper reports it); selection "
-                     "(features, clustering, choice, allocation) is separate; end-to-end adds data "
-                     "loading, start-up and evaluation.",
-                     "Δ: paired difference in points against full data and against random at the "
-                     "same kept count, same seed.",
-                     "base: the model before fine-tuning (`cluster-repro eval --model`), shown in "
-                     "each setting that fine-tunes it, on the benchmarks that setting reports on "
-                     "the same number of items."])
+    return Table(
+        "main",
+        "Main results: quality, data used and time per method and ratio",
+        cols,
+        rows,
+        notes=[
+            "Train time is the training loop alone (as the paper reports it); selection "
+            "(features, clustering, choice, allocation) is separate; end-to-end adds data "
+            "loading, start-up and evaluation.",
+            "Δ: paired difference in points against full data and against random at the "
+            "same kept count, same seed.",
+            "base: the model before fine-tuning (`cluster-repro eval --model`), shown in "
+            "each setting that fine-tunes it, on the benchmarks that setting reports on "
+            "the same number of items.",
+        ],
+    )
 
 
 def differences_table(rep: Report) -> Table:
-    cols = IDENT_COLS + [Column("benchmark"), Column("vs"), Column("ours", "pct"), Column("reference", "pct"),
-            Column("difference", "delta"), Column("paired on")]
+    cols = IDENT_COLS + [
+        Column("benchmark"),
+        Column("vs"),
+        Column("ours", "pct"),
+        Column("reference", "pct"),
+        Column("difference", "delta"),
+        Column("paired on"),
+    ]
     rows = []
     for c in rep.cells:
-        refs = [w for w in ("full", "random") if not (w == c.first.method or
-                                                       (w == "random" and not at_a_budget(c)))]
+        refs = [
+            w
+            for w in ("full", "random")
+            if not (w == c.first.method or (w == "random" and not at_a_budget(c)))
+        ]
         targets = [(f"{d} avg", rep.domain_keys(c.first, d), d) for d in rep.domains]
-        targets += [(quality_column(k).name, [k], None) for k in rep.quality
-                    if k[1] is not None]
+        targets += [(quality_column(k).name, [k], None) for k in rep.quality if k[1] is not None]
         for which in refs:
             ref_runs = [x for r in c.runs if (x := rep.reference_run(r, which))]
             for name, keys, dom in targets:
-                if not keys or keys[0][0] not in rep.expected.get(
-                        (c.first.dataset, c.first.model), set()):
+                if not keys or keys[0][0] not in rep.expected.get((c.first.dataset, c.first.model), set()):
                     continue
                 if dom is not None:
                     ours = rep.domain_cell(c, dom)
@@ -319,53 +372,85 @@ def differences_table(rep: Report) -> Table:
                     ours = rep.quality_cell(c, keys[0])
                     ref = mean_ci([rep.run_value(x, keys[0]) for x in ref_runs], f"ref{name}")
                 d = DIVERGED if rep.diverged(c) else rep.paired(c, which, keys)
-                rows.append(_ident(c) + [name, which, ours, ref, d,
-                             f"{d.unit} (n={d.n})" if d and d != DIVERGED else MISSING])
-    return Table("differences", "Paired differences against full data and random at the same "
-                 "budget", cols, rows, notes=[
-                     "Paired bootstrap (2,000 resamples, 95% percentile interval) over items where "
-                     "both runs have per-item scores, else over seeds; a single pair has no "
-                     "interval.",
-                     "Scores and differences in percent / points; loss and perplexity in their "
-                     "own units (lower is better)."])
+                rows.append(
+                    _ident(c)
+                    + [name, which, ours, ref, d, f"{d.unit} (n={d.n})" if d and d != DIVERGED else MISSING]
+                )
+    return Table(
+        "differences",
+        "Paired differences against full data and random at the same budget",
+        cols,
+        rows,
+        notes=[
+            "Paired bootstrap (2,000 resamples, 95% percentile interval) over items where "
+            "both runs have per-item scores, else over seeds; a single pair has no "
+            "interval.",
+            "Scores and differences in percent / points; loss and perplexity in their "
+            "own units (lower is better).",
+        ],
+    )
 
 
 def overhead_table(rep: Report) -> Table:
-    cols = IDENT_COLS + [Column("features s", "sec"), Column("clustering s", "sec"),
-                         Column("choice s", "sec"), Column("allocation s", "sec"),
-                         Column("selection total s", "sec"), Column("selection share of "
-                                                                    "end-to-end (%)", "pct"),
-                         Column("peak memory MB", "mb"), Column("features peak MB", "mb"),
-                         Column("clustering peak MB", "mb"), Column("train energy J", "joules"),
-                         Column("all-reduce wait (%)", "pct"), Column("predicted idle (%)", "pct"),
-                         Column("attempts", "int"), Column("resumed from step", "int")]
+    cols = IDENT_COLS + [
+        Column("features s", "sec"),
+        Column("clustering s", "sec"),
+        Column("choice s", "sec"),
+        Column("allocation s", "sec"),
+        Column("selection total s", "sec"),
+        Column("selection share of end-to-end (%)", "pct"),
+        Column("peak memory MB", "mb"),
+        Column("features peak MB", "mb"),
+        Column("clustering peak MB", "mb"),
+        Column("train energy J", "joules"),
+        Column("all-reduce wait (%)", "pct"),
+        Column("predicted idle (%)", "pct"),
+        Column("attempts", "int"),
+        Column("resumed from step", "int"),
+    ]
     rows = []
     for c in rep.cells:
         if c.first.method == "base":
             continue  # the untuned model: nothing selected or trained
         sel, e2e = rep.cost_cell(c, "selection_s"), rep.cost_cell(c, "end_to_end_s")
         energy = rep.diag_cell(c, "cost/train", "energy_j")
-        rows.append(_ident(c) + [
-            rep.diag_cell(c, "cost/features", "seconds"), rep.diag_cell(c, "cost/clustering", "seconds"),
-            rep.diag_cell(c, "cost/selection", "seconds"), rep.diag_cell(c, "cost/allocation", "seconds"),
-            sel, 100 * sel.value / e2e.value if sel and e2e and e2e.value > 0 else MISSING,
-            rep.cost_cell(c, "peak_mem_mb"), rep.diag_cell(c, "cost/features", "peak_mem_mb"),
-            rep.diag_cell(c, "cost/clustering", "peak_mem_mb"),
-            energy if energy is not None else "not measured",
-            NOT_MEASURED_FSDP if rep.fsdp(c) else rep.cost_cell(c, "allreduce_wait_share", 100),
-            rep.cost_cell(c, "predicted_idle_share", 100), *rep.run_counts(c)])
-    return Table("overhead", "Selection overhead: seconds, memory and energy", cols, rows, notes=[
-        "choice s: keeping m_adj examples per cluster; selection total = select + schedule stages.",
-        "Energy comes from GPU energy counters (NVML) around training; where no GPU reports it "
-        "the cell says 'not measured' (never estimated). Peak memory: process RSS on CPU, "
-        "allocated device memory on GPU; step peaks from Python's tracemalloc.",
-        "all-reduce wait: the measured share of step time the workers waited at the gradient "
-        "all-reduce; predicted idle: its prediction before training, the mean over optimizer "
-        "steps of 1 - mean/max of the workers' token sums (repro/core/steps.py; one worker: "
-        "missing). n/a (fsdp): the wait is not measured.",
-        "attempts: how often a run was started before it finished (1: never interrupted), and "
-        "the step its training resumed from (0: none), the largest over the cell's seeds; the "
-        "seconds of a resumed run add up every attempt (docs/files.md)."])
+        rows.append(
+            _ident(c)
+            + [
+                rep.diag_cell(c, "cost/features", "seconds"),
+                rep.diag_cell(c, "cost/clustering", "seconds"),
+                rep.diag_cell(c, "cost/selection", "seconds"),
+                rep.diag_cell(c, "cost/allocation", "seconds"),
+                sel,
+                100 * sel.value / e2e.value if sel and e2e and e2e.value > 0 else MISSING,
+                rep.cost_cell(c, "peak_mem_mb"),
+                rep.diag_cell(c, "cost/features", "peak_mem_mb"),
+                rep.diag_cell(c, "cost/clustering", "peak_mem_mb"),
+                energy if energy is not None else "not measured",
+                NOT_MEASURED_FSDP if rep.fsdp(c) else rep.cost_cell(c, "allreduce_wait_share", 100),
+                rep.cost_cell(c, "predicted_idle_share", 100),
+                *rep.run_counts(c),
+            ]
+        )
+    return Table(
+        "overhead",
+        "Selection overhead: seconds, memory and energy",
+        cols,
+        rows,
+        notes=[
+            "choice s: keeping m_adj examples per cluster; selection total = select + schedule stages.",
+            "Energy comes from GPU energy counters (NVML) around training; where no GPU reports it "
+            "the cell says 'not measured' (never estimated). Peak memory: process RSS on CPU, "
+            "allocated device memory on GPU; step peaks from Python's tracemalloc.",
+            "all-reduce wait: the measured share of step time the workers waited at the gradient "
+            "all-reduce; predicted idle: its prediction before training, the mean over optimizer "
+            "steps of 1 - mean/max of the workers' token sums (repro/core/steps.py; one worker: "
+            "missing). n/a (fsdp): the wait is not measured.",
+            "attempts: how often a run was started before it finished (1: never interrupted), and "
+            "the step its training resumed from (0: none), the largest over the cell's seeds; the "
+            "seconds of a resumed run add up every attempt (docs/files.md).",
+        ],
+    )
 
 
 NOT_MEASURED_FSDP = "n/a (fsdp)"
@@ -375,17 +460,26 @@ def balance_table(rep: Report) -> Table:
     """Per worker: tokens per step, and the all-reduce wait per optimizer step (seconds, and as a
     share of the step), so a 20-step run and a 4-step run with the same per-step wait read the
     same. Under fsdp the wait is not measured: "n/a (fsdp)", never 0."""
-    cols = IDENT_COLS + [Column("worker", "int"), Column("steps"),
-                         Column("tokens / step", "num0"),
-                         Column("vs mean of workers (%)", "delta"),
-                         Column("all-reduce wait / step s", "sec"),
-                         Column("compute / step s", "sec"),
-                         Column("wait share of step (%)", "pct"),
-                         Column("predicted idle (%)", "pct")]
+    cols = IDENT_COLS + [
+        Column("worker", "int"),
+        Column("steps"),
+        Column("tokens / step", "num0"),
+        Column("vs mean of workers (%)", "delta"),
+        Column("all-reduce wait / step s", "sec"),
+        Column("compute / step s", "sec"),
+        Column("wait share of step (%)", "pct"),
+        Column("predicted idle (%)", "pct"),
+    ]
     rows = []
     for c in rep.cells:
-        workers = sorted({int(b.split("/")[1]) for r in c.runs for (b, _) in r.diag
-                          if b.startswith("worker/") and b.split("/")[1].isdigit()})
+        workers = sorted(
+            {
+                int(b.split("/")[1])
+                for r in c.runs
+                for (b, _) in r.diag
+                if b.startswith("worker/") and b.split("/")[1].isdigit()
+            }
+        )
         toks = {k: rep.diag_cell(c, f"worker/{k}", "tokens_per_step") for k in workers}
         mean_tok = np.mean([t.value for t in toks.values() if t]) if any(toks.values()) else None
         fsdp = rep.fsdp(c)
@@ -396,30 +490,45 @@ def balance_table(rep: Report) -> Table:
             comp = rep.per_step_cell(c, b, "compute_s")
             total_wait = rep.diag_cell(c, b, "allreduce_wait_s")
             total_comp = rep.diag_cell(c, b, "compute_s")
-            share = (100 * total_wait.value / (total_wait.value + total_comp.value)
-                     if total_wait and total_comp and total_wait.value + total_comp.value > 0
-                     else MISSING)
+            share = (
+                100 * total_wait.value / (total_wait.value + total_comp.value)
+                if total_wait and total_comp and total_wait.value + total_comp.value > 0
+                else MISSING
+            )
             t = toks[k]
-            rows.append(_ident(c) + [
-                k, "/".join(str(n) for n in steps) if steps else MISSING, t,
-                100 * (t.value / mean_tok - 1) if t and mean_tok else MISSING,
-                NOT_MEASURED_FSDP if fsdp else wait, comp,
-                NOT_MEASURED_FSDP if fsdp else share,
-                rep.diag_cell(c, b, "predicted_idle_share", 100)])
-    return Table("balance", "Per-worker balance: tokens per step and waiting at the all-reduce",
-                 cols, rows, notes=[
-                     "tokens / step: non-padding tokens a worker processes per optimizer step, "
-                     "mean over steps (and seeds). all-reduce wait / step: seconds from the "
-                     "worker's last gradient bucket being ready until the synchronized gradients "
-                     "were back, mean per optimizer step (the run's total over its steps), then "
-                     "over seeds; compute / step likewise; wait share: wait / (wait + compute).",
-                     "steps: optimizer steps each seed's run logged (several: the seeds differ).",
-                     "predicted idle: the worker's share of step time spent waiting for the "
-                     "slowest worker, predicted from the schedule and token counts before "
-                     "training (mean over steps of 1 - its tokens / the step's most; "
-                     "repro/core/steps.py), beside the measured wait share.",
-                     "n/a (fsdp): train.strategy fsdp does not measure the wait (its compute / "
-                     "step is the whole step, communication included)."])
+            rows.append(
+                _ident(c)
+                + [
+                    k,
+                    "/".join(str(n) for n in steps) if steps else MISSING,
+                    t,
+                    100 * (t.value / mean_tok - 1) if t and mean_tok else MISSING,
+                    NOT_MEASURED_FSDP if fsdp else wait,
+                    comp,
+                    NOT_MEASURED_FSDP if fsdp else share,
+                    rep.diag_cell(c, b, "predicted_idle_share", 100),
+                ]
+            )
+    return Table(
+        "balance",
+        "Per-worker balance: tokens per step and waiting at the all-reduce",
+        cols,
+        rows,
+        notes=[
+            "tokens / step: non-padding tokens a worker processes per optimizer step, "
+            "mean over steps (and seeds). all-reduce wait / step: seconds from the "
+            "worker's last gradient bucket being ready until the synchronized gradients "
+            "were back, mean per optimizer step (the run's total over its steps), then "
+            "over seeds; compute / step likewise; wait share: wait / (wait + compute).",
+            "steps: optimizer steps each seed's run logged (several: the seeds differ).",
+            "predicted idle: the worker's share of step time spent waiting for the "
+            "slowest worker, predicted from the schedule and token counts before "
+            "training (mean over steps of 1 - its tokens / the step's most; "
+            "repro/core/steps.py), beside the measured wait share.",
+            "n/a (fsdp): train.strategy fsdp does not measure the wait (its compute / "
+            "step is the whole step, communication included).",
+        ],
+    )
 
 
 def _summary_cols(rep: Report) -> tuple[list[Column], Callable[[Cell], list[Any]]]:
@@ -427,17 +536,28 @@ def _summary_cols(rep: Report) -> tuple[list[Column], Callable[[Cell], list[Any]
     other = [k for k in rep.quality if rep.domain(k[0]) is None]
     cols = [Column("data used (%)", "pct")] + [Column(f"{d} avg (%)", "pct") for d in rep.domains]
     cols += [quality_column(k) for k in other]
-    cols += [Column("train s", "sec"), Column("end-to-end s", "sec"), Column("tokens/s", "num0"),
-             Column("all-reduce wait (%)", "pct"), Column("predicted idle (%)", "pct")]
+    cols += [
+        Column("train s", "sec"),
+        Column("end-to-end s", "sec"),
+        Column("tokens/s", "num0"),
+        Column("all-reduce wait (%)", "pct"),
+        Column("predicted idle (%)", "pct"),
+    ]
 
     def values(c: Cell) -> list[Any]:
-        return ([rep.kept_cell(c)] + [rep.domain_cell(c, d) for d in rep.domains]
-                + [rep.quality_cell(c, k) for k in other]
-                + [rep.cost_cell(c, "train_s"), rep.cost_cell(c, "end_to_end_s"),
-                   rep.cost_cell(c, "tokens_per_s"),
-                   NOT_MEASURED_FSDP if rep.fsdp(c) else
-                   rep.cost_cell(c, "allreduce_wait_share", 100),
-                   rep.cost_cell(c, "predicted_idle_share", 100)])
+        return (
+            [rep.kept_cell(c)]
+            + [rep.domain_cell(c, d) for d in rep.domains]
+            + [rep.quality_cell(c, k) for k in other]
+            + [
+                rep.cost_cell(c, "train_s"),
+                rep.cost_cell(c, "end_to_end_s"),
+                rep.cost_cell(c, "tokens_per_s"),
+                NOT_MEASURED_FSDP if rep.fsdp(c) else rep.cost_cell(c, "allreduce_wait_share", 100),
+                rep.cost_cell(c, "predicted_idle_share", 100),
+            ]
+        )
+
     return cols, values
 
 
@@ -452,28 +572,75 @@ def _alloc(r: Run) -> str:
 
 # name, title, the factor, and the identity of a cell without that factor
 ABLATIONS: list[tuple[str, str, Callable[[Run], Any], Callable[[Run], tuple]]] = [
-    ("ablation_weighting", "Ablation: rank weighting of worker gradients on/off",
-     lambda r: r.weight_mode,
-     lambda r: (r.dataset, r.model, r.world_size, r.method, r.ratio,
-                json.dumps(r.params, sort_keys=True), r.budget, r.allocator, _alloc(r))),
-    ("ablation_choice", "Ablation: which examples a cluster keeps (close = peripheral, far = core)",
-     _prune,
-     lambda r: (r.dataset, r.model, r.world_size, r.method, r.ratio,
-                json.dumps({k: v for k, v in r.params.items() if k != "prune"}, sort_keys=True),
-                r.allocator, _alloc(r), r.weight_mode)),
-    ("ablation_allocator_selector", "Ablation: allocator crossed with selector",
-     lambda r: r.allocator,
-     lambda r: (r.dataset, r.model, r.world_size, r.method, r.ratio,
-                json.dumps(r.params, sort_keys=True), r.budget, _alloc(r))),
-    ("ablation_workers", "Ablation: 4 vs 8 data-parallel workers",
-     lambda r: r.world_size,
-     lambda r: (r.dataset, r.model, r.method, r.ratio, json.dumps(r.params, sort_keys=True),
-                r.budget, r.allocator, _alloc(r), r.weight_mode)),
+    (
+        "ablation_weighting",
+        "Ablation: rank weighting of worker gradients on/off",
+        lambda r: r.weight_mode,
+        lambda r: (
+            r.dataset,
+            r.model,
+            r.world_size,
+            r.method,
+            r.ratio,
+            json.dumps(r.params, sort_keys=True),
+            r.budget,
+            r.allocator,
+            _alloc(r),
+        ),
+    ),
+    (
+        "ablation_choice",
+        "Ablation: which examples a cluster keeps (close = peripheral, far = core)",
+        _prune,
+        lambda r: (
+            r.dataset,
+            r.model,
+            r.world_size,
+            r.method,
+            r.ratio,
+            json.dumps({k: v for k, v in r.params.items() if k != "prune"}, sort_keys=True),
+            r.allocator,
+            _alloc(r),
+            r.weight_mode,
+        ),
+    ),
+    (
+        "ablation_allocator_selector",
+        "Ablation: allocator crossed with selector",
+        lambda r: r.allocator,
+        lambda r: (
+            r.dataset,
+            r.model,
+            r.world_size,
+            r.method,
+            r.ratio,
+            json.dumps(r.params, sort_keys=True),
+            r.budget,
+            _alloc(r),
+        ),
+    ),
+    (
+        "ablation_workers",
+        "Ablation: 4 vs 8 data-parallel workers",
+        lambda r: r.world_size,
+        lambda r: (
+            r.dataset,
+            r.model,
+            r.method,
+            r.ratio,
+            json.dumps(r.params, sort_keys=True),
+            r.budget,
+            r.allocator,
+            _alloc(r),
+            r.weight_mode,
+        ),
+    ),
 ]
 
 
-def ablation_table(rep: Report, name: str, title: str, factor: Callable[[Run], Any],
-                   rest: Callable[[Run], tuple]) -> Table:
+def ablation_table(
+    rep: Report, name: str, title: str, factor: Callable[[Run], Any], rest: Callable[[Run], tuple]
+) -> Table:
     """Cells that agree on everything but the factor, in groups with at least two levels."""
     groups: dict[tuple, list[Cell]] = {}
     for c in rep.cells:
@@ -490,10 +657,17 @@ def ablation_table(rep: Report, name: str, title: str, factor: Callable[[Run], A
         g += 1
         for c in sorted(cells, key=lambda c: str(factor(c.first))):
             rows.append([g] + _ident(c) + [str(factor(c.first))] + values(c))
-    notes = [] if rows else ["No runs vary this factor alone yet (run the ablation grid, e.g. "
-                             "configs/runs/demo-ablation.yaml, then report again)."]
-    return Table(name, title, cols, rows, notes=notes + [
-        "Rows with the same group number differ only in the level."])
+    notes = (
+        []
+        if rows
+        else [
+            "No runs vary this factor alone yet (run the ablation grid, e.g. "
+            "configs/runs/demo-ablation.yaml, then report again)."
+        ]
+    )
+    return Table(
+        name, title, cols, rows, notes=notes + ["Rows with the same group number differ only in the level."]
+    )
 
 
 def drop_blank_columns(t: Table) -> Table:
@@ -502,8 +676,7 @@ def drop_blank_columns(t: Table) -> Table:
     if not t.rows:
         return t
     keep = [i for i in range(len(t.columns)) if any(row[i] != NOT_EVALUATED for row in t.rows)]
-    return replace(t, columns=[t.columns[i] for i in keep],
-                   rows=[[row[i] for i in keep] for row in t.rows])
+    return replace(t, columns=[t.columns[i] for i in keep], rows=[[row[i] for i in keep] for row in t.rows])
 
 
 __all__ = ["Column", "Table", "Report", "norm_benchmark"]

@@ -1,4 +1,5 @@
 """`python -m repro` is `cluster-repro`."""
+
 import sys
 
 from repro.cli import main

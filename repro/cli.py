@@ -1,19 +1,20 @@
 """`cluster-repro`: the command line. Each subcommand has --help.
 
-    cluster-repro demo [--quick]                  the embedded CPU mini-reproduction
-    cluster-repro run CONFIG [key.sub=value ...]  every stage of one experiment
-    cluster-repro select CONFIG [k=v ...]         stages up to the schedule (selection.csv)
-    cluster-repro grid RUNS_FILE [k=v ...]        every run of a run list (configs/runs/)
-    cluster-repro validate CONFIG [k=v ...]       load and preflight-check a config, print its hash
-    cluster-repro ls selectors|allocators|configs|formats|benchmarks   what is available
-    cluster-repro results [--runs-dir DIR]        merge result part files into results.csv/.parquet
-    cluster-repro bench ddp [--world-sizes 1,4,8] DDP throughput and all-reduce wait
-    cluster-repro bench paper-step --shape S      the paper's step on a model shape: MFU, memory
-    cluster-repro bench stragglers                predicted straggler idle at the paper's step shape
-    cluster-repro bench balance [--config C]      token budgets and balance, trained side by side
-    cluster-repro bench k-scaling --features-dir D CluSTER's kept fraction as K grows to 256
-    cluster-repro report [--results DIR] [--out DIR] every table and figure from the results
+cluster-repro demo [--quick]                  the embedded CPU mini-reproduction
+cluster-repro run CONFIG [key.sub=value ...]  every stage of one experiment
+cluster-repro select CONFIG [k=v ...]         stages up to the schedule (selection.csv)
+cluster-repro grid RUNS_FILE [k=v ...]        every run of a run list (configs/runs/)
+cluster-repro validate CONFIG [k=v ...]       load and preflight-check a config, print its hash
+cluster-repro ls selectors|allocators|configs|formats|benchmarks   what is available
+cluster-repro results [--runs-dir DIR]        merge result part files into results.csv/.parquet
+cluster-repro bench ddp [--world-sizes 1,4,8] DDP throughput and all-reduce wait
+cluster-repro bench paper-step --shape S      the paper's step on a model shape: MFU, memory
+cluster-repro bench stragglers                predicted straggler idle at the paper's step shape
+cluster-repro bench balance [--config C]      token budgets and balance, trained side by side
+cluster-repro bench k-scaling --features-dir D CluSTER's kept fraction as K grows to 256
+cluster-repro report [--results DIR] [--out DIR] every table and figure from the results
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,10 @@ from pathlib import Path
 from repro.core.config import ConfigError, load_config, resolve_config_path
 from repro.core.rundir import RunStopped
 
-EPILOG = ("Overrides use dotted keys, e.g. train.lr=1e-4 selection.fraction=0.5 world_size=8. "
-          "Data files are read relative to data_dir (or $CLUSTER_REPRO_DATA).")
+EPILOG = (
+    "Overrides use dotted keys, e.g. train.lr=1e-4 selection.fraction=0.5 world_size=8. "
+    "Data files are read relative to data_dir (or $CLUSTER_REPRO_DATA)."
+)
 
 
 class _DeprecatedAlias(argparse.Action):
@@ -41,92 +44,135 @@ class _DeprecatedAlias(argparse.Action):
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", help="a YAML config file, or a shipped config by name, e.g. demo or "
-                                  "mini/code (`cluster-repro ls configs`)")
-    p.add_argument("overrides", nargs="*", metavar="key.sub=value",
-                   help="override any config key, e.g. train.epochs=2")
+    p.add_argument(
+        "config",
+        help="a YAML config file, or a shipped config by name, e.g. demo or "
+        "mini/code (`cluster-repro ls configs`)",
+    )
+    p.add_argument(
+        "overrides", nargs="*", metavar="key.sub=value", help="override any config key, e.g. train.epochs=2"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="cluster-repro",
         description="Reproduce and benchmark CluSTER (gradient-clustered data selection and "
-                    "worker-aware allocation for data-parallel fine-tuning).",
-        epilog=EPILOG)
+        "worker-aware allocation for data-parallel fine-tuning).",
+        epilog=EPILOG,
+    )
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("demo", help="run the CPU mini-reproduction on the generated demo pool",
-                       description="Fine-tune SmolLM2-135M-Instruct (LoRA) with 4 gloo DDP workers "
-                       "on the generated demo pool, once per method, and print the results table. "
-                       "About 7 minutes on 2 idle cores (see docs/measurements.md); --quick "
-                       "uses a tiny random model (~1-2 min).",
-                       epilog=EPILOG)
+    p = sub.add_parser(
+        "demo",
+        help="run the CPU mini-reproduction on the generated demo pool",
+        description="Fine-tune SmolLM2-135M-Instruct (LoRA) with 4 gloo DDP workers "
+        "on the generated demo pool, once per method, and print the results table. "
+        "About 7 minutes on 2 idle cores (see docs/measurements.md); --quick "
+        "uses a tiny random model (~1-2 min).",
+        epilog=EPILOG,
+    )
     p.add_argument("--quick", action="store_true", help="tiny random model, small pool (for tests)")
     p.add_argument("--force", action="store_true", help="redo every stage even if its output exists")
-    p.add_argument("overrides", nargs="*", metavar="key.sub=value",
-                   help="override demo config keys, e.g. output_dir=/tmp/demo")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key.sub=value",
+        help="override demo config keys, e.g. output_dir=/tmp/demo",
+    )
 
-    for name, helptext in (("run", "run every stage of one experiment (pool to results)"),
-                           ("select", "run the stages up to the schedule and write selection.csv")):
+    for name, helptext in (
+        ("run", "run every stage of one experiment (pool to results)"),
+        ("select", "run the stages up to the schedule and write selection.csv"),
+    ):
         p = sub.add_parser(name, help=helptext, description=helptext + ".", epilog=EPILOG)
         _add_config_args(p)
-        p.add_argument("--force", action="store_true",
-                       help="redo every stage even if its output exists (also when its inputs "
-                            "changed)")
-        p.add_argument("--wait-lock", action="store_true",
-                       help="if another run of this config is writing its run folder, wait for "
-                            "it to finish instead of stopping")
+        p.add_argument(
+            "--force",
+            action="store_true",
+            help="redo every stage even if its output exists (also when its inputs changed)",
+        )
+        p.add_argument(
+            "--wait-lock",
+            action="store_true",
+            help="if another run of this config is writing its run folder, wait for "
+            "it to finish instead of stopping",
+        )
 
-    p = sub.add_parser("grid", help="run every experiment of a run-list file, in order",
-                       description="Run every experiment of a run-list file (configs/runs/*.yaml) "
-                       "in order; a run can take another run's kept count (match_kept_count_of). "
-                       "Grid files (configs/grids/) are for `cluster-repro launch`.",
-                       epilog=EPILOG)
-    p.add_argument("runs_file", help="a run-list YAML file, or a shipped one by name, e.g. "
-                                     "runs/demo-grid (configs/runs/demo-grid.yaml)")
-    p.add_argument("overrides", nargs="*", metavar="key.sub=value",
-                   help="overrides applied to every run")
+    p = sub.add_parser(
+        "grid",
+        help="run every experiment of a run-list file, in order",
+        description="Run every experiment of a run-list file (configs/runs/*.yaml) "
+        "in order; a run can take another run's kept count (match_kept_count_of). "
+        "Grid files (configs/grids/) are for `cluster-repro launch`.",
+        epilog=EPILOG,
+    )
+    p.add_argument(
+        "runs_file",
+        help="a run-list YAML file, or a shipped one by name, e.g. "
+        "runs/demo-grid (configs/runs/demo-grid.yaml)",
+    )
+    p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="overrides applied to every run")
     p.add_argument("--force", action="store_true", help="redo every stage of every run")
-    p.add_argument("--base", default=None, metavar="CONFIG",
-                   help="run every run on this base config instead of the run list's own, e.g. "
-                        "demo-quick (configs/demo-quick.yaml) for a quick pass of a demo grid")
+    p.add_argument(
+        "--base",
+        default=None,
+        metavar="CONFIG",
+        help="run every run on this base config instead of the run list's own, e.g. "
+        "demo-quick (configs/demo-quick.yaml) for a quick pass of a demo grid",
+    )
 
-    p = sub.add_parser("validate", help="load and check a config; print it and its hash",
-                       description="Load a config and check it before anything runs: keys, "
-                       "types and ranges, benchmark names, selector and allocator names and "
-                       "parameters, local data files, batch sizes, a ratio given as a fraction "
-                       "(repro/preflight.py). Prints the config, its hash (the run folder's "
-                       "name: what changes training) and its eval_hash; exits 2 on a problem.",
-                       epilog=EPILOG)
+    p = sub.add_parser(
+        "validate",
+        help="load and check a config; print it and its hash",
+        description="Load a config and check it before anything runs: keys, "
+        "types and ranges, benchmark names, selector and allocator names and "
+        "parameters, local data files, batch sizes, a ratio given as a fraction "
+        "(repro/preflight.py). Prints the config, its hash (the run folder's "
+        "name: what changes training) and its eval_hash; exits 2 on a problem.",
+        epilog=EPILOG,
+    )
     _add_config_args(p)
     p.add_argument("--quiet", action="store_true", help="print only the hash")
 
-    p = sub.add_parser("ls", help="list registered selectors, allocators, shipped configs, data "
-                                  "formats or benchmarks",
-                       description="List what is available. formats: each data format with its "
-                       "fields (docs/byo-data.md). benchmarks: the built-in ones, those of "
-                       "installed packages and, with --task-path, those of task YAML folders "
-                       "(docs/add-a-benchmark.md).")
+    p = sub.add_parser(
+        "ls",
+        help="list registered selectors, allocators, shipped configs, data formats or benchmarks",
+        description="List what is available. formats: each data format with its "
+        "fields (docs/byo-data.md). benchmarks: the built-in ones, those of "
+        "installed packages and, with --task-path, those of task YAML folders "
+        "(docs/add-a-benchmark.md).",
+    )
     p.add_argument("what", choices=["selectors", "allocators", "configs", "formats", "benchmarks"])
-    p.add_argument("--task-path", action="append", default=[], metavar="DIR",
-                   help="benchmarks: also list the tasks of this folder of lm-eval task YAMLs "
-                        "(as eval.task_paths; repeatable)")
+    p.add_argument(
+        "--task-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="benchmarks: also list the tasks of this folder of lm-eval task YAMLs "
+        "(as eval.task_paths; repeatable)",
+    )
 
-    p = sub.add_parser("bench", help="benchmarks: ddp, features, cluster (side by side, as ratios)",
-                       description="Benchmarks, measured side by side in one run, as ratios. "
-                       "ddp: throughput and all-reduce wait vs world size. features: the lean vs "
-                       "naive gradient-proxy features vs a plain forward pass. cluster: k-means + "
-                       "soft cap + selection at the paper's pool size, exact vs fast.")
-    p.add_argument("what", choices=["ddp", "features", "cluster", "paper-step", "stragglers",
-                                    "balance", "k-scaling"],
-                   help="paper-step: the paper recipe's training step and feature pass on a "
-                   "published model shape, with MFU and peak memory vs the memory plan "
-                   "(`cluster-repro bench paper-step --help`). stragglers: the predicted idle "
-                   "share at the paper's step shape from real lengths and clusters, no training "
-                   "(`... bench stragglers --help`). balance: CluSTER with example vs token "
-                   "budgets and balance, and random allocation, trained side by side "
-                   "(`... bench balance --help`). k-scaling: CluSTER's selection at K = 4..256 "
-                   "workers, with clusters_per_worker C = 1, 2, 4 (`... bench k-scaling --help`)")
+    p = sub.add_parser(
+        "bench",
+        help="benchmarks: ddp, features, cluster (side by side, as ratios)",
+        description="Benchmarks, measured side by side in one run, as ratios. "
+        "ddp: throughput and all-reduce wait vs world size. features: the lean vs "
+        "naive gradient-proxy features vs a plain forward pass. cluster: k-means + "
+        "soft cap + selection at the paper's pool size, exact vs fast.",
+    )
+    p.add_argument(
+        "what",
+        choices=["ddp", "features", "cluster", "paper-step", "stragglers", "balance", "k-scaling"],
+        help="paper-step: the paper recipe's training step and feature pass on a "
+        "published model shape, with MFU and peak memory vs the memory plan "
+        "(`cluster-repro bench paper-step --help`). stragglers: the predicted idle "
+        "share at the paper's step shape from real lengths and clusters, no training "
+        "(`... bench stragglers --help`). balance: CluSTER with example vs token "
+        "budgets and balance, and random allocation, trained side by side "
+        "(`... bench balance --help`). k-scaling: CluSTER's selection at K = 4..256 "
+        "workers, with clusters_per_worker C = 1, 2, 4 (`... bench k-scaling --help`)",
+    )
     p.add_argument("--config", default=None, help="config to train (default: the demo config)")
     p.add_argument("--world-sizes", default="1,4,8", help="comma-separated (default 1,4,8)")
     p.add_argument("--steps", type=int, default=6, help="optimizer steps per run (default 6)")
@@ -135,16 +181,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", metavar="key.sub=value")
 
     p = sub.add_parser("results", help="merge every run's result part file into one CSV + Parquet")
-    p.add_argument("--runs-dir", default="runs",
-                   help="the folder the runs wrote to, i.e. their config's output_dir, read here "
-                        "(default: runs)")
-    p.add_argument("--output-dir", dest="runs_dir", action=_DeprecatedAlias, new="--runs-dir",
-                   default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--runs-dir",
+        default="runs",
+        help="the folder the runs wrote to, i.e. their config's output_dir, read here (default: runs)",
+    )
+    p.add_argument(
+        "--output-dir",
+        dest="runs_dir",
+        action=_DeprecatedAlias,
+        new="--runs-dir",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
     p.add_argument("--out", default=None, help="merged CSV path (default: RUNS_DIR/results.csv)")
-    p.add_argument("--allow-damaged", action="store_true",
-                   help="merge the intact part files and leave out damaged ones (cut, or not "
-                        "matching their checksum), naming each; without it a damaged part stops "
-                        "the merge with exit status 2")
+    p.add_argument(
+        "--allow-damaged",
+        action="store_true",
+        help="merge the intact part files and leave out damaged ones (cut, or not "
+        "matching their checksum), naming each; without it a damaged part stops "
+        "the merge with exit status 2",
+    )
 
     # Subcommands owned by other packages (eval, launch/status, report): each such module has
     # `register(subparsers, epilog)` that adds its parsers and sets `func(args) -> int` on them.
@@ -178,15 +235,16 @@ def _cmd_ls(what: str, task_paths: list[str]) -> int:
 
         for f in FORMATS.values():
             print(f"{f.describe()}\n    {f.about}")
-        print(f"auto: the first of {', '.join(DETECT_ORDER)} whose required fields the first row "
-              "has")
+        print(f"auto: the first of {', '.join(DETECT_ORDER)} whose required fields the first row has")
         return 0
     if what == "benchmarks":
         from evals.run import known_benchmarks
 
         for b in known_benchmarks(task_paths).values():
-            print(f"{b.name:20s} {b.kind:8s} {','.join(b.metrics):16s} lm-eval task "
-                  f"{b.task_name('<source>')}  [{b.origin}]")
+            print(
+                f"{b.name:20s} {b.kind:8s} {','.join(b.metrics):16s} lm-eval task "
+                f"{b.task_name('<source>')}  [{b.origin}]"
+            )
         return 0
     if what == "configs":  # every name works as CONFIG, RUNS_FILE, GRID or --profile anywhere
         from repro.core.config import SHIPPED_CONFIGS, shipped_configs
@@ -219,13 +277,17 @@ def _memory_line(cfg) -> str:
 
     gpu, cpu = plan_for_config(cfg, device="cuda"), plan_for_config(cfg, device="cpu")
     if gpu is None or cpu is None:
-        return (f"memory plan: unknown ({cfg.model.name_or_path!r} is not a known shape nor a "
-                "local directory with config.json)")
-    return (f"memory plan per worker ({cfg.train.strategy}, world size {cfg.world_size}"
-            f"{', activation checkpointing' if cfg.train.activation_checkpointing else ''}): "
-            f"GPU {gpu.required_gib():.1f} GiB (peak {gpu.peak_gib:.1f} allocated + slack + "
-            f"context), CPU {cpu.required_gib():.2f} GiB RSS; launch checks it against the "
-            "profile's gpu.memory_gb")
+        return (
+            f"memory plan: unknown ({cfg.model.name_or_path!r} is not a known shape nor a "
+            "local directory with config.json)"
+        )
+    return (
+        f"memory plan per worker ({cfg.train.strategy}, world size {cfg.world_size}"
+        f"{', activation checkpointing' if cfg.train.activation_checkpointing else ''}): "
+        f"GPU {gpu.required_gib():.1f} GiB (peak {gpu.peak_gib:.1f} allocated + slack + "
+        f"context), CPU {cpu.required_gib():.2f} GiB RSS; launch checks it against the "
+        "profile's gpu.memory_gb"
+    )
 
 
 def _idle_line(run_dir: Path) -> str | None:
@@ -241,9 +303,11 @@ def _idle_line(run_dir: Path) -> str | None:
         return None
     workers = " ".join(f"{100 * w:.1f}%" for w in info.get("worker_idle_shares") or [])
     steps = (info.get("derived") or {}).get("total_steps")
-    return (f"predicted idle share: {100 * share:.1f}% of each optimizer step, mean over {steps} "
-            f"steps (per worker: {workers}; from the schedule and token counts, "
-            f"{run_dir / 'step_tokens.json'})")
+    return (
+        f"predicted idle share: {100 * share:.1f}% of each optimizer step, mean over {steps} "
+        f"steps (per worker: {workers}; from the schedule and token counts, "
+        f"{run_dir / 'step_tokens.json'})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -303,8 +367,12 @@ def main(argv: list[str] | None = None) -> int:
 
             cfg = load_config(args.config, args.overrides)
             _preflight(args.config, cfg)
-            run_dir = run_experiment(cfg, force=args.force, wait_lock=args.wait_lock,
-                                     until="results" if args.cmd == "run" else "schedule")
+            run_dir = run_experiment(
+                cfg,
+                force=args.force,
+                wait_lock=args.wait_lock,
+                until="results" if args.cmd == "run" else "schedule",
+            )
             line = _idle_line(run_dir)
             if line:
                 print(line, file=sys.stderr)
@@ -323,15 +391,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"eval_hash: {eval_hash(cfg)}  (the eval settings; not part of config_hash)")
                 print(_memory_line(cfg))
                 if cfg.world_size > 1:
-                    print(_idle_line(cfg.run_dir()) or "predicted idle share: not known yet "
-                          "(`cluster-repro select` computes it from the selection's schedule)")
+                    print(
+                        _idle_line(cfg.run_dir())
+                        or "predicted idle share: not known yet "
+                        "(`cluster-repro select` computes it from the selection's schedule)"
+                    )
             print(f"config_hash: {cfg.hash()}")
             return 0
         if args.cmd == "ls":
             return _cmd_ls(args.what, args.task_path)
         if args.cmd == "bench" and args.what == "features":
             from repro.bench.features import bench_features, format_features
-            from repro.core.config import ModelConfig, LoraConfig
+            from repro.core.config import LoraConfig, ModelConfig
             from repro.core.models import materialize_model
 
             model_dir = materialize_model(ModelConfig(lora=LoraConfig(enabled=False)), seed=0)
@@ -348,21 +419,23 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 sizes = [int(x) for x in args.world_sizes.split(",")]
             except ValueError:
-                raise ValueError(f"--world-sizes {args.world_sizes!r}: expected comma-separated "
-                                 "integers, e.g. 1,4,8") from None
+                raise ValueError(
+                    f"--world-sizes {args.world_sizes!r}: expected comma-separated integers, e.g. 1,4,8"
+                ) from None
             if min(sizes) < 1 or args.steps < 1 or args.per_device_batch < 1:
                 raise ValueError("--world-sizes, --steps and --per-device-batch must be >= 1")
-            rows = bench_ddp(args.config, sizes,
-                             args.steps, args.per_device_batch, Path(args.output_dir),
-                             args.overrides)
+            rows = bench_ddp(
+                args.config, sizes, args.steps, args.per_device_batch, Path(args.output_dir), args.overrides
+            )
             print(format_ddp(rows))
             print(f"\n{Path(args.output_dir) / 'bench_ddp.json'}")
             return 0
         if args.cmd == "results":
             from repro.core.results import merge_results
 
-            path, n = merge_results(Path(args.runs_dir), Path(args.out) if args.out else None,
-                                    allow_damaged=args.allow_damaged)
+            path, n = merge_results(
+                Path(args.runs_dir), Path(args.out) if args.out else None, allow_damaged=args.allow_damaged
+            )
             print(f"{path} ({n} rows); also {path.with_suffix('.parquet')}")
             return 0
     except ConfigError as e:

@@ -6,10 +6,10 @@ random at CluSTER's kept count) on the generated demo pool (SmolLM2-135M-Instruc
 selection, training and end-to-end seconds. `--quick` swaps in a tiny random model and a smaller
 pool (what the tests use). Every run is the same config plus a few overrides.
 """
+
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +24,12 @@ def demo_config(quick: bool, overrides: list[str] = ()) -> ExperimentConfig:
     return load_config(SHIPPED_CONFIGS / ("demo-quick.yaml" if quick else "demo.yaml"), overrides)
 
 
-def run_demo(quick: bool = False, overrides: list[str] = (), force: bool = False,
-             runs_file: Path | None = None) -> tuple[list[Path], Path]:
+def run_demo(
+    quick: bool = False, overrides: list[str] = (), force: bool = False, runs_file: Path | None = None
+) -> tuple[list[Path], Path]:
     """Run every run of the demo's run list; return the run directories and the merged results."""
-    from repro.experiments.runlists import load_run_list, run_list
     from repro.core.results import merge_results
+    from repro.experiments.runlists import load_run_list, run_list
 
     rl = load_run_list(runs_file or DEMO_RUNS)
     if quick:
@@ -65,9 +66,20 @@ def summary_table(run_dirs: list[Path]) -> str:
     for d in run_dirs:
         rows = read_rows(d / PART_NAME)
         runs.append({(r["benchmark"], r["metric"]): r for r in rows})
-    head = ["method", "data used", "n", "demo overall", "heldout loss", "ppl",
-            "selection s", "train s", "end-to-end s", "tokens/s", "all-reduce wait",
-            "predicted idle"]
+    head = [
+        "method",
+        "data used",
+        "n",
+        "demo overall",
+        "heldout loss",
+        "ppl",
+        "selection s",
+        "train s",
+        "end-to-end s",
+        "tokens/s",
+        "all-reduce wait",
+        "predicted idle",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     cats: list[str] = []
     for r in runs:
@@ -77,16 +89,22 @@ def summary_table(run_dirs: list[Path]) -> str:
         ppl = r.get(("heldout", "perplexity"), {}).get("value")
         wait = any_row.get("allreduce_wait_share")
         idle = any_row.get("predicted_idle_share")  # from the schedule, before training
-        cells = [_label(any_row),
-                 f"{100 * float(any_row['kept_fraction']):.0f}%", any_row["n_selected"],
-                 _fmt(float(overall) if overall else None), _fmt(float(loss) if loss else None),
-                 _fmt(float(ppl) if ppl else None, 2), _fmt(float(any_row["selection_s"]), 1),
-                 _fmt(float(any_row["train_s"]), 1), _fmt(float(any_row["end_to_end_s"]), 1),
-                 _fmt(float(any_row["tokens_per_s"]), 0) if any_row.get("tokens_per_s") else "-",
-                 f"{100 * float(wait):.0f}%" if wait else "-",
-                 f"{100 * float(idle):.0f}%" if idle else "-"]
+        cells = [
+            _label(any_row),
+            f"{100 * float(any_row['kept_fraction']):.0f}%",
+            any_row["n_selected"],
+            _fmt(float(overall) if overall else None),
+            _fmt(float(loss) if loss else None),
+            _fmt(float(ppl) if ppl else None, 2),
+            _fmt(float(any_row["selection_s"]), 1),
+            _fmt(float(any_row["train_s"]), 1),
+            _fmt(float(any_row["end_to_end_s"]), 1),
+            _fmt(float(any_row["tokens_per_s"]), 0) if any_row.get("tokens_per_s") else "-",
+            f"{100 * float(wait):.0f}%" if wait else "-",
+            f"{100 * float(idle):.0f}%" if idle else "-",
+        ]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-        for (b, _m) in r:
+        for b, _m in r:
             if b.startswith("demo/") and b != "demo/overall" and b not in cats:
                 cats.append(b)
     if cats:

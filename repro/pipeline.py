@@ -26,6 +26,7 @@ a rerun stops, naming what changed, rather than reuse a stage made from other in
 whose loss or gradients become non-finite stops with result rows of status `diverged`; timing
 columns add up every attempt of a killed and restarted run (repro/core/rundir.py).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,18 +36,25 @@ import resource
 import shutil
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from repro.core.config import ExperimentConfig, derive, eval_hash, save_config
+from repro.core import fingerprints, rundir
+from repro.core.config import ExperimentConfig, derive, save_config
 from repro.core.interfaces import SelectionContext, SelectionError, resolve_budget
 from repro.core.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_json, read_jsonl
 from repro.core.log import get_logger
-from repro.core import fingerprints, rundir
 from repro.core.registry import ALLOCATORS, SELECTORS
-from repro.core.rundir import (EVAL_STAGES, RunStopped, model_dir_of, stage_current, stage_done,
-                               stage_key, stage_marker)
+from repro.core.rundir import (
+    EVAL_STAGES,
+    RunStopped,
+    model_dir_of,
+    stage_done,
+    stage_key,
+    stage_marker,
+)
 from repro.core.types import Example, Pool, Schedule, Selection
 
 STAGES = ("model", "pool", "select", "schedule", "train", "eval", "results")
@@ -59,8 +67,14 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _stage(run_dir: Path, name: str, force: bool, fn: Callable[[], dict[str, Any]],
-           key: dict[str, Any] | None = None, record: bool = True) -> dict[str, Any]:
+def _stage(
+    run_dir: Path,
+    name: str,
+    force: bool,
+    fn: Callable[[], dict[str, Any]],
+    key: dict[str, Any] | None = None,
+    record: bool = True,
+) -> dict[str, Any]:
     """Run stage `name` unless its marker says it is done (for `key`); returns its marker.
     With `record`, the attempt goes into stages/attempts.json (the run folder's owner only)."""
     marker = stage_marker(run_dir, name)
@@ -78,8 +92,12 @@ def _stage(run_dir: Path, name: str, force: bool, fn: Callable[[], dict[str, Any
         info = fn()
     except BaseException as e:
         if record:  # interrupted: SIGTERM/requeue (SystemExit) or Ctrl-C
-            rundir.finish(run_dir, name, "failed" if isinstance(e, Exception) else "interrupted",
-                          time.perf_counter() - t0)
+            rundir.finish(
+                run_dir,
+                name,
+                "failed" if isinstance(e, Exception) else "interrupted",
+                time.perf_counter() - t0,
+            )
         raise
     info["stage_s"] = time.perf_counter() - t0
     info.update(key or {})
@@ -109,7 +127,9 @@ def stage_pool(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     # Fingerprint first: a file changed while it is read shows as changed at the next run.
     data_inputs = fingerprints.data_fingerprints(cfg)
     tok = AutoTokenizer.from_pretrained(model_dir_of(run_dir))
-    train, held, reports = load_pool_report(cfg, tok)  # the model's chat template (conversations; data.chat_template)
+    train, held, reports = load_pool_report(
+        cfg, tok
+    )  # the model's chat template (conversations; data.chat_template)
     skipped = dict(train.skipped)
     pools = []
     for pool in (train, held):
@@ -122,18 +142,21 @@ def stage_pool(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
         raise SelectionError(f"the training pool is empty after loading ({skipped or 'no rows'})")
     atomic_write_jsonl(run_dir / "pool.jsonl", [e.to_dict() for e in train_ex])
     atomic_write_jsonl(run_dir / "heldout.jsonl", [e.to_dict() for e in held_ex])
-    return {"n_pool": len(train_ex), "n_heldout": len(held_ex), "skipped": skipped,
-            "sources": [vars(r) for r in reports],
-            "categories": dict(Counter(e.category or "none" for e in train_ex)),
-            "inputs": {"data": data_inputs}}
+    return {
+        "n_pool": len(train_ex),
+        "n_heldout": len(held_ex),
+        "skipped": skipped,
+        "sources": [vars(r) for r in reports],
+        "categories": dict(Counter(e.category or "none" for e in train_ex)),
+        "inputs": {"data": data_inputs},
+    }
 
 
 def stage_model(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     from repro.core.models import materialize_model
 
     model_dir = materialize_model(cfg.model, cfg.seed)
-    return {"model_dir": str(model_dir),
-            "inputs": {"model": fingerprints.model_fingerprint(model_dir)}}
+    return {"model_dir": str(model_dir), "inputs": {"model": fingerprints.model_fingerprint(model_dir)}}
 
 
 def validate_selection(sel: Selection, pool: Pool, method: str) -> None:
@@ -143,13 +166,14 @@ def validate_selection(sel: Selection, pool: Pool, method: str) -> None:
     if bad:
         raise SelectionError(f"selector {method!r} returned ids not in the pool, e.g. {bad[:3]}")
     if not sel.info.get("with_replacement") and len(set(sel.ids)) != len(sel.ids):
-        raise SelectionError(f"selector {method!r} returned duplicate ids; set "
-                             "info['with_replacement'] = True if that is intended")
+        raise SelectionError(
+            f"selector {method!r} returned duplicate ids; set "
+            "info['with_replacement'] = True if that is intended"
+        )
     for name in ("clusters", "scores"):
         v = getattr(sel, name)
         if v is not None and len(v) != len(sel.ids):
-            raise SelectionError(f"selector {method!r}: {name} has {len(v)} entries for "
-                                 f"{len(sel.ids)} ids")
+            raise SelectionError(f"selector {method!r}: {name} has {len(v)} entries for {len(sel.ids)} ids")
     if not sel.ids:
         raise SelectionError(f"selector {method!r} kept nothing")
 
@@ -159,31 +183,51 @@ def stage_select(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     s = cfg.selection
     selector = SELECTORS.create(s.method, s.params, "selection.params")
     budget = resolve_budget(s.fraction, s.n, len(train))
-    ctx = SelectionContext(config=cfg, seed=cfg.seed, world_size=cfg.world_size, workdir=run_dir,
-                           model_dir=model_dir_of(run_dir))
+    ctx = SelectionContext(
+        config=cfg, seed=cfg.seed, world_size=cfg.world_size, workdir=run_dir, model_dir=model_dir_of(run_dir)
+    )
     t0 = time.perf_counter()
     sel = selector.select(train, budget, ctx)
     seconds = time.perf_counter() - t0
     validate_selection(sel, train, s.method)
     n_unique = len(set(sel.ids))
-    atomic_write_json(run_dir / "selection.json", {
-        "method": s.method, "ids": sel.ids, "clusters": sel.clusters, "scores": sel.scores,
-        "group_weights": ({str(k): v for k, v in sel.group_weights.items()}
-                          if sel.group_weights else None),
+    atomic_write_json(
+        run_dir / "selection.json",
+        {
+            "method": s.method,
+            "ids": sel.ids,
+            "clusters": sel.clusters,
+            "scores": sel.scores,
+            "group_weights": (
+                {str(k): v for k, v in sel.group_weights.items()} if sel.group_weights else None
+            ),
+            "info": sel.info,
+        },
+    )
+    return {
+        "method": s.method,
+        "budget": budget,
+        "n_selected": len(sel.ids),
+        "n_unique": n_unique,
+        "n_pool": len(train),
+        "kept_fraction": n_unique / len(train),
+        "selection_s": seconds,
+        "peak_mem_mb": _peak_rss_mb(),
         "info": sel.info,
-    })
-    return {"method": s.method, "budget": budget, "n_selected": len(sel.ids),
-            "n_unique": n_unique, "n_pool": len(train), "kept_fraction": n_unique / len(train),
-            "selection_s": seconds, "peak_mem_mb": _peak_rss_mb(), "info": sel.info,
-            "inputs": {"selection": fingerprints.selection_fingerprint(run_dir)}}
+        "inputs": {"selection": fingerprints.selection_fingerprint(run_dir)},
+    }
 
 
 def load_selection(run_dir: Path) -> Selection:
     d = read_json(run_dir / "selection.json")
     gw = d.get("group_weights")
-    return Selection(ids=d["ids"], clusters=d.get("clusters"), scores=d.get("scores"),
-                     group_weights={int(k): v for k, v in gw.items()} if gw else None,
-                     info=d.get("info") or {})
+    return Selection(
+        ids=d["ids"],
+        clusters=d.get("clusters"),
+        scores=d.get("scores"),
+        group_weights={int(k): v for k, v in gw.items()} if gw else None,
+        info=d.get("info") or {},
+    )
 
 
 def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
@@ -196,25 +240,35 @@ def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     sel = load_selection(run_dir)
     train, _ = load_pool_files(run_dir)
     by_id = train.by_id()
-    lengths = steps.token_lengths([by_id[i] for i in dict.fromkeys(sel.ids)],
-                                  model_dir_of(run_dir), cfg.data.max_length)
+    lengths = steps.token_lengths(
+        [by_id[i] for i in dict.fromkeys(sel.ids)], model_dir_of(run_dir), cfg.data.max_length
+    )
     a, t = cfg.allocation, cfg.train
     allocator = ALLOCATORS.create(a.method, a.params, "allocation.params")
     accum = grad_accum(cfg)
     # Allocators that balance in tokens take the lengths (interfaces.AllocationContext).
-    extra = ({"ctx": AllocationContext(lengths, t.per_device_batch_size, accum, t.drop_last)}
-             if "ctx" in inspect.signature(allocator.allocate).parameters else {})
+    extra = (
+        {"ctx": AllocationContext(lengths, t.per_device_batch_size, accum, t.drop_last)}
+        if "ctx" in inspect.signature(allocator.allocate).parameters
+        else {}
+    )
     t0 = time.perf_counter()
-    sched = allocator.allocate(sel, cfg.world_size, cfg.seed, epochs=t.epochs,
-                               weight_mode=a.weight_mode, **extra)
+    sched = allocator.allocate(
+        sel, cfg.world_size, cfg.seed, epochs=t.epochs, weight_mode=a.weight_mode, **extra
+    )
     seconds = time.perf_counter() - t0
     check_schedule(sched, cfg, accum)
     n_pool = read_json(stage_marker(run_dir, "pool"))["n_pool"]
-    derived = derive(cfg, n_pool=n_pool, n_selected=len(sel.ids),
-                     per_worker_len=sched.per_worker_len(),
-                     steps_per_epoch=sched.steps_per_epoch())
-    stragglers = steps.straggler_summary(sched, lengths, t.per_device_batch_size * accum,
-                                         derived.steps_per_epoch, derived.total_steps)
+    derived = derive(
+        cfg,
+        n_pool=n_pool,
+        n_selected=len(sel.ids),
+        per_worker_len=sched.per_worker_len(),
+        steps_per_epoch=sched.steps_per_epoch(),
+    )
+    stragglers = steps.straggler_summary(
+        sched, lengths, t.per_device_batch_size * accum, derived.steps_per_epoch, derived.total_steps
+    )
     atomic_write_json(run_dir / "schedule.json", sched.to_dict())
     atomic_write_json(run_dir / "derived.json", derived.to_dict())
     atomic_write_json(run_dir / "step_tokens.json", stragglers)
@@ -223,10 +277,15 @@ def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
         for pos, i in enumerate(ids):
             lines.append(f"{i},{sched.clusters.get(i, -1)},{k},{pos},{sched.weight(i, k):.6g}")
     atomic_write_text(run_dir / "selection.csv", "\n".join(lines) + "\n")
-    return {"allocator": a.method, "allocation_s": seconds, "derived": derived.to_dict(),
-            "worker_weights": sched.worker_weights, "info": sched.info,
-            "predicted_idle_share": stragglers["predicted_idle_share"],
-            "worker_idle_shares": stragglers["worker_idle_shares"]}
+    return {
+        "allocator": a.method,
+        "allocation_s": seconds,
+        "derived": derived.to_dict(),
+        "worker_weights": sched.worker_weights,
+        "info": sched.info,
+        "predicted_idle_share": stragglers["predicted_idle_share"],
+        "worker_idle_shares": stragglers["worker_idle_shares"],
+    }
 
 
 def check_schedule(sched: Schedule, cfg: ExperimentConfig, accum: int) -> None:
@@ -235,23 +294,32 @@ def check_schedule(sched: Schedule, cfg: ExperimentConfig, accum: int) -> None:
     at least `accum` ids (one per micro-step) and adding up to the worker's list."""
     method = cfg.allocation.method
     if sched.world_size != cfg.world_size or sched.epochs != cfg.train.epochs:
-        raise SelectionError(f"allocator {method!r} returned {sched.world_size} workers and "
-                             f"{sched.epochs} epochs (expected {cfg.world_size} workers, "
-                             f"{cfg.train.epochs} epochs)")
+        raise SelectionError(
+            f"allocator {method!r} returned {sched.world_size} workers and "
+            f"{sched.epochs} epochs (expected {cfg.world_size} workers, "
+            f"{cfg.train.epochs} epochs)"
+        )
     if sched.step_sizes is None:
         lens = {len(w) for epoch in sched.order for w in epoch}
         if len(lens) != 1:
-            raise SelectionError(f"allocator {method!r} returned an uneven schedule: per-worker "
-                                 f"lengths {sorted(lens)} (expected equal lengths)")
+            raise SelectionError(
+                f"allocator {method!r} returned an uneven schedule: per-worker "
+                f"lengths {sorted(lens)} (expected equal lengths)"
+            )
         return
     counts = {len(w) for epoch in sched.step_sizes for w in epoch}
-    bad = [(e, k) for e, epoch in enumerate(sched.step_sizes) for k, sizes in enumerate(epoch)
-           if sum(sizes) != len(sched.order[e][k]) or min(sizes, default=0) < accum]
+    bad = [
+        (e, k)
+        for e, epoch in enumerate(sched.step_sizes)
+        for k, sizes in enumerate(epoch)
+        if sum(sizes) != len(sched.order[e][k]) or min(sizes, default=0) < accum
+    ]
     if len(counts) != 1 or len(sched.step_sizes) != sched.epochs or bad:
         raise SelectionError(
             f"allocator {method!r} returned step_sizes the trainer cannot run: steps per worker "
             f"{sorted(counts)} (expected one count), epoch/worker pairs whose sizes do not add "
-            f"up to their ids or have a step below {accum} ids (the accumulation): {bad[:3]}")
+            f"up to their ids or have a step below {accum} ids (the accumulation): {bad[:3]}"
+        )
 
 
 def stage_train(cfg: ExperimentConfig, run_dir: Path, force: bool) -> dict[str, Any]:
@@ -283,13 +351,16 @@ def gpu_energy_j() -> float | None:
     try:
         pynvml.nvmlInit()
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        ids = ([int(x) for x in visible.split(",") if x.strip()] if visible and
-               all(x.strip().isdigit() for x in visible.split(",")) else
-               list(range(pynvml.nvmlDeviceGetCount())))
+        ids = (
+            [int(x) for x in visible.split(",") if x.strip()]
+            if visible and all(x.strip().isdigit() for x in visible.split(","))
+            else list(range(pynvml.nvmlDeviceGetCount()))
+        )
         if not ids:
             return None
-        mj = sum(pynvml.nvmlDeviceGetTotalEnergyConsumption(pynvml.nvmlDeviceGetHandleByIndex(i))
-                 for i in ids)
+        mj = sum(
+            pynvml.nvmlDeviceGetTotalEnergyConsumption(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in ids
+        )
         return mj / 1000.0
     except Exception:  # NVML missing, or the GPU has no energy counter (before Volta)
         return None
@@ -298,8 +369,8 @@ def gpu_energy_j() -> float | None:
 def stage_eval(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     import torch
 
-    from repro.core.config import DEMO_MAX_NEW_TOKENS
     from evals.demo_task import demo_task_scores, heldout_loss
+    from repro.core.config import DEMO_MAX_NEW_TOKENS
     from repro.core.models import load_finetuned
 
     _, held = load_pool_files(run_dir)
@@ -313,15 +384,16 @@ def stage_eval(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     demo = cfg.eval.demo_tasks and any(e.meta.get("check") for e in held.examples)
     if heldout or demo:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        model, tok = load_finetuned(run_dir / "model", model_dir_of(run_dir), cfg.model,
-                                    device=device)
+        model, tok = load_finetuned(run_dir / "model", model_dir_of(run_dir), cfg.model, device=device)
         if heldout:
-            out["scores"]["heldout"] = heldout_loss(model, tok, held, cfg.data.max_length,
-                                                    cfg.eval.batch_size, device)
+            out["scores"]["heldout"] = heldout_loss(
+                model, tok, held, cfg.data.max_length, cfg.eval.batch_size, device
+            )
         if demo:
             max_new = cfg.eval.gen_limit("demo") or DEMO_MAX_NEW_TOKENS
-            scores, samples = demo_task_scores(model, tok, held, max_new, cfg.eval.batch_size,
-                                               device, cfg.eval.limit)
+            scores, samples = demo_task_scores(
+                model, tok, held, max_new, cfg.eval.batch_size, device, cfg.eval.limit
+            )
             out["scores"]["demo"] = scores
             out["demo_max_new_tokens"] = max_new
             atomic_write_jsonl(run_dir / "eval_samples.jsonl", samples)
@@ -352,32 +424,41 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
     `diverged`."""
     from repro.core.results import provenance
 
-    pool, sel, sch, train = (read_json(stage_marker(run_dir, s))
-                             for s in ("pool", "select", "schedule", "train"))
+    pool, sel, sch, train = (
+        read_json(stage_marker(run_dir, s)) for s in ("pool", "select", "schedule", "train")
+    )
     diverged = train.get("status") == "diverged"
     ev = None if diverged else read_json(stage_marker(run_dir, "eval"))
     selection_s = stage_seconds(run_dir, "select", sel) + stage_seconds(run_dir, "schedule", sch)
-    end_to_end = (stage_seconds(run_dir, "pool", pool) + selection_s
-                  + stage_seconds(run_dir, "train", train, "train_stage_s")
-                  + (stage_seconds(run_dir, "eval", ev) if ev else 0.0))
+    end_to_end = (
+        stage_seconds(run_dir, "pool", pool)
+        + selection_s
+        + stage_seconds(run_dir, "train", train, "train_stage_s")
+        + (stage_seconds(run_dir, "eval", ev) if ev else 0.0)
+    )
     base = {
-        "run_id": f"{cfg.name}-{cfg.hash()}", "config_hash": cfg.hash(), "name": cfg.name,
+        "run_id": f"{cfg.name}-{cfg.hash()}",
+        "config_hash": cfg.hash(),
+        "name": cfg.name,
         "method": cfg.selection.method,
         # selection.params as canonical JSON: reports tell ablation settings (prune, variant) apart.
         "selection_params": json.dumps(cfg.selection.params, sort_keys=True, separators=(",", ":")),
         # The eval settings the scores were made with (the run folder is keyed by training only).
-        "eval_settings": json.dumps((ev or {}).get("eval_settings", asdict(cfg.eval)),
-                                    sort_keys=True, separators=(",", ":")),
+        "eval_settings": json.dumps(
+            (ev or {}).get("eval_settings", asdict(cfg.eval)), sort_keys=True, separators=(",", ":")
+        ),
         "allocator": cfg.allocation.method,
-        "allocation_params": json.dumps(cfg.allocation.params, sort_keys=True,
-                                        separators=(",", ":")),
+        "allocation_params": json.dumps(cfg.allocation.params, sort_keys=True, separators=(",", ":")),
         "weight_mode": cfg.allocation.weight_mode,
         "ratio": sel["info"].get("ratio", cfg.selection.params.get("ratio")),
         "kept_fraction": sel["kept_fraction"],
-        "n_selected": sel["n_selected"], "n_pool": sel["n_pool"],
+        "n_selected": sel["n_selected"],
+        "n_pool": sel["n_pool"],
         "model": cfg.model.name_or_path,
         "dataset": "+".join(Path(s.path).stem for s in cfg.data.sources),
-        "world_size": cfg.world_size, "seed": cfg.seed, "selection_s": round(selection_s, 3),
+        "world_size": cfg.world_size,
+        "seed": cfg.seed,
+        "selection_s": round(selection_s, 3),
         "train_s": round(train["train_s"], 3),
         "eval_s": round(ev["eval_s"], 3) if ev else None,  # a diverged run is not evaluated
         "end_to_end_s": round(end_to_end, 3),
@@ -385,30 +466,63 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         "attempts": rundir.attempts(run_dir),
         "resumed_from_step": train.get("resumed_from_step", 0),
         "tokens_per_s": round(train["tokens_per_s"], 2) if train.get("tokens_per_s") else None,
-        "allreduce_wait_share": (round(train["allreduce_wait_share"], 4)
-                                 if train.get("allreduce_wait_share") is not None else None),
+        "allreduce_wait_share": (
+            round(train["allreduce_wait_share"], 4) if train.get("allreduce_wait_share") is not None else None
+        ),
         # Its prediction from the schedule and the token counts (one worker: None).
-        "predicted_idle_share": (round(sch["predicted_idle_share"], 4)
-                                 if sch.get("predicted_idle_share") is not None else None),
+        "predicted_idle_share": (
+            round(sch["predicted_idle_share"], 4) if sch.get("predicted_idle_share") is not None else None
+        ),
         "peak_mem_mb": round(max(train["peak_mem_mb"], sel.get("peak_mem_mb", 0)), 1),
         **provenance(),
     }
     if diverged:
-        return ([{**base, "benchmark": "train", "metric": "diverged",
-                  "value": train["diverged_step"], "stderr": None, "n": train["total_steps"]}]
-                + diagnostic_rows(base, run_dir, sel, sch, train))
+        return [
+            {
+                **base,
+                "benchmark": "train",
+                "metric": "diverged",
+                "value": train["diverged_step"],
+                "stderr": None,
+                "n": train["total_steps"],
+            }
+        ] + diagnostic_rows(base, run_dir, sel, sch, train)
     rows = []
     scores = ev["scores"]
     if "heldout" in scores:
         h = scores["heldout"]
-        rows.append({**base, "benchmark": "heldout", "metric": "loss", "value": h["loss"],
-                     "stderr": h["loss_stderr"], "n": h["n"]})
-        rows.append({**base, "benchmark": "heldout", "metric": "perplexity",
-                     "value": h["perplexity"], "stderr": None, "n": h["n"]})
+        rows.append(
+            {
+                **base,
+                "benchmark": "heldout",
+                "metric": "loss",
+                "value": h["loss"],
+                "stderr": h["loss_stderr"],
+                "n": h["n"],
+            }
+        )
+        rows.append(
+            {
+                **base,
+                "benchmark": "heldout",
+                "metric": "perplexity",
+                "value": h["perplexity"],
+                "stderr": None,
+                "n": h["n"],
+            }
+        )
     for cat, s in scores.get("demo", {}).items():
         metric = "exact_or_exec"
-        rows.append({**base, "benchmark": f"demo/{cat}", "metric": metric, "value": s["value"],
-                     "stderr": s["stderr"], "n": s["n"]})
+        rows.append(
+            {
+                **base,
+                "benchmark": f"demo/{cat}",
+                "metric": metric,
+                "value": s["value"],
+                "stderr": s["stderr"],
+                "n": s["n"],
+            }
+        )
     # A benchmark without its data is an entry of metric "missing" (evals/run.py), so it comes
     # through here as a row like any other.
     if ev.get("benchmarks"):
@@ -422,8 +536,9 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
 # Diagnostic rows for reports/ (which read the results store and nothing else): the costs of each
 # selection step, each cluster's size, each worker's tokens and all-reduce wait. Their benchmark
 # names start with "cost/", "cluster/" or "worker/", so they never mix with quality scores.
-def diagnostic_rows(base: dict[str, Any], run_dir: Path, sel: dict[str, Any], sch: dict[str, Any],
-                    train: dict[str, Any]) -> list[dict[str, Any]]:
+def diagnostic_rows(
+    base: dict[str, Any], run_dir: Path, sel: dict[str, Any], sch: dict[str, Any], train: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Rows: cost/<step> seconds and peak_mem_mb; cluster/<c> size_before_cap, size_after_cap and
     kept, cluster/agreement nmi, ari, purity; worker/<k> tokens_per_step, allreduce_wait_s,
     compute_s (n = steps; the wait only under ddp, fsdp does not measure it) and
@@ -434,8 +549,9 @@ def diagnostic_rows(base: dict[str, Any], run_dir: Path, sel: dict[str, Any], sc
 
     def add(benchmark: str, metric: str, value: Any, n: Any = None) -> None:
         if value is not None:
-            rows.append({**base, "benchmark": benchmark, "metric": metric, "value": value,
-                         "stderr": None, "n": n})
+            rows.append(
+                {**base, "benchmark": benchmark, "metric": metric, "value": value, "stderr": None, "n": n}
+            )
 
     for step in ("features", "clustering", "selection"):
         add(f"cost/{step}", "seconds", info.get(f"{step}_s"))
@@ -458,14 +574,15 @@ def diagnostic_rows(base: dict[str, Any], run_dir: Path, sel: dict[str, Any], sc
     n_steps = (sch.get("derived") or {}).get("total_steps")
     for k, share in enumerate(sch.get("worker_idle_shares") or []):
         add(f"worker/{k}", "predicted_idle_share", round(share, 4), n_steps)
-    for log in sorted((run_dir / "train_log").glob("rank*.jsonl"),
-                      key=lambda p: int(p.stem[4:]) if p.stem[4:].isdigit() else -1):
+    for log in sorted(
+        (run_dir / "train_log").glob("rank*.jsonl"),
+        key=lambda p: int(p.stem[4:]) if p.stem[4:].isdigit() else -1,
+    ):
         steps = read_jsonl(log)
         if not steps:
             continue
         k = log.stem[4:]
-        add(f"worker/{k}", "tokens_per_step", sum(r["tokens"] for r in steps) / len(steps),
-            len(steps))
+        add(f"worker/{k}", "tokens_per_step", sum(r["tokens"] for r in steps) / len(steps), len(steps))
         waits = [r["allreduce_wait_s"] for r in steps]
         if None not in waits:  # fsdp logs null: not measured, so no row (never a 0)
             add(f"worker/{k}", "allreduce_wait_s", round(sum(waits), 4), len(steps))
@@ -481,8 +598,7 @@ def stage_results(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     rows = result_rows(cfg, run_dir)
     write_rows(run_dir / PART_NAME, rows)
     write_lm_eval_results(run_dir / LM_EVAL_NAME, rows)
-    return {"rows": len(rows), "path": str(run_dir / PART_NAME),
-            "lm_eval_json": str(run_dir / LM_EVAL_NAME)}
+    return {"rows": len(rows), "path": str(run_dir / PART_NAME), "lm_eval_json": str(run_dir / LM_EVAL_NAME)}
 
 
 # ----------------------------------------------------------------------------- driver
@@ -498,8 +614,9 @@ class TrainingDiverged(RunStopped):
     exit_code = 3
 
 
-def run_experiment(cfg: ExperimentConfig, force: bool = False, until: str = "results",
-                   wait_lock: bool = False) -> Path:
+def run_experiment(
+    cfg: ExperimentConfig, force: bool = False, until: str = "results", wait_lock: bool = False
+) -> Path:
     """Run the stages up to and including `until`; returns the run directory.
 
     The run folder's owner (a plain process, or rank 0 of a launched group) holds its lock for the
@@ -526,8 +643,10 @@ def run_experiment(cfg: ExperimentConfig, force: bool = False, until: str = "res
 
 def _run_stages(cfg: ExperimentConfig, run_dir: Path, force: bool, until: str, leader: bool) -> None:
     save_config(cfg, run_dir / "config.yaml")
-    logger.info(f"run {cfg.name} ({cfg.selection.method} + {cfg.allocation.method}, "
-                f"world size {cfg.world_size}) -> {run_dir}")
+    logger.info(
+        f"run {cfg.name} ({cfg.selection.method} + {cfg.allocation.method}, "
+        f"world size {cfg.world_size}) -> {run_dir}"
+    )
     steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         ("model", lambda: stage_model(cfg, run_dir)),
         ("pool", lambda: stage_pool(cfg, run_dir)),
@@ -549,22 +668,23 @@ def _run_stages(cfg: ExperimentConfig, run_dir: Path, force: bool, until: str, l
             break
 
 
-def stop_diverged(cfg: ExperimentConfig, run_dir: Path, train: dict[str, Any], force: bool,
-                  leader: bool) -> None:
+def stop_diverged(
+    cfg: ExperimentConfig, run_dir: Path, train: dict[str, Any], force: bool, leader: bool
+) -> None:
     """A diverged training: skip the evaluation, write the result rows (status diverged), stop."""
     from repro.core.results import PART_NAME
 
     if leader:
         stage_marker(run_dir, "eval").unlink(missing_ok=True)
-        _stage(run_dir, "results", force, lambda: stage_results(cfg, run_dir),
-               stage_key(cfg, "results"))
+        _stage(run_dir, "results", force, lambda: stage_results(cfg, run_dir), stage_key(cfg, "results"))
     d = train.get("diverged") or {}
     raise TrainingDiverged(
         f"training diverged at step {train['diverged_step']} of {train['total_steps']} (0-based, "
         f"as in train_log): non-finite {d.get('what', 'loss or gradient norm')} (loss per worker "
         f"{d.get('loss')}, gradient norm per worker {d.get('grad_norm')}). The run stops: no model "
         f"was saved or evaluated, and {run_dir / PART_NAME} holds a row with status 'diverged'. "
-        "Lower train.lr, add train.warmup_steps or train.grad_clip, then rerun with --force.")
+        "Lower train.lr, add train.warmup_steps or train.grad_clip, then rerun with --force."
+    )
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -594,8 +714,9 @@ def check_inputs(cfg: ExperimentConfig, run_dir: Path) -> None:
             f"{run_dir} holds stages made from other inputs than this config reads now:\n  - "
             + "\n  - ".join(changes)
             + "\nNothing was reused or changed. Rerun with --force to redo the run from the current "
-              "inputs (its old outputs are replaced), or give it another name or output_dir to "
-              "keep both.")
+            "inputs (its old outputs are replaced), or give it another name or output_dir to "
+            "keep both."
+        )
 
 
 def _model_changes(cfg: ExperimentConfig, run_dir: Path, info: dict[str, Any]) -> list[str]:
@@ -605,8 +726,9 @@ def _model_changes(cfg: ExperimentConfig, run_dir: Path, info: dict[str, Any]) -
     model_dir = Path(info["model_dir"])
     if not model_dir.is_dir():
         model_dir = Path(stage_model(cfg, run_dir)["model_dir"])
-    found = fingerprints.model_changes(info["inputs"].get("model", {}),
-                                       fingerprints.model_fingerprint(model_dir))
+    found = fingerprints.model_changes(
+        info["inputs"].get("model", {}), fingerprints.model_fingerprint(model_dir)
+    )
     if not found and str(model_dir) != info["model_dir"]:
         logger.info(f"model: the same model, now at {model_dir}")
         atomic_write_json(stage_marker(run_dir, "model"), {**info, "model_dir": str(model_dir)})
@@ -617,7 +739,7 @@ def invalidate_eval_outputs(run_dir: Path, after: str) -> None:
     """Before stage `after` runs: remove what the eval-side stages after it made from the old
     outputs (their markers, the result rows; the eval's own files too when `after` is eval and
     they were made with other settings), so nothing stale is skipped or merged."""
-    later = STAGES[STAGES.index(after) + 1:]
+    later = STAGES[STAGES.index(after) + 1 :]
     for name in EVAL_STAGES:
         if name in later:
             stage_marker(run_dir, name).unlink(missing_ok=True)

@@ -17,13 +17,15 @@ more (`ctx.profile` is the cluster profile when launching, for checks such as a 
 A Problem names the config key and says what is wrong and what is allowed; a note (not blocking)
 says what could not be checked here, e.g. a hub dataset while offline.
 """
+
 from __future__ import annotations
 
 import difflib
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from repro.core.config import ConfigError, ExperimentConfig
 
@@ -90,8 +92,9 @@ def format_problems(problems: list[Problem], where: str) -> str:
     return "\n".join(f"  {'error' if p.blocking else 'note '}  {where}: {p}" for p in ordered)
 
 
-def preflight_all(configs: list[tuple[str, ExperimentConfig]], ctx: CheckContext | None = None
-                  ) -> dict[str, list[Problem]]:
+def preflight_all(
+    configs: list[tuple[str, ExperimentConfig]], ctx: CheckContext | None = None
+) -> dict[str, list[Problem]]:
     """`where` -> its problems and notes, for each (where, config); `where` names the config file,
     run or grid cell in messages."""
     return {where: preflight(cfg, ctx) for where, cfg in configs}
@@ -114,16 +117,19 @@ def report(found: dict[str, list[Problem]]) -> str:
     return "\n".join(lines)
 
 
-def require_clean(configs: list[tuple[str, ExperimentConfig]], ctx: CheckContext | None = None
-                  ) -> dict[str, list[Problem]]:
+def require_clean(
+    configs: list[tuple[str, ExperimentConfig]], ctx: CheckContext | None = None
+) -> dict[str, list[Problem]]:
     """Check every config before any runs; raise PreflightError listing every blocking problem
     of every config, else return the findings (notes only)."""
     found = preflight_all(configs, ctx)
     n_err = sum(p.blocking for problems in found.values() for p in problems)
     if n_err:
         bad = sum(any(p.blocking for p in problems) for problems in found.values())
-        raise PreflightError(f"{n_err} problem(s) in {bad} of {len(found)} config(s), found before "
-                             f"anything ran:\n{report(found)}")
+        raise PreflightError(
+            f"{n_err} problem(s) in {bad} of {len(found)} config(s), found before "
+            f"anything ran:\n{report(found)}"
+        )
     return found
 
 
@@ -175,14 +181,18 @@ def check_generation_limits(cfg: ExperimentConfig, ctx: CheckContext) -> list[Pr
     from evals.run import CODE_BENCHMARKS
 
     tasks = ("demo", *CODE_BENCHMARKS)  # every generation task of the eval stage
-    return [Problem(f"eval.max_new_tokens.{task}",
-                    f"{task!r} is not a generation task{_did_you_mean(str(task), list(tasks))} "
-                    f"(generation tasks: {', '.join(tasks)})")
-            for task in limits if task not in tasks]
+    return [
+        Problem(
+            f"eval.max_new_tokens.{task}",
+            f"{task!r} is not a generation task{_did_you_mean(str(task), list(tasks))} "
+            f"(generation tasks: {', '.join(tasks)})",
+        )
+        for task in limits
+        if task not in tasks
+    ]
 
 
-def _benchmark_data_notes(cfg: ExperimentConfig, ctx: CheckContext, names: list[str]
-                          ) -> list[Problem]:
+def _benchmark_data_notes(cfg: ExperimentConfig, ctx: CheckContext, names: list[str]) -> list[Problem]:
     from evals import local_data
 
     data_dir, _ = ctx.data_dir(cfg)
@@ -191,8 +201,13 @@ def _benchmark_data_notes(cfg: ExperimentConfig, ctx: CheckContext, names: list[
         try:
             local_data.locate(name, str(data_dir) if data_dir else None)
         except local_data.MissingDataError as e:
-            out.append(Problem("eval.benchmarks", f"local data not found here: {e} (its "
-                               "evaluation will write a 'missing' row)", blocking=False))
+            out.append(
+                Problem(
+                    "eval.benchmarks",
+                    f"local data not found here: {e} (its evaluation will write a 'missing' row)",
+                    blocking=False,
+                )
+            )
     return out
 
 
@@ -204,13 +219,19 @@ def _plugin_data_notes(benches: list[Any]) -> list[Problem]:
         try:
             plugins.locate(b)
         except local_data.MissingDataError as e:
-            out.append(Problem("eval.benchmarks", f"data not found here: {e} (its evaluation "
-                               "will write a 'missing' row)", blocking=False))
+            out.append(
+                Problem(
+                    "eval.benchmarks",
+                    f"data not found here: {e} (its evaluation will write a 'missing' row)",
+                    blocking=False,
+                )
+            )
     return out
 
 
-def _method_problems(kind: str, key: str, name: str, params: dict[str, Any],
-                     method_name: str) -> list[Problem]:
+def _method_problems(
+    kind: str, key: str, name: str, params: dict[str, Any], method_name: str
+) -> list[Problem]:
     """A selector's or allocator's name resolves (built-in, entry point or module:Class), a
     plugin is a class with the protocol's method, and the class accepts its params."""
     from repro.core.registry import ALLOCATORS, SELECTORS
@@ -223,15 +244,24 @@ def _method_problems(kind: str, key: str, name: str, params: dict[str, Any],
         return [Problem(key, str(e))]
     plugin = ":" in name or "entry point" in reg.origin(name)
     if plugin and (not inspect.isclass(obj) or not callable(getattr(obj, method_name, None))):
-        return [Problem(key, f"{name!r} resolves to {obj!r}, not a {kind} class: expected a "
-                             f"class with a {method_name}() method (repro/core/interfaces.py)")]
+        return [
+            Problem(
+                key,
+                f"{name!r} resolves to {obj!r}, not a {kind} class: expected a "
+                f"class with a {method_name}() method (repro/core/interfaces.py)",
+            )
+        ]
     try:
         reg.create(name, params, f"{section}.params")  # constructors only store their params
     except ConfigError as e:
         return [_keyed(str(e), f"{section}.params")]
     except Exception as e:  # noqa: BLE001 - a plugin's constructor failing otherwise: say so
-        return [Problem(f"{section}.params", f"{kind} {name!r} could not be created with "
-                                             f"{params!r}: {type(e).__name__}: {e}")]
+        return [
+            Problem(
+                f"{section}.params",
+                f"{kind} {name!r} could not be created with {params!r}: {type(e).__name__}: {e}",
+            )
+        ]
     return []
 
 
@@ -266,8 +296,9 @@ def check_model_extra(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]
     from repro.core.models import BUILTIN_EXTRAS
 
     name = cfg.model.name_or_path
-    problem = name in BUILTIN_EXTRAS and extra_problem(BUILTIN_EXTRAS[name], f"{name!r}",
-                                                       "set a local model directory")
+    problem = name in BUILTIN_EXTRAS and extra_problem(
+        BUILTIN_EXTRAS[name], f"{name!r}", "set a local model directory"
+    )
     return [Problem("model.name_or_path", problem)] if problem else []
 
 
@@ -283,15 +314,28 @@ def check_data_files(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
             from repro.core.demo_pool import CATEGORIES
 
             if cfg.data.demo_train_size < 2 * len(CATEGORIES):
-                out.append(Problem("data.demo_train_size", f"{cfg.data.demo_train_size}: the "
-                                   f"generated demo pool needs >= {2 * len(CATEGORIES)} (2 per "
-                                   "category)"))
+                out.append(
+                    Problem(
+                        "data.demo_train_size",
+                        f"{cfg.data.demo_train_size}: the "
+                        f"generated demo pool needs >= {2 * len(CATEGORIES)} (2 per "
+                        "category)",
+                    )
+                )
         elif src.path.startswith("hf:"):
-            out.append(Problem(f"{key}.path", f"{src.path}: a hub dataset, not checked here "
-                               "(it is fetched when the pool stage runs)", blocking=False))
+            out.append(
+                Problem(
+                    f"{key}.path",
+                    f"{src.path}: a hub dataset, not checked here (it is fetched when the pool stage runs)",
+                    blocking=False,
+                )
+            )
         elif not src.path.endswith((".json", ".jsonl")):
-            out.append(Problem(f"{key}.path", f"{src.path!r}: expected 'demo', 'hf:<hub id>', or a "
-                                              ".json / .jsonl file"))
+            out.append(
+                Problem(
+                    f"{key}.path", f"{src.path!r}: expected 'demo', 'hf:<hub id>', or a .json / .jsonl file"
+                )
+            )
         else:
             out += _file_problems(cfg, ctx, f"{key}.path", src.path)
         if src.exclude_ids_file:
@@ -305,14 +349,21 @@ def _file_problems(cfg: ExperimentConfig, ctx: CheckContext, key: str, rel: str)
         return [] if p.is_file() else [Problem(key, f"file {str(p)!r} not found")]
     d, origin = ctx.data_dir(cfg)
     if d is None:
-        return [Problem(key, f"{rel!r} is relative, but no data directory is set: set the config "
-                             "key data_dir or the environment variable CLUSTER_REPRO_DATA")]
+        return [
+            Problem(
+                key,
+                f"{rel!r} is relative, but no data directory is set: set the config "
+                "key data_dir or the environment variable CLUSTER_REPRO_DATA",
+            )
+        ]
     if not d.is_dir():
-        return [Problem(key, f"{rel!r}: the data directory {str(d)!r} (from {origin}) does not "
-                             "exist")]
+        return [Problem(key, f"{rel!r}: the data directory {str(d)!r} (from {origin}) does not exist")]
     if not (d / p).is_file():
-        return [Problem(key, f"file {str(d / p)!r} not found ({rel!r} relative to the data "
-                             f"directory from {origin})")]
+        return [
+            Problem(
+                key, f"file {str(d / p)!r} not found ({rel!r} relative to the data directory from {origin})"
+            )
+        ]
     return []
 
 
@@ -325,13 +376,22 @@ def check_batches(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     out: list[Problem] = []
     fb = cfg.selection.params.get("feature_batch_size")
     if fb is not None and (not isinstance(fb, int) or isinstance(fb, bool) or fb < 1):
-        out.append(Problem("selection.params.feature_batch_size",
-                           f"{fb!r}: expected an integer >= 1 (examples per feature batch)"))
+        out.append(
+            Problem(
+                "selection.params.feature_batch_size",
+                f"{fb!r}: expected an integer >= 1 (examples per feature batch)",
+            )
+        )
     bound = _pool_upper_bound(cfg)
     if cfg.selection.n is not None and bound is not None and cfg.selection.n > bound:
-        out.append(Problem("selection.n", f"{cfg.selection.n} is larger than the pool can be (at "
-                                          f"most {bound} examples from data.sources); use at most "
-                                          f"{bound} or selection.fraction"))
+        out.append(
+            Problem(
+                "selection.n",
+                f"{cfg.selection.n} is larger than the pool can be (at "
+                f"most {bound} examples from data.sources); use at most "
+                f"{bound} or selection.fraction",
+            )
+        )
     return out
 
 
@@ -358,13 +418,23 @@ def check_ratio(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
         return []
     if 0 < r < 1:
         pct = r * 100
-        return [Problem("selection.params.ratio",
-                        f"{r:g} looks like a fraction; it is a percentage (0-100, unlike "
-                        "selection.fraction's 0-1 share), did you mean "
-                        f"{int(pct) if float(pct).is_integer() else round(pct, 4):g}?")]
+        return [
+            Problem(
+                "selection.params.ratio",
+                f"{r:g} looks like a fraction; it is a percentage (0-100, unlike "
+                "selection.fraction's 0-1 share), did you mean "
+                f"{int(pct) if float(pct).is_integer() else round(pct, 4):g}?",
+            )
+        ]
     if r == 1:
-        return [Problem("selection.params.ratio", "1 keeps 1% of the smallest cluster per "
-                        "cluster (a percentage); the paper's r = 1.0 is ratio 100", blocking=False)]
+        return [
+            Problem(
+                "selection.params.ratio",
+                "1 keeps 1% of the smallest cluster per "
+                "cluster (a percentage); the paper's r = 1.0 is ratio 100",
+                blocking=False,
+            )
+        ]
     return []
 
 
@@ -380,7 +450,6 @@ def check_world_size_fits_profile(cfg: ExperimentConfig, ctx: CheckContext) -> l
     return []
 
 
-
 @check
 def check_gpu_memory(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     """When launching with a profile that states `gpu.memory_gb`: the cell's memory plan
@@ -394,15 +463,26 @@ def check_gpu_memory(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
 
     plan, advice = fit_advice(cfg, float(limit)) if limit is not None else (plan_for_config(cfg), None)
     if plan is None:
-        return [Problem("model.name_or_path", f"{cfg.model.name_or_path!r}: shape unknown here (not "
-                        "a known hub id nor a local directory with config.json), so its memory "
-                        "could not be planned", blocking=False)]
+        return [
+            Problem(
+                "model.name_or_path",
+                f"{cfg.model.name_or_path!r}: shape unknown here (not "
+                "a known hub id nor a local directory with config.json), so its memory "
+                "could not be planned",
+                blocking=False,
+            )
+        ]
     out = [Problem("train.strategy", advice, kind="memory")] if advice else []
     if host_limit is not None and plan.host / GIB > host_limit:
-        out.append(Problem("model.name_or_path", f"each worker loads the whole fp32 model into host "
-                           f"memory first: {plan.host / GIB:.1f} GiB, more than the profile's "
-                           f"mem_per_gpu_gb = {host_limit:g}; raise mem_per_gpu_gb",
-                           kind="memory"))
+        out.append(
+            Problem(
+                "model.name_or_path",
+                f"each worker loads the whole fp32 model into host "
+                f"memory first: {plan.host / GIB:.1f} GiB, more than the profile's "
+                f"mem_per_gpu_gb = {host_limit:g}; raise mem_per_gpu_gb",
+                kind="memory",
+            )
+        )
     return out
 
 

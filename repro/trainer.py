@@ -28,13 +28,13 @@ train_log/rank{k}.jsonl; rank 0 also sends its loss, lr, gradient norm, tokens/s
 experiment tracker `train.report_to` names (repro/core/tracking.py). train.json adds each
 worker's bytes of parameters, gradients, optimizer state and DDP buckets (`state_bytes`).
 """
+
 from __future__ import annotations
 
 import json
 import math
 import os
 import random
-import resource
 import shutil
 import time
 from pathlib import Path
@@ -43,17 +43,16 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from repro.core import sharding, steps
 from repro.core.config import Derived, ExperimentConfig, load_config
 from repro.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
+from repro.core.lmhead import weighted_lm_loss
 from repro.core.log import get_logger, progress_bar
 from repro.core.optim import optimizer_state_bytes
-from repro.core.sharding import enable_activation_checkpointing
-from repro.core.lmhead import weighted_lm_loss
 from repro.core.runtime import peak_memory_mb, seed_everything
+from repro.core.sharding import enable_activation_checkpointing
 from repro.core.tracking import NoTracker, make_tracker
 from repro.core.types import Example, Pool, Schedule
 
@@ -88,17 +87,21 @@ def make_optimizer(cfg: ExperimentConfig, params: list[torch.nn.Parameter]) -> t
     return build(cfg.train.optimizer, params, cfg.train.lr, cfg.train.weight_decay)
 
 
-def make_scheduler(cfg: ExperimentConfig, opt: torch.optim.Optimizer, total_steps: int
-                   ) -> torch.optim.lr_scheduler.LambdaLR:
+def make_scheduler(
+    cfg: ExperimentConfig, opt: torch.optim.Optimizer, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
     from repro.core.optim import make_scheduler as build
 
     return build(opt, cfg.train.warmup_steps, cfg.train.schedule == "linear", total_steps)
 
 
 def _rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(),
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
 
 
 def _set_rng_state(s: dict[str, Any]) -> None:
@@ -119,9 +122,18 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return done[-1] if done else None
 
 
-def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer,
-                    sched: Any, rank: int, world_size: int, keep: int, strategy: str = "ddp",
-                    progress: dict[str, Any] | None = None) -> None:
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    sched: Any,
+    rank: int,
+    world_size: int,
+    keep: int,
+    strategy: str = "ddp",
+    progress: dict[str, Any] | None = None,
+) -> None:
     """All ranks call this together; each writes its RNG state. Under ddp rank 0 writes the
     trainable weights and optimizer state; under fsdp every rank writes its shards (dcp/).
     `progress` (train_s, tokens: totals over all attempts so far) goes into meta.json."""
@@ -145,8 +157,9 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, opt: torch
         torch.save(sched.state_dict(), tmp / "scheduler.pt")
     dist.barrier()
     if rank == 0:
-        (tmp / "meta.json").write_text(json.dumps({"step": step, "world_size": world_size,
-                                                   "strategy": strategy, **(progress or {})}))
+        (tmp / "meta.json").write_text(
+            json.dumps({"step": step, "world_size": world_size, "strategy": strategy, **(progress or {})})
+        )
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:
@@ -160,19 +173,30 @@ def checkpoint_meta(ckpt: Path) -> dict[str, Any]:
     return json.loads((ckpt / "meta.json").read_text())
 
 
-def load_checkpoint(ckpt: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, sched: Any,
-                    rank: int, world_size: int, strategy: str = "ddp") -> int:
+def load_checkpoint(
+    ckpt: Path,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    sched: Any,
+    rank: int,
+    world_size: int,
+    strategy: str = "ddp",
+) -> int:
     from repro.core.models import load_trainable_state_dict
     from repro.core.sharding import load_sharded
 
     meta = checkpoint_meta(ckpt)
     if meta["world_size"] != world_size:
-        raise RuntimeError(f"{ckpt}: written with world_size {meta['world_size']}, resumed with "
-                           f"{world_size}; resume with the same world size or use --force")
+        raise RuntimeError(
+            f"{ckpt}: written with world_size {meta['world_size']}, resumed with "
+            f"{world_size}; resume with the same world size or use --force"
+        )
     written = meta.get("strategy", "ddp")
     if written != strategy:
-        raise RuntimeError(f"{ckpt}: written with train.strategy={written}, resumed with "
-                           f"{strategy}; resume with the same strategy or use --force")
+        raise RuntimeError(
+            f"{ckpt}: written with train.strategy={written}, resumed with "
+            f"{strategy}; resume with the same strategy or use --force"
+        )
     if strategy == "fsdp":
         load_sharded(ckpt / "dcp", model, opt)
     else:
@@ -234,8 +258,9 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
     start_step, carried = 0, {"train_s": 0.0, "tokens": 0}
     ckpt = latest_checkpoint(run_dir)
     if ckpt is not None:
-        start_step = load_checkpoint(ckpt, sharding.unwrapped(wrapped), opt, sched, rank,
-                                     world_size, strategy)
+        start_step = load_checkpoint(
+            ckpt, sharding.unwrapped(wrapped), opt, sched, rank, world_size, strategy
+        )
         meta = checkpoint_meta(ckpt)  # older checkpoints carry no totals: this attempt's only
         carried = {"train_s": float(meta.get("train_s", 0.0)), "tokens": int(meta.get("tokens", 0))}
     else:
@@ -268,10 +293,19 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
     t_loop = time.perf_counter()
     if rank == 0 and start_step:
         logger.info(f"resuming from {ckpt} at step {start_step}/{derived.total_steps}")
-    progress = progress_bar(total=derived.total_steps, initial=start_step, desc="train",
-                            unit="step", enabled=rank == 0, logger=logger)
-    tracker = (make_tracker(cfg.train.report_to, run_dir, f"{cfg.name}-{run_dir.name}",
-                            cfg.to_dict(), start_step) if rank == 0 else NoTracker())
+    progress = progress_bar(
+        total=derived.total_steps,
+        initial=start_step,
+        desc="train",
+        unit="step",
+        enabled=rank == 0,
+        logger=logger,
+    )
+    tracker = (
+        make_tracker(cfg.train.report_to, run_dir, f"{cfg.name}-{run_dir.name}", cfg.to_dict(), start_step)
+        if rank == 0
+        else NoTracker()
+    )
     totals: dict[str, Any] = {"tokens": 0, "compute_s": 0.0, "wait_s": 0.0, "steps": 0}
     diverged_at: int | None = None
     for step in range(start_step, derived.total_steps):
@@ -288,8 +322,9 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
             sync = micro == accum - 1
             with sharding.gradient_sync(wrapped, strategy, sync):
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-                    logits = wrapped(input_ids=batch["input_ids"],
-                                     attention_mask=batch["attention_mask"]).logits
+                    logits = wrapped(
+                        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+                    ).logits
                 loss = weighted_lm_loss(logits, batch["labels"], weights, per_example) / divisor
                 loss.backward()
                 if sync and strategy == "ddp":
@@ -300,8 +335,7 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
         grad_norm = local_grad_norm(params)
         if any_worker_diverged(loss_sum, grad_norm, device):  # every rank gets the same answer
             diverged_at = step
-            totals["diverged"] = {"loss": _json_number(loss_sum),
-                                  "grad_norm": _json_number(float(grad_norm))}
+            totals["diverged"] = {"loss": _json_number(loss_sum), "grad_norm": _json_number(float(grad_norm))}
             break
         if cfg.train.grad_clip:
             torch.nn.utils.clip_grad_norm_(params, cfg.train.grad_clip)
@@ -311,12 +345,20 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
         sched.step()
         opt.zero_grad(set_to_none=True)
         step_s = time.perf_counter() - t0
-        row = {"step": step, "rank": rank, "epoch": epoch, "loss": loss_sum,
-               "lr": sched.get_last_lr()[0], "grad_norm": float(grad_norm),
-               "step_s": step_s, "compute_s": step_s - wait,
-               "allreduce_wait_s": wait if strategy == "ddp" else None,
-               "tokens": tokens, "tokens_per_s": tokens / step_s,
-               "peak_mem_mb": peak_memory_mb(device)}
+        row = {
+            "step": step,
+            "rank": rank,
+            "epoch": epoch,
+            "loss": loss_sum,
+            "lr": sched.get_last_lr()[0],
+            "grad_norm": float(grad_norm),
+            "step_s": step_s,
+            "compute_s": step_s - wait,
+            "allreduce_wait_s": wait if strategy == "ddp" else None,
+            "tokens": tokens,
+            "tokens_per_s": tokens / step_s,
+            "peak_mem_mb": peak_memory_mb(device),
+        }
         log.write(json.dumps(row) + "\n")
         log.flush()
         tracker.log({f"train/{k}": row[k] for k in TRACKED if row[k] is not None}, step)
@@ -327,27 +369,42 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
         progress.set_postfix(loss=f"{loss_sum:.3f}")
         progress.update(1)
         done = step + 1
-        if cfg.train.checkpoint_every and done % cfg.train.checkpoint_every == 0 \
-                and done < derived.total_steps:
+        if (
+            cfg.train.checkpoint_every
+            and done % cfg.train.checkpoint_every == 0
+            and done < derived.total_steps
+        ):
             so_far = totals_so_far(time.perf_counter() - t_loop, totals["tokens"], device)
             tracker.flush()  # durable before the checkpoint a killed run would resume from
-            save_checkpoint(run_dir, done, sharding.unwrapped(wrapped), opt, sched, rank,
-                            world_size, cfg.train.keep_checkpoints, strategy,
-                            progress={"train_s": carried["train_s"] + so_far[0],
-                                      "tokens": carried["tokens"] + so_far[1]})
+            save_checkpoint(
+                run_dir,
+                done,
+                sharding.unwrapped(wrapped),
+                opt,
+                sched,
+                rank,
+                world_size,
+                cfg.train.keep_checkpoints,
+                strategy,
+                progress={"train_s": carried["train_s"] + so_far[0], "tokens": carried["tokens"] + so_far[1]},
+            )
     log.close()
     progress.close()
     tracker.close()
     loop_s = time.perf_counter() - t_loop
 
-    totals.update(loop_s=loop_s, startup_s=t_loop - t_start, peak_mem_mb=peak_memory_mb(device),
-                  threads=threads)
+    totals.update(
+        loop_s=loop_s, startup_s=t_loop - t_start, peak_mem_mb=peak_memory_mb(device), threads=threads
+    )
     gathered: list[Any] = [None] * world_size
     dist.all_gather_object(gathered, totals)
     # Under fsdp the weights are gathered (a collective) to rank 0's CPU first. Every rank knows
     # whether training diverged (the flag was all-reduced), so all skip this collective together.
-    full = (sharding.full_state_dict(wrapped, trainable_only=cfg.model.lora.enabled)
-            if strategy == "fsdp" and diverged_at is None else None)
+    full = (
+        sharding.full_state_dict(wrapped, trainable_only=cfg.model.lora.enabled)
+        if strategy == "fsdp" and diverged_at is None
+        else None
+    )
     if rank == 0:
         if diverged_at is None:
             save_finetuned(sharding.unwrapped(wrapped), tokenizer, run_dir / "model", state_dict=full)
@@ -355,26 +412,32 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
         train_s = carried["train_s"] + this_s
         tok = carried["tokens"] + sum(g["tokens"] for g in gathered)
         step_time = sum(g["compute_s"] + g["wait_s"] for g in gathered)
-        atomic_write_json(run_dir / "train.json", {
-            "status": "ok" if diverged_at is None else "diverged",
-            "train_s": train_s,
-            "train_s_carried": carried["train_s"],
-            "startup_s": max(g["startup_s"] for g in gathered),
-            "steps_run": gathered[0]["steps"],
-            "resumed_from_step": start_step,
-            "total_steps": derived.total_steps,
-            "tokens": tok,
-            "tokens_per_s": tok / train_s if train_s > 0 else None,
-            "allreduce_wait_share": (sum(g["wait_s"] for g in gathered) / step_time
-                                     if step_time > 0 and strategy == "ddp" else None),
-            "strategy": strategy,
-            "activation_checkpointing": cfg.train.activation_checkpointing,
-            "peak_mem_mb": max(g["peak_mem_mb"] for g in gathered),
-            "per_worker": gathered,
-            "device": str(device.type),
-            "bf16": bf16,
-            **(diverged_summary(diverged_at, gathered) if diverged_at is not None else {}),
-        })
+        atomic_write_json(
+            run_dir / "train.json",
+            {
+                "status": "ok" if diverged_at is None else "diverged",
+                "train_s": train_s,
+                "train_s_carried": carried["train_s"],
+                "startup_s": max(g["startup_s"] for g in gathered),
+                "steps_run": gathered[0]["steps"],
+                "resumed_from_step": start_step,
+                "total_steps": derived.total_steps,
+                "tokens": tok,
+                "tokens_per_s": tok / train_s if train_s > 0 else None,
+                "allreduce_wait_share": (
+                    sum(g["wait_s"] for g in gathered) / step_time
+                    if step_time > 0 and strategy == "ddp"
+                    else None
+                ),
+                "strategy": strategy,
+                "activation_checkpointing": cfg.train.activation_checkpointing,
+                "peak_mem_mb": max(g["peak_mem_mb"] for g in gathered),
+                "per_worker": gathered,
+                "device": str(device.type),
+                "bf16": bf16,
+                **(diverged_summary(diverged_at, gathered) if diverged_at is not None else {}),
+            },
+        )
     dist.barrier()
 
 
@@ -384,8 +447,9 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
 def local_grad_norm(params: list[torch.nn.Parameter]) -> torch.Tensor:
     """The 2-norm of this worker's gradients (only its shards under fsdp: no communication), as
     a 0-d float tensor; inf or NaN when any gradient element is (or the norm overflows)."""
-    grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-             for p in params if p.grad is not None]
+    grads = [
+        p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in params if p.grad is not None
+    ]
     if not grads:
         return torch.zeros(())
     return torch.nn.utils.get_total_norm(grads, norm_type=2.0).float()
@@ -409,10 +473,15 @@ def diverged_summary(step: int, gathered: list[dict[str, Any]]) -> dict[str, Any
     """train.json fields of a diverged training: the step, and each worker's loss and norm."""
     losses = [g["diverged"]["loss"] for g in gathered]
     norms = [g["diverged"]["grad_norm"] for g in gathered]
-    what = [name for name, vals in (("loss", losses), ("gradient norm", norms))
-            if any(isinstance(v, str) for v in vals)]
-    return {"diverged_step": step,
-            "diverged": {"what": " and ".join(what), "loss": losses, "grad_norm": norms}}
+    what = [
+        name
+        for name, vals in (("loss", losses), ("gradient norm", norms))
+        if any(isinstance(v, str) for v in vals)
+    ]
+    return {
+        "diverged_step": step,
+        "diverged": {"what": " and ".join(what), "loss": losses, "grad_norm": norms},
+    }
 
 
 # ----------------------------------------------------------------------------- resume
@@ -449,13 +518,10 @@ def settle_ddp_buckets(model: torch.nn.Module, batch: dict[str, torch.Tensor], a
         p.grad = None
 
 
-
-
 def run_training(run_dir: Path, world_size: int, master_port: int | None = None) -> dict[str, Any]:
     """Train with `world_size` workers: this process's SLURM/torchrun group when it was launched
     into one of that size (every task calls this), else as many processes spawned here."""
     from repro.core.distributed import run_group
 
-    run_group(train_worker, world_size, (str(run_dir),), join_size=world_size,
-              master_port=master_port)
+    run_group(train_worker, world_size, (str(run_dir),), join_size=world_size, master_port=master_port)
     return read_json(run_dir / "train.json")

@@ -5,6 +5,7 @@
 
 Registered into the main CLI by `repro/cli.py` (it calls `register`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,10 +15,10 @@ from dataclasses import replace
 from repro.core.config import ConfigError
 
 
-
 def register(sub: argparse._SubParsersAction, epilog: str) -> None:
     p = sub.add_parser(
-        "launch", help="submit every cell of a grid (SLURM via submitit, or locally)",
+        "launch",
+        help="submit every cell of a grid (SLURM via submitit, or locally)",
         description="Expand a grid file (datasets x models x methods x ratios x world sizes x "
         "seeds, minus exclusions) into experiments and submit them: one job per cell with one "
         "task (GPU) per worker, job arrays for cells that share resources, and one shared "
@@ -29,48 +30,78 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
         "prints the jobs, GPUs, an estimate of GPU-hours (from tokens, parameter count and the "
         "profile's MFU) and each cell's problems, and submits nothing (exit 2 on a problem).",
         epilog="Grids: configs/grids/. Profiles: configs/clusters/ (example.yaml documents every "
-        "key). Docs: docs/slurm.md. " + epilog)
+        "key). Docs: docs/slurm.md. " + epilog,
+    )
     _common(p)
-    p.add_argument("--cluster", choices=["slurm", "local", "debug"], default="slurm",
-                   help="slurm: sbatch through submitit; local: subprocesses on this machine; "
-                   "debug: in this process (default: slurm)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the plan (jobs, GPUs, GPU-hours) and submit nothing")
-    p.add_argument("--wait", action="store_true",
-                   help="block until every submitted job ends; exit 1 if any failed")
-    p.add_argument("--force", action="store_true",
-                   help="submit cells whose memory plan exceeds the profile's gpu.memory_gb "
-                   "(every other preflight problem still stops the launch)")
+    p.add_argument(
+        "--cluster",
+        choices=["slurm", "local", "debug"],
+        default="slurm",
+        help="slurm: sbatch through submitit; local: subprocesses on this machine; "
+        "debug: in this process (default: slurm)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the plan (jobs, GPUs, GPU-hours) and submit nothing"
+    )
+    p.add_argument(
+        "--wait", action="store_true", help="block until every submitted job ends; exit 1 if any failed"
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="submit cells whose memory plan exceeds the profile's gpu.memory_gb "
+        "(every other preflight problem still stops the launch)",
+    )
     p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser(
-        "status", help="each cell of a launched grid: done, pending, running, failed (+ log)",
+        "status",
+        help="each cell of a launched grid: done, pending, running, failed (+ log)",
         description="Show each cell's state: done (its results exist, for its eval settings), "
         "pending, running, failed (with the path of its log and the reason), outdated (its job "
         "finished, but the eval settings changed since: launch re-evaluates it), or not "
         "launched. Asks SLURM's accounting "
         "(sacct) about the jobs a launch recorded in <output_dir>/_launch/<grid>/jobs.json.",
-        epilog=epilog)
+        epilog=epilog,
+    )
     _common(p)
     p.set_defaults(func=cmd_status)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("grid", help="a grid file, or a shipped one by name, e.g. grids/paper "
-                                "(configs/grids/paper.yaml; run lists, configs/runs/, are for "
-                                "`cluster-repro grid`)")
-    p.add_argument("overrides", nargs="*", metavar="key.sub=value",
-                   help="config overrides for every cell, e.g. data_dir=../shared/data")
-    p.add_argument("--profile", default=None,
-                   help="cluster profile YAML, or a shipped one by name (clusters/local; "
-                   "configs/clusters/example.yaml documents every key); required "
-                   "for --cluster slurm; otherwise defaults: 4 GPUs per node, A100 bf16 peak, "
-                   "MFU 0.40, the config's output_dir")
-    p.add_argument("--output-dir", default=None,
-                   help="where runs go (default: the profile's output_dir, else the config's)")
-    p.add_argument("--only", action="append", default=[], metavar="AXIS=V[,V]",
-                   help="only cells whose axis has one of these values (dataset, model, method, "
-                   "ratio, world_size, seed, id); repeatable; cells they match come along")
+    p.add_argument(
+        "grid",
+        help="a grid file, or a shipped one by name, e.g. grids/paper "
+        "(configs/grids/paper.yaml; run lists, configs/runs/, are for "
+        "`cluster-repro grid`)",
+    )
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key.sub=value",
+        help="config overrides for every cell, e.g. data_dir=../shared/data",
+    )
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="cluster profile YAML, or a shipped one by name (clusters/local; "
+        "configs/clusters/example.yaml documents every key); required "
+        "for --cluster slurm; otherwise defaults: 4 GPUs per node, A100 bf16 peak, "
+        "MFU 0.40, the config's output_dir",
+    )
+    p.add_argument(
+        "--output-dir",
+        default=None,
+        help="where runs go (default: the profile's output_dir, else the config's)",
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="AXIS=V[,V]",
+        help="only cells whose axis has one of these values (dataset, model, method, "
+        "ratio, world_size, seed, id); repeatable; cells they match come along",
+    )
 
 
 def _profile(args: argparse.Namespace, required: bool):
@@ -79,8 +110,10 @@ def _profile(args: argparse.Namespace, required: bool):
     if args.profile:
         return load_profile(args.profile)
     if required:
-        raise ConfigError("--cluster slurm needs --profile PROFILE.yaml (your partition, account, "
-                          "GPUs per node...; copy configs/clusters/example.yaml)")
+        raise ConfigError(
+            "--cluster slurm needs --profile PROFILE.yaml (your partition, account, "
+            "GPUs per node...; copy configs/clusters/example.yaml)"
+        )
     return ClusterProfile()  # the defaults of slurm/profile.py (no partition, no output_dir)
 
 
@@ -90,15 +123,20 @@ def format_plan(ctx, jobs, done) -> str:
 
     prof = ctx.profile
     g = prof.gpu
-    lines = [f"Grid {ctx.grid.name} ({ctx.grid.path}): {len(ctx.cells)} cells, {len(done)} done, "
-             f"{sum(j.kind == 'cell' for j in jobs)} to run",
-             f"Profile {prof.name}: {prof.gpus_per_node} GPUs/node, {g.name}, "
-             f"{g.peak_tflops:g} TFLOP/s peak, "
-             + (f"{g.memory_gb:g} GiB per GPU" if g.memory_gb else "GPU memory not stated") +
-             f"; MFU {g.mfu_used:.2f} ({g.mfu_source})",
-             f"Output: {ctx.output_dir}", ""]
-    head = f"{'job':58s} {'GPUs':>4s} {'nodes':>5s} {'kept':>6s} {'tokens':>8s} {'GPU-h':>8s} " \
-           f"{'wall h':>7s} {'GiB/GPU':>8s}  waits for / kept share from"
+    lines = [
+        f"Grid {ctx.grid.name} ({ctx.grid.path}): {len(ctx.cells)} cells, {len(done)} done, "
+        f"{sum(j.kind == 'cell' for j in jobs)} to run",
+        f"Profile {prof.name}: {prof.gpus_per_node} GPUs/node, {g.name}, "
+        f"{g.peak_tflops:g} TFLOP/s peak, "
+        + (f"{g.memory_gb:g} GiB per GPU" if g.memory_gb else "GPU memory not stated")
+        + f"; MFU {g.mfu_used:.2f} ({g.mfu_source})",
+        f"Output: {ctx.output_dir}",
+        "",
+    ]
+    head = (
+        f"{'job':58s} {'GPUs':>4s} {'nodes':>5s} {'kept':>6s} {'tokens':>8s} {'GPU-h':>8s} "
+        f"{'wall h':>7s} {'GiB/GPU':>8s}  waits for / kept share from"
+    )
     lines += [head, "-" * len(head)]
     total = {"cell": 0.0, "features": 0.0}
     unknown = 0
@@ -122,22 +160,27 @@ def format_plan(ctx, jobs, done) -> str:
         else:
             total[pj.kind] += est.gpu_hours
         mem = _memory_column(cell, pj.kind, g.memory_gb)
-        lines.append(f"{pj.name:58s} {pj.tasks:4d} {nodes!s:>5s} {kept:>6s} {fmt_num(est.tokens):>8s} "
-                     f"{fmt_num(est.gpu_hours, 2):>8s} {fmt_num(est.wall_hours, 2):>7s} {mem:>8s}  {what}")
+        lines.append(
+            f"{pj.name:58s} {pj.tasks:4d} {nodes!s:>5s} {kept:>6s} {fmt_num(est.tokens):>8s} "
+            f"{fmt_num(est.gpu_hours, 2):>8s} {fmt_num(est.wall_hours, 2):>7s} {mem:>8s}  {what}"
+        )
     n_sub = sum(len(bucket(w)) for w in waves(jobs))
     n_feat = sum(j.kind == "features" for j in jobs)
     gpus = sorted({j.tasks for j in jobs})
-    lines += ["", f"Jobs: {len(jobs)} ({len(jobs) - n_feat} cells + {n_feat} shared features jobs) "
-              f"in {n_sub} sbatch submissions (arrays group cells with the same GPUs and "
-              f"dependency); GPUs per job: {', '.join(map(str, gpus)) or '-'}",
-              f"GPU-hours (estimate): training {total['cell']:,.1f} + features "
-              f"{total['features']:,.1f} = {total['cell'] + total['features']:,.1f}"
-              + (f"; {unknown} jobs without an estimate (n/a)" if unknown else ""),
-              "Estimate: FLOPs = 6*P*T (full fine-tuning; 4*P*T with LoRA), features 2*P*T; "
-              "GPU-h = FLOPs / (peak * MFU); tokens per example from the grid; evaluation, "
-              "loading and checkpoints not counted (docs/slurm.md).",
-              "GiB/GPU: the memory plan's need per GPU of a training job (peak + 5% allocator "
-              "slack + 1 GiB CUDA context; docs/memory.md); '!' marks more than gpu.memory_gb."]
+    lines += [
+        "",
+        f"Jobs: {len(jobs)} ({len(jobs) - n_feat} cells + {n_feat} shared features jobs) "
+        f"in {n_sub} sbatch submissions (arrays group cells with the same GPUs and "
+        f"dependency); GPUs per job: {', '.join(map(str, gpus)) or '-'}",
+        f"GPU-hours (estimate): training {total['cell']:,.1f} + features "
+        f"{total['features']:,.1f} = {total['cell'] + total['features']:,.1f}"
+        + (f"; {unknown} jobs without an estimate (n/a)" if unknown else ""),
+        "Estimate: FLOPs = 6*P*T (full fine-tuning; 4*P*T with LoRA), features 2*P*T; "
+        "GPU-h = FLOPs / (peak * MFU); tokens per example from the grid; evaluation, "
+        "loading and checkpoints not counted (docs/slurm.md).",
+        "GiB/GPU: the memory plan's need per GPU of a training job (peak + 5% allocator "
+        "slack + 1 GiB CUDA context; docs/memory.md); '!' marks more than gpu.memory_gb.",
+    ]
     return "\n".join(lines)
 
 
@@ -156,8 +199,15 @@ def _memory_column(cell, kind: str, memory_gb: float | None) -> str:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from repro.preflight import report
-    from slurm.launcher import (cell_statuses, has_marker, load_context, plan_jobs,
-                                preflight_cells, submit, wait_all)
+    from slurm.launcher import (
+        cell_statuses,
+        has_marker,
+        load_context,
+        plan_jobs,
+        preflight_cells,
+        submit,
+        wait_all,
+    )
 
     prof = _profile(args, required=args.cluster == "slurm" and not args.dry_run)
     ctx = load_context(args.grid, args.overrides, args.only, prof, args.output_dir)
@@ -165,27 +215,33 @@ def cmd_launch(args: argparse.Namespace) -> int:
     # found now costs nothing; found by a job, it costs the GPU-hours of everything before it.
     found = preflight_cells(ctx, [c for c in ctx.cells if not has_marker(c, ctx.by_id, "results")])
     if args.force:  # --force: a cell over the GPU's memory goes anyway (the plan may be wrong)
-        found = {w: [replace(p, blocking=False) if p.kind == "memory" else p for p in problems]
-                 for w, problems in found.items()}
+        found = {
+            w: [replace(p, blocking=False) if p.kind == "memory" else p for p in problems]
+            for w, problems in found.items()
+        }
     bad = sorted(w for w, problems in found.items() if any(p.blocking for p in problems))
     checks = report(found)
     if bad and not args.dry_run:
-        print(f"config error: {len(bad)} of {len(found)} cells to run have problems; nothing was "
-              f"submitted (fix the grid, or leave those cells out with --only):\n{checks}",
-              file=sys.stderr)
+        print(
+            f"config error: {len(bad)} of {len(found)} cells to run have problems; nothing was "
+            f"submitted (fix the grid, or leave those cells out with --only):\n{checks}",
+            file=sys.stderr,
+        )
         return 2
     active = set()
     if not args.dry_run:
         active = {s.cell for s in cell_statuses(ctx) if s.state in ("pending", "running")}
         for cid in sorted(active):
-            print(f"{cid}: already queued or running from an earlier launch; left alone",
-                  file=sys.stderr)
+            print(f"{cid}: already queued or running from an earlier launch; left alone", file=sys.stderr)
     jobs, done = plan_jobs(ctx, active)
     if args.dry_run:
         print(format_plan(ctx, jobs, done))
-        summary = (f"Preflight: {len(bad)} of {len(found)} cells to run have problems; a launch "
-                   "refuses to submit until they are fixed" if bad else
-                   f"Preflight: the {len(found)} cells to run passed every check")
+        summary = (
+            f"Preflight: {len(bad)} of {len(found)} cells to run have problems; a launch "
+            "refuses to submit until they are fixed"
+            if bad
+            else f"Preflight: the {len(found)} cells to run passed every check"
+        )
         print(f"\n{summary}" + (f":\n{checks}" if checks else "."))
         return 2 if bad else 0
     if checks:
@@ -199,16 +255,20 @@ def cmd_launch(args: argparse.Namespace) -> int:
         import shutil
 
         if shutil.which("sbatch") is None:
-            raise ConfigError("--cluster slurm: no `sbatch` on PATH (not a SLURM login node?); "
-                              "use --cluster local to run here")
+            raise ConfigError(
+                "--cluster slurm: no `sbatch` on PATH (not a SLURM login node?); "
+                "use --cluster local to run here"
+            )
     try:
         submitted = submit(ctx, jobs, args.cluster)
     except RuntimeError as e:  # a features job failed before its cells could go (local/debug)
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"submitted {len(submitted)} jobs; record: {ctx.launch_dir / 'jobs.json'}")
-    print(f"follow with: cluster-repro status {args.grid}"
-          + (f" --output-dir {ctx.output_dir}" if args.output_dir else ""))
+    print(
+        f"follow with: cluster-repro status {args.grid}"
+        + (f" --output-dir {ctx.output_dir}" if args.output_dir else "")
+    )
     if not args.wait and args.cluster == "slurm":
         return 0
     outcome = wait_all(submitted)

@@ -27,6 +27,7 @@ on the ratio or the world size. Cells whose selectors say so get one shared-feat
 race), then runs the selection of every cell of that key, whose run folders get the shared pool
 and features as hard links. Cells wait for it through a SLURM dependency (`afterok`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,8 +37,9 @@ import shutil
 import socket
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
@@ -48,10 +50,23 @@ from repro.core.log import get_logger
 if TYPE_CHECKING:
     from repro.core.distributed import LaunchEnv
 
-RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-             "SLURM_LOCALID")
-SHARED_FILES = ("pool.jsonl", "heldout.jsonl", "stages/pool.json", "stages/model.json",
-                "features.npy", "features.json")
+RANK_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+)
+SHARED_FILES = (
+    "pool.jsonl",
+    "heldout.jsonl",
+    "stages/pool.json",
+    "stages/model.json",
+    "features.npy",
+    "features.json",
+)
 POLL_S = 0.5
 
 
@@ -68,11 +83,22 @@ def job_identity() -> dict[str, Any]:
     try:
         env = submitit.JobEnvironment()
     except RuntimeError:  # not inside a submitit job: a plain process
-        return {"rank": 0, "world": 1, "local_rank": 0, "job_id": str(os.getpid()), "restart": 0,
-                "hosts": [socket.gethostname()]}
-    return {"rank": env.global_rank, "world": env.num_tasks, "local_rank": env.local_rank,
-            "job_id": str(env.job_id), "restart": int(os.environ.get("SLURM_RESTART_COUNT", 0)),
-            "hosts": list(env.hostnames)}
+        return {
+            "rank": 0,
+            "world": 1,
+            "local_rank": 0,
+            "job_id": str(os.getpid()),
+            "restart": 0,
+            "hosts": [socket.gethostname()],
+        }
+    return {
+        "rank": env.global_rank,
+        "world": env.num_tasks,
+        "local_rank": env.local_rank,
+        "job_id": str(env.job_id),
+        "restart": int(os.environ.get("SLURM_RESTART_COUNT", 0)),
+        "hosts": list(env.hostnames),
+    }
 
 
 def export_torch_env(ident: dict[str, Any]) -> LaunchEnv:
@@ -87,13 +113,19 @@ def export_torch_env(ident: dict[str, Any]) -> LaunchEnv:
 
     env = slurm_env()
     if env is None:
-        env = LaunchEnv(ident["rank"], ident["world"], ident["local_rank"],
-                        os.environ.get("MASTER_ADDR") or ident["hosts"][0],
-                        int(os.environ.get("MASTER_PORT") or master_port_for_job(ident["job_id"])),
-                        "submitit")
+        env = LaunchEnv(
+            ident["rank"],
+            ident["world"],
+            ident["local_rank"],
+            os.environ.get("MASTER_ADDR") or ident["hosts"][0],
+            int(os.environ.get("MASTER_PORT") or master_port_for_job(ident["job_id"])),
+            "submitit",
+        )
     elif (env.rank, env.world_size) != (ident["rank"], ident["world"]):
-        raise RuntimeError(f"SLURM's variables say rank {env.rank} of {env.world_size}, "
-                           f"submitit's rank {ident['rank']} of {ident['world']}; they must agree")
+        raise RuntimeError(
+            f"SLURM's variables say rank {env.rank} of {env.world_size}, "
+            f"submitit's rank {ident['rank']} of {ident['world']}; they must agree"
+        )
     os.environ.update(env.torch_vars())
     return env
 
@@ -120,10 +152,18 @@ def rendezvous_probe(backend: str = "gloo") -> dict[str, Any]:
     finally:
         dist.destroy_process_group()
     visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
-    return {"rank": e.rank, "world_size": e.world_size, "local_rank": e.local_rank, "node": node,
-            "master_addr": e.master_addr, "master_port": e.master_port, "source": e.source,
-            "sum": float(total.item()), "nodes": nodes,
-            "cuda_device": cuda_device_index(e.local_rank, len(visible)) if visible else None}
+    return {
+        "rank": e.rank,
+        "world_size": e.world_size,
+        "local_rank": e.local_rank,
+        "node": node,
+        "master_addr": e.master_addr,
+        "master_port": e.master_port,
+        "source": e.source,
+        "sum": float(total.item()),
+        "nodes": nodes,
+        "cuda_device": cuda_device_index(e.local_rank, len(visible)) if visible else None,
+    }
 
 
 @contextlib.contextmanager
@@ -182,8 +222,9 @@ class Rendezvous:
         t0 = time.monotonic()
         while not self.path.is_file():
             if time.monotonic() - t0 > self.timeout_s:
-                raise TimeoutError(f"rank {self.rank}: rank 0 wrote no note {self.path} within "
-                                   f"{self.timeout_s:.0f} s")
+                raise TimeoutError(
+                    f"rank {self.rank}: rank 0 wrote no note {self.path} within {self.timeout_s:.0f} s"
+                )
             time.sleep(POLL_S)
         note = read_json(self.path)
         if not note.get("ok"):
@@ -214,8 +255,10 @@ def write_state(state_dir: Path | None, cell_id: str, **fields: Any) -> None:
     """The cell's last known state for `cluster-repro status` (also where SLURM cannot tell)."""
     if state_dir is None:
         return
-    atomic_write_json(state_dir / f"{cell_id}.json", {"cell": cell_id, "time": time.time(),
-                                                       "host": socket.gethostname(), **fields})
+    atomic_write_json(
+        state_dir / f"{cell_id}.json",
+        {"cell": cell_id, "time": time.time(), "host": socket.gethostname(), **fields},
+    )
 
 
 # ----------------------------------------------------------------------------- jobs
@@ -229,16 +272,22 @@ class _Requeueable(Checkpointable):
     """
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
-        logger.info("timeout or preemption: requeueing; training resumes from its newest "
-                    "checkpoint")
+        logger.info("timeout or preemption: requeueing; training resumes from its newest checkpoint")
         return DelayedSubmission(self, *args, **kwargs)
 
 
 class CellJob(_Requeueable):
     """One grid cell: every stage of one experiment, on as many tasks as it has workers."""
 
-    def __init__(self, cell_id: str, config: dict[str, Any], match_config: dict[str, Any] | None,
-                 shared_dir: str | None, state_dir: str | None, timeout_s: float) -> None:
+    def __init__(
+        self,
+        cell_id: str,
+        config: dict[str, Any],
+        match_config: dict[str, Any] | None,
+        shared_dir: str | None,
+        state_dir: str | None,
+        timeout_s: float,
+    ) -> None:
         self.cell_id = cell_id
         self.config = config
         self.match_config = match_config  # the matched cell's config (its kept count sets ours)
@@ -258,8 +307,10 @@ class CellJob(_Requeueable):
         ref = from_dict(self.match_config, source=f"cell {self.cell_id} (matched)")
         matched = matched_config(cfg, ref.run_dir(), f"cell {self.cell_id}")
         if matched is None:
-            raise RuntimeError(f"cell {self.cell_id}: the cell it matches has no selection yet "
-                               f"(in {ref.run_dir()}); its job must finish first")
+            raise RuntimeError(
+                f"cell {self.cell_id}: the cell it matches has no selection yet "
+                f"(in {ref.run_dir()}); its job must finish first"
+            )
         return matched
 
     def __call__(self) -> dict[str, Any]:
@@ -273,14 +324,21 @@ class CellJob(_Requeueable):
         multi = ident["world"] > 1
         if multi:
             if ident["world"] != cfg.world_size:
-                raise RuntimeError(f"cell {self.cell_id}: {ident['world']} tasks for world_size "
-                                   f"{cfg.world_size}")
+                raise RuntimeError(
+                    f"cell {self.cell_id}: {ident['world']} tasks for world_size {cfg.world_size}"
+                )
             export_torch_env(ident)
         rdv = Rendezvous(run_dir / "launch", ident, "prep", self.timeout_s)
         try:
             if ident["rank"] == 0:
-                write_state(state_dir, self.cell_id, state="running", job_id=ident["job_id"],
-                            run_dir=str(run_dir), restart=ident["restart"])
+                write_state(
+                    state_dir,
+                    self.cell_id,
+                    state="running",
+                    job_id=ident["job_id"],
+                    run_dir=str(run_dir),
+                    restart=ident["restart"],
+                )
                 with rdv.rank0(), single_process_env():
                     if self.shared_dir and link_shared(Path(self.shared_dir), run_dir):
                         logger.info(f"shared pool and features from {self.shared_dir}")
@@ -298,19 +356,40 @@ class CellJob(_Requeueable):
             run_experiment(cfg)
         except SystemExit:  # submitit's signal handler after requeueing (timeout, preemption)
             if ident["rank"] == 0:
-                write_state(state_dir, self.cell_id, state="requeued", job_id=ident["job_id"],
-                            run_dir=str(run_dir), restart=ident["restart"])
+                write_state(
+                    state_dir,
+                    self.cell_id,
+                    state="requeued",
+                    job_id=ident["job_id"],
+                    run_dir=str(run_dir),
+                    restart=ident["restart"],
+                )
             raise
         except BaseException as e:
             if ident["rank"] == 0:
-                write_state(state_dir, self.cell_id, state="failed", job_id=ident["job_id"],
-                            run_dir=str(run_dir), error=f"{type(e).__name__}: {e}",
-                            traceback=traceback.format_exc()[-4000:])
+                write_state(
+                    state_dir,
+                    self.cell_id,
+                    state="failed",
+                    job_id=ident["job_id"],
+                    run_dir=str(run_dir),
+                    error=f"{type(e).__name__}: {e}",
+                    traceback=traceback.format_exc()[-4000:],
+                )
             raise
-        write_state(state_dir, self.cell_id, state="done", job_id=ident["job_id"],
-                    run_dir=str(run_dir), restart=ident["restart"])
-        return {"cell": self.cell_id, "run_dir": str(run_dir),
-                "results": str(read_json(stage_marker(run_dir, "results"))["path"])}
+        write_state(
+            state_dir,
+            self.cell_id,
+            state="done",
+            job_id=ident["job_id"],
+            run_dir=str(run_dir),
+            restart=ident["restart"],
+        )
+        return {
+            "cell": self.cell_id,
+            "run_dir": str(run_dir),
+            "results": str(read_json(stage_marker(run_dir, "results"))["path"]),
+        }
 
 
 class FeaturesJob(_Requeueable):
@@ -322,12 +401,21 @@ class FeaturesJob(_Requeueable):
     gradient-proxy features (method/features.py), with the batch size it names.
     """
 
-    def __init__(self, key: str, features: dict[str, Any], config: dict[str, Any],
-                 cells: list[tuple[str, dict[str, Any]]], shared_dir: str, state_dir: str | None,
-                 timeout_s: float) -> None:
+    def __init__(
+        self,
+        key: str,
+        features: dict[str, Any],
+        config: dict[str, Any],
+        cells: list[tuple[str, dict[str, Any]]],
+        shared_dir: str,
+        state_dir: str | None,
+        timeout_s: float,
+    ) -> None:
         if features.get("features") != "gradient-proxy":
-            raise ConfigError(f"features {key}: the shared features job computes gradient-proxy "
-                              f"features only; the selector asked for {features!r}")
+            raise ConfigError(
+                f"features {key}: the shared features job computes gradient-proxy "
+                f"features only; the selector asked for {features!r}"
+            )
         self.key = key
         self.features = features
         self.config = config  # any cell of the key: model, data and seed are what matter
@@ -353,8 +441,12 @@ class FeaturesJob(_Requeueable):
         t0 = time.perf_counter()
         try:
             if ident["rank"] == 0:
-                write_state(Path(self.state_dir) if self.state_dir else None, f"features-{self.key}",
-                            state="running", job_id=ident["job_id"])
+                write_state(
+                    Path(self.state_dir) if self.state_dir else None,
+                    f"features-{self.key}",
+                    state="running",
+                    job_id=ident["job_id"],
+                )
                 lock.enter_context(file_lock(shared / ".lock"))  # held until this job ends
                 with rdv.rank0() as note, single_process_env():
                     from repro.core.config import save_config
@@ -367,8 +459,15 @@ class FeaturesJob(_Requeueable):
             if note["compute"]:
                 params = cfg.selection.params
                 workers = min(world, int(params.get("feature_workers") or world))  # rest: idle
-                features_to_file(shared, workers, model_dir_of(shared), cfg.model, cfg.data.max_length,
-                                 int(self.features["feature_batch_size"]), shared / "features.npy")
+                features_to_file(
+                    shared,
+                    workers,
+                    model_dir_of(shared),
+                    cfg.model,
+                    cfg.data.max_length,
+                    int(self.features["feature_batch_size"]),
+                    shared / "features.npy",
+                )
             if ident["rank"] != 0:
                 return {"features": self.key, "rank": ident["rank"]}
             with single_process_env():
@@ -379,13 +478,25 @@ class FeaturesJob(_Requeueable):
                     run_experiment(ccfg, until="schedule")
         except Exception as e:
             if ident["rank"] == 0:
-                write_state(Path(self.state_dir) if self.state_dir else None,
-                            f"features-{self.key}", state="failed", job_id=ident["job_id"],
-                            error=f"{type(e).__name__}: {e}")
+                write_state(
+                    Path(self.state_dir) if self.state_dir else None,
+                    f"features-{self.key}",
+                    state="failed",
+                    job_id=ident["job_id"],
+                    error=f"{type(e).__name__}: {e}",
+                )
             raise
         finally:
             lock.close()
-        write_state(Path(self.state_dir) if self.state_dir else None, f"features-{self.key}",
-                    state="done", job_id=ident["job_id"])
-        return {"features": self.key, "shared_dir": str(shared), "cells": [c for c, _ in self.cells],
-                "seconds": time.perf_counter() - t0}
+        write_state(
+            Path(self.state_dir) if self.state_dir else None,
+            f"features-{self.key}",
+            state="done",
+            job_id=ident["job_id"],
+        )
+        return {
+            "features": self.key,
+            "shared_dir": str(shared),
+            "cells": [c for c, _ in self.cells],
+            "seconds": time.perf_counter() - t0,
+        }

@@ -13,9 +13,9 @@ layout) and `debug` (in this process, one task; workers are spawned locally). Ev
 launch lives in `<output_dir>/_launch/<grid name>/`: `jobs.json` (cell -> job id, log paths),
 `state/` (each cell's last state, written by its job), `submitit/` (pickles and logs).
 """
+
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 import sys
@@ -34,8 +34,16 @@ from slurm.profile import ClusterProfile
 
 BACKENDS = ("slurm", "local", "debug")
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-PENDING = {"PENDING", "REQUEUED", "CONFIGURING", "RESIZING", "SUSPENDED", "REQUEUE_HOLD",
-           "REQUEUE_FED", "SPECIAL_EXIT"}
+PENDING = {
+    "PENDING",
+    "REQUEUED",
+    "CONFIGURING",
+    "RESIZING",
+    "SUSPENDED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "SPECIAL_EXIT",
+}
 RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
 
 
@@ -61,8 +69,9 @@ class Context:
         return self.output_dir / "_shared" / "features" / key
 
 
-def load_context(grid_path: str, extra: list[str], only: list[str], profile: ClusterProfile,
-                 output_dir: str | None) -> Context:
+def load_context(
+    grid_path: str, extra: list[str], only: list[str], profile: ClusterProfile, output_dir: str | None
+) -> Context:
     """The grid's cells with one absolute output directory: --output-dir, else the profile's,
     else the base config's (relative paths resolve against the current directory)."""
     grid = load_grid(grid_path, extra)
@@ -79,8 +88,7 @@ def cell_config(cell: Cell, by_id: dict[str, Cell]) -> ExperimentConfig | None:
     """The final config, or None for a matched cell whose reference has not selected yet."""
     if cell.match_of is None:
         return cell.config()
-    return matched_config(cell.check_config(), by_id[cell.match_of].config().run_dir(),
-                          f"cell {cell.id}")
+    return matched_config(cell.check_config(), by_id[cell.match_of].config().run_dir(), f"cell {cell.id}")
 
 
 def has_marker(cell: Cell, by_id: dict[str, Cell], stage: str) -> bool:
@@ -97,15 +105,19 @@ def results_outdated(cell: Cell, by_id: dict[str, Cell]) -> bool:
     from repro.core.rundir import stage_marker
 
     cfg = cell_config(cell, by_id)
-    return cfg is not None and stage_marker(cfg.run_dir(), "results").is_file() \
+    return (
+        cfg is not None
+        and stage_marker(cfg.run_dir(), "results").is_file()
         and not has_marker(cell, by_id, "results")
+    )
 
 
 # ----------------------------------------------------------------------------- executors
 
 
-def slurm_parameters(profile: ClusterProfile, world_size: int, job_name: str,
-                     dependency: str | None = None) -> dict[str, Any]:
+def slurm_parameters(
+    profile: ClusterProfile, world_size: int, job_name: str, dependency: str | None = None
+) -> dict[str, Any]:
     """sbatch parameters (submitit's names) for a job of `world_size` tasks, one GPU each."""
     nodes, per_node = profile.nodes_for(world_size)
     setup = list(profile.setup)
@@ -116,11 +128,18 @@ def slurm_parameters(profile: ClusterProfile, world_size: int, job_name: str,
     if dependency:
         extra["dependency"] = dependency
     params: dict[str, Any] = {
-        "job_name": job_name, "partition": profile.partition, "account": profile.account,
-        "qos": profile.qos, "constraint": profile.constraint, "nodes": nodes,
-        "ntasks_per_node": per_node, "cpus_per_task": profile.cpus_per_gpu,
-        "time": profile.time_limit_min, "array_parallelism": profile.array_parallelism,
-        "signal_delay_s": 120, "setup": setup,
+        "job_name": job_name,
+        "partition": profile.partition,
+        "account": profile.account,
+        "qos": profile.qos,
+        "constraint": profile.constraint,
+        "nodes": nodes,
+        "ntasks_per_node": per_node,
+        "cpus_per_task": profile.cpus_per_gpu,
+        "time": profile.time_limit_min,
+        "array_parallelism": profile.array_parallelism,
+        "signal_delay_s": 120,
+        "setup": setup,
         # One task failing ends the job (others would wait for it at the next collective).
         "srun_args": [*profile.srun_args, "--kill-on-bad-exit=1"],
         "additional_parameters": extra or None,
@@ -139,6 +158,7 @@ def check_sbatch_text(params: dict[str, Any], folder: Path | None = None) -> Non
     values, setup lines, the log folder) holds a control character: a newline there would start
     a line of its own, e.g. an extra `#SBATCH` directive. Grid names and profiles are checked
     when loaded; this is the last check, where the text is used."""
+
     def texts(value: Any, key: str):
         if isinstance(value, (str, Path)):
             yield key, str(value)
@@ -154,28 +174,40 @@ def check_sbatch_text(params: dict[str, Any], folder: Path | None = None) -> Non
         check_text(text, key)
 
 
-def sbatch_script(profile: ClusterProfile, world_size: int, job_name: str, folder: Path,
-                  dependency: str | None = None, python: str | None = None) -> str:
+def sbatch_script(
+    profile: ClusterProfile,
+    world_size: int,
+    job_name: str,
+    folder: Path,
+    dependency: str | None = None,
+    python: str | None = None,
+) -> str:
     """The sbatch file submitit writes for such a job (what the golden-file test compares)."""
     from submitit.slurm.slurm import _make_sbatch_string
 
     py = python or shlex.quote(sys.executable)
     check_sbatch_text({}, folder)
     command = " ".join([py, "-u -m submitit.core._submit", shlex.quote(str(folder))])
-    return _make_sbatch_string(command=command, folder=folder,
-                               **slurm_parameters(profile, world_size, job_name, dependency))
+    return _make_sbatch_string(
+        command=command, folder=folder, **slurm_parameters(profile, world_size, job_name, dependency)
+    )
 
 
-def make_executor(backend: str, folder: Path, profile: ClusterProfile, world_size: int,
-                  job_name: str, dependency: str | None = None):
+def make_executor(
+    backend: str,
+    folder: Path,
+    profile: ClusterProfile,
+    world_size: int,
+    job_name: str,
+    dependency: str | None = None,
+):
     import submitit
 
     if backend == "debug":
         return submitit.DebugExecutor(folder)
     if backend == "local":
         ex = submitit.LocalExecutor(folder, max_num_timeout=profile.max_requeues)
-        ex.update_parameters(timeout_min=profile.time_limit_min, tasks_per_node=world_size,
-                             gpus_per_node=0)
+        ex.update_parameters(timeout_min=profile.time_limit_min, tasks_per_node=world_size, gpus_per_node=0)
         return ex
     check_sbatch_text({}, folder)
     ex = submitit.SlurmExecutor(folder, max_num_timeout=profile.max_requeues)
@@ -221,8 +253,12 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
             groups.setdefault(key_of(c), []).append(c)
     for c in todo:  # a matched cell's reference must select even when the reference is done
         ref = ctx.by_id.get(c.match_of) if c.match_of else None
-        if ref is not None and key_of(ref) is not None and ref.id not in active \
-                and not has_marker(ref, ctx.by_id, "select"):
+        if (
+            ref is not None
+            and key_of(ref) is not None
+            and ref.id not in active
+            and not has_marker(ref, ctx.by_id, "select")
+        ):
             grp = groups.setdefault(key_of(ref), [])
             if ref not in grp:
                 grp.append(ref)
@@ -233,9 +269,23 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
         tasks = max(1, min(tasks, ctx.profile.gpus_per_node))
         name = f"features-{key}"
         cfgs = [(c.id, c.config().to_dict()) for c in grp]
-        jobs.append(PlannedJob("features", name, tasks, FeaturesJob(
-            key, grp[0].feature_pass(), cfgs[0][1], cfgs, str(ctx.shared_dir(key)), state_dir,
-            timeout_s), cells=[c.id for c in grp]))
+        jobs.append(
+            PlannedJob(
+                "features",
+                name,
+                tasks,
+                FeaturesJob(
+                    key,
+                    grp[0].feature_pass(),
+                    cfgs[0][1],
+                    cfgs,
+                    str(ctx.shared_dir(key)),
+                    state_dir,
+                    timeout_s,
+                ),
+                cells=[c.id for c in grp],
+            )
+        )
         for c in grp:
             feature_of[c.id] = name
     for c in todo:
@@ -250,24 +300,35 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
                     fname = f"features-{key_of(ref)}"
                     after = fname if fname in _record(ctx)["jobs"] else ref.id
                 if after is None:
-                    raise ConfigError(f"cell {c.id} takes the kept count of {ref.id}, which has no "
-                                      "selection and is not part of this launch; drop --only "
-                                      "filters that leave it out")
+                    raise ConfigError(
+                        f"cell {c.id} takes the kept count of {ref.id}, which has no "
+                        "selection and is not part of this launch; drop --only "
+                        "filters that leave it out"
+                    )
         shared = str(ctx.shared_dir(key_of(c))) if key_of(c) is not None else None
         data = c.data if c.match_of else c.config().to_dict()
-        jobs.append(PlannedJob("cell", c.id, c.axes["world_size"], CellJob(
-            c.id, data, match_cfg, shared, state_dir, timeout_s), after=after, cells=[c.id]))
+        jobs.append(
+            PlannedJob(
+                "cell",
+                c.id,
+                c.axes["world_size"],
+                CellJob(c.id, data, match_cfg, shared, state_dir, timeout_s),
+                after=after,
+                cells=[c.id],
+            )
+        )
     return jobs, done
 
 
 def preflight_cells(ctx: Context, cells: list[Cell]) -> dict[str, list]:
-    """"cell <id>" -> its preflight findings (repro/preflight.py: benchmark, selector and
+    """ "cell <id>" -> its preflight findings (repro/preflight.py: benchmark, selector and
     allocator names, data files, batches, ratio, the world size against the profile's nodes),
     each checked with this install's registries and the profile's job environment."""
     from repro.preflight import CheckContext, preflight_all
 
-    return preflight_all([(f"cell {c.id}", c.check_config()) for c in cells],
-                         CheckContext(profile=ctx.profile))
+    return preflight_all(
+        [(f"cell {c.id}", c.check_config()) for c in cells], CheckContext(profile=ctx.profile)
+    )
 
 
 # ----------------------------------------------------------------------------- submitting
@@ -319,9 +380,16 @@ def submit(ctx: Context, jobs: list[PlannedJob], backend: str) -> dict[str, Any]
     def note(pj: PlannedJob, job: Any, after_id: str | None) -> None:
         out, err = _paths(job)
         submitted[pj.name] = job
-        record["jobs"][pj.name] = {"kind": pj.kind, "job_id": str(job.job_id), "tasks": pj.tasks,
-                                   "cells": pj.cells, "after": after_id, "stdout": out,
-                                   "stderr": err, "submitted_at": time.time()}
+        record["jobs"][pj.name] = {
+            "kind": pj.kind,
+            "job_id": str(job.job_id),
+            "tasks": pj.tasks,
+            "cells": pj.cells,
+            "after": after_id,
+            "stdout": out,
+            "stderr": err,
+            "submitted_at": time.time(),
+        }
 
     for wave in waves(jobs):
         buckets = bucket(wave)
@@ -329,14 +397,24 @@ def submit(ctx: Context, jobs: list[PlannedJob], backend: str) -> dict[str, Any]
             after_id = None
             if after is not None:
                 dep = submitted.get(after)
-                after_id = str(dep.job_id) if dep is not None else \
-                    record["jobs"].get(after, {}).get("job_id")  # from an earlier launch
+                after_id = (
+                    str(dep.job_id) if dep is not None else record["jobs"].get(after, {}).get("job_id")
+                )  # from an earlier launch
                 if backend != "slurm" and dep is not None:
                     _wait_ok(dep, after)
-            name = f"{ctx.grid.name}:{group[0].name}" if len(group) == 1 else \
-                f"{ctx.grid.name}:{len(group)}x{group[0].kind}"
-            ex = make_executor(backend, folder, ctx.profile, tasks, name,
-                               f"afterok:{after_id}" if backend == "slurm" and after_id else None)
+            name = (
+                f"{ctx.grid.name}:{group[0].name}"
+                if len(group) == 1
+                else f"{ctx.grid.name}:{len(group)}x{group[0].kind}"
+            )
+            ex = make_executor(
+                backend,
+                folder,
+                ctx.profile,
+                tasks,
+                name,
+                f"afterok:{after_id}" if backend == "slurm" and after_id else None,
+            )
             if len(group) == 1:
                 js = [ex.submit(group[0].job)]
             else:
@@ -344,8 +422,9 @@ def submit(ctx: Context, jobs: list[PlannedJob], backend: str) -> dict[str, Any]
                     js = [ex.submit(pj.job) for pj in group]
             for pj, job in zip(group, js):
                 note(pj, job, after_id)
-                logger.info(f"{pj.kind} {pj.name}: job {job.job_id}"
-                            + (f" (after {after_id})" if after_id else ""))
+                logger.info(
+                    f"{pj.kind} {pj.name}: job {job.job_id}" + (f" (after {after_id})" if after_id else "")
+                )
             atomic_write_json(ctx.launch_dir / "jobs.json", record)  # after every submission
     return submitted
 
@@ -354,8 +433,9 @@ def _wait_ok(job: Any, name: str) -> None:
     try:
         job.result()
     except Exception as e:  # noqa: BLE001 - reported with the job's name, then raised
-        raise RuntimeError(f"{name} (job {job.job_id}) failed, so the cells that need it were not "
-                           f"submitted: {e}") from e
+        raise RuntimeError(
+            f"{name} (job {job.job_id}) failed, so the cells that need it were not submitted: {e}"
+        ) from e
 
 
 def wait_all(submitted: dict[str, Any], poll_s: float = 2.0) -> dict[str, str]:
@@ -411,12 +491,12 @@ def slurm_states(job_ids: list[str]) -> dict[str, str]:
     if not job_ids:
         return {}
     bases = sorted({j.split("_")[0] for j in job_ids})
-    info = ask(["sacct", "-o", "JobID,State,NodeList", "--parsable2",
-                *[x for b in bases for x in ("-j", b)]])
+    info = ask(["sacct", "-o", "JobID,State,NodeList", "--parsable2", *[x for b in bases for x in ("-j", b)]])
     missing = sorted({j.split("_")[0] for j in job_ids if j not in info})
     if missing:
-        queued = ask(["squeue", "-h", "-o", "%i|%T|%N", "-j", ",".join(missing)],
-                     header="JobID|State|NodeList\n")
+        queued = ask(
+            ["squeue", "-h", "-o", "%i|%T|%N", "-j", ",".join(missing)], header="JobID|State|NodeList\n"
+        )
         info = {**queued, **info}
     return {j: info[j]["State"].split()[0] for j in job_ids if info.get(j, {}).get("State")}
 
@@ -457,24 +537,36 @@ def cell_statuses(ctx: Context) -> list[CellStatus]:
             out.append(CellStatus(c.id, "pending", j["job_id"], log, sl))
         elif sl in RUNNING:
             out.append(CellStatus(c.id, "running", j["job_id"], log, sl))
-        elif (sl == "COMPLETED" or (sl is None and note.get("state") == "done")) \
-                and results_outdated(c, ctx.by_id):
+        elif (sl == "COMPLETED" or (sl is None and note.get("state") == "done")) and results_outdated(
+            c, ctx.by_id
+        ):
             # Its job finished, but the eval settings changed since: a launch re-evaluates it.
-            out.append(CellStatus(c.id, "outdated", j["job_id"], log,
-                                  "results made with other eval settings; launch again to "
-                                  "re-evaluate (no retraining)"))
+            out.append(
+                CellStatus(
+                    c.id,
+                    "outdated",
+                    j["job_id"],
+                    log,
+                    "results made with other eval settings; launch again to re-evaluate (no retraining)",
+                )
+            )
         elif sl is not None:  # ended without results: FAILED, CANCELLED, TIMEOUT, COMPLETED...
             why = sl + (f"; rank 0 said: {note['error']}" if note.get("error") else "")
             dep = by_job_id.get(str(j.get("after")))
             if dep is not None and live.get(dep[1]["job_id"]) not in (None, "COMPLETED", *PENDING, *RUNNING):
-                why += f"; it waited for {dep[0]} (job {dep[1]['job_id']}), which ended " \
-                       f"{live.get(dep[1]['job_id'])}: see {dep[1].get('stderr')}"
+                why += (
+                    f"; it waited for {dep[0]} (job {dep[1]['job_id']}), which ended "
+                    f"{live.get(dep[1]['job_id'])}: see {dep[1].get('stderr')}"
+                )
             out.append(CellStatus(c.id, "failed", j["job_id"], log, why))
         elif note.get("state") == "failed":
             out.append(CellStatus(c.id, "failed", j["job_id"], log, note.get("error", "")))
         elif note.get("state") == "running":
             out.append(CellStatus(c.id, "running", j["job_id"], log))
         else:
-            out.append(CellStatus(c.id, "pending", j["job_id"], log,
-                                  "no scheduler state yet" if backend == "slurm" else ""))
+            out.append(
+                CellStatus(
+                    c.id, "pending", j["job_id"], log, "no scheduler state yet" if backend == "slurm" else ""
+                )
+            )
     return out

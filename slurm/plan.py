@@ -16,6 +16,7 @@ method the kept share of the cell it matches; `selection.fraction` / `selection.
 Evaluation, model loading and checkpoint writes are not counted. Cells without those numbers get
 no estimate ("n/a"), never a made-up one.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -49,8 +50,9 @@ def _pool_rows(cell: Cell, cfg: Any) -> int | None:
     return int(rows * (1.0 - cfg.data.heldout_fraction))
 
 
-def kept_fraction(cell: Cell, cells: dict[str, Cell], grid_estimate: dict[str, Any],
-                  n_pool: int | None) -> tuple[float | None, str]:
+def kept_fraction(
+    cell: Cell, cells: dict[str, Cell], grid_estimate: dict[str, Any], n_pool: int | None
+) -> tuple[float | None, str]:
     """The share of the pool a cell is assumed to train on, and what the assumption is."""
     if cell.match_of is not None:
         frac, why = kept_fraction(cells[cell.match_of], cells, grid_estimate, n_pool)
@@ -72,8 +74,9 @@ def kept_fraction(cell: Cell, cells: dict[str, Cell], grid_estimate: dict[str, A
     return None, f"{sel.get('method')}: sets its own budget"
 
 
-def estimate_cell(cell: Cell, cells: dict[str, Cell], grid_estimate: dict[str, Any],
-                  profile: ClusterProfile) -> Estimate:
+def estimate_cell(
+    cell: Cell, cells: dict[str, Cell], grid_estimate: dict[str, Any], profile: ClusterProfile
+) -> Estimate:
     cfg = cell.check_config()
     n_pool = _pool_rows(cell, cfg)
     frac, note = kept_fraction(cell, cells, grid_estimate, n_pool)

@@ -7,6 +7,7 @@ the shared output directory is, and the GPU's peak throughput with the model-FLO
 (MFU) that `launch --dry-run` uses to estimate GPU-hours. `configs/clusters/example.yaml` documents
 every key; `configs/clusters/local.yaml` is the one-node test cluster of `slurm/local/start.sh`.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,17 +15,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import (ConfigError, Range, build, check_numbers, check_texts, read_yaml_file,
-                               resolve_config_path)
-
+from repro.core.config import (
+    ConfigError,
+    Range,
+    build,
+    check_numbers,
+    check_texts,
+    read_yaml_file,
+    resolve_config_path,
+)
 
 # The dry run's model-FLOPs utilization when a profile names none: the one figure measured for
 # the paper recipe so far (a fraction). Where it came from is printed beside it.
 MEASURED_MFU = 0.14
-MEASURED_MFU_SOURCE = ("measured: one H200, CodeLlama-7B shape, full fine-tuning under ddp, "
-                       "per-device batch 1 x 1,216 tokens, no accumulation: 3,423 tokens/s = "
-                       "6 x 6.74e9 x 3,423 / 989 TFLOP/s (issue 13; docs/memory.md). A lower "
-                       "bound for the recipe's accumulation of 64-128")
+MEASURED_MFU_SOURCE = (
+    "measured: one H200, CodeLlama-7B shape, full fine-tuning under ddp, "
+    "per-device batch 1 x 1,216 tokens, no accumulation: 3,423 tokens/s = "
+    "6 x 6.74e9 x 3,423 / 989 TFLOP/s (issue 13; docs/memory.md). A lower "
+    "bound for the recipe's accumulation of 64-128"
+)
 
 
 @dataclass
@@ -77,8 +86,10 @@ class ClusterProfile:
         if world_size <= per:
             return 1, world_size
         if world_size % per:
-            raise ConfigError(f"world_size {world_size} is not a multiple of the profile "
-                              f"{self.name!r}'s gpus_per_node {per}: a job must fill whole nodes")
+            raise ConfigError(
+                f"world_size {world_size} is not a multiple of the profile "
+                f"{self.name!r}'s gpus_per_node {per}: a job must fill whole nodes"
+            )
         return world_size // per, per
 
 
@@ -109,15 +120,16 @@ def check_profile(prof: ClusterProfile) -> None:
     check_texts(prof)
     for k in prof.env:
         if not _ENV_KEY.fullmatch(str(k)):
-            raise ConfigError(f"env: {k!r} is not a shell variable name (letters, digits and _, "
-                              "not starting with a digit)")
+            raise ConfigError(
+                f"env: {k!r} is not a shell variable name (letters, digits and _, not starting with a digit)"
+            )
     for k, v in prof.sbatch_extra.items():
         if not _SBATCH_KEY.fullmatch(str(k)):
-            raise ConfigError(f"sbatch_extra: {k!r} is not an sbatch option name (e.g. mail-type, "
-                              "exclusive)")
+            raise ConfigError(f"sbatch_extra: {k!r} is not an sbatch option name (e.g. mail-type, exclusive)")
         if not isinstance(v, (str, int, float, bool)):
-            raise ConfigError(f"sbatch_extra.{k}: expected a single value (string, number or "
-                              f"true), got {v!r}")
+            raise ConfigError(
+                f"sbatch_extra.{k}: expected a single value (string, number or true), got {v!r}"
+            )
 
 
 def load_profile(path: str | Path) -> ClusterProfile:

@@ -1,4 +1,5 @@
 """Fixtures shared by the baseline tests (imported by their modules, not collected as tests)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Shared fixtures. Tests run offline, on CPU, with tiny models and a private model cache."""
+
 from __future__ import annotations
 
 import os
@@ -39,9 +40,22 @@ def _offline_private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 # Variables that make a process join a torch.distributed group (torchrun, srun). A test that sets
 # one in this process (directly, as code under test may) must not leave it for the next test:
 # features_to_file or run_training would then wait for a group that never forms.
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
-               "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_ID", "SLURM_JOB_ID", "SLURM_NODEID",
-               "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_STEP_NODELIST")
+LAUNCH_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+    "SLURM_STEP_ID",
+    "SLURM_JOB_ID",
+    "SLURM_NODEID",
+    "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST",
+    "SLURM_STEP_NODELIST",
+)
 
 
 @pytest.fixture(autouse=True)

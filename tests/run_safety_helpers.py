@@ -9,6 +9,7 @@ them when they are there, then keeps the whole pool. Two test hooks, both off by
 - CLUSTER_REPRO_TEST_KILL_AFTER_FEATURES=1: SIGKILL its own process once the features are
   written (kill -9 at a known point: what a preempted or OOM-killed job sees).
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,7 @@ class RecordedFeatures:
             if os.environ.get("CLUSTER_REPRO_TEST_KILL_AFTER_FEATURES") == "1":
                 os.kill(os.getpid(), signal.SIGKILL)
         seconds = json.loads(meta.read_text())["seconds"]
-        return Selection(ids=list(pool.ids), info={"features_reused": reused,
-                                                   "features_s": seconds})
+        return Selection(ids=list(pool.ids), info={"features_reused": reused, "features_s": seconds})
 
 
 def _hold() -> None:

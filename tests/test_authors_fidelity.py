@@ -10,6 +10,7 @@ residue mod K with `random.Random(seed + e + 12345 + r)`. The suite runs as a us
 `cluster` with `order: authors` and `round_budget_to_batch: false` on the same features, then
 `cluster-interleave`, which follows the selection's order.
 """
+
 from __future__ import annotations
 
 import json
@@ -104,33 +105,43 @@ def reference(X: np.ndarray, k: int, seed: int, ratio: float, prune: str, epochs
 
 
 def _pool(n: int) -> Pool:
-    return Pool([Example(id=f"x{i:04d}", prompt=f"p{i}", response=f"r{i}", source="t")
-                 for i in range(n)])
+    return Pool([Example(id=f"x{i:04d}", prompt=f"p{i}", response=f"r{i}", source="t") for i in range(n)])
 
 
 def _ctx(tmp_path: Path, X: np.ndarray, k: int, seed: int, drop_last: bool = True):
     np.save(tmp_path / "features.npy", X)
-    (tmp_path / "features.json").write_text(json.dumps({"n": len(X),
-                                                         "feature_type": "gradient-proxy"}))
-    cfg = from_dict({}, [f"world_size={k}", f"train.per_device_batch_size={BATCH}",
-                         f"train.global_batch_size={BATCH * k}", f"train.drop_last={drop_last}"])
+    (tmp_path / "features.json").write_text(json.dumps({"n": len(X), "feature_type": "gradient-proxy"}))
+    cfg = from_dict(
+        {},
+        [
+            f"world_size={k}",
+            f"train.per_device_batch_size={BATCH}",
+            f"train.global_batch_size={BATCH * k}",
+            f"train.drop_last={drop_last}",
+        ],
+    )
     return SelectionContext(config=cfg, seed=seed, world_size=k, workdir=tmp_path)
 
 
 def _run_suite(pool: Pool, ctx: SelectionContext, params: dict):
     sel = SELECTORS.create("cluster", params, "selection.params").select(pool, None, ctx)
     sched = ALLOCATORS.create("cluster-interleave", {}, "allocation.params").allocate(
-        sel, ctx.world_size, ctx.seed, epochs=EPOCHS, weight_mode="rank")
+        sel, ctx.world_size, ctx.seed, epochs=EPOCHS, weight_mode="rank"
+    )
     return sel, sched
 
 
 @pytest.mark.parametrize("k,prune,seed", [(4, "close", 42), (8, "far", 7), (16, "close", 42)])
 def test_the_suite_replays_the_authors_selection_and_training_order(
-        tmp_path: Path, k: int, prune: str, seed: int) -> None:
+    tmp_path: Path, k: int, prune: str, seed: int
+) -> None:
     X = skewed_features(30 * k, k, seed)
     pool = _pool(len(X))
-    sel, sched = _run_suite(pool, _ctx(tmp_path, X, k, seed), {
-        "ratio": 50, "prune": prune, "order": "authors", "round_budget_to_batch": False})
+    sel, sched = _run_suite(
+        pool,
+        _ctx(tmp_path, X, k, seed),
+        {"ratio": 50, "prune": prune, "order": "authors", "round_budget_to_batch": False},
+    )
     labels, kept, weights, order = reference(X, k, seed, 50, prune, EPOCHS)
     ids = pool.ids
 
@@ -160,8 +171,11 @@ def test_one_worker_the_authors_way_keeps_every_example_in_pool_order(tmp_path: 
     _, kept, weights, order = reference(X, 1, 42, 50, "close", EPOCHS)
     assert sel.ids == [pool.ids[r] for r in kept[0]] == pool.ids
     assert sched.worker_weights == weights
-    assert sched.order == [[pool.ids] for _ in range(EPOCHS)] == [
-        [[pool.ids[r] for r in order[e][0]]] for e in range(EPOCHS)]
+    assert (
+        sched.order
+        == [[pool.ids] for _ in range(EPOCHS)]
+        == [[[pool.ids[r] for r in order[e][0]]] for e in range(EPOCHS)]
+    )
     # The suite's own K = 1 keeps floor(N * ratio / 100), rounded to the batch by default.
     suite, _ = _run_suite(pool, _ctx(tmp_path, X, 1, 42), {"ratio": 50})
     assert len(suite.ids) == (len(X) // 2) // BATCH * BATCH < len(X)
@@ -178,7 +192,8 @@ def test_budget_rounding_is_its_own_switch(tmp_path: Path) -> None:
 
     def m_adj(drop_last: bool, **params) -> int:
         sel = SELECTORS.create("cluster", {"ratio": 90, "n_init": 2, **params}, "k").select(
-            pool, None, _ctx(tmp_path, X, 2, 0, drop_last))
+            pool, None, _ctx(tmp_path, X, 2, 0, drop_last)
+        )
         return sel.info["m_adj"]
 
     assert m_adj(True) == 8 and m_adj(False) == 9
@@ -231,6 +246,5 @@ def test_a_failed_selection_stops_its_memory_tracing(tmp_path: Path) -> None:
 
     X = skewed_features(10, 2, 0)
     with pytest.raises(SelectionError, match="larger than the pool"):
-        SELECTORS.create("cluster", {}, "k").select(_pool(len(X)), None,
-                                                    _ctx(tmp_path, X, 64, 0))
+        SELECTORS.create("cluster", {}, "k").select(_pool(len(X)), None, _ctx(tmp_path, X, 64, 0))
     assert not tracemalloc.is_tracing()

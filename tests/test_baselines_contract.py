@@ -6,6 +6,7 @@ than the pool, and for a pool too small for its parameters. Model-based selector
 random Llama (real transformers/peft, CPU); the pool is the generated demo pool, filtered as the
 pipeline's pool stage does.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,9 +16,9 @@ import pytest
 from repro.core.config import from_dict
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.io import atomic_write_jsonl
-from repro.pipeline import validate_selection
 from repro.core.registry import SELECTORS
 from repro.core.types import Pool
+from repro.pipeline import validate_selection
 from tests.baselines_fixtures import one_torch_thread  # noqa: F401  (autouse fixture)
 
 # Selectors that set their own kept count (a budget is an error for them).
@@ -42,15 +43,29 @@ TOO_SMALL = {
     "cluster": ({}, r"K|cluster"),
     "uniform": ({}, r"K|cluster"),
 }
-ISSUE_SELECTORS = {"random", "uniform", "dedup-exact", "dedup-minhash", "semdedup", "loss", "grand",
-                   "perplexity", "ccs", "ifd", "less", "s2l", "rds", "clusterclip", "deita-ifd",
-                   "deita-perplexity"}
+ISSUE_SELECTORS = {
+    "random",
+    "uniform",
+    "dedup-exact",
+    "dedup-minhash",
+    "semdedup",
+    "loss",
+    "grand",
+    "perplexity",
+    "ccs",
+    "ifd",
+    "less",
+    "s2l",
+    "rds",
+    "clusterclip",
+    "deita-ifd",
+    "deita-perplexity",
+}
 K = 2  # world size (CluSTER's K) for the cluster-based selectors
 
 
 def builtin_selectors() -> list[str]:
-    return [n for n in SELECTORS.names()
-            if SELECTORS.origin(n).startswith(("baselines.", "method."))]
+    return [n for n in SELECTORS.names() if SELECTORS.origin(n).startswith(("baselines.", "method."))]
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +76,16 @@ def env(tmp_path_factory: pytest.TempPathFactory):
     from repro.core.models import load_model_and_tokenizer, materialize_model
 
     work = tmp_path_factory.mktemp("contract")
-    cfg = from_dict({}, ["model.name_or_path=tiny-random-llama", "data.demo_train_size=40",
-                         "data.demo_heldout_per_category=1", "data.max_length=256",
-                         f"world_size={K}"])
+    cfg = from_dict(
+        {},
+        [
+            "model.name_or_path=tiny-random-llama",
+            "data.demo_train_size=40",
+            "data.demo_heldout_per_category=1",
+            "data.max_length=256",
+            f"world_size={K}",
+        ],
+    )
     train, held = load_pool(cfg)
     model_dir = materialize_model(cfg.model, cfg.seed)
     _, tok = load_model_and_tokenizer(model_dir, cfg.model)
@@ -76,8 +98,7 @@ def env(tmp_path_factory: pytest.TempPathFactory):
     features_to_file(work, 1, model_dir, cfg.model, cfg.data.max_length, 8, work / "features.npy")
 
     def ctx(seed: int = 0, workdir: Path = work) -> SelectionContext:
-        return SelectionContext(config=cfg, seed=seed, world_size=K, workdir=workdir,
-                                model_dir=model_dir)
+        return SelectionContext(config=cfg, seed=seed, world_size=K, workdir=workdir, model_dir=model_dir)
 
     return pool, ctx
 
@@ -114,8 +135,9 @@ def test_selector_contract(name: str, env) -> None:
 
     # A budget larger than the pool (or any budget, for selectors that set their own count).
     too_big = len(pool) + 1
-    with pytest.raises(SelectionError, match="larger than the pool" if budget else
-                       "own kept count|keeps all"):
+    with pytest.raises(
+        SelectionError, match="larger than the pool" if budget else "own kept count|keeps all"
+    ):
         SELECTORS.create(name, params, "selection.params").select(pool, too_big, ctx())
 
 
@@ -133,8 +155,10 @@ def test_a_pool_too_small_for_the_parameters_is_refused(name: str, env) -> None:
         SELECTORS.create(name, {**PARAMS.get(name, {}), **params}, "k").select(pool, 5, ctx())
 
 
-@pytest.mark.parametrize("name", ["random", "loss", "grand", "perplexity", "ccs", "ifd", "less",
-                                  "s2l", "rds", "clusterclip", "deita-ifd"])
+@pytest.mark.parametrize(
+    "name",
+    ["random", "loss", "grand", "perplexity", "ccs", "ifd", "less", "s2l", "rds", "clusterclip", "deita-ifd"],
+)
 def test_budgeted_selectors_ask_for_a_budget(name: str, env) -> None:
     pool, ctx = env
     with pytest.raises(SelectionError, match="needs a budget"):

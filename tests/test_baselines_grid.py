@@ -1,5 +1,6 @@
 """The ablation grid (configs/runs/demo-ablation.yaml) and crossing baselines with CluSTER's
 allocator from config alone, through the pipeline's real stages (tiny model, no training)."""
+
 from __future__ import annotations
 
 import csv
@@ -9,11 +10,11 @@ import pytest
 import torch
 
 from repro.core.config import from_dict
-from repro.experiments.runlists import load_run_list, run_configs
 from repro.core.interfaces import SelectionError
 from repro.core.io import read_json
-from repro.pipeline import run_experiment
 from repro.core.registry import ALLOCATORS, SELECTORS
+from repro.experiments.runlists import load_run_list, run_configs
+from repro.pipeline import run_experiment
 from tests.conftest import CONFIGS
 
 GRID = CONFIGS / "runs" / "demo-ablation.yaml"
@@ -32,30 +33,81 @@ def test_the_ablation_grid_is_complete_and_every_run_is_valid(base: Path | None)
         if spec.match_kept_count_of:
             assert spec.match_kept_count_of == "cluster-r0.5"
     methods = {cfg.selection.method for cfg in by_label.values()}
-    assert {"full", "cluster", "uniform", "random", "dedup-exact", "dedup-minhash", "semdedup",
-            "loss", "grand", "perplexity", "ccs", "ifd", "less", "s2l", "rds", "clusterclip",
-            "deita-ifd", "deita-perplexity"} <= methods
+    assert {
+        "full",
+        "cluster",
+        "uniform",
+        "random",
+        "dedup-exact",
+        "dedup-minhash",
+        "semdedup",
+        "loss",
+        "grand",
+        "perplexity",
+        "ccs",
+        "ifd",
+        "less",
+        "s2l",
+        "rds",
+        "clusterclip",
+        "deita-ifd",
+        "deita-perplexity",
+    } <= methods
     ref = by_label["cluster-r0.5"]
     assert ref.selection.params["ratio"] == 50 and ref.allocation.weight_mode == "rank"
     matched = {s.label for s, _ in runs if s.match_kept_count_of == "cluster-r0.5"}
-    assert {"random", "dedup-exact", "dedup-minhash", "semdedup", "loss", "grand", "perplexity",
-            "ccs", "ifd", "less", "s2l", "rds", "clusterclip", "deita-ifd",
-            "deita-perplexity"} <= matched
+    assert {
+        "random",
+        "dedup-exact",
+        "dedup-minhash",
+        "semdedup",
+        "loss",
+        "grand",
+        "perplexity",
+        "ccs",
+        "ifd",
+        "less",
+        "s2l",
+        "rds",
+        "clusterclip",
+        "deita-ifd",
+        "deita-perplexity",
+    } <= matched
     cluster_runs = [c for c in by_label.values() if c.selection.method == "cluster"]
     assert {c.selection.params.get("prune", "close") for c in cluster_runs} == {
-        "close", "far", "rand", "mix", "big", "none"}
-    assert any(c.allocation.weight_mode == "none" and c.allocation.method == "cluster-interleave"
-               for c in cluster_runs)  # CluSTER without weights
+        "close",
+        "far",
+        "rand",
+        "mix",
+        "big",
+        "none",
+    }
+    assert any(
+        c.allocation.weight_mode == "none" and c.allocation.method == "cluster-interleave"
+        for c in cluster_runs
+    )  # CluSTER without weights
     assert any(c.allocation.method == "uniform-shuffle" for c in cluster_runs)  # standard alloc
-    assert any(c.selection.method not in ("cluster", "uniform")
-               and c.allocation.method == "cluster-interleave" for c in by_label.values())
+    assert any(
+        c.selection.method not in ("cluster", "uniform") and c.allocation.method == "cluster-interleave"
+        for c in by_label.values()
+    )
 
 
 def _quick(tmp_path: Path, *extra: str):
-    return from_dict({}, [f"output_dir={tmp_path}", "name=x", "model.name_or_path=tiny-random-llama",
-                          "data.demo_train_size=64", "data.demo_heldout_per_category=1",
-                          "world_size=4", "train.per_device_batch_size=1",
-                          "train.global_batch_size=4", *extra])
+    return from_dict(
+        {},
+        [
+            f"output_dir={tmp_path}",
+            "name=x",
+            "model.name_or_path=tiny-random-llama",
+            "data.demo_train_size=64",
+            "data.demo_heldout_per_category=1",
+            "world_size=4",
+            "train.per_device_batch_size=1",
+            "train.global_batch_size=4",
+            *extra,
+        ],
+    )
 
 
 def test_a_baseline_runs_under_cluster_interleave_with_rank_weights(tmp_path: Path) -> None:
@@ -64,13 +116,26 @@ def test_a_baseline_runs_under_cluster_interleave_with_rank_weights(tmp_path: Pa
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        cfg = _quick(tmp_path, "selection.method=s2l", "selection.n=24",
-                     "selection.params.n_clusters=4", "selection.params.epochs=1",
-                     "allocation.method=cluster-interleave", "allocation.weight_mode=rank")
+        cfg = _quick(
+            tmp_path,
+            "selection.method=s2l",
+            "selection.n=24",
+            "selection.params.n_clusters=4",
+            "selection.params.epochs=1",
+            "allocation.method=cluster-interleave",
+            "allocation.weight_mode=rank",
+        )
         run_dir = run_experiment(cfg, until="schedule")
         with pytest.raises(SelectionError, match="needs a selection with clusters"):
-            run_experiment(_quick(tmp_path, "selection.method=loss", "selection.n=24",
-                                  "allocation.method=cluster-interleave"), until="schedule")
+            run_experiment(
+                _quick(
+                    tmp_path,
+                    "selection.method=loss",
+                    "selection.n=24",
+                    "allocation.method=cluster-interleave",
+                ),
+                until="schedule",
+            )
     finally:
         torch.set_num_threads(n)
     sel = read_json(run_dir / "selection.json")
@@ -92,5 +157,6 @@ def test_grid_base_option_names_a_missing_file(capsys) -> None:
     from repro.cli import main
 
     assert main(["grid", str(GRID), "--base", "no/such/base.yaml"]) == 2
-    assert "--base 'no/such/base.yaml' not found: no such file, nor a shipped config" in \
-        capsys.readouterr().err
+    assert (
+        "--base 'no/such/base.yaml' not found: no such file, nor a shipped config" in capsys.readouterr().err
+    )

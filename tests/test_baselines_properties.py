@@ -4,6 +4,7 @@ Real components throughout: the tiny random Llama (transformers + peft, CPU), da
 sentence-transformers with the offline all-MiniLM-L6-v2 package, scikit-learn. Scores are checked
 against an independent per-example computation (a batch-1 loop), not against stored numbers.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,6 @@ from repro.core.types import Example, Pool
 from tests.baselines_fixtures import one_torch_thread  # noqa: F401  (autouse fixture)
 
 
-
-
 def _ex(i: int, prompt: str, response: str, category: str | None = None) -> Example:
     return Example(id=f"e{i:03d}", prompt=prompt, response=response, source="t", category=category)
 
@@ -32,22 +31,25 @@ def tiny(tmp_path_factory: pytest.TempPathFactory):
     """(config, model_dir) of the tiny random Llama (byte-level tokenizer)."""
     from repro.core.models import materialize_model
 
-    cfg = from_dict({}, ["model.name_or_path=tiny-random-llama", "data.max_length=128",
-                         "world_size=2"])
+    cfg = from_dict({}, ["model.name_or_path=tiny-random-llama", "data.max_length=128", "world_size=2"])
     return cfg, materialize_model(cfg.model, cfg.seed)
 
 
 def _ctx(cfg, tmp_path: Path, model_dir=None, seed: int = 0) -> SelectionContext:
-    return SelectionContext(config=cfg, seed=seed, world_size=cfg.world_size, workdir=tmp_path,
-                            model_dir=model_dir)
+    return SelectionContext(
+        config=cfg, seed=seed, world_size=cfg.world_size, workdir=tmp_path, model_dir=model_dir
+    )
 
 
 def _text_pool(n: int = 24) -> Pool:
     words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "theta"]
     r = np.random.default_rng(0)
-    return Pool([_ex(i, f"Task {i}: repeat the words.\n",
-                     " ".join(r.choice(words, size=int(r.integers(2, 12)))))
-                 for i in range(n)])
+    return Pool(
+        [
+            _ex(i, f"Task {i}: repeat the words.\n", " ".join(r.choice(words, size=int(r.integers(2, 12)))))
+            for i in range(n)
+        ]
+    )
 
 
 # ----------------------------------------------------------------------------- uniform
@@ -77,9 +79,15 @@ def test_uniform_upsamples_every_cluster_to_the_largest(tmp_path: Path) -> None:
 
 
 def test_dedup_exact_removes_normalized_duplicates(tmp_path: Path) -> None:
-    pool = Pool([_ex(0, "Add 2 and 3.", "5"), _ex(1, "add  2 and 3. ", "5"),
-                 _ex(2, "ADD 2 AND 3.", "5\n"), _ex(3, "Add 2 and 4.", "6"),
-                 _ex(4, "Add 2 and 3.", "6")])
+    pool = Pool(
+        [
+            _ex(0, "Add 2 and 3.", "5"),
+            _ex(1, "add  2 and 3. ", "5"),
+            _ex(2, "ADD 2 AND 3.", "5\n"),
+            _ex(3, "Add 2 and 4.", "6"),
+            _ex(4, "Add 2 and 3.", "6"),
+        ]
+    )
     cfg = from_dict({})
     sel = SELECTORS.create("dedup-exact", {}, "k").select(pool, None, _ctx(cfg, tmp_path))
     assert sel.ids == ["e000", "e003", "e004"]  # first of each normalized (prompt, response)
@@ -90,49 +98,57 @@ def test_dedup_exact_removes_normalized_duplicates(tmp_path: Path) -> None:
     four = SELECTORS.create("dedup-exact", {}, "k").select(pool, 4, _ctx(cfg, tmp_path))
     assert {"e000", "e003", "e004"} < set(four.ids) and four.info["refilled_with_duplicates"] == 1
     by_prompt = SELECTORS.create("dedup-exact", {"fields": "prompt"}, "k").select(
-        pool, None, _ctx(cfg, tmp_path))
+        pool, None, _ctx(cfg, tmp_path)
+    )
     assert by_prompt.ids == ["e000", "e003"]
 
 
-LONG = ("the patient reports a persistent dry cough for three weeks with mild fever at night "
-        "and fatigue during the day no chest pain and no shortness of breath was noted by the "
-        "examining physician who recommended rest fluids and a follow up visit")
+LONG = (
+    "the patient reports a persistent dry cough for three weeks with mild fever at night "
+    "and fatigue during the day no chest pain and no shortness of breath was noted by the "
+    "examining physician who recommended rest fluids and a follow up visit"
+)
 
 
 def test_minhash_drops_a_planted_near_duplicate_and_keeps_a_distinct_item(tmp_path: Path) -> None:
     near = LONG.replace("three weeks", "two weeks")
-    distinct = ("write a python function that returns the running maximum of a list of integers "
-                "using a single pass and constant extra memory")
-    pool = Pool([_ex(0, "Summarize.", LONG), _ex(1, "Write code.", distinct),
-                 _ex(2, "Summarize.", near)])
+    distinct = (
+        "write a python function that returns the running maximum of a list of integers "
+        "using a single pass and constant extra memory"
+    )
+    pool = Pool([_ex(0, "Summarize.", LONG), _ex(1, "Write code.", distinct), _ex(2, "Summarize.", near)])
     cfg = from_dict({})
-    sel = SELECTORS.create("dedup-minhash", {"threshold": 0.7}, "k").select(
-        pool, None, _ctx(cfg, tmp_path))
+    sel = SELECTORS.create("dedup-minhash", {"threshold": 0.7}, "k").select(pool, None, _ctx(cfg, tmp_path))
     assert sel.ids == ["e000", "e001"] and sel.info["n_duplicates"] == 1
     strict = SELECTORS.create("dedup-minhash", {"threshold": 0.95}, "k").select(
-        pool, None, _ctx(cfg, tmp_path))
+        pool, None, _ctx(cfg, tmp_path)
+    )
     assert strict.ids == ["e000", "e001", "e002"]  # the threshold is what decides
     with pytest.raises(SelectionError, match="no LSH band layout"):
-        SELECTORS.create("dedup-minhash", {"threshold": 0.999}, "k").select(
-            pool, None, _ctx(cfg, tmp_path))
+        SELECTORS.create("dedup-minhash", {"threshold": 0.999}, "k").select(pool, None, _ctx(cfg, tmp_path))
 
 
 def test_semdedup_drops_semantic_near_duplicates_inside_clusters(tmp_path: Path, tiny) -> None:
-    pool = Pool([_ex(0, "What is the capital of France?", "The capital of France is Paris."),
-                 _ex(1, "what is the capital of france", "the capital of france is paris"),
-                 _ex(2, "Sort a list in Python.", "Use sorted(xs) to get a new sorted list."),
-                 _ex(3, "Name a primary color.", "Red is a primary color."),
-                 _ex(4, "How many legs does a spider have?", "A spider has eight legs.")])
+    pool = Pool(
+        [
+            _ex(0, "What is the capital of France?", "The capital of France is Paris."),
+            _ex(1, "what is the capital of france", "the capital of france is paris"),
+            _ex(2, "Sort a list in Python.", "Use sorted(xs) to get a new sorted list."),
+            _ex(3, "Name a primary color.", "Red is a primary color."),
+            _ex(4, "How many legs does a spider have?", "A spider has eight legs."),
+        ]
+    )
     cfg, model_dir = tiny
     sel = SELECTORS.create("semdedup", {"n_clusters": 2, "threshold": 0.85}, "k").select(
-        pool, None, _ctx(cfg, tmp_path, model_dir))
+        pool, None, _ctx(cfg, tmp_path, model_dir)
+    )
     assert len(sel.ids) == 4 and len({"e000", "e001"} & set(sel.ids)) == 1
     assert {"e002", "e003", "e004"} <= set(sel.ids)
     # The target model's own (mean hidden state) embedding: an exact copy has cosine 1.
     copy = Pool([*pool.examples, _ex(5, pool.examples[2].prompt, pool.examples[2].response)])
-    own = SELECTORS.create("semdedup", {"embedding": "model", "n_clusters": 1,
-                                        "threshold": 0.9999}, "k").select(
-        copy, None, _ctx(cfg, tmp_path, model_dir))
+    own = SELECTORS.create(
+        "semdedup", {"embedding": "model", "n_clusters": 1, "threshold": 0.9999}, "k"
+    ).select(copy, None, _ctx(cfg, tmp_path, model_dir))
     assert len({"e002", "e005"} & set(own.ids)) == 1 and own.info["n_duplicates"] >= 1
 
 
@@ -175,8 +191,7 @@ def test_loss_keeps_the_highest_per_example_losses(tmp_path: Path, tiny) -> None
     pool = _text_pool()
     ref_loss, ref_el2n = _reference_losses(cfg, model_dir, pool)
     for score, ref in (("loss", ref_loss), ("el2n", ref_el2n)):
-        sel = SELECTORS.create("loss", {"score": score}, "k").select(
-            pool, 6, _ctx(cfg, tmp_path, model_dir))
+        sel = SELECTORS.create("loss", {"score": score}, "k").select(pool, 6, _ctx(cfg, tmp_path, model_dir))
         _assert_keeps_top(sel, pool, ref, 6, 1e-4)
 
 
@@ -185,8 +200,7 @@ def test_perplexity_scores_the_whole_text_and_can_keep_the_middle(tmp_path: Path
     pool = _text_pool()
     ref = np.exp(_reference_losses(cfg, model_dir, pool, all_tokens=True)[0])
     ctx = _ctx(cfg, tmp_path, model_dir)
-    _assert_keeps_top(SELECTORS.create("perplexity", {}, "k").select(pool, 6, ctx), pool, ref, 6,
-                      1e-4)
+    _assert_keeps_top(SELECTORS.create("perplexity", {}, "k").select(pool, 6, ctx), pool, ref, 6, 1e-4)
     mid = SELECTORS.create("perplexity", {"keep": "middle"}, "k").select(pool, 6, ctx)
     ranked = [pool.ids[i] for i in np.argsort(ref)]
     assert set(mid.ids) == set(ranked[9:15])  # 24 examples: ranks 9..14 around the median
@@ -194,8 +208,8 @@ def test_perplexity_scores_the_whole_text_and_can_keep_the_middle(tmp_path: Path
 
 def test_grand_scores_are_per_example_lora_gradient_norms(tmp_path: Path, tiny) -> None:
     from repro.core.data import collate, tokenize_example
-    from repro.core.models import load_model_and_tokenizer
     from repro.core.lmhead import weighted_lm_loss
+    from repro.core.models import load_model_and_tokenizer
     from repro.core.runtime import seed_everything
 
     cfg, model_dir = tiny
@@ -231,8 +245,7 @@ def test_ccs_drops_the_hardest_and_covers_every_stratum(tmp_path: Path, tiny) ->
         members = {int(r) for r in rest[strata == s]}
         if members:
             assert members & kept, f"stratum {s} ({len(members)} examples) got nothing"
-    assert sel.info["stratum_kept"] == [len({int(r) for r in rest[strata == s]} & kept)
-                                        for s in range(5)]
+    assert sel.info["stratum_kept"] == [len({int(r) for r in rest[strata == s]} & kept) for s in range(5)]
 
 
 def test_spreading_a_budget_evenly_smallest_first() -> None:
@@ -265,15 +278,18 @@ def _memorizing_model(tmp_path: Path, tiny, pairs: list[tuple[str, str]], steps:
     return out
 
 
-def test_ifd_ranks_a_response_the_instruction_explains_below_one_it_does_not(
-        tmp_path: Path, tiny) -> None:
+def test_ifd_ranks_a_response_the_instruction_explains_below_one_it_does_not(tmp_path: Path, tiny) -> None:
     from baselines.ifd import ifd_order
 
     pairs = [("Secret one?\n", "zqx wvk jfp"), ("Secret two?\n", "mbl ryh dco")]
     model_dir = _memorizing_model(tmp_path, tiny, pairs)
     cfg = tiny[0]
-    pool = Pool([_ex(0, "Secret one?\n", "zqx wvk jfp"),    # the instruction explains it
-                 _ex(1, "Secret one?\n", "mbl ryh dco")])   # the response belongs elsewhere
+    pool = Pool(
+        [
+            _ex(0, "Secret one?\n", "zqx wvk jfp"),  # the instruction explains it
+            _ex(1, "Secret one?\n", "mbl ryh dco"),
+        ]
+    )  # the response belongs elsewhere
     sel = SELECTORS.create("ifd", {}, "k").select(pool, 2, _ctx(cfg, tmp_path, model_dir))
     ifd = dict(zip(sel.ids, sel.scores))
     assert ifd["e000"] < ifd["e001"]
@@ -290,25 +306,30 @@ def test_less_prefers_examples_like_the_validation_set(tmp_path: Path, tiny) -> 
     cfg, model_dir = tiny
     r = np.random.default_rng(1)
     task_a = [(f"Reverse the digits of {n}.\n", str(n)[::-1]) for n in r.integers(1000, 99999, 20)]
-    task_b = [("Say it louder.\n", w.upper() + "!") for w in
-              r.choice(["quiet please", "hello there", "good morning", "see you soon"], 20)]
+    task_b = [
+        ("Say it louder.\n", w.upper() + "!")
+        for w in r.choice(["quiet please", "hello there", "good morning", "see you soon"], 20)
+    ]
     pool = Pool([_ex(i, p, q, "a" if i < 20 else "b") for i, (p, q) in enumerate(task_a + task_b)])
-    val = [_ex(100 + i, f"Reverse the digits of {n}.\n", str(n)[::-1]).to_dict()
-           for i, n in enumerate(r.integers(1000, 99999, 6))]
+    val = [
+        _ex(100 + i, f"Reverse the digits of {n}.\n", str(n)[::-1]).to_dict()
+        for i, n in enumerate(r.integers(1000, 99999, 6))
+    ]
     atomic_write_jsonl(tmp_path / "heldout.jsonl", val)
     sel = SELECTORS.create("less", {"warmup_min": 8, "epochs": 2, "proj_dim": 512}, "k").select(
-        pool, 20, _ctx(cfg, tmp_path, model_dir))
+        pool, 20, _ctx(cfg, tmp_path, model_dir)
+    )
     picked_a = sum(1 for i in sel.ids if int(i[1:]) < 20)
     assert picked_a >= 15, f"only {picked_a} of 20 kept examples are from the validation task"
     assert len(sel.info["checkpoints"]) == 2
 
 
-def test_s2l_spreads_the_budget_over_trajectory_clusters_smallest_first(tmp_path: Path,
-                                                                       tiny) -> None:
+def test_s2l_spreads_the_budget_over_trajectory_clusters_smallest_first(tmp_path: Path, tiny) -> None:
     cfg, model_dir = tiny
     pool = _text_pool(30)
     sel = SELECTORS.create("s2l", {"n_clusters": 4, "epochs": 2, "n_checkpoints": 4}, "k").select(
-        pool, 12, _ctx(cfg, tmp_path, model_dir))
+        pool, 12, _ctx(cfg, tmp_path, model_dir)
+    )
     T = np.load(tmp_path / "s2l_trajectories.npy")
     assert T.shape == (30, 4)
     assert T[:, -1].mean() < T[:, 0].mean()  # the proxy learned: losses fall along trajectories
@@ -323,6 +344,7 @@ def test_s2l_spreads_the_budget_over_trajectory_clusters_smallest_first(tmp_path
         assert (sizes[kept == sizes] <= partial.max()).all()
     # Each example's cluster is that of its trajectory: k-means labels of T.
     from baselines.s2l import kmeans_labels
+
     labels = kmeans_labels(T, 4, 0)
     for i, c in zip(sel.ids, sel.clusters):
         assert labels[pool.ids.index(i)] == c
@@ -351,8 +373,7 @@ def test_less_reads_a_validation_file_or_says_what_is_missing(tmp_path: Path) ->
     def validation_pool(ctx, source, fmt, n):
         return target_examples("less", "selection.params.validation", ctx, source, fmt, n)
 
-    rows = [{"instruction": f"Question {i}?", "input": "", "output": f"Answer {i}."}
-            for i in range(10)]
+    rows = [{"instruction": f"Question {i}?", "input": "", "output": f"Answer {i}."} for i in range(10)]
     (tmp_path / "val.json").write_text(json.dumps(rows))
     cfg = from_dict({}, [f"data_dir={tmp_path}"])
     val = validation_pool(_ctx(cfg, tmp_path), "val.json", "alpaca", 4)

@@ -5,6 +5,7 @@ benchmark's dev split, the pipeline's stages. Embeddings and scores are recomput
 independently (one example at a time, through the model's own `output_hidden_states` and loss),
 never read from stored numbers.
 """
+
 from __future__ import annotations
 
 import csv
@@ -38,14 +39,17 @@ def tiny(tmp_path_factory: pytest.TempPathFactory):
     from repro.core.models import materialize_model
 
     work = tmp_path_factory.mktemp("targeted")
-    cfg = from_dict({}, ["model.name_or_path=tiny-random-llama", "data.max_length=256",
-                         "world_size=2", f"data_dir={work}"])
+    cfg = from_dict(
+        {},
+        ["model.name_or_path=tiny-random-llama", "data.max_length=256", "world_size=2", f"data_dir={work}"],
+    )
     return cfg, materialize_model(cfg.model, cfg.seed), work
 
 
 def _ctx(cfg, workdir: Path, model_dir=None, seed: int = 0) -> SelectionContext:
-    return SelectionContext(config=cfg, seed=seed, world_size=cfg.world_size, workdir=workdir,
-                            model_dir=model_dir)
+    return SelectionContext(
+        config=cfg, seed=seed, world_size=cfg.world_size, workdir=workdir, model_dir=model_dir
+    )
 
 
 def _mixed_pool(n: int = 16) -> Pool:
@@ -57,8 +61,7 @@ def _mixed_pool(n: int = 16) -> Pool:
             body = " ".join(str(d) for d in r.integers(0, 99, size=int(r.integers(3, 9))))
             out.append(_ex(i, f"Add up: {body}\n", str(int(r.integers(0, 500)))))
         else:
-            out.append(_ex(i, "Repeat the words.\n",
-                           " ".join(r.choice(WORDS, size=int(r.integers(2, 9))))))
+            out.append(_ex(i, "Repeat the words.\n", " ".join(r.choice(WORDS, size=int(r.integers(2, 9))))))
     return Pool(out)
 
 
@@ -74,8 +77,7 @@ def _one_by_one(model, items) -> tuple[np.ndarray, np.ndarray]:
     with torch.no_grad():
         for it in items:
             ids = torch.tensor([it["input_ids"]])
-            out = model(input_ids=ids, labels=torch.tensor([it["labels"]]),
-                        output_hidden_states=True)
+            out = model(input_ids=ids, labels=torch.tensor([it["labels"]]), output_hidden_states=True)
             emb.append(out.hidden_states[-1][0].double().mean(0).numpy())
             loss.append(float(out.loss))
     return np.array(emb), np.array(loss)
@@ -93,8 +95,10 @@ def test_rds_keeps_the_nearest_to_each_query_set_in_turn(tiny) -> None:
     """Two query files (word lists, digit lists). With one set the kept rows are the top by
     cosine to its nearest query example; with both, the sets take turns."""
     cfg, model_dir, work = tiny
-    words = _write_alpaca(work / "q_words.json", [("Repeat the words.\n", "omega sigma beta"),
-                                                  ("Repeat the words.\n", "gamma alpha")])
+    words = _write_alpaca(
+        work / "q_words.json",
+        [("Repeat the words.\n", "omega sigma beta"), ("Repeat the words.\n", "gamma alpha")],
+    )
     digits = _write_alpaca(work / "q_digits.json", [("Add up: 4 17 80\n", "101")])
     pool = _mixed_pool()
     ctx = _ctx(cfg, work, model_dir)
@@ -102,8 +106,7 @@ def test_rds_keeps_the_nearest_to_each_query_set_in_turn(tiny) -> None:
     P, _ = _one_by_one(model, tokenize_pool(pool, tok, 256))
     cos = {}
     for name in (words, digits):
-        Q, _ = _one_by_one(model, tokenize_pool(target_examples("t", "q", ctx, name, "alpaca", 9),
-                                                tok, 256))
+        Q, _ = _one_by_one(model, tokenize_pool(target_examples("t", "q", ctx, name, "alpaca", 9), tok, 256))
         cos[name] = (_unit(P) @ _unit(Q).T).max(axis=1)
 
     one = SELECTORS.create("rds", {"query": words}, "k").select(pool, 4, ctx)
@@ -115,8 +118,9 @@ def test_rds_keeps_the_nearest_to_each_query_set_in_turn(tiny) -> None:
     while len(taken) < 6:  # round-robin, written out
         for name in (words, digits):
             if len(taken) < 6:
-                taken.append(max((i for i in range(len(pool)) if i not in taken),
-                                 key=lambda i: (cos[name][i], -i)))
+                taken.append(
+                    max((i for i in range(len(pool)) if i not in taken), key=lambda i: (cos[name][i], -i))
+                )
     assert sorted(both.ids) == sorted(pool.ids[i] for i in taken)
     assert both.info["kept_per_query"] == [3, 3] and both.info["n_query"] == [2, 1]
 
@@ -126,8 +130,7 @@ def test_rds_queries_a_benchmarks_dev_split_and_never_its_test_split(tiny, share
     ctx = _ctx(from_dict({}, [f"data_dir={shared_data}"]), work)
     dev = target_examples("rds", "selection.params.query", ctx, "mmlu_medical", "auto", 100)
     assert len(dev) == 30  # 5 dev rows for each of the six subjects
-    assert all(e.prompt.endswith("Answer:") and e.response in (" A", " B", " C", " D")
-               for e in dev.examples)
+    assert all(e.prompt.endswith("Answer:") and e.response in (" A", " B", " C", " D") for e in dev.examples)
     with pytest.raises(SelectionError, match="pubmedqa_local has no validation split"):
         target_examples("rds", "selection.params.query", ctx, "pubmedqa", "auto", 100)
 
@@ -190,12 +193,23 @@ def test_clusterclip_repeats_flow_through_the_pipeline(tmp_path: Path) -> None:
     pass the selection check, the allocator deals every draw, kept_fraction counts distinct."""
     from repro.pipeline import run_experiment
 
-    cfg = from_dict({}, [f"output_dir={tmp_path}", "name=x", "model.name_or_path=tiny-random-llama",
-                         "data.demo_train_size=40", "data.demo_heldout_per_category=1",
-                         "world_size=2", "train.per_device_batch_size=1",
-                         "train.global_batch_size=2", "selection.method=clusterclip",
-                         "selection.fraction=1.0", "selection.params.n_clusters=4",
-                         "selection.params.max_repeats=3"])
+    cfg = from_dict(
+        {},
+        [
+            f"output_dir={tmp_path}",
+            "name=x",
+            "model.name_or_path=tiny-random-llama",
+            "data.demo_train_size=40",
+            "data.demo_heldout_per_category=1",
+            "world_size=2",
+            "train.per_device_batch_size=1",
+            "train.global_batch_size=2",
+            "selection.method=clusterclip",
+            "selection.fraction=1.0",
+            "selection.params.n_clusters=4",
+            "selection.params.max_repeats=3",
+        ],
+    )
     run_dir = run_experiment(cfg, until="schedule")
     sel = read_json(run_dir / "stages" / "select.json")
     assert sel["n_selected"] == sel["n_pool"] > sel["n_unique"]
@@ -211,12 +225,13 @@ def test_clusterclip_repeats_flow_through_the_pipeline(tmp_path: Path) -> None:
 def test_the_diversity_filter_skips_what_is_near_an_earlier_pick() -> None:
     """Score order a, a2, b, c: a2 is at cosine 0.99 of a, c at 0.95 of b. At threshold 0.1 both
     are too near (a2 refills the budget, best score first); at 0.03 c is far enough."""
+
     def unit(v):
         return np.array(v) / np.linalg.norm(v)
 
     a, b = unit([1, 0, 0]), unit([0, 1, 0])
-    a2 = unit([0.99, np.sqrt(1 - 0.99 ** 2), 0])
-    c = unit([0, 0.95, np.sqrt(1 - 0.95 ** 2)])
+    a2 = unit([0.99, np.sqrt(1 - 0.99**2), 0])
+    c = unit([0, 0.95, np.sqrt(1 - 0.95**2)])
     E, order = np.stack([a, a2, b, c]), np.arange(4)
     rows, refilled = diversity_filter(order, E, 3, 0.1)
     assert rows.tolist() == [0, 2, 1] and refilled == 1

@@ -3,6 +3,7 @@ benchmark with its data missing gives the eight's loud `missing` row, what makes
 entry point unusable is said with its file or entry point, names and aliases, preflight, and the
 reports' grouping by the kind the rows state. A real task's scores through a run, its rows and the
 report's table, from a folder and from a pip-installed package: tests/test_byo_docs.py."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,13 @@ doc_to_target: answer_idx
 METRICS = "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
 
 
-def _task(folder: Path, name: str = "medq5", data: str = "nowhere/medq5.jsonl",
-          kind: str = "medical", metrics: str = METRICS) -> Path:
+def _task(
+    folder: Path,
+    name: str = "medq5",
+    data: str = "nowhere/medq5.jsonl",
+    kind: str = "medical",
+    metrics: str = METRICS,
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.yaml"
     path.write_text(TASK.format(name=name, data=data, kind=kind, metrics=metrics))
@@ -41,10 +47,10 @@ def _task(folder: Path, name: str = "medq5", data: str = "nowhere/medq5.jsonl",
 
 def test_missing_data_gives_a_loud_missing_row_with_the_benchmark_kind(tmp_path, capsys):
     _task(tmp_path / "tasks", data=str(tmp_path / "absent.jsonl"))
-    entries = run_benchmarks(object(), ["medq5"], EvalSettings(task_paths=[str(tmp_path / "tasks")]),
-                             tmp_path / "out")
-    assert [(e["benchmark"], e["status"], e["kind"]) for e in entries] == [
-        ("medq5", "missing", "medical")]
+    entries = run_benchmarks(
+        object(), ["medq5"], EvalSettings(task_paths=[str(tmp_path / "tasks")]), tmp_path / "out"
+    )
+    assert [(e["benchmark"], e["status"], e["kind"]) for e in entries] == [("medq5", "missing", "medical")]
     assert "absent.jsonl" in entries[0]["reason"] and "dataset_kwargs.data_files" in entries[0]["reason"]
     assert "MISSING benchmark medq5" in capsys.readouterr().err
     (row,) = entries_to_rows(entries, {"run_id": "r", "versions": "{}"})
@@ -56,7 +62,12 @@ def test_names_aliases_and_what_makes_a_folder_unusable(tmp_path, capsys):
     tasks = tmp_path / "tasks"
     _task(tasks)
     assert expand_benchmarks("medical,medq5", [str(tasks)]) == [
-        "medqa", "medmcqa", "pubmedqa", "mmlu_medical", "medq5"]  # aliases: the eight only
+        "medqa",
+        "medmcqa",
+        "pubmedqa",
+        "mmlu_medical",
+        "medq5",
+    ]  # aliases: the eight only
     with pytest.raises(ValueError, match="did you mean 'medq5'"):
         expand_benchmarks("medq55", [str(tasks)])
     with pytest.raises(ValueError, match="unknown benchmark 'medq5'"):
@@ -64,8 +75,10 @@ def test_names_aliases_and_what_makes_a_folder_unusable(tmp_path, capsys):
     from repro.cli import main
 
     # `cluster-repro eval --task-path` knows the folder's benchmarks (checked before any model loads).
-    assert main(["eval", "--model", "tiny-random-llama", "--benchmarks", "medq55",
-                 "--task-path", str(tasks)]) == 2
+    assert (
+        main(["eval", "--model", "tiny-random-llama", "--benchmarks", "medq55", "--task-path", str(tasks)])
+        == 2
+    )
     assert "unknown benchmark 'medq55'; did you mean 'medq5'?" in capsys.readouterr().err
     b = known_benchmarks([str(tasks)])["medq5"]
     assert (b.kind, b.metrics, b.task_name("local"), b.plugin) == ("medical", ("acc",), "medq5", True)
@@ -73,8 +86,11 @@ def test_names_aliases_and_what_makes_a_folder_unusable(tmp_path, capsys):
     cases = [  # (folder contents, what the message names)
         (lambda d: _task(d, metrics=""), r"medq5\.yaml: metric_list"),
         (lambda d: _task(d, kind="legal"), r"medq5\.yaml: metadata\.kind: kind 'legal'"),
-        (lambda d: _task(d, name="medqa"), r"'medqa' \(eval\.task_paths: .*medqa\.yaml\) has the "
-                                           r"name of a built-in"),
+        (
+            lambda d: _task(d, name="medqa"),
+            r"'medqa' \(eval\.task_paths: .*medqa\.yaml\) has the "
+            r"name of a built-in",
+        ),
         (lambda d: _task(d, name="medqa_local"), r"'medqa_local'.*name of a built-in"),
     ]
     for k, (make, message) in enumerate(cases):
@@ -99,8 +115,7 @@ def test_preflight_knows_plugin_benchmarks(tmp_path):
     (p,) = [p for p in found if p.key.startswith("eval.")]
     assert not p.blocking and "nowhere/medq5.jsonl" in p.message  # a note: a missing row later
     found = preflight(from_dict({}, ["eval.task_paths=[nope]", "eval.benchmarks=[medq5]"]))
-    assert [(p.key, p.blocking) for p in found if p.key.startswith("eval.")] == [
-        ("eval.task_paths", True)]
+    assert [(p.key, p.blocking) for p in found if p.key.startswith("eval.")] == [("eval.task_paths", True)]
 
 
 # Entry-point objects for _entry_benchmark: real EntryPoint objects that load these names (the

@@ -4,6 +4,7 @@ conversations, `cluster-repro ls formats`, and the line that explains CluSTER's 
 
 Real tokenizers throughout (the tiny model's byte-level one, given a chat template here where a
 test needs one); the end-to-end run of a ShareGPT pool is tests/test_byo_docs.py."""
+
 from __future__ import annotations
 
 import json
@@ -16,14 +17,22 @@ from repro.core.config import from_dict
 from repro.core.data import IGNORE_INDEX, DataError, TokenizedPool, chat_template_of, load_pool_report
 from repro.core.prompts import FORMATS, RowError, detect_format, plain_chat_prompt, render
 
-CHAT = [{"from": "system", "value": "Be brief."}, {"from": "human", "value": "Hi"},
-        {"from": "gpt", "value": "Hello!"}, {"from": "human", "value": "2+2?"},
-        {"from": "gpt", "value": "4"}]
-MESSAGES = [{"role": {"human": "user", "gpt": "assistant"}.get(t["from"], t["from"]),
-             "content": t["value"]} for t in CHAT]
+CHAT = [
+    {"from": "system", "value": "Be brief."},
+    {"from": "human", "value": "Hi"},
+    {"from": "gpt", "value": "Hello!"},
+    {"from": "human", "value": "2+2?"},
+    {"from": "gpt", "value": "4"},
+]
+MESSAGES = [
+    {"role": {"human": "user", "gpt": "assistant"}.get(t["from"], t["from"]), "content": t["value"]}
+    for t in CHAT
+]
 # A ChatML-like template (SmolLM2-Instruct's shape), written here so the tiny tokenizer has one.
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +52,9 @@ def _tokenizer(model_dir: Path, template: str | None = None):
 
 
 def _cfg(tmp_path: Path, sources: list[dict], **data) -> object:
-    return from_dict({"data_dir": str(tmp_path),
-                      "data": {"sources": sources, "heldout_fraction": 0.0, **data}})
+    return from_dict(
+        {"data_dir": str(tmp_path), "data": {"sources": sources, "heldout_fraction": 0.0, **data}}
+    )
 
 
 def _write_jsonl(path: Path, rows: list) -> None:
@@ -60,8 +70,10 @@ def test_both_formats_are_detected_and_the_last_assistant_turn_is_the_response()
     assert a.response == "4"
     # Every earlier turn is context, the first answer included; the prompt ends where the
     # response starts (the plain template, as no chat template was given).
-    assert a.prompt == ("### System:\nBe brief.\n\n### User:\nHi\n\n### Assistant:\nHello!\n\n"
-                        "### User:\n2+2?\n\n### Assistant:\n")
+    assert a.prompt == (
+        "### System:\nBe brief.\n\n### User:\nHi\n\n### Assistant:\nHello!\n\n"
+        "### User:\n2+2?\n\n### Assistant:\n"
+    )
     assert a.prompt == plain_chat_prompt(MESSAGES[:-1])
     # Turns after the last answer (an unanswered question) are not used.
     tail = render({"conversations": CHAT + [{"from": "human", "value": "Thanks"}]}, "sharegpt")
@@ -79,19 +91,18 @@ def test_labels_cover_the_last_answer_only(tiny_tokenizer_dir: Path, tmp_path: P
     train, _, (rep,) = load_pool_report(_cfg(tmp_path, [{"path": "chat.jsonl"}]), tok)
     assert rep.format == "sharegpt" and rep.template == "chat template of the tokenizer"
     (ex,) = train.examples
-    assert ex.prompt == tok.apply_chat_template(MESSAGES[:-1], tokenize=False,
-                                                add_generation_prompt=True)
+    assert ex.prompt == tok.apply_chat_template(MESSAGES[:-1], tokenize=False, add_generation_prompt=True)
     assert ex.prompt.endswith("<|im_start|>assistant\n") and "Hello!" in ex.prompt
     item = TokenizedPool(train, tok, 256)[ex.id]
     trained = [t for t, lab in zip(item["input_ids"], item["labels"]) if lab != IGNORE_INDEX]
     assert trained == tok("4", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    assert tok.decode(item["input_ids"][:len(item["input_ids"]) - len(trained)]) == ex.prompt
+    assert tok.decode(item["input_ids"][: len(item["input_ids"]) - len(trained)]) == ex.prompt
 
     # The same file without a chat template: the plain one, and the report says so.
-    train, _, (rep,) = load_pool_report(_cfg(tmp_path, [{"path": "chat.jsonl"}]),
-                                        _tokenizer(tiny_tokenizer_dir))
-    assert rep.template.startswith("plain") and train.examples[0].prompt == plain_chat_prompt(
-        MESSAGES[:-1])
+    train, _, (rep,) = load_pool_report(
+        _cfg(tmp_path, [{"path": "chat.jsonl"}]), _tokenizer(tiny_tokenizer_dir)
+    )
+    assert rep.template.startswith("plain") and train.examples[0].prompt == plain_chat_prompt(MESSAGES[:-1])
 
 
 def test_a_template_that_writes_bos_does_not_get_a_second_one(tiny_tokenizer_dir: Path):
@@ -100,7 +111,8 @@ def test_a_template_that_writes_bos_does_not_get_a_second_one(tiny_tokenizer_dir
 
     tok = _tokenizer(tiny_tokenizer_dir, "{{ bos_token }}" + CHATML)
     tok._tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{tok.bos_token} $A", special_tokens=[(tok.bos_token, tok.bos_token_id)])
+        single=f"{tok.bos_token} $A", special_tokens=[(tok.bos_token, tok.bos_token_id)]
+    )
     assert tok("x")["input_ids"] == [tok.bos_token_id, ord("x")]
     prompt = chat_template_of(tok)(MESSAGES[:2])
     assert not prompt.startswith(tok.bos_token)
@@ -113,20 +125,38 @@ def test_a_template_that_writes_bos_does_not_get_a_second_one(tiny_tokenizer_dir
 
 
 BAD_ROWS = [  # (row, the field the error names, the skip-count reason)
-    ({"conversations": [{"value": "Hi"}, {"from": "gpt", "value": "Hello"}]},
-     "conversations[0].from", "missing_field:conversations.from"),
+    (
+        {"conversations": [{"value": "Hi"}, {"from": "gpt", "value": "Hello"}]},
+        "conversations[0].from",
+        "missing_field:conversations.from",
+    ),
     ({"conversations": []}, "conversations", "missing_field:conversations"),
-    ({"conversations": [{"from": "human", "value": "Hi"}, {"from": "human", "value": "Hey"}]},
-     "conversations", "no_response:conversations"),
-    ({"conversations": [{"from": "human", "value": "Hi"}, {"from": "bot", "value": "Yo"}]},
-     "conversations[1].from", "bad_value:conversations.from"),
-    ({"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": ""}]},
-     "conversations[1].value", "missing_field:conversations.value"),
-    ({"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": 4}]},
-     "conversations[1].value", "not_string:conversations.value"),
+    (
+        {"conversations": [{"from": "human", "value": "Hi"}, {"from": "human", "value": "Hey"}]},
+        "conversations",
+        "no_response:conversations",
+    ),
+    (
+        {"conversations": [{"from": "human", "value": "Hi"}, {"from": "bot", "value": "Yo"}]},
+        "conversations[1].from",
+        "bad_value:conversations.from",
+    ),
+    (
+        {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": ""}]},
+        "conversations[1].value",
+        "missing_field:conversations.value",
+    ),
+    (
+        {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": 4}]},
+        "conversations[1].value",
+        "not_string:conversations.value",
+    ),
     ({"conversations": "Hi"}, "conversations", "not_list:conversations"),
-    ({"conversations": [{"from": ["gpt"], "value": "Hi"}]}, "conversations[0].from",
-     "bad_value:conversations.from"),
+    (
+        {"conversations": [{"from": ["gpt"], "value": "Hi"}]},
+        "conversations[0].from",
+        "bad_value:conversations.from",
+    ),
 ]
 
 
@@ -147,17 +177,21 @@ def test_malformed_conversations_name_the_file_row_and_field(tmp_path: Path):
     assert len(train) == 1 and rep.skipped["missing_field:conversations.from"] == 2
     assert sum(rep.skipped.values()) == len(BAD_ROWS) + 1
     # OpenAI messages name their own fields.
-    with pytest.raises(RowError, match=r"'messages\[0\]\.role': expected one of system, user, "
-                                       r"assistant, got 'tool'"):
+    with pytest.raises(
+        RowError,
+        match=r"'messages\[0\]\.role': expected one of system, user, "
+        r"assistant, got 'tool'",
+    ):
         render({"messages": [{"role": "tool", "content": "x"}]}, "messages")
 
 
 def test_a_template_that_refuses_a_conversation_is_a_row_error(tiny_tokenizer_dir: Path):
-    strict = ("{% for m in messages %}{% if m['role'] == 'system' %}"
-              "{{ raise_exception('System role not supported') }}{% endif %}{% endfor %}" + CHATML)
+    strict = (
+        "{% for m in messages %}{% if m['role'] == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}{% endfor %}" + CHATML
+    )
     with pytest.raises(RowError, match="chat template refused.*System role not supported") as ei:
-        render({"messages": MESSAGES}, "messages",
-               chat_template_of(_tokenizer(tiny_tokenizer_dir, strict)))
+        render({"messages": MESSAGES}, "messages", chat_template_of(_tokenizer(tiny_tokenizer_dir, strict)))
     assert ei.value.reason == "chat_template"
 
 
@@ -187,12 +221,13 @@ def test_the_kept_fraction_is_explained_at_selection(tmp_path: Path, capsys):
     np.save(tmp_path / "features.npy", X.astype(np.float32))
     (tmp_path / "features.json").write_text(json.dumps({"n": len(X), "seconds": 0.0}))
     pool = Pool([Example(f"e{i}", "p", "r", "s") for i in range(len(X))])
-    cfg = from_dict({}, ["world_size=4", "train.per_device_batch_size=1",
-                         "train.global_batch_size=4"])
+    cfg = from_dict({}, ["world_size=4", "train.per_device_batch_size=1", "train.global_batch_size=4"])
     sel = ClusterSelector(ratio=50).select(pool, None, SelectionContext(cfg, 0, 4, tmp_path))
     err = capsys.readouterr().err
-    line = ("cluster: kept 8/90 (8.9%) = K x m_adj = 4 x 2, m_adj = smallest cluster (5) x r (0.5) "
-            "rounded down = 2 (cluster sizes after the soft cap: ")
+    line = (
+        "cluster: kept 8/90 (8.9%) = K x m_adj = 4 x 2, m_adj = smallest cluster (5) x r (0.5) "
+        "rounded down = 2 (cluster sizes after the soft cap: "
+    )
     assert line in err and "raise r (selection.params.ratio) or use a larger pool" in err
     assert len(sel.ids) == 8 and sel.info["kept_explained"] in err
     # Rounding to the per-device batch is named; a fraction near r needs no advice.
@@ -200,7 +235,8 @@ def test_the_kept_fraction_is_explained_at_selection(tmp_path: Path, capsys):
         "cluster: kept 8/90 (8.9%) = K x m_adj = 4 x 2, m_adj = smallest cluster (7) x r (0.5) "
         "rounded down = 3, then down to a multiple of the per-device batch (2) = 2 (cluster sizes "
         "after the soft cap: 7, 30, 30, 23); the smallest cluster is 7 of 22.5 on average, so this "
-        "keeps under half of r: raise r (selection.params.ratio) or use a larger pool")
+        "keeps under half of r: raise r (selection.params.ratio) or use a larger pool"
+    )
     assert "raise r" not in explain_kept([20, 22, 24, 24], 100, 20)
 
 
@@ -215,15 +251,16 @@ def test_the_messages_docs_byo_data_shows_are_the_codes(tmp_path: Path, monkeypa
     page = (REPO / "docs" / "byo-data.md").read_text(encoding="utf-8")
     text = re.findall(r"^```text\n(.*?)^```$", page, re.S | re.M)
     errors = next(b for b in text if "line 7" in b).splitlines()
-    bad = {7: {"conversations": [{"from": "human", "value": "Hi"}, {"value": "Hello"}]},
-           8: {"conversations": []},
-           9: {"conversations": [{"from": "human", "value": "Hi"}, {"from": "human", "value": "?"}]}}
+    bad = {
+        7: {"conversations": [{"from": "human", "value": "Hi"}, {"value": "Hello"}]},
+        8: {"conversations": []},
+        9: {"conversations": [{"from": "human", "value": "Hi"}, {"from": "human", "value": "?"}]},
+    }
     monkeypatch.chdir(tmp_path)
     for (line, row), shown in zip(bad.items(), errors, strict=True):
         _write_jsonl(tmp_path / "chat.jsonl", [{"conversations": CHAT}] * (line - 1) + [row])
         with pytest.raises(DataError) as ei:
-            load_pool_report(from_dict({"data_dir": ".", "data": {"sources": [
-                {"path": "chat.jsonl"}]}}))
+            load_pool_report(from_dict({"data_dir": ".", "data": {"sources": [{"path": "chat.jsonl"}]}}))
         assert str(ei.value).startswith(shown + ";"), (str(ei.value), shown)
     kept = next(b for b in text if "cluster: kept" in b).strip()
     assert kept == "[cluster-repro] " + explain_kept([5, 30, 30, 25], 50, 2)

@@ -10,6 +10,7 @@ runs this checkout (`python -m repro`), and `pip install` installs into a folder
 (`--target`, on PYTHONPATH for every later command) from a copy of the example package, as
 tests/test_example_selector.py does.
 """
+
 from __future__ import annotations
 
 import csv
@@ -42,19 +43,33 @@ def followed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple
     bin_dir.mkdir()
     site.mkdir()
     shutil.copytree(REPO / "examples" / EXAMPLE, work / "examples" / EXAMPLE)
-    shims = {"cluster-repro": f'exec "{sys.executable}" -m repro "$@"\n',
-             "pip": (f'exec "{sys.executable}" -m pip "$@" --target "{site}" --no-build-isolation '
-                     "--disable-pip-version-check -q\n")}
+    shims = {
+        "cluster-repro": f'exec "{sys.executable}" -m repro "$@"\n',
+        "pip": (
+            f'exec "{sys.executable}" -m pip "$@" --target "{site}" --no-build-isolation '
+            "--disable-pip-version-check -q\n"
+        ),
+    }
     for name, body in shims.items():
         (bin_dir / name).write_text("#!/bin/sh\n" + body)
         (bin_dir / name).chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]), "CLUSTER_REPRO_NO_PROGRESS": "1"}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]),
+        "CLUSTER_REPRO_NO_PROGRESS": "1",
+    }
     ran = []
     for page in PAGES:
         for block in bash_blocks(REPO / "docs" / page):
-            p = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=work, env=env,
-                               capture_output=True, text=True, timeout=900)
+            p = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", block],
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             assert p.returncode == 0, f"{page}:\n{block}\n--- stderr:\n{p.stderr[-4000:]}"
             ran.append((block, p.stdout, p.stderr))
     return work, ran
@@ -78,14 +93,23 @@ def test_a_chat_pool_runs_end_to_end(followed):
     (run_dir,) = (work / "runs" / "my-chat").iterdir()
     pool = json.loads((run_dir / "stages" / "pool.json").read_text())
     assert [(s["format"], s["template"][:5]) for s in pool["sources"]] == [
-        ("sharegpt", "plain"), ("messages", "plain")]  # the tiny model has no chat template
+        ("sharegpt", "plain"),
+        ("messages", "plain"),
+    ]  # the tiny model has no chat template
     assert pool["n_pool"] + pool["n_heldout"] == 10 and pool["skipped"] == {}
-    examples = {r["id"]: r for r in map(json.loads, (run_dir / "pool.jsonl").read_text().splitlines()
-                                        + (run_dir / "heldout.jsonl").read_text().splitlines())}
+    examples = {
+        r["id"]: r
+        for r in map(
+            json.loads,
+            (run_dir / "pool.jsonl").read_text().splitlines()
+            + (run_dir / "heldout.jsonl").read_text().splitlines(),
+        )
+    }
     c3 = examples["chat-c3"]  # two answers: the last is the response, the first is context
     assert c3["response"] == "O(n log n) in every case."
-    assert c3["prompt"].endswith("### Assistant:\nMerge sort.\n\n### User:\nIts time "
-                                 "complexity?\n\n### Assistant:\n")
+    assert c3["prompt"].endswith(
+        "### Assistant:\nMerge sort.\n\n### User:\nIts time complexity?\n\n### Assistant:\n"
+    )
     assert examples["chat-openai-m2"]["prompt"].startswith("### System:\nBe brief.\n\n### User:")
 
 

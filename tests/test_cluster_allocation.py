@@ -1,4 +1,5 @@
 """cluster-interleave (method.md step 7) and rank weights (step 8), as properties."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,15 +14,21 @@ from repro.core.types import Selection
 def _balanced(k: int, m: int) -> Selection:
     ids = [f"c{c}-{j}" for c in range(k) for j in range(m)]
     clusters = [c for c in range(k) for _ in range(m)]
-    return Selection(ids=ids, clusters=clusters,
-                     group_weights={c: 0.5 + c for c in range(k)})
+    return Selection(ids=ids, clusters=clusters, group_weights={c: 0.5 + c for c in range(k)})
 
 
 @settings(max_examples=60, deadline=None)
-@given(k=st.integers(1, 8), m=st.integers(1, 12), batch=st.integers(1, 4), accum=st.integers(1, 3),
-       epochs=st.integers(1, 3), seed=st.integers(0, 10_000))
+@given(
+    k=st.integers(1, 8),
+    m=st.integers(1, 12),
+    batch=st.integers(1, 4),
+    accum=st.integers(1, 3),
+    epochs=st.integers(1, 3),
+    seed=st.integers(0, 10_000),
+)
 def test_each_worker_gets_only_its_cluster_and_every_step_covers_every_cluster(
-        k: int, m: int, batch: int, accum: int, epochs: int, seed: int) -> None:
+    k: int, m: int, batch: int, accum: int, epochs: int, seed: int
+) -> None:
     sel = _balanced(k, m)
     sched = ALLOCATORS.create("cluster-interleave", {}, "k").allocate(sel, k, seed, epochs, "rank")
     assert sched.world_size == k and sched.epochs == epochs
@@ -35,7 +42,7 @@ def test_each_worker_gets_only_its_cluster_and_every_step_covers_every_cluster(
         # of examples of every cluster.
         per_step = batch * accum
         for s in range(m // per_step):
-            counts = [len(sched.order[e][w][s * per_step:(s + 1) * per_step]) for w in range(k)]
+            counts = [len(sched.order[e][w][s * per_step : (s + 1) * per_step]) for w in range(k)]
             assert counts == [per_step] * k
     assert sched.worker_weights == [0.5 + c for c in range(k)]
     assert all(sched.weight(i, w) == 0.5 + w for w in range(k) for i in sched.order[0][w])
@@ -53,8 +60,9 @@ def test_same_seed_same_schedule_and_epochs_differ() -> None:
 
 def test_unequal_clusters_interleave_round_robin_with_per_example_weights() -> None:
     # prune 'none' keeps unequal clusters: positions i -> worker i mod K, clusters mix at the end.
-    sel = Selection(ids=["a0", "a1", "a2", "a3", "b0"], clusters=[0, 0, 0, 0, 1],
-                    group_weights={0: 1.6, 1: 0.4})
+    sel = Selection(
+        ids=["a0", "a1", "a2", "a3", "b0"], clusters=[0, 0, 0, 0, 1], group_weights={0: 1.6, 1: 0.4}
+    )
     sched = ALLOCATORS.create("cluster-interleave", {}, "k").allocate(sel, 2, 0, 1, "rank")
     assert len(sched.order[0][0]) == len(sched.order[0][1]) == 2  # tail dropped for lockstep
     for w in range(2):

@@ -1,4 +1,5 @@
 """The `cluster` selector through the pipeline's select stage (tiny model, 4 gloo workers)."""
+
 from __future__ import annotations
 
 import csv
@@ -8,28 +9,40 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repro.core.config import from_dict
-from repro.core.config import ConfigError
+from repro.core.config import ConfigError, from_dict
 from repro.core.interfaces import SelectionError
 from repro.core.io import read_json
-from repro.pipeline import run_experiment, stage_marker
 from repro.core.registry import SELECTORS
+from repro.pipeline import run_experiment, stage_marker
 
 
 def _cfg(tmp_path: Path, *extra: str):
-    return from_dict({}, [f"output_dir={tmp_path}", "name=c", "model.name_or_path=tiny-random-llama",
-                          "data.demo_train_size=96", "data.demo_heldout_per_category=1",
-                          "data.max_length=256", "world_size=4", "train.per_device_batch_size=1",
-                          "train.global_batch_size=4", "selection.method=cluster",
-                          "allocation.method=cluster-interleave", "allocation.weight_mode=rank",
-                          *extra])
+    return from_dict(
+        {},
+        [
+            f"output_dir={tmp_path}",
+            "name=c",
+            "model.name_or_path=tiny-random-llama",
+            "data.demo_train_size=96",
+            "data.demo_heldout_per_category=1",
+            "data.max_length=256",
+            "world_size=4",
+            "train.per_device_batch_size=1",
+            "train.global_batch_size=4",
+            "selection.method=cluster",
+            "allocation.method=cluster-interleave",
+            "allocation.weight_mode=rank",
+            *extra,
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """CluSTER at r = 0.5, K = 4, up to the schedule; the features from K = 4 gloo processes."""
-    return run_experiment(_cfg(tmp_path_factory.mktemp("cluster"), "selection.params.ratio=50"),
-                          until="schedule")
+    return run_experiment(
+        _cfg(tmp_path_factory.mktemp("cluster"), "selection.params.ratio=50"), until="schedule"
+    )
 
 
 def test_cluster_select_stage_writes_its_files(default_run: Path) -> None:
@@ -40,10 +53,20 @@ def test_cluster_select_stage_writes_its_files(default_run: Path) -> None:
 
     sel = read_json(run_dir / "selection.json")
     info = sel["info"]
-    for key in ("cluster_sizes_before_cap", "cluster_sizes_after_cap", "m", "m_adj",
-                "kept_fraction", "features_s", "features_peak_mem_mb", "clustering_s",
-                "clustering_peak_mem_mb", "selection_s", "selection_peak_mem_mb",
-                "category_agreement"):
+    for key in (
+        "cluster_sizes_before_cap",
+        "cluster_sizes_after_cap",
+        "m",
+        "m_adj",
+        "kept_fraction",
+        "features_s",
+        "features_peak_mem_mb",
+        "clustering_s",
+        "clustering_peak_mem_mb",
+        "selection_s",
+        "selection_peak_mem_mb",
+        "category_agreement",
+    ):
         assert key in info, key
     k = 4
     after = info["cluster_sizes_after_cap"]
@@ -63,21 +86,24 @@ def test_cluster_select_stage_writes_its_files(default_run: Path) -> None:
         assert abs(float(r["weight"]) - weights[int(r["cluster"])]) < 1e-5
 
 
-def test_fewer_feature_processes_than_k_give_the_same_selection(default_run: Path,
-                                                                 tmp_path: Path) -> None:
+def test_fewer_feature_processes_than_k_give_the_same_selection(default_run: Path, tmp_path: Path) -> None:
     """feature_workers=2 with K = 4: 2 processes compute the features, K stays 4 clusters, and
     the features and selection.csv are the default's (K processes) byte for byte."""
-    run_dir = run_experiment(_cfg(tmp_path, "selection.params.ratio=50",
-                                  "selection.params.feature_workers=2"), until="schedule")
+    run_dir = run_experiment(
+        _cfg(tmp_path, "selection.params.ratio=50", "selection.params.feature_workers=2"), until="schedule"
+    )
     assert run_dir != default_run
     meta, ref = (read_json(d / "features.json") for d in (run_dir, default_run))
     assert (meta["workers"], meta["world_size"], ref["workers"], ref["world_size"]) == (2, 2, 4, 4)
-    assert [w["batches"] for w in meta["per_worker"]] == \
-        [-(-ref["batches"] // 2), ref["batches"] // 2]  # whole batches, dealt in turn
+    assert [w["batches"] for w in meta["per_worker"]] == [
+        -(-ref["batches"] // 2),
+        ref["batches"] // 2,
+    ]  # whole batches, dealt in turn
     # Bit-equal here; a machine with more cores gives 2 and 4 processes different thread counts,
     # which may move the last bits (tests/test_features.py pins threads for its exact check).
-    np.testing.assert_allclose(np.load(run_dir / "features.npy"),
-                               np.load(default_run / "features.npy"), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        np.load(run_dir / "features.npy"), np.load(default_run / "features.npy"), rtol=1e-6, atol=1e-7
+    )
     sel = read_json(run_dir / "selection.json")["info"]
     assert sel["k"] == 4 and len(sel["cluster_sizes_after_cap"]) == 4 and sel["feature_workers"] == 2
     # On CPU the default is K = 4 processes, as before feature_workers existed.
@@ -100,13 +126,14 @@ def test_token_budget_keeps_equal_token_totals_per_cluster(default_run: Path) ->
 
     cfg = load_config(default_run / "config.yaml")
     pool, _ = load_pool_files(default_run)
-    ctx = SelectionContext(config=cfg, seed=cfg.seed, world_size=4, workdir=default_run,
-                           model_dir=model_dir_of(default_run))
-    by_examples = SELECTORS.create("cluster", {"ratio": 50}, "selection.params").select(
-        pool, None, ctx)
+    ctx = SelectionContext(
+        config=cfg, seed=cfg.seed, world_size=4, workdir=default_run, model_dir=model_dir_of(default_run)
+    )
+    by_examples = SELECTORS.create("cluster", {"ratio": 50}, "selection.params").select(pool, None, ctx)
     assert by_examples.ids == read_json(default_run / "selection.json")["ids"]
-    sel = SELECTORS.create("cluster", {"ratio": 50, "budget_unit": "tokens"},
-                           "selection.params").select(pool, None, ctx)
+    sel = SELECTORS.create("cluster", {"ratio": 50, "budget_unit": "tokens"}, "selection.params").select(
+        pool, None, ctx
+    )
     info = sel.info
     lengths = token_lengths(pool.examples, model_dir_of(default_run), cfg.data.max_length)
     kept = {c: [i for i, g in zip(sel.ids, sel.clusters) if g == c] for c in range(4)}
@@ -123,20 +150,23 @@ def test_token_budget_keeps_equal_token_totals_per_cluster(default_run: Path) ->
     assert sel.group_weights == by_examples.group_weights  # weights: sizes after the cap
 
     sched = ClusterInterleaveAllocator("tokens").allocate(
-        sel, 4, cfg.seed, weight_mode="rank", ctx=AllocationContext(lengths, 1, 2, True))
+        sel, 4, cfg.seed, weight_mode="rank", ctx=AllocationContext(lengths, 1, 2, True)
+    )
     assert {len(s) for s in sched.step_sizes[0]} == {min(info["kept_per_cluster"]) // 2}
     assert [sorted(ids) for ids in sched.order[0]] == [sorted(kept[c]) for c in range(4)]
 
 
 def test_feature_workers_must_be_a_positive_integer() -> None:
     for bad in (0, -1, 1.5, "2", True):
-        with pytest.raises(ConfigError, match=r"^selection\.params\.feature_workers: .* is not an "
-                                              r"integer >= 1"):
+        with pytest.raises(
+            ConfigError,
+            match=r"^selection\.params\.feature_workers: .* is not an "
+            r"integer >= 1",
+        ):
             SELECTORS.create("cluster", {"feature_workers": bad}, "selection.params")
     assert SELECTORS.create("cluster", {"feature_workers": 3}, "selection.params").feature_workers == 3
     assert SELECTORS.create("cluster", {}, "selection.params").feature_workers is None
-    assert SELECTORS.create("uniform", {"feature_workers": 1}, "selection.params").inner \
-        .feature_workers == 1
+    assert SELECTORS.create("uniform", {"feature_workers": 1}, "selection.params").inner.feature_workers == 1
 
 
 def test_feature_workers_do_not_enter_the_shared_feature_key(tmp_path: Path) -> None:
@@ -144,9 +174,13 @@ def test_feature_workers_do_not_enter_the_shared_feature_key(tmp_path: Path) -> 
     from repro.experiments.grids import Cell
 
     def key(**params):
-        data = {"output_dir": str(tmp_path), "name": "c", "world_size": 4,
-                "model": {"name_or_path": "tiny-random-llama"},
-                "selection": {"method": "cluster", "params": {"ratio": 50, **params}}}
+        data = {
+            "output_dir": str(tmp_path),
+            "name": "c",
+            "world_size": 4,
+            "model": {"name_or_path": "tiny-random-llama"},
+            "selection": {"method": "cluster", "params": {"ratio": 50, **params}},
+        }
         return Cell(id="c", axes={"world_size": 4}, data=data).feature_key()
 
     assert key() == key(feature_workers=1) == key(feature_workers=2)
@@ -165,8 +199,13 @@ def test_cluster_rejects_a_budget_and_bad_params(tmp_path: Path) -> None:
 
 def test_uniform_variant_and_crossing_with_the_standard_allocator(tmp_path: Path) -> None:
     # One feature process (no spawn, so the test is quick): K is still 4 clusters.
-    cfg = _cfg(tmp_path, "selection.params.variant=uniform", "allocation.method=uniform-shuffle",
-               "allocation.weight_mode=none", "selection.params.feature_workers=1")
+    cfg = _cfg(
+        tmp_path,
+        "selection.params.variant=uniform",
+        "allocation.method=uniform-shuffle",
+        "allocation.weight_mode=none",
+        "selection.params.feature_workers=1",
+    )
     run_dir = run_experiment(cfg, until="schedule")
     sel = read_json(run_dir / "selection.json")
     sizes = sel["info"]["cluster_sizes_after_cap"]
@@ -203,6 +242,9 @@ def test_kmeans_faiss_is_reachable_from_config(default_run: Path, tmp_path: Path
 
 
 def test_kmeans_mode_is_checked_and_names_the_modes() -> None:
-    with pytest.raises(ConfigError, match=r"^selection\.params\.kmeans: 'fiass' is not one of "
-                                          r"exact, fast, faiss"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^selection\.params\.kmeans: 'fiass' is not one of "
+        r"exact, fast, faiss",
+    ):
         SELECTORS.create("cluster", {"kmeans": "fiass"}, "selection.params")

@@ -3,6 +3,7 @@
 The soft cap is checked against `soft_cap_assign_reference` below: the same rule written as plain
 loops, on the same distance matrix.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,7 @@ from hypothesis import strategies as st
 from method import clustering as C
 from repro.core.interfaces import SelectionError
 
-SETTINGS = settings(max_examples=40, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -64,8 +64,9 @@ def nearest(X, k, seed):
     return centers, C.pairwise_sq_distances(X, centers).argmin(axis=1)
 
 
-def soft_cap_assign_reference(X, centers, labels, cap_factor: float = 1.5,
-                              n_candidates: int = 8) -> np.ndarray:
+def soft_cap_assign_reference(
+    X, centers, labels, cap_factor: float = 1.5, n_candidates: int = 8
+) -> np.ndarray:
     """The rule of C.soft_cap_assign as plain loops. Uses the same distance matrix
     (C.pairwise_sq_distances), so both see identical numbers."""
     X = np.ascontiguousarray(X, dtype=np.float32)
@@ -79,7 +80,7 @@ def soft_cap_assign_reference(X, centers, labels, cap_factor: float = 1.5,
     ranked = [sorted(range(k), key=lambda c: (d[i][c], c)) for i in range(n)]
     pairs = []
     for i in range(n):
-        for r, c in enumerate(ranked[i][:min(n_candidates, k)]):
+        for r, c in enumerate(ranked[i][: min(n_candidates, k)]):
             pairs.append((d[i][c], i, r, c))
     pairs.sort()  # by distance, then row index, then candidate rank
     assigned, count = [None] * n, [0] * k
@@ -104,8 +105,9 @@ def clustered(X, k, seed):
 
 # -- step 4: the soft cap ------------------------------------------------------------------------
 @SETTINGS
-@given(features(), st.sampled_from([1.0, 1.2, 1.5, 2.0]), st.integers(1, 9),
-       st.sampled_from([skewed, nearest]))
+@given(
+    features(), st.sampled_from([1.0, 1.2, 1.5, 2.0]), st.integers(1, 9), st.sampled_from([skewed, nearest])
+)
 def test_soft_cap_matches_reference_and_holds(data, cap_factor, n_cand, partition):
     X, k, seed = data
     centers, labels = partition(X, k, seed)
@@ -154,8 +156,9 @@ def test_pairwise_distances_match_naive():
     naive = ((X[:, None, :].astype(np.float64) - cen[None].astype(np.float64)) ** 2).sum(-1)
     np.testing.assert_allclose(C.pairwise_sq_distances(X, cen), naive, rtol=1e-5, atol=1e-5)
     lab = rng.integers(0, 3, 50)
-    np.testing.assert_allclose(C.sq_distances_to_own_center(X, cen, lab),
-                               naive[np.arange(50), lab], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        C.sq_distances_to_own_center(X, cen, lab), naive[np.arange(50), lab], rtol=1e-5, atol=1e-5
+    )
 
 
 # -- steps 5-6 ----------------------------------------------------------------------------------
@@ -357,8 +360,9 @@ def test_kmeans_fast_every_cluster_nonempty(data):
         return
     labels, centers, inertia = C.kmeans(X, k, seed, mode="fast")
     assert np.bincount(labels, minlength=k).min() >= 1 and centers.shape == (k, X.shape[1])
-    assert inertia == pytest.approx(C.sq_distances_to_own_center(X, centers, labels).sum(),
-                                    rel=1e-4, abs=1e-3)
+    assert inertia == pytest.approx(
+        C.sq_distances_to_own_center(X, centers, labels).sum(), rel=1e-4, abs=1e-3
+    )
     again = C.kmeans(X, k, seed, mode="fast")
     np.testing.assert_array_equal(labels, again[0])
 

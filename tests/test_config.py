@@ -1,4 +1,5 @@
 """The one typed config: every shipped config validates; mistakes get errors that say what to fix."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -71,10 +72,13 @@ def test_overrides_parse_and_apply() -> None:
     assert parse_override("train.lr=1e-4") == ("train.lr", 1e-4)
     assert parse_override("world_size=8") == ("world_size", 8)
     assert parse_override("model.lora.target_modules=[q_proj,k_proj]") == (
-        "model.lora.target_modules", ["q_proj", "k_proj"])
-    cfg = load_config(CONFIGS / "demo.yaml", ["train.lr=1e-4", "world_size=8",
-                                              "train.global_batch_size=32",
-                                              "selection.params.seed_offset=3"])
+        "model.lora.target_modules",
+        ["q_proj", "k_proj"],
+    )
+    cfg = load_config(
+        CONFIGS / "demo.yaml",
+        ["train.lr=1e-4", "world_size=8", "train.global_batch_size=32", "selection.params.seed_offset=3"],
+    )
     assert cfg.train.lr == 1e-4 and cfg.world_size == 8
     assert cfg.selection.params == {"seed_offset": 3}
 
@@ -96,8 +100,11 @@ def test_report_to_is_not_part_of_the_training_identity() -> None:
     for choice in ("tensorboard", "wandb", "trackio"):
         b = load_config(CONFIGS / "demo.yaml", [f"train.report_to={choice}"])
         assert b.train.report_to == choice and b.hash() == a.hash() and b.run_dir() == a.run_dir()
-    assert load_config(CONFIGS / "demo.yaml", ["train.lr=0.5", "train.report_to=wandb"]).hash() \
-        == load_config(CONFIGS / "demo.yaml", ["train.lr=0.5"]).hash() != a.hash()
+    assert (
+        load_config(CONFIGS / "demo.yaml", ["train.lr=0.5", "train.report_to=wandb"]).hash()
+        == load_config(CONFIGS / "demo.yaml", ["train.lr=0.5"]).hash()
+        != a.hash()
+    )
     with pytest.raises(ConfigError, match="train.report_to"):
         load_config(CONFIGS / "demo.yaml", ["train.report_to=mlflow"])
 
@@ -112,23 +119,36 @@ def test_eval_settings_are_not_part_of_the_training_identity() -> None:
     assert eval_hash(a) == eval_hash(load_config(CONFIGS / "demo.yaml", ["train.lr=0.5"]))
 
 
-def test_changing_eval_settings_reevaluates_without_retraining(tmp_path: Path,
-                                                               shared_data: Path) -> None:
+def test_changing_eval_settings_reevaluates_without_retraining(tmp_path: Path, shared_data: Path) -> None:
     """A finished tiny run (1 worker, 2 steps): new eval.limit and eval.benchmarks redo only the
     eval and results stages; train.json, the model and the selection stay as they were."""
     import json
 
-    from repro.pipeline import run_experiment, stage_marker
     from repro.core.results import PART_NAME, read_rows
+    from repro.pipeline import run_experiment, stage_marker
 
-    base = [f"output_dir={tmp_path}", f"data_dir={shared_data}", "world_size=1",
-            "data.demo_train_size=24", "data.demo_heldout_per_category=1",
-            "train.global_batch_size=2", "train.max_steps=2", "eval.max_new_tokens=4"]
+    base = [
+        f"output_dir={tmp_path}",
+        f"data_dir={shared_data}",
+        "world_size=1",
+        "data.demo_train_size=24",
+        "data.demo_heldout_per_category=1",
+        "train.global_batch_size=2",
+        "train.max_steps=2",
+        "eval.max_new_tokens=4",
+    ]
     cfg = load_config(CONFIGS / "demo-quick.yaml", base)
     run_dir = run_experiment(cfg)
-    kept = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in (
-        run_dir / "train.json", stage_marker(run_dir, "train"), stage_marker(run_dir, "select"),
-        run_dir / "selection.json", *sorted((run_dir / "model").rglob("*.safetensors")))}
+    kept = {
+        p: (p.stat().st_mtime_ns, p.read_bytes())
+        for p in (
+            run_dir / "train.json",
+            stage_marker(run_dir, "train"),
+            stage_marker(run_dir, "select"),
+            run_dir / "selection.json",
+            *sorted((run_dir / "model").rglob("*.safetensors")),
+        )
+    }
     assert len(kept) >= 5
 
     def rows() -> dict[tuple[str, str], dict[str, str]]:
@@ -138,8 +158,7 @@ def test_changing_eval_settings_reevaluates_without_retraining(tmp_path: Path,
     assert first[("demo/overall", "exact_or_exec")]["n"] == "12"  # 12 categories x 1 held-out
     assert json.loads(first[("heldout", "loss")]["eval_settings"])["limit"] is None
 
-    cfg2 = load_config(CONFIGS / "demo-quick.yaml", [*base, "eval.limit=3",
-                                                     "eval.benchmarks=[medqa]"])
+    cfg2 = load_config(CONFIGS / "demo-quick.yaml", [*base, "eval.limit=3", "eval.benchmarks=[medqa]"])
     assert run_experiment(cfg2) == run_dir
     for p, (mtime, data) in kept.items():
         assert p.stat().st_mtime_ns == mtime and p.read_bytes() == data, f"{p} was redone"
@@ -158,8 +177,9 @@ def test_changing_eval_settings_reevaluates_without_retraining(tmp_path: Path,
 
 
 def test_derived_values() -> None:
-    cfg = from_dict({}, ["world_size=4", "train.per_device_batch_size=2",
-                         "train.global_batch_size=16", "train.epochs=3"])
+    cfg = from_dict(
+        {}, ["world_size=4", "train.per_device_batch_size=2", "train.global_batch_size=16", "train.epochs=3"]
+    )
     d = derive(cfg, n_pool=100, n_selected=50, per_worker_len=13)
     assert d.grad_accum == 2 and d.per_worker_batch == 2
     assert d.steps_per_epoch == 3  # 13 // (2*2), the partial step dropped

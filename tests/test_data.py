@@ -4,6 +4,7 @@ Everything runs offline on small fixture files; the real shared data (CLUSTER_RE
 ../shared/data next to the checkout) is required by the tests that use it: they fail, not skip,
 when it is missing, because CI always provides it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -14,9 +15,16 @@ from pathlib import Path
 import pytest
 
 from repro.core.config import from_dict
-from repro.core.data import (IGNORE_INDEX, DataError, TokenizedPool, collate, load_pool, load_pool_report,
-                        tokenize_example)
-from repro.core.prompts import (ALPACA_PROMPT_NO_INPUT, MAGICODER_PROMPT, FORMATS, detect_format, render)
+from repro.core.data import (
+    IGNORE_INDEX,
+    DataError,
+    TokenizedPool,
+    collate,
+    load_pool,
+    load_pool_report,
+    tokenize_example,
+)
+from repro.core.prompts import ALPACA_PROMPT_NO_INPUT, FORMATS, MAGICODER_PROMPT, detect_format, render
 from repro.core.types import Example, Pool
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,8 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def cfg_for(data_dir, sources, **data):
-    return from_dict({"data_dir": str(data_dir) if data_dir else None,
-                      "data": {"sources": sources, **data}})
+    return from_dict({"data_dir": str(data_dir) if data_dir else None, "data": {"sources": sources, **data}})
 
 
 def write_jsonl(path: Path, lines: list) -> Path:
@@ -49,8 +56,10 @@ def shared_data_dir() -> Path:
     env = os.environ.get("CLUSTER_REPRO_DATA")
     d = Path(env) if env else ROOT.parent / "shared" / "data"
     if not (d / "chatdoctor" / "chatdoctor5k.json").is_file():
-        pytest.fail(f"the shared data is not available at {d} (set CLUSTER_REPRO_DATA to the folder "
-                    "holding chatdoctor/, codealpaca/, pubmedqa/); CI always provides it")
+        pytest.fail(
+            f"the shared data is not available at {d} (set CLUSTER_REPRO_DATA to the folder "
+            "holding chatdoctor/, codealpaca/, pubmedqa/); CI always provides it"
+        )
     return d
 
 
@@ -66,8 +75,7 @@ def tok():
     t = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     t.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(tokenizer_object=t, pad_token="<pad>", eos_token="</s>",
-                                   bos_token="<s>")
+    return PreTrainedTokenizerFast(tokenizer_object=t, pad_token="<pad>", eos_token="</s>", bos_token="<s>")
 
 
 # ----------------------------------------------------------------------------- bad rows
@@ -76,12 +84,18 @@ BAD = {  # kind -> (line 3 content, skip reason, words the error must contain)
     "invalid_json": ('{"instruction": "x", "output": ', "invalid_json", ["JSON"]),
     "missing": (json.dumps({"instruction": "x"}), "missing_field:output", ["'output'", "non-empty"]),
     "empty": (json.dumps({"instruction": "x", "output": "  "}), "missing_field:output", ["'output'"]),
-    "not_string": (json.dumps({"instruction": "x", "output": 5}), "not_string:output",
-                   ["'output'", "string"]),
+    "not_string": (
+        json.dumps({"instruction": "x", "output": 5}),
+        "not_string:output",
+        ["'output'", "string"],
+    ),
     "non_utf8": (b'{"instruction": "x", "output": "caf\xe9"}', "invalid_utf8", ["UTF-8"]),
     "not_object": ("[1, 2]", "not_object", ["object"]),
-    "duplicate_id": (json.dumps({"id": "a", "instruction": "x", "output": "y"}), "duplicate_id",
-                     ["'id'", "already used", "line 2"]),
+    "duplicate_id": (
+        json.dumps({"id": "a", "instruction": "x", "output": "y"}),
+        "duplicate_id",
+        ["'id'", "already used", "line 2"],
+    ),
 }
 
 
@@ -97,11 +111,14 @@ def test_bad_row_error_names_file_line_field(tmp_path, kind):
         assert w in msg, msg
 
 
-@pytest.mark.parametrize("row, words", [
-    ({"instruction": "x"}, ["'output'"]),
-    ({"instruction": "x", "output": ["a"]}, ["'output'", "string"]),
-    ({"instruction": "x", "output": "caf\udce9"}, ["'output'", "UTF-8"]),
-])
+@pytest.mark.parametrize(
+    "row, words",
+    [
+        ({"instruction": "x"}, ["'output'"]),
+        ({"instruction": "x", "output": ["a"]}, ["'output'", "string"]),
+        ({"instruction": "x", "output": "caf\udce9"}, ["'output'", "UTF-8"]),
+    ],
+)
 def test_bad_row_in_json_list_names_row_index(tmp_path, row, words):
     (tmp_path / "d.json").write_text(json.dumps([alp(0), alp(1), row]), encoding="utf-8")
     with pytest.raises(DataError) as ei:
@@ -113,12 +130,12 @@ def test_bad_row_in_json_list_names_row_index(tmp_path, row, words):
 
 
 def test_non_utf8_bytes_in_json_file_are_a_bad_row(tmp_path):
-    (tmp_path / "d.json").write_bytes(b'[{"instruction": "a", "output": "b"}, '
-                                      b'{"instruction": "a", "output": "caf\xe9"}]')
+    (tmp_path / "d.json").write_bytes(
+        b'[{"instruction": "a", "output": "b"}, {"instruction": "a", "output": "caf\xe9"}]'
+    )
     with pytest.raises(DataError, match=r"row 1 .*'output'.*UTF-8"):
         load_pool(cfg_for(tmp_path, [{"path": "d.json"}]))
-    train, _ = load_pool(cfg_for(tmp_path, [{"path": "d.json"}], on_bad_row="skip",
-                                 heldout_fraction=0.0))
+    train, _ = load_pool(cfg_for(tmp_path, [{"path": "d.json"}], on_bad_row="skip", heldout_fraction=0.0))
     assert len(train) == 1 and train.skipped == {"invalid_utf8": 1}
 
 
@@ -233,8 +250,12 @@ def test_magicoder_renders_both_field_pairs():
 
 
 def test_pubmedqa_renders_contexts_question_and_decision():
-    row = {"QUESTION": "Does X cause Y?", "CONTEXTS": ["Ctx one.", "Ctx two."],
-           "LONG_ANSWER": "It does.", "final_decision": "yes"}
+    row = {
+        "QUESTION": "Does X cause Y?",
+        "CONTEXTS": ["Ctx one.", "Ctx two."],
+        "LONG_ANSWER": "It does.",
+        "final_decision": "yes",
+    }
     r = render(row, "pubmedqa")
     assert "Ctx one.\nCtx two." in r.prompt and "Question: Does X cause Y?" in r.prompt
     assert r.prompt.endswith("### Response:")
@@ -248,8 +269,10 @@ def test_auto_detection():
     assert detect_format({"instruction": "a", "input": "", "output": "b", "response": "b"}) == "alpaca"
     assert detect_format({"problem": "a", "solution": "b"}) == "magicoder"
     assert detect_format({"instruction": "a", "response": "b"}) == "magicoder"
-    assert detect_format({"QUESTION": "q", "CONTEXTS": [], "LONG_ANSWER": "l",
-                          "final_decision": "no"}) == "pubmedqa"
+    assert (
+        detect_format({"QUESTION": "q", "CONTEXTS": [], "LONG_ANSWER": "l", "final_decision": "no"})
+        == "pubmedqa"
+    )
     with pytest.raises(DataError) as ei:
         detect_format({"question": "q", "answer": "a"})
     msg = str(ei.value)
@@ -280,8 +303,15 @@ def test_demo_source_keeps_category_and_meta(tmp_path):
 
 
 def test_pubmedqa_excludes_test_ids(tmp_path, capsys):
-    rows = {str(100 + k): {"QUESTION": f"q{k}?", "CONTEXTS": [f"c{k}"], "LONG_ANSWER": f"l{k}",
-                           "final_decision": "maybe"} for k in range(6)}
+    rows = {
+        str(100 + k): {
+            "QUESTION": f"q{k}?",
+            "CONTEXTS": [f"c{k}"],
+            "LONG_ANSWER": f"l{k}",
+            "final_decision": "maybe",
+        }
+        for k in range(6)
+    }
     (tmp_path / "pq.json").write_text(json.dumps(rows))
     (tmp_path / "test.json").write_text(json.dumps({"101": "yes", "104": "no", "999": "no"}))
     cfg = cfg_for(tmp_path, [{"path": "pq.json", "exclude_ids_file": "test.json"}], heldout_fraction=0.0)
@@ -295,8 +325,9 @@ def test_pubmedqa_excludes_test_ids(tmp_path, capsys):
 
 def test_pubmedqa_real_files_exclude_500_test_ids():
     d = shared_data_dir()
-    cfg = cfg_for(d, [{"path": "pubmedqa/ori_pqal.json",
-                       "exclude_ids_file": "pubmedqa/test_ground_truth.json"}])
+    cfg = cfg_for(
+        d, [{"path": "pubmedqa/ori_pqal.json", "exclude_ids_file": "pubmedqa/test_ground_truth.json"}]
+    )
     train, held, (rep,) = load_pool_report(cfg)
     test_ids = set(json.loads((d / "pubmedqa" / "test_ground_truth.json").read_text()))
     assert rep.rows == 1000 and rep.excluded == 500 and len(train) + len(held) == 500
@@ -334,8 +365,12 @@ def test_same_stem_sources_do_not_collide_and_limit_counts_valid_rows(tmp_path):
     (tmp_path / "b").mkdir()
     write_jsonl(tmp_path / "a" / "train.jsonl", [alp(0), "not json", alp(2), alp(3)])
     write_jsonl(tmp_path / "b" / "train.jsonl", [alp(0)])
-    cfg = cfg_for(tmp_path, [{"path": "a/train.jsonl", "limit": 2}, {"path": "b/train.jsonl"}],
-                  heldout_fraction=0.0, on_bad_row="skip")
+    cfg = cfg_for(
+        tmp_path,
+        [{"path": "a/train.jsonl", "limit": 2}, {"path": "b/train.jsonl"}],
+        heldout_fraction=0.0,
+        on_bad_row="skip",
+    )
     train, _ = load_pool(cfg)
     assert train.ids == ["train-000000", "train-000002", "train.1-000000"]
     assert train.skipped == {"invalid_json": 1}
@@ -378,10 +413,12 @@ def test_prompt_specials_bos_kept_trailing_eos_dropped(tok):
 
     t2 = copy.deepcopy(tok)
     t2._tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", special_tokens=[("<s>", tok.bos_token_id), ("</s>", tok.eos_token_id)])
+        single="<s> $A </s>", special_tokens=[("<s>", tok.bos_token_id), ("</s>", tok.eos_token_id)]
+    )
     out = tokenize_example(ex(prompt="ab", response="c"), t2, 64)
-    assert out["input_ids"] == [tok.bos_token_id] + tok("ab", add_special_tokens=False)["input_ids"] \
-        + tok("c", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    assert out["input_ids"] == [tok.bos_token_id] + tok("ab", add_special_tokens=False)["input_ids"] + tok(
+        "c", add_special_tokens=False
+    )["input_ids"] + [tok.eos_token_id]
     assert out["labels"][:3] == [IGNORE_INDEX] * 3
 
 
@@ -413,15 +450,20 @@ def test_collate_right_pads(tok):
 
 def test_real_shared_files_load(tok):
     d = shared_data_dir()
-    srcs = [{"path": "chatdoctor/chatdoctor5k.json"}, {"path": "codealpaca/code_alpaca_2k.json"},
-            {"path": "codealpaca/new_codealpaca.json"}]
+    srcs = [
+        {"path": "chatdoctor/chatdoctor5k.json"},
+        {"path": "codealpaca/code_alpaca_2k.json"},
+        {"path": "codealpaca/new_codealpaca.json"},
+    ]
     # code_alpaca_2k.json has two rows with an empty output (rows 237 and 1859).
     with pytest.raises(DataError, match=r"code_alpaca_2k\.json: row 237 .*'output'"):
         load_pool(cfg_for(d, srcs))
     train, held, reps = load_pool_report(cfg_for(d, srcs, on_bad_row="skip"))
     assert [(r.name, r.format, r.n_train + r.n_heldout) for r in reps] == [
-        ("chatdoctor5k", "alpaca", 5452), ("code_alpaca_2k", "alpaca", 2015),
-        ("new_codealpaca", "alpaca", 4535)]
+        ("chatdoctor5k", "alpaca", 5452),
+        ("code_alpaca_2k", "alpaca", 2015),
+        ("new_codealpaca", "alpaca", 4535),
+    ]
     assert train.skipped == {"missing_field:output": 2}
     assert len(held) == sum(r.n_heldout for r in reps) and not set(train.ids) & set(held.ids)
     t2, h2 = load_pool(cfg_for(d, srcs, on_bad_row="skip"))

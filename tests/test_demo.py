@@ -1,4 +1,5 @@
 """The quick demo end to end: real 4-process gloo DDP, every stage, result rows, the table."""
+
 from __future__ import annotations
 
 import csv
@@ -14,8 +15,14 @@ from tests.conftest import REPO
 
 def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
     env = {**os.environ, "CLUSTER_REPRO_NO_PROGRESS": "1"}
-    p = subprocess.run([sys.executable, "-m", "repro", "demo", "--quick", f"output_dir={tmp_path}"],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-m", "repro", "demo", "--quick", f"output_dir={tmp_path}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-4000:]
     out = p.stdout
     assert "| method | data used" in out and "Quality per category" in out
@@ -30,8 +37,11 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
         assert r["git_sha"] and "torch" in r["versions"] and r["hardware"]
         assert float(r["train_s"]) > 0 and float(r["end_to_end_s"]) >= float(r["train_s"])
     by = {m: {(r["benchmark"], r["metric"]): r for r in rows if r["method"] == m} for m in methods}
-    full, clus, rand = by["full"][("heldout", "loss")], by["cluster"][("heldout", "loss")], \
-        by["random"][("heldout", "loss")]
+    full, clus, rand = (
+        by["full"][("heldout", "loss")],
+        by["cluster"][("heldout", "loss")],
+        by["random"][("heldout", "loss")],
+    )
     assert float(full["value"]) > 0
     assert by["full"][("demo/overall", "exact_or_exec")]["n"] == "24"  # 12 categories x 2 held-out
     n_pool = int(full["n_pool"])
@@ -45,8 +55,7 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
     run_dirs = [d for d in tmp_path.glob("*/*") if (d / PART_NAME).is_file()]
     assert len(run_dirs) == 3
     for d in run_dirs:
-        assert sorted(p.name for p in (d / "train_log").iterdir()) == [
-            f"rank{k}.jsonl" for k in range(4)]
+        assert sorted(p.name for p in (d / "train_log").iterdir()) == [f"rank{k}.jsonl" for k in range(4)]
         header = (d / "selection.csv").read_text().splitlines()[0]
         assert header == "example_id,cluster,worker,position,weight"
     assert (tmp_path / "results.parquet").stat().st_size > 0
@@ -56,10 +65,8 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
     for d in run_dirs:
         rows_d = list(csv.DictReader(open(d / PART_NAME, newline="")))
         predicted = json.loads((d / "step_tokens.json").read_text())
-        logs = [[json.loads(line) for line in (d / "train_log" / f"rank{k}.jsonl").open()]
-                for k in range(4)]
-        assert [[log[s]["tokens"] for log in logs] for s in range(len(logs[0]))] \
-            == predicted["step_tokens"]
+        logs = [[json.loads(line) for line in (d / "train_log" / f"rank{k}.jsonl").open()] for k in range(4)]
+        assert [[log[s]["tokens"] for log in logs] for s in range(len(logs[0]))] == predicted["step_tokens"]
         share = {float(r["predicted_idle_share"]) for r in rows_d}
         assert share == {round(predicted["predicted_idle_share"], 4)} and 0 < share.pop() < 1
         per_worker = [float(r["value"]) for r in rows_d if r["metric"] == "predicted_idle_share"]
@@ -79,8 +86,13 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert (tmp_path / "demo-report" / "figures" / "quality_vs_data.png").is_file()
 
     # Running again skips every finished stage and gives the same rows.
-    again = subprocess.run([sys.executable, "-m", "repro", "demo", "--quick",
-                            f"output_dir={tmp_path}"], cwd=REPO, env=env, capture_output=True,
-                           text=True, timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-m", "repro", "demo", "--quick", f"output_dir={tmp_path}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stderr.count("done already") == 3 * 7

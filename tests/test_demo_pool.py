@@ -1,5 +1,6 @@
 """Tests for the generated demo pool (repro/core/demo_pool.py): sizes, skew, planted duplicates,
 held-out separation, determinism, and the scorer (right answers 1.0, wrong ones 0.0)."""
+
 from __future__ import annotations
 
 import difflib
@@ -83,8 +84,11 @@ def test_planted_near_and_exact_duplicates(pool):
     for r in exact:
         orig = by_id[r["meta"]["exact_duplicate_of"]]
         assert orig["id"] != r["id"]
-        assert (r["instruction"], r["input"], r["output"]) == \
-            (orig["instruction"], orig["input"], orig["output"])
+        assert (r["instruction"], r["input"], r["output"]) == (
+            orig["instruction"],
+            orig["input"],
+            orig["output"],
+        )
     # Nothing else is an exact duplicate: only the planted copies repeat instruction+input.
     keys = Counter((r["instruction"], r["input"]) for r in train)
     assert sum(n - 1 for n in keys.values()) == len(exact)

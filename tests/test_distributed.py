@@ -4,6 +4,7 @@ What SLURM sets in each task of a 2-node x 4-task allocation is written out here
 sets it (seen in `srun` tasks of the 2-node local cluster); tests/test_slurm_cluster.py runs the
 same path through a real 2-node SLURM with real gloo. No process group is started here.
 """
+
 from __future__ import annotations
 
 import os
@@ -11,12 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from repro.core.distributed import (PORT_BASE, PORT_SPAN, cuda_device_index, env_rank_world,
-                                    expand_hostlist, init_from_env, launch_env, launched_group,
-                                    master_port_for_job, run_group, slurm_env)
+from repro.core.distributed import (
+    PORT_BASE,
+    PORT_SPAN,
+    cuda_device_index,
+    env_rank_world,
+    expand_hostlist,
+    init_from_env,
+    launch_env,
+    launched_group,
+    master_port_for_job,
+    run_group,
+    slurm_env,
+)
 from repro.experiments.grids import load_grid
 from slurm.jobs import export_torch_env
-from slurm.launcher import slurm_parameters, sbatch_script
+from slurm.launcher import sbatch_script, slurm_parameters
 from slurm.profile import load_profile
 from tests.conftest import CONFIGS, LAUNCH_VARS
 
@@ -29,42 +40,57 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     return monkeypatch
 
 
-def srun_task(rank: int, nodes: str = "gpu[07-08]", per_node: int = 4, n_nodes: int = 2,
-              job_id: str = "4242") -> dict[str, str]:
+def srun_task(
+    rank: int, nodes: str = "gpu[07-08]", per_node: int = 4, n_nodes: int = 2, job_id: str = "4242"
+) -> dict[str, str]:
     """The variables srun gives task `rank` of a block-distributed nodes x per_node step."""
-    return {"SLURM_JOB_ID": job_id, "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank),
-            "SLURM_LOCALID": str(rank % per_node), "SLURM_NODEID": str(rank // per_node),
-            "SLURM_NTASKS": str(per_node * n_nodes), "SLURM_JOB_NODELIST": nodes,
-            "SLURM_NODELIST": nodes, "SLURM_STEP_NODELIST": nodes,
-            "SLURM_TASKS_PER_NODE": f"{per_node}(x{n_nodes})"}
+    return {
+        "SLURM_JOB_ID": job_id,
+        "SLURM_STEP_ID": "0",
+        "SLURM_PROCID": str(rank),
+        "SLURM_LOCALID": str(rank % per_node),
+        "SLURM_NODEID": str(rank // per_node),
+        "SLURM_NTASKS": str(per_node * n_nodes),
+        "SLURM_JOB_NODELIST": nodes,
+        "SLURM_NODELIST": nodes,
+        "SLURM_STEP_NODELIST": nodes,
+        "SLURM_TASKS_PER_NODE": f"{per_node}(x{n_nodes})",
+    }
 
 
 # ----------------------------------------------------------------------------- node lists
 
-@pytest.mark.parametrize("nodelist, hosts", [
-    ("gpu[01-02,07],cpu-a3", ["gpu01", "gpu02", "gpu07", "cpu-a3"]),
-    ("127.0.0.[1-2]", ["127.0.0.1", "127.0.0.2"]),
-    ("node7", ["node7"]),
-    ("n[8-10]", ["n8", "n9", "n10"]),           # no padding: widths grow
-    ("n[08-10]", ["n08", "n09", "n10"]),        # padding from the lower bound
-    ("a[1-2]-ib,b3", ["a1-ib", "a2-ib", "b3"]),  # text after the brackets
-    ("r[1-2]n[0-1]", ["r1n0", "r1n1", "r2n0", "r2n1"]),  # two groups: the product
-    (" x[3,1] ", ["x3", "x1"]),                  # SLURM's order is kept
-])
+
+@pytest.mark.parametrize(
+    "nodelist, hosts",
+    [
+        ("gpu[01-02,07],cpu-a3", ["gpu01", "gpu02", "gpu07", "cpu-a3"]),
+        ("127.0.0.[1-2]", ["127.0.0.1", "127.0.0.2"]),
+        ("node7", ["node7"]),
+        ("n[8-10]", ["n8", "n9", "n10"]),  # no padding: widths grow
+        ("n[08-10]", ["n08", "n09", "n10"]),  # padding from the lower bound
+        ("a[1-2]-ib,b3", ["a1-ib", "a2-ib", "b3"]),  # text after the brackets
+        ("r[1-2]n[0-1]", ["r1n0", "r1n1", "r2n0", "r2n1"]),  # two groups: the product
+        (" x[3,1] ", ["x3", "x1"]),  # SLURM's order is kept
+    ],
+)
 def test_expand_hostlist(nodelist: str, hosts: list[str]) -> None:
     assert expand_hostlist(nodelist) == hosts
 
 
-@pytest.mark.parametrize("nodelist, message", [
-    ("", "empty host name"),
-    ("a,,b", "empty host name"),
-    ("gpu[1-2", "unbalanced brackets"),
-    ("gpu1-2]", "unbalanced brackets"),
-    ("gpu[2-1]", "runs backwards"),
-    ("gpu[a-b]", "expected a number or a range"),
-    ("gpu[]", "expected a number or a range"),
-    ("gpu[[1]]", "without its ']'"),
-])
+@pytest.mark.parametrize(
+    "nodelist, message",
+    [
+        ("", "empty host name"),
+        ("a,,b", "empty host name"),
+        ("gpu[1-2", "unbalanced brackets"),
+        ("gpu1-2]", "unbalanced brackets"),
+        ("gpu[2-1]", "runs backwards"),
+        ("gpu[a-b]", "expected a number or a range"),
+        ("gpu[]", "expected a number or a range"),
+        ("gpu[[1]]", "without its ']'"),
+    ],
+)
 def test_expand_hostlist_names_the_list_in_errors(nodelist: str, message: str) -> None:
     with pytest.raises(ValueError, match=message) as e:
         expand_hostlist(nodelist)
@@ -83,6 +109,7 @@ def test_master_port_is_a_function_of_the_job_id() -> None:
 
 # ----------------------------------------------------------------------------- a 2-node allocation
 
+
 def test_two_nodes_of_four_tasks_map_to_one_group() -> None:
     envs = [slurm_env(srun_task(r)) for r in range(8)]
     assert [e.rank for e in envs] == list(range(8))
@@ -95,8 +122,13 @@ def test_two_nodes_of_four_tasks_map_to_one_group() -> None:
     assert [cuda_device_index(e.local_rank, 4) for e in envs] == [0, 1, 2, 3, 0, 1, 2, 3]
     # A task bound to one GPU of its own (--gpus-per-task=1) sees only that one.
     assert {cuda_device_index(e.local_rank, 1) for e in envs} == {0}
-    assert envs[5].torch_vars() == {"MASTER_ADDR": "gpu07", "MASTER_PORT": str(PORT_BASE + 4242),
-                                    "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}
+    assert envs[5].torch_vars() == {
+        "MASTER_ADDR": "gpu07",
+        "MASTER_PORT": str(PORT_BASE + 4242),
+        "RANK": "5",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+    }
 
 
 def test_the_step_node_list_wins_and_the_job_list_is_the_fallback() -> None:
@@ -116,11 +148,23 @@ def test_master_addr_and_port_set_by_the_user_win() -> None:
 
 
 def test_torchrun_variables_win_over_slurm() -> None:
-    env = {**srun_task(6), "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
-           "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29400"}
+    env = {
+        **srun_task(6),
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "1",
+        "MASTER_ADDR": "10.0.0.5",
+        "MASTER_PORT": "29400",
+    }
     e = launch_env(env)
-    assert (e.rank, e.world_size, e.local_rank, e.master_addr, e.master_port, e.source) == \
-        (1, 2, 1, "10.0.0.5", 29400, "torchrun")
+    assert (e.rank, e.world_size, e.local_rank, e.master_addr, e.master_port, e.source) == (
+        1,
+        2,
+        1,
+        "10.0.0.5",
+        29400,
+        "torchrun",
+    )
     # torchrun's defaults, as before: local rank = rank, 127.0.0.1:29500.
     e = launch_env({"RANK": "0", "WORLD_SIZE": "1"})
     assert (e.local_rank, e.master_addr, e.master_port) == (0, "127.0.0.1", 29500)
@@ -134,13 +178,18 @@ def test_a_batch_script_is_not_a_rank() -> None:
     assert launch_env({}) is None
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"SLURM_PROCID": "one"}, "SLURM_PROCID='one' is not a whole number"),
-    ({"SLURM_PROCID": "8"}, "rank 8, world size 8"),
-    ({"SLURM_JOB_NODELIST": "gpu[07-", "SLURM_STEP_NODELIST": "gpu[07-"},
-     "SLURM_STEP_NODELIST: node list 'gpu\\[07-': unbalanced"),
-    ({"MASTER_PORT": "70000"}, "port 70000 is not a TCP port"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"SLURM_PROCID": "one"}, "SLURM_PROCID='one' is not a whole number"),
+        ({"SLURM_PROCID": "8"}, "rank 8, world size 8"),
+        (
+            {"SLURM_JOB_NODELIST": "gpu[07-", "SLURM_STEP_NODELIST": "gpu[07-"},
+            "SLURM_STEP_NODELIST: node list 'gpu\\[07-': unbalanced",
+        ),
+        ({"MASTER_PORT": "70000"}, "port 70000 is not a TCP port"),
+    ],
+)
 def test_bad_slurm_variables_are_named(change: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         slurm_env({**srun_task(0), **change})
@@ -163,8 +212,7 @@ def test_cuda_device_index_refuses_two_workers_on_one_gpu() -> None:
         cuda_device_index(0, 0)
 
 
-def test_env_rank_world_and_init_from_env_read_the_process_environment(
-        clean_env: pytest.MonkeyPatch) -> None:
+def test_env_rank_world_and_init_from_env_read_the_process_environment(clean_env: pytest.MonkeyPatch) -> None:
     assert env_rank_world() is None
     with pytest.raises(RuntimeError, match="not launched by torchrun or srun"):
         init_from_env()
@@ -197,16 +245,20 @@ def test_a_job_exports_the_slurm_rendezvous_for_env_init(clean_env: pytest.Monke
         clean_env.setenv(k, v)
     ident = {"rank": 5, "world": 8, "local_rank": 1, "job_id": "77", "restart": 0, "hosts": ["x"]}
     e = export_torch_env(ident)
-    assert {k: os.environ[k] for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
-                                       "LOCAL_RANK")} == \
-        {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(PORT_BASE + 77), "RANK": "5",
-         "WORLD_SIZE": "8", "LOCAL_RANK": "1"}
+    assert {k: os.environ[k] for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")} == {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(PORT_BASE + 77),
+        "RANK": "5",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+    }
     assert e.source == "slurm"
     with pytest.raises(RuntimeError, match="SLURM's variables say rank 5 of 8, submitit's rank 4"):
         export_torch_env({**ident, "rank": 4})
 
 
 # ----------------------------------------------------------------------------- whole nodes
+
 
 def test_an_eight_worker_cell_asks_for_two_whole_nodes_of_four_gpus(tmp_path: Path) -> None:
     prof = load_profile(CONFIGS / "clusters" / "example.yaml")
@@ -216,7 +268,6 @@ def test_an_eight_worker_cell_asks_for_two_whole_nodes_of_four_gpus(tmp_path: Pa
     params = slurm_parameters(prof, 8, f"paper:{cell.id}")
     assert (params["nodes"], params["ntasks_per_node"], params["gpus_per_node"]) == (2, 4, 4)
     lines = sbatch_script(prof, 8, f"paper:{cell.id}", tmp_path).splitlines()
-    assert {"#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4"} <= \
-        set(lines)
+    assert {"#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4"} <= set(lines)
     # A 4-worker cell stays on one node.
     assert [slurm_parameters(prof, 4, "x")[k] for k in ("nodes", "ntasks_per_node")] == [1, 4]

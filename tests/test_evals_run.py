@@ -1,6 +1,7 @@
 """`cluster-repro eval` and the pipeline's eval stage with a real (tiny random) model through
 lm-eval on every local benchmark, result rows, missing data, batch-size invariance, evaluation
 in several real processes (spawned, and as the tasks of a job), and the generation limit."""
+
 from __future__ import annotations
 
 import csv
@@ -38,10 +39,14 @@ def test_local_shots_only_where_a_shot_split_exists():
 def test_missing_data_gives_loud_missing_rows_and_nothing_is_skipped(tmp_path, capsys):
     empty = tmp_path / "nodata"
     empty.mkdir()
-    entries = run_benchmarks(object(), ["medqa", "mbpp_plus", "mmlu_medical"],
-                             EvalSettings(data_dir=str(empty)), tmp_path / "out")
+    entries = run_benchmarks(
+        object(), ["medqa", "mbpp_plus", "mmlu_medical"], EvalSettings(data_dir=str(empty)), tmp_path / "out"
+    )
     assert [(e["benchmark"], e["status"]) for e in entries] == [
-        ("medqa", "missing"), ("mbpp_plus", "missing"), ("mmlu_medical", "missing")]
+        ("medqa", "missing"),
+        ("mbpp_plus", "missing"),
+        ("mmlu_medical", "missing"),
+    ]
     assert "medagents/medqa/test.jsonl" in entries[0]["reason"]
     err = capsys.readouterr().err
     assert err.count("MISSING benchmark") == 3
@@ -57,17 +62,40 @@ def test_cli_evaluates_the_tiny_model_on_every_local_benchmark(shared_data, tmp_
     from repro.cli import main
 
     out = tmp_path / "eval"
-    rc = main(["eval", "--model", "tiny-random-llama", "--benchmarks", "all", "--limit", "2",
-               "--max-gen-toks", "8", "--batch-size", "4", "--data-dir", str(shared_data),
-               "--output-dir", str(out)])
+    rc = main(
+        [
+            "eval",
+            "--model",
+            "tiny-random-llama",
+            "--benchmarks",
+            "all",
+            "--limit",
+            "2",
+            "--max-gen-toks",
+            "8",
+            "--batch-size",
+            "4",
+            "--data-dir",
+            str(shared_data),
+            "--output-dir",
+            str(out),
+        ]
+    )
     assert rc == 3  # HumanEval+ has no offline copy: missing, so not every benchmark ran
     captured = capsys.readouterr()
     assert "NOT EVALUATED: humaneval_plus (missing)" in captured.err
     rows = list(csv.DictReader(open(out / PART_NAME, newline="")))
     assert list(rows[0]) == COLUMNS
     got = {(r["benchmark"], r["metric"]): r for r in rows}
-    expected_n = {"humaneval": 2, "mbpp": 2, "mbpp_plus": 2, "medqa": 2, "medmcqa": 2,
-                  "pubmedqa": 2, "mmlu_medical": 12}
+    expected_n = {
+        "humaneval": 2,
+        "mbpp": 2,
+        "mbpp_plus": 2,
+        "medqa": 2,
+        "medmcqa": 2,
+        "pubmedqa": 2,
+        "mmlu_medical": 12,
+    }
     for bench, n in expected_n.items():
         metric = "pass@1" if bench in ("humaneval", "mbpp", "mbpp_plus") else "acc"
         r = got[(bench, metric)]
@@ -80,8 +108,15 @@ def test_cli_evaluates_the_tiny_model_on_every_local_benchmark(shared_data, tmp_
     assert got[("humaneval_plus", "missing")]["value"] == ""
     assert len([b for b, _ in got if b.startswith("mmlu_medical/")]) == 6
     logs = {p.stem for p in (out / "samples").glob("*.jsonl")}
-    assert {"humaneval_local", "mbpp_local", "mbpp_plus_local", "medqa_local",
-            "medmcqa_local", "pubmedqa_local", "mmlu_medical_anatomy_local"} <= logs
+    assert {
+        "humaneval_local",
+        "mbpp_local",
+        "mbpp_plus_local",
+        "medqa_local",
+        "medmcqa_local",
+        "pubmedqa_local",
+        "mmlu_medical_anatomy_local",
+    } <= logs
     sample = json.loads((out / "samples" / "humaneval_local.jsonl").read_text().splitlines()[0])
     assert sample["doc"]["task_id"] == "HumanEval/0" and "pass@1" in sample
     assert "medqa" in captured.out and "total wall time" in captured.out
@@ -92,15 +127,19 @@ def test_cli_evaluates_the_tiny_model_on_every_local_benchmark(shared_data, tmp_
         metric = "pass@1" if bench in ("humaneval", "mbpp", "mbpp_plus") else "acc"
         kind = "generate_until" if metric == "pass@1" else "loglikelihood"
         assert f"[cluster-repro eval] {bench}: lm-eval task {bench}_local, limit 2" in captured.err
-        assert re.search(rf"\[cluster-repro eval\] {bench} {kind}: (\d+)/\1 requests \(100%\) "
-                         r"in [\d.]+ s", captured.err), bench
+        assert re.search(
+            rf"\[cluster-repro eval\] {bench} {kind}: (\d+)/\1 requests \(100%\) "
+            r"in [\d.]+ s",
+            captured.err,
+        ), bench
         assert f"[cluster-repro eval] {bench}: {metric} = " in captured.err
     # The same scores in lm-eval's JSON shape, equal to the rows.
     harness = json.loads((out / "lm_eval_results.json").read_text())
     _same_as_rows(harness, rows)
     assert harness["config"]["batch_size"] == 4 and harness["config"]["limit"] == 2
-    subjects = {json.loads(r["versions"])["lm_eval_task"] for r in rows
-                if r["benchmark"].startswith("mmlu_medical/")}
+    subjects = {
+        json.loads(r["versions"])["lm_eval_task"] for r in rows if r["benchmark"].startswith("mmlu_medical/")
+    }
     assert sorted(harness["group_subtasks"]["mmlu_medical_local"]) == sorted(subjects)
     assert len(subjects) == 6
     assert harness["groups"]["mmlu_medical_local"] == harness["results"]["mmlu_medical_local"]
@@ -144,8 +183,9 @@ def test_batch_size_1_and_8_give_the_same_scores(shared_data, tmp_path):
     settings = EvalSettings(data_dir=str(shared_data), limit=6)
     values = {}
     for bs in (1, 8):
-        entries = run_benchmarks(make_lm(model, tok, batch_size=bs), ["medqa", "medmcqa"],
-                                 settings, tmp_path / f"bs{bs}")
+        entries = run_benchmarks(
+            make_lm(model, tok, batch_size=bs), ["medqa", "medmcqa"], settings, tmp_path / f"bs{bs}"
+        )
         values[bs] = [(e["benchmark"], e["metric"], e["value"]) for e in entries]
     assert values[1] == values[8]
     rows = compare(tmp_path / "bs1", tmp_path / "bs8")
@@ -155,9 +195,15 @@ def test_batch_size_1_and_8_give_the_same_scores(shared_data, tmp_path):
         assert r["max_abs_loglik_diff"] < 1e-3
 
 
-def _finished_run(tmp_path: Path, shared_data: Path, lora: bool, name: str,
-                  benchmarks: list[str], world_size: int = 4, **eval_keys
-                  ) -> tuple[ExperimentConfig, Path, object]:
+def _finished_run(
+    tmp_path: Path,
+    shared_data: Path,
+    lora: bool,
+    name: str,
+    benchmarks: list[str],
+    world_size: int = 4,
+    **eval_keys,
+) -> tuple[ExperimentConfig, Path, object]:
     """A run directory as training leaves it (the model stage's marker, empty pools, the
     fine-tuned tiny model), with eval settings; -> (config, run dir, tokenizer)."""
     from repro.core.io import atomic_write_json
@@ -165,8 +211,9 @@ def _finished_run(tmp_path: Path, shared_data: Path, lora: bool, name: str,
     from repro.pipeline import stage_marker
 
     mcfg, model_dir, model, tok = _tiny(tmp_path, lora=lora)
-    cfg = ExperimentConfig(name=name, output_dir=str(tmp_path), data_dir=str(shared_data),
-                           model=mcfg, world_size=world_size)
+    cfg = ExperimentConfig(
+        name=name, output_dir=str(tmp_path), data_dir=str(shared_data), model=mcfg, world_size=world_size
+    )
     cfg.eval.heldout_loss = cfg.eval.demo_tasks = False
     cfg.eval.benchmarks = benchmarks
     for key, value in eval_keys.items():
@@ -185,30 +232,42 @@ def test_pipeline_eval_stage_runs_the_configured_benchmarks(shared_data, tmp_pat
     from repro.core.io import atomic_write_json
     from repro.pipeline import result_rows, stage_eval, stage_marker
 
-    cfg, run_dir, tok = _finished_run(tmp_path, shared_data, True, "evalhook",
-                                      ["medqa", "humaneval_plus", "humaneval"], limit=2,
-                                      max_new_tokens={"humaneval": 3, "demo": 5})
+    cfg, run_dir, tok = _finished_run(
+        tmp_path,
+        shared_data,
+        True,
+        "evalhook",
+        ["medqa", "humaneval_plus", "humaneval"],
+        limit=2,
+        max_new_tokens={"humaneval": 3, "demo": 5},
+    )
     # As a job's task 1 has it: lm-eval's simple_evaluate returns nothing where LOCAL_RANK != 0.
     monkeypatch.setenv("LOCAL_RANK", "1")
     ev = stage_eval(cfg, run_dir)
     assert [(e["benchmark"], e["metric"], e["status"]) for e in ev["benchmarks"]] == [
-        ("medqa", "acc", "ok"), ("medqa", "acc_norm", "ok"),
-        ("humaneval_plus", "missing", "missing"), ("humaneval", "pass@1", "ok")]
+        ("medqa", "acc", "ok"),
+        ("medqa", "acc_norm", "ok"),
+        ("humaneval_plus", "missing", "missing"),
+        ("humaneval", "pass@1", "ok"),
+    ]
     assert (run_dir / "eval_benchmarks" / "samples" / "medqa_local.jsonl").is_file()
-    humaneval = [json.loads(x) for x in (run_dir / "eval_benchmarks" / "samples" /
-                                         "humaneval_local.jsonl").read_text().splitlines()]
+    humaneval = [
+        json.loads(x)
+        for x in (run_dir / "eval_benchmarks" / "samples" / "humaneval_local.jsonl").read_text().splitlines()
+    ]
     assert len(humaneval) == 2 and all(_n_tokens(tok, s) <= 3 for s in humaneval)
     # The results stage turns them into rows (other stages' markers written as a finished run
     # would have them).
-    for name, info in {"pool": {}, "select": {"info": {}, "kept_fraction": 1.0, "n_selected": 1,
-                                              "n_pool": 1},
-                       "schedule": {}, "train": {"train_s": 1.0, "train_stage_s": 1.0,
-                                                 "peak_mem_mb": 1.0}}.items():
+    for name, info in {
+        "pool": {},
+        "select": {"info": {}, "kept_fraction": 1.0, "n_selected": 1, "n_pool": 1},
+        "schedule": {},
+        "train": {"train_s": 1.0, "train_stage_s": 1.0, "peak_mem_mb": 1.0},
+    }.items():
         atomic_write_json(stage_marker(run_dir, name), {"stage_s": 0.0, **info})
     atomic_write_json(stage_marker(run_dir, "eval"), {**ev, "stage_s": 1.0})
     rows = {(r["benchmark"], r["metric"]): r for r in result_rows(cfg, run_dir)}
-    assert rows[("medqa", "acc")]["n"] == 2 and rows[("medqa", "acc")]["run_id"].startswith(
-        "evalhook-")
+    assert rows[("medqa", "acc")]["n"] == 2 and rows[("medqa", "acc")]["run_id"].startswith("evalhook-")
     assert rows[("humaneval_plus", "missing")]["value"] is None
     assert json.loads(rows[("humaneval", "pass@1")]["versions"])["eval_max_gen_toks"] == 3
     assert "eval_max_gen_toks" not in json.loads(rows[("medqa", "acc")]["versions"])
@@ -233,8 +292,10 @@ def _n_tokens(tok, sample: dict) -> int:
 
 
 def _scores(entries: list[dict]) -> list[tuple]:
-    return [(e["benchmark"], e["metric"], e["status"], e["value"], e["stderr"], e["n"],
-             e.get("max_gen_toks")) for e in entries]
+    return [
+        (e["benchmark"], e["metric"], e["status"], e["value"], e["stderr"], e["n"], e.get("max_gen_toks"))
+        for e in entries
+    ]
 
 
 def _same_items(a: Path, b: Path) -> None:
@@ -264,8 +325,9 @@ def one_process(tmp_path_factory):
     if SHARED_DATA is None:
         pytest.fail("shared data not found: set CLUSTER_REPRO_DATA to the shared/data directory")
     tmp = tmp_path_factory.mktemp("evaldp")
-    cfg, run_dir, tok = _finished_run(tmp, SHARED_DATA, False, "evaldp", SPLIT_BENCHMARKS,
-                                      world_size=2, limit=5, max_new_tokens=3)
+    cfg, run_dir, tok = _finished_run(
+        tmp, SHARED_DATA, False, "evaldp", SPLIT_BENCHMARKS, world_size=2, limit=5, max_new_tokens=3
+    )
     out = tmp / "one"
     entries = evaluate(dataclasses.replace(job_for_run(cfg, run_dir), out_dir=str(out)), 1)
     assert [e["status"] for e in entries] == ["ok"] * len(entries)
@@ -282,21 +344,24 @@ def test_rows_from_items_equal_the_harness_own_aggregation(one_process):
     from repro.core.models import load_finetuned
 
     cfg, run_dir, _, one, _ = one_process
-    model, tok = load_finetuned(run_dir / "model", Path(json.loads(
-        (run_dir / "stages" / "model.json").read_text())["model_dir"]), cfg.model)
+    model, tok = load_finetuned(
+        run_dir / "model",
+        Path(json.loads((run_dir / "stages" / "model.json").read_text())["model_dir"]),
+        cfg.model,
+    )
     lm = make_lm(model, tok, batch_size=cfg.eval.batch_size)
     got = {(e["task"], e["metric"]): (e["value"], e["stderr"], e["n"]) for e in one}
     tm = task_manager(EvalSettings(data_dir=cfg.data_dir))
     for task in ("medqa_local", "mmlu_medical_local"):  # one call per benchmark, as the suite
         with _harness_as_one_process():
-            res = lm_eval.simple_evaluate(model=lm, tasks=[task], task_manager=tm, limit=5,
-                                          bootstrap_iters=1000, log_samples=False)
+            res = lm_eval.simple_evaluate(
+                model=lm, tasks=[task], task_manager=tm, limit=5, bootstrap_iters=1000, log_samples=False
+            )
         for name, r in res["results"].items():
             for metric in ("acc", "acc_norm"):
                 if (name, metric) in got:
                     n = 30 if name == "mmlu_medical_local" else 5  # the group: 6 subjects x 5
-                    assert got[(name, metric)] == (r[f"{metric},none"],
-                                                   r[f"{metric}_stderr,none"], n), name
+                    assert got[(name, metric)] == (r[f"{metric},none"], r[f"{metric}_stderr,none"], n), name
     assert sum(1 for key in got if key[0].startswith("mmlu_medical_")) == 7  # group + 6
 
 
@@ -311,14 +376,16 @@ def test_two_spawned_processes_give_the_rows_of_one(one_process, tmp_path):
     assert _scores(two) == _scores(one)
     assert json.loads((tmp_path / "benchmarks.json").read_text())["processes"] == 2
     _same_items(one_dir, tmp_path)
-    humaneval = [json.loads(x) for x in
-                 (tmp_path / "samples" / "humaneval_local.jsonl").read_text().splitlines()]
+    humaneval = [
+        json.loads(x) for x in (tmp_path / "samples" / "humaneval_local.jsonl").read_text().splitlines()
+    ]
     assert [s["doc_id"] for s in humaneval] == [0, 1, 2, 3, 4]
     lengths = [_n_tokens(tok, s) for s in humaneval]
     assert max(lengths) == 3, lengths  # the random model does not stop early on all five
     rows = entries_to_rows(two, {"run_id": "r"})
-    assert {json.loads(r["versions"]).get("eval_max_gen_toks") for r in rows
-            if r["benchmark"] == "humaneval"} == {3}
+    assert {
+        json.loads(r["versions"]).get("eval_max_gen_toks") for r in rows if r["benchmark"] == "humaneval"
+    } == {3}
 
 
 def test_the_tasks_of_a_job_evaluate_together(one_process, tmp_path, monkeypatch):
@@ -335,13 +402,26 @@ def test_the_tasks_of_a_job_evaluate_together(one_process, tmp_path, monkeypatch
     # The evaluation meets on MASTER_PORT + 1 (the training group's port stays untouched).
     job_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port() - 1), "WORLD_SIZE": "2"}
     task1 = subprocess.Popen(
-        [sys.executable, "-c", "import json, sys; from pathlib import Path\n"
-         "from repro.core.config import from_dict\nfrom repro.pipeline import join_eval_stage\n"
-         "cfg = from_dict(json.loads(Path(sys.argv[1]).read_text()))\n"
-         "join_eval_stage(cfg, cfg.run_dir())\n", str(tmp_path / "config.json")],
-        env={**os.environ, **job_env, "RANK": "1", "LOCAL_RANK": "1",
-             "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import json, sys; from pathlib import Path\n"
+            "from repro.core.config import from_dict\nfrom repro.pipeline import join_eval_stage\n"
+            "cfg = from_dict(json.loads(Path(sys.argv[1]).read_text()))\n"
+            "join_eval_stage(cfg, cfg.run_dir())\n",
+            str(tmp_path / "config.json"),
+        ],
+        env={
+            **os.environ,
+            **job_env,
+            "RANK": "1",
+            "LOCAL_RANK": "1",
+            "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         for key, value in {**job_env, "RANK": "0", "LOCAL_RANK": "0"}.items():
             monkeypatch.setenv(key, value)
@@ -350,8 +430,7 @@ def test_the_tasks_of_a_job_evaluate_together(one_process, tmp_path, monkeypatch
         output = task1.communicate(timeout=300)[0]
     assert task1.returncode == 0, output[-3000:]
     assert _scores(together) == _scores(one)
-    assert json.loads((run_dir / "eval_benchmarks" / "benchmarks.json").read_text())[
-        "processes"] == 2
+    assert json.loads((run_dir / "eval_benchmarks" / "benchmarks.json").read_text())["processes"] == 2
     _same_items(one_dir, run_dir / "eval_benchmarks")
 
 
@@ -363,11 +442,26 @@ def test_cli_evaluates_a_run_with_its_own_data_dir(one_process, tmp_path):
 
     cfg, run_dir, _, one, _ = one_process
     save_config(cfg, run_dir / "config.yaml")
-    assert main(["eval", "--run", str(run_dir), "--benchmarks", "medqa", "--limit", "5",
-                 "--output-dir", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--run",
+                str(run_dir),
+                "--benchmarks",
+                "medqa",
+                "--limit",
+                "5",
+                "--output-dir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     rows = list(csv.DictReader(open(tmp_path / PART_NAME, newline="")))
     assert [(r["benchmark"], r["metric"], float(r["value"])) for r in rows] == [
-        (e["benchmark"], e["metric"], e["value"]) for e in one if e["benchmark"] == "medqa"]
+        (e["benchmark"], e["metric"], e["value"]) for e in one if e["benchmark"] == "medqa"
+    ]
     assert rows[0]["run_id"] == f"{cfg.name}-{cfg.hash()}"
     saved = json.loads((tmp_path / "benchmarks.json").read_text())
     assert saved["settings"]["data_dir"] == cfg.data_dir
@@ -379,11 +473,17 @@ def test_generation_limit_task_names_are_checked_by_preflight():
     from repro.preflight import CheckContext, preflight
 
     for override, message in [
-            ("eval.max_new_tokens.humaneval_pluss=9", "'humaneval_pluss' is not a generation "
-                                                      "task; did you mean 'humaneval_plus'?"),
-            ("eval.max_new_tokens.medqa=9", "'medqa' is not a generation task")]:
-        found = [p for p in preflight(load_config(None, [override]), CheckContext())
-                 if p.key.startswith("eval.max_new_tokens")]
+        (
+            "eval.max_new_tokens.humaneval_pluss=9",
+            "'humaneval_pluss' is not a generation task; did you mean 'humaneval_plus'?",
+        ),
+        ("eval.max_new_tokens.medqa=9", "'medqa' is not a generation task"),
+    ]:
+        found = [
+            p
+            for p in preflight(load_config(None, [override]), CheckContext())
+            if p.key.startswith("eval.max_new_tokens")
+        ]
         assert found and message in str(found[0]), (override, found)
 
 
@@ -395,14 +495,17 @@ def test_generation_limits_are_checked_at_config_load():
     assert ev.gen_limit("demo") is None
     assert load_config(None, ["eval.max_new_tokens=9"]).eval.gen_limit("mbpp") == 9
     for override, message in [
-            ("eval.max_new_tokens=0", "eval.max_new_tokens: expected a positive number of tokens"),
-            ("eval.max_new_tokens=-3", "eval.max_new_tokens: expected a positive number"),
-            ("eval.max_new_tokens=many", "eval.max_new_tokens: expected"),
-            ("eval.max_new_tokens.humaneval=0", "eval.max_new_tokens.humaneval: expected a "
-                                                "positive number of tokens, got 0"),
-            ("eval.max_new_tokens.humaneval=1.5", "eval.max_new_tokens.humaneval: expected"),
-            ("eval.workers=0", "eval.workers: expected a number of processes >= 1"),
-            ("eval.limit=0", "eval.limit: expected a number of items >= 1")]:
+        ("eval.max_new_tokens=0", "eval.max_new_tokens: expected a positive number of tokens"),
+        ("eval.max_new_tokens=-3", "eval.max_new_tokens: expected a positive number"),
+        ("eval.max_new_tokens=many", "eval.max_new_tokens: expected"),
+        (
+            "eval.max_new_tokens.humaneval=0",
+            "eval.max_new_tokens.humaneval: expected a positive number of tokens, got 0",
+        ),
+        ("eval.max_new_tokens.humaneval=1.5", "eval.max_new_tokens.humaneval: expected"),
+        ("eval.workers=0", "eval.workers: expected a number of processes >= 1"),
+        ("eval.limit=0", "eval.limit: expected a number of items >= 1"),
+    ]:
         with pytest.raises(ConfigError, match=__import__("re").escape(message)):
             load_config(None, [override])
 
@@ -414,12 +517,10 @@ def test_the_paper_recipe_states_the_tasks_own_generation_limits():
 
     from evals.run import CODE_BENCHMARKS, TASKS_DIR
 
-    recipe = load_config(Path(__file__).resolve().parent.parent / "configs" / "paper" /
-                         "recipe.yaml")
+    recipe = load_config(Path(__file__).resolve().parent.parent / "configs" / "paper" / "recipe.yaml")
     for bench in CODE_BENCHMARKS:
         for variant in ("local", "hub"):
-            task = load_yaml(TASKS_DIR / f"{bench}_{variant}.yaml", resolve_func=False,
-                             recursive=True)
+            task = load_yaml(TASKS_DIR / f"{bench}_{variant}.yaml", resolve_func=False, recursive=True)
             assert recipe.eval.gen_limit(bench) == task["generation_kwargs"]["max_gen_toks"]
     assert {recipe.eval.gen_limit(b) for b in CODE_BENCHMARKS} == {1024, 256}
 
@@ -428,9 +529,9 @@ def test_hub_variant_without_hub_access_is_reported_missing(monkeypatch, capsys)
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     from tests.test_evals_tasks import ScriptedLM
 
-    entries = run_benchmarks(ScriptedLM({}, "", True), ["pubmedqa"],
-                             EvalSettings(source="hub"), None)
+    entries = run_benchmarks(ScriptedLM({}, "", True), ["pubmedqa"], EvalSettings(source="hub"), None)
     assert [(e["benchmark"], e["status"], e["task"]) for e in entries] == [
-        ("pubmedqa", "missing", "pubmedqa_hub")]
+        ("pubmedqa", "missing", "pubmedqa_hub")
+    ]
     assert "hub data unreachable" in entries[0]["reason"]
     assert "MISSING benchmark pubmedqa" in capsys.readouterr().err

@@ -14,6 +14,7 @@ counts are deterministic) for the two user modes; run as a normal user, they run
 that user and skip `root`. That user already runs `_SLEEPERS` other processes, so the per-user
 process limit must leave the program its share, not block every fork.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -48,8 +49,7 @@ def test_a_correct_program_passes_and_a_wrong_one_fails():
 
 
 def test_the_program_may_write_in_its_own_directory():
-    r = run_program("open('scratch.txt', 'w').write('hi')\nassert open('scratch.txt').read() == 'hi'",
-                    FAST)
+    r = run_program("open('scratch.txt', 'w').write('hi')\nassert open('scratch.txt').read() == 'hi'", FAST)
     assert r.passed, r.stderr_tail
 
 
@@ -66,11 +66,13 @@ def test_writing_and_deleting_outside_its_directory_fail(tmp_path):
     victim = victim_dir / "precious.txt"
     victim.write_text("keep me")
     os.chmod(victim, 0o666)
-    for prog in (f"open({str(victim_dir / 'new.txt')!r}, 'w').write('x')",
-                 f"import os\nos.remove({str(victim)!r})",
-                 f"open({str(victim)!r}, 'w').write('overwritten')",
-                 f"open({str(REPO / 'evil.txt')!r}, 'w').write('x')",
-                 "import shutil\nshutil.rmtree('/tmp')"):
+    for prog in (
+        f"open({str(victim_dir / 'new.txt')!r}, 'w').write('x')",
+        f"import os\nos.remove({str(victim)!r})",
+        f"open({str(victim)!r}, 'w').write('overwritten')",
+        f"open({str(REPO / 'evil.txt')!r}, 'w').write('x')",
+        "import shutil\nshutil.rmtree('/tmp')",
+    ):
         r = run_program(prog, FAST)
         assert not r.passed, prog
     assert victim.read_text() == "keep me"
@@ -85,10 +87,12 @@ def test_no_network_not_even_the_hosts_loopback():
     server.listen(1)
     port = server.getsockname()[1]
     try:
-        r = run_program(f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), "
-                        "timeout=1)\ns.sendall(b'leak')\n", FAST)
-        r2 = run_program("import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1)\n",
-                         FAST)
+        r = run_program(
+            f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), "
+            "timeout=1)\ns.sendall(b'leak')\n",
+            FAST,
+        )
+        r2 = run_program("import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1)\n", FAST)
         # The kernel completes a handshake without accept(): a connection would be queued now.
         server.setblocking(False)
         with pytest.raises(BlockingIOError):
@@ -100,16 +104,25 @@ def test_no_network_not_even_the_hosts_loopback():
 
 def test_environment_secrets_are_not_visible(monkeypatch):
     monkeypatch.setenv("CLUSTER_TEST_SECRET", "s3cr3t-value")
-    r = run_program("import os\nprint(sorted(os.environ))\n"
-                    "print(open('/proc/%d/environ' % os.getppid(), 'rb').read()[:0])\n"
-                    "assert 'CLUSTER_TEST_SECRET' in os.environ\n", FAST)
+    r = run_program(
+        "import os\nprint(sorted(os.environ))\n"
+        "print(open('/proc/%d/environ' % os.getppid(), 'rb').read()[:0])\n"
+        "assert 'CLUSTER_TEST_SECRET' in os.environ\n",
+        FAST,
+    )
     assert not r.passed
     assert "s3cr3t-value" not in r.stdout_tail + r.stderr_tail
 
 
-@pytest.mark.parametrize("trick", ["import os\nos._exit(0)\n", "import sys\nsys.exit(0)\n",
-                                   "raise SystemExit\n",
-                                   "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"])
+@pytest.mark.parametrize(
+    "trick",
+    [
+        "import os\nos._exit(0)\n",
+        "import sys\nsys.exit(0)\n",
+        "raise SystemExit\n",
+        "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+    ],
+)
 def test_exiting_early_with_status_zero_does_not_count_as_passing(trick):
     r = run_program(trick + "assert False, 'the tests would fail'\n", FAST)
     assert not r.passed
@@ -129,9 +142,12 @@ def test_the_output_files_cannot_be_swapped_for_a_link(tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("only-the-caller-may-read-this")
     os.chmod(secret, 0o600)
-    r = run_program("import os\nfor name in ('.stdout', '.stderr'):\n"
-                    "    if os.path.exists(name):\n        os.remove(name)\n"
-                    f"    os.symlink({str(secret)!r}, name)\n", FAST)
+    r = run_program(
+        "import os\nfor name in ('.stdout', '.stderr'):\n"
+        "    if os.path.exists(name):\n        os.remove(name)\n"
+        f"    os.symlink({str(secret)!r}, name)\n",
+        FAST,
+    )
     assert r.passed, r.stderr_tail
     assert "only-the-caller" not in r.stdout_tail + r.stderr_tail
 
@@ -145,7 +161,7 @@ _SETTLE_S = 0.6  # after the daemon's run: longer than its escaped child waits b
 # Each scenario tags its processes with a marker (comm via PR_SET_NAME, or argv[0] of an exec),
 # so the driver can look for survivors in /proc right after the run returns.
 _TAG = "import ctypes\nctypes.CDLL(None).prctl(15, {marker!r}.encode(), 0, 0, 0)\n"
-_HUMANEVAL_STYLE = '''
+_HUMANEVAL_STYLE = """
 def has_close_elements(numbers, threshold):
     return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])
 
@@ -156,9 +172,9 @@ def check(candidate):
 
 
 check(has_close_elements)
-'''
+"""
 # A fork bomb that counts: forks until the kernel refuses; every child sleeps (tagged).
-_FORK_COUNT = '''
+_FORK_COUNT = """
 import os
 n = 0
 while True:
@@ -170,10 +186,10 @@ while True:
     if pid == 0:
         os.execv("/bin/sleep", [{marker!r}, "30"])
     n += 1
-'''
+"""
 # The classic daemon: fork, setsid, fork again; the grandchild outlives its parents and, a
 # moment after the program ended, writes a file (here it execs a tagged Python to do so).
-_DAEMON = '''
+_DAEMON = """
 import os, sys, time
 pid = os.fork()
 if pid == 0:
@@ -185,17 +201,22 @@ if pid == 0:
 os.waitpid(pid, 0)
 time.sleep(0.1)  # the grandchild has exec'd and is now an orphan
 print("daemon started")
-'''
+"""
 # The same daemon, then the program kills its parent: the supervisor without namespaces (the
 # documented escape: same uid), the sandbox's init with them (which ignores it).
-_KILL_PARENT = _DAEMON.replace('print("daemon started")', """import signal
+_KILL_PARENT = _DAEMON.replace(
+    'print("daemon started")',
+    """import signal
 try:
     os.kill(os.getppid(), signal.SIGKILL)
 except OSError as e:  # as root, the init is root's: the private uid may not even signal it
     print("refused", e.errno)
-print("still here")""")
+print("still here")""",
+)
 # A timeout with a tree: a daemon that sleeps, then an exponential fork bomb that never ends.
-_TIMEOUT_TREE = _TAG + '''
+_TIMEOUT_TREE = (
+    _TAG
+    + """
 import os
 if os.fork() == 0:
     os.setsid()
@@ -207,9 +228,10 @@ while True:
         os.fork()
     except OSError:
         pass
-'''
+"""
+)
 # Where the program lives, what else it can write, and a directory it makes hard to delete.
-_DIRS = '''
+_DIRS = """
 import json, os, tempfile
 for d in (os.environ["HOME"], os.environ["TMPDIR"]):
     open(os.path.join(d, "f.txt"), "w").write("x")
@@ -228,19 +250,19 @@ print(json.dumps({{"home": os.environ["HOME"], "tmpdir": os.environ["TMPDIR"], "
                   "gettempdir": tempfile.gettempdir(), "outside": outside,
                   "modes": [oct(os.stat(os.environ[k]).st_mode & 0o777)
                             for k in ("HOME", "TMPDIR")]}}))
-'''
-_NETWORK = '''
+"""
+_NETWORK = """
 import socket
 try:
     socket.create_connection(("127.0.0.1", {port}), timeout=1).sendall(b"leak")
     print("network: connected")
 except OSError as e:
     print("network: refused", e.errno)
-'''
+"""
 
 # Runs as the mode's user: the scenarios one after another, a /proc scan for survivors right
 # after each, and (at the end) a wait until an escaped daemon would have written its file.
-_DRIVER = r'''
+_DRIVER = r"""
 import json, os, socket, subprocess, sys, time
 job = json.loads(open(sys.argv[1]).read())
 sys.path.insert(0, job["sandbox_dir"])
@@ -285,7 +307,7 @@ for p in sleepers:
     p.kill()
     p.wait()
 print(json.dumps(out))
-'''
+"""
 
 _MODES = {"root": (0, True), "user": (_SLEEPERS, True), "user-plain": (_SLEEPERS, False)}
 
@@ -294,21 +316,30 @@ def _scenarios(escape_dir: Path) -> dict:
     quick = {"timeout_s": 5.0, "cpu_s": 5}
     out = {}
     for name, template, limits in (
-            # First: the later runs count towards the settling time of their delayed writes.
-            ("daemon", _DAEMON, quick),
-            ("kill_parent", _KILL_PARENT, quick),
-            ("humaneval_style", _HUMANEVAL_STYLE, quick),
-            ("fork_count", _FORK_COUNT, dict(quick, max_processes=_NPROC)),
-            ("timeout_tree", _TIMEOUT_TREE, {"timeout_s": 1.0, "cpu_s": 5}),
-            ("dirs", _DIRS, quick),
-            ("network", _NETWORK, quick),
-            ("memory", "bytearray(50 * 2**30)\n", quick)):
+        # First: the later runs count towards the settling time of their delayed writes.
+        ("daemon", _DAEMON, quick),
+        ("kill_parent", _KILL_PARENT, quick),
+        ("humaneval_style", _HUMANEVAL_STYLE, quick),
+        ("fork_count", _FORK_COUNT, dict(quick, max_processes=_NPROC)),
+        ("timeout_tree", _TIMEOUT_TREE, {"timeout_s": 1.0, "cpu_s": 5}),
+        ("dirs", _DIRS, quick),
+        ("network", _NETWORK, quick),
+        ("memory", "bytearray(50 * 2**30)\n", quick),
+    ):
         marker = f"crx{name[:4]}{secrets.token_hex(3)}"  # fits comm's 15 characters
         escape = str(escape_dir / f"{name}-escaped.txt")
-        code = template if "{marker" not in template else \
-            template.format(marker=marker, escape=escape, port="{port}")
-        out[name] = {"code": code, "limits": limits, "marker": marker, "escape": escape,
-                     "delayed_write": name in ("daemon", "kill_parent")}
+        code = (
+            template
+            if "{marker" not in template
+            else template.format(marker=marker, escape=escape, port="{port}")
+        )
+        out[name] = {
+            "code": code,
+            "limits": limits,
+            "marker": marker,
+            "escape": escape,
+            "delayed_write": name in ("daemon", "kill_parent"),
+        }
     return out
 
 
@@ -329,9 +360,13 @@ def _all_modes():
             escape_dir = work / f"escape-{name}"
             escape_dir.mkdir()
             os.chmod(escape_dir, 0o777)
-            job = {"sandbox_dir": str(work), "scenarios": _scenarios(escape_dir),
-                   "sleepers": sleepers, "use_namespaces": use_namespaces,
-                   "settle_s": _SETTLE_S}
+            job = {
+                "sandbox_dir": str(work),
+                "scenarios": _scenarios(escape_dir),
+                "sleepers": sleepers,
+                "use_namespaces": use_namespaces,
+                "settle_s": _SETTLE_S,
+            }
             as_user = {}
             if ROOT and name != "root":
                 # A uid per mode, apart from the sandbox's private ones (sandbox._UID_RANGE).
@@ -341,16 +376,20 @@ def _all_modes():
             job_file = work / f"job-{name}.json"
             job_file.write_text(json.dumps(job))
             os.chmod(job_file, 0o644)
-            proc = subprocess.Popen([sandbox._interpreter(), "-I", "-c", _DRIVER, str(job_file)],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    cwd=work, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                                    **as_user)
+            proc = subprocess.Popen(
+                [sandbox._interpreter(), "-I", "-c", _DRIVER, str(job_file)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=work,
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                **as_user,
+            )
             started[name] = (proc, escape_dir)
         done = {}
         for name, (proc, escape_dir) in started.items():
             stdout, stderr = proc.communicate(timeout=120)
-            done[name] = (proc.returncode, stdout, stderr,
-                          sorted(p.name for p in escape_dir.iterdir()))
+            done[name] = (proc.returncode, stdout, stderr, sorted(p.name for p in escape_dir.iterdir()))
         yield done
     finally:
         for uid in test_uids:  # should a regression leave (say) a fork bomb running
@@ -469,8 +508,9 @@ def _brute_pass_at_k(n: int, c: int, k: int) -> float:
     return sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
 
 
-@pytest.mark.parametrize("n,c,k", [(5, 2, 1), (5, 2, 2), (6, 0, 3), (6, 6, 1), (7, 3, 4),
-                                   (10, 1, 5), (4, 3, 2)])
+@pytest.mark.parametrize(
+    "n,c,k", [(5, 2, 1), (5, 2, 2), (6, 0, 3), (6, 6, 1), (7, 3, 4), (10, 1, 5), (4, 3, 2)]
+)
 def test_unbiased_pass_at_k_matches_counting_subsets(n, c, k):
     assert math.isclose(estimate_pass_at_k(n, c, k), _brute_pass_at_k(n, c, k), abs_tol=1e-12)
 
@@ -482,10 +522,13 @@ def test_pass_at_k_rejects_bad_arguments():
 
 def test_code_eval_has_the_hub_metrics_signature_and_output():
     refs = ["assert add(2, 3) == 5", "assert neg(1) == -1"]
-    preds = [["def add(a, b): return a * b", "def add(a, b): return a + b"],
-             ["def neg(x): return -x", "import os\nos._exit(0)"]]
-    scores, results = compute_code_eval(references=refs, predictions=preds, k=[1, 2, 5],
-                                        num_workers=2, timeout=3.0)
+    preds = [
+        ["def add(a, b): return a * b", "def add(a, b): return a + b"],
+        ["def neg(x): return -x", "import os\nos._exit(0)"],
+    ]
+    scores, results = compute_code_eval(
+        references=refs, predictions=preds, k=[1, 2, 5], num_workers=2, timeout=3.0
+    )
     assert scores == {"pass@1": 0.5, "pass@2": 1.0}  # pass@5 left out: only 2 candidates each
     assert [r[1]["passed"] for r in results[0]] == [False, True]
     assert [r[1]["passed"] for r in results[1]] == [True, False]
@@ -497,10 +540,12 @@ def test_evaluate_loads_the_metric_from_a_local_path(tmp_path, monkeypatch):
     import evaluate
 
     metric = evaluate.load(str(REPO / "evals" / "metrics" / "code_eval"))
-    scores, results = metric.compute(references=["assert f() == 1"],
-                                     predictions=[["def f(): return 1", "def f(): return 2",
-                                                   "def f():\n    while True: pass"]],
-                                     k=[1, 3], timeout=2.0)
+    scores, results = metric.compute(
+        references=["assert f() == 1"],
+        predictions=[["def f(): return 1", "def f(): return 2", "def f():\n    while True: pass"]],
+        k=[1, 3],
+        timeout=2.0,
+    )
     assert math.isclose(scores["pass@1"], 1 / 3) and scores["pass@3"] == 1.0
     assert [r[1]["passed"] for r in results[0]] == [True, False, False]
     assert results[0][2][1]["result"] == "timed out"

@@ -6,6 +6,7 @@ no real model answers right every time: a right-answer model must score 1.0 and 
 model 0.0, which checks the loaders' label mapping, that the prompt carries the question, the
 metric, and (for code) the sandboxed scoring of the canonical solutions.
 """
+
 from __future__ import annotations
 
 import csv
@@ -37,8 +38,7 @@ class ScriptedLM:
             def _answer(self, context: str) -> str:
                 hits = [(context.rfind(k), v) for k, v in self.key.items() if k in context]
                 if not hits:
-                    raise AssertionError(f"no answer-key entry occurs in the prompt: "
-                                         f"{context[-300:]!r}")
+                    raise AssertionError(f"no answer-key entry occurs in the prompt: {context[-300:]!r}")
                 return max(hits)[1]
 
             def loglikelihood(self, requests):
@@ -73,15 +73,15 @@ def _jsonl(path: Path) -> list[dict]:
 def _key(bench: str, data: Path) -> dict[str, str]:
     """The answer key, straight from the raw files (not through evals.local_data)."""
     if bench in ("medqa", "medmcqa"):
-        return {r["question"]: r["answer_idx"] for r in
-                _jsonl(data / "medagents" / bench / "test.jsonl")}
+        return {r["question"]: r["answer_idx"] for r in _jsonl(data / "medagents" / bench / "test.jsonl")}
     if bench == "pubmedqa":
         pqal = json.loads((data / "pubmedqa" / "ori_pqal.json").read_text())
         truth = json.loads((data / "pubmedqa" / "test_ground_truth.json").read_text())
         return {pqal[i]["QUESTION"]: label for i, label in truth.items()}
     if bench == "mmlu_medical":
-        key = {r["question"].strip(): r["answer_idx"] for r in
-               _jsonl(data / "medagents" / "mmlu" / "test.jsonl")}
+        key = {
+            r["question"].strip(): r["answer_idx"] for r in _jsonl(data / "medagents" / "mmlu" / "test.jsonl")
+        }
         for s in local_data.MMLU_MEDICAL_SUBJECTS:  # dev rows appear only as shots
             with open(data / "mmlu_dev" / f"{s}_dev.csv", newline="") as fh:
                 for rec in csv.reader(fh):
@@ -90,16 +90,23 @@ def _key(bench: str, data: Path) -> dict[str, str]:
     if bench == "humaneval":
         return {r["prompt"]: r["canonical_solution"] for r in _jsonl(local_data.humaneval_file())}
     if bench == "mbpp":
-        return {r["test_list"][0]: r["canonical_solution"] for r in
-                _jsonl(data / "evalplus" / "MbppBase.jsonl")}
+        return {
+            r["test_list"][0]: r["canonical_solution"] for r in _jsonl(data / "evalplus" / "MbppBase.jsonl")
+        }
     if bench == "mbpp_plus":
-        return {r["assertion"].strip().splitlines()[0].strip(): r["canonical_solution"]
-                for r in _jsonl(data / "evalplus" / "MbppPlus.jsonl")}
+        return {
+            r["assertion"].strip().splitlines()[0].strip(): r["canonical_solution"]
+            for r in _jsonl(data / "evalplus" / "MbppPlus.jsonl")
+        }
     raise KeyError(bench)
 
 
-WRONG_CODE = {"humaneval": "    raise NotImplementedError\n", "humaneval_plus": "    return 'no'\n",
-              "mbpp": "pass\n", "mbpp_plus": "import sys\nsys.exit(0)\n"}
+WRONG_CODE = {
+    "humaneval": "    raise NotImplementedError\n",
+    "humaneval_plus": "    return 'no'\n",
+    "mbpp": "pass\n",
+    "mbpp_plus": "import sys\nsys.exit(0)\n",
+}
 LOCAL = ["medqa", "medmcqa", "pubmedqa", "mmlu_medical", "humaneval", "mbpp", "mbpp_plus"]
 
 
@@ -127,8 +134,9 @@ def test_local_data_loaders_read_every_row(shared_data):
     assert len(local_data.load_medmcqa(shared_data)["validation"]) == 2816
     pub = local_data.load_pubmedqa(shared_data)["test"]
     assert len(pub) == 500 and set(pub["final_decision"]) == {"yes", "no", "maybe"}
-    sizes = {s: len(local_data.load_mmlu(shared_data, subject=s)["test"])
-             for s in local_data.MMLU_MEDICAL_SUBJECTS}
+    sizes = {
+        s: len(local_data.load_mmlu(shared_data, subject=s)["test"]) for s in local_data.MMLU_MEDICAL_SUBJECTS
+    }
     assert sum(sizes.values()) == 1089 and sizes["anatomy"] == 135
     assert len(local_data.load_mmlu(shared_data, subject="anatomy")["dev"]) == 5
     assert len(local_data.load_humaneval()["test"]) == 164
@@ -137,10 +145,15 @@ def test_local_data_loaders_read_every_row(shared_data):
 
 
 def test_humaneval_plus_is_missing_loudly_without_a_user_file(shared_data, tmp_path, capsys):
-    entries = run_benchmarks(ScriptedLM({}, "", True), ["humaneval_plus"],
-                             EvalSettings(data_dir=str(shared_data), limit=2), tmp_path)
+    entries = run_benchmarks(
+        ScriptedLM({}, "", True),
+        ["humaneval_plus"],
+        EvalSettings(data_dir=str(shared_data), limit=2),
+        tmp_path,
+    )
     assert [(e["benchmark"], e["status"], e["metric"], e["value"]) for e in entries] == [
-        ("humaneval_plus", "missing", "missing", None)]
+        ("humaneval_plus", "missing", "missing", None)
+    ]
     assert "no offline copy" in entries[0]["reason"]
     assert "MISSING benchmark humaneval_plus" in capsys.readouterr().err
 
@@ -149,20 +162,30 @@ def test_humaneval_plus_runs_from_a_user_supplied_evalplus_file(tmp_path):
     """An evalplus-release-format file (inputs, no test program): the test compares the
     candidate with the canonical solution on every input."""
     he = _jsonl(local_data.humaneval_file())[:2]
-    inputs = {"HumanEval/0": [[[1.0, 2.0, 3.0], 0.5], [[1.0, 2.8, 3.0, 4.0], 0.3], [[], 1.0]],
-              "HumanEval/1": [["(()()) ((())) () ((())()())"], ["() (()) ((())) (((())))"]]}
+    inputs = {
+        "HumanEval/0": [[[1.0, 2.0, 3.0], 0.5], [[1.0, 2.8, 3.0, 4.0], 0.3], [[], 1.0]],
+        "HumanEval/1": [["(()()) ((())) () ((())()())"], ["() (()) ((())) (((())))"]],
+    }
     (tmp_path / "evalplus").mkdir()
     with open(tmp_path / "evalplus" / "HumanEvalPlus.jsonl", "w") as fh:
         for r in he:
-            fh.write(json.dumps({k: r[k] for k in ("task_id", "prompt", "entry_point",
-                                                   "canonical_solution")}
-                                | {"base_input": inputs[r["task_id"]][:1],
-                                   "plus_input": inputs[r["task_id"]][1:], "atol": 0}) + "\n")
+            fh.write(
+                json.dumps(
+                    {k: r[k] for k in ("task_id", "prompt", "entry_point", "canonical_solution")}
+                    | {
+                        "base_input": inputs[r["task_id"]][:1],
+                        "plus_input": inputs[r["task_id"]][1:],
+                        "atol": 0,
+                    }
+                )
+                + "\n"
+            )
     key = {r["prompt"]: r["canonical_solution"] for r in he}
     settings = EvalSettings(data_dir=str(tmp_path), limit=2)
     for right, expected in ((True, 1.0), (False, 0.0)):
-        entries = run_benchmarks(ScriptedLM(key, WRONG_CODE["humaneval_plus"], right),
-                                 ["humaneval_plus"], settings, None)
+        entries = run_benchmarks(
+            ScriptedLM(key, WRONG_CODE["humaneval_plus"], right), ["humaneval_plus"], settings, None
+        )
         assert entries[0]["status"] == "ok" and entries[0]["value"] == expected
 
 
@@ -173,8 +196,15 @@ def test_hub_and_local_variants_share_prompt_extraction_and_metric():
 
     from evals.run import BENCHMARKS, TASKS_DIR
 
-    source_keys = {"task", "dataset_path", "dataset_name", "custom_dataset", "dataset_kwargs",
-                   "training_split", "validation_split"}
+    source_keys = {
+        "task",
+        "dataset_path",
+        "dataset_name",
+        "custom_dataset",
+        "dataset_kwargs",
+        "training_split",
+        "validation_split",
+    }
     for bench in BENCHMARKS:
         cfgs = {}
         for variant in ("hub", "local"):
@@ -182,9 +212,11 @@ def test_hub_and_local_variants_share_prompt_extraction_and_metric():
             cfg = load_yaml(path, resolve_func=False, recursive=True)
             if "group" in cfg:  # mmlu_medical: compare the subject tasks pairwise
                 assert [t.rsplit("_", 1)[0] for t in cfg["task"]] == [
-                    f"mmlu_medical_{s}" for s in local_data.MMLU_MEDICAL_SUBJECTS]
-                cfg = load_yaml(TASKS_DIR / f"mmlu_medical_anatomy_{variant}.yaml",
-                                resolve_func=False, recursive=True)
+                    f"mmlu_medical_{s}" for s in local_data.MMLU_MEDICAL_SUBJECTS
+                ]
+                cfg = load_yaml(
+                    TASKS_DIR / f"mmlu_medical_anatomy_{variant}.yaml", resolve_func=False, recursive=True
+                )
             cfgs[variant] = {k: v for k, v in cfg.items() if k not in source_keys}
         assert cfgs["hub"] == cfgs["local"], bench
         assert "metric_list" in cfgs["hub"] and "output_type" in cfgs["hub"]
@@ -201,8 +233,7 @@ def test_mmlu_five_shot_draws_the_dev_examples_in_order(shared_data):
         return original(requests)
 
     lm.loglikelihood = recording
-    settings = EvalSettings(data_dir=str(shared_data), limit=1,
-                            num_fewshot={"mmlu_medical": 5})
+    settings = EvalSettings(data_dir=str(shared_data), limit=1, num_fewshot={"mmlu_medical": 5})
     entries = run_benchmarks(lm, ["mmlu_medical"], settings, None)
     assert entries[0]["value"] == 1.0 and entries[0]["num_fewshot"] == 5
     with open(shared_data / "mmlu_dev" / "anatomy_dev.csv", newline="") as fh:
@@ -248,8 +279,9 @@ def test_items_evaluates_exactly_the_named_items(shared_data: Path, tmp_path: Pa
     (entry, _norm) = run_benchmarks(lm, ["medqa"], settings, tmp_path / "out")
     assert entry["n"] == 2 and entry["value"] == 1.0 and entry["items"] == [7, 2]
     assert lm.calls == 2 * 4  # two questions, four options each
-    logged = [json.loads(x) for x in
-              (tmp_path / "out" / "samples" / "medqa_local.jsonl").read_text().splitlines()]
+    logged = [
+        json.loads(x) for x in (tmp_path / "out" / "samples" / "medqa_local.jsonl").read_text().splitlines()
+    ]
     assert sorted(int(x["doc_id"]) for x in logged) == [2, 7]
     row = entries_to_rows([entry], {"run_id": "r"})[0]
     assert json.loads(row["versions"])["eval_items"] == [7, 2]
@@ -262,16 +294,19 @@ def test_items_evaluates_exactly_the_named_items(shared_data: Path, tmp_path: Pa
 def test_items_flag_mistakes_are_named_before_any_model_loads(capsys) -> None:
     from repro.cli import main
 
-    for flags, msg in [(["--benchmarks", "medqa", "--items", "humaneval=3"],
-                        "--items names humaneval, which is not among --benchmarks (medqa)"),
-                       (["--benchmarks", "medqa", "--items", "medqa=a"],
-                        "--items: expected BENCH=I,J,..."),
-                       (["--benchmarks", "mmlu_medical", "--items", "mmlu_medical=1"],
-                        "not a single-task benchmark"),
-                       (["--benchmarks", "humaneval", "--max-gen-toks", "0"],
-                        "max_gen_toks: expected a positive number of tokens, got 0"),
-                       (["--benchmarks", "medqa", "--limit", "0"],
-                        "limit: expected a number of items >= 1")]:
+    for flags, msg in [
+        (
+            ["--benchmarks", "medqa", "--items", "humaneval=3"],
+            "--items names humaneval, which is not among --benchmarks (medqa)",
+        ),
+        (["--benchmarks", "medqa", "--items", "medqa=a"], "--items: expected BENCH=I,J,..."),
+        (["--benchmarks", "mmlu_medical", "--items", "mmlu_medical=1"], "not a single-task benchmark"),
+        (
+            ["--benchmarks", "humaneval", "--max-gen-toks", "0"],
+            "max_gen_toks: expected a positive number of tokens, got 0",
+        ),
+        (["--benchmarks", "medqa", "--limit", "0"], "limit: expected a number of items >= 1"),
+    ]:
         # A model name that does not exist: reaching the model load would fail differently.
         assert main(["eval", "--model", "no-such-model-dir", *flags]) == 2
         assert msg in capsys.readouterr().err

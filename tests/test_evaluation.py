@@ -1,11 +1,12 @@
 """Tests for evals.demo_task's generation: stopping at the first line changes no exact-match score."""
+
 from __future__ import annotations
 
 import torch
 
+from evals.demo_task import FirstLineDone, generate
 from repro.core import models as M
 from repro.core.config import LoraConfig, ModelConfig
-from evals.demo_task import FirstLineDone, generate
 
 
 def test_first_line_rule_marks_only_sequences_with_a_finished_line():

@@ -5,6 +5,7 @@ test environment is not changed for later tests) and used by a fresh `python -m 
 that finds it only through its entry point: no change to this repository. The README's "Add your
 selection method" code is extracted and run the same way a reader would use it.
 """
+
 from __future__ import annotations
 
 import csv
@@ -14,10 +15,10 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from repro.core.io import read_json, read_jsonl
 from repro.core.results import PART_NAME
@@ -33,35 +34,76 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = work / "src"
     shutil.copytree(EXAMPLE, src)  # pip's build writes build/ and *.egg-info next to the sources
     target = work / "site"
-    p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-                        "--disable-pip-version-check", "-q", "--target", str(target), str(src)],
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "-q",
+            "--target",
+            str(target),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert list(target.glob("cluster_repro_example_selector-0.1.0.dist-info"))
     return target
 
 
 def _env(site: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]),
-            "CLUSTER_REPRO_NO_PROGRESS": "1"}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]),
+        "CLUSTER_REPRO_NO_PROGRESS": "1",
+    }
 
 
-def test_the_installed_package_runs_through_the_whole_pipeline(installed: Path,
-                                                               tmp_path: Path) -> None:
+def test_the_installed_package_runs_through_the_whole_pipeline(installed: Path, tmp_path: Path) -> None:
     env = _env(installed)
-    ls = subprocess.run([sys.executable, "-m", "repro", "ls", "selectors"], cwd=REPO, env=env,
-                        capture_output=True, text=True, timeout=120)
+    ls = subprocess.run(
+        [sys.executable, "-m", "repro", "ls", "selectors"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ls.returncode == 0, ls.stderr[-2000:]
     line = next(x for x in ls.stdout.splitlines() if x.startswith("longest-response"))
     assert "entry point of cluster-repro-example-selector" in line
 
     run = subprocess.run(
-        [sys.executable, "-m", "repro", "run", "configs/demo-quick.yaml", f"output_dir={tmp_path}",
-         "selection.method=longest-response", "selection.n=24", "selection.params.unit=words",
-         "data.demo_train_size=48", "data.demo_heldout_per_category=1", "train.epochs=1",
-         "world_size=2", "train.global_batch_size=4", "eval.max_new_tokens=4",
-         "launch.torch_threads=1"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "repro",
+            "run",
+            "configs/demo-quick.yaml",
+            f"output_dir={tmp_path}",
+            "selection.method=longest-response",
+            "selection.n=24",
+            "selection.params.unit=words",
+            "data.demo_train_size=48",
+            "data.demo_heldout_per_category=1",
+            "train.epochs=1",
+            "world_size=2",
+            "train.global_batch_size=4",
+            "eval.max_new_tokens=4",
+            "launch.torch_threads=1",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     part = Path(run.stdout.strip().splitlines()[-1])
     assert part.name == PART_NAME and part.is_file()
@@ -101,12 +143,20 @@ def test_the_readme_selector_code_runs(tmp_path: Path) -> None:
     (tmp_path / "my_selectors.py").write_text(py[0])
     cmds = re.findall(r"^cluster-repro (select .*)$", section, re.M)
     assert cmds, "the section shows how to run the selector"
-    args = cmds[0].split() + [f"output_dir={tmp_path / 'runs'}", "data.demo_train_size=48",
-                              "data.demo_heldout_per_category=1", "model.name_or_path=tiny-random-llama"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]),
-           "CLUSTER_REPRO_NO_PROGRESS": "1"}
-    p = subprocess.run([sys.executable, "-m", "repro", *args], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=300)
+    args = cmds[0].split() + [
+        f"output_dir={tmp_path / 'runs'}",
+        "data.demo_train_size=48",
+        "data.demo_heldout_per_category=1",
+        "model.name_or_path=tiny-random-llama",
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]),
+        "CLUSTER_REPRO_NO_PROGRESS": "1",
+    }
+    p = subprocess.run(
+        [sys.executable, "-m", "repro", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     run_dir = Path(p.stdout.strip().splitlines()[-1]).parent
     sel = read_json(run_dir / "selection.json")

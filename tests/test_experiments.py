@@ -1,6 +1,7 @@
 """repro/experiments/: run lists and grid files, kept-count matching, shared-feature keys, and the
 profile validator they share with the experiment config. Fast: configs only, no training (the
 runs that match for real are in tests/test_demo.py and tests/test_slurm_cluster.py)."""
+
 from __future__ import annotations
 
 import inspect
@@ -57,15 +58,20 @@ def _selected(cfg, kept: int) -> None:
 
 def test_one_spelling_of_the_match_key_in_grids_and_run_lists(tmp_path: Path) -> None:
     grid = _file(tmp_path, GRID.replace("match_kept_count_of: cluster", "match: cluster"))
-    with pytest.raises(ConfigError, match=rf"^{grid}: methods\.random: unknown key 'match'; write "
-                                          r"'match_kept_count_of: cluster'"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^{grid}: methods\.random: unknown key 'match'; write "
+        r"'match_kept_count_of: cluster'",
+    ):
         load_grid(grid)
     runs = _file(tmp_path, RUNS.replace("match_kept_count_of: c", "match: c"), "runs.yaml")
-    with pytest.raises(ConfigError, match=rf"^{runs}: runs\[1\]: unknown key 'match'; write "
-                                          r"'match_kept_count_of: c'"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^{runs}: runs\[1\]: unknown key 'match'; write "
+        r"'match_kept_count_of: c'",
+    ):
         load_run_list(runs)
-    bad = _file(tmp_path, RUNS.replace("match_kept_count_of: c", "match_kept_count_of: [c]"),
-                "bad.yaml")
+    bad = _file(tmp_path, RUNS.replace("match_kept_count_of: c", "match_kept_count_of: [c]"), "bad.yaml")
     with pytest.raises(ConfigError, match=r"runs\[1\]: match_kept_count_of: expected the name"):
         load_run_list(bad)
 
@@ -108,8 +114,11 @@ def test_the_runner_the_cells_and_the_jobs_match_the_same_way(tmp_path: Path) ->
 def _set_default(monkeypatch: pytest.MonkeyPatch, cls: type, name: str, value: object) -> None:
     """Change a default of `cls.__init__`, as an edit of its signature in the source would."""
     init = cls.__init__
-    names = [p.name for p in inspect.signature(init).parameters.values()
-             if p.default is not inspect.Parameter.empty]
+    names = [
+        p.name
+        for p in inspect.signature(init).parameters.values()
+        if p.default is not inspect.Parameter.empty
+    ]
     defaults = list(init.__defaults__)
     defaults[names.index(name)] = value
     monkeypatch.setattr(init, "__defaults__", tuple(defaults))
@@ -129,8 +138,13 @@ def test_the_selector_owns_the_feature_key(tmp_path: Path, monkeypatch: pytest.M
     assert cluster.feature_pass() == {"features": "gradient-proxy", "feature_batch_size": 16}
     assert cluster.feature_key() != before
     # The features job computes with the batch size the selector named, not one of its own.
-    ctx = Context(grid, grid.cells, {c.id: c for c in grid.cells}, tmp_path, load_profile(
-        CONFIGS / "clusters" / "local.yaml"))
+    ctx = Context(
+        grid,
+        grid.cells,
+        {c.id: c for c in grid.cells},
+        tmp_path,
+        load_profile(CONFIGS / "clusters" / "local.yaml"),
+    )
     jobs, _ = plan_jobs(ctx)
     feature_jobs = {j.name: j.job for j in jobs if j.kind == "features"}
     assert feature_jobs[f"features-{cluster.feature_key()}"].features["feature_batch_size"] == 16
@@ -139,8 +153,7 @@ def test_the_selector_owns_the_feature_key(tmp_path: Path, monkeypatch: pytest.M
 # ----------------------------------------------------------------------------- which file, which command
 
 
-def test_each_command_redirects_the_other_kind_of_file(tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture) -> None:
+def test_each_command_redirects_the_other_kind_of_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     grid, runs = _file(tmp_path, GRID, "grid.yaml"), _file(tmp_path, RUNS, "runs.yaml")
     assert main(["grid", str(grid)]) == 2
     err = capsys.readouterr().err
@@ -156,8 +169,7 @@ def test_each_command_redirects_the_other_kind_of_file(tmp_path: Path,
 # ----------------------------------------------------------------------------- one validator
 
 
-def test_profiles_and_configs_share_one_validator(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_profiles_and_configs_share_one_validator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same mistake gets the same words in a cluster profile as in an experiment config."""
     monkeypatch.chdir(tmp_path)  # messages start with the path as given: prof.yaml
 
@@ -182,16 +194,18 @@ def test_profiles_and_configs_share_one_validator(tmp_path: Path,
     # An unknown key in a section, with the suggestion.
     p, c = errors("gpu: {mfuu: 0.2}\n", {"model": {"lora": {"rr": 4}}})
     assert p.startswith("prof.yaml: unknown key 'gpu.mfuu'; did you mean 'gpu.mfu'? (allowed here:")
-    assert c.startswith("cfg.yaml: unknown key 'model.lora.rr'; did you mean 'model.lora.r'? "
-                        "(allowed here:")
+    assert c.startswith("cfg.yaml: unknown key 'model.lora.rr'; did you mean 'model.lora.r'? (allowed here:")
 
 
 def test_launch_settings_that_nothing_read_are_gone() -> None:
     """launch.backend, cluster_profile and timeout_min were never read (a cluster profile says
     how jobs run): a config that sets them is told so, like any unknown key."""
     for key in ("backend", "cluster_profile", "timeout_min"):
-        with pytest.raises(ConfigError, match=rf"unknown key 'launch\.{key}' \(allowed here: "
-                                              r"master_port, torch_threads\)"):
+        with pytest.raises(
+            ConfigError,
+            match=rf"unknown key 'launch\.{key}' \(allowed here: "
+            r"master_port, torch_threads\)",
+        ):
             from_dict({"launch": {key: "x"}})
     for path in CONFIGS.rglob("*.yaml"):
         assert "timeout_min" not in path.read_text() and "backend:" not in path.read_text(), path

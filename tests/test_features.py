@@ -8,6 +8,7 @@
   whole), also inside an existing torchrun/SLURM-style group larger than the workers asked for;
 - how many processes the pass runs by default: K on CPU, min(K, GPUs) on GPU.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,13 @@ import numpy as np
 import pytest
 import torch
 
-from method.features import (compute_features, feature_workers, features_to_file,
-                             gradient_proxy_features, gradient_proxy_features_naive)
+from method.features import (
+    compute_features,
+    feature_workers,
+    features_to_file,
+    gradient_proxy_features,
+    gradient_proxy_features_naive,
+)
 from repro.core.config import LoraConfig, ModelConfig
 from repro.core.data import IGNORE_INDEX, collate, tokenize_example
 from repro.core.io import atomic_write_jsonl
@@ -98,8 +104,10 @@ def test_workspace_reused_across_batches_equals_naive(tiny) -> None:
     exs = _examples(6)
     for part in (exs[:2], exs, exs[3:], exs[:1]):
         batch = _batch(tok, part)
-        _close(gradient_proxy_features(model, batch, chunk_rows=4, workspace=ws),
-               gradient_proxy_features_naive(model, batch))
+        _close(
+            gradient_proxy_features(model, batch, chunk_rows=4, workspace=ws),
+            gradient_proxy_features_naive(model, batch),
+        )
     assert ws._buf is not None and ws._buf.shape[0] == 4  # never beyond chunk_rows
 
 
@@ -111,8 +119,10 @@ def test_columns_after_the_last_response_position_change_nothing(tiny) -> None:
     ref = gradient_proxy_features(model, batch)
     extra = 7
     fills = {"input_ids": 5, "attention_mask": 1, "labels": IGNORE_INDEX}
-    junk = {k: torch.cat([v, torch.full((v.shape[0], extra), fills[k], dtype=v.dtype)], dim=1)
-            for k, v in batch.items()}
+    junk = {
+        k: torch.cat([v, torch.full((v.shape[0], extra), fills[k], dtype=v.dtype)], dim=1)
+        for k, v in batch.items()
+    }
     _close(gradient_proxy_features(model, junk), ref)
     _close(gradient_proxy_features_naive(model, junk), ref)
 
@@ -138,8 +148,7 @@ def test_feature_is_the_gold_row_of_the_head_gradient(tiny) -> None:
             rows.append(grad[y])
             # The same with the label misaligned by one: what a wrong shift would compute.
             y_wrong = int(labels[t]) if labels[t] != IGNORE_INDEX else 0
-            (g2,) = torch.autograd.grad(-torch.log_softmax(logits[t], -1)[y_wrong], head,
-                                        retain_graph=True)
+            (g2,) = torch.autograd.grad(-torch.log_softmax(logits[t], -1)[y_wrong], head, retain_graph=True)
             shifted.append(g2[y_wrong])
     finally:
         head.requires_grad_(was)
@@ -183,18 +192,19 @@ def test_batch_position_and_size_do_not_matter(tiny) -> None:
     assert not out[:3].any()
 
 
-def _torchrun_like_rank(rank: int, world: int, ports: tuple[int, int], run_dir: str,
-                        model_dir: str, out_dir: str) -> None:
+def _torchrun_like_rank(
+    rank: int, world: int, ports: tuple[int, int], run_dir: str, model_dir: str, out_dir: str
+) -> None:
     """One process of a group that already exists, as under torchrun or SLURM: its rank comes from
     environment variables, which features_to_file joins (repro.core.distributed.env_rank_world). The
     same 4 processes run the pass twice: all 4 compute, then 2 (ranks 2 and 3 only gather)."""
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1")
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1")
     torch.set_num_threads(1)  # as the one-process run in the test (see there)
     for workers, port in zip((4, 2), ports):
         os.environ["MASTER_PORT"] = str(port)
-        features_to_file(Path(run_dir), workers, Path(model_dir), CFG, 256, 2,
-                         Path(out_dir) / f"x{workers}.npy")
+        features_to_file(
+            Path(run_dir), workers, Path(model_dir), CFG, 256, 2, Path(out_dir) / f"x{workers}.npy"
+        )
 
 
 def test_features_are_bit_identical_from_1_2_and_4_processes(tiny, tmp_path: Path) -> None:
@@ -221,8 +231,12 @@ def test_features_are_bit_identical_from_1_2_and_4_processes(tiny, tmp_path: Pat
     ports = (free_port(), free_port())
     while ports[1] == ports[0]:
         ports = (ports[0], free_port())
-    mp.start_processes(_torchrun_like_rank, args=(4, ports, str(run_dir), str(model_dir),
-                                                  str(tmp_path)), nprocs=4, start_method="spawn")
+    mp.start_processes(
+        _torchrun_like_rank,
+        args=(4, ports, str(run_dir), str(model_dir), str(tmp_path)),
+        nprocs=4,
+        start_method="spawn",
+    )
     four, two = np.load(tmp_path / "x4.npy"), np.load(tmp_path / "x2.npy")
     assert one.shape == (18, model.config.hidden_size) and one.dtype == np.float32
     assert np.array_equal(one, direct)
@@ -231,14 +245,24 @@ def test_features_are_bit_identical_from_1_2_and_4_processes(tiny, tmp_path: Pat
     assert not np.array_equal(compute_features(exs, tok, model, 256, 3, progress=False), one)
 
     metas = {w: json.loads((tmp_path / f"x{w}.json").read_text()) for w in (1, 2, 4)}
-    assert [(m["workers"], m["world_size"], m["n"], m["batches"]) for m in metas.values()] == \
-        [(1, 1, 18, 9), (2, 4, 18, 9), (4, 4, 18, 9)]
+    assert [(m["workers"], m["world_size"], m["n"], m["batches"]) for m in metas.values()] == [
+        (1, 1, 18, 9),
+        (2, 4, 18, 9),
+        (4, 4, 18, 9),
+    ]
     per = {w: [(p["rank"], p["batches"], p["rows"]) for p in m["per_worker"]] for w, m in metas.items()}
     assert per[2] == [(0, 5, 10), (1, 4, 8), (2, 0, 0), (3, 0, 0)]  # ranks 2, 3 only gathered
     assert per[4] == [(0, 3, 6), (1, 2, 4), (2, 2, 4), (3, 2, 4)]
     assert metas[4]["seconds"] > 0 and metas[4]["peak_mem_mb"] > 0 and metas[4]["wall_s"] > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "run", "x1.json", "x1.npy", "x2.json", "x2.npy", "x4.json", "x4.npy"]  # no temp files
+        "run",
+        "x1.json",
+        "x1.npy",
+        "x2.json",
+        "x2.npy",
+        "x4.json",
+        "x4.npy",
+    ]  # no temp files
 
 
 def test_how_many_feature_processes() -> None:

@@ -7,6 +7,7 @@ The result rows are the fixed report fixture's (tests/data/reports/results.csv),
 with the suite's own writer. Damage is made by cutting or editing the written bytes, as a kill, a
 full disk or a stopped copy would.
 """
+
 from __future__ import annotations
 
 import csv
@@ -24,8 +25,16 @@ import pytest
 
 from reports.build import build_report
 from reports.load import ReportInputError
-from repro.core.results import (COLUMNS, PART_NAME, ConflictingRowsError, DamagedResultsError,
-                           merge_results, read_checked, sidecar_path, write_rows)
+from repro.core.results import (
+    COLUMNS,
+    PART_NAME,
+    ConflictingRowsError,
+    DamagedResultsError,
+    merge_results,
+    read_checked,
+    sidecar_path,
+    write_rows,
+)
 from tests.conftest import REPO
 
 FIXTURE = REPO / "tests" / "data" / "reports" / "results.csv"
@@ -44,7 +53,7 @@ def _fixture_runs() -> dict[str, list[dict[str, str]]]:
 def _store(root: Path) -> tuple[list[Path], int]:
     """Part files of RUNS runs under root/<name>/<hash>/ (as runs write them); -> parts, rows."""
     parts, total = [], 0
-    for i, (rid, rows) in enumerate(_fixture_runs().items()):
+    for i, (_rid, rows) in enumerate(_fixture_runs().items()):
         part = root / rows[0]["name"] / f"{rows[0]['config_hash']}{i}" / PART_NAME
         write_rows(part, rows)
         parts.append(part)
@@ -54,12 +63,12 @@ def _store(root: Path) -> tuple[list[Path], int]:
 
 def _cut_mid_row(data: bytes) -> bytes:
     last = data.rstrip(b"\r\n").rfind(b"\n") + 1
-    return data[:last + 10]  # inside the last row's run_id
+    return data[: last + 10]  # inside the last row's run_id
 
 
 def _cut_in_quotes(data: bytes) -> bytes:
     q = data.rfind(b'"{""lm_eval')
-    return data[:q + 8]  # inside the versions JSON, a quoted field
+    return data[: q + 8]  # inside the versions JSON, a quoted field
 
 
 def _cut_in_header(data: bytes) -> bytes:
@@ -68,7 +77,7 @@ def _cut_in_header(data: bytes) -> bytes:
 
 def _cut_at_row_boundary(data: bytes) -> bytes:
     lines = data.split(b"\n")
-    return b"\n".join(lines[:len(lines) // 2]) + b"\n"  # whole rows, half of them
+    return b"\n".join(lines[: len(lines) // 2]) + b"\n"  # whole rows, half of them
 
 
 def _changed_value(data: bytes) -> bytes:
@@ -95,7 +104,8 @@ DAMAGE = {
 
 @pytest.mark.parametrize("case", list(DAMAGE) + ["no sidecar", "sidecar cut"])
 def test_a_damaged_part_is_named_and_skipped_only_when_allowed(
-        case: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     parts, total = _store(tmp_path)
     victim = parts[1]
     lost = len(read_checked(victim, require_sidecar=True))
@@ -125,18 +135,22 @@ def test_a_damaged_part_is_named_and_skipped_only_when_allowed(
     assert f"skipped damaged results file {victim}: {reason}" in index.read_text()
 
 
-@pytest.mark.parametrize("damage,reason", [
-    (_cut_mid_row, "ends without a newline, cut in line"),
-    (_cut_in_quotes, "ends without a newline, cut in line"),
-    (_cut_in_header, "ends without a newline, cut inside its header"),
-    (lambda d: _cut_in_quotes(d) + b"\n", "is not valid CSV (unexpected end of data)"),
-    (lambda d: d.replace(b"\r\n", b",x\r\n", 2).replace(b",x", b"", 1),
-     f"row 2 has {len(COLUMNS) + 1} fields, the header {len(COLUMNS)}"),
-    (lambda d: b"", "is empty"),
-    (lambda d: b"\xff\xfe" + d, "is not UTF-8 text"),
-])
-def test_a_csv_without_a_sidecar_is_still_checked_for_cuts(damage, reason: str,
-                                                           tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "damage,reason",
+    [
+        (_cut_mid_row, "ends without a newline, cut in line"),
+        (_cut_in_quotes, "ends without a newline, cut in line"),
+        (_cut_in_header, "ends without a newline, cut inside its header"),
+        (lambda d: _cut_in_quotes(d) + b"\n", "is not valid CSV (unexpected end of data)"),
+        (
+            lambda d: d.replace(b"\r\n", b",x\r\n", 2).replace(b",x", b"", 1),
+            f"row 2 has {len(COLUMNS) + 1} fields, the header {len(COLUMNS)}",
+        ),
+        (lambda d: b"", "is empty"),
+        (lambda d: b"\xff\xfe" + d, "is not UTF-8 text"),
+    ],
+)
+def test_a_csv_without_a_sidecar_is_still_checked_for_cuts(damage, reason: str, tmp_path: Path) -> None:
     """A merged or hand-made CSV has no sidecar to compare against, but every cut that the CSV
     shape shows is still caught (what a header cut used to turn into a KeyError traceback)."""
     src = tmp_path / "mine.csv"
@@ -161,27 +175,32 @@ def test_identical_duplicates_collapse_and_conflicting_ones_name_both_files(tmp_
     first = parts[0].relative_to(tmp_path)
     with pytest.raises(ConflictingRowsError) as e:
         merge_results(tmp_path)
-    assert f"two different rows for run_id '{rows[3]['run_id']}', benchmark " \
-           f"'{rows[3]['benchmark']}', metric '{rows[3]['metric']}': backup/run/results.part.csv:5 " \
-           f"and {first}:5 (they differ in value)" in str(e.value)
+    assert (
+        f"two different rows for run_id '{rows[3]['run_id']}', benchmark "
+        f"'{rows[3]['benchmark']}', metric '{rows[3]['metric']}': backup/run/results.part.csv:5 "
+        f"and {first}:5 (they differ in value)" in str(e.value)
+    )
     with pytest.raises(ReportInputError, match=r"two different rows .*backup/run"):
         build_report(tmp_path, tmp_path / "report", figures=False)
 
 
 def test_cli_results_and_report_exit_2_naming_the_part_unless_allowed(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     from repro.cli import main
 
     parts, total = _store(tmp_path)
     parts[2].write_bytes(_cut_in_header(parts[2].read_bytes()))
-    for cmd in (["results", "--runs-dir", str(tmp_path)],
-                ["report", "--results", str(tmp_path), "--out", str(tmp_path / "r")]):
+    for cmd in (
+        ["results", "--runs-dir", str(tmp_path)],
+        ["report", "--results", str(tmp_path), "--out", str(tmp_path / "r")],
+    ):
         assert main(cmd) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: 1 damaged results file(s)") and str(parts[2]) in err
         assert "Traceback" not in err
         assert main([*cmd, "--allow-damaged"]) == 0
-        assert f"skipped" in capsys.readouterr().err
+        assert "skipped" in capsys.readouterr().err
     assert (tmp_path / "results.csv").is_file() and (tmp_path / "r" / "index.md").is_file()
     # The old spelling still reads the same folder, and says once that it is deprecated.
     (tmp_path / "results.csv").unlink()
@@ -224,10 +243,18 @@ def test_files_and_folders_follow_the_umask(umask: int, tmp_path: Path) -> None:
     dirs = [root, *(p for p in root.rglob("*") if p.is_dir())]
     assert len(files) > 30 and any(p.suffix == ".parquet" for p in files)
     assert any(p.name.endswith(".sha256") for p in files)
-    bad = {str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.stat().st_mode)) for p in files
-           if stat.S_IMODE(p.stat().st_mode) != 0o666 & ~umask}
-    bad.update({str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.stat().st_mode)) for p in dirs
-                if stat.S_IMODE(p.stat().st_mode) != 0o777 & ~umask})
+    bad = {
+        str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.stat().st_mode))
+        for p in files
+        if stat.S_IMODE(p.stat().st_mode) != 0o666 & ~umask
+    }
+    bad.update(
+        {
+            str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.stat().st_mode))
+            for p in dirs
+            if stat.S_IMODE(p.stat().st_mode) != 0o777 & ~umask
+        }
+    )
     assert bad == {}
 
 
@@ -247,8 +274,9 @@ def test_the_saved_model_follows_the_umask(tmp_path: Path) -> None:
     out = tmp_path / "run" / "model"
     modes = {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in [out, *out.iterdir()]}
     assert "adapter_model.safetensors" in modes
-    assert modes == {name: oct(0o775 if (out / name).is_dir() or name == "model" else 0o664)
-                     for name in modes}
+    assert modes == {
+        name: oct(0o775 if (out / name).is_dir() or name == "model" else 0o664) for name in modes
+    }
 
 
 # ----------------------------------------------------------------------------- orphan temps
@@ -257,18 +285,21 @@ def test_the_saved_model_follows_the_umask(tmp_path: Path) -> None:
 def _killed_mid_write(target: Path) -> int:
     """Run a process that starts an atomic write of `target` and is SIGKILLed inside it (no
     `finally` runs); -> its pid."""
-    code = ("import os, signal, sys\n"
-            "from repro.core.io import atomic_write\n"
-            "def w(fh):\n"
-            "    fh.write('half'); fh.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
-            "atomic_write(sys.argv[1], w)\n")
+    code = (
+        "import os, signal, sys\n"
+        "from repro.core.io import atomic_write\n"
+        "def w(fh):\n"
+        "    fh.write('half'); fh.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
+        "atomic_write(sys.argv[1], w)\n"
+    )
     return _run_killed(code, target)
 
 
 def _run_killed(code: str, arg: Path) -> int:
     """Run `code` (which SIGKILLs itself) with `arg`; -> the dead process's pid."""
-    p = subprocess.Popen([sys.executable, "-c", code, str(arg)], cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    p = subprocess.Popen(
+        [sys.executable, "-c", code, str(arg)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
     assert p.wait(timeout=60) == -signal.SIGKILL
     return p.pid
 
@@ -304,10 +335,12 @@ def test_an_orphaned_features_temp_is_removed_by_the_next_feature_pass(tmp_path:
     cfg = ModelConfig(name_or_path="tiny-random-llama", lora=LoraConfig(enabled=False))
     run = tmp_path / "run"
     run.mkdir()
-    code = ("import os, signal, sys\n"
-            "from repro.core.io import temp_path\n"
-            "open(temp_path(sys.argv[1]), 'wb').write(b'half')\n"
-            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    code = (
+        "import os, signal, sys\n"
+        "from repro.core.io import temp_path\n"
+        "open(temp_path(sys.argv[1]), 'wb').write(b'half')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
     pid = _run_killed(code, run / "features.npy")
     mine = temp_path(run / "features.npy")
     orphan = mine.with_name(mine.name.replace(f"-{os.getpid()}@", f"-{pid}@"))

@@ -6,6 +6,7 @@ Most checks call the loaders directly; the CLI ones call `repro.cli.main` in thi
 same code path as the command, without ~4 s of imports each) and one real subprocess checks the
 exit status and stderr of the installed entry point.
 """
+
 from __future__ import annotations
 
 import copy
@@ -18,8 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from repro.core.config import (NAME_MAX_BYTES, NUMERIC_RANGES, ConfigError, ExperimentConfig,
-                          from_dict, load_config, numeric_keys, parse_override)
+from repro.core.config import (
+    NAME_MAX_BYTES,
+    NUMERIC_RANGES,
+    ConfigError,
+    ExperimentConfig,
+    from_dict,
+    load_config,
+    numeric_keys,
+    parse_override,
+)
 from tests.conftest import CONFIGS, REPO
 
 QUICK = CONFIGS / "demo-quick.yaml"
@@ -73,8 +82,7 @@ def test_every_numeric_key_of_every_section_has_a_range() -> None:
             value = defaults
             for part in key.split("."):
                 value = getattr(value, part)
-        assert value is None or not isinstance(value, (int, float)) or \
-            NUMERIC_RANGES[key].allows(value), key
+        assert value is None or not isinstance(value, (int, float)) or NUMERIC_RANGES[key].allows(value), key
 
 
 @pytest.mark.parametrize("key", sorted(NUMERIC_RANGES))
@@ -102,87 +110,127 @@ def test_non_finite_floats_are_refused(key: str, text: str) -> None:
 def test_the_issue_cases_name_the_right_key_and_what_is_allowed() -> None:
     cases = {
         "train.grad_clip=-1": "train.grad_clip: expected a finite number > 0 or null "
-                              "(a gradient-norm cap; null: none), got -1.0",
+        "(a gradient-norm cap; null: none), got -1.0",
         "train.lr=.inf": "train.lr: expected a finite number > 0, got inf",
-        "train.warmup_steps=-10": "train.warmup_steps: expected an integer >= 0 (optimizer steps), "
-                                  "got -10",
-        "seed=-1": "seed: expected an integer in [0, 4294967295] (numpy takes seeds below 2**32), "
-                   "got -1",
+        "train.warmup_steps=-10": "train.warmup_steps: expected an integer >= 0 (optimizer steps), got -10",
+        "seed=-1": "seed: expected an integer in [0, 4294967295] (numpy takes seeds below 2**32), got -1",
         # It used to blame model.lora.target_modules (peft's error, after the pool stage).
         "model.lora.dropout=2.0": "model.lora.dropout: expected a finite number in [0, 1) (a "
-                                  "probability), got 2.0",
+        "probability), got 2.0",
         "launch.master_port=99999": "launch.master_port: expected an integer in [1, 65535] or "
-                                    "null (a TCP port; null: a free one is chosen), got 99999",
+        "null (a TCP port; null: a free one is chosen), got 99999",
         "launch.torch_threads=-2": "launch.torch_threads: expected an integer >= 1 or null (per "
-                                   "worker; null: cores // world_size), got -2",
+        "worker; null: cores // world_size), got -2",
         "data.heldout_fraction=1.0": "data.heldout_fraction: expected a finite number in [0, 1) "
-                                     "(a fraction), got 1.0",
-        "model.tiny_hidden_size=66": "model.tiny_hidden_size: expected a multiple of 4 (4 heads), "
-                                     "got 66",
+        "(a fraction), got 1.0",
+        "model.tiny_hidden_size=66": "model.tiny_hidden_size: expected a multiple of 4 (4 heads), got 66",
         "train.weight_decay=-0.1": "train.weight_decay: expected a finite number >= 0, got -0.1",
         "train.keep_checkpoints=-2": "train.keep_checkpoints: expected an integer >= 0 (0 = keep "
-                                     "every checkpoint), got -2",
+        "every checkpoint), got -2",
     }
     for override, message in cases.items():
         with pytest.raises(ConfigError) as e:
             load_config(QUICK, [override])
         assert str(e.value) == f"{QUICK}: {message}", override
     # eval.limit's wording is the eval stage's own (repro/core/config.py), the facts the same.
-    with pytest.raises(ConfigError, match=r"demo-quick\.yaml: eval\.limit: expected .*>= 1.* "
-                                          r"null.*got 0$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"demo-quick\.yaml: eval\.limit: expected .*>= 1.* "
+        r"null.*got 0$",
+    ):
         load_config(QUICK, ["eval.limit=0"])
 
 
 def test_bounds_themselves_and_null_are_accepted_where_allowed() -> None:
-    ok = load_config(QUICK, ["seed=4294967295", "launch.master_port=65535", "launch.torch_threads=1",
-                             "model.lora.dropout=0.999", "train.grad_clip=null", "eval.limit=1",
-                             "train.warmup_steps=0", "data.heldout_fraction=0.0",
-                             "train.keep_checkpoints=0", "selection.fraction=1.0"])
+    ok = load_config(
+        QUICK,
+        [
+            "seed=4294967295",
+            "launch.master_port=65535",
+            "launch.torch_threads=1",
+            "model.lora.dropout=0.999",
+            "train.grad_clip=null",
+            "eval.limit=1",
+            "train.warmup_steps=0",
+            "data.heldout_fraction=0.0",
+            "train.keep_checkpoints=0",
+            "selection.fraction=1.0",
+        ],
+    )
     assert ok.launch.master_port == 65535 and ok.train.grad_clip is None
-    for bad in ("seed=4294967296", "launch.master_port=0", "launch.master_port=65536",
-                "model.lora.dropout=1.0", "train.grad_clip=0", "selection.fraction=0",
-                "train.lr=0", "model.lora.alpha=0"):
+    for bad in (
+        "seed=4294967296",
+        "launch.master_port=0",
+        "launch.master_port=65536",
+        "model.lora.dropout=1.0",
+        "train.grad_clip=0",
+        "selection.fraction=0",
+        "train.lr=0",
+        "model.lora.alpha=0",
+    ):
         key = bad.split("=")[0]
         with pytest.raises(ConfigError, match=rf"{key.replace('.', '[.]')}: expected "):
             load_config(QUICK, [bad])
 
 
 def test_an_integer_too_large_for_a_float_is_an_error_not_an_overflow() -> None:
-    with pytest.raises(ConfigError, match=r"train\.lr: expected a finite number, got an integer "
-                                          r"of 401 digits"):
+    with pytest.raises(
+        ConfigError,
+        match=r"train\.lr: expected a finite number, got an integer "
+        r"of 401 digits",
+    ):
         load_config(QUICK, ["train.lr=1" + "0" * 400])
 
 
 # ----------------------------------------------------------------------------- names and text
 
 
-@pytest.mark.parametrize("name,why", [
-    ("../escaped", "path separator"), ("a/b", "path separator"), ("a\\b", "path separator"),
-    ("..", "'..'"), (".", "'..'"), ("x..y", "'..'"), ("", "empty"), ("  ", "empty"),
-    ("x\ny", r"control characters \(\\n\)"), ("tab\there", r"control characters \(\\t\)"),
-    ("nul\x00", "control characters"), ("line\u2028sep", "control characters"),
-    ("n" * (NAME_MAX_BYTES + 1), "bytes long"),
-])
+@pytest.mark.parametrize(
+    "name,why",
+    [
+        ("../escaped", "path separator"),
+        ("a/b", "path separator"),
+        ("a\\b", "path separator"),
+        ("..", "'..'"),
+        (".", "'..'"),
+        ("x..y", "'..'"),
+        ("", "empty"),
+        ("  ", "empty"),
+        ("x\ny", r"control characters \(\\n\)"),
+        ("tab\there", r"control characters \(\\t\)"),
+        ("nul\x00", "control characters"),
+        ("line\u2028sep", "control characters"),
+        ("n" * (NAME_MAX_BYTES + 1), "bytes long"),
+    ],
+)
 def test_names_that_escape_or_break_lines_are_refused(name: str, why: str) -> None:
     with pytest.raises(ConfigError, match=rf"^x\.yaml: name: .* is not allowed: .*{why}"):
         from_dict({"name": name}, source="x.yaml")
 
 
 def test_ordinary_names_and_grid_cell_ids_are_accepted(tmp_path: Path) -> None:
-    for name in ("demo-quick", "magicoder.codellama-python-7b.cluster-r50.ws4.s42", "run 1",
-                 "résumé_ω", "n" * NAME_MAX_BYTES):
+    for name in (
+        "demo-quick",
+        "magicoder.codellama-python-7b.cluster-r50.ws4.s42",
+        "run 1",
+        "résumé_ω",
+        "n" * NAME_MAX_BYTES,
+    ):
         cfg = from_dict({"name": name, "output_dir": str(tmp_path)})
         assert cfg.run_dir().parent == tmp_path / name  # one folder, inside output_dir
 
 
-@pytest.mark.parametrize("key,value,shown", [
-    ("output_dir", "runs\n#SBATCH --x", "output_dir"),
-    ("data_dir", "data\r", "data_dir"),
-    ("model.name_or_path", "tiny-random-llama\n", "model.name_or_path"),
-    ("model.lora.target_modules", ["q_proj", "v_proj\t"], r"model.lora.target_modules\[1\]"),
-    ("eval.benchmarks", ["medqa\n"], r"eval.benchmarks\[0\]"),
-    ("allocation.method", "cluster-interleave\x1b", "allocation.method"),
-])
+@pytest.mark.parametrize(
+    "key,value,shown",
+    [
+        ("output_dir", "runs\n#SBATCH --x", "output_dir"),
+        ("data_dir", "data\r", "data_dir"),
+        ("model.name_or_path", "tiny-random-llama\n", "model.name_or_path"),
+        ("model.lora.target_modules", ["q_proj", "v_proj\t"], r"model.lora.target_modules\[1\]"),
+        ("eval.benchmarks", ["medqa\n"], r"eval.benchmarks\[0\]"),
+        ("allocation.method", "cluster-interleave\x1b", "allocation.method"),
+    ],
+)
 def test_control_characters_in_any_setting_are_refused(key: str, value: object, shown: str) -> None:
     data = _data_with(key, value)
     with pytest.raises(ConfigError, match=rf"{shown}: .* contains control characters"):
@@ -212,15 +260,21 @@ class NoSelect:
 def test_a_module_colon_name_that_is_not_a_selector_is_refused_before_it_is_called() -> None:
     from repro.core.registry import ALLOCATORS, SELECTORS
 
-    with pytest.raises(ConfigError, match=r"'os:system' resolves to <built-in function system>, "
-                                          r"not a selector class: expected a class with a "
-                                          r"select\(\) method"):
+    with pytest.raises(
+        ConfigError,
+        match=r"'os:system' resolves to <built-in function system>, "
+        r"not a selector class: expected a class with a "
+        r"select\(\) method",
+    ):
         SELECTORS.get("os:system")
     for name in (f"{__name__}:hostile", f"{__name__}:NoSelect"):
         with pytest.raises(ConfigError, match="not a selector class"):
             SELECTORS.create(name, {"x": 1}, "selection.params")
-        with pytest.raises(ConfigError, match="not an allocator class: expected a class with an "
-                                              r"allocate\(\) method"):
+        with pytest.raises(
+            ConfigError,
+            match="not an allocator class: expected a class with an "
+            r"allocate\(\) method",
+        ):
             ALLOCATORS.create(name, {}, "allocation.params")
     assert CALLED == []  # refused by what it is, not by what calling it did
     with pytest.raises(ConfigError, match=r"':Foo': cannot import: ValueError: Empty module name"):
@@ -229,14 +283,24 @@ def test_a_module_colon_name_that_is_not_a_selector_is_refused_before_it_is_call
 
 # ----------------------------------------------------------------------------- through the CLI
 
-ISSUE_CASES = ["seed=-1", "model.lora.dropout=2.0", "launch.master_port=99999",
-               "launch.torch_threads=-2", "selection.method=os:system", "name=../escaped",
-               "train.grad_clip=-1", "train.lr=.inf", "eval.limit=0", "train.warmup_steps=-10"]
+ISSUE_CASES = [
+    "seed=-1",
+    "model.lora.dropout=2.0",
+    "launch.master_port=99999",
+    "launch.torch_threads=-2",
+    "selection.method=os:system",
+    "name=../escaped",
+    "train.grad_clip=-1",
+    "train.lr=.inf",
+    "eval.limit=0",
+    "train.warmup_steps=-10",
+]
 
 
 @pytest.mark.parametrize("cmd", ["validate", "run"])
 def test_cli_gives_a_message_and_exit_status_2_and_runs_nothing(
-        cmd: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    cmd: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     from repro.cli import main
 
     for case in ISSUE_CASES:
@@ -251,12 +315,27 @@ def test_cli_gives_a_message_and_exit_status_2_and_runs_nothing(
 
 
 def test_cli_subprocess_exit_status_and_no_traceback(tmp_path: Path) -> None:
-    p = subprocess.run([sys.executable, "-m", "repro", "run", str(QUICK), f"output_dir={tmp_path}",
-                        "selection.method=os:system", "model.lora.dropout=0.5"],
-                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "repro",
+            "run",
+            str(QUICK),
+            f"output_dir={tmp_path}",
+            "selection.method=os:system",
+            "model.lora.dropout=0.5",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2, p.stderr
-    assert "selection.method: 'os:system' resolves to <built-in function system>, not a " \
-           "selector class" in p.stderr
+    assert (
+        "selection.method: 'os:system' resolves to <built-in function system>, not a "
+        "selector class" in p.stderr
+    )
     assert "Traceback" not in p.stderr and list(tmp_path.iterdir()) == []
 
 
@@ -266,7 +345,9 @@ GRID = """name: {name}
 base: {base}
 datasets: {{demo: {{}}}}
 models: {{tiny: {{}}}}
-methods: {{full: {{overrides: [selection.method=full]}}, cluster: {{overrides: [selection.method=cluster], ratios: {ratios}}}}}
+methods:
+  full: {{overrides: [selection.method=full]}}
+  cluster: {{overrides: [selection.method=cluster], ratios: {ratios}}}
 world_sizes: [4]
 seeds: [1]
 """
@@ -287,8 +368,12 @@ def test_a_newline_in_a_grid_name_never_becomes_an_sbatch_line(tmp_path: Path) -
 
     grid = load_grid(_grid(tmp_path, "ok-grid"))
     assert len(grid.cells) == 2
-    for name, why in [("evil\n#SBATCH --uid=0", "control characters"), ("../up", "path separator"),
-                      ("a/b", "path separator"), ("..", "'..'")]:
+    for name, why in [
+        ("evil\n#SBATCH --uid=0", "control characters"),
+        ("../up", "path separator"),
+        ("a/b", "path separator"),
+        ("..", "'..'"),
+    ]:
         with pytest.raises(ConfigError, match=rf"grid\.yaml: name: .* is not allowed: .*{why}"):
             load_grid(_grid(tmp_path, name))
     with pytest.raises(ConfigError, match=r"methods\.cluster\.ratios: '50\\n#x' is not a ratio"):
@@ -305,29 +390,31 @@ def test_a_newline_in_a_grid_name_never_becomes_an_sbatch_line(tmp_path: Path) -
         sbatch_script(prof, 4, "g", tmp_path / "a\nb", python="python")
 
 
-@pytest.mark.parametrize("line,message", [
-    ('partition: "gpu\\n#SBATCH --qos=high"', r"partition: .* contains control characters \(\\n\)"),
-    ('account: "lab\\r"', r"account: .* contains control characters \(\\r\)"),
-    ('qos: "a\\tb"', r"qos: .* contains control characters"),
-    ('constraint: "a100\\n"', r"constraint: .* contains control characters"),
-    ('setup: ["module load x\\n#SBATCH --mem=1"]', r"setup\[0\]: .* contains control characters"),
-    ('sbatch_extra: {mail-type: "FAIL\\nX"}', r"sbatch_extra\.mail-type: .* control characters"),
-    ('sbatch_extra: {"mail type": FAIL}', r"sbatch_extra: 'mail type' is not an sbatch option"),
-    ('sbatch_extra: {exclusive: [1, 2]}', r"sbatch_extra\.exclusive: expected a single value"),
-    ('env: {"MY-VAR": "1"}', r"env: 'MY-VAR' is not a shell variable name"),
-    ('env: {HF_HOME: "/x\\ny"}', r"env\.HF_HOME: .* contains control characters"),
-    ('srun_args: ["--x\\n"]', r"srun_args\[0\]: .* contains control characters"),
-    ('output_dir: "/runs\\n"', r"output_dir: .* contains control characters"),
-    ("time_limit_min: 0", r"time_limit_min: expected an integer >= 1 \(minutes\), got 0"),
-    ("max_requeues: -1", r"max_requeues: expected an integer >= 0, got -1"),
-    ("features_gpus: 0", r"features_gpus: expected an integer >= 1 or null"),
-    ("features_gpus: two", r"features_gpus: expected int or null, got 'two'"),
-    ("mem_per_gpu_gb: .nan", r"mem_per_gpu_gb: expected a finite number > 0 or null"),
-    ("gpu: {peak_tflops: .inf}", r"gpu\.peak_tflops: expected a finite number > 0"),
-    ("setup: [1]", r"setup\[0\]: expected a string, got 1"),
-])
-def test_profile_values_that_would_reach_sbatch_are_checked(tmp_path: Path, line: str,
-                                                           message: str) -> None:
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ('partition: "gpu\\n#SBATCH --qos=high"', r"partition: .* contains control characters \(\\n\)"),
+        ('account: "lab\\r"', r"account: .* contains control characters \(\\r\)"),
+        ('qos: "a\\tb"', r"qos: .* contains control characters"),
+        ('constraint: "a100\\n"', r"constraint: .* contains control characters"),
+        ('setup: ["module load x\\n#SBATCH --mem=1"]', r"setup\[0\]: .* contains control characters"),
+        ('sbatch_extra: {mail-type: "FAIL\\nX"}', r"sbatch_extra\.mail-type: .* control characters"),
+        ('sbatch_extra: {"mail type": FAIL}', r"sbatch_extra: 'mail type' is not an sbatch option"),
+        ("sbatch_extra: {exclusive: [1, 2]}", r"sbatch_extra\.exclusive: expected a single value"),
+        ('env: {"MY-VAR": "1"}', r"env: 'MY-VAR' is not a shell variable name"),
+        ('env: {HF_HOME: "/x\\ny"}', r"env\.HF_HOME: .* contains control characters"),
+        ('srun_args: ["--x\\n"]', r"srun_args\[0\]: .* contains control characters"),
+        ('output_dir: "/runs\\n"', r"output_dir: .* contains control characters"),
+        ("time_limit_min: 0", r"time_limit_min: expected an integer >= 1 \(minutes\), got 0"),
+        ("max_requeues: -1", r"max_requeues: expected an integer >= 0, got -1"),
+        ("features_gpus: 0", r"features_gpus: expected an integer >= 1 or null"),
+        ("features_gpus: two", r"features_gpus: expected int or null, got 'two'"),
+        ("mem_per_gpu_gb: .nan", r"mem_per_gpu_gb: expected a finite number > 0 or null"),
+        ("gpu: {peak_tflops: .inf}", r"gpu\.peak_tflops: expected a finite number > 0"),
+        ("setup: [1]", r"setup\[0\]: expected a string, got 1"),
+    ],
+)
+def test_profile_values_that_would_reach_sbatch_are_checked(tmp_path: Path, line: str, message: str) -> None:
     from slurm.profile import load_profile
 
     p = tmp_path / "prof.yaml"
@@ -339,12 +426,14 @@ def test_profile_values_that_would_reach_sbatch_are_checked(tmp_path: Path, line
 # ----------------------------------------------------------------------------- more hostile input
 
 
-def test_a_key_given_twice_in_a_yaml_file_is_an_error_not_the_last_one_silently(
-        tmp_path: Path) -> None:
+def test_a_key_given_twice_in_a_yaml_file_is_an_error_not_the_last_one_silently(tmp_path: Path) -> None:
     p = tmp_path / "dup.yaml"
     p.write_text("train: {lr: 0.1}\nseed: 1\ntrain: {lr: 2.0}\n")
-    with pytest.raises(ConfigError, match=r"dup\.yaml: line 3: key 'train' is given twice "
-                                          r"\(first on line 1\); keep one$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"dup\.yaml: line 3: key 'train' is given twice "
+        r"\(first on line 1\); keep one$",
+    ):
         load_config(p)
     p.write_text("train:\n  lr: 0.1\n  epochs: 2\n  lr: 2.0\n")
     with pytest.raises(ConfigError, match=r"line 4: key 'lr' is given twice \(first on line 2\)"):
@@ -381,10 +470,14 @@ def test_malformed_run_lists_and_grids_are_errors_not_type_errors(tmp_path: Path
     p = tmp_path / "runs.yaml"
     for body, msg in [
         (f"base: {QUICK}\nruns: 5\n", r"'runs' a list of runs, got str and int"),
-        (f"base: {QUICK}\noverrides: 5\nruns: [{{label: a}}]\n",
-         r"overrides: expected a list of 'key.sub=value' strings, got 5"),
-        (f"base: {QUICK}\nruns: [{{label: a, overrides: [{{train.lr: 1}}]}}]\n",
-         r"runs\[0\]\.overrides: expected a list of 'key.sub=value' strings"),
+        (
+            f"base: {QUICK}\noverrides: 5\nruns: [{{label: a}}]\n",
+            r"overrides: expected a list of 'key.sub=value' strings, got 5",
+        ),
+        (
+            f"base: {QUICK}\nruns: [{{label: a, overrides: [{{train.lr: 1}}]}}]\n",
+            r"runs\[0\]\.overrides: expected a list of 'key.sub=value' strings",
+        ),
     ]:
         p.write_text(body)
         with pytest.raises(ConfigError, match=msg):
@@ -399,19 +492,22 @@ def test_random_seed_offset_must_be_a_seed(tmp_path: Path) -> None:
     from repro.core.registry import SELECTORS
 
     for bad in (float("inf"), 1.5, -100, True):
-        with pytest.raises(ConfigError, match=r"selection\.params\.seed_offset: expected an "
-                                              r"integer >= 0"):
+        with pytest.raises(
+            ConfigError,
+            match=r"selection\.params\.seed_offset: expected an "
+            r"integer >= 0",
+        ):
             SELECTORS.create("random", {"seed_offset": bad}, "selection.params")
     assert SELECTORS.create("random", {"seed_offset": 3}, "selection.params").seed_offset == 3
 
 
-def test_cli_run_with_a_missing_model_folder_says_so(tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture) -> None:
+def test_cli_run_with_a_missing_model_folder_says_so(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """ModelLoadError (not a ValueError) used to end `run` with a traceback."""
     from repro.cli import main
 
-    rc = main(["run", str(QUICK), f"output_dir={tmp_path}",
-               f"model.name_or_path={tmp_path / 'no-such-model'}"])
+    rc = main(
+        ["run", str(QUICK), f"output_dir={tmp_path}", f"model.name_or_path={tmp_path / 'no-such-model'}"]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "error: model " in err and "no-such-model" in err and "is not a directory" in err
 

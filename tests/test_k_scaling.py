@@ -1,6 +1,7 @@
 """`cluster-repro bench k-scaling` (repro/bench/k_scaling.py) on a tiny synthetic input: the rows
 follow from the cluster sizes, the tables and figures are written. The real measurement (mini
 pools, the paper's size) is in docs/k-scaling.md."""
+
 from __future__ import annotations
 
 import json
@@ -21,14 +22,14 @@ def rows() -> list[dict]:
     lab = rng.choice(5, 300, p=[0.45, 0.25, 0.15, 0.1, 0.05])  # skewed: the cap fires at some K
     X = (rng.normal(size=(5, 12))[lab] * 2 + rng.normal(size=(300, 12))).astype(np.float32)
     # The fast k-means (the selector's default is exact: 10x the time here, same bookkeeping).
-    return scaling_rows(X, "blobs", ks=(2, 8, 64), cs=(1, 2, 8), seeds=(0, 1), mode="fast",
-                        progress=False)
+    return scaling_rows(X, "blobs", ks=(2, 8, 64), cs=(1, 2, 8), seeds=(0, 1), mode="fast", progress=False)
 
 
 def test_rows_follow_from_the_cluster_sizes(rows: list[dict]) -> None:
     # C x K > N (64 x 8 = 512 > 300) is left out; every other (K, C) once per seed.
     assert sorted({(r["k"], r["c"]) for r in rows}) == [
-        (k, c) for k in (2, 8, 64) for c in (1, 2, 8) if k * c <= 300]
+        (k, c) for k in (2, 8, 64) for c in (1, 2, 8) if k * c <= 300
+    ]
     assert len(rows) == 2 * 8
     for r in rows:
         n, kc = r["n"], r["k"] * r["c"]
@@ -67,23 +68,46 @@ def test_tables_and_figures(rows: list[dict], tmp_path: Path) -> None:
     text = format_tables(rows)
     assert "**blobs** (N = 300, D = 12, k-means fast, 2 seeds)" in text
     summ = {(r["k"], r["c"]): r for r in summarize(rows)}
-    line = next(l for l in text.splitlines() if l.startswith("| 8 | 38 |"))  # N/K = 37.5 -> 38
+    line = next(ln for ln in text.splitlines() if ln.startswith("| 8 | 38 |"))  # N/K = 37.5 -> 38
     assert f"| {summ[(8, 1)]['cap_fired']}/2 |" in line
     assert f"{100 * summ[(8, 1)]['kept_r50']:.1f}%" in line
     assert "kept r=1.0 C=8" in text and "| n/a |" in text  # K = 64, C = 8 left out
     paths = figures(rows, tmp_path)
-    assert sorted(p.name for p in paths) == ["k_scaling_kept.pdf", "k_scaling_kept.png",
-                                             "k_scaling_skew.pdf", "k_scaling_skew.png"]
+    assert sorted(p.name for p in paths) == [
+        "k_scaling_kept.pdf",
+        "k_scaling_kept.png",
+        "k_scaling_skew.pdf",
+        "k_scaling_skew.png",
+    ]
     assert all(p.stat().st_size > 1000 for p in paths)
 
 
 def test_command_line_on_a_small_synthetic_set(tmp_path: Path, capsys) -> None:
     out = tmp_path / "out"
-    assert main(["--no-real", "--synthetic-n", "200", "--synthetic-d", "16", "--ks", "2", "4",
-                 "--cs", "1", "2", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--no-real",
+                "--synthetic-n",
+                "200",
+                "--synthetic-d",
+                "16",
+                "--ks",
+                "2",
+                "4",
+                "--cs",
+                "1",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = json.loads((out / "k_scaling.json").read_text())
     assert {(r["set"], r["k"], r["c"], r["mode"]) for r in rows} == {
-        ("synthetic", k, c, "fast") for k in (2, 4) for c in (1, 2)}
+        ("synthetic", k, c, "fast") for k in (2, 4) for c in (1, 2)
+    }
     X = _unit_vectors(200, 16, 0)  # bench/cluster.py's generator, as the paper-size run uses
     assert rows[0]["n"] == X.shape[0] and rows[0]["d"] == X.shape[1]
     printed = capsys.readouterr().out

@@ -16,10 +16,10 @@ A module may import its own unit and any unit of a lower layer. Registries load 
 implementations by name at run time (importlib), which this test does not see and allows: that is
 the plug-in mechanism, the same path a third-party package takes.
 """
+
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -30,9 +30,13 @@ PACKAGES = ("repro", "method", "baselines", "evals", "reports", "slurm")
 # (unit, layer): the first unit whose prefix matches a module is its unit.
 UNITS = [
     ("repro.core", 0),
-    ("method", 1), ("evals", 1), ("reports", 1),
+    ("method", 1),
+    ("evals", 1),
+    ("reports", 1),
     ("baselines", 2),
-    ("repro.bench", 5), ("repro.cli", 6), ("repro.__main__", 7),
+    ("repro.bench", 5),
+    ("repro.cli", 6),
+    ("repro.__main__", 7),
     ("slurm", 4),
     ("repro", 3),
 ]
@@ -152,8 +156,13 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "pkg" / "c.py").write_text("from . import d\nif True:\n    import a\n")
     (tmp_path / "pkg" / "d.py").write_text("")
-    mods = {"a": tmp_path / "a.py", "b": tmp_path / "a.py", "pkg": tmp_path / "pkg" / "__init__.py",
-            "pkg.c": tmp_path / "pkg" / "c.py", "pkg.d": tmp_path / "pkg" / "d.py"}
+    mods = {
+        "a": tmp_path / "a.py",
+        "b": tmp_path / "a.py",
+        "pkg": tmp_path / "pkg" / "__init__.py",
+        "pkg.c": tmp_path / "pkg" / "c.py",
+        "pkg.d": tmp_path / "pkg" / "d.py",
+    }
     assert imports_of("a", mods["a"], mods) == {"b"}
     assert imports_of("pkg.c", mods["pkg.c"], mods) == {"pkg.d", "a"}
 

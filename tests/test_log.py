@@ -1,5 +1,6 @@
 """The suite's one logging and progress helper (repro/core/log.py): the line format, plain
 progress lines off a terminal (never a carriage return), a tqdm bar on one."""
+
 from __future__ import annotations
 
 import io
@@ -49,8 +50,11 @@ def test_plain_progress_respects_the_gap_and_the_heartbeat(capsys):
     quiet.set_postfix(loss="1.234")
     quiet.close()
     (only,) = _lines(capsys.readouterr().err)
-    assert re.fullmatch(r"\[cluster-repro\] fast: 10/10 ex \(100%\) in [\d.]+ s(, .*)?, "
-                        r"loss=1\.234", only), only
+    assert re.fullmatch(
+        r"\[cluster-repro\] fast: 10/10 ex \(100%\) in [\d.]+ s(, .*)?, "
+        r"loss=1\.234",
+        only,
+    ), only
     beat = PlainProgress(total=None, desc="slow", unit="step", min_gap_s=3600, every_s=0)
     beat.set_postfix(loss="2.5")
     beat.update()
@@ -65,9 +69,17 @@ def test_rates_read_well_from_slow_to_fast():
     from repro.core.log import _rate, format_seconds
 
     assert [_rate(r, "ex") for r in (2500.4, 12.34, 0.5, 0.002)] == [
-        "2,500 ex/s", "12.3 ex/s", "0.5 ex/s", "0.12 ex/min"]
+        "2,500 ex/s",
+        "12.3 ex/s",
+        "0.5 ex/s",
+        "0.12 ex/min",
+    ]
     assert [format_seconds(s) for s in (0.42, 12.4, 185, 7620)] == [
-        "0.4 s", "12 s", "3 min 05 s", "2 h 07 min"]
+        "0.4 s",
+        "12 s",
+        "3 min 05 s",
+        "2 h 07 min",
+    ]
 
 
 def test_disabled_progress_is_silent_but_still_iterates(capsys):

@@ -3,6 +3,7 @@
 The calibration points (the 7B ddp peak measured on an H200, CPU RSS of real training steps)
 are in docs/memory.md; these tests hold the plan to the GPU one and to what it must decide.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,8 +28,14 @@ def test_parameter_counts_match_the_published_models() -> None:
 def test_plan_is_within_10_percent_of_the_measured_7b_ddp_peak() -> None:
     """One worker of the recipe under ddp (Adafactor, 1,216 tokens, no checkpointing) peaked at
     78,265 MiB allocated on an H200 (issue 13)."""
-    plan = plan_memory(SHAPES["codellama-7b-python"], strategy="ddp", world_size=1, seq_len=1216,
-                       batch=1, optimizer="adafactor")
+    plan = plan_memory(
+        SHAPES["codellama-7b-python"],
+        strategy="ddp",
+        world_size=1,
+        seq_len=1216,
+        batch=1,
+        optimizer="adafactor",
+    )
     measured = 78_265 * 2**20
     assert plan.peak == pytest.approx(measured, rel=0.10)
     # ... and that does not leave room on an 80 GB GPU for the context and the allocator's slack.
@@ -59,11 +66,12 @@ def test_checkpointing_shrinks_activations_and_lora_shrinks_the_state() -> None:
 def test_shapes_come_from_hub_ids_builtins_and_local_config_json(tmp_path: Path) -> None:
     assert model_shape("codellama/CodeLlama-13b-Python-hf") == SHAPES["codellama-13b-python"]
     assert model_shape("tiny-random-llama", 32, 3).layers == 3
-    (tmp_path / "config.json").write_text('{"hidden_size": 128, "intermediate_size": 256, '
-                                          '"num_hidden_layers": 3, "num_attention_heads": 4, '
-                                          '"vocab_size": 1000, "tie_word_embeddings": true}')
-    assert model_shape(str(tmp_path)).params() == 3 * (4 * 128 * 128 + 3 * 128 * 256 + 256) \
-        + 1000 * 128 + 128
+    (tmp_path / "config.json").write_text(
+        '{"hidden_size": 128, "intermediate_size": 256, '
+        '"num_hidden_layers": 3, "num_attention_heads": 4, '
+        '"vocab_size": 1000, "tie_word_embeddings": true}'
+    )
+    assert model_shape(str(tmp_path)).params() == 3 * (4 * 128 * 128 + 3 * 128 * 256 + 256) + 1000 * 128 + 128
     assert model_shape("some-org/unknown-model") is None
 
 
@@ -76,15 +84,23 @@ def _memory_problems(cfg, profile) -> list:
 
 
 def test_launch_preflight_refuses_a_cell_over_the_gpu_memory_and_names_the_fix() -> None:
-    over = load_config(RECIPE, ["model.name_or_path=meta-llama/Llama-2-13b-hf", "train.strategy=ddp",
-                                "train.activation_checkpointing=false"])
+    over = load_config(
+        RECIPE,
+        [
+            "model.name_or_path=meta-llama/Llama-2-13b-hf",
+            "train.strategy=ddp",
+            "train.activation_checkpointing=false",
+        ],
+    )
     (problem,) = _memory_problems(over, _profile(80))
     assert problem.blocking and problem.key == "train.strategy"
     assert "more than gpu.memory_gb = 80" in problem.message
     assert "fits with train.strategy=fsdp" in problem.message
     # The recipe as shipped (fsdp + checkpointing) fits; without a stated memory nothing is checked.
-    assert _memory_problems(load_config(RECIPE, ["model.name_or_path=meta-llama/Llama-2-13b-hf"]),
-                            _profile(80)) == []
+    assert (
+        _memory_problems(load_config(RECIPE, ["model.name_or_path=meta-llama/Llama-2-13b-hf"]), _profile(80))
+        == []
+    )
     assert _memory_problems(over, _profile(None)) == []
     # Host memory: every worker loads the whole fp32 13B model (52 GB) before sharding it.
     host = ClusterProfile(mem_per_gpu_gb=48)
@@ -103,36 +119,52 @@ def test_launch_force_submits_a_cell_over_memory_but_not_other_problems(tmp_path
 
     prof = tmp_path / "p.yaml"
     prof.write_text(yaml.safe_dump({"gpu": {"memory_gb": 80}, "output_dir": str(tmp_path / "runs")}))
-    cmd = [sys.executable, "-m", "repro", "launch", str(CONFIGS / "grids" / "paper.yaml"),
-           "--profile", str(prof), "--dry-run", "--only", "seed=42", "--only",
-           "model=codellama-python-13b", "--only", "method=full", "train.strategy=ddp"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "repro",
+        "launch",
+        str(CONFIGS / "grids" / "paper.yaml"),
+        "--profile",
+        str(prof),
+        "--dry-run",
+        "--only",
+        "seed=42",
+        "--only",
+        "model=codellama-python-13b",
+        "--only",
+        "method=full",
+        "train.strategy=ddp",
+    ]
     plain = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert plain.returncode == 2, plain.stdout[-2000:] + plain.stderr[-2000:]
     assert "more than gpu.memory_gb = 80" in plain.stdout
-    assert "!" in next(l for l in plain.stdout.splitlines() if l.startswith("magicoder."))
+    assert "!" in next(ln for ln in plain.stdout.splitlines() if ln.startswith("magicoder."))
     forced = subprocess.run(cmd + ["--force"], capture_output=True, text=True, timeout=120)
     assert forced.returncode == 0, forced.stdout[-2000:] + forced.stderr[-2000:]
     # Still reported, as a note rather than an error.
-    assert any(l.strip().startswith("note") and "more than gpu.memory_gb = 80" in l
-               for l in forced.stdout.splitlines())
+    assert any(
+        ln.strip().startswith("note") and "more than gpu.memory_gb = 80" in ln
+        for ln in forced.stdout.splitlines()
+    )
 
 
 def test_validate_prints_the_memory_plan() -> None:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "repro", "validate", str(RECIPE)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "repro", "validate", str(RECIPE)], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
-    line = next(l for l in out.stdout.splitlines() if l.startswith("memory plan"))
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("memory plan"))
     cfg = load_config(RECIPE)
     assert f"GPU {plan_for_config(cfg).required_gib():.1f} GiB" in line
     assert "fsdp, world size 4, activation checkpointing" in line
 
 
 def test_plan_for_a_cpu_run_adds_the_process_and_the_load() -> None:
-    cfg = from_dict({}, ["model.name_or_path=tiny-random-llama", "world_size=2",
-                         "train.strategy=fsdp"])
+    cfg = from_dict({}, ["model.name_or_path=tiny-random-llama", "world_size=2", "train.strategy=fsdp"])
     plan = plan_for_config(cfg, device="cpu")
     assert plan is not None and plan.device == "cpu" and plan.process_overhead > 100 * 2**20
     assert plan.required_gib() == pytest.approx((plan.peak + plan.process_overhead) / GIB)
@@ -147,25 +179,60 @@ def test_bench_paper_step_runs_the_recipe_step_on_a_cut_shape_and_reports_json(t
     import sys
 
     out = tmp_path / "step.json"
-    p = subprocess.run([sys.executable, "-m", "repro", "bench", "paper-step", "--shape",
-                        "smollm2-135m", "--layers", "1", "--strategy", "fsdp",
-                        "--activation-checkpointing", "--world-size", "2", "--steps", "2",
-                        "--grad-accum", "2", "--seq-len", "32", "--feature-examples", "4",
-                        "--feature-batch", "2", "--out", str(out)],
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "repro",
+            "bench",
+            "paper-step",
+            "--shape",
+            "smollm2-135m",
+            "--layers",
+            "1",
+            "--strategy",
+            "fsdp",
+            "--activation-checkpointing",
+            "--world-size",
+            "2",
+            "--steps",
+            "2",
+            "--grad-accum",
+            "2",
+            "--seq-len",
+            "32",
+            "--feature-examples",
+            "4",
+            "--feature-batch",
+            "2",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(out.read_text())
-    assert res == json.loads(p.stdout[p.stdout.index("{"):])
+    assert res == json.loads(p.stdout[p.stdout.index("{") :])
     assert res["params"] == SHAPES["smollm2-135m"].params() - 29 * SHAPES["smollm2-135m"].layer_params()
     assert res["tokens_per_s"] == pytest.approx(2 * 2 * 32 / res["step_s"])
     assert res["mfu"] is None and res["device"] == "cpu"  # no bf16 peak to divide by on a CPU
     assert res["peak_memory_mib"] > 0 and 0.5 < res["plan_over_measured"] < 2.0
     assert res["features"]["examples"] == 4 and res["features"]["examples_per_s"] > 0
     assert res["selection_share_of_2_epoch_training"] > 0
-    bad = subprocess.run([sys.executable, "-m", "repro", "bench", "paper-step", "--shape", "llama-3"],
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "repro", "bench", "paper-step", "--shape", "llama-3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "invalid choice: 'llama-3'" in bad.stderr
-    bad = subprocess.run([sys.executable, "-m", "repro", "bench", "paper-step", "--shape",
-                          "llama-2-7b", "--world-size", "0"], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "repro", "bench", "paper-step", "--shape", "llama-2-7b", "--world-size", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "--world-size: expected an integer >= 1, got 0" in bad.stderr
     assert "Traceback" not in bad.stderr

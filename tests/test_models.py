@@ -1,5 +1,6 @@
 """Tests for repro.core.models: the tiny model and tokenizer, LoRA, state round-trips, the build lock,
 hub errors, and (marked `smollm2`) the real SmolLM2 conversion."""
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.core.config import LoraConfig, ModelConfig
 from repro.core import models as M
+from repro.core.config import LoraConfig, ModelConfig
 
 
 def _tiny_cfg(lora: bool = True, **kw) -> ModelConfig:
@@ -59,11 +60,18 @@ def test_tiny_size_follows_config():
         M.materialize_model(_tiny_cfg(tiny_hidden_size=30), seed=0)
 
 
-@pytest.mark.parametrize("text", [
-    "plain ascii", "  leading and trailing spaces  ", "line one\nline two\r\n\ttabbed\n\n",
-    "emoji 🙂👍🏽 and ZWJ 👨‍👩‍👧", "中文, العربية, Ελληνικά, naïve café", "code: def f(x):\n    return x**2  # ok",
-    "",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plain ascii",
+        "  leading and trailing spaces  ",
+        "line one\nline two\r\n\ttabbed\n\n",
+        "emoji 🙂👍🏽 and ZWJ 👨‍👩‍👧",
+        "中文, العربية, Ελληνικά, naïve café",
+        "code: def f(x):\n    return x**2  # ok",
+        "",
+    ],
+)
 def test_tokenizer_round_trips_utf8(text):
     _, tok = M.load_model_and_tokenizer(M.materialize_model(_tiny_cfg(), 0), _tiny_cfg(lora=False))
     ids = tok(text, add_special_tokens=True)["input_ids"]
@@ -173,7 +181,9 @@ def test_concurrent_materialize_builds_once(tmp_path, capfd):
     assert len(set(dirs)) == 1
     cache = tmp_path / "cache"
     assert sorted(p.name for p in cache.iterdir()) == [
-        ".tiny-random-llama-h64-l2-s5.lock", "tiny-random-llama-h64-l2-s5"]
+        ".tiny-random-llama-h64-l2-s5.lock",
+        "tiny-random-llama-h64-l2-s5",
+    ]
     assert (dirs[0] / ".complete").is_file()
     err = capfd.readouterr().err
     assert err.count("building tiny-random-llama") == 1, err
@@ -228,16 +238,16 @@ def test_smollm2_converts_generates_and_has_full_vocab(tmp_path_factory, monkeyp
     assert tok.pad_token is not None and tok.eos_token is not None
     assert not hasattr(model.config, "quantization_config")
 
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2+3?"}],
-                                     tokenize=False, add_generation_prompt=True)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 2+3?"}], tokenize=False, add_generation_prompt=True
+    )
     enc = tok(prompt, return_tensors="pt")
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=8, do_sample=False)
         assert out.shape[1] > enc["input_ids"].shape[1]
-        print("SmolLM2 says:", repr(tok.decode(out[0, enc["input_ids"].shape[1]:])))
+        print("SmolLM2 says:", repr(tok.decode(out[0, enc["input_ids"].shape[1] :])))
         # Real weights, not a random init: English is far likelier than uniform (ln 49152 = 10.8).
-        text = tok("The capital of France is Paris. It is a large city in Europe.",
-                   return_tensors="pt")
+        text = tok("The capital of France is Paris. It is a large city in Europe.", return_tensors="pt")
         loss = model(**text, labels=text["input_ids"]).loss.item()
     assert loss < 5.0, loss
     # LoRA wraps the real model too (q_proj, v_proj at r=8: 30 layers x (576*8*2 + 8*(576+192))).

@@ -2,6 +2,7 @@
 `data.chat_template`: the dry-run plan, the chat prompts, and one cell's pipeline on CPU with the
 tiny model standing in for the hub model. (Every shipped grid also goes through the expansion and
 preflight tests of test_slurm_grid.py and test_preflight.py.)"""
+
 from __future__ import annotations
 
 import csv
@@ -21,8 +22,10 @@ from tests.conftest import CONFIGS
 GRID = CONFIGS / "grids" / "newer-models.yaml"
 # A ChatML template, the form of Qwen2.5's (whose tokenizer is not available offline); the tiny
 # model's byte-level tokenizer carries it here.
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def test_grid_cells_models_and_prompt_templates() -> None:
@@ -30,9 +33,12 @@ def test_grid_cells_models_and_prompt_templates() -> None:
     # 3 datasets x 4 models x (full + CluSTER at 3 ratios) x 3 seeds at 4 GPUs, and the 8-GPU
     # scaling runs of Magicoder with Qwen2.5-7B.
     assert len(cells) == 3 * 4 * 4 * 3 + 4 * 3
-    expect = {"qwen25-7b": ("Qwen/Qwen2.5-7B", True), "qwen25-14b": ("Qwen/Qwen2.5-14B", True),
-              "llama31-8b": ("meta-llama/Llama-3.1-8B", False),
-              "mistral-7b-v03": ("mistralai/Mistral-7B-v0.3", False)}
+    expect = {
+        "qwen25-7b": ("Qwen/Qwen2.5-7B", True),
+        "qwen25-14b": ("Qwen/Qwen2.5-14B", True),
+        "llama31-8b": ("meta-llama/Llama-3.1-8B", False),
+        "mistral-7b-v03": ("mistralai/Mistral-7B-v0.3", False),
+    }
     for c in cells.values():
         cfg = c.config()
         name, chat = expect[c.axes["model"]]
@@ -48,16 +54,26 @@ def test_grid_cells_models_and_prompt_templates() -> None:
 def test_dry_run_plans_memory_and_gpu_hours(tmp_path: Path, capsys) -> None:
     from repro.cli import main
 
-    rc = main(["launch", str(GRID), "--dry-run", "--profile",
-               str(CONFIGS / "clusters" / "example.yaml"), "--output-dir", str(tmp_path),
-               "--only", "seed=42"])
+    rc = main(
+        [
+            "launch",
+            str(GRID),
+            "--dry-run",
+            "--profile",
+            str(CONFIGS / "clusters" / "example.yaml"),
+            "--output-dir",
+            str(tmp_path),
+            "--only",
+            "seed=42",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0, out[-3000:]
     assert "52 cells, 0 done, 52 to run" in out
     assert "the 52 cells to run passed every check" in out
     total = float(out.split("GPU-hours (estimate): training ")[1].split()[0].replace(",", ""))
     assert total > 0
-    row = next(l for l in out.splitlines() if l.startswith("medinstruct.qwen25-14b.full.ws4.s42"))
+    row = next(ln for ln in out.splitlines() if ln.startswith("medinstruct.qwen25-14b.full.ws4.s42"))
     gib = float(row.split()[7])  # the memory plan's GiB per GPU, within the profile's 80
     assert 20 < gib <= 80 and "!" not in row
     assert not any(tmp_path.iterdir()), "a dry run must not write anything"
@@ -71,8 +87,9 @@ def chat_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from repro.core.models import materialize_model
 
     tmp = tmp_path_factory.mktemp("chat-model")
-    src = materialize_model(ModelConfig(name_or_path="tiny-random-llama",
-                                        lora=LoraConfig(enabled=False)), seed=0)
+    src = materialize_model(
+        ModelConfig(name_or_path="tiny-random-llama", lora=LoraConfig(enabled=False)), seed=0
+    )
     shutil.copytree(src, tmp / "tiny-chat")
     tok = AutoTokenizer.from_pretrained(tmp / "tiny-chat")
     tok.chat_template = CHATML
@@ -85,12 +102,14 @@ def test_chat_prompts_wrap_the_user_turn_once(chat_model: Path) -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(chat_model)
-    assert chat_prompt(tok, "Add 2 and 3.") == ("<|im_start|>user\nAdd 2 and 3.<|im_end|>\n"
-                                                "<|im_start|>assistant\n")
+    assert chat_prompt(tok, "Add 2 and 3.") == (
+        "<|im_start|>user\nAdd 2 and 3.<|im_end|>\n<|im_start|>assistant\n"
+    )
     # A tokenizer that adds BOS by itself, with a template that starts with it (Llama, Mistral):
     # the text drops it, so the encoded prompt holds one BOS.
     tok._tokenizer.post_processor = processors.TemplateProcessing(
-        single="<|bos|> $A", special_tokens=[("<|bos|>", tok.bos_token_id)])
+        single="<|bos|> $A", special_tokens=[("<|bos|>", tok.bos_token_id)]
+    )
     tok.chat_template = "{{ bos_token }}" + CHATML
     text = chat_prompt(tok, "Hi")
     assert text == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
@@ -106,19 +125,28 @@ def test_chat_prompts_wrap_the_user_turn_once(chat_model: Path) -> None:
 
 
 def test_a_qwen_cell_runs_end_to_end_with_the_tiny_model_standing_in(
-        chat_model: Path, shared_data: Path, tmp_path: Path) -> None:
+    chat_model: Path, shared_data: Path, tmp_path: Path
+) -> None:
     """magicoder.qwen25-7b.full.ws4.s42 as the grid makes it (the recipe: fsdp over 4 workers,
     Adafactor, activation checkpointing, the chat template), with the tiny chat model for
     Qwen2.5-7B, 64 CodeAlpaca rows in Magicoder's format for the hub's Magicoder-OSS-Instruct, one
     optimizer step and no benchmarks."""
     from repro.pipeline import run_experiment
 
-    grid = load_grid(GRID, [f"output_dir={tmp_path}", f"model.name_or_path={chat_model}",
-                            f"data_dir={shared_data}",
-                            "data.sources=[{path: codealpaca/code_alpaca_2k.json, "
-                            "format: magicoder, limit: 64}]",
-                            "data.max_length=512", "data.on_bad_row=skip",
-                            "train.global_batch_size=8", "train.max_steps=1", "eval.benchmarks=[]"])
+    grid = load_grid(
+        GRID,
+        [
+            f"output_dir={tmp_path}",
+            f"model.name_or_path={chat_model}",
+            f"data_dir={shared_data}",
+            "data.sources=[{path: codealpaca/code_alpaca_2k.json, format: magicoder, limit: 64}]",
+            "data.max_length=512",
+            "data.on_bad_row=skip",
+            "train.global_batch_size=8",
+            "train.max_steps=1",
+            "eval.benchmarks=[]",
+        ],
+    )
     cell = next(c for c in grid.cells if c.id == "magicoder.qwen25-7b.full.ws4.s42")
     cfg = cell.config()
     assert cfg.data.chat_template and cfg.world_size == 4 and cfg.train.strategy == "fsdp"
@@ -140,8 +168,7 @@ def test_a_qwen_cell_runs_end_to_end_with_the_tiny_model_standing_in(
     assert rows and {r["status"] for r in rows} == {"ok"}
 
 
-def test_hub_downloads_skip_mistral_format_weights(monkeypatch: pytest.MonkeyPatch,
-                                                   tmp_path: Path) -> None:
+def test_hub_downloads_skip_mistral_format_weights(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The hub cannot be reached here: snapshot_download is replaced by a recorder that returns a
     folder with transformers shards, and the test checks what models.py asks for."""
     import huggingface_hub

@@ -71,8 +71,8 @@ def test_an_unknown_config_name_lists_the_shipped_ones() -> None:
 def test_every_shipped_config_loads_with_its_loader() -> None:
     """`ls configs` names each kind of file; each loads by name (experiment configs, run lists,
     grids, cluster profiles), so a shipped file that stopped parsing fails here."""
-    from repro.experiments.runlists import load_run_list
     from repro.experiments.grids import load_grid
+    from repro.experiments.runlists import load_run_list
     from slurm.profile import load_profile
 
     names = shipped_configs()

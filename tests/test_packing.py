@@ -4,6 +4,7 @@ the budget and the rank weights per worker; C = 1 is the method as before.
 The selector runs here on features written to its cache file (what the feature pass writes), so
 no model runs: the feature pass itself is tested in test_cluster_selector.py and test_features.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,7 @@ def test_split_budget_is_proportional_with_largest_remainders() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(k=st.integers(1, 6), c=st.integers(1, 4), r=st.sampled_from([100, 75, 50, 10]),
-       data=st.data())
+@given(k=st.integers(1, 6), c=st.integers(1, 4), r=st.sampled_from([100, 75, 50, 10]), data=st.data())
 def test_split_budget_keeps_m_adj_per_worker_within_each_cluster(k, c, r, data) -> None:
     sizes = np.array(data.draw(st.lists(st.integers(1, 300), min_size=k * c, max_size=k * c)))
     p = pack_clusters(sizes, k)
@@ -111,17 +111,24 @@ def features_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pool, Path, 
     work = tmp_path_factory.mktemp("packing")
     X = _blobs(N, D, 6, 3)
     np.save(work / "features.npy", X)
-    (work / "features.json").write_text(json.dumps({"n": N, "dim": D, "seconds": 0.0,
-                                                    "feature_type": "gradient-proxy"}))
-    pool = Pool([Example(id=f"ex-{i:03d}", prompt="p", response="r", source="t")
-                 for i in range(N)])
+    (work / "features.json").write_text(
+        json.dumps({"n": N, "dim": D, "seconds": 0.0, "feature_type": "gradient-proxy"})
+    )
+    pool = Pool([Example(id=f"ex-{i:03d}", prompt="p", response="r", source="t") for i in range(N)])
     return pool, work, X
 
 
 def _select(features_run, **params):
     pool, work, _ = features_run
-    cfg = from_dict({}, [f"world_size={K}", "train.per_device_batch_size=1",
-                         f"train.global_batch_size={K}", "selection.method=cluster"])
+    cfg = from_dict(
+        {},
+        [
+            f"world_size={K}",
+            "train.per_device_batch_size=1",
+            f"train.global_batch_size={K}",
+            "selection.method=cluster",
+        ],
+    )
     selector = SELECTORS.create("cluster", {"ratio": 50, **params}, "selection.params")
     ctx = SelectionContext(config=cfg, seed=5, world_size=K, workdir=work)
     return selector.select(pool, None, ctx)
@@ -198,7 +205,10 @@ def test_merge_keeps_cluster_order_within_a_worker() -> None:
 
 def test_clusters_per_worker_must_be_a_positive_integer() -> None:
     for bad in (0, -2, 1.5, "2", True):
-        with pytest.raises(ConfigError, match=r"^selection\.params\.clusters_per_worker: .* is "
-                                              r"not an integer >= 1"):
+        with pytest.raises(
+            ConfigError,
+            match=r"^selection\.params\.clusters_per_worker: .* is "
+            r"not an integer >= 1",
+        ):
             SELECTORS.create("cluster", {"clusters_per_worker": bad}, "selection.params")
     assert SELECTORS.create("cluster", {}, "selection.params").clusters_per_worker == 1

@@ -1,5 +1,6 @@
 """Preflight (repro/preflight.py): what would fail only after training is found before anything
 runs, in every shipped grid, run list and config, and by validate, run, grid and launch."""
+
 from __future__ import annotations
 
 import importlib
@@ -9,16 +10,17 @@ from pathlib import Path
 import pytest
 
 from repro.core.config import ConfigError, from_dict, load_config
-from repro.preflight import CheckContext, Problem, PreflightError, preflight, require_clean
 from repro.core.registry import SELECTORS
 from repro.experiments.grids import load_grid
+from repro.preflight import CheckContext, PreflightError, Problem, preflight, require_clean
 from slurm.profile import ClusterProfile, load_profile
 from tests.conftest import CONFIGS
 
 GRIDS = sorted((CONFIGS / "grids").glob("*.yaml"))
 RUN_LISTS = sorted((CONFIGS / "runs").glob("*.yaml"))
-CONFIG_FILES = sorted([*CONFIGS.glob("*.yaml"), *(CONFIGS / "mini").glob("*.yaml"),
-                       *(CONFIGS / "paper").glob("*.yaml")])
+CONFIG_FILES = sorted(
+    [*CONFIGS.glob("*.yaml"), *(CONFIGS / "mini").glob("*.yaml"), *(CONFIGS / "paper").glob("*.yaml")]
+)
 
 
 def _errors(problems: list[Problem]) -> list[str]:
@@ -51,16 +53,21 @@ def data_env(shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_the_shipped_files_are_all_found() -> None:
     names = {p.relative_to(CONFIGS).as_posix() for p in [*GRIDS, *RUN_LISTS, *CONFIG_FILES]}
-    assert {"grids/paper.yaml", "grids/paper-baselines.yaml", "runs/demo-ablation.yaml",
-            "demo.yaml", "mini/medical.yaml", "paper/recipe.yaml"} <= names
+    assert {
+        "grids/paper.yaml",
+        "grids/paper-baselines.yaml",
+        "runs/demo-ablation.yaml",
+        "demo.yaml",
+        "mini/medical.yaml",
+        "paper/recipe.yaml",
+    } <= names
 
 
 @pytest.mark.parametrize("path", GRIDS, ids=lambda p: p.name)
 def test_every_cell_of_every_shipped_grid_passes_preflight(path: Path, data_env: Path) -> None:
     prof = load_profile(CONFIGS / "clusters" / "example.yaml")
     grid = load_grid(path)
-    bad = {c.id: _errors(preflight(c.check_config(), CheckContext(profile=prof)))
-           for c in grid.cells}
+    bad = {c.id: _errors(preflight(c.check_config(), CheckContext(profile=prof))) for c in grid.cells}
     assert not {k: v for k, v in bad.items() if v}
     assert len(bad) == len(grid.cells) > 0
 
@@ -82,8 +89,7 @@ def test_the_paper_grids_name_the_medical_benchmarks_as_the_suite_does(data_env:
     from evals.run import BENCHMARKS
 
     for name in ("paper.yaml", "paper-baselines.yaml"):
-        med = [c for c in load_grid(CONFIGS / "grids" / name).cells
-               if c.axes["dataset"] == "medinstruct"]
+        med = [c for c in load_grid(CONFIGS / "grids" / name).cells if c.axes["dataset"] == "medinstruct"]
         assert med and all(set(c.check_config().eval.benchmarks) <= set(BENCHMARKS) for c in med)
 
 
@@ -94,12 +100,12 @@ def test_benchmark_names_get_a_did_you_mean() -> None:
     problems = preflight(_quick("eval.benchmarks=[medqa_4options,medmcq,hellaswag,medical]"))
     errs = _errors(problems)
     assert len(errs) == 3  # the alias `medical` is fine
-    assert errs[0].startswith("eval.benchmarks[0]: unknown benchmark 'medqa_4options'; did you "
-                              "mean 'medqa' (this suite's name for lm-eval's medqa_4options)?")
-    assert errs[1].startswith("eval.benchmarks[1]: unknown benchmark 'medmcq'; did you mean "
-                              "'medmcqa'?")
-    assert errs[2].startswith("eval.benchmarks[2]: unknown benchmark 'hellaswag' (known: "
-                              "humaneval, ")
+    assert errs[0].startswith(
+        "eval.benchmarks[0]: unknown benchmark 'medqa_4options'; did you "
+        "mean 'medqa' (this suite's name for lm-eval's medqa_4options)?"
+    )
+    assert errs[1].startswith("eval.benchmarks[1]: unknown benchmark 'medmcq'; did you mean 'medmcqa'?")
+    assert errs[2].startswith("eval.benchmarks[2]: unknown benchmark 'hellaswag' (known: humaneval, ")
 
 
 def test_missing_benchmark_data_is_a_note_not_an_error(tmp_path: Path) -> None:
@@ -111,34 +117,38 @@ def test_missing_benchmark_data_is_a_note_not_an_error(tmp_path: Path) -> None:
 
 
 def test_selector_and_allocator_names_get_a_did_you_mean() -> None:
-    errs = _errors(preflight(_quick("selection.method=clusterr",
-                                    "allocation.method=cluster-interleav")))
-    assert errs[0].startswith("selection.method: unknown selector 'clusterr'. Did you mean "
-                              "'cluster'?")
-    assert errs[1].startswith("allocation.method: unknown allocator 'cluster-interleav'. Did "
-                              "you mean 'cluster-interleave'?")
+    errs = _errors(preflight(_quick("selection.method=clusterr", "allocation.method=cluster-interleav")))
+    assert errs[0].startswith("selection.method: unknown selector 'clusterr'. Did you mean 'cluster'?")
+    assert errs[1].startswith(
+        "allocation.method: unknown allocator 'cluster-interleav'. Did you mean 'cluster-interleave'?"
+    )
 
 
 def test_selector_params_are_checked_against_the_selector() -> None:
     errs = _errors(preflight(_quick("selection.method=cluster", "selection.params.ratoi=50")))
     assert len(errs) == 1
-    assert errs[0].startswith("selection.params.ratoi: selector 'cluster' takes no parameter "
-                              "'ratoi'; did you mean selection.params.ratio? (it takes: ratio, ")
+    assert errs[0].startswith(
+        "selection.params.ratoi: selector 'cluster' takes no parameter "
+        "'ratoi'; did you mean selection.params.ratio? (it takes: ratio, "
+    )
     assert "feature_batch_size" in errs[0]
     errs = _errors(preflight(_quick("selection.method=cluster", "selection.params.prune=closest")))
-    assert errs == ["selection.params.prune: 'closest' is not one of close, far, rand, mix, big, "
-                    "none"]
+    assert errs == ["selection.params.prune: 'closest' is not one of close, far, rand, mix, big, none"]
 
 
 def test_plugin_selectors_must_import_and_be_classes_with_select() -> None:
     ok = _quick(f"selection.method={__name__}:GoodSelector")
     assert _errors(preflight(ok)) == []
     errs = _errors(preflight(_quick(f"selection.method={__name__}:not_a_class")))
-    assert len(errs) == 1 and "not a selector class: expected a class with a select() method" \
-        in errs[0] and errs[0].startswith("selection.method: ")
+    assert (
+        len(errs) == 1
+        and "not a selector class: expected a class with a select() method" in errs[0]
+        and errs[0].startswith("selection.method: ")
+    )
     errs = _errors(preflight(_quick("allocation.method=no_such_module:Alloc")))
-    assert errs == ["allocation.method: allocator 'no_such_module:Alloc': cannot import: No "
-                    "module named 'no_such_module'"]
+    assert errs == [
+        "allocation.method: allocator 'no_such_module:Alloc': cannot import: No module named 'no_such_module'"
+    ]
 
 
 def test_entry_point_plugins_count_and_are_checked(tmp_path: Path, monkeypatch) -> None:
@@ -146,14 +156,17 @@ def test_entry_point_plugins_count_and_are_checked(tmp_path: Path, monkeypatch) 
     function; the class passes, the function is named as not a selector class."""
     pkg = tmp_path / "acme_pf"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("class Keep:\n    def select(self, pool, budget, ctx):\n"
-                                     "        return None\n\ndef keep(pool, budget, ctx):\n"
-                                     "    return None\n")
+    (pkg / "__init__.py").write_text(
+        "class Keep:\n    def select(self, pool, budget, ctx):\n"
+        "        return None\n\ndef keep(pool, budget, ctx):\n"
+        "    return None\n"
+    )
     dist = tmp_path / "acme_pf-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-pf\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(
-        "[cluster_repro.selectors]\nacme-keep = acme_pf:Keep\nacme-fn = acme_pf:keep\n")
+        "[cluster_repro.selectors]\nacme-keep = acme_pf:Keep\nacme-fn = acme_pf:keep\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
     try:
@@ -175,23 +188,26 @@ def test_missing_data_files_are_named(tmp_path: Path, monkeypatch) -> None:
         f"data.sources[1].path: file '{tmp_path / 'sub' / 'nope.json'}' not found ('sub/nope.json' "
         "relative to the data directory from data_dir)",
         f"data.sources[1].exclude_ids_file: file '{tmp_path / 'ids.json'}' not found ('ids.json' "
-        "relative to the data directory from data_dir)"]
+        "relative to the data directory from data_dir)",
+    ]
     monkeypatch.delenv("CLUSTER_REPRO_DATA", raising=False)
     errs = _errors(preflight(_quick("data.sources=[{path: pool.jsonl}]")))
-    assert errs == ["data.sources[0].path: 'pool.jsonl' is relative, but no data directory is "
-                    "set: set the config key data_dir or the environment variable "
-                    "CLUSTER_REPRO_DATA"]
+    assert errs == [
+        "data.sources[0].path: 'pool.jsonl' is relative, but no data directory is "
+        "set: set the config key data_dir or the environment variable "
+        "CLUSTER_REPRO_DATA"
+    ]
     errs = _errors(preflight(_quick("data.sources=[{path: pool.csv}]")))
     assert errs[0].startswith("data.sources[0].path: 'pool.csv': expected 'demo', 'hf:<hub id>'")
 
 
-def test_hub_sources_are_a_note_and_the_profile_env_sets_the_data_dir(tmp_path: Path,
-                                                                     monkeypatch) -> None:
+def test_hub_sources_are_a_note_and_the_profile_env_sets_the_data_dir(tmp_path: Path, monkeypatch) -> None:
     problems = preflight(_quick("data.sources=[{path: 'hf:org/set'}]"))
     assert _errors(problems) == []
     assert [str(p) for p in problems] == [
         "data.sources[0].path: hf:org/set: a hub dataset, not checked here (it is fetched when "
-        "the pool stage runs)"]
+        "the pool stage runs)"
+    ]
     # A launched job sees the profile's env: data is looked for where the job will look.
     monkeypatch.delenv("CLUSTER_REPRO_DATA", raising=False)
     (tmp_path / "pool.jsonl").write_text("{}\n")
@@ -203,8 +219,10 @@ def test_hub_sources_are_a_note_and_the_profile_env_sets_the_data_dir(tmp_path: 
 
 def test_a_ratio_given_as_a_fraction_asks_for_the_percentage() -> None:
     errs = _errors(preflight(_quick("selection.method=cluster", "selection.params.ratio=0.5")))
-    assert errs == ["selection.params.ratio: 0.5 looks like a fraction; it is a percentage (0-100, "
-                    "unlike selection.fraction's 0-1 share), did you mean 50?"]
+    assert errs == [
+        "selection.params.ratio: 0.5 looks like a fraction; it is a percentage (0-100, "
+        "unlike selection.fraction's 0-1 share), did you mean 50?"
+    ]
     errs = _errors(preflight(_quick("selection.method=cluster", "selection.params.ratio=0.75")))
     assert errs[0].endswith("did you mean 75?")
     assert preflight(_quick("selection.method=cluster", "selection.params.ratio=50")) == []
@@ -215,30 +233,39 @@ def test_a_ratio_given_as_a_fraction_asks_for_the_percentage() -> None:
 def test_batches_budget_and_world_size_against_the_profile() -> None:
     with pytest.raises(ConfigError, match="eval.limit: expected a number of items >= 1"):
         _quick("eval.limit=0")  # refused at load (repro/core/config.py)
-    errs = _errors(preflight(_quick("selection.method=random",
-                                    "selection.n=500", "selection.params.seed_offset=1")))
-    assert errs == ["selection.n: 500 is larger than the pool can be (at most 96 examples from "
-                    "data.sources); use at most 96 or selection.fraction"]
-    errs = _errors(preflight(_quick("selection.method=cluster",
-                                    "selection.params.feature_batch_size=0")))
-    assert errs == ["selection.params.feature_batch_size: 0: expected an integer >= 1 (examples "
-                    "per feature batch)"]
+    errs = _errors(
+        preflight(_quick("selection.method=random", "selection.n=500", "selection.params.seed_offset=1"))
+    )
+    assert errs == [
+        "selection.n: 500 is larger than the pool can be (at most 96 examples from "
+        "data.sources); use at most 96 or selection.fraction"
+    ]
+    errs = _errors(preflight(_quick("selection.method=cluster", "selection.params.feature_batch_size=0")))
+    assert errs == [
+        "selection.params.feature_batch_size: 0: expected an integer >= 1 (examples per feature batch)"
+    ]
     errs = _errors(preflight(_quick("data.demo_train_size=16")))
-    assert errs == ["data.demo_train_size: 16: the generated demo pool needs >= 24 (2 per "
-                    "category)"]
+    assert errs == ["data.demo_train_size: 16: the generated demo pool needs >= 24 (2 per category)"]
     cfg = _quick("world_size=6", "train.global_batch_size=12")
     assert _errors(preflight(cfg)) == []  # no profile: nothing to fit
     errs = _errors(preflight(cfg, CheckContext(profile=ClusterProfile(name="p", gpus_per_node=4))))
-    assert errs == ["world_size: world_size 6 is not a multiple of the profile 'p''s "
-                    "gpus_per_node 4: a job must fill whole nodes"]
+    assert errs == [
+        "world_size: world_size 6 is not a multiple of the profile 'p''s "
+        "gpus_per_node 4: a job must fill whole nodes"
+    ]
 
 
 def test_require_clean_names_every_config_with_a_problem() -> None:
     good = _quick()
     bad = _quick("selection.method=clusterr")
     with pytest.raises(PreflightError) as e:
-        require_clean([("a.yaml", good), ("b.yaml", bad), ("c.yaml", from_dict(
-            {}, ["eval.benchmarks=[hellaswag]", "data.sources=[{path: demo}]"]))])
+        require_clean(
+            [
+                ("a.yaml", good),
+                ("b.yaml", bad),
+                ("c.yaml", from_dict({}, ["eval.benchmarks=[hellaswag]", "data.sources=[{path: demo}]"])),
+            ]
+        )
     msg = str(e.value)
     assert msg.startswith("2 problem(s) in 2 of 3 config(s), found before anything ran:")
     assert "  error  b.yaml: selection.method: unknown selector 'clusterr'" in msg
@@ -272,41 +299,54 @@ def test_validate_run_and_grid_refuse_before_any_stage(tmp_path: Path, cli) -> N
     assert rc == 0 and out.startswith("config_hash: ")
 
     for cmd in ("run", "select"):
-        rc, _, err = cli(cmd, quick, f"output_dir={tmp_path}", "selection.method=cluster",
-                         "selection.params.ratio=0.5")
+        rc, _, err = cli(
+            cmd, quick, f"output_dir={tmp_path}", "selection.method=cluster", "selection.params.ratio=0.5"
+        )
         assert rc == 2
-        assert "selection.params.ratio: 0.5 looks like a fraction; it is a percentage (0-100, " \
-               "unlike selection.fraction's 0-1 share), did you mean 50?" in err
+        assert (
+            "selection.params.ratio: 0.5 looks like a fraction; it is a percentage (0-100, "
+            "unlike selection.fraction's 0-1 share), did you mean 50?" in err
+        )
         assert not any(tmp_path.iterdir()), "nothing may run"
 
     runs = tmp_path / "runs.yaml"
-    runs.write_text(f"base: {quick}\nruns:\n  - {{label: ok, overrides: [selection.method=full]}}\n"
-                    "  - label: typo\n    overrides: ['eval.benchmarks=[medqa_4options]']\n")
+    runs.write_text(
+        f"base: {quick}\nruns:\n  - {{label: ok, overrides: [selection.method=full]}}\n"
+        "  - label: typo\n    overrides: ['eval.benchmarks=[medqa_4options]']\n"
+    )
     rc, _, err = cli("grid", str(runs), f"output_dir={tmp_path / 'out'}")
     assert rc == 2
-    assert f"{runs} run typo: eval.benchmarks[0]: unknown benchmark 'medqa_4options'; did you " \
-           "mean 'medqa'" in err
+    assert (
+        f"{runs} run typo: eval.benchmarks[0]: unknown benchmark 'medqa_4options'; did you "
+        "mean 'medqa'" in err
+    )
     assert not (tmp_path / "out").exists(), "not even the first, good run may start"
 
 
 def test_launch_lists_each_cells_problems_and_submits_nothing(tmp_path: Path, cli) -> None:
     grid = tmp_path / "grid.yaml"
-    grid.write_text(f"base: {(CONFIGS / 'demo-quick.yaml').as_posix()}\nname: t\n"
-                    "datasets: {demo: {}}\nmodels: {tiny: {}}\n"
-                    "methods:\n  full: {overrides: [selection.method=full]}\n"
-                    "  mine: {overrides: [selection.method=no-such-selector]}\n"
-                    "  cl: {overrides: [selection.method=cluster, allocation.method=cluster-interleave],"
-                    " ratios: [0.5, 50]}\n"
-                    "world_sizes: [1]\nseeds: [1]\n")
+    grid.write_text(
+        f"base: {(CONFIGS / 'demo-quick.yaml').as_posix()}\nname: t\n"
+        "datasets: {demo: {}}\nmodels: {tiny: {}}\n"
+        "methods:\n  full: {overrides: [selection.method=full]}\n"
+        "  mine: {overrides: [selection.method=no-such-selector]}\n"
+        "  cl: {overrides: [selection.method=cluster, allocation.method=cluster-interleave],"
+        " ratios: [0.5, 50]}\n"
+        "world_sizes: [1]\nseeds: [1]\n"
+    )
     out = tmp_path / "out"
     rc, out_text, err = cli("launch", str(grid), "--dry-run", "--output-dir", str(out))
     assert rc == 2, err[-2000:]
     assert "Preflight: 2 of 4 cells to run have problems; a launch refuses to submit" in out_text
-    assert "  error  cell demo.tiny.mine.ws1.s1: selection.method: unknown selector " \
-           "'no-such-selector'" in out_text
-    assert "  error  cell demo.tiny.cl-r0.5.ws1.s1: selection.params.ratio: 0.5 looks like a " \
-           "fraction; it is a percentage (0-100, unlike selection.fraction's 0-1 share), did you " \
-           "mean 50?" in out_text
+    assert (
+        "  error  cell demo.tiny.mine.ws1.s1: selection.method: unknown selector "
+        "'no-such-selector'" in out_text
+    )
+    assert (
+        "  error  cell demo.tiny.cl-r0.5.ws1.s1: selection.params.ratio: 0.5 looks like a "
+        "fraction; it is a percentage (0-100, unlike selection.fraction's 0-1 share), did you "
+        "mean 50?" in out_text
+    )
     assert "demo.tiny.full.ws1.s1" in out_text.split("Preflight:")[0]  # the plan is still shown
     rc, _, err = cli("launch", str(grid), "--cluster", "local", "--output-dir", str(out))
     assert rc == 2

@@ -1,4 +1,5 @@
 """Registries, the first selectors and the standard allocator."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,8 +30,11 @@ def test_builtins_are_registered_and_satisfy_the_protocols() -> None:
 def test_unknown_names_and_params_get_suggestions() -> None:
     with pytest.raises(ConfigError, match=r"unknown selector 'randm'\. Did you mean 'random'"):
         SELECTORS.get("randm")
-    with pytest.raises(ConfigError, match=r"selection\.params\.seed_ofset.*did you mean "
-                                          r"selection\.params\.seed_offset"):
+    with pytest.raises(
+        ConfigError,
+        match=r"selection\.params\.seed_ofset.*did you mean "
+        r"selection\.params\.seed_offset",
+    ):
         SELECTORS.create("random", {"seed_ofset": 1}, "selection.params")
     with pytest.raises(ConfigError, match="cannot import"):
         SELECTORS.get("no_such_module_xyz:Thing")
@@ -76,8 +80,7 @@ def test_uniform_shuffle_matches_distributed_sampler() -> None:
     from torch.utils.data import DistributedSampler
 
     ids = [f"x{i}" for i in range(23)]
-    sched = ALLOCATORS.create("uniform-shuffle", {}, "k").allocate(Selection(ids=ids), 4, seed=7,
-                                                                    epochs=2)
+    sched = ALLOCATORS.create("uniform-shuffle", {}, "k").allocate(Selection(ids=ids), 4, seed=7, epochs=2)
     for epoch in range(2):
         for rank in range(4):
             s = DistributedSampler(list(range(23)), num_replicas=4, rank=rank, shuffle=True, seed=7)
@@ -114,7 +117,8 @@ def test_a_third_party_selector_registers_through_its_entry_point(tmp_path: Path
         "class FirstN:\n"
         "    '''Keeps the first `budget` examples.'''\n"
         "    def select(self, pool, budget, ctx):\n"
-        "        return Selection(ids=pool.ids[:budget])\n")
+        "        return Selection(ids=pool.ids[:budget])\n"
+    )
     dist = tmp_path / "acme_select-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-select\nVersion: 0.1\n")

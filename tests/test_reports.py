@@ -4,6 +4,7 @@ make_fixture.py: synthetic, seeded rows shaped like the pipeline's, plus per-ite
 Numbers in the tables are checked against values computed here straight from the CSV rows with
 the csv module (not through reports/), so a wrong grouping, scale or average fails.
 """
+
 from __future__ import annotations
 
 import csv
@@ -22,9 +23,19 @@ from reports.load import ReportInputError
 from tests.conftest import REPO
 
 FIXTURE = REPO / "tests" / "data" / "reports"
-TABLES = ("main_compact_code", "main_compact_demo", "main", "differences", "overhead",
-          "ablation_weighting", "ablation_choice", "ablation_allocator_selector",
-          "ablation_workers", "balance", "reported")
+TABLES = (
+    "main_compact_code",
+    "main_compact_demo",
+    "main",
+    "differences",
+    "overhead",
+    "ablation_weighting",
+    "ablation_choice",
+    "ablation_allocator_selector",
+    "ablation_workers",
+    "balance",
+    "reported",
+)
 DRAWN: dict[str, object] = {}  # figure name -> the matplotlib Figure the fixture report drew
 
 
@@ -89,7 +100,8 @@ def _report_of(rows: list[dict[str, str]], tmp_path: Path, figures: bool = False
 
 
 def test_every_table_and_figure_is_written_and_regenerating_is_identical(
-        report: Path, tmp_path: Path) -> None:
+    report: Path, tmp_path: Path
+) -> None:
     for t in TABLES:
         for ext in ("md", "tex", "csv"):
             assert (report / "tables" / f"{t}.{ext}").stat().st_size > 100, (t, ext)
@@ -111,30 +123,43 @@ def test_every_table_and_figure_is_written_and_regenerating_is_identical(
 def test_table_numbers_equal_the_rows(report: Path) -> None:
     rows = _rows()
     demo4 = dict(dataset="demo", world_size="4")
-    cl = _runs(rows, method="cluster", selection_params='{"ratio":50}',
-               allocator="cluster-interleave", weight_mode="rank", **demo4)
+    cl = _runs(
+        rows,
+        method="cluster",
+        selection_params='{"ratio":50}',
+        allocator="cluster-interleave",
+        weight_mode="rank",
+        **demo4,
+    )
     full = _runs(rows, method="full", **demo4)
     assert len(cl) == 2 and len(full) == 2  # two seeds each
     main = _table_csv(report, "main")
-    row = _find(main, setting="demo · tiny-random-llama", method="cluster r=0.5",
-                allocator="cluster-interleave", weights="rank", workers="4")
+    row = _find(
+        main,
+        setting="demo · tiny-random-llama",
+        method="cluster r=0.5",
+        allocator="cluster-interleave",
+        weights="rank",
+        workers="4",
+    )
     # Scores: fractions in the rows, percent in the table; mean over seeds.
     a = mean(_value(r, "demo/a", "exact_or_exec") for r in cl.values())
     assert float(row["demo/a (%)"]) == pytest.approx(100 * a, rel=1e-9)
-    assert float(row["heldout loss"]) == pytest.approx(mean(_value(r, "heldout", "loss")
-                                                            for r in cl.values()), rel=1e-9)
+    assert float(row["heldout loss"]) == pytest.approx(
+        mean(_value(r, "heldout", "loss") for r in cl.values()), rel=1e-9
+    )
     # The domain average: the mean of the demo categories (not the pooled overall), per seed.
     avg = mean(mean(_value(r, f"demo/{c}", "exact_or_exec") for c in "abc") for r in cl.values())
     assert float(row["demo avg (%)"]) == pytest.approx(100 * avg, rel=1e-9)
-    assert float(row["demo avg (%) [low]"]) <= float(row["demo avg (%)"]) <= float(
-        row["demo avg (%) [high]"])
+    assert float(row["demo avg (%) [low]"]) <= float(row["demo avg (%)"]) <= float(row["demo avg (%) [high]"])
     kept = mean(float(r[0]["kept_fraction"]) for r in cl.values())
     assert float(row["data used (%)"]) == pytest.approx(100 * kept, rel=1e-9)
     train = mean(float(r[0]["train_s"]) for r in cl.values())
     train_full = mean(float(r[0]["train_s"]) for r in full.values())
     assert float(row["train s"]) == pytest.approx(train, rel=1e-9)
     assert float(row["train time vs full (% less)"]) == pytest.approx(
-        100 * (1 - train / train_full), rel=1e-9)
+        100 * (1 - train / train_full), rel=1e-9
+    )
     e2e = mean(float(r[0]["end_to_end_s"]) for r in cl.values())
     e2e_full = mean(float(r[0]["end_to_end_s"]) for r in full.values())
     assert float(row["end-to-end vs full (% less)"]) == pytest.approx(100 * (1 - e2e / e2e_full))
@@ -142,32 +167,53 @@ def test_table_numbers_equal_the_rows(report: Path) -> None:
     # Paired on items (both runs have eval_samples.jsonl): the mean item difference vs random.
     rnd = _runs(rows, method="random", **demo4)
     diffs = []
-    for rid, rr in cl.items():
+    for _rid, rr in cl.items():
         seed, n = rr[0]["seed"], rr[0]["n_selected"]
         (ref,) = [x for x in rnd.values() if x[0]["seed"] == seed and x[0]["n_selected"] == n]
         for c in "abc":
-            diffs.append((c, _value(rr, f"demo/{c}", "exact_or_exec")
-                          - _value(ref, f"demo/{c}", "exact_or_exec")))
+            diffs.append(
+                (c, _value(rr, f"demo/{c}", "exact_or_exec") - _value(ref, f"demo/{c}", "exact_or_exec"))
+            )
     expect = mean(mean(d for cc, d in diffs if cc == c) for c in "abc")
     assert float(row["Δ demo avg vs random"]) == pytest.approx(100 * expect, abs=1e-9)
     diff_tab = _table_csv(report, "differences")
-    d = _find(diff_tab, setting="demo · tiny-random-llama", method="cluster r=0.5",
-              allocator="cluster-interleave", weights="rank", workers="4", benchmark="demo avg",
-              vs="random")
+    d = _find(
+        diff_tab,
+        setting="demo · tiny-random-llama",
+        method="cluster r=0.5",
+        allocator="cluster-interleave",
+        weights="rank",
+        workers="4",
+        benchmark="demo avg",
+        vs="random",
+    )
     assert d["paired on"] == "items (n=16)"  # 2 seeds x 8 items per category
 
     # Overhead and balance come from the diagnostic rows.
-    over = _find(_table_csv(report, "overhead"), setting="demo · tiny-random-llama",
-                 method="cluster r=0.5", allocator="cluster-interleave", weights="rank",
-                 workers="4")
+    over = _find(
+        _table_csv(report, "overhead"),
+        setting="demo · tiny-random-llama",
+        method="cluster r=0.5",
+        allocator="cluster-interleave",
+        weights="rank",
+        workers="4",
+    )
     assert float(over["features s"]) == pytest.approx(
-        mean(_value(r, "cost/features", "seconds") for r in cl.values()), rel=1e-9)
+        mean(_value(r, "cost/features", "seconds") for r in cl.values()), rel=1e-9
+    )
     assert over["train energy J"] == "not measured"
-    bal = _find(_table_csv(report, "balance"), setting="demo · tiny-random-llama",
-                method="cluster r=0.5", allocator="cluster-interleave", weights="rank",
-                workers="4", worker="2")
+    bal = _find(
+        _table_csv(report, "balance"),
+        setting="demo · tiny-random-llama",
+        method="cluster r=0.5",
+        allocator="cluster-interleave",
+        weights="rank",
+        workers="4",
+        worker="2",
+    )
     assert float(bal["tokens / step"]) == pytest.approx(
-        mean(_value(r, "worker/2", "tokens_per_step") for r in cl.values()), rel=1e-9)
+        mean(_value(r, "worker/2", "tokens_per_step") for r in cl.values()), rel=1e-9
+    )
     # The wait per optimizer step: each run's total over its steps (the row's n), then the mean.
     per_step = []
     for rr in cl.values():
@@ -177,14 +223,21 @@ def test_table_numbers_equal_the_rows(report: Path) -> None:
     assert bal["steps"] == "6"
     # Stragglers: the measured wait share beside its prediction, per cell and per worker.
     assert float(over["all-reduce wait (%)"]) == pytest.approx(
-        100 * mean(float(r[0]["allreduce_wait_share"]) for r in cl.values()), rel=1e-9)
+        100 * mean(float(r[0]["allreduce_wait_share"]) for r in cl.values()), rel=1e-9
+    )
     assert float(over["predicted idle (%)"]) == pytest.approx(
-        100 * mean(float(r[0]["predicted_idle_share"]) for r in cl.values()), rel=1e-9)
+        100 * mean(float(r[0]["predicted_idle_share"]) for r in cl.values()), rel=1e-9
+    )
     assert float(bal["predicted idle (%)"]) == pytest.approx(
-        100 * mean(_value(r, "worker/2", "predicted_idle_share") for r in cl.values()), rel=1e-9)
+        100 * mean(_value(r, "worker/2", "predicted_idle_share") for r in cl.values()), rel=1e-9
+    )
     # Allocation params (balance: tokens) make a cell of their own, named by them.
-    tok = _find(main, setting="demo · tiny-random-llama", workers="4",
-                method="cluster r=0.5 (budget_unit=tokens, balance=tokens)")
+    tok = _find(
+        main,
+        setting="demo · tiny-random-llama",
+        workers="4",
+        method="cluster r=0.5 (budget_unit=tokens, balance=tokens)",
+    )
     assert tok["seeds"] == "2" and tok["allocator"] == "cluster-interleave"
 
     # Single-seed cells carry no interval and are marked in Markdown.
@@ -195,16 +248,23 @@ def test_table_numbers_equal_the_rows(report: Path) -> None:
 
     # The paper's numbers beside ours: the Magicoder cell at r = 1.0 (seed 42, one run).
     (pc,) = _runs(rows, dataset="Magicoder-OSS-Instruct-75K", method="cluster").values()
-    ours = mean(_value(pc, b, "pass@1") for b in ("humaneval", "humaneval_plus", "mbpp",
-                                                 "mbpp_plus"))
-    rep = _find(_table_csv(report, "reported"), section="Reported numbers",
-                method="cluster r=1 [reported]", quantity="avg_score")
+    ours = mean(_value(pc, b, "pass@1") for b in ("humaneval", "humaneval_plus", "mbpp", "mbpp_plus"))
+    rep = _find(
+        _table_csv(report, "reported"),
+        section="Reported numbers",
+        method="cluster r=1 [reported]",
+        quantity="avg_score",
+    )
     assert float(rep["reported"]) == 56.8
     assert float(rep["ours"]) == pytest.approx(100 * ours, rel=1e-9)
     assert float(rep["ours - reported"]) == pytest.approx(100 * ours - 56.8, rel=1e-9)
-    med = _find(_table_csv(report, "reported"), section="Reported numbers",
-                method="full [reported]", quantity="avg_score",
-                setting="AlpaCare-MedInstruct-52k · meta-llama/Llama-2-7b-hf")
+    med = _find(
+        _table_csv(report, "reported"),
+        section="Reported numbers",
+        method="full [reported]",
+        quantity="avg_score",
+        setting="AlpaCare-MedInstruct-52k · meta-llama/Llama-2-7b-hf",
+    )
     assert med["ours"] == "" and med["ours - reported"] == ""  # no such run: missing
 
     # Ablations: the groups that vary one factor.
@@ -222,21 +282,37 @@ def test_missing_cells_show_as_missing_not_zero(report: Path, tmp_path: Path) ->
     assert float(c8["demo/a (%)"]) > 0  # the rest of the run is there
     # Benchmarks this setting never runs are "not evaluated", not missing and not zero.
     assert c8["humaneval pass@1 (%)"] == "n/a"
-    md_row = next(line for line in (report / "tables" / "main.md").read_text().splitlines()
-                  if "| cluster r=0.5 | cluster-interleave | rank | 8 |" in line)
+    md_row = next(
+        line
+        for line in (report / "tables" / "main.md").read_text().splitlines()
+        if "| cluster r=0.5 | cluster-interleave | rank | 8 |" in line
+    )
     cells = [c.strip() for c in md_row.strip("|").split("|")]
-    header = [c.strip() for c in (report / "tables" / "main.md").read_text().splitlines()[2]
-              .strip("|").split("|")]
+    header = [
+        c.strip() for c in (report / "tables" / "main.md").read_text().splitlines()[2].strip("|").split("|")
+    ]
     assert cells[header.index("demo/c (%)")] == "—"
     assert cells[header.index("demo avg (%)")] == "—"
     tex = (report / "tables" / "main.tex").read_text()
     assert "--" in tex
 
     # A row that is absent altogether (not even a 'missing' row) is missing too, not zero.
-    rows = [r for r in _rows() if not (r["world_size"] == "8" and r["method"] == "full"
-                                       and r["benchmark"] == "heldout" and r["metric"] == "loss")]
-    f8 = _find(_table_csv(_report_of(rows, tmp_path), "main"), setting="demo · tiny-random-llama",
-               method="full", workers="8")
+    rows = [
+        r
+        for r in _rows()
+        if not (
+            r["world_size"] == "8"
+            and r["method"] == "full"
+            and r["benchmark"] == "heldout"
+            and r["metric"] == "loss"
+        )
+    ]
+    f8 = _find(
+        _table_csv(_report_of(rows, tmp_path), "main"),
+        setting="demo · tiny-random-llama",
+        method="full",
+        workers="8",
+    )
     assert f8["heldout loss"] == "" and float(f8["heldout perplexity"]) > 0
 
 
@@ -267,6 +343,7 @@ def test_bad_input_names_file_row_and_column(tmp_path: Path) -> None:
     bad = next(csv.reader([lines[5]]))
     bad[head.index("train_s")] = "fast"
     import io
+
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerow(bad)
     lines[5] = buf.getvalue().rstrip("\n")
@@ -274,9 +351,13 @@ def test_bad_input_names_file_row_and_column(tmp_path: Path) -> None:
     with pytest.raises(ReportInputError, match=r"results\.csv:6: column 'train_s' = 'fast'"):
         build_report(src, tmp_path / "out", figures=False)
     # Through the CLI: a clear message and exit status 2, no traceback.
-    p = subprocess.run([sys.executable, "-m", "repro", "report", "--results", str(src), "--out",
-                        str(tmp_path / "o2")], cwd=REPO, capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "repro", "report", "--results", str(src), "--out", str(tmp_path / "o2")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2 and "error:" in p.stderr and "Traceback" not in p.stderr
 
 
@@ -291,9 +372,11 @@ def test_gpu_energy_reads_visible_devices_in_joules(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails: no NVML
     assert gpu_energy_j() is None
     fake = types.SimpleNamespace(
-        nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 4,
+        nvmlInit=lambda: None,
+        nvmlDeviceGetCount=lambda: 4,
         nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetTotalEnergyConsumption=lambda h: [1000, 2000, 4000, 8000][h])
+        nvmlDeviceGetTotalEnergyConsumption=lambda h: [1000, 2000, 4000, 8000][h],
+    )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
     assert gpu_energy_j() == pytest.approx(10.0)
@@ -331,15 +414,26 @@ def test_base_model_rows_are_the_reference_line_of_each_setting(tmp_path: Path) 
     blank = {k: "" for k in rows[0]}
 
     def base(model: str, bench: str, value: float, n: int) -> dict[str, str]:
-        return {**blank, "run_id": f"eval-{model}", "name": "base", "method": "base",
-                "model": model, "benchmark": bench, "metric": "pass@1" if "eval" in bench or
-                "mbpp" in bench else "acc", "value": str(value), "n": str(n), "seed": "",
-                "versions": code["versions"]}
+        return {
+            **blank,
+            "run_id": f"eval-{model}",
+            "name": "base",
+            "method": "base",
+            "model": model,
+            "benchmark": bench,
+            "metric": "pass@1" if "eval" in bench or "mbpp" in bench else "acc",
+            "value": str(value),
+            "n": str(n),
+            "seed": "",
+            "versions": code["versions"],
+        }
 
-    extra = [base(code["model"], "humaneval", 0.25, 164),
-             base(code["model"], "mbpp", 0.5, 500),  # the runs score 164 items: not beside them
-             base(code["model"], "medqa", 0.4, 1273),  # a benchmark the setting never runs
-             base("other-model", "medqa", 0.3, 1273)]  # no setting fine-tunes it: its own line
+    extra = [
+        base(code["model"], "humaneval", 0.25, 164),
+        base(code["model"], "mbpp", 0.5, 500),  # the runs score 164 items: not beside them
+        base(code["model"], "medqa", 0.4, 1273),  # a benchmark the setting never runs
+        base("other-model", "medqa", 0.3, 1273),
+    ]  # no setting fine-tunes it: its own line
     out = _report_of(rows + extra, tmp_path, figures=True)
     main = _table_csv(out, "main")
     b = _find(main, setting=f"Magicoder-OSS-Instruct-75K · {code['model']}", method="base")
@@ -359,14 +453,16 @@ def test_a_baseline_at_a_budget_is_compared_with_random_at_that_budget(tmp_path:
     here: the copied rows have no per-item files)."""
     rows = _rows()
     # Random at CluSTER r=0.5's kept count: 40 items at one seed, 44 at the other.
-    rnd = {k: v for k, v in _runs(rows, method="random", dataset="demo", world_size="4").items()
-           if v[0]["n_selected"] in ("40", "44")}
+    rnd = {
+        k: v
+        for k, v in _runs(rows, method="random", dataset="demo", world_size="4").items()
+        if v[0]["n_selected"] in ("40", "44")
+    }
     assert len(rnd) == 2
     extra = []
     for rid, rr in rnd.items():
         for r in rr:
-            shifted = dict(r, run_id=f"loss-{rid}", name="loss", method="loss",
-                           config_hash="f" * 12)
+            shifted = dict(r, run_id=f"loss-{rid}", name="loss", method="loss", config_hash="f" * 12)
             if r["benchmark"].startswith("demo/") and r["metric"] != "missing":
                 shifted["value"] = str(float(r["value"]) + 0.1)
             extra.append(shifted)
@@ -374,8 +470,14 @@ def test_a_baseline_at_a_budget_is_compared_with_random_at_that_budget(tmp_path:
     main = _table_csv(out, "main")
     loss = _find(main, setting="demo · tiny-random-llama", method="loss @r=0.5", workers="4")
     assert float(loss["Δ demo avg vs random"]) == pytest.approx(10.0, abs=1e-9)
-    diff = _find(_table_csv(out, "differences"), setting="demo · tiny-random-llama",
-                 method="loss @r=0.5", workers="4", benchmark="demo avg", vs="random")
+    diff = _find(
+        _table_csv(out, "differences"),
+        setting="demo · tiny-random-llama",
+        method="loss @r=0.5",
+        workers="4",
+        benchmark="demo avg",
+        vs="random",
+    )
     assert diff["paired on"] == "seeds (n=2)"
 
 
@@ -394,29 +496,43 @@ def test_compact_main_table_is_the_papers_shape_with_its_reported_rows(report: P
     demo = _table_csv(report, "main_compact_demo")
     main = _table_csv(report, "main")
     ours4 = [r for r in demo if r["setting"] == "demo · tiny-random-llama · 4 workers"]
-    assert [r["method"] for r in ours4] == ["Full data", "CluSTER (r = 1.0)", "Random (r = 1.0)",
-                                           "CluSTER (r = 0.5)", "Random (r = 0.5)"]
+    assert [r["method"] for r in ours4] == [
+        "Full data",
+        "CluSTER (r = 1.0)",
+        "Random (r = 1.0)",
+        "CluSTER (r = 0.5)",
+        "Random (r = 0.5)",
+    ]
     assert {r["source"] for r in demo} == {"ours"}  # the paper has no demo setting
     c50 = _find(demo, setting="demo · tiny-random-llama · 4 workers", method="CluSTER (r = 0.5)")
-    m50 = _find(main, setting="demo · tiny-random-llama", method="cluster r=0.5",
-                allocator="cluster-interleave", weights="rank", workers="4")
-    for compact_col, main_col in (("demo/a (%)", "demo/a (%)"),
-                                  ("demo avg (%)", "demo avg (%)"),
-                                  ("data used (%)", "data used (%)"),
-                                  ("train time (s)", "train s")):
+    m50 = _find(
+        main,
+        setting="demo · tiny-random-llama",
+        method="cluster r=0.5",
+        allocator="cluster-interleave",
+        weights="rank",
+        workers="4",
+    )
+    for compact_col, main_col in (
+        ("demo/a (%)", "demo/a (%)"),
+        ("demo avg (%)", "demo avg (%)"),
+        ("data used (%)", "data used (%)"),
+        ("train time (s)", "train s"),
+    ):
         assert c50[compact_col] == m50[main_col], compact_col
-    assert float(c50["train time vs full (%)"]) == pytest.approx(
-        -float(m50["train time vs full (% less)"]))
+    assert float(c50["train time vs full (%)"]) == pytest.approx(-float(m50["train time vs full (% less)"]))
     assert c50["method id"] == "cluster r=0.5"
-    header = next(csv.reader([(report / "tables" / "main_compact_demo.csv").read_text()
-                              .splitlines()[0]]))
+    header = next(csv.reader([(report / "tables" / "main_compact_demo.csv").read_text().splitlines()[0]]))
     assert not [h for h in header if "loss" in h or "overall" in h]  # the domain's benchmarks
 
     code = _table_csv(report, "main_compact_code")
     paper = [r for r in code if r["source"] == "paper (reported)"]
     assert [(r["method"], r["code avg (%)"], r["data used (%)"]) for r in paper] == [
-        ("Full data", "57.6", "100"), ("CluSTER (r = 1.0)", "56.8", "79"),
-        ("CluSTER (r = 0.75)", "56.5", "59"), ("CluSTER (r = 0.5)", "55.9", "40")]
+        ("Full data", "57.6", "100"),
+        ("CluSTER (r = 1.0)", "56.8", "79"),
+        ("CluSTER (r = 0.75)", "56.5", "59"),
+        ("CluSTER (r = 0.5)", "55.9", "40"),
+    ]
     # Hours in the paper, seconds here (the unit our runs reach): 0.47 h = 1692 s.
     assert float(paper[-1]["train time (s)"]) == pytest.approx(0.47 * 3600)
     assert paper[0]["humaneval pass@1 (%)"] == "n/a"  # not in the paper's main table
@@ -430,8 +546,11 @@ def test_compact_main_table_is_the_papers_shape_with_its_reported_rows(report: P
     bold_cells = md.count("**") // 2 - 1  # less the legend's "**Bold**"
     assert bold_cells >= 4 and tex.count(r"\textbf{") - tex.count(r"{l}{\textbf{") == bold_cells
     index = (report / "index.md").read_text()
-    assert index.index("## Main results, code") < index.index("## Figures") < index.index(
-        "## Main results: quality")
+    assert (
+        index.index("## Main results, code")
+        < index.index("## Figures")
+        < index.index("## Main results: quality")
+    )
 
 
 def _tex_structure_errors(tex: str) -> list[str]:
@@ -467,7 +586,7 @@ def _tex_structure_errors(tex: str) -> list[str]:
     if not spec:
         return errors + ["no tabular column spec"]
     n = len(spec.group(1))
-    inside = body[spec.end():body.index(r"\end{tabular}")]
+    inside = body[spec.end() : body.index(r"\end{tabular}")]
     for row in inside.split(r"\\")[:-1]:
         row = re.sub(r"\\(toprule|midrule|bottomrule|addlinespace)", "", row).strip()
         if not row:
@@ -479,8 +598,7 @@ def _tex_structure_errors(tex: str) -> list[str]:
     return errors
 
 
-def test_latex_tables_are_booktabs_with_caption_label_and_display_names(report: Path,
-                                                                         tmp_path: Path) -> None:
+def test_latex_tables_are_booktabs_with_caption_label_and_display_names(report: Path, tmp_path: Path) -> None:
     for t in TABLES:
         tex = (report / "tables" / f"{t}.tex").read_text()
         assert _tex_structure_errors(tex) == [], t
@@ -498,16 +616,24 @@ def test_latex_tables_are_booktabs_with_caption_label_and_display_names(report: 
     assert r"\resizebox{\textwidth}" in main and "MBPP+ pass@1" in main
     if shutil.which("pdflatex"):  # where LaTeX is installed, compile them too
         doc = tmp_path / "tables.tex"
-        doc.write_text("\\documentclass{article}\\usepackage{booktabs,graphicx}\\begin{document}\n"
-                       + "".join(f"\\input{{{report / 'tables' / t}.tex}}\\clearpage\n"
-                                 for t in TABLES) + "\\end{document}\n")
-        p = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        doc.write_text(
+            "\\documentclass{article}\\usepackage{booktabs,graphicx}\\begin{document}\n"
+            + "".join(f"\\input{{{report / 'tables' / t}.tex}}\\clearpage\n" for t in TABLES)
+            + "\\end{document}\n"
+        )
+        p = subprocess.run(
+            ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert p.returncode == 0, p.stdout[-2000:]
 
 
-def _worker_run(rows: list[dict[str, str]], dataset: str, steps: int, wait_per_step: float,
-                compute_per_step: float) -> list[dict[str, str]]:
+def _worker_run(
+    rows: list[dict[str, str]], dataset: str, steps: int, wait_per_step: float, compute_per_step: float
+) -> list[dict[str, str]]:
     """The fixture's 8-worker full-data run (one seed) as a run of `steps` optimizer steps with
     the given per-step wait and compute on every worker."""
     run = [dict(r) for r in rows if r["method"] == "full" and r["world_size"] == "8"]
@@ -539,7 +665,8 @@ def test_wait_per_step_does_not_grow_with_the_number_of_steps(tmp_path: Path) ->
 
 
 def test_fsdp_runs_show_the_wait_as_not_measured_never_zero(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Under train.strategy fsdp the trainer logs a null wait: the pipeline writes no wait row
     and a `cost/train fsdp` row of 1, and every wait cell says "n/a (fsdp)"."""
     from repro.core.io import atomic_write_jsonl
@@ -547,8 +674,10 @@ def test_fsdp_runs_show_the_wait_as_not_measured_never_zero(
 
     run_dir = tmp_path / "run"
     for k in range(2):
-        atomic_write_jsonl(run_dir / "train_log" / f"rank{k}.jsonl",
-                           [{"tokens": 100, "compute_s": 0.5, "allreduce_wait_s": None}] * 3)
+        atomic_write_jsonl(
+            run_dir / "train_log" / f"rank{k}.jsonl",
+            [{"tokens": 100, "compute_s": 0.5, "allreduce_wait_s": None}] * 3,
+        )
     made = diagnostic_rows({}, run_dir, {"info": {}}, {}, {"strategy": "fsdp"})
     got = {(r["benchmark"], r["metric"]): (r["value"], r["n"]) for r in made}
     assert got[("cost/train", "fsdp")] == (1, None)
@@ -560,9 +689,14 @@ def test_fsdp_runs_show_the_wait_as_not_measured_never_zero(
     # Such rows in the report: the CluSTER r = 0.5 cell (4 workers, 2 seeds) trained with fsdp.
     rows = []
     for r in _rows():
-        fsdp = (r["dataset"], r["world_size"], r["method"], r["selection_params"], r["allocator"],
-                r["weight_mode"]) == ("demo", "4", "cluster", '{"ratio":50}',
-                                      "cluster-interleave", "rank")
+        fsdp = (
+            r["dataset"],
+            r["world_size"],
+            r["method"],
+            r["selection_params"],
+            r["allocator"],
+            r["weight_mode"],
+        ) == ("demo", "4", "cluster", '{"ratio":50}', "cluster-interleave", "rank")
         if fsdp and r["metric"] == "allreduce_wait_s":
             continue
         if fsdp:
@@ -572,8 +706,13 @@ def test_fsdp_runs_show_the_wait_as_not_measured_never_zero(
         rows.append(r)
     (tmp_path / "report").mkdir()
     out = _report_of(rows, tmp_path / "report")
-    ident = dict(setting="demo · tiny-random-llama", method="cluster r=0.5",
-                 allocator="cluster-interleave", weights="rank", workers="4")
+    ident = dict(
+        setting="demo · tiny-random-llama",
+        method="cluster r=0.5",
+        allocator="cluster-interleave",
+        weights="rank",
+        workers="4",
+    )
     bal = [r for r in _table_csv(out, "balance") if all(r[k] == v for k, v in ident.items())]
     assert len(bal) == 4 and float(bal[0]["compute / step s"]) > 0
     for r in bal:
@@ -584,8 +723,9 @@ def test_fsdp_runs_show_the_wait_as_not_measured_never_zero(
     md = (out / "tables" / "balance.md").read_text()
     assert md.count("| n/a (fsdp) |") == 8  # wait / step and wait share, 4 workers
     # A ddp cell keeps its measured wait.
-    ddp_row = _find(_table_csv(out, "balance"), setting="demo · tiny-random-llama",
-                    method="full", workers="4", worker="0")
+    ddp_row = _find(
+        _table_csv(out, "balance"), setting="demo · tiny-random-llama", method="full", workers="4", worker="0"
+    )
     assert float(ddp_row["all-reduce wait / step s"]) > 0
 
     # The figure: no wait bars for the fsdp cell (not zero-height ones), and its label says so.
@@ -613,8 +753,7 @@ def _png_size(path: Path) -> tuple[int, int]:
     return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
 
 
-def test_figures_are_column_width_with_readable_fonts_honest_axes_and_the_papers_points(
-        report: Path) -> None:
+def test_figures_are_column_width_with_readable_fonts_honest_axes_and_the_papers_points(report: Path) -> None:
     from matplotlib.text import Text
 
     from reports.figures import COLUMN_IN, DPI, PAGE_IN
@@ -630,16 +769,16 @@ def test_figures_are_column_width_with_readable_fonts_honest_axes_and_the_papers
     panels = [ax for ax in quality.axes if ax.get_ylabel().endswith("average (%)")]
     assert len(panels) == 3 and all(ax.get_ylim() == (0.0, 100.0) for ax in panels)
     # The paper's CluSTER points beside ours, in the Magicoder panel only.
-    paper = {ln.get_label(): ln for ax in panels for ln in ax.get_lines()
-             if ln.get_label().endswith("(paper)")}
+    paper = {
+        ln.get_label(): ln for ax in panels for ln in ax.get_lines() if ln.get_label().endswith("(paper)")
+    }
     assert set(paper) == {"CluSTER (paper)", "Full data (paper)"}
     line = paper["CluSTER (paper)"]
     assert list(zip(line.get_xdata(), line.get_ydata())) == [(40, 55.9), (59, 56.5), (79, 56.8)]
     assert line.get_markerfacecolor() == "none"  # hollow: ours at the same place shows inside
     # Series at one budget are set apart on x, so no marker hides another.
     demo = next(ax for ax in panels if "4 workers" in ax.get_title() and "demo" in ax.get_title())
-    xs = [round(float(x), 3) for bars in demo.containers for x in bars.lines[0].get_xdata()
-          if 40 < x < 48]
+    xs = [round(float(x), 3) for bars in demo.containers for x in bars.lines[0].get_xdata() if 40 < x < 48]
     assert len(xs) == 5 and len(set(xs)) == 5
     wait = DRAWN["worker_balance"].axes[1]
     assert "% of step time" in wait.get_ylabel() and wait.get_ylim() == (0.0, 100.0)
@@ -649,8 +788,10 @@ def test_figures_are_column_width_with_readable_fonts_honest_axes_and_the_papers
 
     from repro.core.steps import idle_share
 
-    saved = {tuple(map(tuple, np.array(json.loads(p.read_text())["step_tokens"]).T))
-             for p in FIXTURE.rglob("step_tokens.json")}
+    saved = {
+        tuple(map(tuple, np.array(json.loads(p.read_text())["step_tokens"]).T))
+        for p in FIXTURE.rglob("step_tokens.json")
+    }
     panels = [ax for ax in DRAWN["step_tokens"].axes if ax.get_lines()]
     assert 1 <= len(panels) <= 4
     for ax in panels:
@@ -668,8 +809,13 @@ def test_no_module_of_reports_imports_one_that_imports_it_back() -> None:
         mod = f"reports.{path.stem}"
         graph[mod] = set()
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.module
+                else []
+            )
             graph[mod] |= {n for n in names if n.startswith("reports.") and n != mod}
     state: dict[str, int] = {}
 

@@ -1,4 +1,5 @@
 """The results store: part files merge into one CSV and Parquet; empty cells stay empty."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,8 +12,18 @@ from repro.core.results import COLUMNS, PART_NAME, merge_results, package_versio
 
 def _row(**kw):
     base = {c: None for c in COLUMNS}
-    base.update(run_id="r", config_hash="h", name="n", method="random", benchmark="b",
-                metric="m", value=0.5, n=10, world_size=4, seed=1)
+    base.update(
+        run_id="r",
+        config_hash="h",
+        name="n",
+        method="random",
+        benchmark="b",
+        metric="m",
+        value=0.5,
+        n=10,
+        world_size=4,
+        seed=1,
+    )
     base.update(kw)
     return base
 

@@ -15,6 +15,7 @@
 Real parts throughout: tiny random Llama, real gloo process groups, real kill -9 of a real run
 process (tests/run_safety_helpers.py holds it at a known point), real flock.
 """
+
 from __future__ import annotations
 
 import csv
@@ -31,19 +32,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repro.core import rundir
 from repro.cli import main as cli_main
+from repro.core import rundir
 from repro.core.config import from_dict, save_config
 from repro.core.io import read_json
-from repro.pipeline import (InputsChanged, TrainingDiverged, run_experiment, stage_marker,
-                            stage_seconds)
 from repro.core.results import PART_NAME, read_rows
 from repro.core.rundir import RunLocked
+from repro.pipeline import InputsChanged, TrainingDiverged, run_experiment, stage_marker, stage_seconds
 from tests.conftest import REPO
 
-TINY = ["name=t", "model.name_or_path=tiny-random-llama", "data.max_length=256",
-        "eval.demo_tasks=false", "world_size=2", "train.per_device_batch_size=1",
-        "train.global_batch_size=2"]
+TINY = [
+    "name=t",
+    "model.name_or_path=tiny-random-llama",
+    "data.max_length=256",
+    "eval.demo_tasks=false",
+    "world_size=2",
+    "train.per_device_batch_size=1",
+    "train.global_batch_size=2",
+]
 DEMO = ["data.demo_train_size=24", "data.demo_heldout_per_category=1"]
 HELPER = "selection.method=tests.run_safety_helpers:RecordedFeatures"
 
@@ -74,7 +80,8 @@ def _cli(cfg, tmp_path: Path, *args: str) -> int:
 
 
 def test_a_pool_file_cut_in_half_stops_the_rerun_naming_the_file(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     data = tmp_path / "data"
     _alpaca(data / "pool.jsonl", 40)
     cfg = _file_cfg(tmp_path / "runs", data)
@@ -100,8 +107,7 @@ def test_a_pool_file_cut_in_half_stops_the_rerun_naming_the_file(
     assert read_json(stage_marker(run_dir, "pool"))["n_pool"] == 18
 
 
-def test_another_folders_same_named_file_is_another_input_a_moved_copy_is_not(
-        tmp_path: Path) -> None:
+def test_another_folders_same_named_file_is_another_input_a_moved_copy_is_not(tmp_path: Path) -> None:
     a, b, moved = tmp_path / "a", tmp_path / "b", tmp_path / "moved"
     _alpaca(a / "pool.jsonl", 40)
     _alpaca(b / "pool.jsonl", 40, tag="other ")  # same name and rows, other content
@@ -147,17 +153,19 @@ def test_a_changed_model_directory_or_features_file_stops_the_rerun(tmp_path: Pa
 
 def _hold_lock(run_dir: Path, seconds: float) -> subprocess.Popen:
     """Another process holding the run folder's lock for `seconds` (returns once it holds it)."""
-    code = ("import sys, time, pathlib\nfrom repro.core.rundir import run_lock\n"
-            "with run_lock(pathlib.Path(sys.argv[1])):\n"
-            "    print('held', flush=True)\n    time.sleep(float(sys.argv[2]))\n")
-    p = subprocess.Popen([sys.executable, "-c", code, str(run_dir), str(seconds)], cwd=REPO,
-                         stdout=subprocess.PIPE, text=True)
+    code = (
+        "import sys, time, pathlib\nfrom repro.core.rundir import run_lock\n"
+        "with run_lock(pathlib.Path(sys.argv[1])):\n"
+        "    print('held', flush=True)\n    time.sleep(float(sys.argv[2]))\n"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code, str(run_dir), str(seconds)], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
     assert p.stdout.readline().strip() == "held"
     return p
 
 
-def test_a_second_writer_stops_or_waits_and_a_killed_holder_frees_the_folder(
-        tmp_path: Path) -> None:
+def test_a_second_writer_stops_or_waits_and_a_killed_holder_frees_the_folder(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, *DEMO)
     run_dir = cfg.run_dir()
     holder = _hold_lock(run_dir, 600)
@@ -178,24 +186,30 @@ def test_a_second_writer_stops_or_waits_and_a_killed_holder_frees_the_folder(
     assert stage_marker(run_dir, "pool").is_file()
 
 
-def test_a_run_killed_after_its_features_counts_them_and_locks_out_a_second_run(
-        tmp_path: Path) -> None:
+def test_a_run_killed_after_its_features_counts_them_and_locks_out_a_second_run(tmp_path: Path) -> None:
     """kill -9 of the run process itself, once the features are written: the rerun reuses them,
     and selection_s counts the killed attempt's seconds up to them; attempts = 2."""
-    overrides = [f"output_dir={tmp_path / 'runs'}", *TINY, *DEMO, HELPER, "world_size=1",
-                 "train.global_batch_size=1", "train.max_steps=1"]
+    overrides = [
+        f"output_dir={tmp_path / 'runs'}",
+        *TINY,
+        *DEMO,
+        HELPER,
+        "world_size=1",
+        "train.global_batch_size=1",
+        "train.max_steps=1",
+    ]
     cfg = from_dict({}, overrides)
     run_dir = cfg.run_dir()
     hold = tmp_path / "hold"
     hold.mkdir()
-    code = ("import sys\nfrom repro.core.config import from_dict\nfrom repro.pipeline import run_experiment\n"
-            "run_experiment(from_dict({}, sys.argv[1:]), until='schedule')\n")
-    env = {**os.environ, "CLUSTER_REPRO_TEST_HOLD": str(hold),
-           "CLUSTER_REPRO_TEST_KILL_AFTER_FEATURES": "1"}
+    code = (
+        "import sys\nfrom repro.core.config import from_dict\nfrom repro.pipeline import run_experiment\n"
+        "run_experiment(from_dict({}, sys.argv[1:]), until='schedule')\n"
+    )
+    env = {**os.environ, "CLUSTER_REPRO_TEST_HOLD": str(hold), "CLUSTER_REPRO_TEST_KILL_AFTER_FEATURES": "1"}
     log = tmp_path / "first.log"
     with open(log, "w") as err:
-        first = subprocess.Popen([sys.executable, "-c", code, *overrides], cwd=REPO, env=env,
-                                 stderr=err)
+        first = subprocess.Popen([sys.executable, "-c", code, *overrides], cwd=REPO, env=env, stderr=err)
     deadline = time.monotonic() + 300
     while not (hold / "inside").exists():  # the first run is computing its features
         assert first.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
@@ -241,13 +255,21 @@ def _merged_csv(path: Path, *sources: Path) -> Path:
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_a_diverging_training_stops_with_a_diverged_row(
-        tmp_path: Path, strategy: str, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, strategy: str, capsys: pytest.CaptureFixture
+) -> None:
     # The config guards reject train.lr=.inf, so divergence is forced with a huge finite lr:
     # plain SGD at 1e30 on full fine-tuning sends the weights past float32 after the first step,
     # so step 1's loss (0-based) is NaN on every worker.
-    cfg = _cfg(tmp_path / "runs", *DEMO, f"train.strategy={strategy}", "model.lora.enabled=false",
-               "train.optimizer=sgd", "train.lr=1e30", "train.schedule=constant",
-               "train.max_steps=3")
+    cfg = _cfg(
+        tmp_path / "runs",
+        *DEMO,
+        f"train.strategy={strategy}",
+        "model.lora.enabled=false",
+        "train.optimizer=sgd",
+        "train.lr=1e30",
+        "train.schedule=constant",
+        "train.max_steps=3",
+    )
     with pytest.raises(TrainingDiverged) as e:
         run_experiment(cfg)
     assert "diverged at step 1 of 3" in str(e.value) and "non-finite loss" in str(e.value)
@@ -279,8 +301,11 @@ def test_a_diverging_training_stops_with_a_diverged_row(
     build_report(src, tmp_path / "report", figures=False)
     with open(tmp_path / "report" / "tables" / "main.csv", newline="") as fh:
         (ours,) = [r for r in csv.DictReader(fh) if r["method"] == "full" and r["workers"] == "2"]
-    quality = [v for k, v in ours.items()  # (not the interval columns [low], [high], [n])
-               if k.startswith(("heldout", "demo")) and not k.endswith("]")]
+    quality = [
+        v
+        for k, v in ours.items()  # (not the interval columns [low], [high], [n])
+        if k.startswith(("heldout", "demo")) and not k.endswith("]")
+    ]
     assert quality and set(quality) == {"diverged"}
     md = (tmp_path / "report" / "tables" / "main.md").read_text()
     assert "| diverged |" in md

@@ -8,6 +8,7 @@
   + optimizer bytes.
 - A killed fsdp run resumes from its sharded checkpoint to the uninterrupted run's weights.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,13 +18,18 @@ import torch
 
 from repro.core.config import from_dict
 from repro.core.io import atomic_write_json, read_json
-from repro.pipeline import load_pool_files, model_dir_of, run_experiment
 from repro.core.types import Schedule
+from repro.pipeline import load_pool_files, model_dir_of, run_experiment
 from tests.crash_hook import STEP_VAR, crash_env
 
-TINY = ["model.name_or_path=tiny-random-llama", "data.demo_train_size=48",
-        "data.demo_heldout_per_category=1", "data.max_length=256", "eval.demo_tasks=false",
-        "eval.heldout_loss=false"]
+TINY = [
+    "model.name_or_path=tiny-random-llama",
+    "data.demo_train_size=48",
+    "data.demo_heldout_per_category=1",
+    "data.max_length=256",
+    "eval.demo_tasks=false",
+    "eval.heldout_loss=false",
+]
 
 
 def _cfg(out: Path, *extra: str):
@@ -35,18 +41,18 @@ def _trained(run_dir: Path, cfg) -> dict[str, torch.Tensor]:
     from repro.core.models import load_finetuned
 
     model, _ = load_finetuned(run_dir / "model", model_dir_of(run_dir), cfg.model)
-    names = {n for n, p in model.named_parameters()
-             if "lora_" in n or not cfg.model.lora.enabled}
+    names = {n for n, p in model.named_parameters() if "lora_" in n or not cfg.model.lora.enabled}
     return {n: p.detach() for n, p in model.named_parameters() if n in names}
 
 
-def _serial_update(run_dir: Path, cfg, weights: list[float], lr: float
-                   ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+def _serial_update(
+    run_dir: Path, cfg, weights: list[float], lr: float
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(initial, expected) trainable weights after one plain-SGD step on sum_k (w_k/K) grad_k,
     computed in this process worker by worker, micro-batch by micro-batch."""
     from repro.core.data import TokenizedPool, collate
-    from repro.core.models import load_model_and_tokenizer
     from repro.core.lmhead import weighted_lm_loss
+    from repro.core.models import load_model_and_tokenizer
     from repro.core.runtime import seed_everything
 
     K, b = cfg.world_size, cfg.train.per_device_batch_size
@@ -62,7 +68,7 @@ def _serial_update(run_dir: Path, cfg, weights: list[float], lr: float
     for k in range(K):
         model.zero_grad()
         for m in range(accum):
-            ids = sched.order[0][k][m * b:(m + 1) * b]
+            ids = sched.order[0][k][m * b : (m + 1) * b]
             batch = collate([tp[i] for i in ids], tok.pad_token_id)
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
             (weighted_lm_loss(logits, batch["labels"], torch.full((b,), weights[k])) / accum).backward()
@@ -71,18 +77,29 @@ def _serial_update(run_dir: Path, cfg, weights: list[float], lr: float
     return init, {n: init[n] - lr * total[n] for n in params}
 
 
-@pytest.mark.parametrize("world_size,lora", [(2, False), (4, True), (4, False), (2, True)],
-                         ids=["ws2-full", "ws4-lora", "ws4-full", "ws2-lora-checkpointing"])
+@pytest.mark.parametrize(
+    "world_size,lora",
+    [(2, False), (4, True), (4, False), (2, True)],
+    ids=["ws2-full", "ws4-lora", "ws4-full", "ws2-lora-checkpointing"],
+)
 def test_fsdp_step_equals_serial_weighted_update(tmp_path: Path, world_size: int, lora: bool) -> None:
     """(ws2-lora also recomputes its layers: activation checkpointing changes no gradient.)"""
     lr = 0.5
     ckpt = str(world_size == 2 and lora).lower()
     weights = [0.4, 1.0, 1.6, 2.2][:world_size]
-    cfg = _cfg(tmp_path, f"world_size={world_size}", "train.strategy=fsdp", "train.optimizer=sgd",
-               f"train.lr={lr}", "train.per_device_batch_size=1",
-               f"train.global_batch_size={2 * world_size}",  # 2 accumulation steps
-               "train.max_steps=1", "train.schedule=constant", f"model.lora.enabled={str(lora).lower()}",
-               f"train.activation_checkpointing={ckpt}")
+    cfg = _cfg(
+        tmp_path,
+        f"world_size={world_size}",
+        "train.strategy=fsdp",
+        "train.optimizer=sgd",
+        f"train.lr={lr}",
+        "train.per_device_batch_size=1",
+        f"train.global_batch_size={2 * world_size}",  # 2 accumulation steps
+        "train.max_steps=1",
+        "train.schedule=constant",
+        f"model.lora.enabled={str(lora).lower()}",
+        f"train.activation_checkpointing={ckpt}",
+    )
     run_dir = run_experiment(cfg, until="schedule")
     sched = Schedule.from_dict(read_json(run_dir / "schedule.json"))
     sched.worker_weights = weights
@@ -108,21 +125,34 @@ def test_fsdp_step_equals_serial_weighted_update(tmp_path: Path, world_size: int
             assert w["state_bytes"]["grads"] == pytest.approx(n_bytes / world_size, rel=0.05)
 
 
-RECIPE_LIKE = ["world_size=2", "train.optimizer=adafactor", "train.lr=1e-2",
-               "train.per_device_batch_size=2", "train.global_batch_size=4", "train.epochs=1",
-               "train.max_steps=6", "train.checkpoint_every=3", "model.lora.enabled=false"]
+RECIPE_LIKE = [
+    "world_size=2",
+    "train.optimizer=adafactor",
+    "train.lr=1e-2",
+    "train.per_device_batch_size=2",
+    "train.global_batch_size=4",
+    "train.epochs=1",
+    "train.max_steps=6",
+    "train.checkpoint_every=3",
+    "model.lora.enabled=false",
+]
 
 
 @pytest.fixture(scope="module")
 def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     """The recipe's way, small: fsdp + activation checkpointing + Adafactor, full fine-tuning."""
-    cfg = _cfg(tmp_path_factory.mktemp("fsdp"), *RECIPE_LIKE, "train.strategy=fsdp",
-               "train.activation_checkpointing=true")
+    cfg = _cfg(
+        tmp_path_factory.mktemp("fsdp"),
+        *RECIPE_LIKE,
+        "train.strategy=fsdp",
+        "train.activation_checkpointing=true",
+    )
     return run_experiment(cfg, until="results"), cfg  # through every stage, results included
 
 
 def test_fsdp_with_checkpointing_reaches_the_ddp_weights_on_a_shard_of_the_memory(
-        tmp_path: Path, fsdp_run: tuple[Path, object]) -> None:
+    tmp_path: Path, fsdp_run: tuple[Path, object]
+) -> None:
     fsdp_dir, cfg = fsdp_run
     ddp_cfg = _cfg(tmp_path, *RECIPE_LIKE, "train.strategy=ddp")
     ddp_dir = run_experiment(ddp_cfg, until="train")
@@ -132,8 +162,10 @@ def test_fsdp_with_checkpointing_reaches_the_ddp_weights_on_a_shard_of_the_memor
         torch.testing.assert_close(b[n], a[n], rtol=1e-5, atol=1e-6)
 
     def model_state(info: dict) -> list[int]:
-        return [w["state_bytes"]["params"] + w["state_bytes"]["grads"] + w["state_bytes"]["optimizer"]
-                for w in info["per_worker"]]
+        return [
+            w["state_bytes"]["params"] + w["state_bytes"]["grads"] + w["state_bytes"]["optimizer"]
+            for w in info["per_worker"]
+        ]
 
     ddp_info, fsdp_info = read_json(ddp_dir / "train.json"), read_json(fsdp_dir / "train.json")
     ddp_bytes = model_state(ddp_info)
@@ -150,13 +182,14 @@ def test_fsdp_with_checkpointing_reaches_the_ddp_weights_on_a_shard_of_the_memor
     assert [r["value"] for r in rows if (r["benchmark"], r["metric"]) == ("cost/train", "fsdp")] == ["1"]
 
 
-def test_killed_fsdp_run_resumes_to_the_same_weights(tmp_path: Path, fsdp_run: tuple[Path, object],
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_killed_fsdp_run_resumes_to_the_same_weights(
+    tmp_path: Path, fsdp_run: tuple[Path, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
     full_dir, cfg = fsdp_run
     cfg_b = _cfg(tmp_path, *RECIPE_LIKE, "train.strategy=fsdp", "train.activation_checkpointing=true")
     for k, v in crash_env(5).items():  # every spawned worker dies after step 5 (tests/crash_hook)
         monkeypatch.setenv(k, v)
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - whatever the killed workers make the parent raise
         run_experiment(cfg_b, until="train")
     run_b = cfg_b.run_dir()
     assert not (run_b / "train.json").exists()

@@ -8,6 +8,7 @@ with the reason; they never skip. Cells use the tiny random model, so each job i
 The multi-node test starts a second, private cluster of 2 nodes on this host (two slurmd,
 `CLUSTER_REPRO_SLURM_NODES=2`, its own folder, ports and munged) and stops it afterwards.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,14 +38,19 @@ QUICK = f"base: {(CONFIGS / 'demo-quick.yaml').as_posix()}\nmodels: {{tiny: {{}}
 def _up(env: dict[str, str]) -> bool:
     try:
         ping = subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True, timeout=20)
-        node = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True,
-                              timeout=20)
-        acct = subprocess.run(["sacct", "-n", "-X", "-S", "now"], env=env, capture_output=True,
-                              text=True, timeout=20)
+        node = subprocess.run(
+            ["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True, timeout=20
+        )
+        acct = subprocess.run(
+            ["sacct", "-n", "-X", "-S", "now"], env=env, capture_output=True, text=True, timeout=20
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return "UP" in ping.stdout and node.stdout.strip().startswith(("idle", "mixed", "alloc")) \
+    return (
+        "UP" in ping.stdout
+        and node.stdout.strip().startswith(("idle", "mixed", "alloc"))
         and acct.returncode == 0
+    )
 
 
 @pytest.fixture(scope="session")
@@ -54,20 +60,31 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):
     record = None
     if not (conf.is_file() and _up(env)):
         if os.geteuid() != 0:
-            pytest.fail("no local SLURM is running and these tests are not root, so they cannot "
-                        "start one: run `sudo bash slurm/local/start.sh` first (see docs/slurm.md)")
+            pytest.fail(
+                "no local SLURM is running and these tests are not root, so they cannot "
+                "start one: run `sudo bash slurm/local/start.sh` first (see docs/slurm.md)"
+            )
         record = tmp_path_factory.mktemp("slurm") / "started"
-        p = subprocess.run(["bash", str(REPO / "slurm" / "local" / "start.sh")],
-                           env={**env, "CLUSTER_REPRO_SLURM_RECORD": str(record)},
-                           capture_output=True, text=True, timeout=900)
+        p = subprocess.run(
+            ["bash", str(REPO / "slurm" / "local" / "start.sh")],
+            env={**env, "CLUSTER_REPRO_SLURM_RECORD": str(record)},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if p.returncode != 0 or not _up(env):
-            pytest.fail("could not start the local SLURM with slurm/local/start.sh "
-                        f"(exit {p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+            pytest.fail(
+                "could not start the local SLURM with slurm/local/start.sh "
+                f"(exit {p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+            )
     os.environ["SLURM_CONF"] = str(conf)
     yield conf
     if record is not None:
-        subprocess.run(["bash", str(REPO / "slurm" / "local" / "stop.sh")],
-                       env={**env, "CLUSTER_REPRO_SLURM_RECORD": str(record)}, timeout=120)
+        subprocess.run(
+            ["bash", str(REPO / "slurm" / "local" / "stop.sh")],
+            env={**env, "CLUSTER_REPRO_SLURM_RECORD": str(record)},
+            timeout=120,
+        )
 
 
 def _free(port: int) -> bool:
@@ -85,41 +102,70 @@ def two_node_cluster() -> dict[str, str]:
     cluster on this host: its own folder, munged, database and ports. Yields the variables that
     point clients at it; stops exactly what it started, and deletes its folder, afterwards."""
     if os.geteuid() != 0:
-        pytest.fail("the 2-node test starts its own SLURM daemons and needs root "
-                    "(see docs/slurm.md)")
+        pytest.fail("the 2-node test starts its own SLURM daemons and needs root (see docs/slurm.md)")
     # Under /tmp, world-traversable: munged and mariadbd run as their own users.
     d = Path(tempfile.mkdtemp(prefix="cluster-repro-2nodes-", dir="/tmp"))
     d.chmod(0o755)
     # slurmctld PORT, slurmd PORT+1 and PORT+3, slurmdbd PORT+2 (start.sh); then the database's.
     base = next(b for b in range(7017, 9000, 10) if all(_free(b + k) for k in range(4)))
     db = next(p for p in range(base + 5, base + 100) if _free(p))
-    env = {**os.environ, "PATH": os.environ["PATH"] + ":/usr/sbin:/sbin",
-           "CLUSTER_REPRO_SLURM_DIR": str(d), "CLUSTER_REPRO_SLURM_NODES": "2",
-           "CLUSTER_REPRO_SLURM_PORT": str(base), "CLUSTER_REPRO_SLURM_DB_PORT": str(db),
-           "CLUSTER_REPRO_SLURM_RECORD": str(d / "started"),
-           "SLURM_CONF": str(d / "etc" / "slurm.conf")}
+    env = {
+        **os.environ,
+        "PATH": os.environ["PATH"] + ":/usr/sbin:/sbin",
+        "CLUSTER_REPRO_SLURM_DIR": str(d),
+        "CLUSTER_REPRO_SLURM_NODES": "2",
+        "CLUSTER_REPRO_SLURM_PORT": str(base),
+        "CLUSTER_REPRO_SLURM_DB_PORT": str(db),
+        "CLUSTER_REPRO_SLURM_RECORD": str(d / "started"),
+        "SLURM_CONF": str(d / "etc" / "slurm.conf"),
+    }
     try:
-        p = subprocess.run(["bash", str(REPO / "slurm" / "local" / "start.sh")], env=env,
-                           capture_output=True, text=True, timeout=900)
-        assert p.returncode == 0, ("slurm/local/start.sh could not start 2 nodes (exit "
-                                   f"{p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+        p = subprocess.run(
+            ["bash", str(REPO / "slurm" / "local" / "start.sh")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert p.returncode == 0, (
+            "slurm/local/start.sh could not start 2 nodes (exit "
+            f"{p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+        )
         yield {"SLURM_CONF": env["SLURM_CONF"], "log_dir": str(d / "log")}
     finally:
-        subprocess.run(["bash", str(REPO / "slurm" / "local" / "stop.sh")], env=env, timeout=120,
-                       capture_output=True)
+        subprocess.run(
+            ["bash", str(REPO / "slurm" / "local" / "stop.sh")], env=env, timeout=120, capture_output=True
+        )
         shutil.rmtree(d, ignore_errors=True)
 
 
-def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300
-        ) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "repro", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "repro", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
-def launch(grid: Path | str, out: Path, *extra: str, env: dict[str, str] | None = None,
-           timeout: float = 540) -> subprocess.CompletedProcess:
-    return cli("launch", str(grid), "--cluster", "slurm", "--profile", PROFILE, "--output-dir",
-               str(out), *extra, env=env, timeout=timeout)
+def launch(
+    grid: Path | str, out: Path, *extra: str, env: dict[str, str] | None = None, timeout: float = 540
+) -> subprocess.CompletedProcess:
+    return cli(
+        "launch",
+        str(grid),
+        "--cluster",
+        "slurm",
+        "--profile",
+        PROFILE,
+        "--output-dir",
+        str(out),
+        *extra,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def sacct(job_id: str, fields: str = "JobID,State,NTasks,AllocTRES") -> list[dict[str, str]]:
@@ -128,12 +174,21 @@ def sacct(job_id: str, fields: str = "JobID,State,NTasks,AllocTRES") -> list[dic
     names = fields.split(",")
     t0 = time.monotonic()
     while True:
-        p = subprocess.run(["sacct", "-P", "-n", "-j", job_id, "-o", fields], capture_output=True,
-                           text=True, timeout=30)
+        p = subprocess.run(
+            ["sacct", "-P", "-n", "-j", job_id, "-o", fields], capture_output=True, text=True, timeout=30
+        )
         rows = [dict(zip(names, line.split("|"))) for line in p.stdout.splitlines() if line]
-        if "State" not in names or (rows and all(r["State"].split()[0] not in
-                                                 ("PENDING", "RUNNING", "COMPLETING", "REQUEUED")
-                                                 for r in rows)) or time.monotonic() - t0 > 60:
+        if (
+            "State" not in names
+            or (
+                rows
+                and all(
+                    r["State"].split()[0] not in ("PENDING", "RUNNING", "COMPLETING", "REQUEUED")
+                    for r in rows
+                )
+            )
+            or time.monotonic() - t0 > 60
+        ):
             return rows
         time.sleep(0.5)
 
@@ -154,7 +209,8 @@ def run_dir_of(out: Path, cell: str) -> Path:
 
 
 def test_eight_tasks_on_two_nodes_join_one_group_from_slurm_variables(
-        two_node_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    two_node_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The paper's scaling-run shape, 8 workers on 2 nodes of 4 GPUs, through the launcher's own
     executor: each task joins real torch.distributed (gloo) from SLURM's variables alone."""
     from slurm.jobs import rendezvous_probe
@@ -176,8 +232,9 @@ def test_eight_tasks_on_two_nodes_join_one_group_from_slurm_variables(
     assert [r["local_rank"] for r in res] == [0, 1, 2, 3] * 2
     assert [r["cuda_device"] for r in res] == [0, 1, 2, 3] * 2
     # One master for all: the first node of the list, at the port derived from the job id.
-    assert {(r["master_addr"], r["master_port"]) for r in res} == \
-        {(nodes[0], master_port_for_job(job.job_id))}
+    assert {(r["master_addr"], r["master_port"]) for r in res} == {
+        (nodes[0], master_port_for_job(job.job_id))
+    }
     # The collectives crossed the nodes: the sum of rank + 1, and every task's node, everywhere.
     assert {r["sum"] for r in res} == {36.0}
     assert all(r["nodes"] == [nodes[0]] * 4 + [nodes[1]] * 4 for r in res)
@@ -231,12 +288,15 @@ def test_quick_demo_grid_runs_with_four_slurm_tasks_per_cell(slurm_cluster: Path
 
 def test_job_array_of_several_cells(slurm_cluster: Path, tmp_path: Path) -> None:
     grid = tmp_path / "array.yaml"
-    grid.write_text(QUICK + """name: array
+    grid.write_text(
+        QUICK
+        + """name: array
 datasets: {demo: {overrides: [data.demo_train_size=48, eval.demo_tasks=false, train.max_steps=2]}}
 methods: {full: {overrides: [selection.method=full]}}
 world_sizes: [1]
 seeds: [1, 2, 3]
-""")
+"""
+    )
     out = tmp_path / "runs"
     p = launch(grid, out, "--wait")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-5000:]
@@ -251,13 +311,29 @@ seeds: [1, 2, 3]
         assert read_json(d / "train.json")["steps_run"] == 2
 
 
-def launch_until_running(grid: Path, out: Path, name: str, cell: str
-                         ) -> tuple[subprocess.Popen, str, Path]:
+def launch_until_running(grid: Path, out: Path, name: str, cell: str) -> tuple[subprocess.Popen, str, Path]:
     """Start `launch --wait` in the background and return once the cell's job runs (rank 0
     writes its state file first): the launcher process, the job id and the state file."""
-    proc = subprocess.Popen([sys.executable, "-m", "repro", "launch", str(grid), "--cluster", "slurm",
-                             "--profile", PROFILE, "--output-dir", str(out), "--wait"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "repro",
+            "launch",
+            str(grid),
+            "--cluster",
+            "slurm",
+            "--profile",
+            PROFILE,
+            "--output-dir",
+            str(out),
+            "--wait",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     state = out / "_launch" / name / "state" / f"{cell}.json"
     t0 = time.monotonic()
     while not state.is_file():
@@ -268,12 +344,15 @@ def launch_until_running(grid: Path, out: Path, name: str, cell: str
 
 def test_cancelled_job_is_reported_failed_not_waited_on(slurm_cluster: Path, tmp_path: Path) -> None:
     grid = tmp_path / "cancel.yaml"
-    grid.write_text(QUICK + """name: cancel
+    grid.write_text(
+        QUICK
+        + """name: cancel
 datasets: {demo: {}}
 methods: {full: {overrides: [selection.method=full]}}
 world_sizes: [1]
 seeds: [5]
-""")
+"""
+    )
     out = tmp_path / "runs"
     cell = "demo.tiny.full.ws1.s5"
     proc, job_id, _ = launch_until_running(grid, out, "cancel", cell)
@@ -292,12 +371,15 @@ seeds: [5]
 
 def test_killed_job_relaunched_resumes_from_its_checkpoint(slurm_cluster: Path, tmp_path: Path) -> None:
     grid = tmp_path / "resume.yaml"
-    grid.write_text(QUICK + """name: resume
+    grid.write_text(
+        QUICK
+        + """name: resume
 datasets: {demo: {overrides: [train.checkpoint_every=2, eval.demo_tasks=false]}}
 methods: {full: {overrides: [selection.method=full]}}
 world_sizes: [2]
 seeds: [7]
-""")
+"""
+    )
     out = tmp_path / "runs"
     cell = "demo.tiny.full.ws2.s7"
     # Every worker of the first job dies hard (os._exit(137), as under kill -9) after step 3
@@ -329,12 +411,15 @@ seeds: [7]
 @pytest.mark.slow
 def test_preempted_job_requeues_itself_and_finishes(slurm_cluster: Path, tmp_path: Path) -> None:
     grid = tmp_path / "preempt.yaml"
-    grid.write_text(QUICK + """name: preempt
+    grid.write_text(
+        QUICK
+        + """name: preempt
 datasets: {demo: {overrides: [eval.demo_tasks=false]}}
 methods: {full: {overrides: [selection.method=full]}}
 world_sizes: [1]
 seeds: [9]
-""")
+"""
+    )
     out = tmp_path / "runs"
     cell = "demo.tiny.full.ws1.s9"
     # Once the cell runs, submitit's signal handlers are in place.

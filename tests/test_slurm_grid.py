@@ -1,5 +1,6 @@
 """Grids, cluster profiles, the dry-run plan and the sbatch script (no scheduler needed here;
 tests/test_slurm_cluster.py runs them through a real SLURM)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -55,8 +56,9 @@ def test_paper_grid_has_the_papers_cells_and_recipe() -> None:
     assert "magicoder.codellama-python-7b.cluster-r50.ws8.s42" in ids
     assert not any(".llama2-" in i and i.startswith(("magicoder", "evol")) for i in ids)
     assert not any("codellama" in i and i.startswith("medinstruct") for i in ids)
-    assert not any(i.endswith(("ws8.s42", "ws8.s43")) and not i.startswith("magicoder.codellama-python-7b.")
-                   for i in ids)
+    assert not any(
+        i.endswith(("ws8.s42", "ws8.s43")) and not i.startswith("magicoder.codellama-python-7b.") for i in ids
+    )
     cell = next(c for c in grid.cells if c.id == "medinstruct.llama2-13b.cluster-r75.ws4.s42")
     cfg = cell.config()
     assert cfg.model.name_or_path == "meta-llama/Llama-2-13b-hf" and not cfg.model.lora.enabled
@@ -86,7 +88,9 @@ def test_baselines_grid_matches_cluster_kept_counts_and_shares_cluster_cells() -
 
 
 def test_exclusions_matches_and_errors(tmp_path: Path) -> None:
-    body = BASE + """name: t
+    body = (
+        BASE
+        + """name: t
 datasets: {a: {}, b: {overrides: [data.demo_train_size=64]}}
 models: {tiny: {}}
 methods:
@@ -97,6 +101,7 @@ seeds: [1]
 exclude:
   - {dataset: b, world_size: 2}
 """
+    )
     grid = load_grid(_write(tmp_path, body))
     ids = [c.id for c in grid.cells]
     assert len(ids) == 2 * 2 * 2 + 2 * 2 * 1  # a: both world sizes; b: only ws1
@@ -110,23 +115,34 @@ exclude:
     assert len(keys - {None}) == 1
     # --only keeps what the chosen cells match.
     chosen = select_cells(grid, ["method=random", "dataset=b"])
-    assert {c.id for c in chosen} == {"b.tiny.random-r100.ws1.s1", "b.tiny.random-r50.ws1.s1",
-                                      "b.tiny.cluster-r100.ws1.s1", "b.tiny.cluster-r50.ws1.s1"}
+    assert {c.id for c in chosen} == {
+        "b.tiny.random-r100.ws1.s1",
+        "b.tiny.random-r50.ws1.s1",
+        "b.tiny.cluster-r100.ws1.s1",
+        "b.tiny.cluster-r50.ws1.s1",
+    }
 
     bad_exclusion = body.replace("{dataset: b, world_size: 2}", "{dataset: b, world: 2}")
     with pytest.raises(ConfigError, match=r"exclude\[0\] has unknown axes \['world'\]"):
         load_grid(_write(tmp_path, bad_exclusion))
     orphan = body.replace("{dataset: b, world_size: 2}", "{method: cluster, ratio: 50}")
-    with pytest.raises(ConfigError, match="random-r50.* takes the kept count of .*cluster-r50.*"
-                                          "exclusions drop"):
+    with pytest.raises(
+        ConfigError, match="random-r50.* takes the kept count of .*cluster-r50.*exclusions drop"
+    ):
         load_grid(_write(tmp_path, orphan))
-    with pytest.raises(ConfigError, match=r"cell a\.tiny\.cluster-r100\.ws1\.s1: unknown key "
-                                          r"'train.lrr'; did you mean 'train.lr'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"cell a\.tiny\.cluster-r100\.ws1\.s1: unknown key "
+        r"'train.lrr'; did you mean 'train.lr'",
+    ):
         load_grid(_write(tmp_path, body), ["train.lrr=1"])
     with pytest.raises(ConfigError, match="world_size: this is an axis of the grid"):
         load_grid(_write(tmp_path, body), ["world_size=8"])
-    with pytest.raises(ConfigError, match=r"methods\.random\.match_kept_count_of: 'cluster2' is "
-                                          "not a method"):
+    with pytest.raises(
+        ConfigError,
+        match=r"methods\.random\.match_kept_count_of: 'cluster2' is "
+        "not a method",
+    ):
         load_grid(_write(tmp_path, body.replace("of: cluster", "of: cluster2")))
     with pytest.raises(ConfigError, match=r"unknown keys \['ratio'\]"):
         load_grid(_write(tmp_path, body.replace("ratios: [100, 50]", "ratio: [100, 50]")))
@@ -140,8 +156,11 @@ def test_profile_errors_name_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"unknown key 'gpus_per_nodes'; did you mean 'gpus_per_node'"):
         load_profile(p)
     p.write_text("gpu: {mfu: 40}\n")
-    with pytest.raises(ConfigError, match=r"gpu\.mfu: expected a finite number in \(0, 1\]"
-                                          r".*a fraction: write 0\.4 for 40%.*got 40\.0"):
+    with pytest.raises(
+        ConfigError,
+        match=r"gpu\.mfu: expected a finite number in \(0, 1\]"
+        r".*a fraction: write 0\.4 for 40%.*got 40\.0",
+    ):
         load_profile(p)
     prof = load_profile(CONFIGS / "clusters" / "example.yaml")
     assert prof.nodes_for(4) == (1, 4) and prof.nodes_for(8) == (2, 4) and prof.nodes_for(2) == (1, 2)
@@ -162,8 +181,9 @@ def test_estimate_follows_tokens_parameters_and_mfu() -> None:
     expected = 6 * 6.74e9 * 2 * 75197 * 500 / (312e12 * MEASURED_MFU) / 3600
     assert full.gpu_hours == pytest.approx(expected, rel=1e-9)
     assert full.wall_hours == pytest.approx(expected / 4)
-    half = estimate_cell(by_id["magicoder.codellama-python-7b.cluster-r50.ws4.s42"], by_id,
-                         grid.estimate, prof)
+    half = estimate_cell(
+        by_id["magicoder.codellama-python-7b.cluster-r50.ws4.s42"], by_id, grid.estimate, prof
+    )
     assert half.kept_fraction == pytest.approx(0.79 * 0.5)
     assert half.gpu_hours == pytest.approx(expected * 0.395)
     big = estimate_cell(by_id["magicoder.codellama-python-13b.full.ws4.s42"], by_id, grid.estimate, prof)
@@ -171,16 +191,33 @@ def test_estimate_follows_tokens_parameters_and_mfu() -> None:
 
 
 def test_dry_run_prints_jobs_gpus_and_gpu_hours(tmp_path: Path) -> None:
-    p = subprocess.run([sys.executable, "-m", "repro", "launch", str(GRIDS / "paper.yaml"),
-                        "--dry-run", "--output-dir", str(tmp_path), "--only", "seed=42"],
-                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "repro",
+            "launch",
+            str(GRIDS / "paper.yaml"),
+            "--dry-run",
+            "--output-dir",
+            str(tmp_path),
+            "--only",
+            "seed=42",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     out = p.stdout
     # seed 42: 28 cells; one features job per (model, pool) with CluSTER cells: 6.
     assert "28 cells, 0 done, 28 to run" in out
     assert "Jobs: 34 (28 cells + 6 shared features jobs)" in out
     assert "GPUs per job: 4, 8" in out
-    row = next(line for line in out.splitlines() if line.startswith("magicoder.codellama-python-7b.full.ws4.s42"))
+    row = next(
+        line for line in out.splitlines() if line.startswith("magicoder.codellama-python-7b.full.ws4.s42")
+    )
     assert row.split()[1:3] == ["4", "1"]  # GPUs, nodes
     total = float(out.split("GPU-hours (estimate): training ")[1].split()[0].replace(",", ""))
     assert total > 0
@@ -212,9 +249,14 @@ def test_sbatch_script_for_a_paper_cell_matches_the_golden_file() -> None:
     grid = load_grid(GRIDS / "paper.yaml")
     cell = next(c for c in grid.cells if c.id == "magicoder.codellama-python-7b.cluster-r50.ws4.s42")
     prof = load_profile(CONFIGS / "clusters" / "example.yaml")
-    text = sbatch_script(prof, cell.axes["world_size"], f"paper:{cell.id}",
-                         Path("/shared/cluster-repro/runs/_launch/paper/submitit"),
-                         dependency="afterok:1001", python="/shared/cluster-repro/.venv/bin/python")
+    text = sbatch_script(
+        prof,
+        cell.axes["world_size"],
+        f"paper:{cell.id}",
+        Path("/shared/cluster-repro/runs/_launch/paper/submitit"),
+        dependency="afterok:1001",
+        python="/shared/cluster-repro/.venv/bin/python",
+    )
     text = text.replace(str(PROJECT_ROOT), "<PROJECT_ROOT>")
     assert text == (GOLDEN / "paper-cell.sbatch").read_text()
 
@@ -249,8 +291,13 @@ def test_a_cell_is_done_only_for_its_eval_settings_and_keeps_its_run_folder(tmp_
     assert {s.cell: s.state for s in cell_statuses(ctx2)}[cid] == "not launched"
     # Launched before (a local job that wrote "done"): outdated, not pending, so that a launch
     # does not leave it alone as queued.
-    atomic_write_json(ctx.launch_dir / "jobs.json", {"backend": "local", "jobs": {
-        cid: {"kind": "cell", "job_id": "7", "cells": [cid], "stderr": "7.err"}}})
+    atomic_write_json(
+        ctx.launch_dir / "jobs.json",
+        {
+            "backend": "local",
+            "jobs": {cid: {"kind": "cell", "job_id": "7", "cells": [cid], "stderr": "7.err"}},
+        },
+    )
     atomic_write_json(ctx.launch_dir / "state" / f"{cid}.json", {"state": "done", "job_id": "7"})
     assert {s.cell: s.state for s in cell_statuses(ctx)}[cid] == "done"
     assert {s.cell: s.state for s in cell_statuses(ctx2)}[cid] == "outdated"

@@ -6,6 +6,7 @@ the prediction (tiny model, no training). The trainer's side (the same steps, ru
 DDP) is in tests/test_trainer.py; the pipeline's (step_tokens.json against the training log) in
 tests/test_demo.py.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -78,8 +79,7 @@ def test_balance_tokens_gives_equal_steps_and_near_equal_token_sums() -> None:
     sel, lengths = _two_length_clusters(1800, 600)
     k, accum = 2, 64
     ctx = AllocationContext(lengths, per_device_batch=1, grad_accum=accum, drop_last=True)
-    bal = ClusterInterleaveAllocator("tokens").allocate(sel, k, seed=3, epochs=2,
-                                                        weight_mode="rank", ctx=ctx)
+    bal = ClusterInterleaveAllocator("tokens").allocate(sel, k, seed=3, epochs=2, weight_mode="rank", ctx=ctx)
     counts = {len(sizes) for epoch in bal.step_sizes for sizes in epoch}
     assert counts == {600 // accum}  # every worker: the steps of the fewest examples
     for e in range(2):
@@ -96,8 +96,15 @@ def test_balance_tokens_gives_equal_steps_and_near_equal_token_sums() -> None:
 
     # The same examples in steps of 64 examples: the short worker idles about half of each step.
     plain = ClusterInterleaveAllocator().allocate(
-        Selection(ids=sel.ids[:600] + sel.ids[1800:], clusters=[0] * 600 + [1] * 600,
-                  group_weights=sel.group_weights), k, seed=3, weight_mode="rank")
+        Selection(
+            ids=sel.ids[:600] + sel.ids[1800:],
+            clusters=[0] * 600 + [1] * 600,
+            group_weights=sel.group_weights,
+        ),
+        k,
+        seed=3,
+        weight_mode="rank",
+    )
     plain_sums = steps.step_token_sums(plain, lengths, accum, 600 // accum, 600 // accum)
     assert steps.idle_share(plain_sums) > 0.3
     with pytest.raises(SelectionError, match="token lengths"):
@@ -127,26 +134,27 @@ def test_balanced_steps_keep_the_plain_interleaves_objective() -> None:
         return total / n_steps
 
     def target(sched: Schedule) -> float:
-        return sum(sched.worker_weights[w] / k * np.mean([loss[i] for i in sched.order[0][w]])
-                   for w in range(k))
+        return sum(
+            sched.worker_weights[w] / k * np.mean([loss[i] for i in sched.order[0][w]]) for w in range(k)
+        )
 
     # Plain interleave on equal clusters of 600 (12 steps of 50, nothing dropped).
-    equal = Selection(ids=sel.ids[:600] + sel.ids[1200:], clusters=[0] * 600 + [1] * 600,
-                      group_weights=sel.group_weights)
+    equal = Selection(
+        ids=sel.ids[:600] + sel.ids[1200:], clusters=[0] * 600 + [1] * 600, group_weights=sel.group_weights
+    )
     plain = ClusterInterleaveAllocator().allocate(equal, k, seed=6, weight_mode="rank")
     assert steps.step_objective(plain, 0, 0, accum) == (False, accum)
     assert epoch_objective(plain, 12) == pytest.approx(target(plain), rel=1e-12)
     ctx = AllocationContext(lengths, 1, accum, True)
     for s in (equal, sel):  # equal clusters, and unequal ones (a token budget's)
-        bal = ClusterInterleaveAllocator("tokens").allocate(s, k, seed=6, weight_mode="rank",
-                                                            ctx=ctx)
+        bal = ClusterInterleaveAllocator("tokens").allocate(s, k, seed=6, weight_mode="rank", ctx=ctx)
         assert steps.step_objective(bal, 0, 0, accum)[0] is True
         assert epoch_objective(bal, bal.steps_per_epoch()) == pytest.approx(target(bal), rel=1e-12)
     # Same examples, same clusters: the balanced schedule's objective is the plain one's.
-    bal_equal = ClusterInterleaveAllocator("tokens").allocate(equal, k, 6, weight_mode="rank",
-                                                              ctx=ctx)
+    bal_equal = ClusterInterleaveAllocator("tokens").allocate(equal, k, 6, weight_mode="rank", ctx=ctx)
     assert epoch_objective(bal_equal, bal_equal.steps_per_epoch()) == pytest.approx(
-        epoch_objective(plain, 12), rel=1e-12)
+        epoch_objective(plain, 12), rel=1e-12
+    )
 
 
 def test_random_allocation_keeps_example_counts_per_step() -> None:
@@ -172,15 +180,16 @@ def test_member_order_prefixes_are_what_choose_within_cluster_keeps(mode: str) -
 def test_token_budget_keeps_equal_token_totals_within_one_example() -> None:
     rng = np.random.default_rng(8)
     labels = np.repeat([0, 1, 2], [50, 80, 40])
-    lengths = np.concatenate([rng.integers(100, 300, 50), rng.integers(20, 90, 80),
-                              rng.integers(50, 400, 40)])
+    lengths = np.concatenate(
+        [rng.integers(100, 300, 50), rng.integers(20, 90, 80), rng.integers(50, 400, 40)]
+    )
     order = {c: rng.permutation(np.flatnonzero(labels == c)) for c in range(3)}
     smallest = min(int(lengths[idx].sum()) for idx in order.values())
     for ratio in (100, 50):
         budget, kept = C.token_budget(order, lengths, ratio)
         assert budget == smallest * ratio // 100
         for c, idx in kept.items():
-            assert np.array_equal(idx, order[c][:idx.size])  # a prefix of the cluster's order
+            assert np.array_equal(idx, order[c][: idx.size])  # a prefix of the cluster's order
             total = int(lengths[idx].sum())
             assert total <= budget
             if idx.size < order[c].size:  # the next example would not fit
@@ -197,8 +206,12 @@ def test_select_and_validate_print_the_predicted_idle_share(tmp_path, capsys) ->
     from repro.cli import main
     from tests.conftest import CONFIGS
 
-    args = [str(CONFIGS / "demo-quick.yaml"), f"output_dir={tmp_path}", "world_size=2",
-            "selection.method=full"]
+    args = [
+        str(CONFIGS / "demo-quick.yaml"),
+        f"output_dir={tmp_path}",
+        "world_size=2",
+        "selection.method=full",
+    ]
     assert main(["validate", *args]) == 0
     assert "predicted idle share: not known yet" in capsys.readouterr().out
     assert main(["select", *args]) == 0

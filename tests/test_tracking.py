@@ -1,6 +1,7 @@
 """Experiment trackers (repro/core/tracking.py, `train.report_to`): TensorBoard event files read
 back with TensorBoard's own reader, a resumed run's steps shown once, and what a missing package
 gives. (The trainer's own event files: tests/test_trainer.py.)"""
+
 from __future__ import annotations
 
 import importlib.util
@@ -55,8 +56,7 @@ def test_a_missing_tracker_package_is_a_preflight_error_with_its_pip_command(bac
         return
     (problem,) = found
     assert problem.blocking and f"pip install {backend}" in problem.message
-    with pytest.raises(ValueError,
-                       match=f"train.report_to: {backend} needs .*pip install {backend}"):
+    with pytest.raises(ValueError, match=f"train.report_to: {backend} needs .*pip install {backend}"):
         make_tracker(backend, Path("unused"), "t", {})
 
 

@@ -11,6 +11,7 @@
 - Bit for bit at 4 and 8 DDP workers and 4 fsdp workers, where the order of floating-point
   additions in the all-reduce matters (trainer.settle_ddp_buckets).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,22 +27,32 @@ import torch
 
 from repro.core.config import from_dict
 from repro.core.io import atomic_write_json, read_json
-from repro.pipeline import load_pool_files, model_dir_of, run_experiment, stage_marker
 from repro.core.results import PART_NAME, read_rows
 from repro.core.types import Schedule
+from repro.pipeline import load_pool_files, model_dir_of, run_experiment, stage_marker
 from tests.conftest import CONFIGS, REPO
 from tests.crash_hook import crash_env
 from tests.test_tracking import tb_scalars
 
 
 def _tiny_cfg(tmp_path: Path, *extra: str):
-    return from_dict({}, [f"output_dir={tmp_path}", "name=t", "model.name_or_path=tiny-random-llama",
-                          "data.demo_train_size=48", "data.demo_heldout_per_category=1",
-                          "data.max_length=256", "eval.demo_tasks=false", *extra])
+    return from_dict(
+        {},
+        [
+            f"output_dir={tmp_path}",
+            "name=t",
+            "model.name_or_path=tiny-random-llama",
+            "data.demo_train_size=48",
+            "data.demo_heldout_per_category=1",
+            "data.max_length=256",
+            "eval.demo_tasks=false",
+            *extra,
+        ],
+    )
 
 
 def _trainable(run_dir: Path, cfg) -> dict[str, torch.Tensor]:
-    from repro.core.models import load_finetuned, trainable_state_dict
+    from repro.core.models import load_finetuned
 
     model_dir = model_dir_of(run_dir)
     model, _ = load_finetuned(run_dir / "model", model_dir, cfg.model)
@@ -52,18 +63,25 @@ def _trainable(run_dir: Path, cfg) -> dict[str, torch.Tensor]:
 def test_weighted_ddp_step_equals_serial_weighted_update(tmp_path: Path, per_device: int) -> None:
     """(batch1-accum2 also recomputes its layers: activation checkpointing changes no gradient.)"""
     from repro.core.data import TokenizedPool, collate
-    from repro.core.models import load_model_and_tokenizer
     from repro.core.lmhead import weighted_lm_loss
+    from repro.core.models import load_model_and_tokenizer
     from repro.core.runtime import seed_everything
 
     K, lr, global_batch = 4, 0.5, 8
     accum = global_batch // (per_device * K)
     weights = [0.4, 1.0, 1.6, 2.2]
-    cfg = _tiny_cfg(tmp_path, f"world_size={K}", "train.optimizer=sgd", f"train.lr={lr}",
-                    f"train.per_device_batch_size={per_device}",
-                    f"train.global_batch_size={global_batch}",
-                    "train.max_steps=1", "train.schedule=constant", "eval.heldout_loss=false",
-                    f"train.activation_checkpointing={str(per_device == 1).lower()}")
+    cfg = _tiny_cfg(
+        tmp_path,
+        f"world_size={K}",
+        "train.optimizer=sgd",
+        f"train.lr={lr}",
+        f"train.per_device_batch_size={per_device}",
+        f"train.global_batch_size={global_batch}",
+        "train.max_steps=1",
+        "train.schedule=constant",
+        "eval.heldout_loss=false",
+        f"train.activation_checkpointing={str(per_device == 1).lower()}",
+    )
     run_dir = run_experiment(cfg, until="schedule")
     sched = Schedule.from_dict(read_json(run_dir / "schedule.json"))
     sched.worker_weights = weights
@@ -82,7 +100,7 @@ def test_weighted_ddp_step_equals_serial_weighted_update(tmp_path: Path, per_dev
     for k in range(K):
         model.zero_grad()
         for m in range(accum):  # micro-batches, each a token mean, averaged over accumulation
-            ids = sched.order[0][k][m * per_device:(m + 1) * per_device]
+            ids = sched.order[0][k][m * per_device : (m + 1) * per_device]
             b = collate([tp[i] for i in ids], tok.pad_token_id)
             logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
             (weighted_lm_loss(logits, b["labels"], torch.ones(per_device)) / accum).backward()
@@ -97,8 +115,7 @@ def test_weighted_ddp_step_equals_serial_weighted_update(tmp_path: Path, per_dev
         far_from_unweighted += float((trained[name] - (init[name] - lr * plain)).abs().sum())
     assert far_from_unweighted > 1e-4  # the weights changed the update
 
-    log = [json.loads(line) for line in
-           (run_dir / "train_log" / "rank0.jsonl").read_text().splitlines()]
+    log = [json.loads(line) for line in (run_dir / "train_log" / "rank0.jsonl").read_text().splitlines()]
     assert len(log) == 1 and log[0]["tokens"] > 0 and log[0]["allreduce_wait_s"] >= 0
 
 
@@ -117,14 +134,21 @@ def test_balanced_steps_run_in_lockstep_with_the_per_example_objective(tmp_path:
     from repro.core.runtime import seed_everything
 
     K, lr, weights = 2, 0.5, [0.7, 1.3]
-    cfg = _tiny_cfg(tmp_path, f"world_size={K}", "train.optimizer=sgd", f"train.lr={lr}",
-                    "train.per_device_batch_size=1", "train.global_batch_size=4",
-                    "train.max_steps=1", "train.schedule=constant", "eval.heldout_loss=false")
+    cfg = _tiny_cfg(
+        tmp_path,
+        f"world_size={K}",
+        "train.optimizer=sgd",
+        f"train.lr={lr}",
+        "train.per_device_batch_size=1",
+        "train.global_batch_size=4",
+        "train.max_steps=1",
+        "train.schedule=constant",
+        "eval.heldout_loss=false",
+    )
     run_dir = run_experiment(cfg, until="schedule")
     pool, _ = load_pool_files(run_dir)
     ids = pool.ids
-    sched = Schedule(order=[[ids[0:6], ids[6:16]]], worker_weights=weights,
-                     step_sizes=[[[3, 3], [5, 5]]])
+    sched = Schedule(order=[[ids[0:6], ids[6:16]]], worker_weights=weights, step_sizes=[[[3, 3], [5, 5]]])
     atomic_write_json(run_dir / "schedule.json", sched.to_dict())
     derived = derive(cfg, len(ids), 16, sched.per_worker_len(), sched.steps_per_epoch())
     assert (derived.grad_accum, derived.steps_per_epoch, derived.total_steps) == (2, 2, 1)
@@ -149,8 +173,9 @@ def test_balanced_steps_run_in_lockstep_with_the_per_example_objective(tmp_path:
     trained = _trainable(run_dir, cfg)
     off_by_token_mean = 0.0
     for name in params:
-        grad = sum(weights[k] / K / mean_per_step[k] * per_example[i][name]
-                   for k in range(K) for i in step[k])
+        grad = sum(
+            weights[k] / K / mean_per_step[k] * per_example[i][name] for k in range(K) for i in step[k]
+        )
         torch.testing.assert_close(trained[name], init[name] - lr * grad, rtol=1e-5, atol=1e-7)
         # The normalization matters: dividing by accumulation instead gives another update.
         other = sum(weights[k] / K / 2 * per_example[i][name] for k in range(K) for i in step[k])
@@ -160,22 +185,33 @@ def test_balanced_steps_run_in_lockstep_with_the_per_example_objective(tmp_path:
     lengths = {i: len(tp[i]["input_ids"]) for i in ids[:16]}
     predicted = steps.step_token_sums(sched, lengths, 2, 2, 1)
     for k in range(K):
-        (row,) = [json.loads(line) for line in
-                  (run_dir / "train_log" / f"rank{k}.jsonl").read_text().splitlines()]
+        (row,) = [
+            json.loads(line) for line in (run_dir / "train_log" / f"rank{k}.jsonl").read_text().splitlines()
+        ]
         assert row["tokens"] == predicted[0, k] == sum(lengths[i] for i in step[k])
 
 
 def _run_cli(args: list[str], env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "repro", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "repro", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_killed_run_resumes_to_the_same_weights(tmp_path: Path) -> None:
-    common = ["model.name_or_path=tiny-random-llama", "data.demo_train_size=64",
-              "data.demo_heldout_per_category=1", "world_size=2", "train.per_device_batch_size=2",
-              "train.global_batch_size=4", "train.epochs=1", "train.checkpoint_every=3",
-              "eval.demo_tasks=false", "data.max_length=256", "train.report_to=tensorboard"]
+    common = [
+        "model.name_or_path=tiny-random-llama",
+        "data.demo_train_size=64",
+        "data.demo_heldout_per_category=1",
+        "world_size=2",
+        "train.per_device_batch_size=2",
+        "train.global_batch_size=4",
+        "train.epochs=1",
+        "train.checkpoint_every=3",
+        "eval.demo_tasks=false",
+        "data.max_length=256",
+        "train.report_to=tensorboard",
+    ]
     cfg_path = CONFIGS / "demo-quick.yaml"
     a = _run_cli(["run", str(cfg_path), f"output_dir={tmp_path / 'a'}", *common])
     assert a.returncode == 0, a.stderr[-3000:]
@@ -201,14 +237,15 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path: Path) -> None:
     for k in wa:
         assert torch.equal(wa[k], wb[k]), k
     # The per-rank log holds each step exactly once after the resume.
-    steps = [json.loads(l)["step"] for l in (run_b / "train_log" / "rank1.jsonl").read_text().splitlines()]
+    steps = [json.loads(ln)["step"] for ln in (run_b / "train_log" / "rank1.jsonl").read_text().splitlines()]
     assert steps == list(range(info["total_steps"]))
     # So do the TensorBoard event files (train.report_to): rank 0's logged values at every step,
     # those up to the checkpoint flushed by the killed attempt, the rest by the resumed one.
-    log0 = [json.loads(l) for l in (run_b / "train_log" / "rank0.jsonl").read_text().splitlines()]
+    log0 = [json.loads(ln) for ln in (run_b / "train_log" / "rank0.jsonl").read_text().splitlines()]
     for field in ("loss", "lr", "grad_norm", "tokens_per_s", "allreduce_wait_s"):
         assert tb_scalars(run_b, f"train/{field}") == [
-            (r["step"], float(np.float32(r[field]))) for r in log0], field  # TB keeps float32
+            (r["step"], float(np.float32(r[field]))) for r in log0
+        ], field  # TB keeps float32
     assert len({r["loss"] for r in log0}) == len(log0) and all(r["grad_norm"] > 0 for r in log0)
 
     # Costs: train_s counts the killed attempt's loop up to its checkpoint (carried in it) plus
@@ -225,16 +262,24 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path: Path) -> None:
     assert {r["attempts"] for r in read_rows(run_a / PART_NAME)} == {"1"}
 
 
-@pytest.mark.parametrize("world_size,strategy", [(4, "ddp"), (8, "ddp"), (4, "fsdp")],
-                         ids=["ddp-4", "ddp-8", "fsdp-4"])
+@pytest.mark.parametrize(
+    "world_size,strategy", [(4, "ddp"), (8, "ddp"), (4, "fsdp")], ids=["ddp-4", "ddp-8", "fsdp-4"]
+)
 def test_resume_is_bit_exact_with_more_workers(tmp_path: Path, world_size: int, strategy: str) -> None:
     """With 3 or more workers the all-reduce's order of additions decides the last bits (with 2,
     a + b = b + a): before trainer.settle_ddp_buckets, DDP weights differed by up to 1.5e-8 at 4
     workers after a resume. The resume starts from the uninterrupted run's own step-2 checkpoint,
     as a run killed after step 2 would (the kill itself is tested above)."""
-    cfg = _tiny_cfg(tmp_path, f"world_size={world_size}", f"train.strategy={strategy}",
-                    "train.per_device_batch_size=1", f"train.global_batch_size={world_size}",
-                    "train.max_steps=4", "train.checkpoint_every=2", "eval.heldout_loss=false")
+    cfg = _tiny_cfg(
+        tmp_path,
+        f"world_size={world_size}",
+        f"train.strategy={strategy}",
+        "train.per_device_batch_size=1",
+        f"train.global_batch_size={world_size}",
+        "train.max_steps=4",
+        "train.checkpoint_every=2",
+        "eval.heldout_loss=false",
+    )
     run_dir = run_experiment(cfg, until="train")
     uninterrupted = _trainable(run_dir, cfg)
     shutil.rmtree(run_dir / "model")
@@ -260,8 +305,9 @@ def test_adafactor_equals_the_transformers_one_on_plain_tensors() -> None:
     ours = [torch.randn(s, requires_grad=True) for s in shapes]
     ref = [p.detach().clone().requires_grad_() for p in ours]
     o1 = Adafactor(ours, lr=1e-2, weight_decay=0.01)
-    o2 = Reference(ref, lr=1e-2, weight_decay=0.01, scale_parameter=False, relative_step=False,
-                   warmup_init=False)
+    o2 = Reference(
+        ref, lr=1e-2, weight_decay=0.01, scale_parameter=False, relative_step=False, warmup_init=False
+    )
     for _ in range(5):
         for a, b in zip(ours, ref):
             a.grad = torch.randn_like(a)

@@ -18,6 +18,7 @@ to plain CluSTER's) and the held-out loss. Writes bench_balance.json and bench_b
 --output-dir. The times are wall-clock measurements: run it on an otherwise idle machine, e.g.
 with configs/demo.yaml, configs/mini/code.yaml and configs/mini/medical.yaml (data_dir=...).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,7 @@ VARIANTS: list[tuple[str, list[str]]] = [
     ("cluster", []),
     ("cluster+balance", ["allocation.params.balance=tokens"]),
     ("cluster-tokens", ["selection.params.budget_unit=tokens"]),
-    ("cluster-tokens+balance", ["selection.params.budget_unit=tokens",
-                                "allocation.params.balance=tokens"]),
+    ("cluster-tokens+balance", ["selection.params.budget_unit=tokens", "allocation.params.balance=tokens"]),
     ("random-allocation", ["allocation.method=uniform-shuffle"]),
 ]
 
@@ -52,24 +52,35 @@ def run_summary(label: str, run_dir: Path) -> dict[str, Any]:
     loss = next((r for r in rows if (r["benchmark"], r["metric"]) == ("heldout", "loss")), None)
     sched = read_json(stage_marker(run_dir, "schedule"))
     train = read_json(run_dir / "train.json")
-    return {"variant": label, "run_dir": str(run_dir), "n_selected": int(first["n_selected"]),
-            "kept_fraction": _float(first["kept_fraction"]),
-            "tokens_trained": train.get("tokens"), "steps": sched["derived"]["total_steps"],
-            "predicted_idle_share": _float(first.get("predicted_idle_share")),
-            "allreduce_wait_share": _float(first.get("allreduce_wait_share")),
-            "train_s": _float(first["train_s"]),
-            "heldout_loss": _float(loss["value"]) if loss else None,
-            "status": first["status"]}
+    return {
+        "variant": label,
+        "run_dir": str(run_dir),
+        "n_selected": int(first["n_selected"]),
+        "kept_fraction": _float(first["kept_fraction"]),
+        "tokens_trained": train.get("tokens"),
+        "steps": sched["derived"]["total_steps"],
+        "predicted_idle_share": _float(first.get("predicted_idle_share")),
+        "allreduce_wait_share": _float(first.get("allreduce_wait_share")),
+        "train_s": _float(first["train_s"]),
+        "heldout_loss": _float(loss["value"]) if loss else None,
+        "status": first["status"],
+    }
 
 
-def bench_balance(config: str, ratio: float, output_dir: Path, overrides: list[str],
-                  force: bool = False) -> list[dict[str, Any]]:
+def bench_balance(
+    config: str, ratio: float, output_dir: Path, overrides: list[str], force: bool = False
+) -> list[dict[str, Any]]:
     from repro.pipeline import run_experiment
     from slurm.jobs import link_shared
 
-    common = [f"output_dir={output_dir}", "selection.method=cluster",
-              f"selection.params.ratio={ratio:g}", "allocation.method=cluster-interleave",
-              "allocation.weight_mode=rank", *overrides]
+    common = [
+        f"output_dir={output_dir}",
+        "selection.method=cluster",
+        f"selection.params.ratio={ratio:g}",
+        "allocation.method=cluster-interleave",
+        "allocation.weight_mode=rank",
+        *overrides,
+    ]
     out: list[dict[str, Any]] = []
     first: Path | None = None
     for label, extra in VARIANTS:
@@ -82,8 +93,10 @@ def bench_balance(config: str, ratio: float, output_dir: Path, overrides: list[s
     base = out[0]["train_s"]
     for r in out:
         r["train_vs_cluster"] = r["train_s"] / base if base and r["train_s"] else None
-    atomic_write_json(output_dir / "bench_balance.json",
-                      {"config": config, "ratio": ratio, "overrides": overrides, "runs": out})
+    atomic_write_json(
+        output_dir / "bench_balance.json",
+        {"config": config, "ratio": ratio, "overrides": overrides, "runs": out},
+    )
     atomic_write_text(output_dir / "bench_balance.md", format_balance(out) + "\n")
     return out
 
@@ -93,21 +106,30 @@ def _pct(x: float | None) -> str:
 
 
 def format_balance(rows: list[dict[str, Any]]) -> str:
-    lines = ["| variant | kept | tokens trained | steps | predicted idle (%) | all-reduce wait (%) "
-             "| train s | x CluSTER | held-out loss |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| variant | kept | tokens trained | steps | predicted idle (%) | all-reduce wait (%) "
+        "| train s | x CluSTER | held-out loss |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         lines.append(
             f"| {r['variant']} | {r['n_selected']} | {r['tokens_trained']} | {r['steps']} | "
             f"{_pct(r['predicted_idle_share'])} | {_pct(r['allreduce_wait_share'])} | "
             f"{r['train_s']:.1f} | "
-            + (f"{r['train_vs_cluster']:.2f}" if r["train_vs_cluster"] else "—") + " | "
-            + (f"{r['heldout_loss']:.4f}" if r["heldout_loss"] is not None else "—") + " |")
+            + (f"{r['train_vs_cluster']:.2f}" if r["train_vs_cluster"] else "—")
+            + " | "
+            + (f"{r['heldout_loss']:.4f}" if r["heldout_loss"] is not None else "—")
+            + " |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="cluster-repro bench balance", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="cluster-repro bench balance",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--config", default="configs/demo.yaml", help="the base config")
     p.add_argument("--ratio", type=float, default=50, help="CluSTER's ratio in percent (50)")
     p.add_argument("--output-dir", default="runs/bench-balance")

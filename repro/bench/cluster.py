@@ -8,6 +8,7 @@ Features are seeded random unit vectors (float32). On them every partition has n
 inertia, so the "random/exact" column (inertia of a random partition with its means, over the
 exact inertia) is printed to show how little the fast/exact ratio can discriminate here.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,14 +45,33 @@ def _pipeline(X: np.ndarray, k: int, mode: str, seed: int) -> dict:
     t5 = time.perf_counter()
     C.soft_cap_assign(Xn, centers, np.zeros(len(Xn), dtype=np.int64))
     t6 = time.perf_counter()
-    return {"k": k, "mode": mode, "n": len(X), "d": X.shape[1], "normalize_s": t1 - t0,
-            "kmeans_s": t2 - t1, "cap_s": t3 - t2, "choice_s": t4 - t3, "total_s": t4 - t0,
-            "cap_forced_s": t6 - t5, "inertia": inertia, "m_adj": m_adj,
-            "sizes": np.bincount(capped, minlength=k).tolist(), "labels": labels, "Xn": Xn}
+    return {
+        "k": k,
+        "mode": mode,
+        "n": len(X),
+        "d": X.shape[1],
+        "normalize_s": t1 - t0,
+        "kmeans_s": t2 - t1,
+        "cap_s": t3 - t2,
+        "choice_s": t4 - t3,
+        "total_s": t4 - t0,
+        "cap_forced_s": t6 - t5,
+        "inertia": inertia,
+        "m_adj": m_adj,
+        "sizes": np.bincount(capped, minlength=k).tolist(),
+        "labels": labels,
+        "Xn": Xn,
+    }
 
 
-def bench_cluster(n: int = 75197, d: int = 4096, ks=(4, 8), modes=("exact", "fast"),
-                  seed: int = 0, n_growth=(10000, 25000, 75197)) -> list[dict]:
+def bench_cluster(
+    n: int = 75197,
+    d: int = 4096,
+    ks=(4, 8),
+    modes=("exact", "fast"),
+    seed: int = 0,
+    n_growth=(10000, 25000, 75197),
+) -> list[dict]:
     """One row per (K, mode) at N = n ("kind": "main"), then the fast mode's rows at each N in
     n_growth ("kind": "growth"). Times in seconds (wall clock); "load1" is the 1-minute load
     average when the row started (other jobs on the machine inflate every time)."""
@@ -71,8 +91,7 @@ def bench_cluster(n: int = 75197, d: int = 4096, ks=(4, 8), modes=("exact", "fas
                 exact = r["inertia"]
                 rand = np.random.default_rng(seed).integers(0, k, len(Xn))
                 means = np.stack([Xn[rand == c].mean(axis=0) for c in range(k)])
-                r["random_over_exact"] = float(
-                    C.sq_distances_to_own_center(Xn, means, rand).sum()) / exact
+                r["random_over_exact"] = float(C.sq_distances_to_own_center(Xn, means, rand).sum()) / exact
             rows.append(r)
             _progress(r)
             del Xn, labels
@@ -91,24 +110,39 @@ def bench_cluster(n: int = 75197, d: int = 4096, ks=(4, 8), modes=("exact", "fas
 
 
 def _progress(r: dict) -> None:
-    print(f"[bench_cluster] {r['kind']} N={r['n']} K={r['k']} {r['mode']}: kmeans "
-          f"{r['kmeans_s']:.1f} s, total {r['total_s']:.1f} s, inertia {r['inertia']:.2f}, "
-          f"load {r['load1']:.1f}", file=sys.stderr, flush=True)
+    print(
+        f"[bench_cluster] {r['kind']} N={r['n']} K={r['k']} {r['mode']}: kmeans "
+        f"{r['kmeans_s']:.1f} s, total {r['total_s']:.1f} s, inertia {r['inertia']:.2f}, "
+        f"load {r['load1']:.1f}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def format_cluster(rows: list[dict]) -> str:
     """A Markdown table of bench_cluster rows."""
-    cols = [("kind", "kind", "{}"), ("N", "n", "{:,}"), ("D", "d", "{}"), ("K", "k", "{}"),
-            ("mode", "mode", "{}"), ("normalize s", "normalize_s", "{:.2f}"),
-            ("kmeans s", "kmeans_s", "{:.2f}"), ("cap s", "cap_s", "{:.2f}"),
-            ("budget+choice s", "choice_s", "{:.2f}"), ("total s", "total_s", "{:.2f}"),
-            ("cap forced s", "cap_forced_s", "{:.2f}"), ("inertia", "inertia", "{:.2f}"),
-            ("fast/exact", "fast_over_exact", "{:.6f}"),
-            ("random/exact", "random_over_exact", "{:.6f}"), ("load1", "load1", "{:.1f}")]
+    cols = [
+        ("kind", "kind", "{}"),
+        ("N", "n", "{:,}"),
+        ("D", "d", "{}"),
+        ("K", "k", "{}"),
+        ("mode", "mode", "{}"),
+        ("normalize s", "normalize_s", "{:.2f}"),
+        ("kmeans s", "kmeans_s", "{:.2f}"),
+        ("cap s", "cap_s", "{:.2f}"),
+        ("budget+choice s", "choice_s", "{:.2f}"),
+        ("total s", "total_s", "{:.2f}"),
+        ("cap forced s", "cap_forced_s", "{:.2f}"),
+        ("inertia", "inertia", "{:.2f}"),
+        ("fast/exact", "fast_over_exact", "{:.6f}"),
+        ("random/exact", "random_over_exact", "{:.6f}"),
+        ("load1", "load1", "{:.1f}"),
+    ]
     out = ["| " + " | ".join(c[0] for c in cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        out.append("| " + " | ".join(f.format(r[key]) if r.get(key) is not None else ""
-                                     for _, key, f in cols) + " |")
+        out.append(
+            "| " + " | ".join(f.format(r[key]) if r.get(key) is not None else "" for _, key, f in cols) + " |"
+        )
     return "\n".join(out)
 
 

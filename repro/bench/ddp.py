@@ -5,6 +5,7 @@ per-worker batch is fixed, so the global batch grows with the world size) and re
 its ratio to world size 1, and the share of step time spent waiting at the gradient all-reduce.
 The first `warmup` steps of each run are left out (allocator warm-up, lazy initialization).
 """
+
 from __future__ import annotations
 
 import json
@@ -28,31 +29,53 @@ def step_stats(run_dir: Path, warmup: int = 1) -> dict[str, Any]:
     tokens = sum(r["tokens"] for s in steps for r in by_step[s])
     wait = sum(r["allreduce_wait_s"] for s in steps for r in by_step[s])
     busy = sum(r["step_s"] for s in steps for r in by_step[s])
-    return {"steps": len(steps), "tokens": tokens, "wall_s": wall,
-            "tokens_per_s": tokens / wall if wall else None,
-            "allreduce_wait_share": wait / busy if busy else None,
-            "median_step_s": statistics.median(max(r["step_s"] for r in by_step[s]) for s in steps),
-            "peak_mem_mb_per_worker": max(r["peak_mem_mb"] for s in steps for r in by_step[s])}
+    return {
+        "steps": len(steps),
+        "tokens": tokens,
+        "wall_s": wall,
+        "tokens_per_s": tokens / wall if wall else None,
+        "allreduce_wait_share": wait / busy if busy else None,
+        "median_step_s": statistics.median(max(r["step_s"] for r in by_step[s]) for s in steps),
+        "peak_mem_mb_per_worker": max(r["peak_mem_mb"] for s in steps for r in by_step[s]),
+    }
 
 
-def bench_ddp(config: str | None, world_sizes: list[int], steps: int, per_device_batch: int,
-              output_dir: Path, overrides: list[str]) -> list[dict[str, Any]]:
+def bench_ddp(
+    config: str | None,
+    world_sizes: list[int],
+    steps: int,
+    per_device_batch: int,
+    output_dir: Path,
+    overrides: list[str],
+) -> list[dict[str, Any]]:
     from repro.core.config import load_config
     from repro.demo import demo_config
     from repro.pipeline import run_experiment
 
     rows = []
     for k in world_sizes:
-        ov = [f"world_size={k}", f"train.per_device_batch_size={per_device_batch}",
-              f"train.global_batch_size={per_device_batch * k}", f"train.max_steps={steps}",
-              "train.checkpoint_every=0", "train.epochs=50", f"output_dir={output_dir}",
-              "name=bench-ddp", *overrides]
+        ov = [
+            f"world_size={k}",
+            f"train.per_device_batch_size={per_device_batch}",
+            f"train.global_batch_size={per_device_batch * k}",
+            f"train.max_steps={steps}",
+            "train.checkpoint_every=0",
+            "train.epochs=50",
+            f"output_dir={output_dir}",
+            "name=bench-ddp",
+            *overrides,
+        ]
         cfg = load_config(config, ov) if config else demo_config(quick=False, overrides=ov)
         t0 = time.perf_counter()
         run_dir = run_experiment(cfg, force=True, until="train")
         st = step_stats(run_dir)
-        st.update(world_size=k, model=cfg.model.name_or_path, run_s=time.perf_counter() - t0,
-                  seq_len_max=cfg.data.max_length, per_device_batch=per_device_batch)
+        st.update(
+            world_size=k,
+            model=cfg.model.name_or_path,
+            run_s=time.perf_counter() - t0,
+            seq_len_max=cfg.data.max_length,
+            per_device_batch=per_device_batch,
+        )
         rows.append(st)
     base = rows[0]["tokens_per_s"]
     for r in rows:
@@ -62,12 +85,17 @@ def bench_ddp(config: str | None, world_sizes: list[int], steps: int, per_device
 
 
 def format_ddp(rows: list[dict[str, Any]]) -> str:
-    lines = ["| model | world size | tokens/s | x vs first | all-reduce wait share | median step s | peak MB/worker |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | world size | tokens/s | x vs first | all-reduce wait share | median step s "
+        "| peak MB/worker |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['world_size']} | {r['tokens_per_s']:.0f} | "
-                     f"{r['speedup_vs_first']:.2f} | {100 * r['allreduce_wait_share']:.1f}% | "
-                     f"{r['median_step_s']:.3f} | {r['peak_mem_mb_per_worker']:.0f} |")
+        lines.append(
+            f"| {r['model']} | {r['world_size']} | {r['tokens_per_s']:.0f} | "
+            f"{r['speedup_vs_first']:.2f} | {100 * r['allreduce_wait_share']:.1f}% | "
+            f"{r['median_step_s']:.3f} | {r['peak_mem_mb_per_worker']:.0f} |"
+        )
     return "\n".join(lines)
 
 

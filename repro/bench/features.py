@@ -12,7 +12,8 @@ examples/s from the median of `repeats` timings of all `n_batches` batches.
 Working memory ABOVE the loaded model, per form: on CPU the peak-RSS increase in a FRESH
 subprocess per (form, batch size) (the model is loaded, the kernel's RSS high-water mark is reset
 through /proc/self/clear_refs once the weights are paged in, the form runs over the batches
-once, VmHWM - VmRSS-before is read); torch's CPU allocations bypass tracemalloc, and RSS is what an out-of-memory kill sees. On
+once, VmHWM - VmRSS-before is read); torch's CPU allocations bypass tracemalloc, and RSS is what an
+out-of-memory kill sees. On
 CUDA: torch.cuda.max_memory_allocated above the allocation before the form, in process.
 
 Batches: real text (the demo pool's rendered examples, tokenized with the model's tokenizer and
@@ -22,6 +23,7 @@ length ~ U[0.4, 1.0] * max_length, of which a share ~ U[0.25, 0.6] is prompt; ri
     CLUSTER_REPRO_CACHE=/tmp/smol-cache python -m repro.bench.features --model smollm2-135m-instruct
     python -m repro.bench.features --model llama-2-7b --device cuda --dtype bf16   # random weights
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,13 +45,32 @@ from repro.core.lmhead import HeadWorkspace
 FORMS = ("efficient", "naive", "plain")
 # Published shapes, for timing on a GPU without downloading weights (random initialization).
 _SHAPES = {
-    "llama-2-7b": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
-                       num_key_value_heads=32, intermediate_size=11008, vocab_size=32000),
-    "llama-2-13b": dict(hidden_size=5120, num_hidden_layers=40, num_attention_heads=40,
-                        num_key_value_heads=40, intermediate_size=13824, vocab_size=32000),
-    "codellama-7b-python": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
-                                num_key_value_heads=32, intermediate_size=11008, vocab_size=32000,
-                                rope_theta=1e6, max_position_embeddings=16384),
+    "llama-2-7b": dict(
+        hidden_size=4096,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        intermediate_size=11008,
+        vocab_size=32000,
+    ),
+    "llama-2-13b": dict(
+        hidden_size=5120,
+        num_hidden_layers=40,
+        num_attention_heads=40,
+        num_key_value_heads=40,
+        intermediate_size=13824,
+        vocab_size=32000,
+    ),
+    "codellama-7b-python": dict(
+        hidden_size=4096,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        intermediate_size=11008,
+        vocab_size=32000,
+        rope_theta=1e6,
+        max_position_embeddings=16384,
+    ),
 }
 
 
@@ -81,8 +102,9 @@ def _load(model_dir: Any, device: str, dtype: torch.dtype) -> tuple[Any, Any, st
     return model.to(dtype).eval(), tok, Path(model_dir).name
 
 
-def _batches(tok: Any, vocab: int, batch_size: int, n_batches: int, max_length: int,
-             seed: int = 0) -> list[dict]:
+def _batches(
+    tok: Any, vocab: int, batch_size: int, n_batches: int, max_length: int, seed: int = 0
+) -> list[dict]:
     """Deterministic in the arguments (the memory subprocesses rebuild the very same batches)."""
     from repro.core.data import IGNORE_INDEX, collate
 
@@ -106,7 +128,7 @@ def _batches(tok: Any, vocab: int, batch_size: int, n_batches: int, max_length: 
             n = rng.randint(int(0.4 * max_length), max_length)
             n_prompt = int(n * rng.uniform(0.25, 0.6))
             start = rng.randrange(len(stream) - n)
-            ids = stream[start:start + n]
+            ids = stream[start : start + n]
             items.append({"input_ids": ids, "labels": [IGNORE_INDEX] * n_prompt + ids[n_prompt:]})
         out.append(collate(items, pad))
     return out
@@ -123,10 +145,13 @@ def _run(form: str, model: Any, batch: dict, bf16: bool) -> None:
     elif form == "naive":
         gradient_proxy_features_naive(model, batch, bf16=bf16)
     else:
-        with torch.inference_mode(), torch.autocast(batch["input_ids"].device.type,
-                                                    dtype=torch.bfloat16, enabled=bf16):
-            model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                  use_cache=False).logits
+        with (
+            torch.inference_mode(),
+            torch.autocast(batch["input_ids"].device.type, dtype=torch.bfloat16, enabled=bf16),
+        ):
+            _ = model(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+            ).logits
 
 
 def _sync(device: str) -> None:
@@ -167,11 +192,26 @@ def _measure_memory_here(form: str, model: Any, batches: list[dict], device: str
     return (_status_kb("VmHWM") - base) / 1024
 
 
-def _memory_subprocess(form: str, model_dir: Any, batch_size: int, max_length: int,
-                       n_batches: int, dtype: torch.dtype) -> float | None:
-    cmd = [sys.executable, "-m", "repro.bench.features", "--mem-form", form, "--model",
-           str(model_dir), "--batch-sizes", str(batch_size), "--max-length", str(max_length),
-           "--n-batches", str(n_batches), "--dtype", "bf16" if dtype == torch.bfloat16 else "fp32"]
+def _memory_subprocess(
+    form: str, model_dir: Any, batch_size: int, max_length: int, n_batches: int, dtype: torch.dtype
+) -> float | None:
+    cmd = [
+        sys.executable,
+        "-m",
+        "repro.bench.features",
+        "--mem-form",
+        form,
+        "--model",
+        str(model_dir),
+        "--batch-sizes",
+        str(batch_size),
+        "--max-length",
+        str(max_length),
+        "--n-batches",
+        str(n_batches),
+        "--dtype",
+        "bf16" if dtype == torch.bfloat16 else "fp32",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
     if r.returncode != 0:
         print(f"[bench] memory subprocess for {form} failed:\n{r.stderr[-2000:]}", file=sys.stderr)
@@ -179,9 +219,16 @@ def _memory_subprocess(form: str, model_dir: Any, batch_size: int, max_length: i
     return float(json.loads(r.stdout.strip().splitlines()[-1])["mem_mb"])
 
 
-def bench_features(model_dir: Any, batch_sizes: tuple[int, ...] = (8, 16), max_length: int = 256,
-                   repeats: int = 5, n_batches: int = 3, device: str = "cpu",
-                   dtype: torch.dtype = torch.float32, out_json: Path | None = None) -> list[dict]:
+def bench_features(
+    model_dir: Any,
+    batch_sizes: tuple[int, ...] = (8, 16),
+    max_length: int = 256,
+    repeats: int = 5,
+    n_batches: int = 3,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    out_json: Path | None = None,
+) -> list[dict]:
     """One row per batch size: examples/s of the three forms, ratios to plain, working memory.
 
     Wall-clock throughput, and on CPU also the ratios by process CPU seconds (less sensitive to
@@ -195,14 +242,15 @@ def bench_features(model_dir: Any, batch_sizes: tuple[int, ...] = (8, 16), max_l
     vocab = model.get_output_embeddings().weight.shape[0]
     rows = []
     for bs in batch_sizes:
-        batches = [{k: v.to(device) for k, v in b.items()}
-                   for b in _batches(tok, vocab, bs, n_batches, max_length)]
+        batches = [
+            {k: v.to(device) for k, v in b.items()} for b in _batches(tok, vocab, bs, n_batches, max_length)
+        ]
         for form in FORMS:  # warm-up: allocator, kernels, lazy initialization
             _run(form, model, batches[0], bf16)
         times: dict[str, list[float]] = {f: [] for f in FORMS}
         cpu: dict[str, list[float]] = {f: [] for f in FORMS}
         for rep in range(repeats):
-            for form in FORMS[rep % 3:] + FORMS[:rep % 3]:  # rotate: no form always runs first
+            for form in FORMS[rep % 3 :] + FORMS[: rep % 3]:  # rotate: no form always runs first
                 _sync(device)
                 t0, c0 = time.perf_counter(), time.process_time()
                 for b in batches:
@@ -214,29 +262,42 @@ def bench_features(model_dir: Any, batch_sizes: tuple[int, ...] = (8, 16), max_l
         cells = sum(b["attention_mask"].numel() for b in batches)  # padded positions
         real = sum(int(b["attention_mask"].sum()) for b in batches)
         resp = sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
-        row = {"model": label, "device": device, "dtype": str(dtype).replace("torch.", ""),
-               "batch_size": bs, "max_length": max_length, "n_batches": n_batches,
-               "repeats": repeats, "padded_len": cells / (n_batches * bs), "real_tokens_share": real / cells,
-               "response_share": resp / cells,  # positions that meet the LM head in (a)
-               **{f"{f}_ex_s": eps[f] for f in FORMS},
-               **{f"{f}_times_s": times[f] for f in FORMS},
-               **{f"{f}_cpu_s": cpu[f] for f in FORMS},
-               "efficient_vs_plain_cpu": statistics.median(cpu["plain"]) / statistics.median(cpu["efficient"]),
-               "naive_vs_plain_cpu": statistics.median(cpu["plain"]) / statistics.median(cpu["naive"]),
-               "efficient_vs_plain": eps["efficient"] / eps["plain"],
-               "naive_vs_plain": eps["naive"] / eps["plain"]}
+        row = {
+            "model": label,
+            "device": device,
+            "dtype": str(dtype).replace("torch.", ""),
+            "batch_size": bs,
+            "max_length": max_length,
+            "n_batches": n_batches,
+            "repeats": repeats,
+            "padded_len": cells / (n_batches * bs),
+            "real_tokens_share": real / cells,
+            "response_share": resp / cells,  # positions that meet the LM head in (a)
+            **{f"{f}_ex_s": eps[f] for f in FORMS},
+            **{f"{f}_times_s": times[f] for f in FORMS},
+            **{f"{f}_cpu_s": cpu[f] for f in FORMS},
+            "efficient_vs_plain_cpu": statistics.median(cpu["plain"]) / statistics.median(cpu["efficient"]),
+            "naive_vs_plain_cpu": statistics.median(cpu["plain"]) / statistics.median(cpu["naive"]),
+            "efficient_vs_plain": eps["efficient"] / eps["plain"],
+            "naive_vs_plain": eps["naive"] / eps["plain"],
+        }
         # CPU: a fresh process per form, so one form's freed-but-cached heap cannot hide another's
         # peak; a config object cannot be passed to a subprocess, so it is measured here.
         fresh = device == "cpu" and isinstance(model_dir, (str, Path))
         for form in FORMS:
             row[f"{form}_mem_mb"] = (
-                _memory_subprocess(form, model_dir, bs, max_length, n_batches, dtype) if fresh
-                else _measure_memory_here(form, model, batches, device, bf16))
+                _memory_subprocess(form, model_dir, bs, max_length, n_batches, dtype)
+                if fresh
+                else _measure_memory_here(form, model, batches, device, bf16)
+            )
         e, n = row["efficient_mem_mb"], row["naive_mem_mb"]
         row["mem_efficient_vs_naive"] = e / n if e is not None and n else None
-        row["mem_method"] = ("cuda max_memory_allocated above baseline" if device != "cpu" else
-                             "peak RSS above the loaded model, "
-                             + ("fresh subprocess per form" if fresh else "in process"))
+        row["mem_method"] = (
+            "cuda max_memory_allocated above baseline"
+            if device != "cpu"
+            else "peak RSS above the loaded model, "
+            + ("fresh subprocess per form" if fresh else "in process")
+        )
         rows.append(row)
         if out_json is not None:
             Path(out_json).write_text(json.dumps(rows, indent=2) + "\n")
@@ -246,12 +307,16 @@ def bench_features(model_dir: Any, batch_sizes: tuple[int, ...] = (8, 16), max_l
 
 def format_features(rows: list[dict]) -> str:
     """A Markdown table of `bench_features` rows."""
+
     def mb(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.0f}"
 
-    lines = ["| model | device | batch | padded len | response share | efficient ex/s | naive ex/s "
-             "| plain ex/s | efficient/plain | naive/plain | same by CPU s | efficient MB | naive MB "
-             "| plain MB | mem efficient/naive |", "|---" * 15 + "|"]
+    lines = [
+        "| model | device | batch | padded len | response share | efficient ex/s | naive ex/s "
+        "| plain ex/s | efficient/plain | naive/plain | same by CPU s | efficient MB | naive MB "
+        "| plain MB | mem efficient/naive |",
+        "|---" * 15 + "|",
+    ]
     for r in rows:
         ratio = r["mem_efficient_vs_naive"]
         lines.append(
@@ -260,7 +325,8 @@ def format_features(rows: list[dict]) -> str:
             f"| {r['plain_ex_s']:.2f} | {r['efficient_vs_plain']:.3f}x | {r['naive_vs_plain']:.3f}x "
             f"| {r['efficient_vs_plain_cpu']:.3f}x / {r['naive_vs_plain_cpu']:.3f}x "
             f"| {mb(r['efficient_mem_mb'])} | {mb(r['naive_mem_mb'])} | {mb(r['plain_mem_mb'])} "
-            f"| {'n/a' if ratio is None else f'{ratio:.3f}x'} |")
+            f"| {'n/a' if ratio is None else f'{ratio:.3f}x'} |"
+        )
     return "\n".join(lines)
 
 
@@ -270,8 +336,7 @@ def _resolve_model(name: str) -> str:
     if name in BUILTIN_MODELS:
         from repro.core.config import LoraConfig, ModelConfig
 
-        return str(materialize_model(ModelConfig(name_or_path=name, lora=LoraConfig(enabled=False)),
-                                     seed=0))
+        return str(materialize_model(ModelConfig(name_or_path=name, lora=LoraConfig(enabled=False)), seed=0))
     return name  # a directory, or a shape name of _SHAPES
 
 

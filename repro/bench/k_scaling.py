@@ -42,6 +42,7 @@ on worker k), the balanced budget at r = 1.0 and 0.5 and the choice of the kept 
 Tables and figures: `format_tables` (mean over seeds; the cap as "fired in x of S seeds") and
 `figures` (kept fraction vs K for each C; cluster-size skew vs K), written with --out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,8 +89,9 @@ def _skew(sizes: np.ndarray) -> tuple[float, float]:
     return (float(s.max() / s.min()) if s.min() > 0 else float("inf"), float(s.std() / s.mean()))
 
 
-def select_at(Xn: np.ndarray, k: int, c: int, seed: int, mode: str, n_init: int = 10,
-              max_iter: int = 300) -> dict[str, Any]:
+def select_at(
+    Xn: np.ndarray, k: int, c: int, seed: int, mode: str, n_init: int = 10, max_iter: int = 300
+) -> dict[str, Any]:
     """One row: the selection steps at K = k workers with c clusters per worker on normalized
     features Xn (see the module docstring for the fields). Times exclude the normalization."""
     n = Xn.shape[0]
@@ -102,10 +104,19 @@ def select_at(Xn: np.ndarray, k: int, c: int, seed: int, mode: str, n_init: int 
     after = np.bincount(capped, minlength=kc)
     packing = pack_clusters(after, k)
     row: dict[str, Any] = {
-        "k": k, "c": c, "clusters": kc, "seed": seed, "mode": mode, "n": n, "d": Xn.shape[1],
-        "cap_fired": bool(before.max() > CAP * n / kc), "cap_moved": int((capped != labels).sum()),
-        "smallest": int(after.min()), "largest": int(after.max()),
-        "worker_smallest": int(packing.sizes.min())}
+        "k": k,
+        "c": c,
+        "clusters": kc,
+        "seed": seed,
+        "mode": mode,
+        "n": n,
+        "d": Xn.shape[1],
+        "cap_fired": bool(before.max() > CAP * n / kc),
+        "cap_moved": int((capped != labels).sum()),
+        "smallest": int(after.min()),
+        "largest": int(after.max()),
+        "worker_smallest": int(packing.sizes.min()),
+    }
     row["max_over_min"], row["cv"] = _skew(after)
     row["worker_max_over_min"], row["worker_cv"] = _skew(packing.sizes)
     for r in RATIOS:
@@ -121,8 +132,9 @@ def select_at(Xn: np.ndarray, k: int, c: int, seed: int, mode: str, n_init: int 
     return row
 
 
-def scaling_rows(X: np.ndarray, name: str, ks=KS, cs=CS, seeds=(0,), mode: str = "exact",
-                 progress: bool = True) -> list[dict[str, Any]]:
+def scaling_rows(
+    X: np.ndarray, name: str, ks=KS, cs=CS, seeds=(0,), mode: str = "exact", progress: bool = True
+) -> list[dict[str, Any]]:
     """Every (K, C, seed) row for one feature set (rows where C x K > N are left out)."""
     rows = []
     normalized: dict[bool, tuple[np.ndarray, float]] = {}  # "auto" depends on K only via K > 1
@@ -141,10 +153,13 @@ def scaling_rows(X: np.ndarray, name: str, ks=KS, cs=CS, seeds=(0,), mode: str =
                 row["total_s"] += norm_s
                 rows.append(row)
                 if progress:
-                    print(f"[k-scaling] {name} K={k} C={c} seed={seed}: smallest "
-                          f"{row['worker_smallest']}, kept {row['kept_r100']:.3f}/"
-                          f"{row['kept_r50']:.3f}, {row['total_s']:.1f} s, load {load:.1f}",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"[k-scaling] {name} K={k} C={c} seed={seed}: smallest "
+                        f"{row['worker_smallest']}, kept {row['kept_r100']:.3f}/"
+                        f"{row['kept_r50']:.3f}, {row['total_s']:.1f} s, load {load:.1f}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     return rows
 
 
@@ -158,11 +173,31 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault((r["set"], r["k"], r["c"]), []).append(r)
     out = []
     for (name, k, c), rs in groups.items():
-        s = {"set": name, "k": k, "c": c, "n": rs[0]["n"], "d": rs[0]["d"], "mode": rs[0]["mode"],
-             "seeds": len(rs), "cap_fired": sum(r["cap_fired"] for r in rs)}
-        for key in ("cap_moved", "smallest", "largest", "max_over_min", "cv", "worker_smallest",
-                    "worker_max_over_min", "worker_cv", "kept_r100", "kept_r50", "kmeans_s",
-                    "total_s", "load1"):
+        s = {
+            "set": name,
+            "k": k,
+            "c": c,
+            "n": rs[0]["n"],
+            "d": rs[0]["d"],
+            "mode": rs[0]["mode"],
+            "seeds": len(rs),
+            "cap_fired": sum(r["cap_fired"] for r in rs),
+        }
+        for key in (
+            "cap_moved",
+            "smallest",
+            "largest",
+            "max_over_min",
+            "cv",
+            "worker_smallest",
+            "worker_max_over_min",
+            "worker_cv",
+            "kept_r100",
+            "kept_r50",
+            "kmeans_s",
+            "total_s",
+            "load1",
+        ):
             s[key] = float(np.mean([r[key] for r in rs]))
         out.append(s)
     return out
@@ -187,30 +222,51 @@ def format_tables(rows: list[dict[str, Any]]) -> str:
         mine = [r for r in summ if r["set"] == name]
         one = sorted((r for r in mine if r["c"] == 1), key=lambda r: r["k"])
         head = one[0] if one else mine[0]
-        parts.append(f"**{name}** (N = {head['n']:,}, D = {head['d']:,}, k-means {head['mode']}, "
-                     f"{head['seeds']} seed{'s' if head['seeds'] > 1 else ''})\n")
-        parts.append(_table([
-            ("K", lambda r: str(r["k"])), ("N/K", lambda r: f"{r['n'] / r['k']:.0f}"),
-            ("cap fired", lambda r: f"{r['cap_fired']}/{r['seeds']}"),
-            ("rows moved", lambda r: f"{r['cap_moved']:.0f}"),
-            ("smallest", lambda r: f"{r['smallest']:.1f}"),
-            ("largest", lambda r: f"{r['largest']:.1f}"),
-            ("max/min", lambda r: f"{r['max_over_min']:.2f}"), ("CV", lambda r: f"{r['cv']:.2f}"),
-            ("kept r=1.0", lambda r: _pct(r["kept_r100"])),
-            ("kept r=0.5", lambda r: _pct(r["kept_r50"])),
-            ("k-means s", lambda r: f"{r['kmeans_s']:.1f}"),
-            ("total s", lambda r: f"{r['total_s']:.1f}"), ("load", lambda r: f"{r['load1']:.1f}")],
-            one))
+        parts.append(
+            f"**{name}** (N = {head['n']:,}, D = {head['d']:,}, k-means {head['mode']}, "
+            f"{head['seeds']} seed{'s' if head['seeds'] > 1 else ''})\n"
+        )
+        parts.append(
+            _table(
+                [
+                    ("K", lambda r: str(r["k"])),
+                    ("N/K", lambda r: f"{r['n'] / r['k']:.0f}"),
+                    ("cap fired", lambda r: f"{r['cap_fired']}/{r['seeds']}"),
+                    ("rows moved", lambda r: f"{r['cap_moved']:.0f}"),
+                    ("smallest", lambda r: f"{r['smallest']:.1f}"),
+                    ("largest", lambda r: f"{r['largest']:.1f}"),
+                    ("max/min", lambda r: f"{r['max_over_min']:.2f}"),
+                    ("CV", lambda r: f"{r['cv']:.2f}"),
+                    ("kept r=1.0", lambda r: _pct(r["kept_r100"])),
+                    ("kept r=0.5", lambda r: _pct(r["kept_r50"])),
+                    ("k-means s", lambda r: f"{r['kmeans_s']:.1f}"),
+                    ("total s", lambda r: f"{r['total_s']:.1f}"),
+                    ("load", lambda r: f"{r['load1']:.1f}"),
+                ],
+                one,
+            )
+        )
         cs = sorted({r["c"] for r in mine})
         by = {(r["k"], r["c"]): r for r in mine}
         cols = [("K", lambda k: str(k))]
         for ratio, label in (("kept_r100", "r=1.0"), ("kept_r50", "r=0.5")):
-            cols += [(f"kept {label} C={c}", lambda k, c=c, ratio=ratio:
-                      _pct(by[(k, c)][ratio]) if (k, c) in by else "n/a") for c in cs]
-        cols += [(f"worker max/min C={c}", lambda k, c=c: f"{by[(k, c)]['worker_max_over_min']:.2f}"
-                  if (k, c) in by else "n/a") for c in cs]
-        parts.append("\n" + _table([(h, lambda r, f=f: f(r)) for h, f in cols],
-                                   sorted({r["k"] for r in mine})) + "\n")
+            cols += [
+                (
+                    f"kept {label} C={c}",
+                    lambda k, c=c, ratio=ratio, by=by: _pct(by[(k, c)][ratio]) if (k, c) in by else "n/a",
+                )
+                for c in cs
+            ]
+        cols += [
+            (
+                f"worker max/min C={c}",
+                lambda k, c=c, by=by: f"{by[(k, c)]['worker_max_over_min']:.2f}" if (k, c) in by else "n/a",
+            )
+            for c in cs
+        ]
+        parts.append(
+            "\n" + _table([(h, lambda r, f=f: f(r)) for h, f in cols], sorted({r["k"] for r in mine})) + "\n"
+        )
     return "\n".join(parts)
 
 
@@ -235,9 +291,15 @@ def figures(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
 
     def legends(fig: Any, height: float, first: list, second: list) -> None:
         for i, handles in enumerate((first, second)):
-            fig.legend(handles=handles, loc="upper center", ncol=len(handles),
-                       bbox_to_anchor=(0.5, 1.0 - (0.04 + i * LINE_IN) / height),
-                       handlelength=2.2, columnspacing=1.2, borderaxespad=0.0)
+            fig.legend(
+                handles=handles,
+                loc="upper center",
+                ncol=len(handles),
+                bbox_to_anchor=(0.5, 1.0 - (0.04 + i * LINE_IN) / height),
+                handlelength=2.2,
+                columnspacing=1.2,
+                borderaxespad=0.0,
+            )
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
@@ -245,40 +307,55 @@ def figures(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
         panel_h, gap, top, bottom = 1.15, 0.45, 0.1 + 2 * LINE_IN + 0.25, 0.42
         height = top + len(names) * panel_h + (len(names) - 1) * gap + bottom
         fig, axes = _figure(len(names), 1)
-        _layout(fig, COLUMN_IN, height, len(names), 1, left=0.62, right=0.1, bottom=bottom,
-                top=top, hspace=gap)
+        _layout(
+            fig, COLUMN_IN, height, len(names), 1, left=0.62, right=0.1, bottom=bottom, top=top, hspace=gap
+        )
         for ax, name in zip(axes, names):
             for j, c in enumerate(cs):
-                pts = sorted((r["k"], r["kept_r100"], r["kept_r50"]) for r in summ
-                             if r["set"] == name and r["c"] == c)
+                pts = sorted(
+                    (r["k"], r["kept_r100"], r["kept_r50"]) for r in summ if r["set"] == name and r["c"] == c
+                )
                 for (ls, _), col in zip(styles, (1, 2)):
-                    ax.plot([p[0] for p in pts], [100 * p[col] for p in pts], color=COLORS[j],
-                            marker=MARKERS[j], linestyle=ls,
-                            markerfacecolor=COLORS[j] if ls == "solid" else "none")
+                    ax.plot(
+                        [p[0] for p in pts],
+                        [100 * p[col] for p in pts],
+                        color=COLORS[j],
+                        marker=MARKERS[j],
+                        linestyle=ls,
+                        markerfacecolor=COLORS[j] if ls == "solid" else "none",
+                    )
             _k_axis(ax, summ)
             ax.set_ylim(0, 100)
             ax.set_ylabel("kept (% of pool)")
             ax.set_title(_title(summ, name), fontsize=RC["font.size"], pad=2)
         axes[-1].set_xlabel("workers K", labelpad=1)
-        legends(fig, height,
-                [Line2D([], [], color=COLORS[j], marker=MARKERS[j], label=f"C = {c}")
-                 for j, c in enumerate(cs)],
-                [Line2D([], [], color="black", linestyle=ls, label=lab) for ls, lab in styles])
+        legends(
+            fig,
+            height,
+            [Line2D([], [], color=COLORS[j], marker=MARKERS[j], label=f"C = {c}") for j, c in enumerate(cs)],
+            [Line2D([], [], color="black", linestyle=ls, label=lab) for ls, lab in styles],
+        )
         paths += _save(fig, out_dir, "k_scaling_kept")
 
         top = 0.1 + 2 * LINE_IN + 0.1
         height = top + 2 * 1.3 + 0.42 + 0.42
         fig, axes = _figure(2, 1)
-        _layout(fig, COLUMN_IN, height, 2, 1, left=0.62, right=0.1, bottom=0.42, top=top,
-                hspace=0.42)
+        _layout(fig, COLUMN_IN, height, 2, 1, left=0.62, right=0.1, bottom=0.42, top=top, hspace=0.42)
         c_max = max(cs)
         for j, name in enumerate(names):
-            for c, ls, keys in ((1, "solid", ("max_over_min", "cv")),
-                                (c_max, "dashed", ("worker_max_over_min", "worker_cv"))):
-                pts = sorted((r["k"], r[keys[0]], r[keys[1]]) for r in summ
-                             if r["set"] == name and r["c"] == c)
-                style = {"color": COLORS[j], "marker": MARKERS[j], "linestyle": ls,
-                         "markerfacecolor": COLORS[j] if ls == "solid" else "none"}
+            for c, ls, keys in (
+                (1, "solid", ("max_over_min", "cv")),
+                (c_max, "dashed", ("worker_max_over_min", "worker_cv")),
+            ):
+                pts = sorted(
+                    (r["k"], r[keys[0]], r[keys[1]]) for r in summ if r["set"] == name and r["c"] == c
+                )
+                style = {
+                    "color": COLORS[j],
+                    "marker": MARKERS[j],
+                    "linestyle": ls,
+                    "markerfacecolor": COLORS[j] if ls == "solid" else "none",
+                }
                 axes[0].plot([p[0] for p in pts], [p[1] for p in pts], **style)
                 axes[1].plot([p[0] for p in pts], [p[2] for p in pts], **style)
         axes[0].set_yscale("log")
@@ -293,10 +370,13 @@ def figures(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
         axes[1].set_xlabel("workers K (sizes after the soft cap)", labelpad=1)
         second = [Line2D([], [], color="black", label="clusters, C = 1")]
         if c_max > 1:
-            second.append(Line2D([], [], color="black", linestyle="dashed",
-                                 label=f"workers, C = {c_max}"))
-        legends(fig, height, [Line2D([], [], color=COLORS[j], marker=MARKERS[j], label=name)
-                              for j, name in enumerate(names)], second)
+            second.append(Line2D([], [], color="black", linestyle="dashed", label=f"workers, C = {c_max}"))
+        legends(
+            fig,
+            height,
+            [Line2D([], [], color=COLORS[j], marker=MARKERS[j], label=name) for j, name in enumerate(names)],
+            second,
+        )
         paths += _save(fig, out_dir, "k_scaling_skew")
     return paths
 
@@ -317,35 +397,58 @@ def _title(summ: list[dict], name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="cluster-repro bench k-scaling",
-                                 description=__doc__.splitlines()[0].split(": ", 1)[1])
-    ap.add_argument("--features-dir", type=Path, default=None,
-                    help="where the mini pools' features are made and kept (a run output_dir); "
-                         "needed unless --no-real")
-    ap.add_argument("--data-dir", default=None, help="the data directory (default: "
-                    "$CLUSTER_REPRO_DATA)")
-    ap.add_argument("--out", type=Path, default=Path("runs/bench-k-scaling"),
-                    help="where k_scaling.json, k_scaling.md and the figures go")
+    ap = argparse.ArgumentParser(
+        prog="cluster-repro bench k-scaling", description=__doc__.splitlines()[0].split(": ", 1)[1]
+    )
+    ap.add_argument(
+        "--features-dir",
+        type=Path,
+        default=None,
+        help="where the mini pools' features are made and kept (a run output_dir); needed unless --no-real",
+    )
+    ap.add_argument("--data-dir", default=None, help="the data directory (default: $CLUSTER_REPRO_DATA)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/bench-k-scaling"),
+        help="where k_scaling.json, k_scaling.md and the figures go",
+    )
     ap.add_argument("--ks", type=int, nargs="+", default=list(KS))
     ap.add_argument("--cs", type=int, nargs="+", default=list(CS), help="clusters per worker")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
-                    help="k-means seeds for the real features")
+    ap.add_argument(
+        "--seeds", type=int, nargs="+", default=[0, 1, 2], help="k-means seeds for the real features"
+    )
     ap.add_argument("--synthetic-n", type=int, default=75197)
     ap.add_argument("--synthetic-d", type=int, default=4096)
     ap.add_argument("--synthetic-mode", choices=C.KMEANS_MODES, default="fast")
     ap.add_argument("--synthetic-seeds", type=int, nargs="+", default=[0])
-    ap.add_argument("--pools", nargs="+", choices=list(MINI_CONFIGS), default=list(MINI_CONFIGS),
-                    help="which mini pools (default: both)")
+    ap.add_argument(
+        "--pools",
+        nargs="+",
+        choices=list(MINI_CONFIGS),
+        default=list(MINI_CONFIGS),
+        help="which mini pools (default: both)",
+    )
     ap.add_argument("--no-real", action="store_true", help="only the synthetic features")
     ap.add_argument("--no-synthetic", action="store_true", help="only the mini pools")
-    ap.add_argument("--rows", type=Path, nargs="+", default=None, metavar="JSON",
-                    help="measure nothing: the tables and figures of rows saved by earlier runs "
-                         "(their k_scaling.json files, e.g. one per feature set)")
+    ap.add_argument(
+        "--rows",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="measure nothing: the tables and figures of rows saved by earlier runs "
+        "(their k_scaling.json files, e.g. one per feature set)",
+    )
     a = ap.parse_args(argv)
     if a.rows:
         return _write(sum((_read_rows(p) for p in a.rows), []), a.out)
-    for flag, values in (("--ks", a.ks), ("--cs", a.cs), ("--synthetic-n", [a.synthetic_n]),
-                         ("--synthetic-d", [a.synthetic_d])):
+    for flag, values in (
+        ("--ks", a.ks),
+        ("--cs", a.cs),
+        ("--synthetic-n", [a.synthetic_n]),
+        ("--synthetic-d", [a.synthetic_d]),
+    ):
         if min(values) < 1:
             ap.error(f"{flag} must be >= 1, got {values}")
     if not a.no_real and a.features_dir is None:
@@ -375,8 +478,10 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     rows = json.loads(path.read_text())
     need = {"set", "k", "c", "seed", "kept_r100", "kept_r50", "smallest", "worker_smallest"}
     if not isinstance(rows, list) or not all(isinstance(r, dict) and need <= set(r) for r in rows):
-        raise SystemExit(f"--rows {path}: expected the k_scaling.json list of rows (each with "
-                         f"{', '.join(sorted(need))}, ...)")
+        raise SystemExit(
+            f"--rows {path}: expected the k_scaling.json list of rows (each with "
+            f"{', '.join(sorted(need))}, ...)"
+        )
     return rows
 
 

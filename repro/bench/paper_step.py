@@ -17,6 +17,7 @@ the lean feature pass (CluSTER's step 1) on the same shape and length: examples/
 selection's cost as a share of 2-epoch full-data training at the recipe's settings,
     share = feature s per example / (2 epochs x training GPU-s per example).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,12 +46,17 @@ def device_peak_tflops(name: str) -> float | None:
 def _model_config(shape: Any, layers: int | None) -> Any:
     from transformers import LlamaConfig
 
-    return LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden,
-                       intermediate_size=shape.intermediate,
-                       num_hidden_layers=layers or shape.layers,
-                       num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
-                       tie_word_embeddings=shape.tied_embeddings, attention_bias=shape.qkv_bias,
-                       max_position_embeddings=4096)
+    return LlamaConfig(
+        vocab_size=shape.vocab,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=layers or shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        tie_word_embeddings=shape.tied_embeddings,
+        attention_bias=shape.qkv_bias,
+        max_position_embeddings=4096,
+    )
 
 
 def _sequences(n: int, seq_len: int, seed: int) -> torch.Tensor:
@@ -91,11 +97,11 @@ def _features(model: Any, seq_len: int, batch: int, n: int, device: torch.device
     model.eval()
     times = []
     with torch.no_grad():
-        for rep in range(2):  # the first pass warms up kernels and the workspace
+        for _rep in range(2):  # the first pass warms up kernels and the workspace
             _sync(device)
             t0 = time.perf_counter()
             for i in range(0, n, batch):
-                x = ids[i:i + batch]
+                x = ids[i : i + batch]
                 b = {"input_ids": x, "attention_mask": torch.ones_like(x), "labels": x.clone()}
                 gradient_proxy_features(model, b, workspace=ws)
             _sync(device)
@@ -107,9 +113,9 @@ def _features(model: Any, seq_len: int, batch: int, n: int, device: torch.device
 def _worker(rank: int, world_size: int, args: dict[str, Any], out: str) -> None:
     from repro.core import sharding
     from repro.core.distributed import set_worker_threads, worker_device
+    from repro.core.lmhead import weighted_lm_loss
     from repro.core.memory import SHAPES
     from repro.core.optim import make_optimizer
-    from repro.core.lmhead import weighted_lm_loss
 
     device = worker_device(rank)
     if device.type == "cuda":
@@ -123,8 +129,7 @@ def _worker(rank: int, world_size: int, args: dict[str, Any], out: str) -> None:
 
     build_on = device if args["strategy"] == "ddp" or device.type == "cuda" else torch.device("cpu")
     with torch.device(build_on):
-        model = AutoModelForCausalLM.from_config(_model_config(shape, args["layers"]),
-                                                 dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(_model_config(shape, args["layers"]), dtype=torch.float32)
     if args["lora"]:
         from repro.core.config import ModelConfig
         from repro.core.models import _wrap_lora
@@ -134,25 +139,25 @@ def _worker(rank: int, world_size: int, args: dict[str, Any], out: str) -> None:
 
     feats = None
     if args["feature_examples"] and rank == 0:
-        feats = _features(model, args["seq_len"], args["feature_batch"], args["feature_examples"],
-                          device)
+        feats = _features(model, args["seq_len"], args["feature_batch"], args["feature_examples"], device)
     if args["activation_checkpointing"]:
         sharding.enable_activation_checkpointing(model)
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     wrapped = sharding.wrap(model, args["strategy"], device, bf16)
-    opt = make_optimizer(args["optimizer"], [p for p in wrapped.parameters() if p.requires_grad],
-                         lr=5e-5, weight_decay=0.0)
+    opt = make_optimizer(
+        args["optimizer"], [p for p in wrapped.parameters() if p.requires_grad], lr=5e-5, weight_decay=0.0
+    )
     b, accum, seq = args["batch"], args["grad_accum"], args["seq_len"]
     data = _sequences(b * accum, seq, seed=100 + rank).to(device)
     autocast = sharding.autocast_enabled(args["strategy"], bf16)
     step_s = []
-    for step in range(args["steps"]):
+    for _step in range(args["steps"]):
         _sync(device)
         t0 = time.perf_counter()
         for micro in range(accum):
-            x = data[micro * b:(micro + 1) * b]
+            x = data[micro * b : (micro + 1) * b]
             with sharding.gradient_sync(wrapped, args["strategy"], micro == accum - 1):
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
                     logits = wrapped(input_ids=x).logits
@@ -162,10 +167,17 @@ def _worker(rank: int, world_size: int, args: dict[str, Any], out: str) -> None:
         opt.zero_grad(set_to_none=True)
         _sync(device)
         step_s.append(time.perf_counter() - t0)
-    result = {"rank": rank, "step_s": step_s, "peak_bytes": _peak_bytes(device),
-              "params": params_total, "features": feats,
-              "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
-              else platform.processor() or "cpu", "device": device.type}
+    result = {
+        "rank": rank,
+        "step_s": step_s,
+        "peak_bytes": _peak_bytes(device),
+        "params": params_total,
+        "features": feats,
+        "device_name": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or "cpu",
+        "device": device.type,
+    }
     gathered: list[Any] = [None] * world_size
     if world_size > 1:
         dist.all_gather_object(gathered, result)
@@ -175,12 +187,23 @@ def _worker(rank: int, world_size: int, args: dict[str, Any], out: str) -> None:
         Path(out).write_text(json.dumps(gathered))
 
 
-def bench_paper_step(shape: str, strategy: str, activation_checkpointing: bool, steps: int,
-                     grad_accum: int, world_size: int = 1, seq_len: int = 1216, batch: int = 1,
-                     optimizer: str = "adafactor", lora: bool = False, layers: int | None = None,
-                     feature_batch: int = 8, feature_examples: int = 16,
-                     peak_tflops: float | None = None, default_malloc: bool = False
-                     ) -> dict[str, Any]:
+def bench_paper_step(
+    shape: str,
+    strategy: str,
+    activation_checkpointing: bool,
+    steps: int,
+    grad_accum: int,
+    world_size: int = 1,
+    seq_len: int = 1216,
+    batch: int = 1,
+    optimizer: str = "adafactor",
+    lora: bool = False,
+    layers: int | None = None,
+    feature_batch: int = 8,
+    feature_examples: int = 16,
+    peak_tflops: float | None = None,
+    default_malloc: bool = False,
+) -> dict[str, Any]:
     """Run the step (and the feature pass) and return the JSON-ready summary."""
     import tempfile
 
@@ -191,10 +214,21 @@ def bench_paper_step(shape: str, strategy: str, activation_checkpointing: bool, 
         raise ValueError(f"--shape {shape!r}: one of {', '.join(sorted(SHAPES))}")
     if steps < 2:
         raise ValueError("--steps: at least 2 (the first step is a warm-up, not timed)")
-    args = dict(shape=shape, strategy=strategy, default_malloc=default_malloc, activation_checkpointing=activation_checkpointing,
-                steps=steps, grad_accum=grad_accum, seq_len=seq_len, batch=batch,
-                optimizer=optimizer, lora=lora, layers=layers, feature_batch=feature_batch,
-                feature_examples=feature_examples)
+    args = dict(
+        shape=shape,
+        strategy=strategy,
+        default_malloc=default_malloc,
+        activation_checkpointing=activation_checkpointing,
+        steps=steps,
+        grad_accum=grad_accum,
+        seq_len=seq_len,
+        batch=batch,
+        optimizer=optimizer,
+        lora=lora,
+        layers=layers,
+        feature_batch=feature_batch,
+        feature_examples=feature_examples,
+    )
     # Workers are fresh processes, also at world size 1, so that on CPU their peak RSS is theirs
     # alone. Unless default_malloc: glibc serves every block >= 128 KiB by mmap and returns it
     # on free, so the RSS follows the live tensors instead of the heap's high-water mark (which
@@ -220,42 +254,68 @@ def bench_paper_step(shape: str, strategy: str, activation_checkpointing: bool, 
     peak = peak_tflops or (device_peak_tflops(w0["device_name"]) if w0["device"] == "cuda" else None)
     mfu = 6 * params * tokens / (step * world_size * peak * 1e12) if peak else None
     sh = replace_layers(SHAPES[shape], layers)
-    plan = plan_memory(sh, strategy=strategy, world_size=world_size, seq_len=seq_len, batch=batch,
-                       optimizer=optimizer, lora_r=8 if lora else None,
-                       lora_targets=["q_proj", "v_proj"] if lora else None,
-                       activation_checkpointing=activation_checkpointing, device=w0["device"])
+    plan = plan_memory(
+        sh,
+        strategy=strategy,
+        world_size=world_size,
+        seq_len=seq_len,
+        batch=batch,
+        optimizer=optimizer,
+        lora_r=8 if lora else None,
+        lora_targets=["q_proj", "v_proj"] if lora else None,
+        activation_checkpointing=activation_checkpointing,
+        device=w0["device"],
+    )
     measured = max(w["peak_bytes"] for w in workers)
     predicted = plan.peak + plan.process_overhead
     out: dict[str, Any] = {
-        "shape": shape, "layers": layers or SHAPES[shape].layers, "params": params,
-        "strategy": strategy, "activation_checkpointing": activation_checkpointing,
-        "optimizer": optimizer, "lora": lora, "world_size": world_size, "seq_len": seq_len,
-        "per_device_batch": batch, "grad_accum": grad_accum, "steps": steps,
-        "step_s": step, "tokens_per_s": tokens / step,
-        "mfu": mfu, "mfu_flops_per_token": "6P", "peak_tflops": peak,
+        "shape": shape,
+        "layers": layers or SHAPES[shape].layers,
+        "params": params,
+        "strategy": strategy,
+        "activation_checkpointing": activation_checkpointing,
+        "optimizer": optimizer,
+        "lora": lora,
+        "world_size": world_size,
+        "seq_len": seq_len,
+        "per_device_batch": batch,
+        "grad_accum": grad_accum,
+        "steps": steps,
+        "step_s": step,
+        "tokens_per_s": tokens / step,
+        "mfu": mfu,
+        "mfu_flops_per_token": "6P",
+        "peak_tflops": peak,
         "peak_memory_mib": measured / 2**20,
-        "peak_memory_kind": "allocated (torch.cuda.max_memory_allocated)" if w0["device"] == "cuda"
+        "peak_memory_kind": "allocated (torch.cuda.max_memory_allocated)"
+        if w0["device"] == "cuda"
         else "peak RSS (ru_maxrss, includes building the model and the process itself; "
         + ("glibc's default allocator)" if default_malloc else "blocks >= 128 KiB mmapped)"),
         "malloc": "glibc default" if default_malloc else "mmap for blocks >= 128 KiB",
-        "plan_mib": predicted / 2**20, "plan_over_measured": predicted / measured,
-        "device": w0["device"], "device_name": w0["device_name"],
+        "plan_mib": predicted / 2**20,
+        "plan_over_measured": predicted / measured,
+        "device": w0["device"],
+        "device_name": w0["device_name"],
         "torch": torch.__version__,
     }
     f = w0.get("features")
     if f:
         train_gpu_s_per_example = step * world_size / (grad_accum * batch * world_size)
         out["features"] = f
-        out["selection_share_of_2_epoch_training"] = (
-            (1.0 / f["examples_per_s"]) / (2 * train_gpu_s_per_example))
+        out["selection_share_of_2_epoch_training"] = (1.0 / f["examples_per_s"]) / (
+            2 * train_gpu_s_per_example
+        )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     from repro.core.memory import SHAPES
 
-    p = argparse.ArgumentParser(prog="cluster-repro bench paper-step", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="cluster-repro bench paper-step",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--shape", required=True, choices=sorted(SHAPES))
     p.add_argument("--strategy", choices=["ddp", "fsdp"], default="fsdp")
     p.add_argument("--activation-checkpointing", action="store_true")
@@ -269,11 +329,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=None, help="keep the width, cut the depth (CPU checks)")
     p.add_argument("--feature-batch", type=int, default=8)
     p.add_argument("--feature-examples", type=int, default=16, help="0 skips the feature pass")
-    p.add_argument("--peak-tflops", type=float, default=None,
-                   help="the device's dense bf16 peak (default: known GPUs; none on CPU)")
-    p.add_argument("--default-malloc", action="store_true",
-                   help="CPU: keep glibc's default allocator (RSS then includes the heap's "
-                   "retained free blocks); by default blocks >= 128 KiB are mmapped")
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="the device's dense bf16 peak (default: known GPUs; none on CPU)",
+    )
+    p.add_argument(
+        "--default-malloc",
+        action="store_true",
+        help="CPU: keep glibc's default allocator (RSS then includes the heap's "
+        "retained free blocks); by default blocks >= 128 KiB are mmapped",
+    )
     p.add_argument("--out", default=None, help="also write the JSON here")
     a = p.parse_args(argv)
     for name in ("steps", "grad_accum", "world_size", "seq_len", "batch", "feature_batch"):
@@ -283,9 +350,23 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--steps: at least 2 (the first step is a warm-up, not timed)")
     if a.layers is not None and a.layers < 1:
         p.error(f"--layers: expected an integer >= 1, got {a.layers}")
-    res = bench_paper_step(a.shape, a.strategy, a.activation_checkpointing, a.steps, a.grad_accum,
-                           a.world_size, a.seq_len, a.batch, a.optimizer, a.lora, a.layers,
-                           a.feature_batch, a.feature_examples, a.peak_tflops, a.default_malloc)
+    res = bench_paper_step(
+        a.shape,
+        a.strategy,
+        a.activation_checkpointing,
+        a.steps,
+        a.grad_accum,
+        a.world_size,
+        a.seq_len,
+        a.batch,
+        a.optimizer,
+        a.lora,
+        a.layers,
+        a.feature_batch,
+        a.feature_examples,
+        a.peak_tflops,
+        a.default_malloc,
+    )
     text = json.dumps(res, indent=2)
     print(text)
     if a.out:

@@ -12,6 +12,7 @@ peak (features.json). Times are the select stage's wall seconds (stages/select.j
 `selection_s`), the load average when each started is printed, since other jobs on the machine
 inflate every time. Budget: selection.fraction (default 0.5) for selectors that take one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,21 @@ import time
 from pathlib import Path
 
 SELF_COUNTED = {"full", "cluster", "uniform"}
-DEFAULT_METHODS = ("random", "dedup-exact", "dedup-minhash", "semdedup", "loss", "perplexity",
-                   "ccs", "ifd", "grand", "less", "s2l", "uniform", "cluster")
+DEFAULT_METHODS = (
+    "random",
+    "dedup-exact",
+    "dedup-minhash",
+    "semdedup",
+    "loss",
+    "perplexity",
+    "ccs",
+    "ifd",
+    "grand",
+    "less",
+    "s2l",
+    "uniform",
+    "cluster",
+)
 # Parameters for the benchmark (each documented in docs/baselines.md next to the table).
 DEFAULT_PARAMS = {"cluster": ["selection.params.ratio=50"]}
 
@@ -41,21 +55,26 @@ print(cfg.run_dir())
 
 def _run(config: str, until: str, overrides: list[str]) -> Path:
     env = {**os.environ, "CLUSTER_REPRO_NO_PROGRESS": "1"}
-    p = subprocess.run([sys.executable, "-c", _STAGE, config, until, *overrides],
-                       capture_output=True, text=True, env=env)
+    p = subprocess.run(
+        [sys.executable, "-c", _STAGE, config, until, *overrides], capture_output=True, text=True, env=env
+    )
     if p.returncode != 0:
         raise RuntimeError(f"{until} failed for {overrides}:\n{p.stderr[-3000:]}")
     return Path(p.stdout.strip().splitlines()[-1])
 
 
-def bench_selectors(config: str, methods: list[str], overrides: list[str], fraction: float,
-                    extra: dict[str, list[str]] | None = None) -> list[dict]:
+def bench_selectors(
+    config: str,
+    methods: list[str],
+    overrides: list[str],
+    fraction: float,
+    extra: dict[str, list[str]] | None = None,
+) -> list[dict]:
     """One row per method: selection_s, peak_mem_mb (select process), n_pool, n_selected."""
     rows = []
     shared: Path | None = None
     for m in methods:
-        ov = [*overrides, f"selection.method={m}", *(DEFAULT_PARAMS.get(m, [])),
-              *((extra or {}).get(m, []))]
+        ov = [*overrides, f"selection.method={m}", *(DEFAULT_PARAMS.get(m, [])), *((extra or {}).get(m, []))]
         if m not in SELF_COUNTED:
             ov.append(f"selection.fraction={fraction}")
         from repro.core.config import load_config
@@ -73,17 +92,28 @@ def bench_selectors(config: str, methods: list[str], overrides: list[str], fract
         try:
             _run(config, "select", ov)
         except RuntimeError as e:  # one selector's failure (e.g. a pool too small) ends only its row
-            row = {"method": m, "error": str(e).strip().splitlines()[-1],
-                   "load1_at_start": round(load, 2), "run_dir": str(run_dir)}
+            row = {
+                "method": m,
+                "error": str(e).strip().splitlines()[-1],
+                "load1_at_start": round(load, 2),
+                "run_dir": str(run_dir),
+            }
             print(json.dumps(row), flush=True)
             rows.append(row)
             continue
         wall = time.perf_counter() - t0
         sel = json.loads((run_dir / "stages" / "select.json").read_text())
-        row = {"method": m, "n_pool": sel["n_pool"], "n_selected": sel["n_selected"],
-               "n_unique": sel["n_unique"], "selection_s": round(sel["selection_s"], 2),
-               "process_wall_s": round(wall, 2), "peak_mem_mb": round(sel["peak_mem_mb"], 1),
-               "load1_at_start": round(load, 2), "run_dir": str(run_dir)}
+        row = {
+            "method": m,
+            "n_pool": sel["n_pool"],
+            "n_selected": sel["n_selected"],
+            "n_unique": sel["n_unique"],
+            "selection_s": round(sel["selection_s"], 2),
+            "process_wall_s": round(wall, 2),
+            "peak_mem_mb": round(sel["peak_mem_mb"], 1),
+            "load1_at_start": round(load, 2),
+            "run_dir": str(run_dir),
+        }
         feats = run_dir / "features.json"
         if feats.is_file():
             row["feature_workers_peak_mem_mb"] = round(json.loads(feats.read_text())["peak_mem_mb"], 1)
@@ -102,25 +132,28 @@ def format_rows(rows: list[dict]) -> str:
         mem = f"{r['peak_mem_mb']:,.0f}"
         if r.get("feature_workers_peak_mem_mb"):
             mem += f" (feature workers {r['feature_workers_peak_mem_mb']:,.0f})"
-        out.append(f"| {r['method']} | {r['n_pool']} | {r['n_selected']} | {r['selection_s']:.1f} "
-                   f"| {mem} | {r['load1_at_start']:.1f} |")
+        out.append(
+            f"| {r['method']} | {r['n_pool']} | {r['n_selected']} | {r['selection_s']:.1f} "
+            f"| {mem} | {r['load1_at_start']:.1f} |"
+        )
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("config")
     ap.add_argument("overrides", nargs="*", metavar="key.sub=value")
     ap.add_argument("--methods", default=",".join(DEFAULT_METHODS))
     ap.add_argument("--fraction", type=float, default=0.5, help="budget fraction (default 0.5)")
-    ap.add_argument("--params", default=None,
-                    help='JSON {"method": ["selection.params.x=1", ...]} of extra overrides')
+    ap.add_argument(
+        "--params", default=None, help='JSON {"method": ["selection.params.x=1", ...]} of extra overrides'
+    )
     ap.add_argument("--out", default=None, help="also write the rows as JSON here")
     args = ap.parse_args(argv)
     extra = json.loads(args.params) if args.params else None
-    rows = bench_selectors(args.config, args.methods.split(","), args.overrides, args.fraction,
-                           extra)
+    rows = bench_selectors(args.config, args.methods.split(","), args.overrides, args.fraction, extra)
     print(format_rows(rows))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

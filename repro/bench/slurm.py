@@ -10,6 +10,7 @@ imports, sacct polling). For the SLURM runs, accounting splits the wall time int
 submission and noticing the end). Prints a table and writes JSON (--out). Needs a running SLURM
 (slurm/local/start.sh) and its SLURM_CONF.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,11 +32,19 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _grid(tmp: Path, world_size: int) -> Path:
     g = tmp / "bench.yaml"
-    g.write_text(yaml.safe_dump({
-        "name": "bench", "base": str(ROOT / "configs" / "demo-quick.yaml"),
-        "datasets": {"demo": {}}, "models": {"tiny": {}},
-        "methods": {"full": {"overrides": ["selection.method=full"]}},
-        "world_sizes": [world_size], "seeds": [42]}))
+    g.write_text(
+        yaml.safe_dump(
+            {
+                "name": "bench",
+                "base": str(ROOT / "configs" / "demo-quick.yaml"),
+                "datasets": {"demo": {}},
+                "models": {"tiny": {}},
+                "methods": {"full": {"overrides": ["selection.method=full"]}},
+                "world_sizes": [world_size],
+                "seeds": [42],
+            }
+        )
+    )
     return g
 
 
@@ -49,8 +58,13 @@ def _children_cpu() -> float:
 
 def _job_cpu(job_id: str) -> float:
     """CPU seconds of all steps of a job, from accounting (TotalCPU, [DD-][HH:]MM:SS.fff)."""
-    p = subprocess.run(["sacct", "-n", "-P", "-j", job_id, "-o", "JobID,TotalCPU"],
-                       capture_output=True, text=True, timeout=30, check=True)
+    p = subprocess.run(
+        ["sacct", "-n", "-P", "-j", job_id, "-o", "JobID,TotalCPU"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     total = 0.0
     for line in p.stdout.splitlines():
         jid, _, cpu = line.partition("|")
@@ -58,7 +72,7 @@ def _job_cpu(job_id: str) -> float:
             continue
         days, _, rest = cpu.rpartition("-")
         parts = [float(x) for x in rest.split(":")]
-        secs = sum(v * 60 ** i for i, v in enumerate(reversed(parts)))
+        secs = sum(v * 60**i for i, v in enumerate(reversed(parts)))
         total += secs + (float(days) * 86400 if days else 0.0)
     return total
 
@@ -66,8 +80,13 @@ def _job_cpu(job_id: str) -> float:
 def _sacct_times(job_id: str) -> tuple[float, float, float]:
     """Submit, start and end of a job (epoch s); waits until accounting knows the end."""
     for _ in range(120):
-        p = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "Submit,Start,End"],
-                           capture_output=True, text=True, timeout=30, check=True)
+        p = subprocess.run(
+            ["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "Submit,Start,End"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
         fields = p.stdout.split("\n")[0].split("|")
         if len(fields) == 3 and "Unknown" not in fields:
             t = [dt.datetime.fromisoformat(x).timestamp() for x in fields]
@@ -91,26 +110,55 @@ def run_once(world_size: int, profile: str, how: str) -> dict[str, float]:
             cfg.write_text(yaml.safe_dump(cell.config().to_dict()))
             c0 = _children_cpu()
             t0 = time.perf_counter()
-            p = subprocess.run([sys.executable, "-m", "repro", "run", str(cfg)], cwd=ROOT, env=env,
-                               capture_output=True, text=True, timeout=900)
+            p = subprocess.run(
+                [sys.executable, "-m", "repro", "run", str(cfg)],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             wall = time.perf_counter() - t0
             if p.returncode:
                 raise RuntimeError(p.stderr[-3000:])
             return {"wall_s": wall, "cpu_s": _children_cpu() - c0}
         c0 = _children_cpu()
         t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, "-m", "repro", "launch", str(grid), "--cluster", "slurm",
-                            "--profile", profile, "--output-dir", str(out), "--wait"], cwd=ROOT,
-                           env=env, capture_output=True, text=True, timeout=900)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "repro",
+                "launch",
+                str(grid),
+                "--cluster",
+                "slurm",
+                "--profile",
+                profile,
+                "--output-dir",
+                str(out),
+                "--wait",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         wall = time.perf_counter() - t0
         if p.returncode:
             raise RuntimeError(p.stdout[-2000:] + p.stderr[-3000:])
         job = next(iter(read_json(out / "_launch" / "bench" / "jobs.json")["jobs"].values()))
         launcher_cpu = _children_cpu() - c0
         sub, start, end = _sacct_times(job["job_id"])
-        return {"wall_s": wall, "cpu_s": launcher_cpu + _job_cpu(job["job_id"]),
-                "launcher_cpu_s": launcher_cpu, "queue_s": start - sub, "job_s": end - start,
-                "other_s": wall - (end - sub)}
+        return {
+            "wall_s": wall,
+            "cpu_s": launcher_cpu + _job_cpu(job["job_id"]),
+            "launcher_cpu_s": launcher_cpu,
+            "queue_s": start - sub,
+            "job_s": end - start,
+            "other_s": wall - (end - sub),
+        }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,23 +170,38 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows: dict[str, list[dict[str, float]]] = {"direct": [], "slurm": []}
     for i in range(args.repeats):
-        for how in (("direct", "slurm") if i % 2 == 0 else ("slurm", "direct")):
+        for how in ("direct", "slurm") if i % 2 == 0 else ("slurm", "direct"):
             r = run_once(args.world_size, args.profile, how)
             rows[how].append(r)
-            print(f"repeat {i + 1} {how}: " + ", ".join(f"{k} {v:.1f}" for k, v in r.items()),
-                  file=sys.stderr, flush=True)
+            print(
+                f"repeat {i + 1} {how}: " + ", ".join(f"{k} {v:.1f}" for k, v in r.items()),
+                file=sys.stderr,
+                flush=True,
+            )
     med = {how: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for how, rs in rows.items()}
     over = med["slurm"]["wall_s"] - med["direct"]["wall_s"]
     print(f"world size {args.world_size}, {args.repeats} repeats, medians (s):")
     print(f"  direct (cluster-repro run)   wall {med['direct']['wall_s']:.1f}")
-    print(f"  via SLURM (launch --wait)    wall {med['slurm']['wall_s']:.1f} = queue "
-          f"{med['slurm']['queue_s']:.1f} + job {med['slurm']['job_s']:.1f} + launcher/polling "
-          f"{med['slurm']['other_s']:.1f}")
+    print(
+        f"  via SLURM (launch --wait)    wall {med['slurm']['wall_s']:.1f} = queue "
+        f"{med['slurm']['queue_s']:.1f} + job {med['slurm']['job_s']:.1f} + launcher/polling "
+        f"{med['slurm']['other_s']:.1f}"
+    )
     print(f"  launch-path overhead         {over:+.1f} s ({over / med['direct']['wall_s']:+.0%})")
-    print(f"  CPU seconds (user+sys)       direct {med['direct']['cpu_s']:.1f}, via SLURM "
-          f"{med['slurm']['cpu_s']:.1f} (launcher {med['slurm']['launcher_cpu_s']:.1f})")
-    atomic_write_json(args.out, {"world_size": args.world_size, "repeats": args.repeats,
-                                 "runs": rows, "median": med, "overhead_s": over})
+    print(
+        f"  CPU seconds (user+sys)       direct {med['direct']['cpu_s']:.1f}, via SLURM "
+        f"{med['slurm']['cpu_s']:.1f} (launcher {med['slurm']['launcher_cpu_s']:.1f})"
+    )
+    atomic_write_json(
+        args.out,
+        {
+            "world_size": args.world_size,
+            "repeats": args.repeats,
+            "runs": rows,
+            "median": med,
+            "overhead_s": over,
+        },
+    )
     print(f"written: {args.out}")
     return 0
 

@@ -35,10 +35,10 @@ clustering and the evaluation are not in it); a third table gives the tokens eac
 trains. Writes bench_stragglers.json and bench_stragglers.md (the tables in docs/stragglers.md)
 to --output-dir.
 """
+
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -51,69 +51,102 @@ from repro.core.types import Schedule, Selection
 
 DEFAULT_POOLS = "configs/mini/code.yaml,configs/mini/medical.yaml"
 # The paper's training pools (method.md), by the mini config's file name.
-PAPER_POOLS = {"code": ("Magicoder-OSS-Instruct-75K", 75197),
-               "medical": ("AlpaCare-MedInstruct-52k", 52002)}
+PAPER_POOLS = {"code": ("Magicoder-OSS-Instruct-75K", 75197), "medical": ("AlpaCare-MedInstruct-52k", 52002)}
 VARIANTS = ("cluster", "cluster+balance", "cluster-tokens+balance", "random-allocation")
-NAMES = {"cluster": "CluSTER", "cluster+balance": "CluSTER, balance tokens",
-         "cluster-tokens+balance": "CluSTER, token budget + balance tokens",
-         "random-allocation": "random allocation", "full": "full data"}
+NAMES = {
+    "cluster": "CluSTER",
+    "cluster+balance": "CluSTER, balance tokens",
+    "cluster-tokens+balance": "CluSTER, token budget + balance tokens",
+    "random-allocation": "random allocation",
+    "full": "full data",
+}
 
 
 def _log(msg: str) -> None:
     print(f"[bench stragglers] {msg}", file=sys.stderr, flush=True)
 
 
-def schedule_cost(sched: Schedule, cfg: ExperimentConfig, lengths: dict[str, int], n_pool: int
-                  ) -> dict[str, Any]:
+def schedule_cost(
+    sched: Schedule, cfg: ExperimentConfig, lengths: dict[str, int], n_pool: int
+) -> dict[str, Any]:
     """Steps, tokens, the predicted idle share and the time (sum of step maxima) of a schedule
     under cfg's step shape; {"error": why} when it gives no full optimizer step."""
     try:
-        d = derive(cfg, n_pool=n_pool, n_selected=sum(len(x) for x in sched.order[0]),
-                   per_worker_len=sched.per_worker_len(), steps_per_epoch=sched.steps_per_epoch())
+        d = derive(
+            cfg,
+            n_pool=n_pool,
+            n_selected=sum(len(x) for x in sched.order[0]),
+            per_worker_len=sched.per_worker_len(),
+            steps_per_epoch=sched.steps_per_epoch(),
+        )
     except ConfigError as e:
         return {"error": str(e)}
-    sums = step_token_sums(sched, lengths, d.per_worker_batch * d.grad_accum, d.steps_per_epoch,
-                           d.total_steps)
-    return {"steps": d.total_steps, "tokens": int(sums.sum()),
-            "idle_share": idle_share(sums), "time": int(sums.max(axis=1).sum()),
-            "mean_examples_per_worker_step": float(
-                sum(len(x) for x in sched.order[0]) / (sched.world_size * d.steps_per_epoch))}
+    sums = step_token_sums(
+        sched, lengths, d.per_worker_batch * d.grad_accum, d.steps_per_epoch, d.total_steps
+    )
+    return {
+        "steps": d.total_steps,
+        "tokens": int(sums.sum()),
+        "idle_share": idle_share(sums),
+        "time": int(sums.max(axis=1).sum()),
+        "mean_examples_per_worker_step": float(
+            sum(len(x) for x in sched.order[0]) / (sched.world_size * d.steps_per_epoch)
+        ),
+    }
 
 
 def copies(sel: Selection, lengths: dict[str, int], c: int) -> tuple[Selection, dict[str, int]]:
     """The selection with every id c times (`id#j`), and the lengths of the copies."""
     ids = [f"{i}#{j}" for j in range(c) for i in sel.ids]
     clusters = None if sel.clusters is None else [g for _ in range(c) for g in sel.clusters]
-    return (Selection(ids=ids, clusters=clusters, group_weights=sel.group_weights, info=sel.info),
-            {f"{i}#{j}": lengths[i] for j in range(c) for i in sel.ids})
+    return (
+        Selection(ids=ids, clusters=clusters, group_weights=sel.group_weights, info=sel.info),
+        {f"{i}#{j}": lengths[i] for j in range(c) for i in sel.ids},
+    )
 
 
-def allocate(kind: str, sel: Selection, k: int, seed: int, lengths: dict[str, int],
-             accum: int) -> Schedule:
+def allocate(kind: str, sel: Selection, k: int, seed: int, lengths: dict[str, int], accum: int) -> Schedule:
     """One of the variants' schedules (`kind`: its allocation) of `sel` over k workers."""
     ctx = AllocationContext(lengths, per_device_batch=1, grad_accum=accum, drop_last=True)
     if kind == "shuffle":
         return ALLOCATORS.create("uniform-shuffle", {}, "allocation.params").allocate(
-            sel, k, seed, weight_mode="rank" if sel.group_weights else "none")
+            sel, k, seed, weight_mode="rank" if sel.group_weights else "none"
+        )
     balance = "tokens" if kind == "balance" else "none"
-    return ALLOCATORS.create("cluster-interleave", {"balance": balance},
-                             "allocation.params").allocate(sel, k, seed, weight_mode="rank",
-                                                           ctx=ctx)
+    return ALLOCATORS.create("cluster-interleave", {"balance": balance}, "allocation.params").allocate(
+        sel, k, seed, weight_mode="rank", ctx=ctx
+    )
 
 
-PLAN = {"cluster": ("examples", "interleave"), "cluster+balance": ("examples", "balance"),
-        "cluster-tokens+balance": ("tokens", "balance"), "random-allocation": ("examples", "shuffle")}
+PLAN = {
+    "cluster": ("examples", "interleave"),
+    "cluster+balance": ("examples", "balance"),
+    "cluster-tokens+balance": ("tokens", "balance"),
+    "random-allocation": ("examples", "shuffle"),
+}
 
 
-def bench_pool(pool_config: str, world_sizes: list[int], ratios: list[float], accum: int,
-               feature_workers: int, output_dir: Path, overrides: list[str]) -> list[dict[str, Any]]:
+def bench_pool(
+    pool_config: str,
+    world_sizes: list[int],
+    ratios: list[float],
+    accum: int,
+    feature_workers: int,
+    output_dir: Path,
+    overrides: list[str],
+) -> list[dict[str, Any]]:
     """Every (scale, K, r, variant) row of one pool config."""
-    from repro.pipeline import load_pool_files, run_experiment
     from repro.core.rundir import model_dir_of
+    from repro.pipeline import load_pool_files, run_experiment
 
     stem = Path(pool_config).stem
-    base = [f"output_dir={output_dir}", f"name=bench-stragglers-{stem}", "selection.method=cluster",
-            f"selection.params.feature_workers={feature_workers}", *overrides]
+    base = [
+        f"output_dir={output_dir}",
+        f"name=bench-stragglers-{stem}",
+        "selection.method=cluster",
+        f"selection.params.feature_workers={feature_workers}",
+        *overrides,
+    ]
     cfg = load_config(pool_config, base)
     run_dir = run_experiment(cfg, until="pool")  # model and pool stages, reused when done
     pool, _ = load_pool_files(run_dir)
@@ -121,49 +154,96 @@ def bench_pool(pool_config: str, world_sizes: list[int], ratios: list[float], ac
     lengths = token_lengths(pool.examples, model_dir, cfg.data.max_length)
     paper = PAPER_POOLS.get(stem)
     c = max(1, round(paper[1] / len(pool))) if paper else None
-    _log(f"{stem}: {len(pool)} examples, {sum(lengths.values())} tokens"
-         + (f"; paper size: {paper[0]} ({paper[1]:,}), {c} copies" if paper else ""))
+    _log(
+        f"{stem}: {len(pool)} examples, {sum(lengths.values())} tokens"
+        + (f"; paper size: {paper[0]} ({paper[1]:,}), {c} copies" if paper else "")
+    )
     full = Selection(ids=pool.ids)
     rows = []
     for k in world_sizes:
-        cfg_k = load_config(pool_config, base + [f"world_size={k}", "train.per_device_batch_size=1",
-                                                 f"train.global_batch_size={accum * k}",
-                                                 "train.epochs=1", "train.drop_last=true"])
-        ctx = SelectionContext(config=cfg_k, seed=cfg.seed, world_size=k, workdir=run_dir,
-                               model_dir=model_dir)
+        cfg_k = load_config(
+            pool_config,
+            base
+            + [
+                f"world_size={k}",
+                "train.per_device_batch_size=1",
+                f"train.global_batch_size={accum * k}",
+                "train.epochs=1",
+                "train.drop_last=true",
+            ],
+        )
+        ctx = SelectionContext(
+            config=cfg_k, seed=cfg.seed, world_size=k, workdir=run_dir, model_dir=model_dir
+        )
         scales = [("pool", 1)] + ([("paper", c)] if c else [])
         for scale, n in scales:
             sel_full, len_full = copies(full, lengths, n)
-            ref = schedule_cost(allocate("shuffle", sel_full, k, cfg.seed, len_full, accum),
-                                cfg_k, len_full, len(sel_full.ids))
-            rows.append({"pool": stem, "scale": scale, "copies": n, "k": k, "ratio": None,
-                         "variant": "full", "kept": len(sel_full.ids), **ref})
+            ref = schedule_cost(
+                allocate("shuffle", sel_full, k, cfg.seed, len_full, accum),
+                cfg_k,
+                len_full,
+                len(sel_full.ids),
+            )
+            rows.append(
+                {
+                    "pool": stem,
+                    "scale": scale,
+                    "copies": n,
+                    "k": k,
+                    "ratio": None,
+                    "variant": "full",
+                    "kept": len(sel_full.ids),
+                    **ref,
+                }
+            )
         for r in ratios:
             selections = {}
             for unit in ("examples", "tokens"):
-                sel = SELECTORS.create("cluster", {"ratio": r, "budget_unit": unit,
-                                                   "feature_workers": feature_workers},
-                                       "selection.params").select(pool, None, ctx)
+                sel = SELECTORS.create(
+                    "cluster",
+                    {"ratio": r, "budget_unit": unit, "feature_workers": feature_workers},
+                    "selection.params",
+                ).select(pool, None, ctx)
                 selections[unit] = sel
             for scale, n in scales:
-                ref = next(x for x in rows if x["variant"] == "full" and x["k"] == k
-                           and x["scale"] == scale and x["pool"] == stem)
+                ref = next(
+                    x
+                    for x in rows
+                    if x["variant"] == "full" and x["k"] == k and x["scale"] == scale and x["pool"] == stem
+                )
                 for variant in VARIANTS:
                     unit, kind = PLAN[variant]
                     sel, lens = copies(selections[unit], lengths, n)
                     try:
-                        cost = schedule_cost(allocate(kind, sel, k, cfg.seed, lens, accum),
-                                             cfg_k, lens, len(pool) * n)
+                        cost = schedule_cost(
+                            allocate(kind, sel, k, cfg.seed, lens, accum), cfg_k, lens, len(pool) * n
+                        )
                     except SelectionError as e:
                         cost = {"error": str(e)}
                     if "time" in cost and "time" in ref:
                         cost["time_reduction"] = 1 - cost["time"] / ref["time"]
-                    rows.append({"pool": stem, "scale": scale, "copies": n, "k": k, "ratio": r,
-                                 "variant": variant, "kept": len(sel.ids),
-                                 "kept_tokens": sum(lens.values()), **cost})
-                _log(f"{stem} K={k} r={r / 100:g} {scale}: " + ", ".join(
-                    f"{v} {_pct(x.get('idle_share'))}" for v in VARIANTS
-                    for x in rows[-len(VARIANTS):] if x["variant"] == v))
+                    rows.append(
+                        {
+                            "pool": stem,
+                            "scale": scale,
+                            "copies": n,
+                            "k": k,
+                            "ratio": r,
+                            "variant": variant,
+                            "kept": len(sel.ids),
+                            "kept_tokens": sum(lens.values()),
+                            **cost,
+                        }
+                    )
+                _log(
+                    f"{stem} K={k} r={r / 100:g} {scale}: "
+                    + ", ".join(
+                        f"{v} {_pct(x.get('idle_share'))}"
+                        for v in VARIANTS
+                        for x in rows[-len(VARIANTS) :]
+                        if x["variant"] == v
+                    )
+                )
     return rows
 
 
@@ -173,15 +253,19 @@ def _pct(x: float | None) -> str:
 
 def format_tables(rows: list[dict[str, Any]], accum: int) -> str:
     """Markdown tables: predicted idle share, implied training-time reduction, tokens trained."""
-    keys = sorted({(r["pool"], r["scale"], r["k"], r["ratio"]) for r in rows
-                   if r["ratio"] is not None},
-                  key=lambda t: (t[0], t[1] != "pool", t[2], -t[3]))
+    keys = sorted(
+        {(r["pool"], r["scale"], r["k"], r["ratio"]) for r in rows if r["ratio"] is not None},
+        key=lambda t: (t[0], t[1] != "pool", t[2], -t[3]),
+    )
     by = {(r["pool"], r["scale"], r["k"], r["ratio"], r["variant"]): r for r in rows}
     head = "| pool | scale | K | r | steps | " + " | ".join(NAMES[v] for v in VARIANTS)
-    out = [f"Predicted idle share (% of each optimizer step; per-device batch 1 x accumulation "
-           f"{accum} x K; mean over steps of 1 - mean/max of the workers' token sums):", "",
-           head + " | token budget + balance − random (points) | full data |",
-           "|" + "---|" * (len(VARIANTS) + 7)]
+    out = [
+        f"Predicted idle share (% of each optimizer step; per-device batch 1 x accumulation "
+        f"{accum} x K; mean over steps of 1 - mean/max of the workers' token sums):",
+        "",
+        head + " | token budget + balance − random (points) | full data |",
+        "|" + "---|" * (len(VARIANTS) + 7),
+    ]
     for key in keys:
         pool, scale, k, r = key
         cells = [by.get((*key, v), {}) for v in VARIANTS]
@@ -189,37 +273,63 @@ def format_tables(rows: list[dict[str, Any]], accum: int) -> str:
         gap = "—" if tb is None or rnd is None else f"{100 * (tb - rnd):+.1f}"
         full = by.get((pool, scale, k, None, "full"), {})
         steps = cells[0].get("steps", "—")
-        out.append(f"| {pool} | {_scale(rows, pool, scale)} | {k} | {r / 100:g} | {steps} | "
-                   + " | ".join(_pct(x.get("idle_share")) for x in cells)
-                   + f" | {gap} | {_pct(full.get('idle_share'))} |")
-    out += ["", "Implied training-time reduction vs full data (%; time = sum over steps of the "
-            "largest worker token sum; full data: the whole pool, uniform-shuffle):", "",
-            "| pool | scale | K | r | data used (%) | " + " | ".join(NAMES[v] for v in VARIANTS)
-            + " | CluSTER without waiting |", "|" + "---|" * (len(VARIANTS) + 6)]
+        out.append(
+            f"| {pool} | {_scale(rows, pool, scale)} | {k} | {r / 100:g} | {steps} | "
+            + " | ".join(_pct(x.get("idle_share")) for x in cells)
+            + f" | {gap} | {_pct(full.get('idle_share'))} |"
+        )
+    out += [
+        "",
+        "Implied training-time reduction vs full data (%; time = sum over steps of the "
+        "largest worker token sum; full data: the whole pool, uniform-shuffle):",
+        "",
+        "| pool | scale | K | r | data used (%) | "
+        + " | ".join(NAMES[v] for v in VARIANTS)
+        + " | CluSTER without waiting |",
+        "|" + "---|" * (len(VARIANTS) + 6),
+    ]
     for key in keys:
         pool, scale, k, r = key
         cells = [by.get((*key, v), {}) for v in VARIANTS]
         full = by.get((pool, scale, k, None, "full"), {})
         used = cells[0].get("kept") / full["kept"] if full.get("kept") else None
         # The bound: CluSTER's tokens spread evenly over the workers, no one waiting.
-        ideal = (1 - cells[0]["tokens"] / k / full["time"]
-                 if cells[0].get("tokens") and full.get("time") else None)
-        out.append(f"| {pool} | {_scale(rows, pool, scale)} | {k} | {r / 100:g} | {_pct(used)} | "
-                   + " | ".join(_pct(x.get("time_reduction")) for x in cells)
-                   + f" | {_pct(ideal)} |")
-    out += ["", "Tokens trained (% of full data's; the plain schedules drop a last partial step "
-            "per epoch, the balanced ones train every kept example):", "",
-            "| pool | scale | K | r | " + " | ".join(NAMES[v] for v in VARIANTS) + " |",
-            "|" + "---|" * (len(VARIANTS) + 4)]
+        ideal = (
+            1 - cells[0]["tokens"] / k / full["time"] if cells[0].get("tokens") and full.get("time") else None
+        )
+        out.append(
+            f"| {pool} | {_scale(rows, pool, scale)} | {k} | {r / 100:g} | {_pct(used)} | "
+            + " | ".join(_pct(x.get("time_reduction")) for x in cells)
+            + f" | {_pct(ideal)} |"
+        )
+    out += [
+        "",
+        "Tokens trained (% of full data's; the plain schedules drop a last partial step "
+        "per epoch, the balanced ones train every kept example):",
+        "",
+        "| pool | scale | K | r | " + " | ".join(NAMES[v] for v in VARIANTS) + " |",
+        "|" + "---|" * (len(VARIANTS) + 4),
+    ]
     for key in keys:
         pool, scale, k, r = key
         full = by.get((pool, scale, k, None, "full"), {})
         cells = [by.get((*key, v), {}) for v in VARIANTS]
-        out.append(f"| {pool} | {_scale(rows, pool, scale)} | {k} | {r / 100:g} | " + " | ".join(
-            _pct(x["tokens"] / full["tokens"]) if x.get("tokens") and full.get("tokens") else "—"
-            for x in cells) + " |")
-    errors = sorted({f"{r['pool']} {r['scale']} K={r['k']} r={(r['ratio'] or 100) / 100:g} "
-                     f"{r['variant']}: {r['error']}" for r in rows if "error" in r})
+        out.append(
+            f"| {pool} | {_scale(rows, pool, scale)} | {k} | {r / 100:g} | "
+            + " | ".join(
+                _pct(x["tokens"] / full["tokens"]) if x.get("tokens") and full.get("tokens") else "—"
+                for x in cells
+            )
+            + " |"
+        )
+    errors = sorted(
+        {
+            f"{r['pool']} {r['scale']} K={r['k']} r={(r['ratio'] or 100) / 100:g} "
+            f"{r['variant']}: {r['error']}"
+            for r in rows
+            if "error" in r
+        }
+    )
     if errors:
         out += ["", "Not computed (—):", ""] + [f"- {e}" for e in errors]
     return "\n".join(out)
@@ -232,18 +342,32 @@ def _scale(rows: list[dict[str, Any]], pool: str, scale: str) -> str:
     return f"paper size (x{c})"
 
 
-def bench_stragglers(pools: list[str], world_sizes: list[int], ratios: list[float], accum: int,
-                     feature_workers: int, output_dir: Path, overrides: list[str]
-                     ) -> tuple[list[dict[str, Any]], str]:
+def bench_stragglers(
+    pools: list[str],
+    world_sizes: list[int],
+    ratios: list[float],
+    accum: int,
+    feature_workers: int,
+    output_dir: Path,
+    overrides: list[str],
+) -> tuple[list[dict[str, Any]], str]:
     from repro.core.io import atomic_write_json, atomic_write_text
 
     rows = []
     for p in pools:
         rows += bench_pool(p, world_sizes, ratios, accum, feature_workers, output_dir, overrides)
     text = format_tables(rows, accum)
-    atomic_write_json(output_dir / "bench_stragglers.json",
-                      {"accum": accum, "per_device_batch": 1, "epochs": 1, "pools": pools,
-                       "paper_pools": PAPER_POOLS, "rows": rows})
+    atomic_write_json(
+        output_dir / "bench_stragglers.json",
+        {
+            "accum": accum,
+            "per_device_batch": 1,
+            "epochs": 1,
+            "pools": pools,
+            "paper_pools": PAPER_POOLS,
+            "rows": rows,
+        },
+    )
     atomic_write_text(output_dir / "bench_stragglers.md", text + "\n")
     return rows, text
 
@@ -259,25 +383,37 @@ def _ints(flag: str, text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="cluster-repro bench stragglers", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="cluster-repro bench stragglers",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--pools", default=DEFAULT_POOLS, help="comma-separated pool configs")
     p.add_argument("--world-sizes", default="4,8", help="K values (default 4,8)")
     p.add_argument("--ratios", default="100,75,50", help="CluSTER ratios in percent")
     p.add_argument("--accum", type=int, default=128, help="accumulation steps (the paper's 128)")
-    p.add_argument("--feature-workers", type=int, default=2,
-                   help="processes of the one feature pass per pool (default 2)")
+    p.add_argument(
+        "--feature-workers",
+        type=int,
+        default=2,
+        help="processes of the one feature pass per pool (default 2)",
+    )
     p.add_argument("--output-dir", default="runs/bench-stragglers")
-    p.add_argument("overrides", nargs="*", metavar="key.sub=value",
-                   help="config overrides for every pool, e.g. data_dir=../shared/data")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key.sub=value",
+        help="config overrides for every pool, e.g. data_dir=../shared/data",
+    )
     a = p.parse_args(argv)
     ks = _ints("--world-sizes", a.world_sizes)
     ratios = [float(x) for x in _ints("--ratios", a.ratios)]
     if max(ratios) > 100 or a.accum < 1 or a.feature_workers < 1:
         p.error("--ratios are percentages in 1..100; --accum and --feature-workers >= 1")
     try:
-        _, text = bench_stragglers(a.pools.split(","), ks, ratios, a.accum, a.feature_workers,
-                                   Path(a.output_dir), a.overrides)
+        _, text = bench_stragglers(
+            a.pools.split(","), ks, ratios, a.accum, a.feature_workers, Path(a.output_dir), a.overrides
+        )
     except (ConfigError, SelectionError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

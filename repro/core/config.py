@@ -5,6 +5,7 @@ names the key and what is allowed. `config_hash` is stable (canonical JSON of th
 change what is trained; paths, launch and eval settings and train.report_to are left out, so
 moving the data does not rerun work, and the eval settings have their own `eval_hash`).
 """
+
 from __future__ import annotations
 
 import copy
@@ -27,7 +28,7 @@ from repro.core.prompts import FORMATS
 
 # A source's prompt format: "auto" or a format of repro/core/prompts.py (the one list of formats
 # and their fields; `cluster-repro ls formats`).
-PromptFormatName = Literal[("auto", *FORMATS)]  # type: ignore[valid-type]
+PromptFormatName = Literal[tuple(["auto", *FORMATS])]  # type: ignore[valid-type]
 
 
 class ConfigError(ValueError):
@@ -70,7 +71,7 @@ class DataSource:
     # "demo" (generated), a path relative to data_dir (.json or .jsonl), or "hf:<hub id>".
     path: str = "demo"
     # Prompt format; "auto" picks from the fields of the first row.
-    format: PromptFormatName = "auto"
+    format: PromptFormatName = "auto"  # type: ignore[valid-type]
     split: str = "train"  # for hub datasets
     limit: int | None = None  # first N rows (after bad-row handling), None = all
     # PubMedQA: a JSON file of test ids to exclude (relative to data_dir), e.g. test_ground_truth.json
@@ -322,8 +323,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             try:
                 return float(value)
             except OverflowError:  # an integer with hundreds of digits
-                raise ConfigError(f"{key}: expected a finite number, got an integer of "
-                                  f"{len(str(value))} digits") from None
+                raise ConfigError(
+                    f"{key}: expected a finite number, got an integer of {len(str(value))} digits"
+                ) from None
         raise ConfigError(f"{key}: expected a number, got {value!r}")
     if tp is str:
         if isinstance(value, str):
@@ -341,9 +343,7 @@ def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
         if key not in names:
             hint = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
             extra = f"; did you mean {(prefix + '.' if prefix else '') + hint[0]!r}?" if hint else ""
-            raise ConfigError(
-                f"unknown key {full!r}{extra} (allowed here: {', '.join(names)})"
-            )
+            raise ConfigError(f"unknown key {full!r}{extra} (allowed here: {', '.join(names)})")
         kwargs[key] = _coerce(value, hints[key], full)
     return cls(**kwargs)
 
@@ -378,8 +378,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: the base class reports it
                 continue
             if first is not key_node.start_mark:
-                raise _DuplicateKey(f"line {key_node.start_mark.line + 1}: key {key!r} is given "
-                                    f"twice (first on line {first.line + 1}); keep one")
+                raise _DuplicateKey(
+                    f"line {key_node.start_mark.line + 1}: key {key!r} is given "
+                    f"twice (first on line {first.line + 1}); keep one"
+                )
         return super().construct_mapping(node, deep=deep)
 
 
@@ -413,8 +415,9 @@ SHIPPED_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 def shipped_configs() -> list[str]:
     """The name of every shipped config: its path under SHIPPED_CONFIGS without `.yaml`, sorted
     (`demo`, `runs/demo-grid`, `grids/paper`, `clusters/local`, ...)."""
-    return sorted(p.relative_to(SHIPPED_CONFIGS).with_suffix("").as_posix()
-                  for p in SHIPPED_CONFIGS.rglob("*.yaml"))
+    return sorted(
+        p.relative_to(SHIPPED_CONFIGS).with_suffix("").as_posix() for p in SHIPPED_CONFIGS.rglob("*.yaml")
+    )
 
 
 def resolve_config_path(path: str | os.PathLike[str], what: str = "config file") -> Path:
@@ -429,16 +432,19 @@ def resolve_config_path(path: str | os.PathLike[str], what: str = "config file")
     if not p.is_absolute():
         name = p.as_posix().removesuffix(".yaml")
         if name.startswith("configs/"):
-            name = name[len("configs/"):]
+            name = name[len("configs/") :]
         shipped = SHIPPED_CONFIGS / f"{name}.yaml"
         if ".." not in Path(name).parts and shipped.is_file():
             return shipped
     names = shipped_configs()
-    hint = difflib.get_close_matches(p.as_posix().removesuffix(".yaml").removeprefix("configs/"),
-                                     names, n=1, cutoff=0.6)
-    raise ConfigError(f"{what} {str(path)!r} not found: no such file, nor a shipped config of "
-                      f"that name{f'; did you mean {hint[0]!r}?' if hint else ''} (shipped: "
-                      f"{', '.join(names)}; `cluster-repro ls configs` describes them)")
+    hint = difflib.get_close_matches(
+        p.as_posix().removesuffix(".yaml").removeprefix("configs/"), names, n=1, cutoff=0.6
+    )
+    raise ConfigError(
+        f"{what} {str(path)!r} not found: no such file, nor a shipped config of "
+        f"that name{f'; did you mean {hint[0]!r}?' if hint else ''} (shipped: "
+        f"{', '.join(names)}; `cluster-repro ls configs` describes them)"
+    )
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -492,8 +498,10 @@ class Range:
 
         what = "an integer" if integer else "a finite number"
         if self.lo is not None and self.hi is not None:
-            what += (f" in {'[' if self.lo_incl else '('}{num(self.lo)}, {num(self.hi)}"
-                     f"{']' if self.hi_incl else ')'}")
+            what += (
+                f" in {'[' if self.lo_incl else '('}{num(self.lo)}, {num(self.hi)}"
+                f"{']' if self.hi_incl else ')'}"
+            )
         elif self.lo is not None:
             what += f" {'>=' if self.lo_incl else '>'} {num(self.lo)}"
         elif self.hi is not None:
@@ -563,8 +571,9 @@ def check_numbers(obj: Any, ranges: dict[str, Range], where: str = "") -> None:
         rng = ranges.get(pat, Range())
         if not rng.allows(value):
             args = _union_args(tp)
-            raise ConfigError(f"{where}{key}: expected "
-                              f"{rng.describe(int in args, type(None) in args)}, got {value!r}")
+            raise ConfigError(
+                f"{where}{key}: expected {rng.describe(int in args, type(None) in args)}, got {value!r}"
+            )
 
 
 def _list_item_dataclass(tp: Any) -> Any:
@@ -594,8 +603,7 @@ def numeric_keys(cls: type = None, prefix: str = "") -> list[str]:  # type: igno
     return out
 
 
-def _fields(obj: Any, prefix: str = "", pattern: str = ""
-            ) -> typing.Iterator[tuple[str, str, Any, Any]]:
+def _fields(obj: Any, prefix: str = "", pattern: str = "") -> typing.Iterator[tuple[str, str, Any, Any]]:
     """(key as the user writes it, NUMERIC_RANGES key, value, annotation) of every leaf field,
     sections and lists of sections walked into (data.sources[1].limit)."""
     hints = typing.get_type_hints(type(obj))
@@ -623,8 +631,10 @@ def check_text(value: str, key: str) -> None:
     shell or sbatch file becomes a line of its own (an extra `#SBATCH` directive)."""
     bad = _control_chars(value)
     if bad:
-        raise ConfigError(f"{key}: {value!r} contains control characters ({', '.join(bad)}); "
-                          "write it on one line, without tabs or other control characters")
+        raise ConfigError(
+            f"{key}: {value!r} contains control characters ({', '.join(bad)}); "
+            "write it on one line, without tabs or other control characters"
+        )
 
 
 def check_name(value: str, key: str = "name") -> None:
@@ -642,15 +652,18 @@ def check_name(value: str, key: str = "name") -> None:
     elif len(value.encode("utf-8")) > NAME_MAX_BYTES:
         why = f"it is {len(value.encode('utf-8'))} bytes long"
     if why:
-        raise ConfigError(f"{key}: {value!r} is not allowed: {why}. It becomes a folder name and a "
-                          f"job name: use letters, digits, '-', '_' and '.' (at most "
-                          f"{NAME_MAX_BYTES} bytes, no '/' and no '..')")
+        raise ConfigError(
+            f"{key}: {value!r} is not allowed: {why}. It becomes a folder name and a "
+            f"job name: use letters, digits, '-', '_' and '.' (at most "
+            f"{NAME_MAX_BYTES} bytes, no '/' and no '..')"
+        )
 
 
 def check_texts(obj: Any, where: str = "", skip: tuple[str, ...] = ()) -> None:
     """ConfigError (prefixed by `where`) for the first string of the dataclass `obj` (fields,
     list items, mapping keys and values; fields named in `skip` left out) that holds control
     characters."""
+
     def walk(value: Any, key: str) -> None:
         if isinstance(value, str):
             check_text(value, key)
@@ -684,14 +697,17 @@ def _validate(cfg: ExperimentConfig) -> None:
     # selection/allocation params are the method's own: its class checks them.
     check_texts(cfg, skip=("selection.params", "allocation.params"))
     need(bool(cfg.data.sources), "data.sources: expected at least one source")
-    need(cfg.model.tiny_hidden_size % 4 == 0,
-         f"model.tiny_hidden_size: expected a multiple of 4 (4 heads), got "
-         f"{cfg.model.tiny_hidden_size}")
+    need(
+        cfg.model.tiny_hidden_size % 4 == 0,
+        f"model.tiny_hidden_size: expected a multiple of 4 (4 heads), got {cfg.model.tiny_hidden_size}",
+    )
     t = cfg.train
     unit = t.per_device_batch_size * cfg.world_size
-    need(t.global_batch_size >= unit and t.global_batch_size % unit == 0,
-         f"train.global_batch_size: {t.global_batch_size} must be a positive multiple of "
-         f"per_device_batch_size x world_size = {t.per_device_batch_size} x {cfg.world_size} = {unit}")
+    need(
+        t.global_batch_size >= unit and t.global_batch_size % unit == 0,
+        f"train.global_batch_size: {t.global_batch_size} must be a positive multiple of "
+        f"per_device_batch_size x world_size = {t.per_device_batch_size} x {cfg.world_size} = {unit}",
+    )
     lo = cfg.model.lora
     if lo.enabled:
         need(bool(lo.target_modules), "model.lora.target_modules: expected at least one module name")
@@ -705,29 +721,31 @@ def _validate_eval_limits(ev: EvalConfig) -> None:
     def positive(value: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
-    what = ("a positive number of tokens, a mapping of generation task to one, or null for each "
-            "task's own limit")
+    what = (
+        "a positive number of tokens, a mapping of generation task to one, or null for each task's own limit"
+    )
     limits = ev.max_new_tokens
     if isinstance(limits, dict):
         for task, n in limits.items():
             if not positive(n):
-                raise ConfigError(f"eval.max_new_tokens.{task}: expected a positive number of "
-                                  f"tokens, got {n!r}")
+                raise ConfigError(
+                    f"eval.max_new_tokens.{task}: expected a positive number of tokens, got {n!r}"
+                )
     elif limits is not None and not positive(limits):
         raise ConfigError(f"eval.max_new_tokens: expected {what}; got {limits!r}")
     if ev.workers is not None and ev.workers < 1:
-        raise ConfigError(f"eval.workers: expected a number of processes >= 1 (or null: one per "
-                          f"visible GPU, 1 on CPU), got {ev.workers}")
+        raise ConfigError(
+            f"eval.workers: expected a number of processes >= 1 (or null: one per "
+            f"visible GPU, 1 on CPU), got {ev.workers}"
+        )
     if ev.limit is not None and ev.limit < 1:
-        raise ConfigError(f"eval.limit: expected a number of items >= 1 (or null: all), got "
-                          f"{ev.limit}")
+        raise ConfigError(f"eval.limit: expected a number of items >= 1 (or null: all), got {ev.limit}")
 
 
 T = typing.TypeVar("T")
 
 
-def build(cls: type[T], data: Any, source: str,
-          validate: typing.Callable[[T], None] | None = None) -> T:
+def build(cls: type[T], data: Any, source: str, validate: typing.Callable[[T], None] | None = None) -> T:
     """The dataclass `cls` (a config of any kind: an experiment, a cluster profile) from a
     mapping, by one set of rules: an unknown key gets a "did you mean", every value is checked
     against its annotation (int, float, bool, str, Literal, Optional, lists, nested sections),
@@ -744,8 +762,9 @@ def build(cls: type[T], data: Any, source: str,
     return obj
 
 
-def from_dict(data: dict[str, Any] | None, overrides: list[str] | tuple[str, ...] = (),
-              source: str = "<dict>") -> ExperimentConfig:
+def from_dict(
+    data: dict[str, Any] | None, overrides: list[str] | tuple[str, ...] = (), source: str = "<dict>"
+) -> ExperimentConfig:
     """Build and validate a config from a mapping plus `key=value` overrides."""
     data = copy.deepcopy(data or {})
     if not isinstance(data, dict):
@@ -756,8 +775,9 @@ def from_dict(data: dict[str, Any] | None, overrides: list[str] | tuple[str, ...
     return build(ExperimentConfig, data, source, _validate)
 
 
-def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | tuple[str, ...] = ()
-                ) -> ExperimentConfig:
+def load_config(
+    path: str | os.PathLike[str] | None, overrides: list[str] | tuple[str, ...] = ()
+) -> ExperimentConfig:
     """Load a YAML config file, or a shipped config by name (`resolve_config_path`), or the
     defaults when `path` is None, and apply overrides."""
     if path is None:
@@ -800,8 +820,13 @@ class Derived:
         return dataclasses.asdict(self)
 
 
-def derive(cfg: ExperimentConfig, n_pool: int, n_selected: int, per_worker_len: int,
-           steps_per_epoch: int | None = None) -> Derived:
+def derive(
+    cfg: ExperimentConfig,
+    n_pool: int,
+    n_selected: int,
+    per_worker_len: int,
+    steps_per_epoch: int | None = None,
+) -> Derived:
     """Steps, per-worker batch and accumulation from the config and the schedule length.
 
     `per_worker_len` is how many examples each worker sees per epoch (from the schedule; the most

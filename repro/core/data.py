@@ -21,14 +21,16 @@ the response follows and ends with the tokenizer's eos token, as with the datase
 
 `tokenize_example`, `TokenizedPool` and `collate` turn Examples into training tensors.
 """
+
 from __future__ import annotations
 
 import json
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from repro.core.config import DataSource, ExperimentConfig
 from repro.core.log import get_logger
@@ -37,8 +39,17 @@ from repro.core.types import Example, Pool
 
 logger = get_logger("data")
 
-__all__ = ["DataError", "SourceReport", "load_pool", "load_pool_report", "chat_prompt",
-           "tokenize_example", "TokenizedPool", "collate", "IGNORE_INDEX"]
+__all__ = [
+    "DataError",
+    "SourceReport",
+    "load_pool",
+    "load_pool_report",
+    "chat_prompt",
+    "tokenize_example",
+    "TokenizedPool",
+    "collate",
+    "IGNORE_INDEX",
+]
 
 IGNORE_INDEX = -100  # label value the loss ignores (prompt and padding positions)
 _ID_FIELDS = ("id", "task_id")
@@ -92,16 +103,19 @@ def _read_jsonl(path: Path) -> Iterator[_Raw]:
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as e:
-            raw.error = RowError("invalid_utf8", None,
-                                 f"not valid UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 text")
+            raw.error = RowError(
+                "invalid_utf8", None, f"not valid UTF-8 ({e.reason} at byte {e.start}); expected UTF-8 text"
+            )
             yield raw
             continue
         try:
             raw.row = json.loads(text)
         except json.JSONDecodeError as e:
-            raw.error = RowError("invalid_json", None,
-                                 f"not valid JSON ({e.msg} at column {e.colno}); expected one JSON "
-                                 "object per line")
+            raw.error = RowError(
+                "invalid_json",
+                None,
+                f"not valid JSON ({e.msg} at column {e.colno}); expected one JSON object per line",
+            )
         yield raw
 
 
@@ -112,8 +126,10 @@ def _read_json(path: Path) -> Iterator[_Raw]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg} (a .json "
-                        "file must parse as a whole; a .jsonl file can skip bad lines)") from None
+        raise DataError(
+            f"{path}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg} (a .json "
+            "file must parse as a whole; a .jsonl file can skip bad lines)"
+        ) from None
     if isinstance(data, list):
         for i, row in enumerate(data):
             yield _Raw(f"row {i} (0-based)", i, row)
@@ -121,8 +137,10 @@ def _read_json(path: Path) -> Iterator[_Raw]:
         for i, (k, row) in enumerate(data.items()):
             yield _Raw(f"row {i} (key {k!r})", i, row, key=str(k))
     else:
-        raise DataError(f"{path}: expected a JSON list of objects, or an object mapping id -> object; "
-                        f"got a {type(data).__name__}")
+        raise DataError(
+            f"{path}: expected a JSON list of objects, or an object mapping id -> object; "
+            f"got a {type(data).__name__}"
+        )
 
 
 def _read_hub(i: int, src: DataSource) -> Iterator[_Raw]:
@@ -137,7 +155,8 @@ def _read_hub(i: int, src: DataSource) -> Iterator[_Raw]:
             f"data.sources[{i}]: could not load the hub dataset {hub_id!r} (split {src.split!r}): "
             f"{type(e).__name__}: {first}. If the hub is unreachable or the id is wrong, download the "
             f"data file (.json or .jsonl) into your data directory and set data.sources[{i}].path to "
-            "its path relative to data_dir (or CLUSTER_REPRO_DATA)") from None
+            "its path relative to data_dir (or CLUSTER_REPRO_DATA)"
+        ) from None
     for k, row in enumerate(ds):
         yield _Raw(f"row {k} (0-based)", k, dict(row))
 
@@ -150,17 +169,23 @@ def _resolve(cfg: ExperimentConfig, i: int, rel: str, key: str) -> Path:
         d = cfg.resolved_data_dir()
         origin = "data_dir" if cfg.data_dir else "CLUSTER_REPRO_DATA"
         if d is None:
-            raise DataError(f"data.sources[{i}].{key} = {rel!r} is relative, but no data directory is "
-                            "set: set the config key data_dir or the environment variable "
-                            "CLUSTER_REPRO_DATA to the folder that holds it")
+            raise DataError(
+                f"data.sources[{i}].{key} = {rel!r} is relative, but no data directory is "
+                "set: set the config key data_dir or the environment variable "
+                "CLUSTER_REPRO_DATA to the folder that holds it"
+            )
         if not d.is_dir():
-            raise DataError(f"data.sources[{i}].{key} = {rel!r}: the data directory {str(d)!r} (from "
-                            f"{origin}) does not exist; fix data_dir or CLUSTER_REPRO_DATA")
+            raise DataError(
+                f"data.sources[{i}].{key} = {rel!r}: the data directory {str(d)!r} (from "
+                f"{origin}) does not exist; fix data_dir or CLUSTER_REPRO_DATA"
+            )
         where = f"data directory {str(d)!r} from {origin}"
         p = d / p
     if not p.is_file():
-        raise DataError(f"data.sources[{i}].{key}: file {str(p)!r} not found (relative paths are "
-                        f"resolved against {where}; set data_dir or CLUSTER_REPRO_DATA)")
+        raise DataError(
+            f"data.sources[{i}].{key}: file {str(p)!r} not found (relative paths are "
+            f"resolved against {where}; set data_dir or CLUSTER_REPRO_DATA)"
+        )
     return p
 
 
@@ -176,8 +201,10 @@ def _exclude_ids(cfg: ExperimentConfig, i: int, src: DataSource) -> set[str]:
         return {str(k) for k in data}
     if isinstance(data, list) and all(isinstance(x, (str, int)) for x in data):
         return {str(x) for x in data}
-    raise DataError(f"data.sources[{i}].exclude_ids_file {str(p)!r}: expected a JSON object whose "
-                    "keys are the ids (or a list of ids)")
+    raise DataError(
+        f"data.sources[{i}].exclude_ids_file {str(p)!r}: expected a JSON object whose "
+        "keys are the ids (or a list of ids)"
+    )
 
 
 # ----------------------------------------------------------------------------- rows -> Examples
@@ -193,8 +220,11 @@ def _row_id(raw: _Raw) -> str | None:
             if v is None or (isinstance(v, str) and not v.strip()):
                 raise RowError(f"missing_field:{k}", k, f"field {k!r}: expected a non-empty id, got {v!r}")
             if isinstance(v, bool) or not isinstance(v, (str, int)):
-                raise RowError(f"not_string:{k}", k,
-                               f"field {k!r}: expected a string or integer id, got {type(v).__name__}")
+                raise RowError(
+                    f"not_string:{k}",
+                    k,
+                    f"field {k!r}: expected a string or integer id, got {type(v).__name__}",
+                )
             return str(v)
     return None
 
@@ -202,9 +232,17 @@ def _row_id(raw: _Raw) -> str | None:
 class _SourceLoader:
     """Turns one source's raw rows into Examples, applying exclusions, bad-row policy and limit."""
 
-    def __init__(self, cfg: ExperimentConfig, seen: dict[str, str], report: SourceReport,
-                 file: str, fmt: str, exclude: set[str], chat: ChatTemplate | None,
-                 tokenizer: Any = None):
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        seen: dict[str, str],
+        report: SourceReport,
+        file: str,
+        fmt: str,
+        exclude: set[str],
+        chat: ChatTemplate | None,
+        tokenizer: Any = None,
+    ):
         self.cfg, self.seen, self.report = cfg, seen, report
         self.file, self.fmt, self.exclude, self.chat = file, fmt, exclude, chat
         # not None (data.chat_template): single-turn prompts go through its chat template
@@ -227,25 +265,35 @@ class _SourceLoader:
                 if raw.error is not None:
                     raise raw.error
                 if not isinstance(raw.row, dict):
-                    raise RowError("not_object", None,
-                                   f"expected a JSON object, got {type(raw.row).__name__}")
+                    raise RowError(
+                        "not_object", None, f"expected a JSON object, got {type(raw.row).__name__}"
+                    )
                 rid = _row_id(raw)
                 if rid is not None and rid in self.exclude:
                     self.report.excluded += 1
                     continue
                 r = render(raw.row, self.fmt, self.chat)
-                eid = f"{name}-{raw.index:06d}" if rid is None else (
-                    rid if rid.startswith(f"{name}-") else f"{name}-{rid}")
+                eid = (
+                    f"{name}-{raw.index:06d}"
+                    if rid is None
+                    else (rid if rid.startswith(f"{name}-") else f"{name}-{rid}")
+                )
                 if eid in self.seen:
-                    raise RowError("duplicate_id", "id", f"field 'id': expected a unique id, but "
-                                   f"{eid!r} was already used by {self.seen[eid]}")
+                    raise RowError(
+                        "duplicate_id",
+                        "id",
+                        f"field 'id': expected a unique id, but {eid!r} was already used by {self.seen[eid]}",
+                    )
             except RowError as err:
                 self.bad(raw, err)
                 continue
             self.seen[eid] = f"{self.file}: {raw.where}"
             prompt = r.prompt if self.tokenizer is None else chat_prompt(self.tokenizer, r.user)
-            out.append(Example(id=eid, prompt=prompt, response=r.response, source=name,
-                               category=r.category, meta=r.meta))
+            out.append(
+                Example(
+                    id=eid, prompt=prompt, response=r.response, source=name, category=r.category, meta=r.meta
+                )
+            )
         return out
 
 
@@ -260,26 +308,34 @@ def chat_template_of(tokenizer: Any) -> ChatTemplate | None:
         return None
     bos = tokenizer.bos_token
     adds_bos = bool(bos) and tokenizer("x", add_special_tokens=True)["input_ids"][:1] == [
-        tokenizer.bos_token_id]
+        tokenizer.bos_token_id
+    ]
 
     def prompt(messages: list[dict[str, str]]) -> str:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         # A template that writes BOS itself (Llama 3's) would get a second one when the prompt is
         # encoded with the tokenizer's default specials (_encode_prompts): keep one.
-        return text[len(bos):] if adds_bos and text.startswith(bos) else text
+        return text[len(bos) :] if adds_bos and text.startswith(bos) else text
 
     return prompt
 
 
-def _load_source(cfg: ExperimentConfig, i: int, src: DataSource, names: set[str],
-                 seen: dict[str, str], chat: ChatTemplate | None, tokenizer: Any
-                 ) -> tuple[list[Example], list[Example], SourceReport]:
+def _load_source(
+    cfg: ExperimentConfig,
+    i: int,
+    src: DataSource,
+    names: set[str],
+    seen: dict[str, str],
+    chat: ChatTemplate | None,
+    tokenizer: Any,
+) -> tuple[list[Example], list[Example], SourceReport]:
     held: list[Example] = []
     if src.path == "demo":
         from repro.core.demo_pool import generate_demo_pool  # lazy: only demo runs need the generator
 
-        train_rows, held_rows = generate_demo_pool(cfg.seed, cfg.data.demo_train_size,
-                                                   cfg.data.demo_heldout_per_category)
+        train_rows, held_rows = generate_demo_pool(
+            cfg.seed, cfg.data.demo_train_size, cfg.data.demo_heldout_per_category
+        )
         name, file = "demo", "demo pool (generated)"
         train_raws = [_Raw(f"train row {k}", k, r) for k, r in enumerate(train_rows)]
         held_raws = [_Raw(f"held-out row {k}", k, r) for k, r in enumerate(held_rows)]
@@ -292,8 +348,10 @@ def _load_source(cfg: ExperimentConfig, i: int, src: DataSource, names: set[str]
             train_raws = list(_read_hub(i, src))
         else:
             if not src.path.endswith((".json", ".jsonl")):
-                raise DataError(f"data.sources[{i}].path = {src.path!r}: expected 'demo', 'hf:<hub id>', "
-                                "or a .json / .jsonl file")
+                raise DataError(
+                    f"data.sources[{i}].path = {src.path!r}: expected 'demo', 'hf:<hub id>', "
+                    "or a .json / .jsonl file"
+                )
             p = _resolve(cfg, i, src.path, "path")
             name, file = p.name.rsplit(".", 1)[0], str(p)
             train_raws = list(_read_jsonl(p) if p.suffix == ".jsonl" else _read_json(p))
@@ -305,20 +363,24 @@ def _load_source(cfg: ExperimentConfig, i: int, src: DataSource, names: set[str]
             first = _first_object(train_raws)
             if first is None:
                 r0 = train_raws[0]
-                raise DataError(f"{file}: none of its {len(train_raws)} rows is a readable JSON object, "
-                                f"so the prompt format cannot be detected ({r0.where}: "
-                                f"{r0.error or 'not an object'})")
+                raise DataError(
+                    f"{file}: none of its {len(train_raws)} rows is a readable JSON object, "
+                    f"so the prompt format cannot be detected ({r0.where}: "
+                    f"{r0.error or 'not an object'})"
+                )
             fmt = detect_format(first, f"the first row of {file}")
     if name in names:
         name = f"{name}.{i}"  # two sources with the same stem must not collide on ids
     names.add(name)
     report = SourceReport(i, file, name, fmt)
     if FORMATS[fmt].conversation:
-        report.template = ("chat template of the tokenizer" if chat is not None else
-                           "plain (### User: / ### Assistant:; no chat template)")
+        report.template = (
+            "chat template of the tokenizer"
+            if chat is not None
+            else "plain (### User: / ### Assistant:; no chat template)"
+        )
         logger.info(f"{file}: {fmt} conversations rendered with the {report.template}")
-    loader = _SourceLoader(cfg, seen, report, file, fmt, _exclude_ids(cfg, i, src), chat,
-                            tokenizer)
+    loader = _SourceLoader(cfg, seen, report, file, fmt, _exclude_ids(cfg, i, src), chat, tokenizer)
     train = loader.examples(iter(train_raws), src.limit)
     if src.path == "demo":
         held = loader.examples(iter(held_raws), None)  # the demo's own held-out tasks, with answers
@@ -327,20 +389,21 @@ def _load_source(cfg: ExperimentConfig, i: int, src: DataSource, names: set[str]
         order = list(range(len(train)))
         random.Random(cfg.seed).shuffle(order)
         n_held = math.floor(len(train) * cfg.data.heldout_fraction)
-        held_idx = set(order[len(train) - n_held:])
+        held_idx = set(order[len(train) - n_held :])
         held = [e for k, e in enumerate(train) if k in held_idx]
         train = [e for k, e in enumerate(train) if k not in held_idx]
     report.n_train, report.n_heldout = len(train), len(held)
     return train, held, report
 
 
-def load_pool_report(cfg: ExperimentConfig, tokenizer: Any = None
-                     ) -> tuple[Pool, Pool, list[SourceReport]]:
+def load_pool_report(cfg: ExperimentConfig, tokenizer: Any = None) -> tuple[Pool, Pool, list[SourceReport]]:
     """`load_pool`, plus one SourceReport per source (rows read, excluded, skipped, sizes, how
     conversations were rendered)."""
     if cfg.data.chat_template and tokenizer is None:
-        raise DataError("data.chat_template is true: loading the pool needs the model's "
-                        "tokenizer (its chat template renders the prompts)")
+        raise DataError(
+            "data.chat_template is true: loading the pool needs the model's "
+            "tokenizer (its chat template renders the prompts)"
+        )
     chat = chat_template_of(tokenizer)
     single_turn = tokenizer if cfg.data.chat_template else None
     train: list[Example] = []
@@ -354,21 +417,27 @@ def load_pool_report(cfg: ExperimentConfig, tokenizer: Any = None
         held += h
         reports.append(rep)
         if rep.excluded:
-            logger.info(f"{rep.path}: excluded {rep.excluded} rows listed in "
-                        f"{src.exclude_ids_file}")
+            logger.info(f"{rep.path}: excluded {rep.excluded} rows listed in {src.exclude_ids_file}")
     skipped: dict[str, int] = {}
     for rep in reports:
         for k, v in rep.skipped.items():
             skipped[k] = skipped.get(k, 0) + v
     if skipped:
-        detail = "; ".join(f"{r.path}: " + ", ".join(f"{k}={v}" for k, v in sorted(r.skipped.items()))
-                           for r in reports if r.skipped)
-        logger.warning(f"skipped {sum(skipped.values())} bad rows (data.on_bad_row=skip): "
-                       f"{detail}")
+        detail = "; ".join(
+            f"{r.path}: " + ", ".join(f"{k}={v}" for k, v in sorted(r.skipped.items()))
+            for r in reports
+            if r.skipped
+        )
+        logger.warning(f"skipped {sum(skipped.values())} bad rows (data.on_bad_row=skip): {detail}")
     if not train:
-        raise DataError("no training examples were loaded from data.sources ("
-                        + ", ".join(f"{r.path}: {r.rows} rows read, {r.excluded} excluded, "
-                                    f"{sum(r.skipped.values())} skipped" for r in reports) + ")")
+        raise DataError(
+            "no training examples were loaded from data.sources ("
+            + ", ".join(
+                f"{r.path}: {r.rows} rows read, {r.excluded} excluded, {sum(r.skipped.values())} skipped"
+                for r in reports
+            )
+            + ")"
+        )
     return Pool(train, name="train", skipped=skipped), Pool(held, name="heldout"), reports
 
 
@@ -389,22 +458,29 @@ def chat_prompt(tokenizer: Any, user: str) -> str:
     holds one BOS, not two. DataError when the tokenizer has no chat template."""
     if not getattr(tokenizer, "chat_template", None):
         name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
-        raise DataError(f"data.chat_template is true, but the tokenizer of {name!r} has no chat "
-                        "template (base models often have none); set data.chat_template=false "
-                        "to use the dataset's own prompt template")
-    text = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
-                                         add_generation_prompt=True)
+        raise DataError(
+            f"data.chat_template is true, but the tokenizer of {name!r} has no chat "
+            "template (base models often have none); set data.chat_template=false "
+            "to use the dataset's own prompt template"
+        )
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
+    )
     bos = tokenizer.bos_token
     if bos and text.startswith(bos) and _adds_bos(tokenizer):
-        text = text[len(bos):]
+        text = text[len(bos) :]
     return text
 
 
 def _adds_bos(tokenizer: Any) -> bool:
     """Whether encoding with the default special tokens puts the BOS token first."""
     ids = tokenizer("x", add_special_tokens=True)["input_ids"]
-    return bool(ids) and tokenizer.bos_token_id is not None and ids[0] == tokenizer.bos_token_id \
+    return (
+        bool(ids)
+        and tokenizer.bos_token_id is not None
+        and ids[0] == tokenizer.bos_token_id
         and ids != tokenizer("x", add_special_tokens=False)["input_ids"]
+    )
 
 
 # ----------------------------------------------------------------------------- tokenization
@@ -419,30 +495,34 @@ def _encode_prompts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     for w, p in zip(with_sp, plain):
         n = len(p)
         for start in range(len(w) - n + 1):
-            if w[start:start + n] == p:
-                w = w[:start + n]
+            if w[start : start + n] == p:
+                w = w[: start + n]
                 break
         out.append(list(w))
     return out
 
 
-def _assemble(ex_id: str, prompt: list[int], response: list[int], eos: int,
-              max_length: int) -> dict[str, Any]:
+def _assemble(
+    ex_id: str, prompt: list[int], response: list[int], eos: int, max_length: int
+) -> dict[str, Any]:
     ids = (prompt + response + [eos])[:max_length]
     labels = ([IGNORE_INDEX] * len(prompt) + response + [eos])[:max_length]
     n_resp = len(ids) - len(prompt)
     if n_resp <= 0:
-        raise DataError(f"example {ex_id!r}: the prompt is {len(prompt)} tokens, so no response token "
-                        f"fits in data.max_length={max_length}; raise data.max_length or skip such "
-                        "examples (on_bad_row=skip)")
+        raise DataError(
+            f"example {ex_id!r}: the prompt is {len(prompt)} tokens, so no response token "
+            f"fits in data.max_length={max_length}; raise data.max_length or skip such "
+            "examples (on_bad_row=skip)"
+        )
     return {"input_ids": ids, "labels": labels, "n_response_tokens": n_resp}
 
 
 def _eos(tokenizer: Any) -> int:
     eos = tokenizer.eos_token_id
     if eos is None:
-        raise DataError("the tokenizer has no eos token; responses must end with one (set "
-                        "tokenizer.eos_token)")
+        raise DataError(
+            "the tokenizer has no eos token; responses must end with one (set tokenizer.eos_token)"
+        )
     return int(eos)
 
 
@@ -463,8 +543,9 @@ class TokenizedPool:
     gives the `tokenize_example` dict. Examples with no response token left after truncation
     raise DataError (on_bad_row="error") or are skipped and counted in `.skipped` ("skip")."""
 
-    def __init__(self, pool: Pool, tokenizer: Any, max_length: int, on_bad_row: str = "error",
-                 batch_size: int = 512):
+    def __init__(
+        self, pool: Pool, tokenizer: Any, max_length: int, on_bad_row: str = "error", batch_size: int = 512
+    ):
         if on_bad_row not in ("error", "skip"):
             raise ValueError(f"on_bad_row: expected 'error' or 'skip', got {on_bad_row!r}")
         self.max_length = max_length
@@ -474,7 +555,7 @@ class TokenizedPool:
         eos = _eos(tokenizer)
         exs = pool.examples
         for s in range(0, len(exs), batch_size):  # batched: fast tokenizers parallelize a batch
-            chunk = exs[s:s + batch_size]
+            chunk = exs[s : s + batch_size]
             prompts = _encode_prompts(tokenizer, [e.prompt for e in chunk])
             resps = tokenizer([e.response for e in chunk], add_special_tokens=False)["input_ids"]
             for ex, p, r in zip(chunk, prompts, resps):
@@ -488,9 +569,11 @@ class TokenizedPool:
                 self._items[ex.id] = item
                 self.ids.append(ex.id)
         if self.skipped:
-            logger.warning(f"tokenization skipped {self.skipped['no_response_tokens']} of "
-                           f"{len(exs)} examples whose prompt leaves no response token within "
-                           f"max_length={max_length}")
+            logger.warning(
+                f"tokenization skipped {self.skipped['no_response_tokens']} of "
+                f"{len(exs)} examples whose prompt leaves no response token within "
+                f"max_length={max_length}"
+            )
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -504,8 +587,10 @@ class TokenizedPool:
         try:
             return self._items[key]
         except KeyError:
-            raise KeyError(f"example id {key!r} is not in this TokenizedPool "
-                           f"({len(self.ids)} examples; skipped: {self.skipped or 'none'})") from None
+            raise KeyError(
+                f"example id {key!r} is not in this TokenizedPool "
+                f"({len(self.ids)} examples; skipped: {self.skipped or 'none'})"
+            ) from None
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (self._items[i] for i in self.ids)

@@ -9,6 +9,7 @@ code against assert statements in a resource-limited subprocess.
 Everything random comes from one `random.Random(seed)`, so the same arguments give byte-identical
 rows (never the global `random` module or `hash()`, which varies per process).
 """
+
 from __future__ import annotations
 
 import copy
@@ -22,35 +23,56 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 CATEGORIES: tuple[str, ...] = (
-    "add", "subtract", "multiply", "reverse_string", "uppercase", "count_vowels",
-    "sort_list", "list_max", "unit_conversion", "parity", "word_count", "python_function",
+    "add",
+    "subtract",
+    "multiply",
+    "reverse_string",
+    "uppercase",
+    "count_vowels",
+    "sort_list",
+    "list_max",
+    "unit_conversion",
+    "parity",
+    "word_count",
+    "python_function",
 )
 
 # Zipf exponent: weight of rank r is r**-s, so rank 1 / rank 12 = 12**0.75 ~ 6.4x.
 _ZIPF_S = 0.75
-_NEAR_DUP_FRACTION = 0.05   # of n_train, planted near-copies
+_NEAR_DUP_FRACTION = 0.05  # of n_train, planted near-copies
 _EXACT_DUP_FRACTION = 0.01  # of n_train, planted exact copies
-_MAX_TRIES = 2000           # rejection-sampling attempts per row before giving up
+_MAX_TRIES = 2000  # rejection-sampling attempts per row before giving up
 
-_WORDS = tuple((
-    "apple river stone green light table music cloud dream house tiger ocean pencil garden window "
-    "summer winter orange planet silver rabbit forest candle bridge castle dragon yellow market "
-    "little simple number letter friend school coffee butter mirror puzzle rocket banana flower "
-    "island jungle kitten lemon mango night paper queen robot sugar train under voice water zebra "
-    "quick brown lazy happy bright cold warm small large fast slow blue red pink gold moon star "
-    "sun rain snow wind fire book door road ship bird fish tree leaf seed milk bread salt glass "
-    "chair clock horse sheep goat owl fox bear wolf"
-).split())
+_WORDS = tuple(
+    (
+        "apple river stone green light table music cloud dream house tiger ocean pencil garden window "
+        "summer winter orange planet silver rabbit forest candle bridge castle dragon yellow market "
+        "little simple number letter friend school coffee butter mirror puzzle rocket banana flower "
+        "island jungle kitten lemon mango night paper queen robot sugar train under voice water zebra "
+        "quick brown lazy happy bright cold warm small large fast slow blue red pink gold moon star "
+        "sun rain snow wind fire book door road ship bird fish tree leaf seed milk bread salt glass "
+        "chair clock horse sheep goat owl fox bear wolf"
+    ).split()
+)
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
-_NUM_WORDS = tuple("zero one two three four five six seven eight nine ten eleven twelve thirteen "
-                   "fourteen fifteen sixteen seventeen eighteen nineteen twenty".split())
+_NUM_WORDS = tuple(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen "
+    "fourteen fifteen sixteen seventeen eighteen nineteen twenty".split()
+)
 _UNITS = (  # (from unit, to unit, factor): integer conversions only, so answers are exact
-    ("kilometers", "meters", 1000), ("hours", "minutes", 60), ("kilograms", "grams", 1000),
-    ("minutes", "seconds", 60), ("meters", "centimeters", 100), ("days", "hours", 24),
-    ("liters", "milliliters", 1000), ("feet", "inches", 12), ("weeks", "days", 7),
+    ("kilometers", "meters", 1000),
+    ("hours", "minutes", 60),
+    ("kilograms", "grams", 1000),
+    ("minutes", "seconds", 60),
+    ("meters", "centimeters", 100),
+    ("days", "hours", 24),
+    ("liters", "milliliters", 1000),
+    ("feet", "inches", 12),
+    ("weeks", "days", 7),
 )
 # Python function families: (name pattern, description, body expression); x is an int, s a str.
 _PY_INT = (
@@ -65,15 +87,27 @@ _PY_INT = (
 )
 _PY_STR = (
     ("count_{c}", "the number of times the letter '{c}' appears in the string s", "s.count('{c}')"),
-    ("starts_with_{c}", "True if the string s starts with the letter '{c}', else False",
-     "s.startswith('{c}')"),
-    ("ends_with_{c}", "True if the string s ends with the letter '{c}', else False",
-     "s.endswith('{c}')"),
+    (
+        "starts_with_{c}",
+        "True if the string s starts with the letter '{c}', else False",
+        "s.startswith('{c}')",
+    ),
+    ("ends_with_{c}", "True if the string s ends with the letter '{c}', else False", "s.endswith('{c}')"),
 )
-_SYNONYMS = (("What is", "What's"), ("Compute", "Calculate"), ("Write", "Create"),
-             ("returns", "gives back"), ("numbers", "values"), ("number", "value"),
-             ("Give", "Provide"), ("string", "text"), ("list", "sequence"), ("sum", "total"),
-             ("Convert", "Change"), ("following", "given"))
+_SYNONYMS = (
+    ("What is", "What's"),
+    ("Compute", "Calculate"),
+    ("Write", "Create"),
+    ("returns", "gives back"),
+    ("numbers", "values"),
+    ("number", "value"),
+    ("Give", "Provide"),
+    ("string", "text"),
+    ("list", "sequence"),
+    ("sum", "total"),
+    ("Convert", "Change"),
+    ("following", "given"),
+)
 
 
 def _word(k: int) -> str:
@@ -84,39 +118,66 @@ def _word(k: int) -> str:
 # (instruction, input) templates, filled from the fields a generator returns. Some put the data
 # in the instruction and some in the input, so the pool is not trivially uniform.
 _TEMPLATES: dict[str, tuple[tuple[str, str], ...]] = {
-    "add": (("What is {a} + {b}?", ""), ("Add the two numbers. Give only the sum.", "{a} and {b}"),
-            ("Compute the sum of {a} and {b}.", "")),
-    "subtract": (("What is {a} - {b}?", ""), ("Compute {a} minus {b}.", ""),
-                 ("Subtract the second number from the first. Give only the result.",
-                  "{a} and {b}")),
-    "multiply": (("What is {a} * {b}?", ""), ("Compute the product of {a} and {b}.", ""),
-                 ("Multiply the two numbers. Give only the product.", "{a} and {b}")),
-    "reverse_string": (("Reverse the string \"{s}\".", ""),
-                       ("Write the following string backwards.", "{s}"),
-                       ("Give the characters of this string in reverse order.", "{s}")),
-    "uppercase": (("Convert the text to uppercase.", "{s}"),
-                  ("Write \"{s}\" in capital letters.", ""),
-                  ("Rewrite the following string in uppercase.", "{s}")),
-    "count_vowels": (("How many vowels (a, e, i, o, u) are in \"{s}\"?", ""),
-                     ("Count the vowels (a, e, i, o, u) in the following text.", "{s}"),
-                     ("Give the number of vowels (a, e, i, o, u) in the text \"{s}\".", "")),
-    "sort_list": (("Sort the list [{xs}] in ascending order.", ""),
-                  ("Sort these numbers from smallest to largest.", "{xs}"),
-                  ("Return the following list sorted in ascending order.", "[{xs}]")),
-    "list_max": (("What is the largest number in [{xs}]?", ""),
-                 ("Find the maximum of the following numbers.", "{xs}"),
-                 ("Give the biggest value in this list.", "[{xs}]")),
-    "unit_conversion": (("How many {dst} are in {v} {src}?", ""),
-                        ("Convert to {dst}.", "{v} {src}"),
-                        ("Convert {v} {src} to {dst}. Give the number only.", "")),
-    "parity": (("Is {n} even or odd?", ""), ("State whether {n} is even or odd.", ""),
-               ("Is the following number even or odd? Answer with one word.", "{n}")),
-    "word_count": (("How many words are in the following sentence?", "{s}"),
-                   ("Count the words in \"{s}\".", ""),
-                   ("Give the number of words in this text.", "{s}")),
-    "python_function": (("Write a Python function `{sig}` that returns {desc}.", ""),
-                        ("Define `{sig}` in Python. It should return {desc}.", ""),
-                        ("Write the Python function described below.", "`{sig}` returns {desc}.")),
+    "add": (
+        ("What is {a} + {b}?", ""),
+        ("Add the two numbers. Give only the sum.", "{a} and {b}"),
+        ("Compute the sum of {a} and {b}.", ""),
+    ),
+    "subtract": (
+        ("What is {a} - {b}?", ""),
+        ("Compute {a} minus {b}.", ""),
+        ("Subtract the second number from the first. Give only the result.", "{a} and {b}"),
+    ),
+    "multiply": (
+        ("What is {a} * {b}?", ""),
+        ("Compute the product of {a} and {b}.", ""),
+        ("Multiply the two numbers. Give only the product.", "{a} and {b}"),
+    ),
+    "reverse_string": (
+        ('Reverse the string "{s}".', ""),
+        ("Write the following string backwards.", "{s}"),
+        ("Give the characters of this string in reverse order.", "{s}"),
+    ),
+    "uppercase": (
+        ("Convert the text to uppercase.", "{s}"),
+        ('Write "{s}" in capital letters.', ""),
+        ("Rewrite the following string in uppercase.", "{s}"),
+    ),
+    "count_vowels": (
+        ('How many vowels (a, e, i, o, u) are in "{s}"?', ""),
+        ("Count the vowels (a, e, i, o, u) in the following text.", "{s}"),
+        ('Give the number of vowels (a, e, i, o, u) in the text "{s}".', ""),
+    ),
+    "sort_list": (
+        ("Sort the list [{xs}] in ascending order.", ""),
+        ("Sort these numbers from smallest to largest.", "{xs}"),
+        ("Return the following list sorted in ascending order.", "[{xs}]"),
+    ),
+    "list_max": (
+        ("What is the largest number in [{xs}]?", ""),
+        ("Find the maximum of the following numbers.", "{xs}"),
+        ("Give the biggest value in this list.", "[{xs}]"),
+    ),
+    "unit_conversion": (
+        ("How many {dst} are in {v} {src}?", ""),
+        ("Convert to {dst}.", "{v} {src}"),
+        ("Convert {v} {src} to {dst}. Give the number only.", ""),
+    ),
+    "parity": (
+        ("Is {n} even or odd?", ""),
+        ("State whether {n} is even or odd.", ""),
+        ("Is the following number even or odd? Answer with one word.", "{n}"),
+    ),
+    "word_count": (
+        ("How many words are in the following sentence?", "{s}"),
+        ('Count the words in "{s}".', ""),
+        ("Give the number of words in this text.", "{s}"),
+    ),
+    "python_function": (
+        ("Write a Python function `{sig}` that returns {desc}.", ""),
+        ("Define `{sig}` in Python. It should return {desc}.", ""),
+        ("Write the Python function described below.", "`{sig}` returns {desc}."),
+    ),
 }
 
 # ----------------------------------------------------------------------------- task generators
@@ -138,14 +199,17 @@ def _g_arith(op: str) -> Callable[[random.Random], tuple]:
                 a, b = b, a  # keeps answers non-negative (no sign to get wrong)
         value = {"+": a + b, "-": a - b, "*": a * b}[op]
         return (a, b), {"a": a, "b": b}, str(value), {}
+
     return gen
 
 
-def _g_string(transform: Callable[[str], str], make: Callable[[random.Random], str],
-              extra: dict | None = None) -> Callable[[random.Random], tuple]:
+def _g_string(
+    transform: Callable[[str], str], make: Callable[[random.Random], str], extra: dict | None = None
+) -> Callable[[random.Random], tuple]:
     def gen(r: random.Random) -> tuple:
         s = make(r)
         return s, {"s": s}, transform(s), dict(extra or {})
+
     return gen
 
 
@@ -153,6 +217,7 @@ def _g_list(reduce: Callable[[tuple], Any], hi: int, n_hi: int) -> Callable[[ran
     def gen(r: random.Random) -> tuple:
         xs = tuple(r.randint(0, hi) for _ in range(r.randint(4, n_hi)))
         return xs, {"xs": ", ".join(map(str, xs))}, str(reduce(xs)), {}
+
     return gen
 
 
@@ -190,15 +255,20 @@ def _g_python(r: random.Random) -> tuple:
 
 
 _GENERATORS: dict[str, Callable[[random.Random], tuple]] = {
-    "add": _g_arith("+"), "subtract": _g_arith("-"), "multiply": _g_arith("*"),
-    "reverse_string": _g_string(lambda s: s[::-1], lambda r: "".join(
-        r.choice(_LETTERS) for _ in range(r.randint(4, 8)))),  # random letters: a large space
-    "uppercase": _g_string(str.upper, lambda r: _words(r, 2, 3),
-                           {"case_sensitive": True}),  # case IS the answer here
-    "count_vowels": _g_string(lambda s: str(sum(ch in "aeiou" for ch in s)),
-                              lambda r: _words(r, 1, 2)),
-    "sort_list": _g_list(sorted, 99, 7), "list_max": _g_list(max, 999, 8),
-    "unit_conversion": _g_units, "parity": _g_parity,
+    "add": _g_arith("+"),
+    "subtract": _g_arith("-"),
+    "multiply": _g_arith("*"),
+    "reverse_string": _g_string(
+        lambda s: s[::-1], lambda r: "".join(r.choice(_LETTERS) for _ in range(r.randint(4, 8)))
+    ),  # random letters: a large space
+    "uppercase": _g_string(
+        str.upper, lambda r: _words(r, 2, 3), {"case_sensitive": True}
+    ),  # case IS the answer here
+    "count_vowels": _g_string(lambda s: str(sum(ch in "aeiou" for ch in s)), lambda r: _words(r, 1, 2)),
+    "sort_list": _g_list(sorted, 99, 7),
+    "list_max": _g_list(max, 999, 8),
+    "unit_conversion": _g_units,
+    "parity": _g_parity,
     "word_count": _g_string(lambda s: str(len(s.split())), lambda r: _words(r, 3, 10)),
     "python_function": _g_python,
 }
@@ -225,10 +295,11 @@ def _new_row(r: random.Random, cat: str, used_problems: set, used_texts: set) ->
             meta["case_sensitive"] = bool(extra.get("case_sensitive", False))
         else:
             meta.update(extra)
-        return {"id": "", "category": cat, "instruction": instr, "input": inp,
-                "output": answer, "meta": meta}
-    raise ValueError(f"could not generate {_MAX_TRIES} distinct '{cat}' problems; "
-                     f"the pool is too large for this category's problem space, lower n_train")
+        return {"id": "", "category": cat, "instruction": instr, "input": inp, "output": answer, "meta": meta}
+    raise ValueError(
+        f"could not generate {_MAX_TRIES} distinct '{cat}' problems; "
+        f"the pool is too large for this category's problem space, lower n_train"
+    )
 
 
 def _perturb(r: random.Random, text: str) -> str:
@@ -259,8 +330,10 @@ def _near_copy(r: random.Random, row: dict, used_texts: set) -> dict:
         for _ in range(r.randint(1, 2)):
             text = _perturb(r, text)
         # Keep only genuinely similar, genuinely different text (not an exact duplicate).
-        if text != row["instruction"] and \
-                difflib.SequenceMatcher(None, text, row["instruction"]).ratio() >= 0.85:
+        if (
+            text != row["instruction"]
+            and difflib.SequenceMatcher(None, text, row["instruction"]).ratio() >= 0.85
+        ):
             break
     else:
         text = row["instruction"] + "  "
@@ -281,8 +354,9 @@ def _allocate(total: int, weights: list[float]) -> list[int]:
     return counts
 
 
-def generate_demo_pool(seed: int = 0, n_train: int = 480, n_heldout_per_category: int = 8
-                       ) -> tuple[list[dict], list[dict]]:
+def generate_demo_pool(
+    seed: int = 0, n_train: int = 480, n_heldout_per_category: int = 8
+) -> tuple[list[dict], list[dict]]:
     """Returns (train_rows, heldout_rows), deterministic in the arguments.
 
     Each row: {"id": "demo-train-00000" | "demo-heldout-00000", "category", "instruction",
@@ -293,8 +367,7 @@ def generate_demo_pool(seed: int = 0, n_train: int = 480, n_heldout_per_category
     n_heldout_per_category per category and share no problem or instruction+input with training.
     """
     if n_train < 2 * len(CATEGORIES):
-        raise ValueError(f"n_train must be >= {2 * len(CATEGORIES)} (2 per category), "
-                         f"got {n_train}")
+        raise ValueError(f"n_train must be >= {2 * len(CATEGORIES)} (2 per category), got {n_train}")
     if n_heldout_per_category < 1:
         raise ValueError(f"n_heldout_per_category must be >= 1, got {n_heldout_per_category}")
     r = random.Random(seed)
@@ -351,6 +424,7 @@ def category_counts(rows: list[dict]) -> dict[str, int]:
 
 # ----------------------------------------------------------------------------- scoring
 
+
 def _normalize(s: str, case_sensitive: bool = False) -> str:
     """Strip, collapse whitespace, canonical ', ' in lists, drop trailing '.', lower-case."""
     s = " ".join(s.split())
@@ -383,8 +457,7 @@ def _limit_resources(cpu_s: int, mem_bytes: int) -> None:  # runs in the child, 
     resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
 
 
-def run_python_tests(code: str, tests: list[str], timeout_s: float = 5.0,
-                     mem_bytes: int = 1 << 30) -> bool:
+def run_python_tests(code: str, tests: list[str], timeout_s: float = 5.0, mem_bytes: int = 1 << 30) -> bool:
     """True if `code` followed by `tests` exits 0 in an isolated `python -I` subprocess.
 
     Limits: wall clock `timeout_s` seconds (the whole process group is killed after it),
@@ -399,9 +472,15 @@ def run_python_tests(code: str, tests: list[str], timeout_s: float = 5.0,
         with open(os.path.join(tmp, "prog.py"), "w", encoding="utf-8") as fh:
             fh.write(program)
         proc = subprocess.Popen(
-            [sys.executable, "-I", "prog.py"], cwd=tmp, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=lambda: _limit_resources(cpu_s, mem_bytes))
+            [sys.executable, "-I", "prog.py"],
+            cwd=tmp,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=lambda: _limit_resources(cpu_s, mem_bytes),
+        )
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -435,5 +514,6 @@ def score_generation(meta: dict, generation: str, timeout_s: float = 5.0) -> flo
 
 if __name__ == "__main__":
     import json
+
     tr, ho = generate_demo_pool()
     print(json.dumps({"train": category_counts(tr), "heldout": category_counts(ho)}, indent=2))

@@ -23,14 +23,16 @@ A batch script itself (`sbatch`, outside `srun`) also sees SLURM_PROCID=0 and SL
 the allocation, but it is one process, not W: without SLURM_STEP_ID it is not treated as a rank.
 Backend: gloo on CPU, nccl on GPU.
 """
+
 from __future__ import annotations
 
 import os
 import re
 import socket
 import zlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -65,8 +67,9 @@ def _expand_group(body: str, where: str) -> list[str]:
     for part in body.split(","):
         m = _RANGE.match(part)
         if not m:
-            raise ValueError(f"node list {where!r}: '[{body}]' has {part!r}, expected a number or "
-                             "a range like 01-04")
+            raise ValueError(
+                f"node list {where!r}: '[{body}]' has {part!r}, expected a number or a range like 01-04"
+            )
         lo, hi = m.group(1), m.group(2) or m.group(1)
         if int(hi) < int(lo):
             raise ValueError(f"node list {where!r}: the range {part!r} runs backwards")
@@ -83,9 +86,9 @@ def _expand_host(expr: str, where: str) -> list[str]:
     while i < len(expr):
         if expr[i] == "[":
             j = expr.find("]", i)
-            if j < 0 or "[" in expr[i + 1:j]:
+            if j < 0 or "[" in expr[i + 1 : j]:
                 raise ValueError(f"node list {where!r}: '[' without its ']' in {expr!r}")
-            names = [n + x for n in names for x in _expand_group(expr[i + 1:j], where)]
+            names = [n + x for n in names for x in _expand_group(expr[i + 1 : j], where)]
             i = j + 1
         elif expr[i] == "]":
             raise ValueError(f"node list {where!r}: ']' without its '[' in {expr!r}")
@@ -151,9 +154,13 @@ class LaunchEnv:
 
     def torch_vars(self) -> dict[str, str]:
         """The variables of torch's env:// initialization (and of torchrun) for this worker."""
-        return {"MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.master_port),
-                "RANK": str(self.rank), "WORLD_SIZE": str(self.world_size),
-                "LOCAL_RANK": str(self.local_rank)}
+        return {
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+            "RANK": str(self.rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_RANK": str(self.local_rank),
+        }
 
 
 def _int_var(env: Mapping[str, str], name: str, default: int | None = None) -> int:
@@ -170,8 +177,10 @@ def _int_var(env: Mapping[str, str], name: str, default: int | None = None) -> i
 
 def _checked(e: LaunchEnv, names: str) -> LaunchEnv:
     if e.world_size < 1 or not 0 <= e.rank < e.world_size or e.local_rank < 0:
-        raise ValueError(f"{names}: rank {e.rank}, world size {e.world_size}, local rank "
-                         f"{e.local_rank}; expected 0 <= rank < world size and local rank >= 0")
+        raise ValueError(
+            f"{names}: rank {e.rank}, world size {e.world_size}, local rank "
+            f"{e.local_rank}; expected 0 <= rank < world size and local rank >= 0"
+        )
     if not 0 < e.master_port < 65536:
         raise ValueError(f"{names}: port {e.master_port} is not a TCP port (1-65535)")
     return e
@@ -183,10 +192,17 @@ def torchrun_env(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
     if "RANK" not in env or "WORLD_SIZE" not in env:
         return None
     rank = _int_var(env, "RANK")
-    return _checked(LaunchEnv(rank, _int_var(env, "WORLD_SIZE"), _int_var(env, "LOCAL_RANK", rank),
-                              env.get("MASTER_ADDR") or "127.0.0.1",
-                              _int_var(env, "MASTER_PORT", 29500), "torchrun"),
-                    "torchrun variables RANK/WORLD_SIZE/LOCAL_RANK/MASTER_PORT")
+    return _checked(
+        LaunchEnv(
+            rank,
+            _int_var(env, "WORLD_SIZE"),
+            _int_var(env, "LOCAL_RANK", rank),
+            env.get("MASTER_ADDR") or "127.0.0.1",
+            _int_var(env, "MASTER_PORT", 29500),
+            "torchrun",
+        ),
+        "torchrun variables RANK/WORLD_SIZE/LOCAL_RANK/MASTER_PORT",
+    )
 
 
 def slurm_env(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
@@ -196,11 +212,14 @@ def slurm_env(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
         return None
     addr = env.get("MASTER_ADDR")
     if not addr:
-        key = next((k for k in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
-                    if env.get(k)), None)
+        key = next(
+            (k for k in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST") if env.get(k)), None
+        )
         if key is None:
-            raise ValueError("SLURM task without a node list (SLURM_STEP_NODELIST, "
-                             "SLURM_JOB_NODELIST, SLURM_NODELIST): no master address")
+            raise ValueError(
+                "SLURM task without a node list (SLURM_STEP_NODELIST, "
+                "SLURM_JOB_NODELIST, SLURM_NODELIST): no master address"
+            )
         try:
             addr = expand_hostlist(env[key])[0]
         except ValueError as e:
@@ -211,9 +230,17 @@ def slurm_env(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
         port = master_port_for_job(env["SLURM_JOB_ID"])
     else:
         raise ValueError("SLURM task without SLURM_JOB_ID (or MASTER_PORT): no rendezvous port")
-    return _checked(LaunchEnv(_int_var(env, "SLURM_PROCID"), _int_var(env, "SLURM_NTASKS"),
-                              _int_var(env, "SLURM_LOCALID", 0), addr, port, "slurm"),
-                    "SLURM variables SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID/MASTER_PORT")
+    return _checked(
+        LaunchEnv(
+            _int_var(env, "SLURM_PROCID"),
+            _int_var(env, "SLURM_NTASKS"),
+            _int_var(env, "SLURM_LOCALID", 0),
+            addr,
+            port,
+            "slurm",
+        ),
+        "SLURM variables SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID/MASTER_PORT",
+    )
 
 
 def launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
@@ -249,10 +276,12 @@ def cuda_device_index(local_rank: int, n_visible: int) -> int:
     if n_visible == 1:
         return 0
     if local_rank >= n_visible:
-        raise ValueError(f"local rank {local_rank} needs a CUDA device of its own, but only "
-                         f"{n_visible} are visible (CUDA_VISIBLE_DEVICES="
-                         f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): start at most "
-                         f"{n_visible} workers per node")
+        raise ValueError(
+            f"local rank {local_rank} needs a CUDA device of its own, but only "
+            f"{n_visible} are visible (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): start at most "
+            f"{n_visible} workers per node"
+        )
     return local_rank
 
 
@@ -261,9 +290,12 @@ def local_rank(rank: int) -> int:
     was launched as that worker, else `rank` (workers spawned here share one node)."""
     e = launch_env()
     # Launched so, and this is that worker (not one that a launched process spawned itself).
-    ours = e is not None and e.rank == rank and (not dist.is_initialized()
-                                                 or dist.get_world_size() == e.world_size)
-    return e.local_rank if ours else rank
+    ours = (
+        e is not None
+        and e.rank == rank
+        and (not dist.is_initialized() or dist.get_world_size() == e.world_size)
+    )
+    return e.local_rank if ours and e is not None else rank
 
 
 def worker_device(rank: int) -> torch.device:
@@ -273,8 +305,9 @@ def worker_device(rank: int) -> torch.device:
     return torch.device("cuda", cuda_device_index(local_rank(rank), torch.cuda.device_count()))
 
 
-def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int,
-                       backend: str | None = None) -> None:
+def init_process_group(
+    rank: int, world_size: int, master_addr: str, master_port: int, backend: str | None = None
+) -> None:
     os.environ["MASTER_ADDR"] = master_addr
     os.environ["MASTER_PORT"] = str(master_port)
     dist.init_process_group(backend or default_backend(), rank=rank, world_size=world_size)
@@ -287,8 +320,10 @@ def init_from_env(backend: str | None = None) -> LaunchEnv:
     """
     e = launch_env()
     if e is None:
-        raise RuntimeError("not launched by torchrun or srun (no RANK/WORLD_SIZE, no SLURM task "
-                           "variables): there is no process group to join")
+        raise RuntimeError(
+            "not launched by torchrun or srun (no RANK/WORLD_SIZE, no SLURM task "
+            "variables): there is no process group to join"
+        )
     init_process_group(e.rank, e.world_size, e.master_addr, e.master_port, backend)
     return e
 
@@ -320,16 +355,18 @@ def _entry(rank: int, fn: Callable[..., Any], world_size: int, port: int, args: 
             dist.destroy_process_group()
 
 
-def spawn_workers(fn: Callable[..., Any], world_size: int, args: tuple = (),
-                  master_port: int | None = None) -> None:
+def spawn_workers(
+    fn: Callable[..., Any], world_size: int, args: tuple = (), master_port: int | None = None
+) -> None:
     """Run fn(rank, world_size, *args) in `world_size` fresh processes joined in one group.
 
     `fn` must live in an importable module (not __main__): spawned children import it by name.
     A worker's exception is re-raised here with its traceback (torch's ProcessRaisedException).
     """
     port = master_port or free_port()
-    mp.start_processes(_entry, args=(fn, world_size, port, args), nprocs=world_size,
-                       join=True, start_method="spawn")
+    mp.start_processes(
+        _entry, args=(fn, world_size, port, args), nprocs=world_size, join=True, start_method="spawn"
+    )
 
 
 def check_gpus_for(workers: int, key: str, default: str = "") -> None:
@@ -338,14 +375,25 @@ def check_gpus_for(workers: int, key: str, default: str = "") -> None:
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if 0 < gpus < workers:
         unset = f", or leave it unset for {default}" if default else ""
-        raise ValueError(f"{key}: {workers} processes but {gpus} visible CUDA GPU(s); NCCL needs "
-                         f"a GPU per process (set it to at most {gpus}{unset})")
+        raise ValueError(
+            f"{key}: {workers} processes but {gpus} visible CUDA GPU(s); NCCL needs "
+            f"a GPU per process (set it to at most {gpus}{unset})"
+        )
 
 
-def run_group(fn: Callable[..., Any], workers: int, args: tuple = (), *,
-              join_size: int | None, in_process: bool = False, key: str = "world_size",
-              default: str = "", master_port: int | None = None, port_offset: int = 0,
-              backend: str | None = None) -> Any:
+def run_group(
+    fn: Callable[..., Any],
+    workers: int,
+    args: tuple = (),
+    *,
+    join_size: int | None,
+    in_process: bool = False,
+    key: str = "world_size",
+    default: str = "",
+    master_port: int | None = None,
+    port_offset: int = 0,
+    backend: str | None = None,
+) -> Any:
     """Run fn(rank, world_size, *args) on every process of a group: join the group this process
     is part of, or start `workers` processes here. The one place that makes this choice, for the
     trainer, the feature pass and the eval stage:

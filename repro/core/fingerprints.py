@@ -17,6 +17,7 @@ outside input records that input's fingerprint in its marker (`inputs`), and a r
             datasets (`hf:`) only by their id and split.
     select  the features file the selection used (features.npy: sha256 and size).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -78,12 +79,20 @@ def data_fingerprints(cfg: Any, rows: bool = True) -> list[dict[str, Any]]:
             out.append({"key": key, "kind": "hub", "name": src.path, "split": src.split})
         else:
             p = _resolve(cfg, i, src.path, "path")
-            out.append({"key": key, "kind": "file", "name": src.path, "where": str(p),
-                        **file_fingerprint(p, rows)})
+            out.append(
+                {"key": key, "kind": "file", "name": src.path, "where": str(p), **file_fingerprint(p, rows)}
+            )
         if src.exclude_ids_file:
             p = _resolve(cfg, i, src.exclude_ids_file, "exclude_ids_file")
-            out.append({"key": f"data.sources[{i}].exclude_ids_file", "kind": "file",
-                        "name": src.exclude_ids_file, "where": str(p), **file_fingerprint(p, rows)})
+            out.append(
+                {
+                    "key": f"data.sources[{i}].exclude_ids_file",
+                    "kind": "file",
+                    "name": src.exclude_ids_file,
+                    "where": str(p),
+                    **file_fingerprint(p, rows),
+                }
+            )
     return out
 
 

@@ -24,6 +24,7 @@ An allocator that needs the examples' token lengths or the step shape (one that 
 tokens) also takes `ctx: AllocationContext`; the pipeline passes it to allocators whose
 allocate() has a `ctx` parameter, so allocators without one work unchanged.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ class SelectionContext:
     features writes `workdir / "features.npy"`.
     """
 
-    config: "ExperimentConfig"
+    config: ExperimentConfig
     seed: int
     world_size: int
     workdir: Path
@@ -77,8 +78,9 @@ class Selector(Protocol):
 
 @runtime_checkable
 class Allocator(Protocol):
-    def allocate(self, selection: Selection, world_size: int, seed: int, epochs: int = 1,
-                 weight_mode: str = "none") -> Schedule:
+    def allocate(
+        self, selection: Selection, world_size: int, seed: int, epochs: int = 1, weight_mode: str = "none"
+    ) -> Schedule:
         """Deal the selected ids to `world_size` workers for each epoch, with loss weights."""
         ...
 
@@ -89,8 +91,10 @@ def resolve_budget(fraction: float | None, n: int | None, n_pool: int) -> int | 
         raise SelectionError("the pool is empty: nothing to select from")
     if n is not None:
         if n > n_pool:
-            raise SelectionError(f"selection.n = {n} is larger than the pool ({n_pool} examples); "
-                                 f"use at most {n_pool} or a fraction")
+            raise SelectionError(
+                f"selection.n = {n} is larger than the pool ({n_pool} examples); "
+                f"use at most {n_pool} or a fraction"
+            )
         return n
     if fraction is not None:
         return max(1, round(fraction * n_pool))

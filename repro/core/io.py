@@ -11,6 +11,7 @@ SIGKILL cannot remove its temp file; the next atomic write into the same folder 
 file there whose process is gone (`remove_stale_temps`: same host, PID no longer running). Temp
 files of other hosts (a shared file system under SLURM) and of running processes are left alone.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,9 @@ import re
 import socket
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 _UMASK_LOCK = threading.Lock()
 # .<target>.tmp-<pid>[-<random>]@<host>; <host> never holds '@' or '/'.
@@ -98,8 +100,9 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], None], mod
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", suffix=f"@{_host()}",
-                               dir=path.parent)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{path.name}.tmp-{os.getpid()}-", suffix=f"@{_host()}", dir=path.parent
+    )
     try:
         os.fchmod(fd, file_mode())
         kwargs: dict[str, Any] = {} if "b" in mode else {"encoding": "utf-8"}

@@ -21,6 +21,7 @@ computed is "N/A", as lm-eval writes it. Benchmarks that could not be scored (mi
 error) are not in `results` but in `cluster_repro.not_evaluated` with the reason; a diverged run
 has no results. Diagnostic rows (costs, clusters, workers) stay in the CSV only.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -38,12 +39,14 @@ _PER_ROW = ("benchmark", "metric", "value", "stderr", "n", "versions")
 
 
 def _is_score(row: dict[str, Any]) -> bool:
-    return (row["value"] is not None and row.get("status") != "diverged"
-            and not str(row["benchmark"]).startswith(DIAGNOSTIC_PREFIXES))
+    return (
+        row["value"] is not None
+        and row.get("status") != "diverged"
+        and not str(row["benchmark"]).startswith(DIAGNOSTIC_PREFIXES)
+    )
 
 
-def lm_eval_results(rows: list[dict[str, Any]], config: dict[str, Any] | None = None
-                    ) -> dict[str, Any]:
+def lm_eval_results(rows: list[dict[str, Any]], config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The lm-eval-shaped results of one run's (or one `cluster-repro eval` call's) rows.
     `config`: more entries for the "config" section (the rows give the model and, for a run,
     its eval settings)."""
@@ -65,8 +68,7 @@ def lm_eval_results(rows: list[dict[str, Any]], config: dict[str, Any] | None = 
         task_of[bench] = task
         entry = results.setdefault(task, {"alias": bench})
         entry[f"{row['metric']},{FILTER}"] = row["value"]
-        entry[f"{row['metric']}_stderr,{FILTER}"] = ("N/A" if row["stderr"] is None
-                                                      else row["stderr"])
+        entry[f"{row['metric']}_stderr,{FILTER}"] = "N/A" if row["stderr"] is None else row["stderr"]
         if "lm_eval_task_version" in v:
             versions[task] = v["lm_eval_task_version"]
         if v.get("num_fewshot") is not None:
@@ -92,8 +94,9 @@ def lm_eval_results(rows: list[dict[str, Any]], config: dict[str, Any] | None = 
         "config": {"model": first.get("model"), **settings, **(config or {})},
         "lm_eval_version": pkgs.get("lm_eval"),
         "git_hash": first.get("git_sha"),
-        "date": (dt.datetime.fromisoformat(first["timestamp"]).timestamp()
-                 if first.get("timestamp") else None),
+        "date": (
+            dt.datetime.fromisoformat(first["timestamp"]).timestamp() if first.get("timestamp") else None
+        ),
         "cluster_repro": {**run, "versions": pkgs, "not_evaluated": not_evaluated},
     }
     if subtasks:
@@ -101,7 +104,8 @@ def lm_eval_results(rows: list[dict[str, Any]], config: dict[str, Any] | None = 
     return out
 
 
-def write_lm_eval_results(path: Path, rows: list[dict[str, Any]],
-                          config: dict[str, Any] | None = None) -> None:
+def write_lm_eval_results(
+    path: Path, rows: list[dict[str, Any]], config: dict[str, Any] | None = None
+) -> None:
     """lm_eval_results(rows, config) to `path`, atomically."""
     atomic_write_json(path, lm_eval_results(rows, config))

@@ -7,10 +7,12 @@
   positions, `chunk_rows` rows at a time, into float32 logits, so it never holds [B, T, V] logits
   nor every layer's hidden states. Each caller turns a chunk's logits into its own numbers.
 """
+
 from __future__ import annotations
 
 import warnings
-from typing import Any, Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -18,8 +20,9 @@ import torch.nn.functional as F
 from repro.core.data import IGNORE_INDEX
 
 
-def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor,
-                     per_example: bool = False) -> torch.Tensor:
+def weighted_lm_loss(
+    logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor, per_example: bool = False
+) -> torch.Tensor:
     """Next-token loss over response tokens, each example's tokens scaled by its weight.
 
     Token mean (default): sum_i w_i * sum_t loss_it / sum_i n_i (n_i = response tokens of example
@@ -29,14 +32,16 @@ def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weights: torch.
     """
     logits = logits[:, :-1].float()
     targets = labels[:, 1:]
-    tok = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1),
-                          ignore_index=IGNORE_INDEX, reduction="none").view(targets.shape)
+    tok = F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="none"
+    ).view(targets.shape)
     mask = targets != IGNORE_INDEX
     per_example_sum = (tok * mask).sum(dim=1)
     w = weights.to(per_example_sum.dtype)
     if per_example:
         return (w * per_example_sum / mask.sum(dim=1).clamp(min=1)).sum()
     return (w * per_example_sum).sum() / mask.sum().clamp(min=1)
+
 
 # ----------------------------------------------------------------------------- the scoring pass
 
@@ -88,14 +93,21 @@ class HeadWorkspace:
         return b[:rows]
 
 
-def _head_logits(head: Any, hc: torch.Tensor, device: torch.device, bf16: bool | None,
-                 workspace: HeadWorkspace | None) -> torch.Tensor:
+def _head_logits(
+    head: Any, hc: torch.Tensor, device: torch.device, bf16: bool | None, workspace: HeadWorkspace | None
+) -> torch.Tensor:
     """fp32 logits [rows, V] of the LM head for hidden rows `hc`, written into the workspace when
     one is given and the head is a plain fp32 Linear without autocast (the CPU path)."""
     autocast_on = device.type == "cuda" if bf16 is None else bf16
     w = getattr(head, "weight", None)
-    if (workspace is not None and not autocast_on and isinstance(head, torch.nn.Linear)
-            and w.dtype == torch.float32 and hc.dtype == torch.float32):
+    if (
+        workspace is not None
+        and not autocast_on
+        and isinstance(head, torch.nn.Linear)
+        and w is not None
+        and w.dtype == torch.float32
+        and hc.dtype == torch.float32
+    ):
         out = workspace.get(hc.shape[0], w.shape[0], device)
         torch.mm(hc, w.t(), out=out)
         if head.bias is not None:
@@ -115,9 +127,16 @@ class HeadChunk(NamedTuple):
     logits: torch.Tensor  # [m, V] float32; may be a reused buffer: use it before the next chunk
 
 
-def head_chunks(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                labels: torch.Tensor, chunk_rows: int = 1024, *, bf16: bool | None = None,
-                workspace: HeadWorkspace | None = None) -> Iterator[HeadChunk]:
+def head_chunks(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    labels: torch.Tensor,
+    chunk_rows: int = 1024,
+    *,
+    bf16: bool | None = None,
+    workspace: HeadWorkspace | None = None,
+) -> Iterator[HeadChunk]:
     """The LM head at every labelled position of a batch ([B, T] tensors on the model's device),
     `chunk_rows` positions at a time (`labelled_positions`; a row may have none).
 
@@ -136,9 +155,15 @@ def head_chunks(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tenso
 
 
 @torch.no_grad()  # torch applies it around each step of a generator, not across its yields
-def _chunks(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor,
-            chunk_rows: int, bf16: bool | None, workspace: HeadWorkspace | None
-            ) -> Iterator[HeadChunk]:
+def _chunks(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    labels: torch.Tensor,
+    chunk_rows: int,
+    bf16: bool | None,
+    workspace: HeadWorkspace | None,
+) -> Iterator[HeadChunk]:
     core = core_model(model)
     device = next(core.parameters()).device
     targets, mask = labelled_positions(labels)
@@ -147,27 +172,39 @@ def _chunks(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, l
         return
     y = targets[rows, pos]
     if not head_is_last(core):
-        warnings.warn(f"{type(core).__name__} transforms logits after the LM head; scoring with "
-                      "its full forward ([B, T, V] logits)", stacklevel=2)
+        warnings.warn(
+            f"{type(core).__name__} transforms logits after the LM head; scoring with "
+            "its full forward ([B, T, V] logits)",
+            stacklevel=2,
+        )
         with autocast(device, bf16):
-            out = model(input_ids=input_ids, attention_mask=attention_mask,
-                        output_hidden_states=True, use_cache=False)
+            out = model(
+                input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False
+            )
         h = out.hidden_states[-1][:, :-1][rows, pos]  # the last entry is the final-norm output
         full = out.logits[:, :-1][rows, pos]
         del out
         for s in range(0, y.numel(), chunk_rows):
-            yield HeadChunk(rows[s:s + chunk_rows], h[s:s + chunk_rows], y[s:s + chunk_rows],
-                            full[s:s + chunk_rows].float())
+            yield HeadChunk(
+                rows[s : s + chunk_rows],
+                h[s : s + chunk_rows],
+                y[s : s + chunk_rows],
+                full[s : s + chunk_rows].float(),
+            )
         return
     head = core.get_output_embeddings()
     t_need = int(pos.max()) + 1  # h_t for t < T-1 predicts labels[t+1]: columns 0..t_need-1
     with autocast(device, bf16):
-        hidden = core.get_decoder()(input_ids=input_ids[:, :t_need],
-                                    attention_mask=attention_mask[:, :t_need],
-                                    use_cache=False).last_hidden_state  # [B, t_need, H]
+        hidden = core.get_decoder()(
+            input_ids=input_ids[:, :t_need], attention_mask=attention_mask[:, :t_need], use_cache=False
+        ).last_hidden_state  # [B, t_need, H]
     h = hidden[rows, pos]  # [M, H]: only these rows ever meet the head
     del hidden
     for s in range(0, y.numel(), chunk_rows):
-        hc = h[s:s + chunk_rows]
-        yield HeadChunk(rows[s:s + chunk_rows], hc, y[s:s + chunk_rows],
-                        _head_logits(head, hc, device, bf16, workspace))
+        hc = h[s : s + chunk_rows]
+        yield HeadChunk(
+            rows[s : s + chunk_rows],
+            hc,
+            y[s : s + chunk_rows],
+            _head_logits(head, hc, device, bf16, workspace),
+        )

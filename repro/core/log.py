@@ -26,13 +26,15 @@ own bars (huggingface_hub, transformers, datasets: model loading and saving, dat
 unless HF_HUB_DISABLE_PROGRESS_BARS or HF_DATASETS_DISABLE_PROGRESS_BARS says otherwise.
 (lm-eval's bars become progress lines: evals/run.py.)
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import sys
 import time
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 PREFIX = "cluster-repro"
 ROOT_LOGGER = "cluster_repro"
@@ -55,7 +57,7 @@ class _StderrHandler(logging.StreamHandler):
     def __init__(self) -> None:
         super().__init__(sys.stderr)
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 
@@ -68,7 +70,7 @@ class _Formatter(logging.Formatter):
     """`[cluster-repro <unit>] message`, every line of the message prefixed."""
 
     def format(self, record: logging.LogRecord) -> str:
-        unit = record.name[len(ROOT_LOGGER) + 1:]
+        unit = record.name[len(ROOT_LOGGER) + 1 :]
         tag = f"[{PREFIX} {unit}]" if unit else f"[{PREFIX}]"
         text = record.getMessage()
         if record.levelno >= logging.WARNING:
@@ -151,10 +153,18 @@ class PlainProgress:
     suite uses: update, set_postfix, close, iteration, and use as a context manager. Disabled
     (`enabled=False`), it counts and iterates but logs nothing."""
 
-    def __init__(self, iterable: Iterable[Any] | None = None, total: int | None = None,
-                 desc: str = "", unit: str = "it", initial: int = 0, enabled: bool = True,
-                 logger: logging.Logger | None = None, min_gap_s: float = MIN_GAP_S,
-                 every_s: float = EVERY_S) -> None:
+    def __init__(
+        self,
+        iterable: Iterable[Any] | None = None,
+        total: int | None = None,
+        desc: str = "",
+        unit: str = "it",
+        initial: int = 0,
+        enabled: bool = True,
+        logger: logging.Logger | None = None,
+        min_gap_s: float = MIN_GAP_S,
+        every_s: float = EVERY_S,
+    ) -> None:
         self.iterable = iterable
         self.total = total
         self.desc = desc
@@ -197,8 +207,11 @@ class PlainProgress:
         elapsed = now - self._t0
         done = self.n - self._initial
         rate = done / elapsed if elapsed > 0 else None
-        parts = [f"{self.n}/{self.total} {self.unit} ({100 * self.n / self.total:.0f}%)"
-                 if self.total else f"{self.n} {self.unit}"]
+        parts = [
+            f"{self.n}/{self.total} {self.unit} ({100 * self.n / self.total:.0f}%)"
+            if self.total
+            else f"{self.n} {self.unit}"
+        ]
         if final:
             parts[0] += f" in {format_seconds(elapsed)}"
         if rate:
@@ -247,10 +260,18 @@ def draws_bars() -> bool:
     return os.environ.get(NO_PROGRESS_ENV) != "1" and bool(isatty and isatty())
 
 
-def progress_bar(iterable: Iterable[Any] | None = None, *, total: int | None = None,
-                 desc: str = "", unit: str = "it", initial: int = 0, enabled: bool = True,
-                 logger: logging.Logger | None = None, min_gap_s: float = MIN_GAP_S,
-                 every_s: float = EVERY_S) -> Any:
+def progress_bar(
+    iterable: Iterable[Any] | None = None,
+    *,
+    total: int | None = None,
+    desc: str = "",
+    unit: str = "it",
+    initial: int = 0,
+    enabled: bool = True,
+    logger: logging.Logger | None = None,
+    min_gap_s: float = MIN_GAP_S,
+    every_s: float = EVERY_S,
+) -> Any:
     """Progress of `total` units of work (or of iterating `iterable`): a tqdm bar on a terminal,
     plain log lines elsewhere (module docstring). Either way the result has update(n),
     set_postfix(**values), close(), iteration and `with`. `enabled=False`: nothing is shown (a
@@ -261,7 +282,17 @@ def progress_bar(iterable: Iterable[Any] | None = None, *, total: int | None = N
     if enabled and draws_bars():
         from tqdm import tqdm
 
-        return tqdm(iterable, total=total, initial=initial, desc=desc, unit=unit,
-                    dynamic_ncols=True, file=sys.stderr)
-    return PlainProgress(iterable, total=total, desc=desc, unit=unit, initial=initial,
-                         enabled=enabled, logger=logger, min_gap_s=min_gap_s, every_s=every_s)
+        return tqdm(
+            iterable, total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, file=sys.stderr
+        )
+    return PlainProgress(
+        iterable,
+        total=total,
+        desc=desc,
+        unit=unit,
+        initial=initial,
+        enabled=enabled,
+        logger=logger,
+        min_gap_s=min_gap_s,
+        every_s=every_s,
+    )

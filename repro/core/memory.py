@@ -24,7 +24,8 @@ Activations per decoder layer and token, counted from what a Llama layer saves f
 (SDPA attention, SwiGLU MLP): c (6 h + 2 kv + 4 i) + 4 (2 h) bytes (the two RMSNorms keep fp32),
 where h, kv, i are the hidden, key/value and MLP widths; on SmolLM2's layer at 512 tokens this is
 21.75 MiB against 21.8 MiB counted with torch's saved-tensor hooks. With LoRA the frozen Linears
-keep no input for a weight gradient: c (3 h + 2 kv + 3 i) + 8 h (15.38 MiB against 15.43 counted). With activation checkpointing
+keep no input for a weight gradient: c (3 h + 2 kv + 3 i) + 8 h (15.38 MiB against 15.43 counted).
+With activation checkpointing
 a layer keeps only its input (c h per token) and one layer is recomputed at a time. The logits
 hold c + 4 bytes per token and vocabulary entry (the logits and the log-softmax the loss saves).
 Compute copies: under ddp with bf16 autocast, the bf16 copies of every Linear weight saved for
@@ -42,6 +43,7 @@ A GPU cell fits when plan x (1 + FRAGMENTATION) + CUDA_CONTEXT_GIB <= the profil
 process's own resident size (Python, torch, transformers: CPU_PROCESS_MIB, measured) and predicts
 its peak RSS. docs/measurements.md lists every calibration point and how close the plan came.
 """
+
 from __future__ import annotations
 
 import json
@@ -78,8 +80,15 @@ class ModelShape:
     def layer_linears(self) -> dict[str, tuple[int, int]]:
         """(in, out) features of each Linear in one decoder layer, by module name."""
         h, kv, i = self.hidden, self.kv_dim, self.intermediate
-        return {"q_proj": (h, h), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (h, h),
-                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+        return {
+            "q_proj": (h, h),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (h, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
 
     def layer_params(self) -> int:
         bias = (self.hidden + 2 * self.kv_dim) if self.qkv_bias else 0
@@ -122,13 +131,18 @@ SHAPES: dict[str, ModelShape] = {
     "qwen2.5-14b": ModelShape(5120, 13824, 48, 40, 8, 152064, qkv_bias=True),
 }
 HUB_IDS = {
-    "meta-llama/llama-2-7b-hf": "llama-2-7b", "meta-llama/llama-2-13b-hf": "llama-2-13b",
+    "meta-llama/llama-2-7b-hf": "llama-2-7b",
+    "meta-llama/llama-2-13b-hf": "llama-2-13b",
     "codellama/codellama-7b-python-hf": "codellama-7b-python",
     "codellama/codellama-13b-python-hf": "codellama-13b-python",
-    "smollm2-135m-instruct": "smollm2-135m", "huggingfacetb/smollm2-135m-instruct": "smollm2-135m",
-    "mistralai/mistral-7b-v0.3": "mistral-7b-v0.3", "meta-llama/llama-3.1-8b": "llama-3.1-8b",
-    "meta-llama/llama-3.1-8b-instruct": "llama-3.1-8b", "qwen/qwen2.5-7b": "qwen2.5-7b",
-    "qwen/qwen2.5-7b-instruct": "qwen2.5-7b", "qwen/qwen2.5-14b": "qwen2.5-14b",
+    "smollm2-135m-instruct": "smollm2-135m",
+    "huggingfacetb/smollm2-135m-instruct": "smollm2-135m",
+    "mistralai/mistral-7b-v0.3": "mistral-7b-v0.3",
+    "meta-llama/llama-3.1-8b": "llama-3.1-8b",
+    "meta-llama/llama-3.1-8b-instruct": "llama-3.1-8b",
+    "qwen/qwen2.5-7b": "qwen2.5-7b",
+    "qwen/qwen2.5-7b-instruct": "qwen2.5-7b",
+    "qwen/qwen2.5-14b": "qwen2.5-14b",
     "qwen/qwen2.5-14b-instruct": "qwen2.5-14b",
 }
 
@@ -136,15 +150,20 @@ HUB_IDS = {
 def shape_from_hf_config(cfg: dict[str, Any]) -> ModelShape:
     """A shape from a transformers config.json (Llama-family keys)."""
     try:
-        return ModelShape(hidden=cfg["hidden_size"], intermediate=cfg["intermediate_size"],
-                          layers=cfg["num_hidden_layers"], heads=cfg["num_attention_heads"],
-                          kv_heads=cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
-                          vocab=cfg["vocab_size"],
-                          tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-                          qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")))
+        return ModelShape(
+            hidden=cfg["hidden_size"],
+            intermediate=cfg["intermediate_size"],
+            layers=cfg["num_hidden_layers"],
+            heads=cfg["num_attention_heads"],
+            kv_heads=cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
+            vocab=cfg["vocab_size"],
+            tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
+        )
     except KeyError as e:
-        raise ValueError(f"config.json lacks {e.args[0]!r}: not a Llama-family decoder the memory "
-                         "plan knows") from None
+        raise ValueError(
+            f"config.json lacks {e.args[0]!r}: not a Llama-family decoder the memory plan knows"
+        ) from None
 
 
 def model_shape(name_or_path: str, tiny_hidden: int = 64, tiny_layers: int = 2) -> ModelShape | None:
@@ -210,10 +229,20 @@ def lora_matrices(shape: ModelShape, r: int, targets: list[str]) -> list[tuple[i
     return per_layer * shape.layers
 
 
-def plan_memory(shape: ModelShape, *, strategy: str, world_size: int, seq_len: int, batch: int,
-                optimizer: str, lora_r: int | None = None, lora_targets: list[str] | None = None,
-                activation_checkpointing: bool = False, device: str = "cuda",
-                bf16: bool = True) -> MemoryPlan:
+def plan_memory(
+    shape: ModelShape,
+    *,
+    strategy: str,
+    world_size: int,
+    seq_len: int,
+    batch: int,
+    optimizer: str,
+    lora_r: int | None = None,
+    lora_targets: list[str] | None = None,
+    activation_checkpointing: bool = False,
+    device: str = "cuda",
+    bf16: bool = True,
+) -> MemoryPlan:
     """Each worker's peak memory (bytes) for one training cell; see the module docstring."""
     s = world_size if strategy == "fsdp" else 1
     c = 2 if (device == "cuda" and bf16) else 4
@@ -280,18 +309,28 @@ def plan_memory(shape: ModelShape, *, strategy: str, world_size: int, seq_len: i
     optimizer_step = state + grads + temporaries
     # Every worker loads the whole fp32 model on the CPU; fsdp then copies its shard out.
     load = 4 * P * (1 + (1 / s if strategy == "fsdp" else 0))
-    moments = [forward_end, loss_backward, backward_end, optimizer_step] + \
-        ([load] if device == "cpu" else [])
+    moments = [forward_end, loss_backward, backward_end, optimizer_step] + ([load] if device == "cpu" else [])
     peak = max(moments)
     overhead = CPU_PROCESS_MIB * MIB
-    return MemoryPlan(weights=weights, gradients=grads, optimizer=opt, ddp_buckets=buckets,
-                      activations=acts, logits=logits, compute_copies=copies,
-                      step_temporaries=temporaries, forward_end=forward_end,
-                      loss_backward=loss_backward,
-                      backward_end=backward_end, optimizer_step=optimizer_step, load=load,
-                      peak=peak, device=device,
-                      process_overhead=overhead if device == "cpu" else 0.0,
-                      host=overhead + load)
+    return MemoryPlan(
+        weights=weights,
+        gradients=grads,
+        optimizer=opt,
+        ddp_buckets=buckets,
+        activations=acts,
+        logits=logits,
+        compute_copies=copies,
+        step_temporaries=temporaries,
+        forward_end=forward_end,
+        loss_backward=loss_backward,
+        backward_end=backward_end,
+        optimizer_step=optimizer_step,
+        load=load,
+        peak=peak,
+        device=device,
+        process_overhead=overhead if device == "cpu" else 0.0,
+        host=overhead + load,
+    )
 
 
 def plan_for_config(cfg: Any, device: str = "cuda") -> MemoryPlan | None:
@@ -300,12 +339,19 @@ def plan_for_config(cfg: Any, device: str = "cuda") -> MemoryPlan | None:
     if shape is None:
         return None
     lo = cfg.model.lora
-    return plan_memory(shape, strategy=cfg.train.strategy, world_size=cfg.world_size,
-                       seq_len=cfg.data.max_length, batch=cfg.train.per_device_batch_size,
-                       optimizer=cfg.train.optimizer, lora_r=lo.r if lo.enabled else None,
-                       lora_targets=list(lo.target_modules) if lo.enabled else None,
-                       activation_checkpointing=cfg.train.activation_checkpointing,
-                       device=device, bf16=cfg.model.precision in ("auto", "bf16"))
+    return plan_memory(
+        shape,
+        strategy=cfg.train.strategy,
+        world_size=cfg.world_size,
+        seq_len=cfg.data.max_length,
+        batch=cfg.train.per_device_batch_size,
+        optimizer=cfg.train.optimizer,
+        lora_r=lo.r if lo.enabled else None,
+        lora_targets=list(lo.target_modules) if lo.enabled else None,
+        activation_checkpointing=cfg.train.activation_checkpointing,
+        device=device,
+        bf16=cfg.model.precision in ("auto", "bf16"),
+    )
 
 
 def fit_advice(cfg: Any, memory_gib: float) -> tuple[MemoryPlan | None, str | None]:
@@ -317,10 +363,20 @@ def fit_advice(cfg: Any, memory_gib: float) -> tuple[MemoryPlan | None, str | No
     options: list[tuple[str, int, dict[str, Any]]] = [
         ("train.strategy=fsdp", ws, dict(strategy="fsdp")),
         ("train.activation_checkpointing=true", ws, dict(activation_checkpointing=True)),
-        ("train.strategy=fsdp train.activation_checkpointing=true", ws,
-         dict(strategy="fsdp", activation_checkpointing=True))]
-    options += [(f"world_size={more} with fsdp and checkpointing", more,
-                 dict(strategy="fsdp", activation_checkpointing=True)) for more in (2 * ws, 4 * ws)]
+        (
+            "train.strategy=fsdp train.activation_checkpointing=true",
+            ws,
+            dict(strategy="fsdp", activation_checkpointing=True),
+        ),
+    ]
+    options += [
+        (
+            f"world_size={more} with fsdp and checkpointing",
+            more,
+            dict(strategy="fsdp", activation_checkpointing=True),
+        )
+        for more in (2 * ws, 4 * ws)
+    ]
     fix = "a GPU with more memory (no strategy here fits)"
     for label, size, change in options:
         if size == ws and all(getattr(t, k) == v for k, v in change.items()):
@@ -329,9 +385,11 @@ def fit_advice(cfg: Any, memory_gib: float) -> tuple[MemoryPlan | None, str | No
         if p is not None and p.required_gib() <= memory_gib:
             fix = f"{label} ({p.required_gib():.1f} GiB)"
             break
-    return plan, (f"needs {plan.required_gib():.1f} GiB per GPU (peak {plan.peak_gib:.1f} GiB + "
-                  f"{FRAGMENTATION:.0%} slack + {CUDA_CONTEXT_GIB:g} GiB context), more than "
-                  f"gpu.memory_gb = {memory_gib:g}; fits with {fix}")
+    return plan, (
+        f"needs {plan.required_gib():.1f} GiB per GPU (peak {plan.peak_gib:.1f} GiB + "
+        f"{FRAGMENTATION:.0%} slack + {CUDA_CONTEXT_GIB:g} GiB context), more than "
+        f"gpu.memory_gb = {memory_gib:g}; fits with {fix}"
+    )
 
 
 def replace_layers(shape: ModelShape, layers: int | None) -> ModelShape:

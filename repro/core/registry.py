@@ -10,13 +10,15 @@ A third party's pyproject.toml:
     [project.entry-points."cluster_repro.selectors"]
     my-method = "my_package.selector:MySelector"
 """
+
 from __future__ import annotations
 
 import difflib
 import importlib
 import inspect
+from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Any, Callable
+from typing import Any
 
 from repro.core.config import ConfigError
 
@@ -47,8 +49,9 @@ class Registry:
     def register(self, name: str) -> Callable[[Any], Any]:
         def deco(obj: Any) -> Any:
             if name in self._items and self._items[name] is not obj:
-                raise ValueError(f"{self.kind} {name!r} is registered twice "
-                                 f"({self._items[name]!r} and {obj!r})")
+                raise ValueError(
+                    f"{self.kind} {name!r} is registered twice ({self._items[name]!r} and {obj!r})"
+                )
             self._items[name] = obj
             obj.registry_name = name
             return obj
@@ -94,8 +97,10 @@ class Registry:
         def a(word: str) -> str:
             return ("an " if word[0] in "aeiou" else "a ") + word
 
-        raise ConfigError(f"{name!r} resolves to {obj!r}, not {a(kind)} class: expected a class "
-                          f"with {a(self.method + '()')} method (repro/core/interfaces.py)")
+        raise ConfigError(
+            f"{name!r} resolves to {obj!r}, not {a(kind)} class: expected a class "
+            f"with {a(self.method + '()')} method (repro/core/interfaces.py)"
+        )
 
     def _resolve(self, name: str) -> Any:
         self._load_builtins()
@@ -106,8 +111,10 @@ class Registry:
             try:
                 obj = eps[name].load()
             except Exception as e:  # a broken third-party package: say which one
-                raise ConfigError(f"{self.kind[:-1]} {name!r}: entry point {eps[name].value!r} "
-                                  f"failed to load: {type(e).__name__}: {e}") from e
+                raise ConfigError(
+                    f"{self.kind[:-1]} {name!r}: entry point {eps[name].value!r} "
+                    f"failed to load: {type(e).__name__}: {e}"
+                ) from e
             self._items[name] = obj
             self._from_entry_point.add(name)
             return obj
@@ -118,8 +125,7 @@ class Registry:
             except (ImportError, AttributeError) as e:
                 raise ConfigError(f"{self.kind[:-1]} {name!r}: cannot import: {e}") from e
             except Exception as e:  # noqa: BLE001 - the module itself failed (or an empty name)
-                raise ConfigError(f"{self.kind[:-1]} {name!r}: cannot import: "
-                                  f"{type(e).__name__}: {e}") from e
+                raise ConfigError(f"{self.kind[:-1]} {name!r}: cannot import: {type(e).__name__}: {e}") from e
             return obj
         known = self.names()
         hint = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
@@ -139,23 +145,30 @@ class Registry:
             sig = None
         if sig is not None:
             accepts_kwargs = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
-            allowed = [p for p in sig.parameters if sig.parameters[p].kind
-                       in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+            allowed = [
+                p
+                for p in sig.parameters
+                if sig.parameters[p].kind
+                in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+            ]
             if not accepts_kwargs:
                 for p in params:
                     if p not in allowed:
                         hint = difflib.get_close_matches(p, allowed, n=1)
                         extra = f"; did you mean {key}.{hint[0]}?" if hint else ""
-                        raise ConfigError(f"{key}.{p}: {self.kind[:-1]} {name!r} takes no "
-                                          f"parameter {p!r}{extra} (it takes: "
-                                          f"{', '.join(allowed) or 'none'})")
+                        raise ConfigError(
+                            f"{key}.{p}: {self.kind[:-1]} {name!r} takes no "
+                            f"parameter {p!r}{extra} (it takes: "
+                            f"{', '.join(allowed) or 'none'})"
+                        )
         try:
             return cls(**params)
         except (TypeError, ValueError) as e:
             if str(e).startswith(key):  # the class already named the key and what is allowed
                 raise ConfigError(str(e)) from e
-            raise ConfigError(f"{key}: {self.kind[:-1]} {name!r} rejected its parameters "
-                              f"{params!r}: {e}") from e
+            raise ConfigError(
+                f"{key}: {self.kind[:-1]} {name!r} rejected its parameters {params!r}: {e}"
+            ) from e
 
 
 SELECTORS = Registry("selectors", "cluster_repro.selectors", "select")

@@ -4,6 +4,7 @@ Each run writes its own part file (`<run_dir>/results.part.csv`), so parallel jo
 same file. `merge_results` gathers every part under an output directory into results.csv and
 results.parquet. Reports read nothing else.
 """
+
 from __future__ import annotations
 
 import csv
@@ -25,25 +26,64 @@ from repro.core.io import atomic_write, atomic_write_json
 PART_NAME = "results.part.csv"
 
 COLUMNS = [
-    "run_id", "config_hash", "name", "method", "selection_params", "allocator",
-    "allocation_params", "weight_mode",
-    "ratio", "kept_fraction", "n_selected", "n_pool", "model", "dataset", "world_size", "seed",
-    "eval_settings", "benchmark", "metric", "value", "stderr", "n", "selection_s", "train_s", "eval_s",
-    "end_to_end_s", "tokens_per_s", "allreduce_wait_share",
+    "run_id",
+    "config_hash",
+    "name",
+    "method",
+    "selection_params",
+    "allocator",
+    "allocation_params",
+    "weight_mode",
+    "ratio",
+    "kept_fraction",
+    "n_selected",
+    "n_pool",
+    "model",
+    "dataset",
+    "world_size",
+    "seed",
+    "eval_settings",
+    "benchmark",
+    "metric",
+    "value",
+    "stderr",
+    "n",
+    "selection_s",
+    "train_s",
+    "eval_s",
+    "end_to_end_s",
+    "tokens_per_s",
+    "allreduce_wait_share",
     # The wait's prediction from the schedule and token counts (repro/core/steps.py).
-    "predicted_idle_share", "peak_mem_mb",
+    "predicted_idle_share",
+    "peak_mem_mb",
     # The run's outcome (ok, or diverged: its training loss or gradients became non-finite), how
     # many times it was started before it finished, and the step its training resumed from.
-    "status", "attempts", "resumed_from_step",
-    "git_sha", "versions", "hardware", "timestamp",
+    "status",
+    "attempts",
+    "resumed_from_step",
+    "git_sha",
+    "versions",
+    "hardware",
+    "timestamp",
 ]
 
 # Rows whose benchmark starts with one of these are diagnostics (costs, clusters, workers; see
 # repro/pipeline.py diagnostic_rows), never quality scores.
 DIAGNOSTIC_PREFIXES = ("cost/", "cluster/", "worker/")
 
-_VERSIONED = ["torch", "transformers", "peft", "accelerate", "datasets", "scikit-learn", "numpy",
-              "lm_eval", "submitit", "cluster-repro"]
+_VERSIONED = [
+    "torch",
+    "transformers",
+    "peft",
+    "accelerate",
+    "datasets",
+    "scikit-learn",
+    "numpy",
+    "lm_eval",
+    "submitit",
+    "cluster-repro",
+]
 
 
 @functools.lru_cache(maxsize=1)
@@ -63,10 +103,16 @@ def git_sha() -> str:
     """The commit of this checkout, '+dirty' if it has uncommitted changes; 'unknown' outside git."""
     here = Path(__file__).resolve().parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                             text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -83,9 +129,12 @@ def hardware() -> str:
 
 
 def provenance() -> dict[str, Any]:
-    return {"git_sha": git_sha(), "versions": json.dumps(package_versions(), sort_keys=True),
-            "hardware": hardware(),
-            "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    return {
+        "git_sha": git_sha(),
+        "versions": json.dumps(package_versions(), sort_keys=True),
+        "hardware": hardware(),
+        "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 # ----------------------------------------------------------------------------- part files
@@ -113,8 +162,10 @@ def write_csv_with_sidecar(path: Path, text: str, rows: int) -> None:
     """The CSV text atomically, then its sidecar (rows: data rows, without the header)."""
     data = text.encode("utf-8")
     atomic_write(path, lambda fh: fh.write(data), mode="wb")
-    atomic_write_json(sidecar_path(path), {"format": SIDECAR_FORMAT, "rows": rows,
-                                           "bytes": len(data), "sha256": _digest(data)})
+    atomic_write_json(
+        sidecar_path(path),
+        {"format": SIDECAR_FORMAT, "rows": rows, "bytes": len(data), "sha256": _digest(data)},
+    )
 
 
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -174,21 +225,27 @@ def read_checked(path: Path, require_sidecar: bool) -> list[dict[str, str]]:
             meta = json.loads(side.read_text(encoding="utf-8"))
             expected_rows, size, sha = int(meta["rows"]), int(meta["bytes"]), str(meta["sha256"])
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise DamagedResultFile(path, f"its checksum file {side.name} is unreadable or cut "
-                                          f"({type(e).__name__})") from None
+            raise DamagedResultFile(
+                path, f"its checksum file {side.name} is unreadable or cut ({type(e).__name__})"
+            ) from None
         if len(data) != size or _digest(data) != sha:
-            raise DamagedResultFile(path, f"does not match its checksum file {side.name} (expected "
-                                          f"{size} bytes and sha256 {sha[:12]}..., found "
-                                          f"{len(data)} bytes and {_digest(data)[:12]}...): it was "
-                                          "cut or changed after it was written")
+            raise DamagedResultFile(
+                path,
+                f"does not match its checksum file {side.name} (expected "
+                f"{size} bytes and sha256 {sha[:12]}..., found "
+                f"{len(data)} bytes and {_digest(data)[:12]}...): it was "
+                "cut or changed after it was written",
+            )
     elif require_sidecar:
-        raise DamagedResultFile(path, f"has no checksum file {side.name}, so a cut cannot be ruled "
-                                      "out (every part this suite writes has one; this one may "
-                                      "predate checksums)")
+        raise DamagedResultFile(
+            path,
+            f"has no checksum file {side.name}, so a cut cannot be ruled "
+            "out (every part this suite writes has one; this one may "
+            "predate checksums)",
+        )
     rows = _parse_csv(path, data)
     if expected_rows is not None and len(rows) != expected_rows:  # a writer's bug, not a cut
-        raise DamagedResultFile(path, f"holds {len(rows)} rows, its checksum file says "
-                                      f"{expected_rows}")
+        raise DamagedResultFile(path, f"holds {len(rows)} rows, its checksum file says {expected_rows}")
     return rows
 
 
@@ -205,27 +262,33 @@ def _parse_csv(path: Path, data: bytes) -> list[dict[str, str]]:
     try:
         records = list(csv.reader(io.StringIO(text, newline=""), strict=True))
     except csv.Error as e:
-        raise DamagedResultFile(path, f"is not valid CSV ({e}): a quoted field is left open, so "
-                                      "it was cut inside a field") from None
+        raise DamagedResultFile(
+            path, f"is not valid CSV ({e}): a quoted field is left open, so it was cut inside a field"
+        ) from None
     header = records[0] if records else []
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing or len(set(header)) != len(header) or "" in header:
-        raise DamagedResultFile(path, f"its header lacks the column(s) {missing} or repeats one "
-                                      f"(header: {','.join(header)[:200]}): cut inside the header, "
-                                      "or not a results file")
+        raise DamagedResultFile(
+            path,
+            f"its header lacks the column(s) {missing} or repeats one "
+            f"(header: {','.join(header)[:200]}): cut inside the header, "
+            "or not a results file",
+        )
     rows = []
     for line, rec in enumerate(records[1:], start=2):
         if rec == []:
             continue
         if len(rec) != len(header):
-            raise DamagedResultFile(path, f"row {line} has {len(rec)} fields, the header "
-                                          f"{len(header)}: cut or damaged there")
+            raise DamagedResultFile(
+                path, f"row {line} has {len(rec)} fields, the header {len(header)}: cut or damaged there"
+            )
         rows.append(dict(zip(header, rec)))
     return rows
 
 
-def read_result_files(files: list[Path], root: Path | None = None
-                      ) -> tuple[list[tuple[str, dict[str, str]]], list[DamagedResultFile]]:
+def read_result_files(
+    files: list[Path], root: Path | None = None
+) -> tuple[list[tuple[str, dict[str, str]]], list[DamagedResultFile]]:
     """Every row of the files that are intact, labelled 'file:line', with identical duplicates
     (the same row in two files: a copied run folder) kept once; and the damaged files. Part
     files must have their checksum sidecar; another CSV (a merged results.csv, one made by hand)
@@ -255,7 +318,8 @@ def read_result_files(files: list[Path], root: Path | None = None
                         f"two different rows for run_id {key[0]!r}, benchmark {key[1]!r}, metric "
                         f"{key[2]!r}: {first} and {label} (they differ in {', '.join(diff[:6])}"
                         f"{' ...' if len(diff) > 6 else ''}); remove the one that is wrong (or "
-                        "move it out of the results folder) and rerun")
+                        "move it out of the results folder) and rerun"
+                    )
                 continue
             seen[key] = (label, row)
             out.append((label, row))
@@ -264,16 +328,20 @@ def read_result_files(files: list[Path], root: Path | None = None
 
 def damaged_message(damaged: list[DamagedResultFile], allowed: bool) -> str:
     """The lines naming each damaged file and what was done about it."""
-    head = (f"skipped {len(damaged)} damaged results file(s) (--allow-damaged):" if allowed else
-            f"{len(damaged)} damaged results file(s); nothing was written. To rewrite a run's "
-            "part, delete its stages/results.json and run it again (only the results stage "
-            "reruns; for `cluster-repro eval`, run that again); or pass --allow-damaged to go "
-            "on without them:")
+    head = (
+        f"skipped {len(damaged)} damaged results file(s) (--allow-damaged):"
+        if allowed
+        else f"{len(damaged)} damaged results file(s); nothing was written. To rewrite a run's "
+        "part, delete its stages/results.json and run it again (only the results stage "
+        "reruns; for `cluster-repro eval`, run that again); or pass --allow-damaged to go "
+        "on without them:"
+    )
     return "\n".join([head, *[f"  {d}" for d in damaged]])
 
 
-def merge_results(output_dir: Path, out_csv: Path | None = None, allow_damaged: bool = False
-                  ) -> tuple[Path, int]:
+def merge_results(
+    output_dir: Path, out_csv: Path | None = None, allow_damaged: bool = False
+) -> tuple[Path, int]:
     """Merge every results.part.csv under output_dir into results.csv (+ .parquet, + the CSV's
     checksum sidecar). -> (path, rows). A damaged part raises DamagedResultsError naming each,
     unless `allow_damaged`: then it is left out and named on stderr."""
@@ -281,8 +349,10 @@ def merge_results(output_dir: Path, out_csv: Path | None = None, allow_damaged: 
 
     parts = sorted(Path(output_dir).rglob(PART_NAME))
     if not parts:
-        raise FileNotFoundError(f"no {PART_NAME} files under {output_dir}; run an experiment first "
-                                "(cluster-repro run CONFIG or cluster-repro demo)")
+        raise FileNotFoundError(
+            f"no {PART_NAME} files under {output_dir}; run an experiment first "
+            "(cluster-repro run CONFIG or cluster-repro demo)"
+        )
     rows, damaged = read_result_files(parts, root=Path(output_dir))
     if damaged and not allow_damaged:
         raise DamagedResultsError(damaged_message(damaged, allowed=False))
@@ -296,8 +366,19 @@ def merge_results(output_dir: Path, out_csv: Path | None = None, allow_damaged: 
     out_csv = out_csv or Path(output_dir) / "results.csv"
     write_csv_with_sidecar(out_csv, df.to_csv(index=False), len(df))
     typed = df.copy()
-    for col in ("value", "stderr", "kept_fraction", "selection_s", "train_s", "eval_s",
-                "end_to_end_s", "tokens_per_s", "allreduce_wait_share", "peak_mem_mb", "ratio"):
+    for col in (
+        "value",
+        "stderr",
+        "kept_fraction",
+        "selection_s",
+        "train_s",
+        "eval_s",
+        "end_to_end_s",
+        "tokens_per_s",
+        "allreduce_wait_share",
+        "peak_mem_mb",
+        "ratio",
+    ):
         typed[col] = pd.to_numeric(typed[col].replace("", None), errors="coerce")
     for col in ("n_selected", "n_pool", "world_size", "seed", "n", "attempts", "resumed_from_step"):
         typed[col] = pd.to_numeric(typed[col].replace("", None), errors="coerce").astype("Int64")

@@ -23,6 +23,7 @@ Timing columns add `counted_s` of killed and failed attempts to the finishing at
 (`prior_seconds`), so a resumed run reports about what an uninterrupted one would (plus one
 restart), and the lost work is kept visible in the ledger rather than hidden or double-counted.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,8 +33,9 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from repro.core.io import atomic_write_json, read_json
 from repro.core.log import get_logger
@@ -95,8 +97,9 @@ def run_lock(run_dir: Path, wait: bool = False, poll_s: float = 1.0) -> Iterator
             if locked:
                 fh.seek(0)
                 fh.truncate()
-                fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                     "started": time.time()}))
+                fh.write(
+                    json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+                )
                 fh.flush()
             yield
         finally:
@@ -121,7 +124,8 @@ def _acquire(fh: Any, path: Path, wait: bool, poll_s: float) -> bool:
                 raise RunLocked(
                     f"run folder {path.parent} is in use by {who}: one run writes a run folder at "
                     f"a time. Wait for it to finish (or pass --wait-lock to wait here); if that "
-                    f"process is gone, its lock is gone too ({path})") from None
+                    f"process is gone, its lock is gone too ({path})"
+                ) from None
             if not said or time.monotonic() - t0 > 600:
                 logger.info(f"waiting for {who} to finish with {path.parent}")
                 said, t0 = True, time.monotonic()
@@ -129,8 +133,10 @@ def _acquire(fh: Any, path: Path, wait: bool, poll_s: float) -> bool:
         except OSError as e:
             if e.errno not in (errno.ENOLCK, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
                 raise
-            logger.warning(f"{path}: the file system does not support flock ({e.strerror}); "
-                           "running without the run-folder lock, so do not start this run twice")
+            logger.warning(
+                f"{path}: the file system does not support flock ({e.strerror}); "
+                "running without the run-folder lock, so do not start this run twice"
+            )
             return False
 
 
@@ -158,8 +164,13 @@ def start(run_dir: Path, stage: str) -> dict[str, Any]:
     entries = ledger.setdefault(stage, [])
     if entries and entries[-1]["status"] == "done":
         entries.clear()
-    entry = {"attempt": len(entries) + 1, "status": "running", "started": time.time(),
-             "pid": os.getpid(), "host": socket.gethostname()}
+    entry = {
+        "attempt": len(entries) + 1,
+        "status": "running",
+        "started": time.time(),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+    }
     entries.append(entry)
     _save(run_dir, ledger)
     return entry
@@ -223,30 +234,29 @@ def close_killed(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
                 continue
             counted, progress = _durable_progress(run_dir, stage, e["started"])
             ran = max(counted, _last_activity(run_dir, e["started"]))
-            e.update(status="killed", counted_s=counted, progress=progress, ran_s=ran,
-                     lost_s=ran - counted)
+            e.update(status="killed", counted_s=counted, progress=progress, ran_s=ran, lost_s=ran - counted)
             closed.append((stage, e))
     if closed:
         _save(run_dir, ledger)
         for stage, e in closed:
-            logger.info(f"{stage}: attempt {e['attempt']} (pid {e['pid']} on {e['host']}) was "
-                        f"killed after at least {e['ran_s']:.1f}s; {e['counted_s']:.1f}s of it "
-                        f"kept ({e['progress'] or 'nothing reusable'}), counted in the run's "
-                        "times")
+            logger.info(
+                f"{stage}: attempt {e['attempt']} (pid {e['pid']} on {e['host']}) was "
+                f"killed after at least {e['ran_s']:.1f}s; {e['counted_s']:.1f}s of it "
+                f"kept ({e['progress'] or 'nothing reusable'}), counted in the run's "
+                "times"
+            )
     return closed
 
 
 def prior_seconds(run_dir: Path, stage: str) -> float:
     """Seconds of `stage`'s killed and failed attempts that the finishing attempt built on."""
-    return sum(e.get("counted_s", 0.0) for e in _ledger(run_dir).get(stage, [])
-               if e["status"] in UNFINISHED)
+    return sum(e.get("counted_s", 0.0) for e in _ledger(run_dir).get(stage, []) if e["status"] in UNFINISHED)
 
 
 def attempts(run_dir: Path) -> int:
     """How many times the run was started before it finished: 1 + its killed or failed attempts
     (a run that only skips finished stages adds none)."""
-    return 1 + sum(e["status"] in UNFINISHED for entries in _ledger(run_dir).values()
-                   for e in entries)
+    return 1 + sum(e["status"] in UNFINISHED for entries in _ledger(run_dir).values() for e in entries)
 
 
 # ----------------------------------------------------------------------------- stage markers

@@ -1,4 +1,5 @@
 """Runtime helpers every package may use: seeding and peak memory."""
+
 from __future__ import annotations
 
 import random

@@ -13,11 +13,13 @@ recomputes the layer in backward. Sharded checkpoints go through `torch.distribu
 (one file per rank plus metadata); the final model is gathered to rank 0 and saved as Hugging
 Face safetensors (or a peft adapter for LoRA).
 """
+
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, cast
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -38,9 +40,11 @@ def decoder_layers(model: Any) -> list[torch.nn.Module]:
     names = set(getattr(core, "_no_split_modules", None) or [])
     layers = [m for m in core.modules() if type(m).__name__ in names]
     if not layers:
-        raise ValueError(f"{type(core).__name__}: cannot find its decoder layers (no module of a "
-                         f"class in _no_split_modules={sorted(names)}); train.strategy=fsdp and "
-                         "train.activation_checkpointing need them")
+        raise ValueError(
+            f"{type(core).__name__}: cannot find its decoder layers (no module of a "
+            f"class in _no_split_modules={sorted(names)}); train.strategy=fsdp and "
+            "train.activation_checkpointing need them"
+        )
     return layers
 
 
@@ -51,8 +55,7 @@ def enable_activation_checkpointing(model: Any) -> None:
     core.config.use_cache = False
 
 
-def wrap(model: torch.nn.Module, strategy: str, device: torch.device, bf16: bool
-         ) -> torch.nn.Module:
+def wrap(model: torch.nn.Module, strategy: str, device: torch.device, bf16: bool) -> torch.nn.Module:
     """The model ready for data-parallel training under `strategy` (the group is initialized)."""
     if strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -62,8 +65,11 @@ def wrap(model: torch.nn.Module, strategy: str, device: torch.device, bf16: bool
         raise ValueError(f"train.strategy: {strategy!r} is not one of {STRATEGIES}")
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-          if bf16 else MixedPrecisionPolicy())
+    mp = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if bf16
+        else MixedPrecisionPolicy()
+    )
     for layer in decoder_layers(model):
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)  # the rest: embeddings, final norm, LM head
@@ -80,7 +86,7 @@ def gradient_sync(model: torch.nn.Module, strategy: str, sync: bool) -> Iterator
     """Accumulate gradients locally (sync=False) or reduce them across workers (sync=True)."""
     wrapped: Any = model  # a DistributedDataParallel (ddp) or an FSDPModule (fsdp); see `wrap`
     if strategy == "ddp":
-        with (contextlib.nullcontext() if sync else wrapped.no_sync()):
+        with contextlib.nullcontext() if sync else wrapped.no_sync():
             yield
         return
     wrapped.set_requires_gradient_sync(sync)
@@ -107,9 +113,12 @@ def state_bytes(model: torch.nn.Module, opt: torch.optim.Optimizer, strategy: st
     from repro.core.optim import optimizer_state_bytes
 
     params = list(unwrapped(model).parameters())
-    out = {"params": sum(_local_bytes(p) for p in params),
-           "grads": sum(_local_bytes(p.grad) for p in params),
-           "optimizer": optimizer_state_bytes(opt), "ddp_buckets": 0}
+    out = {
+        "params": sum(_local_bytes(p) for p in params),
+        "grads": sum(_local_bytes(p.grad) for p in params),
+        "optimizer": optimizer_state_bytes(opt),
+        "ddp_buckets": 0,
+    }
     if strategy == "ddp":  # the reducer's flat bucket copy of every trainable gradient
         out["ddp_buckets"] = sum(p.numel() * 4 for p in params if p.requires_grad)
     return out
@@ -123,8 +132,9 @@ def _options(full: bool, trainable_only: bool) -> Any:
 
     # strict=False: a state without the frozen weights (LoRA: only the adapter) loads into the
     # whole model; every trainable key is there, since the state came from this same model.
-    return StateDictOptions(full_state_dict=full, cpu_offload=full,
-                            ignore_frozen_params=trainable_only, strict=not trainable_only)
+    return StateDictOptions(
+        full_state_dict=full, cpu_offload=full, ignore_frozen_params=trainable_only, strict=not trainable_only
+    )
 
 
 def save_sharded(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
@@ -144,8 +154,13 @@ def load_sharded(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer)
     msd, osd = get_state_dict(model, opt, options=_options(False, True))
     state: dict[str, Any] = {"model": msd, "optimizer": osd}
     dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
-                   options=_options(False, True))
+    set_state_dict(
+        model,
+        opt,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optimizer"],
+        options=_options(False, True),
+    )
 
 
 def full_state_dict(model: torch.nn.Module, trainable_only: bool) -> dict[str, torch.Tensor]:

@@ -21,6 +21,7 @@ optimizer steps of 1 - mean_k(sum_k) / max_k(sum_k), which is also the mean of t
 idle shares. It needs only the tokenizer and the schedule, so it is known before training; the
 trainer's all-reduce wait share (train.json) is what it predicts, measured.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -48,10 +49,10 @@ def step_ids(schedule: Schedule, epoch: int, worker: int, step: int, per_step: i
     """The ids `worker` trains on in optimizer step `step` (0-based within `epoch`)."""
     ids = schedule.order[epoch][worker]
     if schedule.step_sizes is None:
-        return ids[step * per_step:(step + 1) * per_step]
+        return ids[step * per_step : (step + 1) * per_step]
     sizes = schedule.step_sizes[epoch][worker]
     start = sum(sizes[:step])
-    return ids[start:start + sizes[step]]
+    return ids[start : start + sizes[step]]
 
 
 def micro_batches(ids: list[str], accum: int, per_device_batch: int, even: bool) -> list[list[str]]:
@@ -61,12 +62,12 @@ def micro_batches(ids: list[str], accum: int, per_device_batch: int, even: bool)
     step_sizes): the ids in accum near-equal parts, the larger ones first, so a worker with more
     (shorter) examples in a step takes more per micro-batch rather than more micro-steps."""
     if not even:
-        return [ids[m * per_device_batch:(m + 1) * per_device_batch] for m in range(accum)]
+        return [ids[m * per_device_batch : (m + 1) * per_device_batch] for m in range(accum)]
     q, extra = divmod(len(ids), accum)
     out, start = [], 0
     for m in range(accum):
         n = q + (1 if m < extra else 0)
-        out.append(ids[start:start + n])
+        out.append(ids[start : start + n])
         start += n
     return out
 
@@ -87,8 +88,9 @@ def step_objective(schedule: Schedule, epoch: int, worker: int, accum: int) -> t
     return True, sum(sizes) / len(sizes)
 
 
-def step_token_sums(schedule: Schedule, lengths: dict[str, int], per_step: int,
-                    steps_per_epoch: int, total_steps: int) -> np.ndarray:
+def step_token_sums(
+    schedule: Schedule, lengths: dict[str, int], per_step: int, steps_per_epoch: int, total_steps: int
+) -> np.ndarray:
     """total_steps x K: the tokens each worker processes in each optimizer step the trainer runs."""
     k = schedule.world_size
     out = np.zeros((total_steps, k), dtype=np.int64)
@@ -103,8 +105,7 @@ def worker_idle_shares(sums: np.ndarray) -> np.ndarray:
     """Per worker: the mean over steps of 1 - its token sum / the step's largest."""
     sums = np.asarray(sums, dtype=np.float64)
     if sums.ndim != 2 or sums.shape[0] == 0:
-        raise ValueError(f"step token sums must be steps x workers with >= 1 step, got shape "
-                         f"{sums.shape}")
+        raise ValueError(f"step token sums must be steps x workers with >= 1 step, got shape {sums.shape}")
     top = sums.max(axis=1, keepdims=True)
     if (top <= 0).any():
         raise ValueError("a step has no tokens on any worker")
@@ -116,14 +117,18 @@ def idle_share(sums: np.ndarray) -> float:
     return float(worker_idle_shares(sums).mean())
 
 
-def straggler_summary(schedule: Schedule, lengths: dict[str, int], per_step: int,
-                      steps_per_epoch: int, total_steps: int) -> dict[str, Any]:
+def straggler_summary(
+    schedule: Schedule, lengths: dict[str, int], per_step: int, steps_per_epoch: int, total_steps: int
+) -> dict[str, Any]:
     """What the schedule stage records (step_tokens.json): every step's per-worker token sums,
     each worker's idle share and the run's predicted idle share (None with one worker: no one
     to wait for)."""
     sums = step_token_sums(schedule, lengths, per_step, steps_per_epoch, total_steps)
     multi = schedule.world_size > 1
-    return {"predicted_idle_share": idle_share(sums) if multi else None,
-            "worker_idle_shares": worker_idle_shares(sums).tolist() if multi else None,
-            "world_size": schedule.world_size, "steps": int(total_steps),
-            "step_tokens": sums.tolist()}
+    return {
+        "predicted_idle_share": idle_share(sums) if multi else None,
+        "worker_idle_shares": worker_idle_shares(sums).tolist() if multi else None,
+        "world_size": schedule.world_size,
+        "steps": int(total_steps),
+        "step_tokens": sums.tolist(),
+    }

@@ -16,6 +16,7 @@ Offline by default, so a run never needs a network or an account:
 The packages are optional: `missing_package` says which pip command a choice needs, and
 repro/preflight.py reports it (key train.report_to) before a run starts.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -28,8 +29,10 @@ TB_DIR = "tb"  # <run_dir>/tb/: TensorBoard event files
 
 # report_to -> (the module it imports, the pip command that installs it).
 PACKAGES: dict[str, tuple[str, str]] = {
-    "tensorboard": ("tensorboard", "pip install tensorboard (or the extra: "
-                                   "pip install 'cluster-repro[tensorboard]')"),
+    "tensorboard": (
+        "tensorboard",
+        "pip install tensorboard (or the extra: pip install 'cluster-repro[tensorboard]')",
+    ),
     "wandb": ("wandb", "pip install wandb"),
     "trackio": ("trackio", "pip install trackio"),
 }
@@ -44,8 +47,7 @@ class Tracker(Protocol):
         """Make what was logged durable (at each checkpoint: a killed run resumes from there)."""
         ...
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...
 
 
 class NoTracker:
@@ -70,8 +72,9 @@ class TensorBoardTracker:
     def __init__(self, run_dir: Path, start_step: int = 0) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(Path(run_dir) / TB_DIR),
-                                    purge_step=start_step or None, flush_secs=30)
+        self.writer = SummaryWriter(
+            log_dir=str(Path(run_dir) / TB_DIR), purge_step=start_step or None, flush_secs=30
+        )
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         for name, value in metrics.items():
@@ -129,8 +132,9 @@ def missing_package(report_to: str) -> str | None:
     return f"{report_to} needs the {module} package, which is not installed here: {command}"
 
 
-def make_tracker(report_to: str, run_dir: Path, run_name: str, config: dict[str, Any],
-                 start_step: int = 0) -> Tracker:
+def make_tracker(
+    report_to: str, run_dir: Path, run_name: str, config: dict[str, Any], start_step: int = 0
+) -> Tracker:
     """The tracker `train.report_to` names; ValueError naming the key when its package is
     missing (preflight reports that before a run; this is for callers that skip preflight)."""
     if report_to == "none":
@@ -144,5 +148,4 @@ def make_tracker(report_to: str, run_dir: Path, run_name: str, config: dict[str,
         return WandbTracker(run_dir, run_name, config)
     if report_to == "trackio":
         return TrackioTracker(run_dir, run_name, config)
-    raise ValueError(f"train.report_to: expected one of none, {', '.join(PACKAGES)}; "
-                     f"got {report_to!r}")
+    raise ValueError(f"train.report_to: expected one of none, {', '.join(PACKAGES)}; got {report_to!r}")

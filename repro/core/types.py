@@ -3,6 +3,7 @@
 Every stage reads and writes files; these types are what those files hold once loaded.
 They carry no behaviour beyond small conveniences, so a newcomer can read them first.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ class Example:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Example":
+    def from_dict(cls, d: dict[str, Any]) -> Example:
         return cls(
             id=d["id"],
             prompt=d["prompt"],
@@ -136,15 +137,24 @@ class Schedule:
         return self.example_weights.get(example_id, self.worker_weights[worker])
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"order": self.order, "worker_weights": self.worker_weights,
-             "example_weights": self.example_weights, "clusters": self.clusters, "info": self.info}
+        d = {
+            "order": self.order,
+            "worker_weights": self.worker_weights,
+            "example_weights": self.example_weights,
+            "clusters": self.clusters,
+            "info": self.info,
+        }
         if self.step_sizes is not None:
             d["step_sizes"] = self.step_sizes
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Schedule":
-        return cls(order=d["order"], worker_weights=d["worker_weights"],
-                   example_weights=d.get("example_weights") or {},
-                   clusters={k: int(v) for k, v in (d.get("clusters") or {}).items()},
-                   info=d.get("info") or {}, step_sizes=d.get("step_sizes"))
+    def from_dict(cls, d: dict[str, Any]) -> Schedule:
+        return cls(
+            order=d["order"],
+            worker_weights=d["worker_weights"],
+            example_weights=d.get("example_weights") or {},
+            clusters={k: int(v) for k, v in (d.get("clusters") or {}).items()},
+            info=d.get("info") or {},
+            step_sizes=d.get("step_sizes"),
+        )

@@ -5,6 +5,7 @@
 glance (`base`, `overrides`, `name`), so each loader reads its file here: a file of another kind
 stops with the command that takes it, instead of an "unknown keys" list that does not say so.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,14 +21,28 @@ CONFIG = "experiment config"
 # Each kind: its name with an article, what it holds, how to run one, the commands that take it,
 # where the shipped ones are.
 _ABOUT = {
-    RUN_LIST: ("a run list", "a base config and runs, run one after another",
-               "`cluster-repro grid {path}`", "`cluster-repro grid` takes", "configs/runs/"),
-    GRID_FILE: ("a grid file", "datasets x models x methods x ratios x world sizes x seeds",
-                "`cluster-repro launch {path} --cluster local` (on this machine) or "
-                "`--cluster slurm --profile PROFILE`", "`cluster-repro launch` and `status` take",
-                "configs/grids/"),
-    CONFIG: ("an experiment config", "one experiment", "`cluster-repro run {path}`",
-             "`cluster-repro run` takes", "configs/"),
+    RUN_LIST: (
+        "a run list",
+        "a base config and runs, run one after another",
+        "`cluster-repro grid {path}`",
+        "`cluster-repro grid` takes",
+        "configs/runs/",
+    ),
+    GRID_FILE: (
+        "a grid file",
+        "datasets x models x methods x ratios x world sizes x seeds",
+        "`cluster-repro launch {path} --cluster local` (on this machine) or "
+        "`--cluster slurm --profile PROFILE`",
+        "`cluster-repro launch` and `status` take",
+        "configs/grids/",
+    ),
+    CONFIG: (
+        "an experiment config",
+        "one experiment",
+        "`cluster-repro run {path}`",
+        "`cluster-repro run` takes",
+        "configs/",
+    ),
 }
 _GRID_AXES = {"datasets", "models", "methods", "world_sizes", "seeds"}
 _CONFIG_KEYS = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"name"}
@@ -53,11 +68,14 @@ def read_mapping(path: str | Path, kind: str) -> dict[str, Any]:
     a_kind, what, _, takes, folder = _ABOUT[kind]
     data = read_yaml_file(p, kind, f" (shipped {kind}s: {folder})") or {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected {a_kind} ({what}): a mapping at the top level, got "
-                          f"{type(data).__name__}")
+        raise ConfigError(
+            f"{p}: expected {a_kind} ({what}): a mapping at the top level, got {type(data).__name__}"
+        )
     found = kind_of(data)
     if found is not None and found != kind:
         a_found, found_what, command, _, _ = _ABOUT[found]
-        raise ConfigError(f"{p}: this is {a_found} ({found_what}), not {a_kind}; run it with "
-                          f"{command.format(path=p)}. {takes} {kind}s ({folder})")
+        raise ConfigError(
+            f"{p}: this is {a_found} ({found_what}), not {a_kind}; run it with "
+            f"{command.format(path=p)}. {takes} {kind}s ({folder})"
+        )
     return data

@@ -34,6 +34,7 @@ runs. The format (every shipped grid under `configs/grids/` is an example):
 count that the `cluster` cell of the same dataset, model, world size and seed ends up with (known
 only after its clustering: the launcher makes the matched cell wait for it; matching.py).
 """
+
 from __future__ import annotations
 
 import copy
@@ -42,16 +43,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import (ConfigError, ExperimentConfig, check_name, check_text, from_dict,
-                               parse_override, read_yaml_file, resolve_config_path, set_dotted)
+from repro.core.config import (
+    ConfigError,
+    ExperimentConfig,
+    check_name,
+    check_text,
+    from_dict,
+    parse_override,
+    read_yaml_file,
+    resolve_config_path,
+    set_dotted,
+)
 from repro.experiments.files import GRID_FILE, read_mapping
 from repro.experiments.matching import MATCH_KEY, at_kept_count, reference_of
-from repro.experiments.sharing import feature_pass
 from repro.experiments.sharing import feature_key as config_feature_key
+from repro.experiments.sharing import feature_pass
 
 AXES = ("dataset", "model", "method", "ratio", "world_size", "seed")
-_TOP = {"name", "base", "overrides", "set", "datasets", "models", "methods", "world_sizes",
-        "seeds", "exclude", "estimate"}
+_TOP = {
+    "name",
+    "base",
+    "overrides",
+    "set",
+    "datasets",
+    "models",
+    "methods",
+    "world_sizes",
+    "seeds",
+    "exclude",
+    "estimate",
+}
 _ENTRY = {"overrides", "set"}
 _DATASET = _ENTRY | {"rows", "tokens_per_example"}
 _MODEL = _ENTRY | {"params_b"}
@@ -74,8 +95,9 @@ class Cell:
         if self.match_of is None:
             return cfg
         if kept_count is None:
-            raise ConfigError(f"cell {self.id}: its kept count comes from {self.match_of}, "
-                              "whose selection has not run yet")
+            raise ConfigError(
+                f"cell {self.id}: its kept count comes from {self.match_of}, whose selection has not run yet"
+            )
         return at_kept_count(cfg, kept_count, f"cell {self.id}")
 
     def check_config(self) -> ExperimentConfig:
@@ -131,8 +153,9 @@ def _entries(data: dict[str, Any], key: str, allowed: set[str], where: str) -> d
             reference_of(entry, f"{where}: {key}.{name}")
         extra = set(entry) - allowed
         if extra:
-            raise ConfigError(f"{where}: {key}.{name}: unknown keys {sorted(extra)} "
-                              f"(allowed: {', '.join(sorted(allowed))})")
+            raise ConfigError(
+                f"{where}: {key}.{name}: unknown keys {sorted(extra)} (allowed: {', '.join(sorted(allowed))})"
+            )
         if not str(name).replace("-", "").replace("_", "").isalnum():
             raise ConfigError(f"{where}: {key}.{name}: names may hold letters, digits, - and _")
         out[str(name)] = entry
@@ -141,8 +164,7 @@ def _entries(data: dict[str, Any], key: str, allowed: set[str], where: str) -> d
 
 def _int_list(data: dict[str, Any], key: str, where: str) -> list[int]:
     v = data.get(key)
-    if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool)
-                                                    for x in v):
+    if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         raise ConfigError(f"{where}: '{key}' must be a non-empty list of integers, got {v!r}")
     return v
 
@@ -191,14 +213,17 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
     for i, rule in enumerate(rules):
         bad = set(rule) - set(AXES)
         if bad:
-            raise ConfigError(f"{p}: exclude[{i}] has unknown axes {sorted(bad)} (allowed: "
-                              f"{', '.join(AXES)})")
+            raise ConfigError(
+                f"{p}: exclude[{i}] has unknown axes {sorted(bad)} (allowed: {', '.join(AXES)})"
+            )
     matches = {name: reference_of(m, f"{p}: methods.{name}") for name, m in methods.items()}
     for name, m in methods.items():
         for r in m.get("ratios") or []:
             if not isinstance(r, (int, float)) or isinstance(r, bool) or not 0 < r <= 100:
-                raise ConfigError(f"{p}: methods.{name}.ratios: {r!r} is not a ratio: expected "
-                                  "numbers in (0, 100], in percent (the paper's r = 0.5 is 50)")
+                raise ConfigError(
+                    f"{p}: methods.{name}.ratios: {r!r} is not a ratio: expected "
+                    "numbers in (0, 100], in percent (the paper's r = 0.5 is 50)"
+                )
         ref = matches[name]
         if ref is None:
             continue
@@ -206,17 +231,21 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
         if ref not in methods:
             raise ConfigError(f"{where}: {ref!r} is not a method of this grid")
         if m.get("ratios"):
-            raise ConfigError(f"{p}: methods.{name}: {MATCH_KEY} takes the ratios of the matched "
-                              "method; do not give 'ratios' too")
+            raise ConfigError(
+                f"{p}: methods.{name}: {MATCH_KEY} takes the ratios of the matched "
+                "method; do not give 'ratios' too"
+            )
         if matches[ref]:
-            raise ConfigError(f"{where}: {ref!r} itself matches another method; match a method "
-                              "that selects on its own")
+            raise ConfigError(
+                f"{where}: {ref!r} itself matches another method; match a method that selects on its own"
+            )
 
     extra_pairs = [parse_override(o) for o in extra]
     for k, _ in extra_pairs:
         if k in ("world_size", "seed", "name", "selection.params.ratio"):
-            raise ConfigError(f"override {k}: this is an axis of the grid; change the grid file "
-                              "or pick cells with --only")
+            raise ConfigError(
+                f"override {k}: this is an axis of the grid; change the grid file or pick cells with --only"
+            )
     cells: list[Cell] = []
     ids: set[str] = set()
     order = [n for n in methods if not matches[n]] + [n for n in methods if matches[n]]
@@ -226,22 +255,33 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
             ref = matches[mname]
             ratios = (methods[ref].get("ratios") if ref else m.get("ratios")) or [None]
             for r in ratios:
-                axes = {"dataset": ds, "model": model, "method": mname, "ratio": r,
-                        "world_size": ws, "seed": seed}
+                axes = {
+                    "dataset": ds,
+                    "model": model,
+                    "method": mname,
+                    "ratio": r,
+                    "world_size": ws,
+                    "seed": seed,
+                }
                 if _excluded(axes, rules):
                     continue
                 cid = f"{ds}.{model}.{mname}{_ratio_label(r)}.ws{ws}.s{seed}"
                 match_of = f"{ds}.{model}.{ref}{_ratio_label(r)}.ws{ws}.s{seed}" if ref else None
                 if match_of is not None and match_of not in ids:
-                    raise ConfigError(f"{p}: cell {cid} takes the kept count of {match_of}, "
-                                      "which the exclusions drop; exclude both or neither")
+                    raise ConfigError(
+                        f"{p}: cell {cid} takes the kept count of {match_of}, "
+                        "which the exclusions drop; exclude both or neither"
+                    )
                 data = copy.deepcopy(base)
                 for k, v in top_set.items():
                     _set_dotted(data, k, v, f"{p}: set")
                 for o in top_ov:
                     _set_dotted(data, *parse_override(o), f"{p}: overrides")
-                for entry, ew in ((datasets[ds], f"datasets.{ds}"), (models[model], f"models.{model}"),
-                                  (m, f"methods.{mname}")):
+                for entry, ew in (
+                    (datasets[ds], f"datasets.{ds}"),
+                    (models[model], f"models.{model}"),
+                    (m, f"methods.{mname}"),
+                ):
                     ov, st = _overrides_and_set(entry, f"{p}: {ew}")
                     for k, v in st.items():
                         _set_dotted(data, k, v, f"{p}: {ew}.set")
@@ -254,10 +294,17 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
                 data["world_size"] = ws
                 data["seed"] = seed
                 data["name"] = cid  # not the grid name: grids that hold the same cell share its run
-                cell = Cell(cid, axes, data, match_of, {
-                    "rows": datasets[ds].get("rows"),
-                    "tokens_per_example": datasets[ds].get("tokens_per_example"),
-                    "params_b": models[model].get("params_b")})
+                cell = Cell(
+                    cid,
+                    axes,
+                    data,
+                    match_of,
+                    {
+                        "rows": datasets[ds].get("rows"),
+                        "tokens_per_example": datasets[ds].get("tokens_per_example"),
+                        "params_b": models[model].get("params_b"),
+                    },
+                )
                 cell.check_config()  # validated now: a typo fails before anything is submitted
                 cells.append(cell)
                 ids.add(cid)
@@ -265,8 +312,7 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
         raise ConfigError(f"{p}: the exclusions leave no cell")
     estimate = g.get("estimate") or {}
     if not isinstance(estimate, dict):
-        raise ConfigError(f"{p}: 'estimate' must be a mapping of dry-run assumptions, got "
-                          f"{estimate!r}")
+        raise ConfigError(f"{p}: 'estimate' must be a mapping of dry-run assumptions, got {estimate!r}")
     return Grid(g["name"], p, cells, dict(estimate))
 
 
@@ -280,7 +326,8 @@ def select_cells(grid: Grid, only: list[str]) -> list[Cell]:
         if k not in (*AXES, "id"):
             raise ConfigError(f"--only {f!r}: unknown axis {k!r} (axes: {', '.join(AXES)}, or id)")
         filters.setdefault(k, set()).update(v.split(","))
-    keep = [c for c in grid.cells
-            if all(str(c.id if k == "id" else c.axes[k]) in vs for k, vs in filters.items())]
+    keep = [
+        c for c in grid.cells if all(str(c.id if k == "id" else c.axes[k]) in vs for k, vs in filters.items())
+    ]
     need = {c.match_of for c in keep if c.match_of}
     return [c for c in grid.cells if c in keep or c.id in need] if need else keep

@@ -9,6 +9,7 @@ pool until the run it matches has selected, and then gets `selection.n` = that r
 The local runner (`runlists.py`), the grid's cells (`grids.py`), the launcher and its jobs
 (`slurm/launcher.py`, `slurm/jobs.py`) all match through the functions below.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,12 +30,15 @@ def reference_of(entry: dict[str, Any], where: str) -> str | None:
     (grid files once said `match:`) and for a reference that is not a name."""
     for old in _OLD_SPELLINGS:
         if old in entry:
-            raise ConfigError(f"{where}: unknown key {old!r}; write '{MATCH_KEY}: "
-                              f"{entry[old]}' to run at the kept count of {entry[old]!r}")
+            raise ConfigError(
+                f"{where}: unknown key {old!r}; write '{MATCH_KEY}: "
+                f"{entry[old]}' to run at the kept count of {entry[old]!r}"
+            )
     ref = entry.get(MATCH_KEY)
     if ref is not None and not isinstance(ref, str):
-        raise ConfigError(f"{where}: {MATCH_KEY}: expected the name of the run whose kept count "
-                          f"this one takes, got {ref!r}")
+        raise ConfigError(
+            f"{where}: {MATCH_KEY}: expected the name of the run whose kept count this one takes, got {ref!r}"
+        )
     return ref
 
 
@@ -53,8 +57,7 @@ def at_kept_count(cfg: ExperimentConfig, kept: int, source: str) -> ExperimentCo
     return from_dict(data, source=source)
 
 
-def matched_config(cfg: ExperimentConfig, reference_run_dir: Path, source: str
-                   ) -> ExperimentConfig | None:
+def matched_config(cfg: ExperimentConfig, reference_run_dir: Path, source: str) -> ExperimentConfig | None:
     """`cfg` at the kept count of the run in `reference_run_dir`; None while that run has not
     selected yet."""
     kept = kept_count_of(reference_run_dir)

@@ -17,6 +17,7 @@ run whose kept count is only known once its clusters are. This is the local, seq
 demo and the mini reproductions use; grid files (grids.py) are the paper-scale form that
 `cluster-repro launch` submits.
 """
+
 from __future__ import annotations
 
 import sys
@@ -48,8 +49,7 @@ class RunList:
 
 def _override_list(value: object, where: str) -> None:
     """ConfigError unless `value` is null or a list of 'key.sub=value' strings."""
-    if value is not None and (not isinstance(value, list)
-                              or not all(isinstance(o, str) for o in value)):
+    if value is not None and (not isinstance(value, list) or not all(isinstance(o, str) for o in value)):
         raise ConfigError(f"{where}: expected a list of 'key.sub=value' strings, got {value!r}")
 
 
@@ -62,8 +62,10 @@ def load_run_list(path: str | Path) -> RunList:
     if "base" not in data or not data.get("runs"):
         raise ConfigError(f"{p}: needs 'base' (a config file) and a non-empty 'runs' list")
     if not isinstance(data["base"], str) or not isinstance(data["runs"], list):
-        raise ConfigError(f"{p}: 'base' must be a config file name and 'runs' a list of runs, "
-                          f"got {type(data['base']).__name__} and {type(data['runs']).__name__}")
+        raise ConfigError(
+            f"{p}: 'base' must be a config file name and 'runs' a list of runs, "
+            f"got {type(data['base']).__name__} and {type(data['runs']).__name__}"
+        )
     _override_list(data.get("overrides"), f"{p}: overrides")
     runs, labels = [], set()
     for i, r in enumerate(data["runs"]):
@@ -72,17 +74,21 @@ def load_run_list(path: str | Path) -> RunList:
         ref = reference_of(r, f"{p}: runs[{i}]")
         extra = set(r) - _RUN
         if extra:
-            raise ConfigError(f"{p}: runs[{i}] has unknown keys {sorted(extra)} "
-                              f"(allowed: {', '.join(sorted(_RUN))})")
+            raise ConfigError(
+                f"{p}: runs[{i}] has unknown keys {sorted(extra)} (allowed: {', '.join(sorted(_RUN))})"
+            )
         _override_list(r.get("overrides"), f"{p}: runs[{i}].overrides")
         spec = RunSpec(str(r["label"]), [str(o) for o in r.get("overrides") or []], ref)
         if ref is not None and ref not in labels:
-            raise ConfigError(f"{p}: runs[{i}] ({spec.label}) matches the kept count of "
-                              f"{ref!r}, which must be an earlier run's label")
+            raise ConfigError(
+                f"{p}: runs[{i}] ({spec.label}) matches the kept count of "
+                f"{ref!r}, which must be an earlier run's label"
+            )
         labels.add(spec.label)
         runs.append(spec)
-    return RunList((p.parent / data["base"]).resolve(), [str(o) for o in data.get("overrides") or []],
-                   runs, p)
+    return RunList(
+        (p.parent / data["base"]).resolve(), [str(o) for o in data.get("overrides") or []], runs, p
+    )
 
 
 def run_configs(rl: RunList, extra: list[str] = ()) -> list[tuple[RunSpec, ExperimentConfig]]:

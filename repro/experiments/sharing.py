@@ -8,6 +8,7 @@ get the same key: the launcher computes their pool and features once, in
 `<output_dir>/_shared/features/<key>/`, and links them into each cell's run folder
 (slurm/jobs.py). The selector owns its defaults, so a changed default changes the key.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,6 +35,14 @@ def feature_key(cfg: ExperimentConfig) -> str | None:
     features = feature_pass(cfg)
     if features is None:
         return None
-    blob = json.dumps({"model": dataclasses.asdict(cfg.model), "data": dataclasses.asdict(cfg.data),
-                       "seed": cfg.seed, "features": features}, sort_keys=True, default=str)
+    blob = json.dumps(
+        {
+            "model": dataclasses.asdict(cfg.model),
+            "data": dataclasses.asdict(cfg.data),
+            "seed": cfg.seed,
+            "features": features,
+        },
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:12]

@@ -6,6 +6,7 @@ this folder goes first on PYTHONPATH, so every Python process started with it (t
 trainer's spawned workers, SLURM's tasks) imports its `sitecustomize.py` at startup, which wraps
 two functions of `repro.trainer` when that module is imported (see there).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,5 +19,4 @@ STEP_VAR = "CLUSTER_REPRO_TEST_CRASH_AFTER_STEP"
 def crash_env(after_step: int) -> dict[str, str]:
     """PYTHONPATH (this folder first) and the step count, to add to a child process's environment."""
     path = os.environ.get("PYTHONPATH")
-    return {"PYTHONPATH": str(HOOK_DIR) + (os.pathsep + path if path else ""),
-            STEP_VAR: str(after_step)}
+    return {"PYTHONPATH": str(HOOK_DIR) + (os.pathsep + path if path else ""), STEP_VAR: str(after_step)}

@@ -9,6 +9,7 @@ of `any_worker_diverged`, which the trainer calls once per step. Every worker re
 `repro.trainer` is wrapped when it is imported (an import hook), so a process that never trains
 does not import torch for this, and the module comes from wherever that process imports it.
 """
+
 from __future__ import annotations
 
 import importlib.abc

@@ -9,13 +9,16 @@ per problem; predictions: a list of candidate programs per problem; k, num_worke
 every program runs in the cluster-repro sandbox (evals/sandbox.py), so it needs no
 HF_ALLOW_CODE_EVAL opt-in. The work is done by `evals.code_eval.compute_code_eval`.
 """
+
 import datasets
 import evaluate
 
 from evals.code_eval import compute_code_eval
 
-_DESCRIPTION = ("Runs each candidate program followed by its test program in a sandbox and "
-                "returns the unbiased pass@k estimate.")
+_DESCRIPTION = (
+    "Runs each candidate program followed by its test program in a sandbox and "
+    "returns the unbiased pass@k estimate."
+)
 _KWARGS = """
 Args:
     predictions: list of candidates per problem, list[list[str]].
@@ -38,14 +41,17 @@ class CodeEval(evaluate.Metric):
             description=_DESCRIPTION,
             citation="Chen et al. 2021, Evaluating Large Language Models Trained on Code",
             inputs_description=_KWARGS,
-            features=datasets.Features({
-                "predictions": datasets.Sequence(datasets.Value("string")),
-                "references": datasets.Value("string"),
-            }),
+            features=datasets.Features(
+                {
+                    "predictions": datasets.Sequence(datasets.Value("string")),
+                    "references": datasets.Value("string"),
+                }
+            ),
             homepage="https://github.com/openai/human-eval",
             license="MIT",
         )
 
     def _compute(self, predictions, references, k=(1, 10, 100), num_workers=4, timeout=3.0):
-        return compute_code_eval(references=references, predictions=predictions, k=k,
-                                 num_workers=num_workers, timeout=timeout)
+        return compute_code_eval(
+            references=references, predictions=predictions, k=k, num_workers=num_workers, timeout=timeout
+        )

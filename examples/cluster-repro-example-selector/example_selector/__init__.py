@@ -4,6 +4,7 @@ A complete outside selector: a class with `select(pool, budget, ctx) -> Selectio
 from the config's `selection.params` (here `unit`), errors as `ValueError` subclasses with a
 message that says what to change. It imports only cluster-repro's public types.
 """
+
 from __future__ import annotations
 
 from repro.core.interfaces import SelectionContext, SelectionError
@@ -23,11 +24,16 @@ class LongestResponse:
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         if budget is None or budget > len(pool):
-            raise SelectionError(f"longest-response needs a budget of at most {len(pool)} "
-                                 "examples: set selection.n or selection.fraction")
+            raise SelectionError(
+                f"longest-response needs a budget of at most {len(pool)} "
+                "examples: set selection.n or selection.fraction"
+            )
         lengths = [self.length(e.response) for e in pool.examples]
         # longest first; ties by pool position, so the selection is deterministic
         order = sorted(range(len(pool)), key=lambda i: (-lengths[i], i))[:budget]
         keep = sorted(order)
-        return Selection(ids=[pool.ids[i] for i in keep], scores=[float(lengths[i]) for i in keep],
-                         info={"method": "longest-response", "unit": self.unit})
+        return Selection(
+            ids=[pool.ids[i] for i in keep],
+            scores=[float(lengths[i]) for i in keep],
+            info={"method": "longest-response", "unit": self.unit},
+        )

@@ -17,6 +17,7 @@ Every multi-worker run has per-step token sums per worker (drawn from a second g
 numbers above do not move), its predicted idle share and each worker's computed from them
 (repro/core/steps.py), and the runs with a folder have them as step_tokens.json.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,24 +34,38 @@ from repro.core.io import atomic_write_json, atomic_write_jsonl  # noqa: E402
 from repro.core.results import write_rows  # noqa: E402
 from repro.core.steps import idle_share, worker_idle_shares  # noqa: E402
 
-VERSIONS = json.dumps({"lm_eval": "0.4.13", "torch": "2.13.0", "transformers": "5.24.0",
-                       "python": "3.11.9"}, sort_keys=True)
+VERSIONS = json.dumps(
+    {"lm_eval": "0.4.13", "torch": "2.13.0", "transformers": "5.24.0", "python": "3.11.9"}, sort_keys=True
+)
 CATS = ("a", "b", "c")
 ITEMS = 8  # per category
 
 
 def step_tokens(label: str, seed: int, ws: int, steps: int = 6) -> np.ndarray:
     """steps x workers token sums from their own generator (the other numbers do not move)."""
-    rng = np.random.default_rng(int(hashlib.sha256(f"{label}|{seed}|steps".encode()).hexdigest()[:8],
-                                    16))
+    rng = np.random.default_rng(int(hashlib.sha256(f"{label}|{seed}|steps".encode()).hexdigest()[:8], 16))
     return rng.integers(600, 1000, size=(steps, ws))
 
 
-def run_rows(label: str, name: str, dataset: str, model: str, method: str, params: dict,
-             allocator: str, weight_mode: str, ws: int, seed: int, n_sel: int, n_pool: int,
-             quality: float, benches: list[str], missing: tuple[str, ...] = (),
-             items: bool = False, alloc_params: dict | None = None
-             ) -> tuple[list[dict], list[dict], str, str, np.ndarray]:
+def run_rows(
+    label: str,
+    name: str,
+    dataset: str,
+    model: str,
+    method: str,
+    params: dict,
+    allocator: str,
+    weight_mode: str,
+    ws: int,
+    seed: int,
+    n_sel: int,
+    n_pool: int,
+    quality: float,
+    benches: list[str],
+    missing: tuple[str, ...] = (),
+    items: bool = False,
+    alloc_params: dict | None = None,
+) -> tuple[list[dict], list[dict], str, str, np.ndarray]:
     rng = np.random.default_rng(int(hashlib.sha256(f"{label}|{seed}".encode()).hexdigest()[:8], 16))
     h = hashlib.sha256(f"{label}|{ws}|{seed}".encode()).hexdigest()[:12]
     sums = step_tokens(label, seed, ws)
@@ -59,19 +74,33 @@ def run_rows(label: str, name: str, dataset: str, model: str, method: str, param
     train_s = round(40 * frac * (1 + 0.1 * (ws == 8)) + rng.uniform(0, 2), 3)
     eval_s = round(10 + rng.uniform(0, 1), 3)
     base = {
-        "run_id": f"{name}-{h}", "config_hash": h, "name": name, "method": method,
+        "run_id": f"{name}-{h}",
+        "config_hash": h,
+        "name": name,
+        "method": method,
         "selection_params": json.dumps(params, sort_keys=True, separators=(",", ":")),
-        "allocator": allocator, "weight_mode": weight_mode, "ratio": params.get("ratio"),
-        "kept_fraction": round(frac, 6), "n_selected": n_sel, "n_pool": n_pool, "model": model,
-        "dataset": dataset, "world_size": ws, "seed": seed, "selection_s": sel_s,
-        "train_s": train_s, "eval_s": eval_s,
+        "allocator": allocator,
+        "weight_mode": weight_mode,
+        "ratio": params.get("ratio"),
+        "kept_fraction": round(frac, 6),
+        "n_selected": n_sel,
+        "n_pool": n_pool,
+        "model": model,
+        "dataset": dataset,
+        "world_size": ws,
+        "seed": seed,
+        "selection_s": sel_s,
+        "train_s": train_s,
+        "eval_s": eval_s,
         "end_to_end_s": round(sel_s + train_s + eval_s + 5 + rng.uniform(0, 1), 3),
         "tokens_per_s": round(9000 + rng.uniform(0, 500), 2),
         "allreduce_wait_share": round(0.2 + rng.uniform(0, 0.05), 4),
         "predicted_idle_share": round(idle_share(sums), 4),
         "allocation_params": json.dumps(alloc_params or {}, sort_keys=True, separators=(",", ":")),
-        "peak_mem_mb": round(420 + rng.uniform(0, 20), 1), "git_sha": "0" * 40,
-        "versions": VERSIONS, "hardware": "cpu:x86_64 cores=2",
+        "peak_mem_mb": round(420 + rng.uniform(0, 20), 1),
+        "git_sha": "0" * 40,
+        "versions": VERSIONS,
+        "hardware": "cpu:x86_64 cores=2",
         "timestamp": "2026-11-30T12:00:00+00:00",
     }
     rows, samples = [], []
@@ -84,49 +113,130 @@ def run_rows(label: str, name: str, dataset: str, model: str, method: str, param
             sc = (rng.uniform(size=ITEMS) < quality).astype(float)
             samples += [{"id": f"{c}-{i}", "category": c, "score": float(s)} for i, s in enumerate(sc)]
             per_cat.append(sc)
-            rows.append({**base, "benchmark": f"demo/{c}", "metric": "exact_or_exec",
-                         "value": float(sc.mean()), "stderr": float(sc.std() / np.sqrt(ITEMS)),
-                         "n": ITEMS})
+            rows.append(
+                {
+                    **base,
+                    "benchmark": f"demo/{c}",
+                    "metric": "exact_or_exec",
+                    "value": float(sc.mean()),
+                    "stderr": float(sc.std() / np.sqrt(ITEMS)),
+                    "n": ITEMS,
+                }
+            )
         allsc = np.concatenate(per_cat)
-        rows.append({**base, "benchmark": "demo/overall", "metric": "exact_or_exec",
-                     "value": float(allsc.mean()), "stderr": None, "n": int(allsc.size)})
+        rows.append(
+            {
+                **base,
+                "benchmark": "demo/overall",
+                "metric": "exact_or_exec",
+                "value": float(allsc.mean()),
+                "stderr": None,
+                "n": int(allsc.size),
+            }
+        )
         loss = round(2.5 - quality + rng.uniform(0, 0.05), 4)
-        rows.append({**base, "benchmark": "heldout", "metric": "loss", "value": loss,
-                     "stderr": 0.01, "n": 24})
-        rows.append({**base, "benchmark": "heldout", "metric": "perplexity",
-                     "value": round(float(np.exp(loss)), 4), "n": 24})
+        rows.append(
+            {**base, "benchmark": "heldout", "metric": "loss", "value": loss, "stderr": 0.01, "n": 24}
+        )
+        rows.append(
+            {
+                **base,
+                "benchmark": "heldout",
+                "metric": "perplexity",
+                "value": round(float(np.exp(loss)), 4),
+                "n": 24,
+            }
+        )
     for b in benches:
-        rows.append({**base, "benchmark": b, "metric": "pass@1",
-                     "value": round(quality + rng.uniform(-0.02, 0.02), 4), "stderr": 0.03,
-                     "n": 164})
+        rows.append(
+            {
+                **base,
+                "benchmark": b,
+                "metric": "pass@1",
+                "value": round(quality + rng.uniform(-0.02, 0.02), 4),
+                "stderr": 0.03,
+                "n": 164,
+            }
+        )
     if method == "cluster":
         for step in ("features", "clustering", "selection"):
-            rows.append({**base, "benchmark": f"cost/{step}", "metric": "seconds",
-                         "value": round(rng.uniform(0.1, 2), 4)})
-            rows.append({**base, "benchmark": f"cost/{step}", "metric": "peak_mem_mb",
-                         "value": round(rng.uniform(5, 50), 2)})
+            rows.append(
+                {
+                    **base,
+                    "benchmark": f"cost/{step}",
+                    "metric": "seconds",
+                    "value": round(rng.uniform(0.1, 2), 4),
+                }
+            )
+            rows.append(
+                {
+                    **base,
+                    "benchmark": f"cost/{step}",
+                    "metric": "peak_mem_mb",
+                    "value": round(rng.uniform(5, 50), 2),
+                }
+            )
         sizes = rng.multinomial(n_pool, [0.4] + [0.6 / (ws - 1)] * (ws - 1))
         after = np.maximum(np.minimum(sizes, int(np.ceil(1.5 * n_pool / ws))), n_sel // ws)
         after[np.argmax(after)] += n_pool - after.sum()  # the soft cap moves, never drops
         for c in range(ws):
-            for m, v in (("size_before_cap", sizes[c]), ("size_after_cap", after[c]),
-                         ("kept", n_sel // ws)):
+            for m, v in (("size_before_cap", sizes[c]), ("size_after_cap", after[c]), ("kept", n_sel // ws)):
                 rows.append({**base, "benchmark": f"cluster/{c}", "metric": m, "value": int(v)})
-        rows.append({**base, "benchmark": "cluster/agreement", "metric": "purity",
-                     "value": round(rng.uniform(0.5, 0.9), 4)})
-    rows.append({**base, "benchmark": "cost/allocation", "metric": "seconds",
-                 "value": round(rng.uniform(0.001, 0.01), 5)})
+        rows.append(
+            {
+                **base,
+                "benchmark": "cluster/agreement",
+                "metric": "purity",
+                "value": round(rng.uniform(0.5, 0.9), 4),
+            }
+        )
+    rows.append(
+        {
+            **base,
+            "benchmark": "cost/allocation",
+            "metric": "seconds",
+            "value": round(rng.uniform(0.001, 0.01), 5),
+        }
+    )
     for k in range(ws):
         steps = 6
-        rows.append({**base, "benchmark": f"worker/{k}", "metric": "tokens_per_step",
-                     "value": round(800 + rng.uniform(-50, 50), 2), "n": steps})
-        rows.append({**base, "benchmark": f"worker/{k}", "metric": "allreduce_wait_s",
-                     "value": round(rng.uniform(0.1, 0.5), 4), "n": steps})
-        rows.append({**base, "benchmark": f"worker/{k}", "metric": "compute_s",
-                     "value": round(rng.uniform(1, 2), 4), "n": steps})
+        rows.append(
+            {
+                **base,
+                "benchmark": f"worker/{k}",
+                "metric": "tokens_per_step",
+                "value": round(800 + rng.uniform(-50, 50), 2),
+                "n": steps,
+            }
+        )
+        rows.append(
+            {
+                **base,
+                "benchmark": f"worker/{k}",
+                "metric": "allreduce_wait_s",
+                "value": round(rng.uniform(0.1, 0.5), 4),
+                "n": steps,
+            }
+        )
+        rows.append(
+            {
+                **base,
+                "benchmark": f"worker/{k}",
+                "metric": "compute_s",
+                "value": round(rng.uniform(1, 2), 4),
+                "n": steps,
+            }
+        )
     for k, share in enumerate(worker_idle_shares(sums)):
-        rows.append({**base, "benchmark": f"worker/{k}", "metric": "predicted_idle_share",
-                     "value": round(float(share), 4), "n": len(sums)})
+        rows.append(
+            {
+                **base,
+                "benchmark": f"worker/{k}",
+                "metric": "predicted_idle_share",
+                "value": round(float(share), 4),
+                "n": len(sums),
+            }
+        )
     return rows, (samples if items else []), name, h, sums
 
 
@@ -135,47 +245,182 @@ def main() -> None:
     specs = []
     for seed, (n100, n50) in ((1, (80, 40)), (2, (84, 44))):
         specs += [
-            dict(label="full", method="full", params={}, allocator="uniform-shuffle",
-                 weight_mode="none", ws=4, seed=seed, n_sel=96, quality=0.6, items=True, **demo),
-            dict(label="c100", method="cluster", params={"ratio": 100}, allocator="cluster-interleave",
-                 weight_mode="rank", ws=4, seed=seed, n_sel=n100, quality=0.58, **demo),
-            dict(label="rnd100", method="random", params={}, allocator="uniform-shuffle",
-                 weight_mode="none", ws=4, seed=seed, n_sel=n100, quality=0.55, **demo),
-            dict(label="c50", method="cluster", params={"ratio": 50}, allocator="cluster-interleave",
-                 weight_mode="rank", ws=4, seed=seed, n_sel=n50, quality=0.5, items=True, **demo),
-            dict(label="rnd50", method="random", params={}, allocator="uniform-shuffle",
-                 weight_mode="none", ws=4, seed=seed, n_sel=n50, quality=0.4, items=True, **demo),
-            dict(label="c50far", method="cluster", params={"prune": "far", "ratio": 50},
-                 allocator="cluster-interleave", weight_mode="rank", ws=4, seed=seed, n_sel=n50,
-                 quality=0.45, **demo),
-            dict(label="c50now", method="cluster", params={"ratio": 50},
-                 allocator="cluster-interleave", weight_mode="none", ws=4, seed=seed, n_sel=n50,
-                 quality=0.47, **demo),
-            dict(label="c50shuf", method="cluster", params={"ratio": 50},
-                 allocator="uniform-shuffle", weight_mode="rank", ws=4, seed=seed, n_sel=n50,
-                 quality=0.48, **demo),
+            dict(
+                label="full",
+                method="full",
+                params={},
+                allocator="uniform-shuffle",
+                weight_mode="none",
+                ws=4,
+                seed=seed,
+                n_sel=96,
+                quality=0.6,
+                items=True,
+                **demo,
+            ),
+            dict(
+                label="c100",
+                method="cluster",
+                params={"ratio": 100},
+                allocator="cluster-interleave",
+                weight_mode="rank",
+                ws=4,
+                seed=seed,
+                n_sel=n100,
+                quality=0.58,
+                **demo,
+            ),
+            dict(
+                label="rnd100",
+                method="random",
+                params={},
+                allocator="uniform-shuffle",
+                weight_mode="none",
+                ws=4,
+                seed=seed,
+                n_sel=n100,
+                quality=0.55,
+                **demo,
+            ),
+            dict(
+                label="c50",
+                method="cluster",
+                params={"ratio": 50},
+                allocator="cluster-interleave",
+                weight_mode="rank",
+                ws=4,
+                seed=seed,
+                n_sel=n50,
+                quality=0.5,
+                items=True,
+                **demo,
+            ),
+            dict(
+                label="rnd50",
+                method="random",
+                params={},
+                allocator="uniform-shuffle",
+                weight_mode="none",
+                ws=4,
+                seed=seed,
+                n_sel=n50,
+                quality=0.4,
+                items=True,
+                **demo,
+            ),
+            dict(
+                label="c50far",
+                method="cluster",
+                params={"prune": "far", "ratio": 50},
+                allocator="cluster-interleave",
+                weight_mode="rank",
+                ws=4,
+                seed=seed,
+                n_sel=n50,
+                quality=0.45,
+                **demo,
+            ),
+            dict(
+                label="c50now",
+                method="cluster",
+                params={"ratio": 50},
+                allocator="cluster-interleave",
+                weight_mode="none",
+                ws=4,
+                seed=seed,
+                n_sel=n50,
+                quality=0.47,
+                **demo,
+            ),
+            dict(
+                label="c50shuf",
+                method="cluster",
+                params={"ratio": 50},
+                allocator="uniform-shuffle",
+                weight_mode="rank",
+                ws=4,
+                seed=seed,
+                n_sel=n50,
+                quality=0.48,
+                **demo,
+            ),
         ]
     specs += [
-        dict(label="full8", method="full", params={}, allocator="uniform-shuffle",
-             weight_mode="none", ws=8, seed=1, n_sel=96, quality=0.6, **demo),
-        dict(label="c50-8", method="cluster", params={"ratio": 50}, allocator="cluster-interleave",
-             weight_mode="rank", ws=8, seed=1, n_sel=40, quality=0.5, missing=("demo/c",), **demo),
+        dict(
+            label="full8",
+            method="full",
+            params={},
+            allocator="uniform-shuffle",
+            weight_mode="none",
+            ws=8,
+            seed=1,
+            n_sel=96,
+            quality=0.6,
+            **demo,
+        ),
+        dict(
+            label="c50-8",
+            method="cluster",
+            params={"ratio": 50},
+            allocator="cluster-interleave",
+            weight_mode="rank",
+            ws=8,
+            seed=1,
+            n_sel=40,
+            quality=0.5,
+            missing=("demo/c",),
+            **demo,
+        ),
     ]
     for seed, n in ((1, 36), (2, 38)):
-        specs.append(dict(label="c50tok", method="cluster",
-                          params={"budget_unit": "tokens", "ratio": 50},
-                          alloc_params={"balance": "tokens"}, allocator="cluster-interleave",
-                          weight_mode="rank", ws=4, seed=seed, n_sel=n, quality=0.5, items=True,
-                          **demo))
-    paper = dict(name="paper-code", dataset="Magicoder-OSS-Instruct-75K",
-                 model="codellama/CodeLlama-7b-Python-hf", n_pool=75197,
-                 benches=["humaneval", "humaneval_plus", "mbpp", "mbpp_plus"])
+        specs.append(
+            dict(
+                label="c50tok",
+                method="cluster",
+                params={"budget_unit": "tokens", "ratio": 50},
+                alloc_params={"balance": "tokens"},
+                allocator="cluster-interleave",
+                weight_mode="rank",
+                ws=4,
+                seed=seed,
+                n_sel=n,
+                quality=0.5,
+                items=True,
+                **demo,
+            )
+        )
+    paper = dict(
+        name="paper-code",
+        dataset="Magicoder-OSS-Instruct-75K",
+        model="codellama/CodeLlama-7b-Python-hf",
+        n_pool=75197,
+        benches=["humaneval", "humaneval_plus", "mbpp", "mbpp_plus"],
+    )
     specs += [
-        dict(label="pfull", method="full", params={}, allocator="uniform-shuffle",
-             weight_mode="none", ws=4, seed=42, n_sel=75197, quality=0.57, **paper),
-        dict(label="pc100", method="cluster", params={"ratio": 100},
-             allocator="cluster-interleave", weight_mode="rank", ws=4, seed=42, n_sel=59400,
-             quality=0.56, **paper),
+        dict(
+            label="pfull",
+            method="full",
+            params={},
+            allocator="uniform-shuffle",
+            weight_mode="none",
+            ws=4,
+            seed=42,
+            n_sel=75197,
+            quality=0.57,
+            **paper,
+        ),
+        dict(
+            label="pc100",
+            method="cluster",
+            params={"ratio": 100},
+            allocator="cluster-interleave",
+            weight_mode="rank",
+            ws=4,
+            seed=42,
+            n_sel=59400,
+            quality=0.56,
+            **paper,
+        ),
     ]
     all_rows = []
     for s in specs:
@@ -183,8 +428,10 @@ def main() -> None:
         all_rows += rows
         if samples:
             atomic_write_jsonl(HERE / name / h / "eval_samples.jsonl", samples)
-            atomic_write_json(HERE / name / h / "step_tokens.json",
-                              {"step_tokens": sums.tolist(), "world_size": int(sums.shape[1])})
+            atomic_write_json(
+                HERE / name / h / "step_tokens.json",
+                {"step_tokens": sums.tolist(), "world_size": int(sums.shape[1])},
+            )
     write_rows(HERE / "results.csv", all_rows)
     print(f"{HERE / 'results.csv'}: {len(all_rows)} rows")
 

@@ -1,6 +1,7 @@
 """The task's items, read from items.jsonl next to this file (so the task needs no data directory
 and no path relative to where cluster-repro runs). lm-eval calls `load_items` with the task's
 metadata as keyword arguments, which it does not need."""
+
 import json
 from pathlib import Path
 
