@@ -191,7 +191,7 @@ class ClusterInterleaveAllocator:
     balance: none (steps of per-device batch x accumulation examples) or tokens (steps of about
     equal tokens on each worker; needs the token lengths, `ctx`)."""
 
-    def __init__(self, order: str | None = None, balance: str = "none") -> None:
+    def __init__(self, *, order: str | None = None, balance: str = "none") -> None:
         if order is not None and order not in ORDERS:
             raise SelectionError(
                 f"allocation.params.order: {order!r} is not one of "

@@ -149,7 +149,7 @@ def test_token_budget_keeps_equal_token_totals_per_cluster(default_run: Path) ->
         assert short <= long_
     assert sel.group_weights == by_examples.group_weights  # weights: sizes after the cap
 
-    sched = ClusterInterleaveAllocator("tokens").allocate(
+    sched = ClusterInterleaveAllocator(balance="tokens").allocate(
         sel, 4, cfg.seed, weight_mode="rank", ctx=AllocationContext(lengths, 1, 2, True)
     )
     assert {len(s) for s in sched.step_sizes[0]} == {min(info["kept_per_cluster"]) // 2}

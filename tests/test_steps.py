@@ -79,7 +79,9 @@ def test_balance_tokens_gives_equal_steps_and_near_equal_token_sums() -> None:
     sel, lengths = _two_length_clusters(1800, 600)
     k, accum = 2, 64
     ctx = AllocationContext(lengths, per_device_batch=1, grad_accum=accum, drop_last=True)
-    bal = ClusterInterleaveAllocator("tokens").allocate(sel, k, seed=3, epochs=2, weight_mode="rank", ctx=ctx)
+    bal = ClusterInterleaveAllocator(balance="tokens").allocate(
+        sel, k, seed=3, epochs=2, weight_mode="rank", ctx=ctx
+    )
     counts = {len(sizes) for epoch in bal.step_sizes for sizes in epoch}
     assert counts == {600 // accum}  # every worker: the steps of the fewest examples
     for e in range(2):
@@ -108,9 +110,9 @@ def test_balance_tokens_gives_equal_steps_and_near_equal_token_sums() -> None:
     plain_sums = steps.step_token_sums(plain, lengths, accum, 600 // accum, 600 // accum)
     assert steps.idle_share(plain_sums) > 0.3
     with pytest.raises(SelectionError, match="token lengths"):
-        ClusterInterleaveAllocator("tokens").allocate(sel, k, seed=3)
+        ClusterInterleaveAllocator(balance="tokens").allocate(sel, k, seed=3)
     with pytest.raises(SelectionError, match="balance"):
-        ClusterInterleaveAllocator("examples")
+        ClusterInterleaveAllocator(balance="examples")
 
 
 def test_balanced_steps_keep_the_plain_interleaves_objective() -> None:
@@ -147,11 +149,13 @@ def test_balanced_steps_keep_the_plain_interleaves_objective() -> None:
     assert epoch_objective(plain, 12) == pytest.approx(target(plain), rel=1e-12)
     ctx = AllocationContext(lengths, 1, accum, True)
     for s in (equal, sel):  # equal clusters, and unequal ones (a token budget's)
-        bal = ClusterInterleaveAllocator("tokens").allocate(s, k, seed=6, weight_mode="rank", ctx=ctx)
+        bal = ClusterInterleaveAllocator(balance="tokens").allocate(s, k, seed=6, weight_mode="rank", ctx=ctx)
         assert steps.step_objective(bal, 0, 0, accum)[0] is True
         assert epoch_objective(bal, bal.steps_per_epoch()) == pytest.approx(target(bal), rel=1e-12)
     # Same examples, same clusters: the balanced schedule's objective is the plain one's.
-    bal_equal = ClusterInterleaveAllocator("tokens").allocate(equal, k, 6, weight_mode="rank", ctx=ctx)
+    bal_equal = ClusterInterleaveAllocator(balance="tokens").allocate(
+        equal, k, 6, weight_mode="rank", ctx=ctx
+    )
     assert epoch_objective(bal_equal, bal_equal.steps_per_epoch()) == pytest.approx(
         epoch_objective(plain, 12), rel=1e-12
     )

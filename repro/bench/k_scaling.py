@@ -457,13 +457,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--no-real and --no-synthetic leave nothing to measure")
 
     from repro.bench.cluster import _unit_vectors
-    from repro.demo import CONFIG_DIR
+    from repro.core.config import SHIPPED_CONFIGS
 
     rows: list[dict[str, Any]] = []
     try:
         if not a.no_real:
             for name in a.pools:
-                X = mini_features(CONFIG_DIR / MINI_CONFIGS[name], a.features_dir, a.data_dir)
+                X = mini_features(SHIPPED_CONFIGS / MINI_CONFIGS[name], a.features_dir, a.data_dir)
                 rows += scaling_rows(X, name, a.ks, a.cs, a.seeds, "exact")
         if not a.no_synthetic:
             X = _unit_vectors(a.synthetic_n, a.synthetic_d, 0)
