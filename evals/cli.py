@@ -194,6 +194,18 @@ def _load(args: argparse.Namespace, device: str):
     return model, tok, base, Path("runs") / "eval" / name, None
 
 
+def _task_paths(args: argparse.Namespace) -> list[str]:
+    """--task-path folders; with --run, the run config's eval.task_paths first (the run's own
+    benchmarks stay known), then the command line's."""
+    paths = list(args.task_path)
+    if args.run and (Path(args.run) / "config.yaml").is_file():
+        from repro.core.config import load_config
+
+        run_paths = load_config(Path(args.run) / "config.yaml").eval.task_paths
+        paths = [*run_paths, *(p for p in paths if p not in run_paths)]
+    return paths
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from evals.run import EvalSettings, entries_to_rows, expand_benchmarks, make_lm, run_benchmarks
     from repro.core.lm_eval_json import LM_EVAL_NAME, write_lm_eval_results
@@ -201,6 +213,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if args.adapter and not args.model:
         raise ValueError("--adapter goes with --model (the base model)")
+    args.task_path = _task_paths(args)
     benchmarks = expand_benchmarks(args.benchmarks, args.task_path)
     fewshot = _parse_fewshot(args.num_fewshot)
     items = _parse_items(args.items)

@@ -148,3 +148,25 @@ def test_reports_group_a_benchmark_by_the_kind_its_rows_state():
     assert domain_of("medq5", {"medq5": "other"}) is None  # a column of its own, in no average
     assert domain_of("medq5") is None and domain_of("medqa") == "medical"
     assert domain_of("humaneval", {"humaneval": "medical"}) == "code"  # the paper's names first
+
+
+def test_eval_of_a_run_knows_the_benchmarks_of_its_task_paths(tmp_path):
+    """`cluster-repro eval --run RUN` reads RUN's eval.task_paths, so a run's plugin benchmark is
+    known without repeating --task-path (a command-line folder adds to them, once)."""
+    import argparse
+
+    from evals.cli import _task_paths
+    from repro.core.config import load_config, save_config
+
+    tasks, more = tmp_path / "tasks", tmp_path / "more"
+    _task(tasks)
+    _task(more, name="medq6")
+    run = tmp_path / "run"
+    run.mkdir()
+    save_config(load_config("configs/demo-quick.yaml", [f"eval.task_paths=[{tasks}]"]), run / "config.yaml")
+    with pytest.raises(ValueError, match="medq5"):
+        expand_benchmarks("medq5", [])
+    paths = _task_paths(argparse.Namespace(run=str(run), task_path=[str(more), str(tasks)]))
+    assert paths == [str(tasks), str(more)]
+    assert expand_benchmarks("medq5,medq6", paths) == ["medq5", "medq6"]
+    assert _task_paths(argparse.Namespace(run=None, task_path=[str(more)])) == [str(more)]
