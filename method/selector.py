@@ -146,6 +146,18 @@ class ClusterSelector:
                 "budget_unit: tokens assume one cluster per worker)"
             )
 
+    # Planning: what share of the pool a cell will keep, before any feature exists.
+    PLANNED_UNIFORM_UPPER_BOUND = 1.5  # the soft cap keeps every cluster under 1.5 N / K
+
+    @staticmethod
+    def planned_kept_fraction(params: dict[str, Any], estimate: dict[str, Any]) -> tuple[float, str]:
+        """The dry run's assumption (slurm/plan.py): the grid's `cluster_kept_at_r100` (the
+        paper's 79% at r = 1.0) x r; the Uniform variant its upper bound 1.5."""
+        if params.get("variant") == "uniform":
+            return ClusterSelector.PLANNED_UNIFORM_UPPER_BOUND, "uniform: upper bound"
+        balance = float(estimate.get("cluster_kept_at_r100", 0.79))
+        return balance * float(params.get("ratio", 50)) / 100, f"{balance:.2f} x r"
+
     # -- step 1 -------------------------------------------------------------------------
     def feature_key(self, cfg: ExperimentConfig) -> dict[str, Any] | None:
         """What identifies this selector's features besides the model, the data and the seed

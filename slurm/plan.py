@@ -10,8 +10,10 @@
 P comes from the grid's `models.<name>.params_b`, the row count and tokens per example from
 `datasets.<name>.rows` / `tokens_per_example`; peak and MFU from the cluster profile's `gpu`.
 How many examples a method keeps is known only after it runs, so the plan assumes: `full` 1.0;
-CluSTER `cluster_kept_at_r100` (grid `estimate`, the paper's 79% at r = 1.0) times the ratio; the
-Uniform variant 1.5 (an upper bound: the soft cap keeps every cluster under 1.5 N/K); a matched
+a selector with a `planned_kept_fraction(params, grid_estimate)` what that says (CluSTER: the
+grid `estimate`'s `cluster_kept_at_r100`, the paper's 79% at r = 1.0, times the ratio; Uniform,
+by name or as `variant: uniform`: 1.5, an upper bound, since the soft cap keeps every cluster under
+1.5 N/K); a matched
 method the kept share of the cell it matches; `selection.fraction` / `selection.n` as given.
 Evaluation, model loading and checkpoint writes are not counted. Cells without those numbers get
 no estimate ("n/a"), never a made-up one.
@@ -25,7 +27,20 @@ from typing import Any
 from repro.experiments.grids import Cell
 from slurm.profile import ClusterProfile
 
-UNIFORM_UPPER_BOUND = 1.5
+
+def _planned(method: str | None) -> Any:
+    """The selector's own `planned_kept_fraction(params, grid_estimate)`, if it has one (CluSTER
+    and Uniform do: their kept count follows from the clusters, unknown before they exist)."""
+    if method in (None, "full"):
+        return None
+    from repro.core.config import ConfigError
+    from repro.core.registry import SELECTORS
+
+    try:
+        cls = SELECTORS.get(method)
+    except ConfigError:  # an unknown name is the config check's to report, not the estimate's
+        return None
+    return getattr(cls, "planned_kept_fraction", None)
 
 
 @dataclass
@@ -59,12 +74,9 @@ def kept_fraction(
         return frac, f"as {cell.match_of.split('.')[2]}"
     sel = cell.data.get("selection", {})
     params = sel.get("params") or {}
-    if sel.get("method") == "cluster":
-        if params.get("variant") == "uniform":
-            return UNIFORM_UPPER_BOUND, "uniform: upper bound"
-        balance = float(grid_estimate.get("cluster_kept_at_r100", 0.79))
-        ratio = float(params.get("ratio", 50))
-        return balance * ratio / 100, f"{balance:.2f} x r"
+    planned = _planned(sel.get("method"))
+    if planned is not None:
+        return planned(params, grid_estimate)
     if sel.get("n") and n_pool:
         return min(1.0, sel["n"] / n_pool), "selection.n"
     if sel.get("fraction"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from repro.core.config import ConfigError
-from repro.experiments.grids import load_grid, select_cells
+from repro.experiments.grids import Cell, load_grid, select_cells
 from slurm.launcher import PROJECT_ROOT, Context, plan_jobs, sbatch_script
 from slurm.plan import estimate_cell
 from slurm.profile import load_profile
@@ -188,6 +188,22 @@ def test_estimate_follows_tokens_parameters_and_mfu() -> None:
     assert half.gpu_hours == pytest.approx(expected * 0.395)
     big = estimate_cell(by_id["magicoder.codellama-python-13b.full.ws4.s42"], by_id, grid.estimate, prof)
     assert big.gpu_hours / full.gpu_hours == pytest.approx(13.02 / 6.74)
+
+
+def test_selectors_state_their_own_planned_kept_fraction() -> None:
+    """The plan asks the selector (planned_kept_fraction), so `uniform` by name plans like
+    `cluster` with variant uniform, and a selector without the hook sets its own budget."""
+    from slurm.plan import kept_fraction
+
+    def frac(selection: dict) -> tuple:
+        cell = Cell(id="c", axes={}, data={"selection": selection})
+        return kept_fraction(cell, {}, {"cluster_kept_at_r100": 0.6}, 1000)
+
+    assert frac({"method": "cluster", "params": {"ratio": 50}}) == (pytest.approx(0.3), "0.60 x r")
+    assert frac({"method": "uniform"}) == frac({"method": "cluster", "params": {"variant": "uniform"}})
+    assert frac({"method": "uniform"})[0] == 1.5
+    assert frac({"method": "random", "fraction": 0.25}) == (0.25, "selection.fraction")
+    assert frac({"method": "ifd"}) == (None, "ifd: sets its own budget")
 
 
 def test_dry_run_prints_jobs_gpus_and_gpu_hours(tmp_path: Path) -> None:
