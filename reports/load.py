@@ -115,6 +115,9 @@ class Run:
     alloc_params: dict[str, Any] = field(default_factory=dict)  # allocation.params (balance)
     # steps x workers token sums, from the run folder's step_tokens.json when it is there
     step_tokens: list[list[int]] | None = None
+    # The seeds its select/schedule and train stages used (older rows: the run's seed)
+    selection_seed: int | None = None
+    training_seed: int | None = None
 
     def score(self, benchmark: str, metric: str) -> float | None:
         return self.scores.get((benchmark, metric))
@@ -268,6 +271,10 @@ def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> lis
                 resumed_from_step=_int(r.get("resumed_from_step", ""), where, "resumed_from_step"),
                 alloc_params=alloc_params,
             )
+            run = runs[rid]
+            for col in ("selection_seed", "training_seed"):
+                v = _int(r.get(col, ""), where, col)
+                setattr(run, col, run.seed if v is None else v)
         run = runs[rid]
         b, m = r["benchmark"], r["metric"]
         if r.get("status") == "diverged":
