@@ -612,7 +612,7 @@ def _heatmap_figure(
     side = min(2.6, 0.9 + 0.22 * biggest)
     fig, axes = _figure(1, n)
     width = max(COLUMN_IN, min(PAGE_IN, n * (side + 1.4) + 0.6))
-    _layout(fig, width, side + 1.9, 1, n, left=1.4, right=0.7, bottom=1.4, top=0.4, wspace=1.4)
+    _layout(fig, width, side + 1.6, 1, n, left=1.4, right=0.7, bottom=1.25, top=0.3, wspace=1.4)
     im = None
     for ax, (title, labels, m) in zip(axes, panels):
         im = _heatmap(ax, m, labels, title, lo, cmap)
@@ -665,8 +665,8 @@ def coverage_figure(kept: list[Kept], out_dir: Path) -> list[Path]:
     fig, axes = _figure(1, 1)
     ax = axes[0]
     rows = -(-len(series) // 3)
-    height = 2.4 + 0.17 * rows
-    _layout(fig, PAGE_IN, height, 1, 1, left=0.55, right=0.1, bottom=0.75, top=0.2 + 0.17 * rows)
+    height = 2.55 + 0.17 * rows
+    _layout(fig, PAGE_IN, height, 1, 1, left=0.55, right=0.1, bottom=0.75, top=0.35 + 0.17 * rows)
     width = 0.8 / len(series)
     x = np.arange(len(groups))
     for s, (label, vals) in enumerate(series):

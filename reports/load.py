@@ -3,7 +3,8 @@
 Input: the tidy result rows (repro/core/results.py) — every `results.part.csv` under a results
 directory, or one merged CSV — and, where a row's run folder `<root>/<name>/<config_hash>/` is
 present, its per-item scores (`eval_samples.jsonl`), used only to pair bootstrap intervals on items,
-and its per-step token sums per worker (`step_tokens.json`), used only by the step-tokens figure.
+and its per-step token sums per worker (`step_tokens.json`), used only by the step-tokens figure
+(reports/analyses.py reads the folder's selection.json and pool.jsonl itself).
 Every file is checked before it is read (part files against their checksum sidecar, see
 docs/files.md): a damaged one stops the report unless --allow-damaged leaves it out, by name.
 
