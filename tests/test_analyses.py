@@ -87,3 +87,15 @@ def test_seed_axes_default_to_seed_and_keep_the_hash() -> None:
             load_config(CONFIGS / "demo-quick.yaml", [f"{key}=-1"])
         with pytest.raises(ConfigError, match=key):
             load_config(CONFIGS / "demo-quick.yaml", [f"{key}={2**32}"])
+
+
+def test_a_selection_seed_gets_its_own_feature_pass_and_an_unset_one_keeps_the_key() -> None:
+    from repro.experiments.sharing import feature_key
+
+    over = ["selection.method=cluster"]
+    base = load_config(CONFIGS / "demo-quick.yaml", over)
+    trained = load_config(CONFIGS / "demo-quick.yaml", [*over, "training_seed=3"])
+    selected = load_config(CONFIGS / "demo-quick.yaml", [*over, "selection_seed=3"])
+    assert feature_key(base) is not None
+    assert feature_key(trained) == feature_key(base)  # features do not depend on training
+    assert feature_key(selected) != feature_key(base)  # the selector's draws may
