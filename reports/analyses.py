@@ -172,22 +172,23 @@ def _read_pool(path: Path) -> dict[str, str | None]:
 
 def load_kept(runs: list[Run], root: Path | None) -> list[Kept]:
     """The selections of the runs whose folders hold selection.json and pool.jsonl (not full
-    data, not the base model), one per (pool, label): a run that repeats another's selection
-    (another training seed or world size of the same selection) is left out."""
+    data, not the base model), one per (pool, label, kept count): a run that repeats another's
+    selection (another training seed, allocator or world size of the same selection) is left
+    out."""
     if root is None:
         return []
     out: list[Kept] = []
     seen: set[tuple] = set()
     pools: dict[Path, dict[str, str | None]] = {}
     for r in sorted(runs, key=lambda x: x.run_id):
-        if r.method in ("full", "base") or r.status == "diverged":
+        if r.method in ("full", "base"):  # a diverged run's selection still counts
             continue
         d = root / r.name / r.config_hash
         sel_path, pool_path = d / "selection.json", d / "pool.jsonl"
         if not sel_path.is_file() or not pool_path.is_file():
             continue
         label = selection_label(r)
-        key = (r.dataset, r.model, r.seed, label)
+        key = (r.dataset, r.model, r.seed, label, r.n_selected)
         if key in seen:
             continue
         seen.add(key)
@@ -296,6 +297,14 @@ def score_groups(kept: list[Kept]) -> dict[tuple, list[Kept]]:
     return {g: v for g, v in sorted(groups.items(), key=lambda x: str(x[0])) if len(v) > 1}
 
 
+def _names(group: list[Kept]) -> list[str]:
+    """Labels, with the kept count where one label appears at several budgets."""
+    seen: dict[str, int] = {}
+    for k in group:
+        seen[k.label] = seen.get(k.label, 0) + 1
+    return [f"{k.label} ({len(k.kept)} kept)" if seen[k.label] > 1 else k.label for k in group]
+
+
 def score_pair(a: Kept, b: Kept) -> tuple[int, float | None]:
     common = sorted(a.scores.keys() & b.scores.keys())
     if len(common) < MIN_COMMON:
@@ -314,11 +323,11 @@ def score_rank_table(kept: list[Kept], have_folders: bool) -> Table:
     ]
     rows = []
     for (_d, _m, seed), group in score_groups(kept).items():
+        names = _names(group)
         for i in range(len(group)):
             for j in range(i + 1, len(group)):
-                a, b = group[i], group[j]
-                n, rho = score_pair(a, b)
-                rows.append([_setting(a), seed, a.label, b.label, n, rho])
+                n, rho = score_pair(group[i], group[j])
+                rows.append([_setting(group[i]), seed, names[i], names[j], n, rho])
     notes = [
         "Spearman's rank correlation (average ranks for ties) of two selectors' per-example scores "
         "(selection.json `scores`) on the examples both kept and scored; selectors record scores "
@@ -368,6 +377,7 @@ def coverage_table(kept: list[Kept], have_folders: bool) -> Table:
         Column("setting"),
         Column("seed", "int"),
         Column("method"),
+        Column("kept", "int"),
         Column("by"),
         Column("group"),
         Column("pool (%)", "pct"),
@@ -381,7 +391,8 @@ def coverage_table(kept: list[Kept], have_folders: bool) -> Table:
             continue
         by, shares = cov
         for g, (p, q) in shares.items():
-            rows.append([_setting(k), k.run.seed, k.label, by, g, 100 * p, 100 * q, q / p if p > 0 else None])
+            ratio = q / p if p > 0 else None
+            rows.append([_setting(k), k.run.seed, k.label, len(k.kept), by, g, 100 * p, 100 * q, ratio])
     notes = [
         "Each selection's share of every pool category (the pool rows' `category`), or, where the "
         "pool has none, of every cluster the selector formed (its cluster sizes in "
@@ -644,7 +655,7 @@ def spearman_figure(kept: list[Kept], out_dir: Path) -> list[Path]:
             for j in range(i + 1, len(g)):
                 rho = score_pair(g[i], g[j])[1]
                 m[i, j] = m[j, i] = np.nan if rho is None else rho
-        panels.append((f"{d} · seed {seed}", [k.label for k in g], m))
+        panels.append((f"{d} · seed {seed}", _names(g), m))
     return _heatmap_figure(panels, out_dir, "score_spearman", -1.0, "RdBu_r", "Spearman rho")
 
 

@@ -99,3 +99,57 @@ def test_a_selection_seed_gets_its_own_feature_pass_and_an_unset_one_keeps_the_k
     assert feature_key(base) is not None
     assert feature_key(trained) == feature_key(base)  # features do not depend on training
     assert feature_key(selected) != feature_key(base)  # the selector's draws may
+
+
+def _run(method: str, n: int, seed: int = 0, **kw) -> object:
+    from reports.load import Run
+
+    return Run(
+        run_id=f"{method}-{n}-{seed}",
+        config_hash="h",
+        name=method,
+        dataset="d",
+        model="m",
+        method=method,
+        params={},
+        allocator="",
+        weight_mode="",
+        ratio=None,
+        world_size=1,
+        seed=seed,
+        kept_fraction=None,
+        n_selected=n,
+        n_pool=6,
+        costs={},
+        lm_eval=None,
+        versions={},
+        git_sha="",
+        selection_seed=kw.get("selection_seed", seed),
+        training_seed=seed,
+    )
+
+
+def test_overlap_pairs_only_selections_at_one_budget_and_coverage_falls_back_to_clusters() -> None:
+    from reports.analyses import Kept, coverage, coverage_table, overlap_table
+
+    pool = {f"e{i}": None for i in range(6)}  # no categories: coverage goes by cluster
+    clusters = {"e0": 0, "e1": 0, "e2": 1}
+    a = Kept(_run("a", 3), "a", ["e0", "e1", "e2"], clusters=clusters, cluster_sizes=[2, 4])
+    b = Kept(_run("b", 3), "b", ["e1", "e2", "e3"])
+    c = Kept(_run("c", 2), "c", ["e0", "e1"])  # another budget: paired with nobody
+    s = Kept(_run("a", 3, selection_seed=5), "a sel-seed=5", ["e3", "e4", "e5"])  # another draw
+    for k in (a, b, c, s):
+        k.pool_categories = pool
+    t = overlap_table([a, b, c, s], True)
+    assert [(r[3], r[4], r[5], r[6]) for r in t.rows] == [("a", "b", 2, pytest.approx(2 / 4))]
+    by, shares = coverage(a)
+    # pool: cluster 0 holds 2 of 6, cluster 1 holds 4; kept: 2 of 3 in cluster 0
+    assert by == "cluster" and shares == {
+        "0": (pytest.approx(2 / 6), pytest.approx(2 / 3)),
+        "1": (pytest.approx(4 / 6), pytest.approx(1 / 3)),
+    }
+    assert coverage(b) is None  # no categories, no clusters: nothing to split by
+    cov = coverage_table([a, b], True)
+    assert len(cov.rows) == 2 and not cov.notes[0].startswith("Skipped")
+    assert overlap_table([a], True).notes[0].startswith("Skipped (overlap)")
+    assert overlap_table([], False).notes[0].startswith("Skipped (overlap): no run folders")
