@@ -246,6 +246,17 @@ def test_the_report_holds_every_analysis_of_the_quick_grid(analysis_grid) -> Non
         assert f"figures/{fig}.png" in index
         assert (report / "figures" / f"{fig}.png").stat().st_size > 0
         assert (report / "figures" / f"{fig}.pdf").stat().st_size > 0
+    from reports.build import build_report
+
+    again = build_report(out, out / "report-again").parent  # the same rows: the same bytes
+    for sub, names in (
+        ("tables", ("overlap", "score_rank", "coverage", "seed_variance", "selection_cost")),
+        ("figures", ("overlap_jaccard", "score_spearman", "category_coverage")),
+    ):
+        for name in names:
+            for ext in ("md", "tex", "csv") if sub == "tables" else ("png", "pdf"):
+                f = f"{sub}/{name}.{ext}"
+                assert (again / f).read_bytes() == (report / f).read_bytes(), f
 
     # Overlap: the methods at 12 kept (the sel-seed run is its own budget group), against the
     # kept sets themselves; a selection overlaps itself fully.
