@@ -5,6 +5,9 @@ PDF) and an index page, deterministically (the same rows give byte-identical fil
     OUT/tables/<name>.{md,tex,csv}
     OUT/figures/<name>.{png,pdf}
 
+The analyses (reports/analyses.py: overlap, score ranks, coverage, seed variance, selection cost)
+come last on the index page, under "Analyses", their figures only where they have inputs.
+
 Warnings (also printed on the index page): result rows from more than one lm-eval version (scores
 drift between versions, so one table should not mix them), and from more than one git commit.
 """
@@ -16,6 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from reports.analyses import ANALYSIS_FIGURES, analysis_figures, analysis_tables
 from reports.compact import compact_tables
 from reports.figures import FIGURES, all_figures
 from reports.load import (
@@ -117,6 +121,8 @@ def build_report(
     rep = Report(cells)
     notes = damaged + version_warnings(runs)
     tables = all_tables(rep, load_reported())
+    analyses, kept = analysis_tables(rep, root)
+    tables += analyses
     out = Path(out)
     tdir, fdir = out / "tables", out / "figures"
     for t in tables:
@@ -125,8 +131,10 @@ def build_report(
         atomic_write_text(tdir / f"{t.name}.md", to_markdown(t))
         atomic_write_text(tdir / f"{t.name}.tex", to_latex(t))
         atomic_write_text(tdir / f"{t.name}.csv", to_csv(t))
+    drawn: set[str] = set()
     if figures:
         all_figures(rep, fdir, load_reported())  # the paper's points beside ours
+        drawn = {p.stem for p in analysis_figures(kept, fdir)}  # those with inputs
 
     n_files = ", ".join(
         sorted({str(f.relative_to(root)) if f.is_relative_to(root) else f.name for f in files})[:3]
@@ -153,9 +161,21 @@ def build_report(
             f"[{name}.png](figures/{name}.png) · [{name}.pdf](figures/{name}.pdf)",
             "",
         ]
+    names = {t.name for t in analyses}
     for t in tables:
-        if t.name not in compact:
+        if t.name not in compact and t.name not in names:
             index += _table_section(t)
+    index += ["## Analyses", ""]
+    for name in ANALYSIS_FIGURES:
+        if name in drawn:
+            index += [
+                f"![{name}](figures/{name}.png)",
+                "",
+                f"[{name}.png](figures/{name}.png) · [{name}.pdf](figures/{name}.pdf)",
+                "",
+            ]
+    for t in analyses:
+        index += _table_section(t)
     path = out / "index.md"
     atomic_write_text(path, "\n".join(index))
     return path

@@ -23,7 +23,9 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
         "overhead, the ablations (weighting, within-cluster choice, allocator x selector, 4 vs 8 "
         "workers), per-worker balance (all-reduce wait per step), and the paper's reported "
         "numbers beside ours; figures at paper column width of quality vs data used, time "
-        "breakdown, cluster sizes and worker balance. The same results give byte-identical "
+        "breakdown, cluster sizes and worker balance; analyses: kept-set overlap (Jaccard), "
+        "selector-score rank correlation (Spearman), category coverage, variance over selection "
+        "vs training seeds, selection cost and break-even. The same results give byte-identical "
         "files. See docs/reports.md.",
         epilog="Example: cluster-repro report --results runs --out runs/report (then open "
         "runs/report/index.md).",

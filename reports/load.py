@@ -3,7 +3,8 @@
 Input: the tidy result rows (repro/core/results.py) — every `results.part.csv` under a results
 directory, or one merged CSV — and, where a row's run folder `<root>/<name>/<config_hash>/` is
 present, its per-item scores (`eval_samples.jsonl`), used only to pair bootstrap intervals on items,
-and its per-step token sums per worker (`step_tokens.json`), used only by the step-tokens figure.
+and its per-step token sums per worker (`step_tokens.json`), used only by the step-tokens figure
+(reports/analyses.py reads the folder's selection.json and pool.jsonl itself).
 Every file is checked before it is read (part files against their checksum sidecar, see
 docs/files.md): a damaged one stops the report unless --allow-damaged leaves it out, by name.
 
@@ -115,6 +116,9 @@ class Run:
     alloc_params: dict[str, Any] = field(default_factory=dict)  # allocation.params (balance)
     # steps x workers token sums, from the run folder's step_tokens.json when it is there
     step_tokens: list[list[int]] | None = None
+    # The seeds its select/schedule and train stages used (older rows: the run's seed)
+    selection_seed: int | None = None
+    training_seed: int | None = None
 
     def score(self, benchmark: str, metric: str) -> float | None:
         return self.scores.get((benchmark, metric))
@@ -268,6 +272,10 @@ def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> lis
                 resumed_from_step=_int(r.get("resumed_from_step", ""), where, "resumed_from_step"),
                 alloc_params=alloc_params,
             )
+            run = runs[rid]
+            for col in ("selection_seed", "training_seed"):
+                v = _int(r.get(col, ""), where, col)
+                setattr(run, col, run.seed if v is None else v)
         run = runs[rid]
         b, m = r["benchmark"], r["metric"]
         if r.get("status") == "diverged":

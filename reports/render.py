@@ -37,6 +37,8 @@ LEGEND = (
 
 
 def _num(v: float, kind: str) -> str:
+    if kind == "sig":  # three significant digits, for quantities of any size (variances, hours)
+        return f"{v:.3g}"
     d = DIGITS.get(kind, 3)
     if kind == "sec":  # seconds: 3 significant-ish digits below 10 s, 1 decimal above
         d = 1 if abs(v) >= 10 else 2 if abs(v) >= 1 else 3

@@ -32,7 +32,7 @@ class Column:
     best value per block is set in bold; csv_only: left out of Markdown and LaTeX."""
 
     name: str
-    # text | int | pct | num | num0 | num2 | sec | min | hours | mb | delta | delta2 | joules
+    # text | int | pct | num | num0 | num2 | sig | sec | min | hours | mb | delta | delta2 | joules
     kind: str = "text"
     label: str | None = None
     best: str | None = None

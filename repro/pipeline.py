@@ -184,7 +184,11 @@ def stage_select(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     selector = SELECTORS.create(s.method, s.params, "selection.params")
     budget = resolve_budget(s.fraction, s.n, len(train))
     ctx = SelectionContext(
-        config=cfg, seed=cfg.seed, world_size=cfg.world_size, workdir=run_dir, model_dir=model_dir_of(run_dir)
+        config=cfg,
+        seed=cfg.seed_for_selection(),
+        world_size=cfg.world_size,
+        workdir=run_dir,
+        model_dir=model_dir_of(run_dir),
     )
     t0 = time.perf_counter()
     sel = selector.select(train, budget, ctx)
@@ -254,7 +258,7 @@ def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     )
     t0 = time.perf_counter()
     sched = allocator.allocate(
-        sel, cfg.world_size, cfg.seed, epochs=t.epochs, weight_mode=a.weight_mode, **extra
+        sel, cfg.world_size, cfg.seed_for_selection(), epochs=t.epochs, weight_mode=a.weight_mode, **extra
     )
     seconds = time.perf_counter() - t0
     check_schedule(sched, cfg, accum)
@@ -458,6 +462,9 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         "dataset": "+".join(Path(s.path).stem for s in cfg.data.sources),
         "world_size": cfg.world_size,
         "seed": cfg.seed,
+        # What the select/schedule and train stages were seeded with (seed where unset).
+        "selection_seed": cfg.seed_for_selection(),
+        "training_seed": cfg.seed_for_training(),
         "selection_s": round(selection_s, 3),
         "train_s": round(train["train_s"], 3),
         "eval_s": round(ev["eval_s"], 3) if ev else None,  # a diverged run is not evaluated

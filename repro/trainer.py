@@ -230,7 +230,8 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
     threads = set_worker_threads(world_size, cfg.launch.torch_threads)
     bf16 = use_cuda and cfg.model.precision in ("auto", "bf16")
 
-    seed_everything(cfg.seed)  # same seed on every rank: identical LoRA init (DDP also broadcasts)
+    # The same seed on every rank: identical LoRA init (DDP also broadcasts).
+    seed_everything(cfg.seed_for_training())
     # fsdp: load on the CPU and let fully_shard move each layer's shard to the device, so no
     # GPU ever holds the whole fp32 model (13B: 52 GB); ddp: every GPU holds it anyway.
     on_load = "cpu" if cfg.train.strategy == "fsdp" else str(device)
@@ -264,7 +265,7 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
         meta = checkpoint_meta(ckpt)  # older checkpoints carry no totals: this attempt's only
         carried = {"train_s": float(meta.get("train_s", 0.0)), "tokens": int(meta.get("tokens", 0))}
     else:
-        seed_everything(cfg.seed + rank)  # per-rank stream for dropout etc.
+        seed_everything(cfg.seed_for_training() + rank)  # per-rank stream for dropout etc.
 
     log_path = run_dir / "train_log" / f"rank{rank}.jsonl"
     old_rows = read_jsonl(log_path) if log_path.is_file() else []

@@ -160,3 +160,150 @@ def test_grid_base_option_names_a_missing_file(capsys) -> None:
     assert (
         "--base 'no/such/base.yaml' not found: no such file, nor a shipped config" in capsys.readouterr().err
     )
+
+
+# ----------------------------------------------------------------------------- analyses
+
+# A quick grid on the tiny model, one worker, two optimizer steps, held-out loss only: full data,
+# random at a count under three seed settings (the seed split's two axes), and two scoring
+# selectors at the same count. Enough for every analysis of reports/analyses.py.
+ANALYSIS_RUNS = {
+    "full": ["selection.method=full"],
+    "random": ["selection.method=random"],
+    "random-sel1": ["selection.method=random", "selection_seed=1"],
+    "random-train1": ["selection.method=random", "training_seed=1"],
+    "loss": ["selection.method=loss"],
+    "perplexity": ["selection.method=perplexity"],
+}
+N_KEPT = 12
+
+
+def _analysis_cfg(out: Path, name: str, *extra: str):
+    return from_dict(
+        {},
+        [
+            f"output_dir={out}",
+            f"name={name}",
+            "model.name_or_path=tiny-random-llama",
+            "data.demo_train_size=32",
+            "data.demo_heldout_per_category=1",
+            "eval.demo_tasks=false",
+            "world_size=1",
+            "train.per_device_batch_size=2",
+            "train.global_batch_size=2",
+            "train.max_steps=2",
+            *([] if name == "full" else [f"selection.n={N_KEPT}"]),
+            *extra,
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def analysis_grid(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The quick grid's output_dir and its report (built through the report command)."""
+    from repro.cli import main
+
+    out = tmp_path_factory.mktemp("analysis-grid")
+    for name, extra in ANALYSIS_RUNS.items():
+        run_experiment(_analysis_cfg(out, name, *extra))
+    assert main(["report", "--results", str(out), "--out", str(out / "report")]) == 0
+    return out, out / "report"
+
+
+def _rows(report: Path, name: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(open(report / "tables" / f"{name}.csv", encoding="utf-8")))
+
+
+def test_the_seed_axes_reach_the_stages_and_the_rows(analysis_grid) -> None:
+    out, _ = analysis_grid
+    from repro.core.results import read_rows
+
+    dirs = {n: _analysis_cfg(out, n, *e).run_dir() for n, e in ANALYSIS_RUNS.items()}
+    seeds = {
+        n: {(r["seed"], r["selection_seed"], r["training_seed"]) for r in read_rows(d / "results.part.csv")}
+        for n, d in dirs.items()
+    }
+    assert seeds["random"] == {("42", "42", "42")}
+    assert seeds["random-sel1"] == {("42", "1", "42")}
+    assert seeds["random-train1"] == {("42", "42", "1")}
+    randoms = ("random", "random-sel1", "random-train1")
+    ids = {n: read_json(dirs[n] / "selection.json")["ids"] for n in randoms}
+    assert ids["random-train1"] == ids["random"]  # the training seed does not touch the selection
+    assert ids["random-sel1"] != ids["random"]  # the selection seed does
+    pools = {(dirs[n] / "pool.jsonl").read_bytes() for n in randoms}
+    assert len(pools) == 1  # `seed` alone draws the pool: the three runs share it
+
+
+def test_the_report_holds_every_analysis_of_the_quick_grid(analysis_grid) -> None:
+    from reports.analyses import jaccard, load_kept, spearman
+    from reports.load import build_runs, find_result_files, read_results
+
+    out, report = analysis_grid
+    index = (report / "index.md").read_text(encoding="utf-8")
+    for name in ("overlap", "score_rank", "coverage", "seed_variance", "selection_cost"):
+        assert f"(tables/{name}.md)" in index and (report / "tables" / f"{name}.tex").is_file()
+    for fig in ("overlap_jaccard", "score_spearman", "category_coverage"):
+        assert f"figures/{fig}.png" in index
+        assert (report / "figures" / f"{fig}.png").stat().st_size > 0
+        assert (report / "figures" / f"{fig}.pdf").stat().st_size > 0
+    from reports.build import build_report
+
+    again = build_report(out, out / "report-again").parent  # the same rows: the same bytes
+    for sub, names in (
+        ("tables", ("overlap", "score_rank", "coverage", "seed_variance", "selection_cost")),
+        ("figures", ("overlap_jaccard", "score_spearman", "category_coverage")),
+    ):
+        for name in names:
+            for ext in ("md", "tex", "csv") if sub == "tables" else ("png", "pdf"):
+                f = f"{sub}/{name}.{ext}"
+                assert (again / f).read_bytes() == (report / f).read_bytes(), f
+
+    # Overlap: the methods at 12 kept (the sel-seed run is its own budget group), against the
+    # kept sets themselves; a selection overlaps itself fully.
+    files, root = find_result_files(out)
+    kept = {k.label: k for k in load_kept(build_runs(read_results(files, root)[0], root), root)}
+    assert {"random", "loss", "perplexity", "random sel-seed=1"} <= set(kept)
+    assert jaccard(kept["loss"].kept, kept["loss"].kept) == 1.0
+    overlap = _rows(report, "overlap")
+    pairs = {frozenset((r["method A"], r["method B"])): r for r in overlap}
+    want = (("loss", "perplexity"), ("loss", "random"), ("perplexity", "random"))
+    assert set(pairs) == {frozenset(p) for p in want}
+    for pair, r in pairs.items():
+        a, b = (kept[x].kept for x in sorted(pair))
+        assert float(r["Jaccard"]) == pytest.approx(len(a & b) / len(a | b))
+        assert int(r["both kept"]) == len(a & b) and int(r["kept"]) == N_KEPT
+
+    # Score ranks: loss and perplexity both record scores; random does not.
+    (rank,) = _rows(report, "score_rank")
+    assert {rank["method A"], rank["method B"]} == {"loss", "perplexity"}
+    a, b = kept[rank["method A"]].scores, kept[rank["method B"]].scores
+    common = sorted(a.keys() & b.keys())
+    assert int(rank["common scored"]) == len(common) and len(common) >= 3  # 12 of 32 kept each
+    rho = spearman([a[i] for i in common], [b[i] for i in common])
+    assert rho is not None and float(rank["Spearman rho"]) == pytest.approx(rho)
+
+    # Coverage: per category of the demo pool; each side adds up to 100% for every selection.
+    cov = _rows(report, "coverage")
+    assert {r["by"] for r in cov} == {"category"}
+    for method in {r["method"] for r in cov}:
+        mine = [r for r in cov if r["method"] == method]
+        assert sum(float(r["pool (%)"]) for r in mine) == pytest.approx(100.0)
+        assert sum(float(r["kept (%)"]) for r in mine) == pytest.approx(100.0)
+
+    # Seed split: the random cell varies both axes; each has one degree of freedom here.
+    split = [r for r in _rows(report, "seed_variance") if r["metric"] == "loss"]
+    assert len(split) == 1 and split[0]["method"].startswith("random")
+    s = split[0]
+    assert (s["runs"], s["selection seeds"], s["training seeds"]) == ("3", "2", "2")
+    assert (s["df sel"], s["df train"]) == ("1", "1")
+    assert float(s["var over selection seeds"]) >= 0 and float(s["var over training seeds"]) >= 0
+
+    # Cost: every selection cell against the full run; saved = full train h - train h.
+    cost = {r["method"].split(" @")[0]: r for r in _rows(report, "selection_cost")}
+    assert set(cost) == {"random", "loss", "perplexity"}
+    for r in cost.values():
+        saved = float(r["full train h"]) - float(r["train h"])
+        assert float(r["train h saved"]) == pytest.approx(saved, rel=1e-6, abs=1e-12)
+        if saved > 0:
+            want = float(r["selection h"]) / saved
+            assert float(r["break-even trainings"]) == pytest.approx(want, rel=1e-6)

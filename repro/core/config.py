@@ -192,6 +192,14 @@ class LaunchConfig:
 class ExperimentConfig:
     name: str = "demo"
     seed: int = 42
+    # Separate seeds for the two sources of run-to-run spread (reports/analyses.py splits a
+    # metric's variance over them). null: `seed`, so a config that leaves them out selects,
+    # trains and hashes exactly as before. selection_seed: the selector's and the allocator's
+    # draws (SelectionContext.seed, the schedule's order); training_seed: the trainer's (LoRA
+    # init, dropout, every per-rank stream). `seed` alone still draws the pool's held-out split
+    # and a tiny random model's weights, so runs that differ only in these share pool and model.
+    selection_seed: int | None = None
+    training_seed: int | None = None
     output_dir: str = "runs"
     data_dir: str | None = None  # where local data files live; env CLUSTER_REPRO_DATA if unset
     world_size: int = 4
@@ -216,6 +224,14 @@ class ExperimentConfig:
     def run_dir(self) -> Path:
         return Path(self.output_dir) / self.name / self.hash()
 
+    def seed_for_selection(self) -> int:
+        """The seed of the select and schedule stages: selection_seed, or `seed` when unset."""
+        return self.seed if self.selection_seed is None else self.selection_seed
+
+    def seed_for_training(self) -> int:
+        """The seed of the train stage: training_seed, or `seed` when unset."""
+        return self.seed if self.training_seed is None else self.training_seed
+
 
 # Keys that do not change what a run trains: left out of the hash, which names the run folder
 # (a dotted key leaves out one key of a section). `eval` is left out too: how a trained model is
@@ -223,6 +239,9 @@ class ExperimentConfig:
 # name or the eval limit later redoes only the evaluation and the result rows, never the
 # selection or the training. `train.report_to` only says where the training's scalars are shown.
 _HASH_EXCLUDED = {"name", "output_dir", "data_dir", "launch", "eval", "train.report_to"}
+# Keys left out of the hash while they are null (their default): added after configs were
+# hashed, so every config that leaves them unset keeps its hash and run folder.
+_HASH_EXCLUDED_WHEN_NULL = ("selection_seed", "training_seed")
 
 
 def _short_hash(d: Any) -> str:
@@ -240,6 +259,9 @@ def config_hash(cfg: ExperimentConfig) -> str:
         for part in section:
             parent = parent[part]
         parent.pop(last, None)
+    for key in _HASH_EXCLUDED_WHEN_NULL:
+        if d.get(key) is None:
+            d.pop(key, None)
     return _short_hash(d)
 
 
@@ -516,6 +538,8 @@ class Range:
 # field of the dataclasses above has an entry, so a new key cannot arrive unguarded.
 NUMERIC_RANGES: dict[str, Range] = {
     "seed": Range(0, 2**32 - 1, note="numpy takes seeds below 2**32"),
+    "selection_seed": Range(0, 2**32 - 1, note="numpy takes seeds below 2**32; null: seed"),
+    "training_seed": Range(0, 2**32 - 1, note="numpy takes seeds below 2**32; null: seed"),
     "world_size": Range(1),
     "model.lora.r": Range(1),
     "model.lora.alpha": Range(0, lo_incl=False),

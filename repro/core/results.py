@@ -42,6 +42,10 @@ COLUMNS = [
     "dataset",
     "world_size",
     "seed",
+    # The seeds the select/schedule and train stages used (config selection_seed and
+    # training_seed; `seed` where unset). Older rows lack them: readers fall back to seed.
+    "selection_seed",
+    "training_seed",
     "eval_settings",
     "benchmark",
     "metric",
@@ -380,7 +384,8 @@ def merge_results(
         "ratio",
     ):
         typed[col] = pd.to_numeric(typed[col].replace("", None), errors="coerce")
-    for col in ("n_selected", "n_pool", "world_size", "seed", "n", "attempts", "resumed_from_step"):
+    ints = ("n_selected", "n_pool", "world_size", "seed", "selection_seed", "training_seed", "n")
+    for col in (*ints, "attempts", "resumed_from_step"):
         typed[col] = pd.to_numeric(typed[col].replace("", None), errors="coerce").astype("Int64")
     pq = out_csv.with_suffix(".parquet")
     atomic_write(pq, lambda fh: typed.to_parquet(fh, index=False), mode="wb")

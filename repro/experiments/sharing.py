@@ -35,13 +35,16 @@ def feature_key(cfg: ExperimentConfig) -> str | None:
     features = feature_pass(cfg)
     if features is None:
         return None
+    key: dict[str, Any] = {
+        "model": dataclasses.asdict(cfg.model),
+        "data": dataclasses.asdict(cfg.data),
+        "seed": cfg.seed,
+        "features": features,
+    }
+    if cfg.selection_seed is not None:  # features may draw from it; unset: keys as before
+        key["selection_seed"] = cfg.selection_seed
     blob = json.dumps(
-        {
-            "model": dataclasses.asdict(cfg.model),
-            "data": dataclasses.asdict(cfg.data),
-            "seed": cfg.seed,
-            "features": features,
-        },
+        key,
         sort_keys=True,
         default=str,
     )
