@@ -28,12 +28,20 @@ def _stderr_mean(values: list[float]) -> float | None:
 def heldout_loss(
     model: Any, tokenizer: Any, pool: Pool, max_length: int, batch_size: int, device: str = "cpu"
 ) -> dict[str, Any]:
-    """Token-weighted mean next-token loss on response tokens (nats) and its perplexity."""
+    """Token-weighted mean next-token loss on response tokens (nats) and its perplexity.
+
+    Where the examples have categories (the demo's), "by_category" holds the same numbers per
+    category ({category: {"loss", "perplexity", "n", "tokens", "loss_stderr"}}, sorted by name),
+    so a selection that starves a rare category shows there even when the pooled loss hides it.
+    """
     from repro.core.data import TokenizedPool, collate
 
     tok = TokenizedPool(pool, tokenizer, max_length, on_bad_row="skip")
     ids = [e.id for e in pool.examples if e.id in tok]
+    cat_of = {e.id: e.category for e in pool.examples}
     total_loss, total_tokens, per_example = 0.0, 0, []
+    sums_of: list[float] = []  # per example: summed loss and response tokens (for categories)
+    tokens_of: list[int] = []
     model.eval()
     for start in range(0, len(ids), batch_size):
         batch = collate([tok[i] for i in ids[start : start + batch_size]], tokenizer.pad_token_id)
@@ -48,14 +56,32 @@ def heldout_loss(
         total_loss += float(sums.sum())
         total_tokens += int(counts.sum())
         per_example += (sums / counts.clamp(min=1)).tolist()
-    loss = total_loss / max(1, total_tokens)
+        sums_of += sums.tolist()
+        tokens_of += counts.tolist()
+    out = {**_loss_summary(total_loss, total_tokens, per_example), "skipped": dict(tok.skipped)}
+    by_cat: dict[str, list[int]] = defaultdict(list)  # category -> positions in ids
+    for k, i in enumerate(ids):
+        if cat_of[i]:
+            by_cat[cat_of[i]].append(k)
+    if by_cat:
+        out["by_category"] = {
+            c: _loss_summary(
+                sum(sums_of[k] for k in ks), sum(tokens_of[k] for k in ks), [per_example[k] for k in ks]
+            )
+            for c, ks in sorted(by_cat.items())
+        }
+    return out
+
+
+def _loss_summary(loss_sum: float, tokens: int, per_example: list[float]) -> dict[str, Any]:
+    """Token-weighted mean loss, its perplexity, examples, tokens, and the stderr over examples."""
+    loss = loss_sum / max(1, tokens)
     return {
         "loss": loss,
         "perplexity": math.exp(min(loss, 50.0)),
-        "n": len(ids),
-        "tokens": total_tokens,
+        "n": len(per_example),
+        "tokens": tokens,
         "loss_stderr": _stderr_mean(per_example),
-        "skipped": dict(tok.skipped),
     }
 
 

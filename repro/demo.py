@@ -5,6 +5,11 @@ random at CluSTER's kept count) on the generated demo pool (SmolLM2-135M-Instruc
 4 gloo workers), then prints a table of quality per category and overall, data used, and the
 selection, training and end-to-end seconds. `--quick` swaps in a tiny random model and a smaller
 pool (what the tests use). Every run is the same config plus a few overrides.
+
+Runs that differ only in their seed (configs/runs/demo-seeds.yaml) get one more table,
+`seeds_table`: the mean and 95% bootstrap interval over seeds per method, of the demo score, the
+held-out loss and the held-out loss per category, and the paired difference of each method at a
+budget (CluSTER) minus random at the same kept count and seed (reports/stats.py).
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ def summary_table(run_dirs: list[Path]) -> str:
     for d in run_dirs:
         rows = read_rows(d / PART_NAME)
         runs.append({(r["benchmark"], r["metric"]): r for r in rows})
+    many_seeds = len({next(iter(r.values()))["seed"] for r in runs}) > 1
     head = [
         "method",
         "data used",
@@ -82,6 +88,7 @@ def summary_table(run_dirs: list[Path]) -> str:
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     cats: list[str] = []
+    loss_cats: list[str] = []
     for r in runs:
         any_row = next(iter(r.values()))
         overall = r.get(("demo/overall", "exact_or_exec"), {}).get("value")
@@ -90,7 +97,7 @@ def summary_table(run_dirs: list[Path]) -> str:
         wait = any_row.get("allreduce_wait_share")
         idle = any_row.get("predicted_idle_share")  # from the schedule, before training
         cells = [
-            _label(any_row),
+            _label(any_row) + (f" seed {any_row['seed']}" if many_seeds else ""),
             f"{100 * float(any_row['kept_fraction']):.0f}%",
             any_row["n_selected"],
             _fmt(float(overall) if overall else None),
@@ -107,9 +114,14 @@ def summary_table(run_dirs: list[Path]) -> str:
         for b, _m in r:
             if b.startswith("demo/") and b != "demo/overall" and b not in cats:
                 cats.append(b)
+            if b.startswith("heldout/") and b not in loss_cats:
+                loss_cats.append(b)
+    methods = [
+        _label(row) + (f" seed {row['seed']}" if many_seeds else "")
+        for row in (next(iter(r.values())) for r in runs)
+    ]
     if cats:
         lines += ["", "Quality per category (exact match / execution on held-out items):", ""]
-        methods = [_label(next(iter(r.values()))) for r in runs]
         lines.append("| category | " + " | ".join(methods) + " |")
         lines.append("|---|" + "---|" * len(methods))
         for c in sorted(cats):
@@ -118,6 +130,73 @@ def summary_table(run_dirs: list[Path]) -> str:
                 row = r.get((c, "exact_or_exec"))
                 vals.append(f"{float(row['value']):.2f} (n={row['n']})" if row else "-")
             lines.append(f"| {c[5:]} | " + " | ".join(vals) + " |")
+    if loss_cats:
+        lines += ["", "Held-out loss per category (nats per response token; lower is better):", ""]
+        lines.append("| category | " + " | ".join(methods) + " |")
+        lines.append("|---|" + "---|" * len(methods))
+        for c in sorted(loss_cats):
+            vals = []
+            for r in runs:
+                row = r.get((c, "loss"))
+                vals.append(f"{float(row['value']):.3f} (n={row['n']})" if row else "-")
+            lines.append(f"| {c[len('heldout/') :]} | " + " | ".join(vals) + " |")
+    seeds = seeds_table(run_dirs)
+    if seeds:
+        lines += ["", seeds]
+    return "\n".join(lines)
+
+
+def seeds_table(run_dirs: list[Path]) -> str | None:
+    """Markdown: per method (runs that differ only in their seed, grouped as reports/ groups
+    them), the mean over seeds with its 95% bootstrap interval of the demo score (%), the held-out
+    loss and the held-out loss per category; then, for each method at a budget (CluSTER at a
+    ratio), its paired difference minus random at the same kept count and seed (over items where
+    both runs have per-item scores, else over seeds). None unless some method has two seeds."""
+    from reports.load import build_runs, group_cells, load_items
+    from reports.names import cell_method_name
+    from reports.render import fmt
+    from reports.tables import Column, Report, at_a_budget
+    from repro.core.results import PART_NAME, read_rows
+
+    rows: list[tuple[str, dict[str, str]]] = []
+    dir_of: dict[str, Path] = {}
+    for d in run_dirs:
+        part = d / PART_NAME
+        for i, r in enumerate(read_rows(part), start=2):
+            rows.append((f"{part}:{i}", r))
+            dir_of[r["run_id"]] = d
+    runs = build_runs(rows, None)
+    for run in runs:  # per-item demo scores, to pair the demo differences on items
+        run.items = load_items(dir_of[run.run_id])
+    cells = group_cells(runs)
+    if not any(len(c.runs) > 1 for c in cells):
+        return None
+    rep = Report(cells)
+    keys = [("demo/overall", "exact_or_exec"), ("heldout", "loss")]
+    keys += sorted(k for k in rep.quality if k[0].startswith("heldout/") and k[1] == "loss")
+    keys = [k for k in keys if k in rep.quality]
+    if not keys:
+        return None
+    at_budget = [c for c in cells if c.first.method != "random" and at_a_budget(c)]
+    head = ["score"] + [f"{cell_method_name(c)} ({len(c.runs)} seeds)" for c in cells]
+    head += [f"{cell_method_name(c)} − random" for c in at_budget]
+    lines = [
+        "Over seeds: mean [95% bootstrap interval]; demo in %, losses in nats per response token "
+        "(lower is better); − random: paired difference against random at the same kept count "
+        "and seed (on items, else seeds)",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for key in keys:
+        loss = key[1] == "loss"
+        col, dcol = Column(key[0], "num" if loss else "pct"), Column(key[0], "delta3" if loss else "delta")
+        name = "demo overall (%)" if key[0] == "demo/overall" else f"{key[0]} loss"
+        cells_txt = [fmt(rep.quality_cell(c, key), col) for c in cells]
+        for c in at_budget:
+            d = rep.paired(c, "random", [key])
+            cells_txt.append(fmt(d, dcol) + (f" ({d.unit})" if d is not None else ""))
+        lines.append(f"| {name} | " + " | ".join(cells_txt) + " |")
     return "\n".join(lines)
 
 

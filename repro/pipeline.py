@@ -518,6 +518,19 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
                 "n": h["n"],
             }
         )
+        # Per category (the demo's held-out items have one): heldout/<category> loss, so a
+        # selection that starves a rare category shows beside the pooled loss.
+        for cat, c in h.get("by_category", {}).items():
+            rows.append(
+                {
+                    **base,
+                    "benchmark": f"heldout/{cat}",
+                    "metric": "loss",
+                    "value": c["loss"],
+                    "stderr": c["loss_stderr"],
+                    "n": c["n"],
+                }
+            )
     for cat, s in scores.get("demo", {}).items():
         metric = "exact_or_exec"
         rows.append(

@@ -311,8 +311,12 @@ def check_data_files(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     for i, src in enumerate(cfg.data.sources):
         key = f"data.sources[{i}]"
         if src.path == "demo":
-            from repro.core.demo_pool import CATEGORIES
+            from repro.core.demo_pool import CATEGORIES, category_shares
 
+            try:
+                category_shares(len(CATEGORIES), cfg.data.demo_min_share, cfg.data.demo_max_share)
+            except ValueError as e:
+                out.append(Problem("data.demo_min_share", f"with data.demo_max_share: {e}"))
             if cfg.data.demo_train_size < 2 * len(CATEGORIES):
                 out.append(
                     Problem(

@@ -10,7 +10,13 @@ from collections import Counter
 
 import pytest
 
-from repro.core.demo_pool import CATEGORIES, category_counts, generate_demo_pool, score_generation
+from repro.core.demo_pool import (
+    CATEGORIES,
+    category_counts,
+    category_shares,
+    generate_demo_pool,
+    score_generation,
+)
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +63,45 @@ def test_category_mix_is_skewed(pool):
     counts = category_counts(pool[0])
     assert sum(counts.values()) == 480
     assert max(counts.values()) >= 3 * min(counts.values())
+
+
+@pytest.mark.parametrize("n_train,seed", [(480, 0), (320, 1), (320, 42), (96, 2), (137, 5)])
+def test_every_category_between_five_and_thirty_percent(n_train, seed):
+    """The default skew: every category is 5%..30% of the training pool (planted copies
+    included, up to one row of rounding), the rarest and commonest at the ends; held-out rows
+    stay the same number per category however rare the category is in training."""
+    train, held = generate_demo_pool(seed=seed, n_train=n_train, n_heldout_per_category=3)
+    shares = sorted(n / n_train for n in category_counts(train).values())
+    tol = 1 / n_train
+    assert all(0.05 - tol <= s <= 0.30 + tol for s in shares), shares
+    assert shares[0] <= 0.05 + tol and shares[-1] >= 0.30 - tol
+    assert set(category_counts(held).values()) == {3}
+
+
+def test_category_shares_span_min_to_max_and_sum_to_one():
+    shares = category_shares(12, 0.05, 0.30)
+    assert shares[0] == 0.30 and shares[-1] == 0.05
+    assert sum(shares) == pytest.approx(1.0, abs=1e-9)
+    assert all(a >= b for a, b in zip(shares, shares[1:]))  # commonest first
+    other = category_shares(12, 0.02, 0.40)
+    assert other[0] == 0.40 and other[-1] == 0.02 and sum(other) == pytest.approx(1.0, abs=1e-9)
+    assert category_shares(4, 0.25, 0.25) == [0.25] * 4  # min == max == 1/n: uniform
+    for lo, hi in [(0.2, 0.3), (0.01, 0.05), (0.3, 0.2), (0.0, 0.3)]:
+        with pytest.raises(ValueError, match=f"min {lo:g}, max {hi:g}"):
+            category_shares(12, lo, hi)
+
+
+def test_other_shares_change_the_mix_and_copies_stay_in_their_category():
+    train, _ = generate_demo_pool(
+        seed=0, n_train=400, n_heldout_per_category=1, min_share=0.02, max_share=0.4
+    )
+    counts = sorted(category_counts(train).values())
+    assert counts[0] == round(0.02 * 400) and counts[-1] == round(0.4 * 400)
+    by_id = {r["id"]: r for r in train}
+    for r in train:
+        orig = r["meta"].get("near_duplicate_of") or r["meta"].get("exact_duplicate_of")
+        if orig:
+            assert by_id[orig]["category"] == r["category"]
 
 
 def test_phrasings_vary(pool):

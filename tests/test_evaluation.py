@@ -39,3 +39,31 @@ def test_first_line_generation_equals_first_line_of_full_generation():
     # a stopped sequence ends at its first line: nothing but padding after it
     assert all(len(s) <= len(f) for s, f in zip(short, full))
     assert any(len(s) < len(f) for s, f in zip(short, full)), "the rule never stopped anything"
+
+
+def test_heldout_loss_per_category_is_the_loss_of_that_category_alone():
+    """by_category[c] equals heldout_loss over c's examples only, and the categories' token-
+    weighted losses make up the pooled loss."""
+    import math
+
+    from evals.demo_task import heldout_loss
+    from repro.core.config import load_config
+    from repro.core.data import load_pool
+    from repro.core.types import Pool
+    from tests.conftest import CONFIGS
+
+    cfg = load_config(CONFIGS / "demo-quick.yaml", ["data.demo_train_size=24"])
+    mcfg = ModelConfig(name_or_path="tiny-random-llama", lora=LoraConfig(enabled=False))
+    model, tok = M.load_model_and_tokenizer(M.materialize_model(mcfg, seed=3), mcfg)
+    _, held = load_pool(cfg)
+    out = heldout_loss(model, tok, held, 256, batch_size=5)  # batches mix categories
+    cats = sorted({e.category for e in held.examples})
+    assert sorted(out["by_category"]) == cats and len(cats) == 12
+    for c in cats:
+        alone = heldout_loss(model, tok, Pool([e for e in held.examples if e.category == c]), 256, 5)
+        got = out["by_category"][c]
+        assert got["n"] == alone["n"] == 2 and got["tokens"] == alone["tokens"]
+        assert math.isclose(got["loss"], alone["loss"], rel_tol=1e-4)
+    tokens = sum(v["tokens"] for v in out["by_category"].values())
+    pooled = sum(v["loss"] * v["tokens"] for v in out["by_category"].values()) / tokens
+    assert tokens == out["tokens"] and math.isclose(pooled, out["loss"], rel_tol=1e-5)

@@ -91,6 +91,12 @@ class DataConfig:
     # Demo pool generator knobs (path == "demo").
     demo_train_size: int = 480
     demo_heldout_per_category: int = 8
+    # The demo training pool's category skew: the rarest category's share of the training rows
+    # and the commonest's (the ranks between fall off steeply, repro/core/demo_pool.py
+    # category_shares; the seed decides which category is which rank). Held-out rows stay
+    # demo_heldout_per_category per category.
+    demo_min_share: float = 0.05
+    demo_max_share: float = 0.30
 
 
 @dataclass
@@ -551,6 +557,8 @@ NUMERIC_RANGES: dict[str, Range] = {
     "data.heldout_fraction": Range(0, 1, hi_incl=False, note="a fraction"),
     "data.demo_train_size": Range(1),
     "data.demo_heldout_per_category": Range(0),
+    "data.demo_min_share": Range(0, 1, lo_incl=False, hi_incl=False, note="a fraction of the pool"),
+    "data.demo_max_share": Range(0, 1, lo_incl=False, hi_incl=False, note="a fraction of the pool"),
     "selection.fraction": Range(0, 1, lo_incl=False, note="write 0.5 for half the pool, not 50"),
     "selection.n": Range(1, note="a count of examples"),
     "train.epochs": Range(1),

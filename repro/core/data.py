@@ -334,7 +334,11 @@ def _load_source(
         from repro.core.demo_pool import generate_demo_pool  # lazy: only demo runs need the generator
 
         train_rows, held_rows = generate_demo_pool(
-            cfg.seed, cfg.data.demo_train_size, cfg.data.demo_heldout_per_category
+            cfg.seed,
+            cfg.data.demo_train_size,
+            cfg.data.demo_heldout_per_category,
+            cfg.data.demo_min_share,
+            cfg.data.demo_max_share,
         )
         name, file = "demo", "demo pool (generated)"
         train_raws = [_Raw(f"train row {k}", k, r) for k, r in enumerate(train_rows)]

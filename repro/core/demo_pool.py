@@ -1,10 +1,11 @@
 """The generated demo pool: short, checkable instruction tasks, built from a seed (no downloads).
 
-`generate_demo_pool` returns training rows with a skewed category mix (Zipf-like, the commonest
-category ~6x the rarest) and planted near/exact duplicates (so data selection has something to
-find), plus held-out rows that share no underlying problem with training. `score_generation`
-checks a model's response: exact-match on the first line, or, for `python_function`, running the
-code against assert statements in a resource-limited subprocess.
+`generate_demo_pool` returns training rows with a category mix skewed on purpose (by default the
+rarest category is 5% of the pool and the commonest 30%: `category_shares`) and planted
+near/exact duplicates (so data selection has something to find), plus held-out rows that share no
+underlying problem with training (the same number per category, however rare it is in training).
+`score_generation` checks a model's response: exact-match on the first line, or, for
+`python_function`, running the code against assert statements in a resource-limited subprocess.
 
 Everything random comes from one `random.Random(seed)`, so the same arguments give byte-identical
 rows (never the global `random` module or `hash()`, which varies per process).
@@ -41,8 +42,9 @@ CATEGORIES: tuple[str, ...] = (
     "python_function",
 )
 
-# Zipf exponent: weight of rank r is r**-s, so rank 1 / rank 12 = 12**0.75 ~ 6.4x.
-_ZIPF_S = 0.75
+# The default skew of the training pool: the rarest category's share and the commonest's.
+DEFAULT_MIN_SHARE = 0.05
+DEFAULT_MAX_SHARE = 0.30
 _NEAR_DUP_FRACTION = 0.05  # of n_train, planted near-copies
 _EXACT_DUP_FRACTION = 0.01  # of n_train, planted exact copies
 _MAX_TRIES = 2000  # rejection-sampling attempts per row before giving up
@@ -343,19 +345,87 @@ def _near_copy(r: random.Random, row: dict, used_texts: set) -> dict:
     return out
 
 
-def _allocate(total: int, weights: list[float]) -> list[int]:
-    """Split `total` into one count per weight, each >= 1, by largest remainder (deterministic)."""
-    rest = total - len(weights)
+def _allocate(total: int, weights: list[float], floor: int = 1) -> list[int]:
+    """Split `total` into one count per weight, each >= `floor`, by largest remainder
+    (deterministic: ties go to the earlier weight)."""
+    rest = total - floor * len(weights)
     raw = [rest * w / sum(weights) for w in weights]
-    counts = [1 + math.floor(x) for x in raw]
+    counts = [floor + math.floor(x) for x in raw]
     order = sorted(range(len(weights)), key=lambda i: (-(raw[i] - math.floor(raw[i])), i))
     for i in order[: total - sum(counts)]:
         counts[i] += 1
     return counts
 
 
+def category_shares(
+    n_categories: int = len(CATEGORIES),
+    min_share: float = DEFAULT_MIN_SHARE,
+    max_share: float = DEFAULT_MAX_SHARE,
+) -> list[float]:
+    """Shares of the training pool per category rank, commonest first: exactly `max_share` for
+    rank 1, exactly `min_share` for the last rank, and between them min + (max - min) * t**p with
+    t falling evenly from 1 to 0 over the ranks, p chosen (by bisection) so the shares sum to 1.
+    With 12 categories, 5% and 30% (p ~ 9.7): 30%, 15%, 8.6%, 6.1%, then eight near 5%.
+
+    ValueError (naming both shares) unless 0 < min_share <= max_share < 1 and the shares can
+    sum to 1: (n - 1) * min + max <= 1 <= min + (n - 1) * max."""
+    k = n_categories
+    where = f"demo pool shares (min {min_share:g}, max {max_share:g}, {k} categories)"
+    if k < 2:
+        raise ValueError(f"{where}: needs at least 2 categories")
+    if not (0 < min_share <= max_share < 1):
+        raise ValueError(f"{where}: expected 0 < min share <= max share < 1")
+    low, high = (k - 1) * min_share + max_share, min_share + (k - 1) * max_share
+    if not (low <= 1 + 1e-12 and high >= 1 - 1e-12):
+        raise ValueError(
+            f"{where}: the shares cannot sum to 1 (with the rarest at the min and the commonest at "
+            f"the max they sum to between {low:.4g} and {high:.4g}); lower the min share or raise "
+            "the max share"
+        )
+    if max_share - min_share < 1e-12:
+        return [1.0 / k] * k  # min == max == 1/k: a uniform mix
+    # The k - 2 middle ranks must add `target` (in units of max - min) above the min share.
+    target = (1 - k * min_share) / (max_share - min_share) - 1
+    ts = [1 - i / (k - 1) for i in range(1, k - 1)]
+    if target <= 1e-12:
+        middle = [0.0] * len(ts)
+    elif target >= len(ts) - 1e-12:
+        middle = [1.0] * len(ts)
+    else:  # sum(t**p) falls from k - 2 (p -> 0) to 0 (p -> inf): bisect on log p
+        lo, hi = -30.0, 30.0
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            if sum(t ** math.exp(mid) for t in ts) > target:
+                lo = mid
+            else:
+                hi = mid
+        p = math.exp((lo + hi) / 2)
+        middle = [t**p for t in ts]
+    return [max_share] + [min_share + (max_share - min_share) * m for m in middle] + [min_share]
+
+
+def _copy_quotas(n_copies: int, shares: list[float], counts: list[int]) -> list[int]:
+    """Planted copies per category: `n_copies` split by share (largest remainder), each category
+    keeping at least one original (a copy needs an original of its own category)."""
+    quota = _allocate(n_copies, shares, floor=0)
+    cap = [c - 1 for c in counts]
+    spill = sum(max(0, q - m) for q, m in zip(quota, cap))
+    quota = [min(q, m) for q, m in zip(quota, cap)]
+    for i in sorted(range(len(quota)), key=lambda i: (-(cap[i] - quota[i]), i)):
+        if spill == 0:
+            break
+        extra = min(spill, cap[i] - quota[i])
+        quota[i] += extra
+        spill -= extra
+    return quota
+
+
 def generate_demo_pool(
-    seed: int = 0, n_train: int = 480, n_heldout_per_category: int = 8
+    seed: int = 0,
+    n_train: int = 480,
+    n_heldout_per_category: int = 8,
+    min_share: float = DEFAULT_MIN_SHARE,
+    max_share: float = DEFAULT_MAX_SHARE,
 ) -> tuple[list[dict], list[dict]]:
     """Returns (train_rows, heldout_rows), deterministic in the arguments.
 
@@ -363,13 +433,17 @@ def generate_demo_pool(
     "input" (may be ""), "output" (a correct response), "meta": {"check": "exact" | "python",
     "answer", ["case_sensitive"], ["entry_point", "tests"], ["near_duplicate_of" |
     "exact_duplicate_of"]}}. len(train_rows) == n_train exactly, planted copies included
-    (~5% near, ~1% exact; a copy always comes after its original). Held-out rows number
-    n_heldout_per_category per category and share no problem or instruction+input with training.
+    (~5% near, ~1% exact; a copy always comes after its original, and is of its category).
+    Category shares of the training rows, copies included: `category_shares(12, min_share,
+    max_share)` rounded to whole rows (largest remainder; every category at least one row); the
+    seed decides which category gets which rank. Held-out rows number n_heldout_per_category per
+    category and share no problem or instruction+input with training.
     """
     if n_train < 2 * len(CATEGORIES):
         raise ValueError(f"n_train must be >= {2 * len(CATEGORIES)} (2 per category), got {n_train}")
     if n_heldout_per_category < 1:
         raise ValueError(f"n_heldout_per_category must be >= 1, got {n_heldout_per_category}")
+    shares = category_shares(len(CATEGORIES), min_share, max_share)
     r = random.Random(seed)
     n_near = max(1, round(_NEAR_DUP_FRACTION * n_train))
     n_exact = max(1, round(_EXACT_DUP_FRACTION * n_train))
@@ -377,15 +451,24 @@ def generate_demo_pool(
 
     ranked = list(CATEGORIES)
     r.shuffle(ranked)  # which category is common is fixed by the seed
-    counts = _allocate(n_base, [(i + 1) ** -_ZIPF_S for i in range(len(ranked))])
-    cats = [c for c, n in zip(ranked, counts) for _ in range(n)]
+    # Rows per category, planted copies included: the shares rounded to whole rows (a pool too
+    # small to give the rarest category a row by rounding gives every category one first).
+    totals = _allocate(n_train, shares, floor=0)
+    if min(totals) < 1:
+        totals = _allocate(n_train, shares)
+    copies = _copy_quotas(n_near + n_exact, shares, totals)
+    cats = [c for c, t, q in zip(ranked, totals, copies) for _ in range(t - q)]
+    assert len(cats) == n_base
     r.shuffle(cats)
 
     used_problems: set = set()
     used_texts: set = set()
     rows = [_new_row(r, c, used_problems, used_texts) for c in cats]
 
-    originals = r.sample(range(n_base), n_near + n_exact)
+    originals = []  # each category's copies come from originals of that category
+    for c, q in zip(ranked, copies):
+        originals += r.sample([i for i, cat in enumerate(cats) if cat == c], q)
+    r.shuffle(originals)  # which copies are near and which exact
     pairs = []  # (original index, copy index, meta key)
     for j, oi in enumerate(originals):
         if j < n_near:

@@ -1,0 +1,113 @@
+"""The 3-seed demo ablation (configs/runs/demo-seeds.yaml): its runs, and a quick pass of it
+through `cluster-repro grid` (tiny random model, two seeds, CluSTER and random only) that prints
+the per-category held-out loss and the table over seeds (mean, 95% interval, CluSTER - random)."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import torch
+import yaml
+
+from repro.core.io import read_json, read_jsonl
+from repro.core.results import PART_NAME, read_rows
+from repro.experiments.runlists import load_run_list, run_configs
+from tests.conftest import CONFIGS
+
+SEEDS = CONFIGS / "runs" / "demo-seeds.yaml"
+
+
+def test_the_seed_ablation_runs_full_cluster_and_matched_random_over_three_seeds() -> None:
+    rl = load_run_list(SEEDS)
+    assert rl.base == (CONFIGS / "demo.yaml").resolve()  # the SmolLM2 demo by default
+    runs = run_configs(rl)
+    by_seed: dict[int, dict[str, tuple]] = {}
+    for spec, cfg in runs:
+        by_seed.setdefault(cfg.seed, {})[cfg.selection.method] = (spec, cfg)
+    assert sorted(by_seed) == [0, 1, 2]
+    for methods in by_seed.values():
+        assert sorted(methods) == ["cluster", "full", "random"]
+        cspec, ccfg = methods["cluster"]
+        assert ccfg.selection.params == {"ratio": 50}
+        assert (ccfg.allocation.method, ccfg.allocation.weight_mode) == ("cluster-interleave", "rank")
+        assert methods["random"][0].match_kept_count_of == cspec.label  # the same seed's CluSTER
+        for _, c in methods.values():  # the skewed pool: 5% .. 30% per category
+            assert (c.data.demo_min_share, c.data.demo_max_share) == (0.05, 0.30)
+
+
+def test_quick_seed_ablation_prints_per_category_loss_and_intervals(tmp_path: Path, capsys) -> None:
+    from repro.cli import main
+
+    # The shipped list with seeds 0 and 1 and without full data (four runs, kept to about a minute).
+    data = yaml.safe_load(SEEDS.read_text())
+    data["base"] = str((CONFIGS / "demo-quick.yaml").resolve())
+    data["runs"] = [
+        r for r in data["runs"] if r["label"].startswith(("cluster", "random")) and "s2" not in r["label"]
+    ]
+    assert len(data["runs"]) == 4
+    runs_file = tmp_path / "two-seeds.yaml"
+    runs_file.write_text(yaml.safe_dump(data))
+    out_dir = tmp_path / "out"
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rc = main(
+            [
+                "grid",
+                str(runs_file),
+                "--base",
+                "demo-quick",
+                f"output_dir={out_dir}",
+                "world_size=2",
+                "data.demo_train_size=48",
+                "data.demo_heldout_per_category=1",
+                "train.epochs=1",
+                "train.global_batch_size=4",
+                "eval.max_new_tokens=4",
+            ]
+        )
+    finally:
+        torch.set_num_threads(n)
+    printed = capsys.readouterr().out
+    assert rc == 0
+
+    run_dirs = sorted(d for d in out_dir.glob("*/*") if (d / PART_NAME).is_file())
+    assert len(run_dirs) == 4
+    loss = {}  # (method, seed) -> heldout loss
+    for d in run_dirs:
+        rows = {(r["benchmark"], r["metric"]): r for r in read_rows(d / PART_NAME)}
+        cat_rows = {b[len("heldout/") :]: r for (b, m), r in rows.items() if b.startswith("heldout/")}
+        # One heldout/<category> loss row per demo category, next to the pooled heldout loss.
+        pool = read_jsonl(d / "pool.jsonl")
+        held = read_jsonl(d / "heldout.jsonl")
+        assert set(cat_rows) == {r["category"] for r in held} == {r["category"] for r in pool}
+        assert len(cat_rows) == 12 and all(r["metric"] == "loss" and r["n"] == "1" for r in cat_rows.values())
+        by_cat = read_json(d / "stages" / "eval.json")["scores"]["heldout"]["by_category"]
+        tokens = sum(v["tokens"] for v in by_cat.values())
+        pooled = sum(float(cat_rows[c]["value"]) * v["tokens"] for c, v in by_cat.items()) / tokens
+        overall = float(rows[("heldout", "loss")]["value"])
+        assert math.isclose(pooled, overall, rel_tol=1e-6)
+        first = next(iter(rows.values()))
+        loss[(first["method"], int(first["seed"]))] = overall
+    assert sorted(loss) == [("cluster", 0), ("cluster", 1), ("random", 0), ("random", 1)]
+
+    assert "Held-out loss per category" in printed
+    table = printed[printed.index("Over seeds:") :].splitlines()
+    head = next(line for line in table if line.startswith("| score"))
+    assert "CluSTER (r = 0.5) (2 seeds)" in head and "Random (r = 0.5) (2 seeds)" in head
+    assert "CluSTER (r = 0.5) − random" in head
+    body = {line.split(" | ")[0][2:]: line for line in table if line.startswith("| ") and "---" not in line}
+    cats = sorted(by_cat)
+    assert {"demo overall (%)", "heldout loss", *(f"heldout/{c} loss" for c in cats)} <= set(body)
+    interval = re.compile(r"[+-]?\d+\.\d+ \[[+-]?\d+\.\d+, [+-]?\d+\.\d+\]")
+    for name in ("heldout loss", *(f"heldout/{c} loss" for c in cats)):
+        cells = body[name].strip("| ").split(" | ")[1:]
+        assert len(cells) == 3 and all(interval.fullmatch(c.split(" (")[0]) for c in cells), body[name]
+    # The pooled loss: means over seeds, and CluSTER - random paired on the same seed.
+    cells = body["heldout loss"].strip("| ").split(" | ")[1:]
+    assert cells[0].startswith(f"{(loss[('cluster', 0)] + loss[('cluster', 1)]) / 2:.3f} [")
+    assert cells[1].startswith(f"{(loss[('random', 0)] + loss[('random', 1)]) / 2:.3f} [")
+    diff = sum(loss[("cluster", s)] - loss[("random", s)] for s in (0, 1)) / 2
+    assert cells[2].startswith(f"{diff:+.3f} [") and cells[2].endswith("(seeds)")
