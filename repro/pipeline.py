@@ -258,7 +258,7 @@ def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     )
     t0 = time.perf_counter()
     sched = allocator.allocate(
-        sel, cfg.world_size, cfg.seed_for_selection(), epochs=t.epochs, weight_mode=a.weight_mode, **extra
+        sel, cfg.world_size, cfg.seed_for_training(), epochs=t.epochs, weight_mode=a.weight_mode, **extra
     )
     seconds = time.perf_counter() - t0
     check_schedule(sched, cfg, accum)

@@ -200,9 +200,10 @@ class ExperimentConfig:
     seed: int = 42
     # Separate seeds for the two sources of run-to-run spread (reports/analyses.py splits a
     # metric's variance over them). null: `seed`, so a config that leaves them out selects,
-    # trains and hashes exactly as before. selection_seed: the selector's and the allocator's
-    # draws (SelectionContext.seed, the schedule's order); training_seed: the trainer's (LoRA
-    # init, dropout, every per-rank stream). `seed` alone still draws the pool's held-out split
+    # trains and hashes exactly as before. selection_seed: the selector's draws
+    # (SelectionContext.seed: which examples are kept); training_seed: how they are trained, the
+    # allocator's deal and order (the schedule) and the trainer's draws (LoRA init, dropout,
+    # every per-rank stream). `seed` alone still draws the pool's held-out split
     # and a tiny random model's weights, so runs that differ only in these share pool and model.
     selection_seed: int | None = None
     training_seed: int | None = None
