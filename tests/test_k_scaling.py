@@ -105,6 +105,8 @@ def test_command_line_on_a_small_synthetic_set(tmp_path: Path, capsys) -> None:
         == 0
     )
     rows = json.loads((out / "k_scaling.json").read_text())
+    prov = json.loads((out / "provenance.json").read_text())
+    assert "torch" in json.loads(prov["versions"]) and prov["git_sha"]
     assert {(r["set"], r["k"], r["c"], r["mode"]) for r in rows} == {
         ("synthetic", k, c, "fast") for k in (2, 4) for c in (1, 2)
     }

@@ -29,7 +29,7 @@ from typing import Any
 from repro.core.config import ConfigError, load_config
 from repro.core.interfaces import SelectionError
 from repro.core.io import atomic_write_json, atomic_write_text, read_json
-from repro.core.results import PART_NAME, read_rows
+from repro.core.results import PART_NAME, provenance, read_rows
 from repro.core.rundir import RunStopped, stage_marker
 
 VARIANTS: list[tuple[str, list[str]]] = [
@@ -95,7 +95,13 @@ def bench_balance(
         r["train_vs_cluster"] = r["train_s"] / base if base and r["train_s"] else None
     atomic_write_json(
         output_dir / "bench_balance.json",
-        {"config": config, "ratio": ratio, "overrides": overrides, "runs": out},
+        {
+            "config": config,
+            "ratio": ratio,
+            "overrides": overrides,
+            "provenance": provenance(),  # commit, package versions, hardware, time
+            "runs": out,
+        },
     )
     atomic_write_text(output_dir / "bench_balance.md", format_balance(out) + "\n")
     return out

@@ -39,6 +39,7 @@ on worker k), the balanced budget at r = 1.0 and 0.5 and the choice of the kept 
     kmeans_s, total_s    wall seconds: k-means alone, and normalization through the choice
     load1           the 1-minute load average when the row started (other jobs inflate times)
 
+Besides k_scaling.json: provenance.json (commit, package versions, hardware, time).
 Tables and figures: `format_tables` (mean over seeds; the cap as "fired in x of S seeds") and
 `figures` (kept fraction vs K for each C; cluster-size skew vs K), written with --out.
 """
@@ -488,9 +489,13 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
 def _write(rows: list[dict[str, Any]], out: Path) -> int:
     """k_scaling.json, k_scaling.md and the figures under out; the tables on stdout."""
     from repro.core.io import atomic_write_json, atomic_write_text
+    from repro.core.results import provenance
 
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "k_scaling.json", rows)
+    # commit, package versions, hardware and time of this writing (rows read back with --rows
+    # keep the times and loads they were measured with)
+    atomic_write_json(out / "provenance.json", provenance())
     text = format_tables(rows)
     atomic_write_text(out / "k_scaling.md", text + "\n")
     paths = figures(rows, out)

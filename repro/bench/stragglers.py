@@ -352,6 +352,7 @@ def bench_stragglers(
     overrides: list[str],
 ) -> tuple[list[dict[str, Any]], str]:
     from repro.core.io import atomic_write_json, atomic_write_text
+    from repro.core.results import provenance
 
     rows = []
     for p in pools:
@@ -365,6 +366,7 @@ def bench_stragglers(
             "epochs": 1,
             "pools": pools,
             "paper_pools": PAPER_POOLS,
+            "provenance": provenance(),  # commit, package versions, hardware, time
             "rows": rows,
         },
     )
