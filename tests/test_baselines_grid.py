@@ -165,8 +165,8 @@ def test_grid_base_option_names_a_missing_file(capsys) -> None:
 # ----------------------------------------------------------------------------- analyses
 
 # A quick grid on the tiny model, one worker, two optimizer steps, held-out loss only: full data,
-# random at a count under three seed settings (the seed split's two axes), and two scoring
-# selectors at the same count. Enough for every analysis of reports/analyses.py.
+# random at a count under three seed settings (the seed split's two axes), and five more selectors
+# at the same count (four of them scoring). Enough for every analysis of reports/analyses.py.
 ANALYSIS_RUNS = {
     "full": ["selection.method=full"],
     "random": ["selection.method=random"],
@@ -174,7 +174,15 @@ ANALYSIS_RUNS = {
     "random-train1": ["selection.method=random", "training_seed=1"],
     "loss": ["selection.method=loss"],
     "perplexity": ["selection.method=perplexity"],
+    # the baselines issue 15 added, at the same count
+    "rds": ["selection.method=rds", "selection.params.query=heldout"],
+    "clusterclip": ["selection.method=clusterclip"],
+    "deita-ifd": ["selection.method=deita-ifd"],
 }
+# the selectors that record per-example scores (random and clusterclip do not), by their label in
+# the analyses (method and params: reports/analyses.py selection_label)
+RDS = "rds (query=heldout)"
+SCORING = ("loss", "perplexity", RDS, "deita-ifd")
 N_KEPT = 12
 
 
@@ -262,25 +270,34 @@ def test_the_report_holds_every_analysis_of_the_quick_grid(analysis_grid) -> Non
     # kept sets themselves; a selection overlaps itself fully.
     files, root = find_result_files(out)
     kept = {k.label: k for k in load_kept(build_runs(read_results(files, root)[0], root), root)}
-    assert {"random", "loss", "perplexity", "random sel-seed=1"} <= set(kept)
+    at_count = ("random", "loss", "perplexity", RDS, "clusterclip", "deita-ifd")
+    assert {*at_count, "random sel-seed=1"} <= set(kept)
     assert jaccard(kept["loss"].kept, kept["loss"].kept) == 1.0
     overlap = _rows(report, "overlap")
     pairs = {frozenset((r["method A"], r["method B"])): r for r in overlap}
-    want = (("loss", "perplexity"), ("loss", "random"), ("perplexity", "random"))
-    assert set(pairs) == {frozenset(p) for p in want}
+    assert set(pairs) == {frozenset((a, b)) for i, a in enumerate(at_count) for b in at_count[i + 1 :]}
     for pair, r in pairs.items():
         a, b = (kept[x].kept for x in sorted(pair))
         assert float(r["Jaccard"]) == pytest.approx(len(a & b) / len(a | b))
         assert int(r["both kept"]) == len(a & b) and int(r["kept"]) == N_KEPT
 
-    # Score ranks: loss and perplexity both record scores; random does not.
-    (rank,) = _rows(report, "score_rank")
-    assert {rank["method A"], rank["method B"]} == {"loss", "perplexity"}
-    a, b = kept[rank["method A"]].scores, kept[rank["method B"]].scores
-    common = sorted(a.keys() & b.keys())
-    assert int(rank["common scored"]) == len(common) and len(common) >= 3  # 12 of 32 kept each
-    rho = spearman([a[i] for i in common], [b[i] for i in common])
-    assert rho is not None and float(rank["Spearman rho"]) == pytest.approx(rho)
+    # Score ranks: a row per pair of scoring selectors that share at least 3 scored examples
+    # (random and clusterclip record no scores); each rho recomputed from the kept sets' scores.
+    ranks = _rows(report, "score_rank")
+    assert {frozenset((r["method A"], r["method B"])) for r in ranks} <= {
+        frozenset((a, b)) for i, a in enumerate(SCORING) for b in SCORING[i + 1 :]
+    }
+    ranked = {frozenset((r["method A"], r["method B"])) for r in ranks if int(r["common scored"]) >= 3}
+    assert frozenset(("loss", "perplexity")) in ranked
+    for rank in ranks:
+        a, b = kept[rank["method A"]].scores, kept[rank["method B"]].scores
+        common = sorted(a.keys() & b.keys())
+        assert int(rank["common scored"]) == len(common)  # 12 of 32 kept each: few in common
+        if len(common) < 3:  # too few to rank: the row says so with an empty rho
+            assert rank["Spearman rho"] in ("", "—", "n/a")
+            continue
+        rho = spearman([a[i] for i in common], [b[i] for i in common])
+        assert rho is not None and float(rank["Spearman rho"]) == pytest.approx(rho)
 
     # Coverage: per category of the demo pool; each side adds up to 100% for every selection.
     cov = _rows(report, "coverage")
@@ -302,8 +319,8 @@ def test_the_report_holds_every_analysis_of_the_quick_grid(analysis_grid) -> Non
     assert float(s["var over selection seeds"]) >= 0 and float(s["var over training seeds"]) >= 0
 
     # Cost: every selection cell against the full run; saved = full train h - train h.
-    cost = {r["method"].split(" @")[0]: r for r in _rows(report, "selection_cost")}
-    assert set(cost) == {"random", "loss", "perplexity"}
+    cost = {r["method"].split(" @")[0].split(" (")[0]: r for r in _rows(report, "selection_cost")}
+    assert set(cost) == {"random", "loss", "perplexity", "rds", "clusterclip", "deita-ifd"}
     for r in cost.values():
         saved = float(r["full train h"]) - float(r["train h"])
         assert float(r["train h saved"]) == pytest.approx(saved, rel=1e-6, abs=1e-12)
