@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.bench.stragglers import VARIANTS, bench_stragglers
+from repro.bench.stragglers import VARIANTS, bench_stragglers, main
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "demo-quick.yaml")
 
@@ -41,3 +41,13 @@ def test_rows_agree_with_their_schedules_and_record_provenance(tmp_path: Path) -
         assert by[(ratio, "random-allocation")]["kept"] == by[(ratio, "cluster")]["kept"]
         assert by[(ratio, "cluster+balance")]["kept_tokens"] == by[(ratio, "cluster")]["kept_tokens"]
     assert all(v in text for v in ("CluSTER", "random allocation")) and len(VARIANTS) == 4
+    assert (tmp_path / "bench_stragglers.png").stat().st_size > 0
+    assert (tmp_path / "bench_stragglers.pdf").stat().st_size > 0
+    # --rows: the same tables and figure from the saved JSON, nothing measured
+    again = tmp_path / "again"
+    assert main(["--rows", str(tmp_path / "bench_stragglers.json"), "--output-dir", str(again)]) == 0
+    assert (again / "bench_stragglers.md").read_text() == (tmp_path / "bench_stragglers.md").read_text()
+    assert (again / "bench_stragglers.png").read_bytes() == (tmp_path / "bench_stragglers.png").read_bytes()
+    (tmp_path / "bad.json").write_text("[]")
+    with pytest.raises(SystemExit, match="expected a bench_stragglers.json with rows and accum"):
+        main(["--rows", str(tmp_path / "bad.json"), "--output-dir", str(again)])

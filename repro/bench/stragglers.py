@@ -4,6 +4,7 @@ other at the paper's step shape, from real token lengths and real clusters.
     cluster-repro bench stragglers [--pools configs/mini/code.yaml,configs/mini/medical.yaml]
         [--world-sizes 4,8] [--ratios 100,75,50] [--accum 128] [--feature-workers 2]
         [--output-dir runs/bench-stragglers] [key.sub=value ...]
+    cluster-repro bench stragglers --rows runs/bench-stragglers/bench_stragglers.json --output-dir DIR
 
 No training and no timing: every number comes from a schedule and token counts
 (repro/core/steps.py), so it is the same on any machine and under any load.
@@ -32,8 +33,9 @@ Model of time: a step lasts in proportion to its largest worker token sum, so a 
 training time is the sum over its steps of the max worker token sum. A variant's implied time
 reduction is 1 - its time / full data's time: training only (the selection's features and
 clustering and the evaluation are not in it); a third table gives the tokens each variant
-trains. Writes bench_stragglers.json and bench_stragglers.md (the tables in docs/stragglers.md)
-to --output-dir.
+trains. Writes bench_stragglers.json, bench_stragglers.md (the tables in docs/stragglers.md) and
+the figure bench_stragglers.png/.pdf (predicted idle share per variant) to --output-dir;
+`--rows bench_stragglers.json` redraws the tables and the figure of a saved run.
 """
 
 from __future__ import annotations
@@ -335,6 +337,53 @@ def format_tables(rows: list[dict[str, Any]], accum: int) -> str:
     return "\n".join(out)
 
 
+def figure(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
+    """bench_stragglers.png/.pdf: the predicted idle share per variant, one panel per pool, a group
+    of bars per (K, r), at the paper's size where the pool has one (else the pool's own). Cells
+    with no full optimizer step are left empty. Paper page width (reports/figures.py's style)."""
+    import matplotlib
+
+    from reports.figures import COLORS, LINE_IN, PAGE_IN, RC, _figure, _layout, _save
+
+    pools = list(dict.fromkeys(r["pool"] for r in rows))
+    if not pools:
+        return []
+
+    def scale_of(pool: str) -> str:
+        return "paper" if any(r["pool"] == pool and r["scale"] == "paper" for r in rows) else "pool"
+
+    by = {(r["pool"], r["scale"], r["k"], r["ratio"], r["variant"]): r for r in rows}
+    with matplotlib.rc_context(RC):
+        panel_h, gap, top, bottom = 1.35, 0.55, 0.12 + 2 * LINE_IN + 0.2, 0.5
+        height = top + len(pools) * panel_h + (len(pools) - 1) * gap + bottom
+        fig, axes = _figure(len(pools), 1)
+        _layout(fig, PAGE_IN, height, len(pools), 1, left=0.55, right=0.1, bottom=bottom, top=top, hspace=gap)
+        width = 0.8 / len(VARIANTS)
+        for ax, pool in zip(axes, pools):
+            scale = scale_of(pool)
+            cells = sorted(
+                {(r["k"], r["ratio"]) for r in rows if r["pool"] == pool and r["ratio"] is not None},
+                key=lambda t: (t[0], -t[1]),
+            )
+            for j, v in enumerate(VARIANTS):
+                xs, ys = [], []
+                for i, (k, ratio) in enumerate(cells):
+                    x = by.get((pool, scale, k, ratio, v), {}).get("idle_share")
+                    if x is not None:
+                        xs.append(i + (j - (len(VARIANTS) - 1) / 2) * width)
+                        ys.append(100 * x)
+                ax.bar(xs, ys, width=width, color=COLORS[j], label=NAMES[v] if ax is axes[0] else None)
+            ax.set_xticks(range(len(cells)), [f"K={k}\nr={ratio / 100:g}" for k, ratio in cells])
+            ax.set_ylabel("predicted idle (%)")
+            ax.set_ylim(0, 100)
+            copies = next((r["copies"] for r in rows if r["pool"] == pool and r["scale"] == scale), 1)
+            where = f"paper size (x{copies})" if scale == "paper" else "pool size"
+            ax.set_title(f"{pool}, {where}", loc="left")
+        fig.legend(loc="upper center", ncol=2, bbox_to_anchor=(0.5, 1.0 - 0.04 / height))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return _save(fig, out_dir, "bench_stragglers")
+
+
 def _scale(rows: list[dict[str, Any]], pool: str, scale: str) -> str:
     if scale == "pool":
         return "pool"
@@ -371,6 +420,7 @@ def bench_stragglers(
         },
     )
     atomic_write_text(output_dir / "bench_stragglers.md", text + "\n")
+    figure(rows, output_dir)
     return rows, text
 
 
@@ -402,12 +452,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--output-dir", default="runs/bench-stragglers")
     p.add_argument(
+        "--rows",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="measure nothing: the tables and figure of a saved bench_stragglers.json, into --output-dir",
+    )
+    p.add_argument(
         "overrides",
         nargs="*",
         metavar="key.sub=value",
         help="config overrides for every pool, e.g. data_dir=../shared/data",
     )
     a = p.parse_args(argv)
+    if a.rows is not None:
+        return _redraw(a.rows, Path(a.output_dir))
     ks = _ints("--world-sizes", a.world_sizes)
     ratios = [float(x) for x in _ints("--ratios", a.ratios)]
     if max(ratios) > 100 or a.accum < 1 or a.feature_workers < 1:
@@ -421,6 +480,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(text)
     print(f"\n{Path(a.output_dir) / 'bench_stragglers.json'}")
+    return 0
+
+
+def _redraw(path: Path, out: Path) -> int:
+    """The tables (bench_stragglers.md) and the figure of a saved bench_stragglers.json."""
+    import json
+
+    from repro.core.io import atomic_write_text
+
+    try:
+        saved = json.loads(path.read_text())
+        rows, accum = saved["rows"], int(saved["accum"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(
+            f"--rows {path}: expected a bench_stragglers.json with rows and accum ({e})"
+        ) from None
+    text = format_tables(rows, accum)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "bench_stragglers.md", text + "\n")
+    paths = figure(rows, out)
+    print(text)
+    print(f"\nfigure: {', '.join(str(p) for p in paths)}")
     return 0
 
 
