@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from reports.load import RAW_METRICS, ReportInputError, Run, is_diagnostic
+from reports.load import RAW_METRICS, ReportInputError, Run, is_diagnostic, read_jsonl
 from reports.tables import Column, Report, Table
 
 ANALYSIS_FIGURES = ("overlap_jaccard", "score_spearman", "category_coverage")
@@ -157,17 +157,8 @@ def selection_label(r: Run) -> str:
 
 
 def _read_pool(path: Path) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    with open(path, encoding="utf-8") as fh:
-        for i, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-                out[str(d["id"])] = d.get("category")
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise ReportInputError(f"{path}:{i}: expected a JSON example with an id ({e})") from None
-    return out
+    rows = read_jsonl(path, "a JSON example with an id", lambda d: (str(d["id"]), d.get("category")))
+    return dict(rows)
 
 
 def load_kept(runs: list[Run], root: Path | None) -> list[Kept]:

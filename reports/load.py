@@ -325,6 +325,22 @@ def load_step_tokens(run_dir: Path) -> list[list[int]] | None:
         ) from None
 
 
+def read_jsonl(path: Path, expected: str, read: Any) -> list[Any]:
+    """read(row) for every non-blank line of a JSONL file; a line that is no JSON, or that `read`
+    cannot take (a missing key, a wrong type), is a ReportInputError naming the file and line and
+    what was `expected`."""
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for i, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                out.append(read(json.loads(line)))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                raise ReportInputError(f"{path}:{i}: expected {expected} ({e})") from None
+    return out
+
+
 def load_items(run_dir: Path) -> dict[str, dict[str, float]]:
     """Per-item scores of one run: eval_samples.jsonl rows with `id`, `score` and `benchmark` (or
     the demo's `category`, read as benchmark demo/<category>; every demo item also counts for
@@ -333,21 +349,15 @@ def load_items(run_dir: Path) -> dict[str, dict[str, float]]:
     if not path.is_file():
         return {}
     items: dict[str, dict[str, float]] = {}
-    with open(path, encoding="utf-8") as fh:
-        for i, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-                bench = d.get("benchmark") or f"demo/{d['category']}"
-                iid, score = str(d["id"]), float(d["score"])
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-                raise ReportInputError(
-                    f"{path}:{i}: expected JSON with id, score and benchmark or category ({e})"
-                ) from None
-            items.setdefault(bench, {})[iid] = score
-            if bench.startswith("demo/"):
-                items.setdefault("demo/overall", {})[iid] = score
+    rows = read_jsonl(
+        path,
+        "JSON with id, score and benchmark or category",
+        lambda d: (d.get("benchmark") or f"demo/{d['category']}", str(d["id"]), float(d["score"])),
+    )
+    for bench, iid, score in rows:
+        items.setdefault(bench, {})[iid] = score
+        if bench.startswith("demo/"):
+            items.setdefault("demo/overall", {})[iid] = score
     return items
 
 

@@ -120,26 +120,28 @@ def summary_table(run_dirs: list[Path]) -> str:
         _label(row) + (f" seed {row['seed']}" if many_seeds else "")
         for row in (next(iter(r.values())) for r in runs)
     ]
+
+    def per_category(title: str, names: list[str], metric: str, prefix: str, digits: int) -> None:
+        lines.extend(["", title, "", "| category | " + " | ".join(methods) + " |"])
+        lines.append("|---|" + "---|" * len(methods))
+        for c in sorted(names):
+            vals = [
+                f"{float(row['value']):.{digits}f} (n={row['n']})" if (row := r.get((c, metric))) else "-"
+                for r in runs
+            ]
+            lines.append(f"| {c[len(prefix) :]} | " + " | ".join(vals) + " |")
+
     if cats:
-        lines += ["", "Quality per category (exact match / execution on held-out items):", ""]
-        lines.append("| category | " + " | ".join(methods) + " |")
-        lines.append("|---|" + "---|" * len(methods))
-        for c in sorted(cats):
-            vals = []
-            for r in runs:
-                row = r.get((c, "exact_or_exec"))
-                vals.append(f"{float(row['value']):.2f} (n={row['n']})" if row else "-")
-            lines.append(f"| {c[5:]} | " + " | ".join(vals) + " |")
+        title = "Quality per category (exact match / execution on held-out items):"
+        per_category(title, cats, "exact_or_exec", "demo/", 2)
     if loss_cats:
-        lines += ["", "Held-out loss per category (nats per response token; lower is better):", ""]
-        lines.append("| category | " + " | ".join(methods) + " |")
-        lines.append("|---|" + "---|" * len(methods))
-        for c in sorted(loss_cats):
-            vals = []
-            for r in runs:
-                row = r.get((c, "loss"))
-                vals.append(f"{float(row['value']):.3f} (n={row['n']})" if row else "-")
-            lines.append(f"| {c[len('heldout/') :]} | " + " | ".join(vals) + " |")
+        per_category(
+            "Held-out loss per category (nats per response token; lower is better):",
+            loss_cats,
+            "loss",
+            "heldout/",
+            3,
+        )
     seeds = seeds_table(run_dirs)
     if seeds:
         lines += ["", seeds]

@@ -153,3 +153,15 @@ def test_overlap_pairs_only_selections_at_one_budget_and_coverage_falls_back_to_
     assert len(cov.rows) == 2 and not cov.notes[0].startswith("Skipped")
     assert overlap_table([a], True).notes[0].startswith("Skipped (overlap)")
     assert overlap_table([], False).notes[0].startswith("Skipped (overlap): no run folders")
+
+
+def test_a_bad_pool_line_names_the_file_the_line_and_what_was_expected(tmp_path) -> None:
+    from reports.analyses import _read_pool
+    from reports.load import ReportInputError
+
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text('{"id": "a", "category": "add"}\n\n{"prompt": "no id"}\n')
+    with pytest.raises(ReportInputError, match=r"pool\.jsonl:3: expected a JSON example with an id"):
+        _read_pool(pool)
+    pool.write_text('{"id": "a", "category": "add"}\n{"id": 7}\n')
+    assert _read_pool(pool) == {"a": "add", "7": None}
