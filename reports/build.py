@@ -42,6 +42,7 @@ from reports.tables import (
     drop_blank_columns,
     main_table,
     overhead_table,
+    runs_table,
 )
 from repro.core.io import atomic_write_text
 
@@ -82,6 +83,7 @@ def all_tables(rep: Report, reported: list[dict[str, Any]]) -> list[Table]:
     tables += [main_table(rep), differences_table(rep), overhead_table(rep)]
     tables += [ablation_table(rep, *a) for a in ABLATIONS]
     tables += [balance_table(rep), reported_table(rep, reported)]
+    tables += [runs_table([r for c in rep.cells for r in c.runs])]
     for t in tables:
         if t.name in BY_SETTING:
             t.group_by = ("setting",)

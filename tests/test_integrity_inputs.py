@@ -70,7 +70,7 @@ def test_every_numeric_key_of_every_section_has_a_range() -> None:
     and every shipped default is itself allowed."""
     from slurm.profile import RANGES, ClusterProfile
 
-    keys = numeric_keys()
+    keys = numeric_keys(ExperimentConfig)
     assert len(keys) >= 29 and "train.grad_clip" in keys and "data.sources[].limit" in keys
     assert set(keys) == set(NUMERIC_RANGES)
     assert set(numeric_keys(ClusterProfile)) == set(RANGES)
