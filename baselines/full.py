@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.params import Parameterized
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
 
 @register_selector("full")
-class FullSelector:
+class FullSelector(Parameterized):
     """Keeps every example, in pool order. A budget other than the pool size is an error."""
+
+    @dataclass
+    class Params:
+        """No parameters."""
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         if budget is not None and budget != len(pool):

@@ -19,7 +19,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from reports.analyses import ANALYSIS_FIGURES, analysis_figures, analysis_tables
+from reports.analyses import analysis_tables
+from reports.analysis_figures import ANALYSIS_FIGURES, analysis_figures
 from reports.compact import compact_tables
 from reports.figures import FIGURES, all_figures
 from reports.load import (

@@ -4,7 +4,7 @@ Input: the tidy result rows (repro/core/results.py) — every `results.part.csv`
 directory, or one merged CSV — and, where a row's run folder `<root>/<name>/<config_hash>/` is
 present, its per-item scores (`eval_samples.jsonl`), used only to pair bootstrap intervals on items,
 and its per-step token sums per worker (`step_tokens.json`), used only by the step-tokens figure
-(reports/analyses.py reads the folder's selection.json and pool.jsonl itself).
+and, for the analyses, its selection.json and pool.jsonl (`load_kept`).
 Every file is checked before it is read (part files against their checksum sidecar, see
 docs/files.md): a damaged one stops the report unless --allow-damaged leaves it out, by name.
 
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,6 +36,7 @@ from typing import Any
 
 from repro.core import schema
 from repro.core.results import DIAGNOSTIC_PREFIXES, PART_NAME, REQUIRED_COLUMNS
+from repro.core.types import RunFileError, read_selection
 
 # Metrics reported as they are (lower is better); every other metric is a fraction shown as %.
 RAW_METRICS = ("loss", "perplexity")
@@ -469,4 +471,101 @@ def group_cells(runs: list[Run]) -> list[Cell]:
     out = []
     for key in sorted(cells):  # every key position has one type, so tuples compare
         out.append(Cell(key, sorted(cells[key], key=lambda r: (r.seed, r.run_id))))
+    return out
+
+
+# ----------------------------------------------------------------------------- selections (analyses)
+
+
+@dataclass
+class Kept:
+    """One run's selection, read from its run folder."""
+
+    run: Run
+    label: str
+    ids: list[str]
+    scores: dict[str, float] = field(default_factory=dict)
+    clusters: dict[str, int] = field(default_factory=dict)
+    pool_categories: dict[str, str | None] = field(default_factory=dict)
+    cluster_sizes: list[int] | None = None
+
+    @property
+    def kept(self) -> set[str]:
+        return set(self.ids)
+
+    @property
+    def pool_key(self) -> tuple:
+        r = self.run
+        return (r.dataset, r.model, r.seed)
+
+
+def selection_label(r: Run) -> str:
+    """What tells one selection from another: the method, its params (r= for CluSTER's ratio),
+    the world size for CluSTER (its clusters are dealt per worker) and the selection seed where
+    it is not the run's seed."""
+    out = r.method
+    if r.ratio is not None:
+        out += f" r={r.ratio / 100:g}"
+    extra = {k: v for k, v in sorted(r.params.items()) if k != "ratio"}
+    if extra:
+        out += " (" + ", ".join(f"{k}={v}" for k, v in extra.items()) + ")"
+    if r.method == "cluster" and r.world_size:
+        out += f" K={r.world_size}"
+    if r.selection_seed is not None and r.selection_seed != r.seed:
+        out += f" sel-seed={r.selection_seed}"
+    return out
+
+
+def _read_pool(path: Path) -> dict[str, str | None]:
+    rows = read_jsonl(path, "a JSON example with an id", lambda d: (str(d["id"]), d.get("category")))
+    return dict(rows)
+
+
+def load_kept(runs: list[Run], root: Path | None) -> list[Kept]:
+    """The selections of the runs whose folders hold selection.json and pool.jsonl (not full
+    data, not the base model), one per (pool, label, kept count): a run that repeats another's
+    selection (another training seed, allocator or world size of the same selection) is left
+    out."""
+    if root is None:
+        return []
+    out: list[Kept] = []
+    seen: set[tuple] = set()
+    pools: dict[Path, dict[str, str | None]] = {}
+    for r in sorted(runs, key=lambda x: x.run_id):
+        if r.method in ("full", "base"):  # a diverged run's selection still counts
+            continue
+        d = root / r.name / r.config_hash
+        sel_path, pool_path = d / "selection.json", d / "pool.jsonl"
+        if not sel_path.is_file() or not pool_path.is_file():
+            continue
+        label = selection_label(r)
+        key = (r.dataset, r.model, r.seed, label, r.n_selected)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            sel = read_selection(sel_path)
+        except RunFileError as e:
+            raise ReportInputError(str(e)) from None
+        ids = sel.ids
+        scores = (
+            {i: float(s) for i, s in zip(ids, sel.scores) if s is not None and math.isfinite(float(s))}
+            if sel.scores
+            else {}
+        )
+        clusters = {i: int(c) for i, c in zip(ids, sel.clusters)} if sel.clusters else {}
+        sizes = sel.diagnostics.cluster_sizes_before_cap or sel.info.get("cluster_sizes")
+        if pool_path not in pools:
+            pools[pool_path] = _read_pool(pool_path)
+        out.append(
+            Kept(
+                run=r,
+                label=label,
+                ids=ids,
+                scores=scores,
+                clusters=clusters,
+                pool_categories=pools[pool_path],
+                cluster_sizes=[int(x) for x in sizes] if isinstance(sizes, list) else None,
+            )
+        )
     return out

@@ -68,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the CPU mini-reproduction on the generated demo pool",
         description="Fine-tune SmolLM2-135M-Instruct (LoRA) with 4 gloo DDP workers "
         "on the generated demo pool, once per method, and print the results table. "
-        "About 7 minutes on 2 idle cores (see docs/measurements.md); --quick "
-        "uses a tiny random model (~1-2 min).",
+        "docs/measurements.md gives its time on 2 cores; --quick uses a tiny random "
+        "model instead.",
         epilog=EPILOG,
     )
     p.add_argument("--quick", action="store_true", help="tiny random model, small pool (for tests)")
@@ -265,7 +265,9 @@ def _cmd_ls(what: str, task_paths: list[str]) -> int:
     for name in reg.names():
         obj = reg.get(name)
         doc = (obj.__doc__ or "").strip().splitlines()
-        print(f"{name:20s} {doc[0] if doc else ''}  [{reg.origin(name)}]")
+        print(f"{name}  [{reg.origin(name)}]\n    {doc[0] if doc else ''}")
+        for line in reg.parameters(name) or ["(no parameters)"]:
+            print(f"      {line}")
     return 0
 
 

@@ -248,7 +248,8 @@ def _short_hash(d: Any) -> str:
 
 def config_hash(cfg: ExperimentConfig) -> str:
     """The run's training identity: 12 hex digits of the canonical JSON of every field that
-    changes what is selected and trained (all but name, paths, launch, eval, train.report_to)."""
+    changes what is selected and trained (all but name, paths, launch, eval, train.report_to),
+    with the selector's and allocator's parameters in their canonical form."""
     d = cfg.to_dict()
     for key in _HASH_EXCLUDED:
         *section, last = key.split(".")
@@ -259,7 +260,27 @@ def config_hash(cfg: ExperimentConfig) -> str:
     for key in _HASH_EXCLUDED_WHEN_NULL:
         if d.get(key) is None:
             d.pop(key, None)
+    d["selection"]["params"], d["allocation"]["params"] = canonical_params(cfg)
     return _short_hash(d)
+
+
+def canonical_params(cfg: ExperimentConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """selection.params and allocation.params in their canonical form (repro/core/params.py:
+    typed, defaults left out). Parameters their class refuses stay as written: such a config
+    never runs (preflight names the problem), and its hash only has to be stable."""
+    from repro.core.builder import ConfigError
+    from repro.core.registry import ALLOCATORS, SELECTORS
+
+    out = []
+    for reg, section, key in (
+        (SELECTORS, cfg.selection, "selection.params"),
+        (ALLOCATORS, cfg.allocation, "allocation.params"),
+    ):
+        try:
+            out.append(reg.canonical(section.method, section.params, key))
+        except ConfigError:
+            out.append(dict(section.params))
+    return out[0], out[1]
 
 
 def eval_hash(cfg: ExperimentConfig) -> str:

@@ -2,7 +2,8 @@
 
 Each run writes its own part file (`<run_dir>/results.part.csv`), so parallel jobs never write the
 same file. `merge_results` gathers every part under an output directory into results.csv and
-results.parquet. Reports read nothing else.
+results.parquet. The reports read these rows, and from a run folder only the files docs/reports.md
+names (each checked as it is read).
 """
 
 from __future__ import annotations
