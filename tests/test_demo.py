@@ -58,7 +58,17 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
         assert sorted(p.name for p in (d / "train_log").iterdir()) == [f"rank{k}.jsonl" for k in range(4)]
         header = (d / "selection.csv").read_text().splitlines()[0]
         assert header == "example_id,cluster,worker,position,weight"
-    assert (tmp_path / "results.parquet").stat().st_size > 0
+    # Every parquet column in its schema type's dtype, on a real run's rows (predicted_idle_share
+    # was once stored as text).
+    import pandas as pd
+
+    from repro.core import schema
+
+    pq = pd.read_parquet(tmp_path / "results.parquet")
+    assert {c.name: str(pq[c.name].dtype) for c in schema.SCHEMA} == {
+        c.name: schema.PARQUET_DTYPES[c.type] for c in schema.SCHEMA
+    }
+    assert pq["predicted_idle_share"].notna().all() and pq["n_selected"].min() > 0
     # Straggler accounting: every multi-worker run's rows carry the predicted idle share, made
     # before training from the steps the trainer then ran (its logged tokens, step by step).
     assert "all-reduce wait | predicted idle |" in out
