@@ -23,6 +23,7 @@ PRUNE_MODES = ("close", "far", "rand", "mix", "big", "none")
 _BLOCK = 32768  # rows per torch matmul / index_add_ call (views, no copies; fewer calls win)
 _PROJ_DIM = 256  # the fast mode's restarts run on a random projection to this many dims (D > 512)
 _RESTARTS, _SAMPLE_ITERS, _FULL_PASSES = 3, 20, 10
+ROW_CHUNK = 65536  # rows per block where a step reads a (memmapped) matrix in blocks
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -111,13 +112,20 @@ def sq_distances_to_own_center(X, centers, labels) -> np.ndarray:
 
 
 # -- step 2 ---------------------------------------------------------------------------------------
-def normalize_features(X, k: int, mode: str = "auto") -> np.ndarray:
+def normalize_features(X, k: int, mode: str = "auto", out=None, chunk: int = ROW_CHUNK) -> np.ndarray:
     """Step 2. "auto": K > 1 -> L2-normalize each row (unit norm); K == 1 -> subtract the mean row.
-    Also "l2", "center", "none" (a float32 copy). Returns a new float32 N x D array."""
+    Also "l2", "center", "none" (a float32 copy). Returns a new float32 N x D array.
+
+    `out`: an N x D float32 array to write into instead (e.g. a memmap on disk, for a matrix
+    that does not fit in memory twice); then X (a memmap too) is read in `chunk`-row blocks, and
+    memory holds one block, never a copy of X. The rows are the same bit for bit either way
+    (every step is per row; center's mean is the same reduction)."""
     if mode not in NORM_MODES:
         raise SelectionError(f"unknown normalization {mode!r}; choose one of {NORM_MODES}")
     if int(k) != k or k < 1:
         raise SelectionError(f"K = world size = {k} must be a positive integer")
+    if out is not None:
+        return _normalize_into(X, k, mode, out, chunk)
     X = _matrix(X)
     _check_finite(X)
     if mode == "auto":
@@ -138,6 +146,68 @@ def normalize_features(X, k: int, mode: str = "auto") -> np.ndarray:
     if mode == "center":
         return X - X.mean(axis=0, dtype=np.float64).astype(np.float32)
     return X.copy()
+
+
+def _normalize_into(X, k: int, mode: str, out, chunk: int) -> np.ndarray:
+    """normalize_features into `out`, `chunk` rows at a time (the rows of the in-memory form)."""
+    X = np.asarray(X)
+    if X.ndim != 2 or np.shape(out) != X.shape:
+        raise SelectionError(f"normalize: out has shape {np.shape(out)}, features {X.shape}")
+    mode = ("l2" if k > 1 else "center") if mode == "auto" else mode
+    mean = None
+    if mode == "center":
+        mean = X.mean(axis=0, dtype=np.float64).astype(np.float32)
+    for a in range(0, X.shape[0], chunk):
+        xb = np.ascontiguousarray(X[a : a + chunk], dtype=np.float32)
+        try:
+            if mode == "center":
+                _check_finite(xb)
+                out[a : a + chunk] = xb - mean
+            else:
+                out[a : a + chunk] = normalize_features(xb, k, mode)
+        except SelectionError as e:  # row indices of the block: say where they are in X
+            raise SelectionError(f"{e} (in rows {a}..{a + len(xb) - 1} of {X.shape[0]})") from None
+    return out
+
+
+def project_features(X, dim: int, seed: int, out=None, chunk: int = ROW_CHUNK) -> np.ndarray:
+    """A seeded Gaussian random projection (Johnson-Lindenstrauss) of the rows of X to `dim`
+    columns, entries N(0, 1/dim), in `chunk`-row blocks (into `out` when given, e.g. a memmap).
+    Squared distances are kept up to a factor 1 +- eps with eps ~ sqrt(8 ln N / dim)."""
+    X = np.asarray(X)
+    n, d = X.shape
+    if not 1 <= dim:
+        raise SelectionError(f"projection dimension {dim} must be >= 1")
+    proj = np.random.default_rng([seed, 11]).standard_normal((d, dim)).astype(np.float32) / np.float32(
+        np.sqrt(dim)
+    )
+    out = np.empty((n, dim), dtype=np.float32) if out is None else out
+    for a in range(0, n, chunk):
+        out[a : a + chunk] = np.ascontiguousarray(X[a : a + chunk], dtype=np.float32) @ proj
+    return out
+
+
+def exact_mode_fits(n: int, d: int, available_bytes: int | None = None) -> tuple[bool, float, float]:
+    """(fits, needed GiB, available GiB) for scikit-learn's k-means ("exact"): it copies the
+    N x D float32 matrix (copy_x) and keeps the input, so about 2 x N x D x 4 bytes plus the
+    N x K distances. `available_bytes` defaults to the machine's MemAvailable."""
+    need = 2.0 * n * d * 4
+    if available_bytes is None:
+        available_bytes = _mem_available()
+    return need <= available_bytes, need / 2**30, available_bytes / 2**30
+
+
+def _mem_available() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import os
+
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 # -- step 3 ---------------------------------------------------------------------------------------
@@ -175,6 +245,14 @@ def kmeans(
         )
     if mode == "exact":
         from sklearn.cluster import KMeans
+
+        fits, need, avail = exact_mode_fits(n, X.shape[1])
+        if not fits:
+            raise SelectionError(
+                f"k-means mode 'exact' (scikit-learn) copies the {n} x {X.shape[1]} features: "
+                f"about {need:.1f} GiB, with {avail:.1f} GiB available; use "
+                "selection.params.kmeans: fast (row blocks over the features file, bounded memory)"
+            )
 
         km = KMeans(n_clusters=k, init="k-means++", n_init=n_init, max_iter=max_iter, random_state=seed)
         with warnings.catch_warnings(record=True) as caught:
@@ -370,17 +448,25 @@ def soft_cap_assign(X, centers, labels, cap_factor: float = 1.5, n_candidates: i
     nc = min(int(n_candidates), k)
     cand = order[:, :nc]
     flat = np.argsort(np.take_along_axis(d, cand, 1).ravel(), kind="stable")  # pair p = i*nc + r
-    pair_rows, pair_ctrs = (flat // nc).tolist(), cand.ravel()[flat].tolist()
-    out = [-1] * n
+    del d
+    pair_ctrs = cand.ravel()[flat]
+    flat //= nc  # the pairs' rows, in place (N x nc int64: the cap's O(N K) pairs)
+    out = [-1] * n  # N pointers to cached small ints: 8 bytes a row
     room = [cap] * k
     left = n
-    for i, c in zip(pair_rows, pair_ctrs):  # the greedy pass (the one sequential part)
-        if out[i] < 0 and room[c] > 0:
-            out[i] = c
-            room[c] -= 1
-            left -= 1
-            if left == 0:
-                break
+    # the greedy pass (the one sequential part), over the pairs in blocks: Python objects for
+    # one block at a time, never for all N x nc pairs
+    for a in range(0, flat.size, 1 << 20):
+        rows_b, ctrs_b = flat[a : a + (1 << 20)].tolist(), pair_ctrs[a : a + (1 << 20)].tolist()
+        for i, c in zip(rows_b, ctrs_b):
+            if out[i] < 0 and room[c] > 0:
+                out[i] = c
+                room[c] -= 1
+                left -= 1
+                if left == 0:
+                    break
+        if left == 0:
+            break
     out = np.array(out, dtype=np.int64)
     for i in np.flatnonzero(out < 0).tolist():  # only when K > n_candidates or cap * K < N
         with_room = [c for c in order[i].tolist() if room[c] > 0]

@@ -371,6 +371,7 @@ def _features_worker(
                 "batch_size": batch_size,
                 "batches": len(batches),
                 "max_length": max_length,
+                "pool_fingerprint": _pool_fingerprint(rows),  # what the pool is (reuse checks it)
                 "device": device.type,
                 "bf16": bf16,
                 "per_worker": gathered,
@@ -379,6 +380,12 @@ def _features_worker(
     if world_size > 1:
         dist.barrier()  # nobody leaves (and tears the group down) before the file is in place
     return rank
+
+
+def _pool_fingerprint(rows: list[dict]) -> str:
+    from method.feature_shards import pool_fingerprint
+
+    return pool_fingerprint(rows)
 
 
 def features_to_file(

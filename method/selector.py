@@ -60,7 +60,17 @@ class ClusterSelector:
     clusters_per_worker: C (an integer >= 1). C = 1 is the method: K clusters, one per worker.
     C > 1: C x K clusters packed onto the K workers with balanced totals, the budget and the rank
     weights per worker (method/packing.py, docs/k-scaling.md).
+    feature_shards: S >= 1. S > 1: the gradient-proxy pass in S shards, each written on its own
+    and resumable, then merged (method/feature_shards.py); under `launch` one SLURM job array. The
+    features equal the unsharded pass bit for bit, so S does not enter the feature key.
+    cluster_proj_dim: null (none), or d: the normalized features go through a seeded Gaussian
+    (Johnson-Lindenstrauss) projection to d dims, and k-means, the soft cap and the within-cluster
+    choice work there (for pools of 10M+; `proj_dim` is the lora-grad features' own projection).
+    A normalized matrix over NORMALIZED_ON_DISK_BYTES is written next to features.npy and read
+    in row blocks (method/clustering.py), never held in memory; the selection is the same.
     """
+
+    NORMALIZED_ON_DISK_BYTES = 2**30
 
     def __init__(
         self,
@@ -80,6 +90,8 @@ class ClusterSelector:
         order: str = "suite",
         budget_unit: str = "examples",
         clusters_per_worker: int = 1,
+        feature_shards: int = 1,
+        cluster_proj_dim: int | None = None,
     ) -> None:
         if not 0 < float(ratio) <= 100:
             raise SelectionError(
@@ -136,6 +148,22 @@ class ClusterSelector:
                 "selection.params.order: authors is defined for variant prune "
                 "(method.md step 7); the uniform variant has no authors' order"
             )
+        if isinstance(feature_shards, bool) or not isinstance(feature_shards, int) or feature_shards < 1:
+            raise SelectionError(
+                f"selection.params.feature_shards: {feature_shards!r} is not an integer >= 1 "
+                "(the gradient-proxy pass in that many shards, each written on its own; 1: one pass)"
+            )
+        self.feature_shards = feature_shards
+        if cluster_proj_dim is not None and (
+            isinstance(cluster_proj_dim, bool)
+            or not isinstance(cluster_proj_dim, int)
+            or cluster_proj_dim < 1
+        ):
+            raise SelectionError(
+                f"selection.params.cluster_proj_dim: {cluster_proj_dim!r} is not an integer >= 1 "
+                "(a seeded random projection of the normalized features before k-means; null: none)"
+            )
+        self.cluster_proj_dim = cluster_proj_dim
         self.round_budget_to_batch, self.order = round_budget_to_batch, order
         self.budget_unit = budget_unit
         self.clusters_per_worker = clusters_per_worker
@@ -178,6 +206,7 @@ class ClusterSelector:
             if (
                 meta.get("n") == len(pool)
                 and meta.get("feature_type", self.feature_type) == self.feature_type
+                and self._same_pool(meta, pool)
             ):
                 return np.load(out, mmap_mode="r"), {**meta, "reused": True}
         if ctx.model_dir is None:
@@ -187,6 +216,20 @@ class ClusterSelector:
 
             # K = ctx.world_size stays the number of clusters; only the pass's processes change.
             workers = feature_workers(ctx.world_size, self.feature_workers)
+            if self.feature_shards > 1:
+                from method.feature_shards import sharded_features_to_file
+
+                sharded_features_to_file(
+                    Path(ctx.workdir),
+                    self.feature_shards,
+                    Path(ctx.model_dir),
+                    cfg.model,
+                    cfg.data.max_length,
+                    self.feature_batch_size,
+                    out,
+                )
+                meta = json.loads(meta_path.read_text())
+                return np.load(out, mmap_mode="r"), meta
             features_to_file(
                 Path(ctx.workdir),
                 workers,
@@ -200,6 +243,40 @@ class ClusterSelector:
             self._lora_features(pool, ctx, out)
         meta = json.loads(meta_path.read_text())
         return np.load(out, mmap_mode="r"), meta
+
+    def _normalized(self, X: np.ndarray, k: int, ctx: SelectionContext, scratch: list[Path]) -> np.ndarray:
+        """Step 2 (and the optional projection): in memory, or, for a matrix over
+        NORMALIZED_ON_DISK_BYTES, into a memmap next to the features, in row blocks."""
+        from method import clustering as C
+
+        big = X.nbytes > self.NORMALIZED_ON_DISK_BYTES
+        if not big:
+            Xn = C.normalize_features(X, k, self.normalization)
+        else:
+            path = Path(ctx.workdir) / "features.normalized.npy"
+            scratch.append(path)
+            out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=X.shape)
+            Xn = C.normalize_features(X, k, self.normalization, out=out)
+            out.flush()
+        if self.cluster_proj_dim is None:
+            return Xn
+        d = self.cluster_proj_dim
+        out = None
+        if big and X.shape[0] * d * 4 > self.NORMALIZED_ON_DISK_BYTES:
+            path = Path(ctx.workdir) / "features.projected.npy"
+            scratch.append(path)
+            out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(X.shape[0], d))
+        return C.project_features(Xn, d, ctx.seed, out=out)
+
+    @staticmethod
+    def _same_pool(meta: dict[str, Any], pool: Pool) -> bool:
+        """Features are reused only for the pool they were computed from: same example ids and
+        contents, in order (files written before the fingerprint existed: by their length)."""
+        if "pool_fingerprint" not in meta:
+            return True
+        from method.feature_shards import pool_fingerprint
+
+        return meta["pool_fingerprint"] == pool_fingerprint(e.to_dict() for e in pool.examples)
 
     def _lora_features(self, pool: Pool, ctx: SelectionContext, out: Path) -> None:
         import torch
@@ -275,6 +352,7 @@ class ClusterSelector:
             return self._authors_single_worker(pool)
         X, feat_meta = self.features(pool, ctx)
         X = np.asarray(X, dtype=np.float32)
+        scratch: list[Path] = []  # normalized/projected matrices on disk, removed at the end
 
         # Stopped in `finally`: a selection that fails (K larger than the pool, m_adj = 0)
         # must not leave every later allocation of the process traced, hence slow.
@@ -282,7 +360,7 @@ class ClusterSelector:
         kc = k * self.clusters_per_worker  # k-means clusters; k with the method's C = 1
         try:
             t0 = time.perf_counter()
-            Xn = C.normalize_features(X, k, self.normalization)
+            Xn = self._normalized(X, k, ctx, scratch)
             labels, centers, inertia = C.kmeans(
                 Xn, kc, ctx.seed, self.n_init, self.max_iter, self.kmeans_mode
             )
@@ -330,6 +408,8 @@ class ClusterSelector:
             selection_peak = tracemalloc.get_traced_memory()[1] / 2**20
         finally:
             tracemalloc.stop()
+            for f in scratch:
+                f.unlink(missing_ok=True)
 
         ids, clusters = [], []
         pool_ids = pool.ids
@@ -372,6 +452,8 @@ class ClusterSelector:
             "budget_rounded_to_batch": rounding,
             "budget_unit": self.budget_unit,
         }
+        if self.cluster_proj_dim is not None:
+            info["cluster_proj_dim"] = self.cluster_proj_dim
         if self.budget_unit == "tokens":
             info.update(token_info)
         if kc > k:  # the k-means clusters behind the groups, and the group (worker) of each
