@@ -34,15 +34,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
-import hashlib
-import json
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from method.features import pool_fingerprint
 
 __all__ = [
     "pool_fingerprint",
@@ -54,21 +54,6 @@ __all__ = [
 ]
 
 MERGE_CHUNK = 65536  # rows copied per step of the merge
-
-
-def pool_fingerprint(rows: Iterable[dict[str, Any]]) -> str:
-    """SHA-256 over the pool's example ids and their content fingerprints (the SHA-256 of each
-    example's canonical JSON), in pool order: what the pool is, independent of the config. Rows
-    go through repro.core.types.Example first, so a pool file's rows and the loaded Pool's
-    examples give the same fingerprint."""
-    from repro.core.types import Example
-
-    h = hashlib.sha256()
-    for raw in rows:
-        r = Example.from_dict(raw).to_dict()
-        content = hashlib.sha256(json.dumps(r, sort_keys=True, ensure_ascii=False, default=str).encode())
-        h.update(f"{r.get('id')}\0{content.hexdigest()}\n".encode())
-    return h.hexdigest()
 
 
 def shard_batches(lengths: np.ndarray, batch_size: int, shards: int) -> list[list[list[int]]]:

@@ -31,6 +31,7 @@ import dataclasses
 import math
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -371,7 +372,7 @@ def _features_worker(
                 "batch_size": batch_size,
                 "batches": len(batches),
                 "max_length": max_length,
-                "pool_fingerprint": _pool_fingerprint(rows),  # what the pool is (reuse checks it)
+                "pool_fingerprint": pool_fingerprint(rows),  # what the pool is (reuse checks it)
                 "device": device.type,
                 "bf16": bf16,
                 "per_worker": gathered,
@@ -382,10 +383,22 @@ def _features_worker(
     return rank
 
 
-def _pool_fingerprint(rows: list[dict]) -> str:
-    from method.feature_shards import pool_fingerprint
+def pool_fingerprint(rows: Iterable[dict[str, Any]]) -> str:
+    """SHA-256 over the pool's example ids and their content fingerprints (the SHA-256 of each
+    example's canonical JSON), in pool order: what the pool is, independent of the config. Rows
+    go through repro.core.types.Example first, so a pool file's rows and the loaded Pool's
+    examples give the same fingerprint."""
+    import hashlib
+    import json
 
-    return pool_fingerprint(rows)
+    from repro.core.types import Example
+
+    h = hashlib.sha256()
+    for raw in rows:
+        r = Example.from_dict(raw).to_dict()
+        content = hashlib.sha256(json.dumps(r, sort_keys=True, ensure_ascii=False, default=str).encode())
+        h.update(f"{r.get('id')}\0{content.hexdigest()}\n".encode())
+    return h.hexdigest()
 
 
 def features_to_file(

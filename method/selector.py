@@ -274,7 +274,7 @@ class ClusterSelector:
         contents, in order (files written before the fingerprint existed: by their length)."""
         if "pool_fingerprint" not in meta:
             return True
-        from method.feature_shards import pool_fingerprint
+        from method.features import pool_fingerprint
 
         return meta["pool_fingerprint"] == pool_fingerprint(e.to_dict() for e in pool.examples)
 
