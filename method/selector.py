@@ -66,11 +66,15 @@ class ClusterSelector:
     cluster_proj_dim: null (none), or d: the normalized features go through a seeded Gaussian
     (Johnson-Lindenstrauss) projection to d dims, and k-means, the soft cap and the within-cluster
     choice work there (for pools of 10M+; `proj_dim` is the lora-grad features' own projection).
-    A normalized matrix over NORMALIZED_ON_DISK_BYTES is written next to features.npy and read
-    in row blocks (method/clustering.py), never held in memory; the selection is the same.
+    With kmeans fast, features over LAZY_NORMALIZE_BYTES are never copied: normalization, k-means,
+    the soft cap and the choice read them in row blocks (method/clustering.py NormalizedRows);
+    the selection is the same as in memory.
+    feature_storage: float32 (the features as computed), or float16: clustering reads a float16
+    copy (features.f16.npy, half the disk and page cache; needs kmeans fast). It changes the
+    selection a little (docs/scale.md gives the kept-set agreement with float32).
     """
 
-    NORMALIZED_ON_DISK_BYTES = 2**30
+    LAZY_NORMALIZE_BYTES = 2**30
 
     def __init__(
         self,
@@ -92,6 +96,7 @@ class ClusterSelector:
         clusters_per_worker: int = 1,
         feature_shards: int = 1,
         cluster_proj_dim: int | None = None,
+        feature_storage: str = "float32",
     ) -> None:
         if not 0 < float(ratio) <= 100:
             raise SelectionError(
@@ -164,6 +169,13 @@ class ClusterSelector:
                 "(a seeded random projection of the normalized features before k-means; null: none)"
             )
         self.cluster_proj_dim = cluster_proj_dim
+        _check(feature_storage, ("float32", "float16"), "feature_storage")
+        if feature_storage == "float16" and kmeans != "fast":
+            raise SelectionError(
+                "selection.params.feature_storage: float16 is read in row blocks, which needs "
+                "selection.params.kmeans: fast"
+            )
+        self.feature_storage = feature_storage
         self.round_budget_to_batch, self.order = round_budget_to_batch, order
         self.budget_unit = budget_unit
         self.clusters_per_worker = clusters_per_worker
@@ -244,29 +256,52 @@ class ClusterSelector:
         meta = json.loads(meta_path.read_text())
         return np.load(out, mmap_mode="r"), meta
 
-    def _normalized(self, X: np.ndarray, k: int, ctx: SelectionContext, scratch: list[Path]) -> np.ndarray:
-        """Step 2 (and the optional projection): in memory, or, for a matrix over
-        NORMALIZED_ON_DISK_BYTES, into a memmap next to the features, in row blocks."""
+    def _normalized(self, X: np.ndarray, k: int, ctx: SelectionContext, scratch: list[Path]):
+        """Step 2 (and the optional projection). In memory; or, with kmeans fast and a matrix over
+        LAZY_NORMALIZE_BYTES, as method.clustering.NormalizedRows: each block of rows
+        normalized when read from the features file, no N x D copy (the same rows bit for bit).
+        A projection over LAZY_NORMALIZE_BYTES goes to a memmap next to the features."""
         from method import clustering as C
 
-        big = X.nbytes > self.NORMALIZED_ON_DISK_BYTES
-        if not big:
-            Xn = C.normalize_features(X, k, self.normalization)
+        big = X.nbytes > self.LAZY_NORMALIZE_BYTES
+        if (big and self.kmeans_mode == "fast") or X.dtype != np.float32:
+            Xn = C.NormalizedRows(X, k, self.normalization)
         else:
-            path = Path(ctx.workdir) / "features.normalized.npy"
-            scratch.append(path)
-            out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=X.shape)
-            Xn = C.normalize_features(X, k, self.normalization, out=out)
-            out.flush()
+            Xn = C.normalize_features(X, k, self.normalization)
         if self.cluster_proj_dim is None:
             return Xn
         d = self.cluster_proj_dim
         out = None
-        if big and X.shape[0] * d * 4 > self.NORMALIZED_ON_DISK_BYTES:
+        if X.shape[0] * d * 4 > self.LAZY_NORMALIZE_BYTES:
             path = Path(ctx.workdir) / "features.projected.npy"
             scratch.append(path)
             out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(X.shape[0], d))
         return C.project_features(Xn, d, ctx.seed, out=out)
+
+    @staticmethod
+    def _half(X: np.ndarray, ctx: SelectionContext) -> np.ndarray:
+        """The features as float16, in <run dir>/features.f16.npy (converted in row blocks; made
+        again when features.npy is newer)."""
+        from method.clustering import ROW_CHUNK
+        from repro.core.io import temp_path
+
+        src = Path(ctx.workdir) / "features.npy"
+        out = Path(ctx.workdir) / "features.f16.npy"
+        if out.is_file() and out.stat().st_mtime_ns >= src.stat().st_mtime_ns:
+            half = np.load(out, mmap_mode="r")
+            if half.shape == X.shape:
+                return half
+        tmp = temp_path(out)
+        try:
+            mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=X.shape)
+            for a in range(0, X.shape[0], ROW_CHUNK):
+                mm[a : a + ROW_CHUNK] = X[a : a + ROW_CHUNK]
+            mm.flush()
+            del mm
+            tmp.replace(out)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return np.load(out, mmap_mode="r")
 
     @staticmethod
     def _same_pool(meta: dict[str, Any], pool: Pool) -> bool:
@@ -351,7 +386,7 @@ class ClusterSelector:
         if k == 1 and self.order == "authors":
             return self._authors_single_worker(pool)
         X, feat_meta = self.features(pool, ctx)
-        X = np.asarray(X, dtype=np.float32)
+        X = self._half(X, ctx) if self.feature_storage == "float16" else np.asarray(X, dtype=np.float32)
         scratch: list[Path] = []  # normalized/projected matrices on disk, removed at the end
 
         # Stopped in `finally`: a selection that fails (K larger than the pool, m_adj = 0)
@@ -386,6 +421,8 @@ class ClusterSelector:
                 # "big" ranks by the raw feature norm; the other modes by distance in the
                 # clustered space.
                 space = X if self.prune == "big" else Xn
+                if space is X and X.dtype != np.float32:
+                    space = C.NormalizedRows(X, k, "none")  # float32 blocks, no full copy
                 if self.budget_unit == "tokens":  # no m_adj: each cluster keeps its own count
                     m, m_adj = int(after.min()), None
                     chosen, token_info = self._token_budget(pool, ctx, space, centers, labels)

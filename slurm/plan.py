@@ -131,12 +131,14 @@ GiB = 2**30
 
 
 def clustering_memory_bytes(n: int, d: int, k: int, mode: str, proj_dim: int | None) -> float:
-    """Host memory of the selection's clustering (method/clustering.py, method/selector.py), the
-    features' page cache left out. fast/faiss: the Lloyd blocks (32,768 rows, x3 for the product
-    and its temporaries), the seeded sample (max(256 K, 20,000) rows, x2), the normalized matrix
-    when it is held in memory (<= ClusterSelector.NORMALIZED_ON_DISK_BYTES; else a memmap on
-    disk), and the soft cap's O(N K) arrays (distances, orders, pairs: about 5 x 8 bytes x N x K)
-    plus O(N) labels and lists. exact (scikit-learn): also 2 x N x D x 4 (its copy and the input)."""
+    """Host memory of the selection's clustering (method/clustering.py, method/selector.py),
+    the features' page cache left out. fast/faiss: the Lloyd blocks (32,768 rows, x3 for the
+    product and its temporaries), the seeded sample (max(256 K, 20,000) rows, x2), the
+    normalized matrix when it is held in memory (exact mode, or up to
+    ClusterSelector.LAZY_NORMALIZE_BYTES; else its rows are normalized block by block when
+    read), and the soft cap's O(N K) arrays (distances, orders, pairs: about 5 x 8 bytes x N x K)
+    plus O(N) labels and lists. exact (scikit-learn): also 2 x N x D x 4 (its copy and the
+    input)."""
     from method.selector import ClusterSelector
 
     dim = proj_dim or d
@@ -144,7 +146,7 @@ def clustering_memory_bytes(n: int, d: int, k: int, mode: str, proj_dim: int | N
     nk = 5 * 8 * n * max(k, kk) + 8 * 8 * n
     sample = min(n, max(256 * k, 20000)) * d * 4 * 2
     block = min(n, 32768) * dim * 4 * 3
-    held = n * dim * 4 if n * d * 4 <= ClusterSelector.NORMALIZED_ON_DISK_BYTES else 0
+    held = n * dim * 4 if n * d * 4 <= ClusterSelector.LAZY_NORMALIZE_BYTES else 0
     if mode == "exact":
         held = 2 * n * d * 4
     return float(nk + sample + block + held)

@@ -183,7 +183,7 @@ def test_the_exact_mode_refuses_a_matrix_that_does_not_fit(monkeypatch: pytest.M
     assert np.bincount(labels, minlength=4).min() > 0
 
 
-def test_the_selector_on_disk_selects_what_it_selects_in_memory(
+def test_the_selector_over_blocks_selects_what_it_selects_in_memory(
     quick_run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from method.selector import ClusterSelector
@@ -196,13 +196,49 @@ def test_the_selector_on_disk_selects_what_it_selects_in_memory(
         config=cfg, workdir=run_dir, model_dir=model_dir_of(run_dir), world_size=4, seed=cfg.seed
     )
     mem = ClusterSelector(ratio=50, kmeans="fast").select(pool, None, ctx)
-    monkeypatch.setattr(ClusterSelector, "NORMALIZED_ON_DISK_BYTES", 0)
-    disk = ClusterSelector(ratio=50, kmeans="fast").select(pool, None, ctx)
-    assert disk.ids == mem.ids and disk.clusters == mem.clusters
-    assert not (run_dir / "features.normalized.npy").exists()  # scratch removed
+    monkeypatch.setattr(ClusterSelector, "LAZY_NORMALIZE_BYTES", 0)
+    lazy = ClusterSelector(ratio=50, kmeans="fast").select(pool, None, ctx)
+    assert lazy.ids == mem.ids and lazy.clusters == mem.clusters
+    assert lazy.info["inertia"] == mem.info["inertia"]
+    for prune in ("far", "mix"):  # and the authors' order, over blocks too
+        a = ClusterSelector(ratio=50, kmeans="fast", prune=prune, order="authors").select(pool, None, ctx)
+        monkeypatch.setattr(ClusterSelector, "LAZY_NORMALIZE_BYTES", 2**40)
+        b = ClusterSelector(ratio=50, kmeans="fast", prune=prune, order="authors").select(pool, None, ctx)
+        monkeypatch.setattr(ClusterSelector, "LAZY_NORMALIZE_BYTES", 0)
+        assert a.ids == b.ids, prune
     proj = ClusterSelector(ratio=50, kmeans="fast", cluster_proj_dim=16).select(pool, None, ctx)
     assert proj.info["cluster_proj_dim"] == 16 and len(proj.ids) > 0
     with pytest.raises(SelectionError, match="cluster_proj_dim"):
         ClusterSelector(cluster_proj_dim=0)
     with pytest.raises(SelectionError, match="feature_shards"):
         ClusterSelector(feature_shards=0)
+
+
+def test_every_step_over_normalized_rows_equals_the_in_memory_steps(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    sizes = [700, 150, 100, 50]  # one big cluster: the soft cap binds
+    X = np.concatenate([rng.normal(3 * c, 1.0, (m, 24)) for c, m in enumerate(sizes)]).astype(np.float32)
+    X *= rng.uniform(0.5, 2, (len(X), 1)).astype(np.float32)
+    np.save(tmp_path / "x.npy", X)
+    lazy = C.NormalizedRows(np.load(tmp_path / "x.npy", mmap_mode="r"), 4, chunk=97)
+    Xn = C.normalize_features(X, 4)
+    assert np.array_equal(lazy[0 : len(X)], Xn) and np.array_equal(lazy[np.array([5, 3])], Xn[[5, 3]])
+    a = C.kmeans(lazy, 4, 0, mode="fast")
+    b = C.kmeans(Xn, 4, 0, mode="fast")
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]
+    centers = b[1]
+    forced = np.zeros(len(X), dtype=np.int64)  # everything in one cluster: every row is reassigned
+    capped = C.soft_cap_assign(lazy, centers, forced)
+    assert np.array_equal(capped, C.soft_cap_assign(Xn, centers, forced))
+    assert np.bincount(capped, minlength=4).max() <= int(np.ceil(1.5 * len(X) / 4))
+    m = int(np.bincount(capped, minlength=4).min())
+    for mode in ("close", "far", "mix"):
+        got = C.choose_within_cluster(lazy, centers, capped, m // 2, mode, 0)
+        want = C.choose_within_cluster(Xn, centers, capped, m // 2, mode, 0)
+        assert all(np.array_equal(got[c], want[c]) for c in range(4)), mode
+    with pytest.raises(SelectionError, match="kmeans: fast"):
+        C.kmeans(lazy, 4, 0, mode="exact")
+    P = C.project_features(lazy, 8, 0)
+    assert np.allclose(
+        P, Xn @ (np.random.default_rng([0, 11]).standard_normal((24, 8)) / np.sqrt(8)), atol=1e-4
+    )
