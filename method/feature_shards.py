@@ -90,10 +90,12 @@ def _lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _lengths(run_dir: Path, folder: Path, rows: list[dict], tok: Any, max_length: int, fp: str) -> np.ndarray:
+def _lengths(
+    run_dir: Path, folder: Path, rows: list[dict], tok: Any, max_length: int, fml: int | None, fp: str
+) -> np.ndarray:
     """Tokens of every pool row, computed once per pool (the first shard to start; the others
     wait on the lock and read the file)."""
-    from repro.core.data import tokenize_example
+    from method.features import feature_item
     from repro.core.io import atomic_write, atomic_write_json, read_json
     from repro.core.types import Example
 
@@ -101,14 +103,20 @@ def _lengths(run_dir: Path, folder: Path, rows: list[dict], tok: Any, max_length
     with _lock(folder / ".lengths.lock"):
         if path.is_file() and meta.is_file():
             m = read_json(meta)
-            if m.get("pool_fingerprint") == fp and m.get("max_length") == max_length:
+            if m.get("pool_fingerprint") == fp and [m.get("max_length"), m.get("feature_max_length")] == [
+                max_length,
+                fml,
+            ]:
                 return np.load(path)
         n = np.array(
-            [len(tokenize_example(Example.from_dict(r), tok, max_length)["input_ids"]) for r in rows],
+            [len(feature_item(Example.from_dict(r), tok, max_length, fml)["input_ids"]) for r in rows],
             dtype=np.int64,
         )
         atomic_write(path, lambda fh: np.save(fh, n), mode="wb")
-        atomic_write_json(meta, {"pool_fingerprint": fp, "max_length": max_length, "n": len(rows)})
+        atomic_write_json(
+            meta,
+            {"pool_fingerprint": fp, "max_length": max_length, "feature_max_length": fml, "n": len(rows)},
+        )
         return n
 
 
@@ -116,11 +124,14 @@ def _marker(folder: Path, s: int) -> Path:
     return folder / f"shard-{s:05d}.json"
 
 
-def _settings(shards: int, batch_size: int, max_length: int, fp: str, model: str) -> dict[str, Any]:
+def _settings(
+    shards: int, batch_size: int, max_length: int, fp: str, model: str, fml: int | None = None
+) -> dict[str, Any]:
     return {
         "shards": shards,
         "batch_size": batch_size,
         "max_length": max_length,
+        "feature_max_length": fml,
         "pool_fingerprint": fp,
         "model": model,
     }
@@ -145,14 +156,15 @@ def compute_shard(
     max_length: int,
     batch_size: int,
     folder: Path | None = None,
+    feature_max_length: int | None = None,
 ) -> bool:
     """Compute shard `shard` of `shards` of run_dir/pool.jsonl's features into `folder` (default
     run_dir/features). One process, on its first GPU if there is one (bf16 autocast as the
     unsharded pass), else CPU. Returns False when the shard was already done (nothing computed)."""
     import torch
 
-    from method.features import gradient_proxy_features
-    from repro.core.data import collate, tokenize_example
+    from method.features import feature_item, gradient_proxy_features
+    from repro.core.data import collate
     from repro.core.distributed import worker_device
     from repro.core.io import atomic_write_json, read_jsonl, remove_stale_temps, temp_path
     from repro.core.lmhead import HeadWorkspace
@@ -168,7 +180,8 @@ def compute_shard(
     folder.mkdir(parents=True, exist_ok=True)
     rows = read_jsonl(run_dir / "pool.jsonl")
     fp = pool_fingerprint(rows)
-    want = _settings(shards, batch_size, max_length, fp, str(model_dir))
+    fml = feature_max_length
+    want = _settings(shards, batch_size, max_length, fp, str(model_dir), fml)
     if _is_done(folder, shard, want):
         return False
     remove_stale_temps(folder)  # the temps of a shard killed midway (its process is gone)
@@ -177,7 +190,7 @@ def compute_shard(
     base_cfg = dataclasses.replace(model_cfg, lora=dataclasses.replace(model_cfg.lora, enabled=False))
     model, tok = load_model_and_tokenizer(Path(model_dir), base_cfg, device=str(device))
     model.eval()
-    lengths = _lengths(run_dir, folder, rows, tok, max_length, fp)
+    lengths = _lengths(run_dir, folder, rows, tok, max_length, fml, fp)
     mine = shard_batches(lengths, batch_size, shards)[shard]
     order = [i for b in mine for i in b]
     hdim = int(model.get_output_embeddings().weight.shape[1])
@@ -188,7 +201,7 @@ def compute_shard(
         ws, at = HeadWorkspace(), 0
         for b in mine:
             batch = collate(
-                [tokenize_example(Example.from_dict(rows[i]), tok, max_length) for i in b], tok.pad_token_id
+                [feature_item(Example.from_dict(rows[i]), tok, max_length, fml) for i in b], tok.pad_token_id
             )
             # the unsharded pass's exact steps: a batch_size x H zero buffer, then its rows
             feats = torch.zeros(batch_size, hdim, dtype=torch.float32, device=device)
@@ -225,13 +238,15 @@ def compute_shard(
     return True
 
 
-def shards_done(run_dir: Path, shards: int, model_dir: Path, max_length: int, batch_size: int) -> list[int]:
+def shards_done(
+    run_dir: Path, shards: int, model_dir: Path, max_length: int, batch_size: int, fml: int | None = None
+) -> list[int]:
     """The shards of run_dir/features whose markers match the current pool and settings."""
     from repro.core.io import read_jsonl
 
     folder = Path(run_dir) / "features"
     fp = pool_fingerprint(read_jsonl(Path(run_dir) / "pool.jsonl"))
-    want = _settings(shards, batch_size, max_length, fp, str(model_dir))
+    want = _settings(shards, batch_size, max_length, fp, str(model_dir), fml)
     return [s for s in range(shards) if _is_done(folder, s, want)]
 
 
@@ -251,7 +266,7 @@ def merge_shards(run_dir: Path, shards: int, out_path: Path, folder: Path | None
         if not m.is_file():
             raise FileNotFoundError(f"{m}: shard {s} of {shards} is not done; compute it first")
         metas.append(read_json(m))
-    keys = ("shards", "batch_size", "max_length", "pool_fingerprint", "model", "dim")
+    keys = ("shards", "batch_size", "max_length", "feature_max_length", "pool_fingerprint", "model", "dim")
     bad = [
         s
         for s, m in enumerate(metas)
@@ -299,6 +314,8 @@ def merge_shards(run_dir: Path, shards: int, out_path: Path, folder: Path | None
             "pool_fingerprint": fp,
             "batch_size": metas[0]["batch_size"],
             "max_length": metas[0]["max_length"],
+            "feature_max_length": metas[0].get("feature_max_length"),
+            "model": metas[0]["model"],
             "seconds": sum(m["seconds"] for m in metas),  # GPU/CPU seconds over all shards
             "peak_mem_mb": max(m["peak_mem_mb"] for m in metas),
             "workers": 1,
@@ -319,13 +336,23 @@ def sharded_features_to_file(
     max_length: int,
     batch_size: int,
     out_path: Path,
+    feature_max_length: int | None = None,
 ) -> list[int]:
     """Every shard not yet done, one after another in this process, then the merge. Returns the
     shards it computed (the others were done already)."""
     computed = [
         s
         for s in range(shards)
-        if compute_shard(run_dir, s, shards, model_dir, model_cfg, max_length, batch_size)
+        if compute_shard(
+            run_dir,
+            s,
+            shards,
+            model_dir,
+            model_cfg,
+            max_length,
+            batch_size,
+            feature_max_length=feature_max_length,
+        )
     ]
     merge_shards(run_dir, shards, out_path)
     return computed

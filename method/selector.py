@@ -72,6 +72,10 @@ class ClusterSelector:
     feature_storage: float32 (the features as computed), or float16: clustering reads a float16
     copy (features.f16.npy, half the disk and page cache; needs kmeans fast). It changes the
     selection a little (docs/scale.md gives the kept-set agreement with float32).
+    feature_max_length: null, or L: the feature pass sees each example cut to L tokens (the
+    response's start and the prompt's end; method/features.py feature_item); training does not.
+    proxy_model: null, or another model (a name, or a mapping of model.* keys) with the same
+    tokenizer whose features are used instead of the target's; K and the clustering unchanged.
     """
 
     LAZY_NORMALIZE_BYTES = 2**30
@@ -97,6 +101,8 @@ class ClusterSelector:
         feature_shards: int = 1,
         cluster_proj_dim: int | None = None,
         feature_storage: str = "float32",
+        feature_max_length: int | None = None,
+        proxy_model: str | dict | None = None,
     ) -> None:
         if not 0 < float(ratio) <= 100:
             raise SelectionError(
@@ -176,6 +182,21 @@ class ClusterSelector:
                 "selection.params.kmeans: fast"
             )
         self.feature_storage = feature_storage
+        if feature_max_length is not None and (
+            isinstance(feature_max_length, bool)
+            or not isinstance(feature_max_length, int)
+            or feature_max_length < 2
+        ):
+            raise SelectionError(
+                f"selection.params.feature_max_length: {feature_max_length!r} is not an integer >= 2 "
+                "(tokens per example in the feature pass only; null: data.max_length)"
+            )
+        if proxy_model is not None and not isinstance(proxy_model, (str, dict)):
+            raise SelectionError(
+                f"selection.params.proxy_model: {proxy_model!r} is not a model name or a mapping of "
+                "model keys"
+            )
+        self.feature_max_length, self.proxy_model = feature_max_length, proxy_model
         self.round_budget_to_batch, self.order = round_budget_to_batch, order
         self.budget_unit = budget_unit
         self.clusters_per_worker = clusters_per_worker
@@ -206,19 +227,37 @@ class ClusterSelector:
         feature_workers. None for lora-grad features: not shared."""
         if self.feature_type != "gradient-proxy":
             return None
-        return {"features": "gradient-proxy", "feature_batch_size": self.feature_batch_size}
+        key: dict[str, Any] = {"features": "gradient-proxy", "feature_batch_size": self.feature_batch_size}
+        if self.feature_max_length is not None:  # unset: the key as before these options
+            key["feature_max_length"] = self.feature_max_length
+        if self.proxy_model is not None:
+            key["proxy_model"] = self.proxy_model
+        return key
 
     def features(self, pool: Pool, ctx: SelectionContext) -> tuple[np.ndarray, dict[str, Any]]:
         """N x D float32 features in pool order, written to <run dir>/features.npy (reused if complete)."""
         cfg = ctx.config
         out = Path(ctx.workdir) / "features.npy"
         meta_path = out.with_suffix(".json")
+        model_dir, model_cfg = None, cfg.model
+        if ctx.model_dir is not None and self.feature_type == "gradient-proxy":
+            from method.features import feature_model
+
+            try:  # the target model, or the proxy_model
+                model_dir, model_cfg = feature_model(
+                    self.proxy_model, cfg.model, Path(ctx.model_dir), cfg.seed
+                )
+            except ValueError as e:
+                raise SelectionError(str(e)) from None
         if out.is_file() and meta_path.is_file():
             meta = json.loads(meta_path.read_text())
             if (
                 meta.get("n") == len(pool)
                 and meta.get("feature_type", self.feature_type) == self.feature_type
                 and self._same_pool(meta, pool)
+                # the same feature settings (files from before these keys: as before)
+                and meta.get("feature_max_length") == self.feature_max_length
+                and (model_dir is None or meta.get("model", str(model_dir)) == str(model_dir))
             ):
                 return np.load(out, mmap_mode="r"), {**meta, "reused": True}
         if ctx.model_dir is None:
@@ -226,6 +265,7 @@ class ClusterSelector:
         if self.feature_type == "gradient-proxy":
             from method.features import feature_workers, features_to_file
 
+            assert model_dir is not None
             # K = ctx.world_size stays the number of clusters; only the pass's processes change.
             workers = feature_workers(ctx.world_size, self.feature_workers)
             if self.feature_shards > 1:
@@ -234,22 +274,24 @@ class ClusterSelector:
                 sharded_features_to_file(
                     Path(ctx.workdir),
                     self.feature_shards,
-                    Path(ctx.model_dir),
-                    cfg.model,
+                    model_dir,
+                    model_cfg,
                     cfg.data.max_length,
                     self.feature_batch_size,
                     out,
+                    self.feature_max_length,
                 )
                 meta = json.loads(meta_path.read_text())
                 return np.load(out, mmap_mode="r"), meta
             features_to_file(
                 Path(ctx.workdir),
                 workers,
-                Path(ctx.model_dir),
-                cfg.model,
+                model_dir,
+                model_cfg,
                 cfg.data.max_length,
                 self.feature_batch_size,
                 out,
+                self.feature_max_length,
             )
         else:
             self._lora_features(pool, ctx, out)

@@ -392,6 +392,15 @@ class CellJob(_Requeueable):
         }
 
 
+def _feature_model(features: dict[str, Any], cfg: Any, shared: Path) -> tuple[Path, Any]:
+    """The model the features come from: the shared folder's target model, or the selector's
+    proxy_model (method/features.py feature_model)."""
+    from method.features import feature_model
+    from repro.core.rundir import model_dir_of
+
+    return feature_model(features.get("proxy_model"), cfg.model, model_dir_of(shared), cfg.seed)
+
+
 class FeatureShardJob(_Requeueable):
     """Shard `shard` of `shards` of one key's gradient-proxy features (method/feature_shards.py):
     one task of the key's job array, one process on one GPU. The first task to start stages the
@@ -419,7 +428,6 @@ class FeatureShardJob(_Requeueable):
     def __call__(self) -> dict[str, Any]:
         from method.feature_shards import compute_shard
         from repro.core.config import from_dict, save_config
-        from repro.core.rundir import model_dir_of
         from repro.pipeline import _stage, stage_model, stage_pool
 
         cfg = from_dict(self.config, source=f"features {self.key} shard {self.shard}")
@@ -432,14 +440,16 @@ class FeatureShardJob(_Requeueable):
             _stage(shared, "model", False, lambda: stage_model(cfg, shared), record=False)
             _stage(shared, "pool", False, lambda: stage_pool(cfg, shared), record=False)
         with single_process_env():
+            model_dir, model_cfg = _feature_model(self.features, cfg, shared)
             computed = compute_shard(
                 shared,
                 self.shard,
                 self.shards,
-                model_dir_of(shared),
-                cfg.model,
+                model_dir,
+                model_cfg,
                 cfg.data.max_length,
                 int(self.features["feature_batch_size"]),
+                feature_max_length=self.features.get("feature_max_length"),
             )
         return {
             "features": self.key,
@@ -484,7 +494,6 @@ class FeaturesJob(_Requeueable):
     def __call__(self) -> dict[str, Any]:
         from method.features import features_to_file
         from repro.core.config import from_dict
-        from repro.core.rundir import model_dir_of
         from repro.pipeline import _stage, run_experiment, stage_model, stage_pool
 
         ident = job_identity()
@@ -519,26 +528,30 @@ class FeaturesJob(_Requeueable):
                     from method.feature_shards import sharded_features_to_file
 
                     with single_process_env():
+                        model_dir, model_cfg = _feature_model(self.features, cfg, shared)
                         sharded_features_to_file(
                             shared,
                             shards,
-                            model_dir_of(shared),
-                            cfg.model,
+                            model_dir,
+                            model_cfg,
                             cfg.data.max_length,
                             int(self.features["feature_batch_size"]),
                             shared / "features.npy",
+                            self.features.get("feature_max_length"),
                         )
             elif note["compute"]:
                 params = cfg.selection.params
                 workers = min(world, int(params.get("feature_workers") or world))  # rest: idle
+                model_dir, model_cfg = _feature_model(self.features, cfg, shared)
                 features_to_file(
                     shared,
                     workers,
-                    model_dir_of(shared),
-                    cfg.model,
+                    model_dir,
+                    model_cfg,
                     cfg.data.max_length,
                     int(self.features["feature_batch_size"]),
                     shared / "features.npy",
+                    self.features.get("feature_max_length"),
                 )
             if ident["rank"] != 0:
                 return {"features": self.key, "rank": ident["rank"]}

@@ -242,3 +242,68 @@ def test_every_step_over_normalized_rows_equals_the_in_memory_steps(tmp_path: Pa
     assert np.allclose(
         P, Xn @ (np.random.default_rng([0, 11]).standard_normal((24, 8)) / np.sqrt(8)), atol=1e-4
     )
+
+
+def test_feature_max_length_keeps_response_tokens_and_a_proxy_needs_the_same_tokenizer(
+    quick_run, tmp_path: Path
+) -> None:
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from method.features import feature_item, feature_model
+    from method.selector import ClusterSelector
+    from repro.core.interfaces import SelectionContext
+    from repro.core.types import Example
+    from repro.pipeline import load_pool_files
+
+    cfg, run_dir = quick_run
+    tok = AutoTokenizer.from_pretrained(model_dir_of(run_dir))
+    ex = Example(id="long", prompt="word " * 40, response="answer " * 10, source="t")
+    full = feature_item(ex, tok, 256)
+    cut = feature_item(ex, tok, 256, 16)
+    assert len(cut["input_ids"]) == 16 and cut["n_response_tokens"] == 8  # half for the response
+    n_prompt = len(full["input_ids"]) - full["n_response_tokens"]
+    assert cut["input_ids"][:8] == full["input_ids"][n_prompt - 8 : n_prompt]  # the prompt's end
+    assert cut["labels"][:8] == [-100] * 8 and cut["labels"][8:] == full["labels"][n_prompt : n_prompt + 8]
+    assert feature_item(ex, tok, 256, 1024) == full
+
+    pool, _ = load_pool_files(run_dir)
+    work = {}
+    for name in ("cut", "proxy"):
+        work[name] = tmp_path / name
+        work[name].mkdir()
+        for f in ("pool.jsonl", "heldout.jsonl"):
+            os.link(run_dir / f, work[name] / f)
+
+    def ctx(d: Path) -> SelectionContext:
+        return SelectionContext(
+            config=cfg, workdir=d, model_dir=model_dir_of(run_dir), world_size=4, seed=cfg.seed
+        )
+
+    sel = ClusterSelector(ratio=50, feature_max_length=16, feature_workers=1)
+    X, meta = sel.features(pool, ctx(work["cut"]))
+    assert meta["feature_max_length"] == 16 and not meta.get("reused")
+    whole = features_to_file(
+        run_dir, 1, model_dir_of(run_dir), cfg.model, cfg.data.max_length, 8, tmp_path / "w.npy"
+    )
+    assert X.shape == np.load(whole).shape and not np.array_equal(np.asarray(X), np.load(whole))
+    assert sel.feature_key(cfg)["feature_max_length"] == 16
+    # the same folder with another length is not reused
+    _, again = ClusterSelector(ratio=50, feature_max_length=32, feature_workers=1).features(
+        pool, ctx(work["cut"])
+    )
+    assert again["feature_max_length"] == 32 and not again.get("reused")
+
+    proxy = {"name_or_path": "tiny-random-llama", "tiny_hidden_size": 32}
+    got = ClusterSelector(ratio=50, proxy_model=proxy, feature_workers=1).select(
+        pool, None, ctx(work["proxy"])
+    )
+    assert got.info["feature_dim"] == 32 and len(set(got.clusters)) == 4  # K unchanged
+    other = tmp_path / "other-tokenizer"
+    shutil.copytree(model_dir_of(run_dir), other)
+    t2 = AutoTokenizer.from_pretrained(other)
+    t2.add_tokens(["<not-in-the-target>"])
+    t2.save_pretrained(other)
+    with pytest.raises(ValueError, match="proxy_model: .* has another tokenizer"):
+        feature_model(str(other), cfg.model, model_dir_of(run_dir), cfg.seed)

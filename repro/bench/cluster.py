@@ -232,40 +232,63 @@ def bench_scale(n: int, d: int, k: int, folder: str, seed: int = 0, agree_n: int
     rows.append(r)
     print(f"[bench_cluster] scale {r}", file=sys.stderr, flush=True)
     if agree_n:
-        a = min(agree_n, n)
-        load = os.getloadavg()[0]
-        Xa = np.asarray(X[:a]).copy()
-        np.save(Path(folder) / "head.npy", Xa)
-        head = np.load(Path(folder) / "head.npy", mmap_mode="r")
-        t0 = time.perf_counter()
-        mem, mem_chosen, mem_lab = _steps(C.normalize_features(Xa, k), Xa, k, seed)
-        mem_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        lazy, lazy_chosen, lazy_lab = _steps(C.NormalizedRows(head, k), head, k, seed)
-        lazy_s = time.perf_counter() - t0
-        kept_m = set(np.concatenate(list(mem_chosen.values())).tolist())
-        kept_l = set(np.concatenate(list(lazy_chosen.values())).tolist())
-        rows.append(
-            {
-                "kind": "agreement",
-                "mode": "fast: in memory vs over the file",
-                "n": a,
-                "d": d,
-                "k": k,
-                "total_s": lazy_s,
-                "in_memory_s": mem_s,
-                "kept_jaccard": len(kept_m & kept_l) / len(kept_m | kept_l),
-                "labels_equal": bool(np.array_equal(mem_lab, lazy_lab)),
-                "inertia": lazy["inertia"],
-                "inertia_in_memory": mem["inertia"],
-                "load1": load,
-            }
-        )
-        print(f"[bench_cluster] agreement {rows[-1]}", file=sys.stderr, flush=True)
-        del head
-        (Path(folder) / "head.npy").unlink()
+        rows.append(_agreement(X[: min(agree_n, n)], k, seed, Path(folder)))
     del X, Xn
     return rows
+
+
+def _kept(chosen: dict[int, np.ndarray]) -> set[int]:
+    return set(np.concatenate(list(chosen.values())).tolist())
+
+
+def _agreement(head: np.ndarray, k: int, seed: int, folder) -> dict:
+    """The first rows (a memmap view of the file) in memory (normalize_features: an in-memory
+    N x D copy) vs over the file (NormalizedRows), vs float16 storage, vs a 256-dim random
+    projection: kept-set Jaccard and the ARI of the capped labels against the in-memory run."""
+    from sklearn.metrics import adjusted_rand_score
+
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    mem, mem_chosen, mem_lab = _steps(C.normalize_features(head, k), head, k, seed)
+    mem_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    lazy, lazy_chosen, lazy_lab = _steps(C.NormalizedRows(head, k), head, k, seed)
+    lazy_s = time.perf_counter() - t0
+    half_path = folder / "head16.npy"
+    half = np.lib.format.open_memmap(half_path, mode="w+", dtype=np.float16, shape=head.shape)
+    for a in range(0, head.shape[0], C.ROW_CHUNK):
+        half[a : a + C.ROW_CHUNK] = head[a : a + C.ROW_CHUNK]
+    half.flush()
+    _, half_chosen, half_lab = _steps(C.NormalizedRows(half, k), half, k, seed)
+    del half
+    half_path.unlink()
+    row = {
+        "kind": "agreement",
+        "mode": "fast: in memory vs over the file",
+        "n": head.shape[0],
+        "d": head.shape[1],
+        "k": k,
+        "total_s": lazy_s,
+        "in_memory_s": mem_s,
+        "kept_jaccard": len(_kept(mem_chosen) & _kept(lazy_chosen))
+        / len(_kept(mem_chosen) | _kept(lazy_chosen)),
+        "labels_equal": bool(np.array_equal(mem_lab, lazy_lab)),
+        "inertia": lazy["inertia"],
+        "inertia_in_memory": mem["inertia"],
+        "f16_kept_jaccard": len(_kept(mem_chosen) & _kept(half_chosen))
+        / len(_kept(mem_chosen) | _kept(half_chosen)),
+        "f16_ari": float(adjusted_rand_score(mem_lab, half_lab)),
+        "load1": load,
+    }
+    if head.shape[1] > 256:
+        P = C.project_features(C.NormalizedRows(head, k), 256, seed)
+        _, proj_chosen, proj_lab = _steps(P, P, k, seed)
+        row["proj256_kept_jaccard"] = len(_kept(mem_chosen) & _kept(proj_chosen)) / len(
+            _kept(mem_chosen) | _kept(proj_chosen)
+        )
+        row["proj256_ari"] = float(adjusted_rand_score(mem_lab, proj_lab))
+    print(f"[bench_cluster] agreement {row}", file=sys.stderr, flush=True)
+    return row
 
 
 def format_scale(rows: list[dict]) -> str:
@@ -285,6 +308,10 @@ def format_scale(rows: list[dict]) -> str:
         ("RssFile peak MiB", "rss_file_peak_mb", "{:,.0f}"),
         ("kept Jaccard", "kept_jaccard", "{:.4f}"),
         ("labels equal", "labels_equal", "{}"),
+        ("f16 kept Jaccard", "f16_kept_jaccard", "{:.4f}"),
+        ("f16 ARI", "f16_ari", "{:.4f}"),
+        ("JL-256 kept Jaccard", "proj256_kept_jaccard", "{:.4f}"),
+        ("JL-256 ARI", "proj256_ari", "{:.4f}"),
         ("load1", "load1", "{:.1f}"),
     ]
     out = ["| " + " | ".join(c[0] for c in cols) + " |", "|" + "---|" * len(cols)]

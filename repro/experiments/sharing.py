@@ -57,6 +57,9 @@ def pool_seed_uses(cfg: ExperimentConfig) -> list[str]:
         )
     if cfg.model.name_or_path == "tiny-random-llama":
         uses.append("model: the tiny random model's weights are drawn from the seed")
+    proxy = cfg.selection.params.get("proxy_model")
+    if (proxy if isinstance(proxy, str) else (proxy or {}).get("name_or_path")) == "tiny-random-llama":
+        uses.append("selection.params.proxy_model: the tiny random proxy's weights are drawn from the seed")
     return uses
 
 
