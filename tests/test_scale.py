@@ -307,3 +307,35 @@ def test_feature_max_length_keeps_response_tokens_and_a_proxy_needs_the_same_tok
     t2.save_pretrained(other)
     with pytest.raises(ValueError, match="proxy_model: .* has another tokenizer"):
         feature_model(str(other), cfg.model, model_dir_of(run_dir), cfg.seed)
+
+
+def test_the_plan_shows_shards_and_refuses_a_clustering_that_does_not_fit(tmp_path: Path) -> None:
+    from slurm.cli import format_plan, plan_refusals
+
+    grid_file = tmp_path / "g.yaml"
+    grid_file.write_text(
+        f"base: {QUICK.as_posix()}\nname: g\n"
+        "datasets: {demo: {rows: 2000000, tokens_per_example: 100}}\n"
+        "models: {tiny: {params_b: 0.001, hidden_size: 4096}}\n"
+        "methods: {cluster: {overrides: [selection.method=cluster, selection.params.feature_shards=5], "
+        "ratios: [50]}}\nworld_sizes: [4]\nseeds: [1]\n"
+    )
+    prof = tmp_path / "p.yaml"
+    prof.write_text("name: p\ngpus_per_node: 4\nmem_per_gpu_gb: 16\nmax_array_size: 2\n")
+    grid = load_grid(grid_file, [f"output_dir={tmp_path}"])
+    ctx = Context(grid, grid.cells, {c.id: c for c in grid.cells}, tmp_path, load_profile(prof))
+    jobs, done = plan_jobs(ctx)
+    shards = [j for j in jobs if j.kind == "shard"]
+    (feat,) = [j for j in jobs if j.kind == "features"]
+    assert (
+        len(shards) == 5 and feat.after == f"shards-{feat.name.removeprefix('features-')}" and feat.tasks == 1
+    )
+    text = format_plan(ctx, jobs, done)
+    line = next(x for x in text.splitlines() if x.strip().startswith(feat.name + ":"))
+    # 1.8M rows (2M less the 10% held out) x 4096 x 4 bytes, twice (shards + merged)
+    assert "5 shard(s) in 3 array(s)" in line and "disk 54.9 GiB" in line
+    (refused,) = plan_refusals(ctx, jobs)  # exact k-means copies 2 x 30.5 GiB > 16 GiB
+    assert "kmeans: fast" in refused and "cluster_proj_dim" in refused and "REFUSED" in line
+    grid = load_grid(grid_file, [f"output_dir={tmp_path}", "selection.params.kmeans=fast"])
+    ctx = Context(grid, grid.cells, {c.id: c for c in grid.cells}, tmp_path, load_profile(prof))
+    assert plan_refusals(ctx, plan_jobs(ctx)[0]) == []  # blocks over the file: fits
