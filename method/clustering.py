@@ -23,10 +23,93 @@ PRUNE_MODES = ("close", "far", "rand", "mix", "big", "none")
 _BLOCK = 32768  # rows per torch matmul / index_add_ call (views, no copies; fewer calls win)
 _PROJ_DIM = 256  # the fast mode's restarts run on a random projection to this many dims (D > 512)
 _RESTARTS, _SAMPLE_ITERS, _FULL_PASSES = 3, 20, 10
+ROW_CHUNK = 65536  # rows per block where a step reads a (memmapped) matrix in blocks
 
 
 # -- helpers --------------------------------------------------------------------------------------
+class NormalizedRows:
+    """Step 2 without a second matrix: the rows of `normalize_features(X, k, mode)`, computed
+    block by block when read (X: N x D float32, typically a memmap of features.npy). Holds X, the
+    row norms (l2) or the mean row (center): O(N) memory, never an N x D copy. Rows read from it
+    equal normalize_features' rows bit for bit (the same per-row operations). Every step of this
+    module takes one where it takes a matrix, and reads it in ROW_CHUNK-row blocks; the exact
+    (scikit-learn) and faiss modes need the matrix in memory and refuse it."""
+
+    def __init__(self, X, k: int, mode: str = "auto", chunk: int | None = None) -> None:
+        if mode not in NORM_MODES:
+            raise SelectionError(f"unknown normalization {mode!r}; choose one of {NORM_MODES}")
+        if int(k) != k or k < 1:
+            raise SelectionError(f"K = world size = {k} must be a positive integer")
+        X = np.asarray(X)
+        if X.ndim != 2 or X.dtype not in (np.float32, np.float16):
+            raise SelectionError(
+                f"features must be a 2-D float32 or float16 array (N x D), got {X.dtype} {X.shape}"
+            )
+        self.X, self.shape, self.dtype = X, X.shape, np.dtype(np.float32)
+        self.chunk = chunk or ROW_CHUNK
+        self.mode = ("l2" if k > 1 else "center") if mode == "auto" else mode
+        self.norms = self.mean = None
+        sq = []
+        for a in range(0, X.shape[0], self.chunk):  # one pass: the finite check and the row norms
+            xb = np.asarray(X[a : a + self.chunk], dtype=np.float32)
+            try:
+                _check_finite(xb)
+            except SelectionError as e:
+                raise SelectionError(f"{e} (in rows {a}..{a + len(xb) - 1} of {X.shape[0]})") from None
+            if self.mode == "l2":
+                sq.append(_sq_norms(xb))
+        if self.mode == "l2":
+            self.norms = np.sqrt(np.concatenate(sq) if sq else np.empty(0))
+            zero = np.flatnonzero(self.norms == 0)
+            if zero.size:
+                raise SelectionError(
+                    f"{zero.size} feature row(s) are all zeros (first: row "
+                    f"{int(zero[0])}); they cannot be L2-normalized (empty response?)"
+                )
+            self.norms32 = self.norms.astype(np.float32)
+            self.odd = ~((self.norms > 1e-30) & (self.norms < 1e30))
+        elif self.mode == "center":
+            total = np.zeros(X.shape[1], dtype=np.float64)
+            if X.dtype == np.float32:  # the in-memory form's own reduction: the same mean
+                total = X.mean(axis=0, dtype=np.float64)
+            else:
+                for a in range(0, X.shape[0], self.chunk):
+                    total += np.asarray(X[a : a + self.chunk], dtype=np.float64).sum(axis=0)
+                total /= max(1, X.shape[0])
+            self.mean = total.astype(np.float32)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key) -> np.ndarray:
+        """Rows `key` (a slice or an index array; int: one row), normalized, as a new array."""
+        if isinstance(key, (int, np.integer)):
+            return self[np.array([key])][0]
+        xb = np.asarray(self.X[key], dtype=np.float32)
+        if self.mode == "center":
+            return xb - self.mean
+        if self.mode == "none":
+            return xb.copy()
+        nb, nb32, odd = self.norms[key], self.norms32[key], self.odd[key]
+        with np.errstate(all="ignore"):
+            out = xb / nb32[:, None]
+        if odd.any():
+            out[odd] = (xb[odd] / nb[odd, None]).astype(np.float32)
+        return out
+
+    def blocks(self):
+        """(start, block) over all rows, chunk rows at a time."""
+        for a in range(0, self.shape[0], self.chunk):
+            yield a, self[a : a + self.chunk]
+
+
+def _lazy(X) -> bool:
+    return isinstance(X, NormalizedRows)
+
+
 def _matrix(X) -> np.ndarray:
+    if _lazy(X):
+        return X  # read in blocks by every caller
     X = np.asarray(X)
     if X.ndim != 2:
         raise SelectionError(f"features must be a 2-D array (N x D), got shape {X.shape}")
@@ -37,6 +120,8 @@ def _check_finite(X: np.ndarray) -> None:
     """SelectionError naming the bad rows if any entry is NaN or +-inf. One random projection, not
     an N x D mask (1.2 GB at 75k x 4096): NaN/inf always makes the row's projection non-finite;
     flagged rows are checked exactly (a finite row whose projection overflows is cleared)."""
+    if _lazy(X):  # its rows were checked when it was made (and normalizing keeps them finite)
+        return
     r = np.random.default_rng(0).standard_normal(X.shape[1]).astype(np.float32) + 1.0
     with np.errstate(all="ignore"):
         cand = np.flatnonzero(~np.isfinite(X @ r))
@@ -51,6 +136,8 @@ def _check_finite(X: np.ndarray) -> None:
 def _sq_norms(X: np.ndarray) -> np.ndarray:
     """Squared L2 norm of every row, float64. Products in float32 (a float64 copy of X costs ~10x
     at 75k x 4096); rows whose float32 result leaves 1e-30..1e30 are redone in float64."""
+    if _lazy(X):
+        return np.concatenate([_sq_norms(b) for _, b in X.blocks()] or [np.empty(0)])
     sq = np.einsum("ij,ij->i", X, X).astype(np.float64)
     odd = np.flatnonzero(~((sq > 1e-30) & (sq < 1e30)))
     if odd.size:
@@ -80,9 +167,19 @@ def _n_distinct_at_least(X: np.ndarray, k: int) -> int:
     """The number of distinct rows if it is below k, else some count >= k. Cheap in the common case:
     a column's distinct values (exact comparisons, no arithmetic) bound the distinct rows from
     below; the exact np.unique over rows runs only when no column reaches k."""
-    for j in range(min(X.shape[1], 8)):
-        if np.unique(X[:, j]).size >= k:
+    if _lazy(X):  # enough distinct values in a block of rows settles it without a full pass
+        head = X[0 : min(X.shape[0], 65536)]
+        if any(np.unique(head[:, j]).size >= k for j in range(min(X.shape[1], 8))):
             return k
+    for j in range(min(X.shape[1], 8)):
+        col = np.concatenate([b[:, j] for _, b in X.blocks()]) if _lazy(X) else X[:, j]
+        if np.unique(col).size >= k:
+            return k
+    if _lazy(X):
+        raise SelectionError(
+            f"fewer than K = {k} distinct values in each of the first 8 feature columns of a "
+            f"{X.shape[0]} x {X.shape[1]} matrix; the features look degenerate"
+        )
     return int(np.unique(X, axis=0).shape[0])
 
 
@@ -90,6 +187,10 @@ def pairwise_sq_distances(X, centers) -> np.ndarray:
     """[N, K] squared distances (float64, squared feature units) from every row to every center, as
     |x|^2 + |c|^2 - 2 x.c with the products in float32 (float64 when they could overflow). The soft
     cap and its reference both use it, so both see identical numbers (ties included)."""
+    if _lazy(X):  # block by block: N x K out, one block of rows in memory
+        return np.concatenate(
+            [pairwise_sq_distances(b, centers) for _, b in X.blocks()] or [np.empty((0, len(centers)))]
+        )
     X, C = _matrix(X), np.asarray(centers, dtype=np.float32)
     xsq, cn = _sq_norms(X), _sq_norms(C)
     if X.shape[0] and xsq.max() * max(cn.max(), 1.0) < 1e60:
@@ -111,13 +212,20 @@ def sq_distances_to_own_center(X, centers, labels) -> np.ndarray:
 
 
 # -- step 2 ---------------------------------------------------------------------------------------
-def normalize_features(X, k: int, mode: str = "auto") -> np.ndarray:
+def normalize_features(X, k: int, mode: str = "auto", out=None, chunk: int = ROW_CHUNK) -> np.ndarray:
     """Step 2. "auto": K > 1 -> L2-normalize each row (unit norm); K == 1 -> subtract the mean row.
-    Also "l2", "center", "none" (a float32 copy). Returns a new float32 N x D array."""
+    Also "l2", "center", "none" (a float32 copy). Returns a new float32 N x D array.
+
+    `out`: an N x D float32 array to write into instead (e.g. a memmap on disk, for a matrix
+    that does not fit in memory twice); then X (a memmap too) is read in `chunk`-row blocks, and
+    memory holds one block, never a copy of X. The rows are the same bit for bit either way
+    (every step is per row; center's mean is the same reduction)."""
     if mode not in NORM_MODES:
         raise SelectionError(f"unknown normalization {mode!r}; choose one of {NORM_MODES}")
     if int(k) != k or k < 1:
         raise SelectionError(f"K = world size = {k} must be a positive integer")
+    if out is not None:
+        return _normalize_into(X, k, mode, out, chunk)
     X = _matrix(X)
     _check_finite(X)
     if mode == "auto":
@@ -138,6 +246,68 @@ def normalize_features(X, k: int, mode: str = "auto") -> np.ndarray:
     if mode == "center":
         return X - X.mean(axis=0, dtype=np.float64).astype(np.float32)
     return X.copy()
+
+
+def _normalize_into(X, k: int, mode: str, out, chunk: int) -> np.ndarray:
+    """normalize_features into `out`, `chunk` rows at a time (the rows of the in-memory form)."""
+    X = np.asarray(X)
+    if X.ndim != 2 or np.shape(out) != X.shape:
+        raise SelectionError(f"normalize: out has shape {np.shape(out)}, features {X.shape}")
+    mode = ("l2" if k > 1 else "center") if mode == "auto" else mode
+    mean = None
+    if mode == "center":
+        mean = X.mean(axis=0, dtype=np.float64).astype(np.float32)
+    for a in range(0, X.shape[0], chunk):
+        xb = np.ascontiguousarray(X[a : a + chunk], dtype=np.float32)
+        try:
+            if mode == "center":
+                _check_finite(xb)
+                out[a : a + chunk] = xb - mean
+            else:
+                out[a : a + chunk] = normalize_features(xb, k, mode)
+        except SelectionError as e:  # row indices of the block: say where they are in X
+            raise SelectionError(f"{e} (in rows {a}..{a + len(xb) - 1} of {X.shape[0]})") from None
+    return out
+
+
+def project_features(X, dim: int, seed: int, out=None, chunk: int = ROW_CHUNK) -> np.ndarray:
+    """A seeded Gaussian random projection (Johnson-Lindenstrauss) of the rows of X to `dim`
+    columns, entries N(0, 1/dim), in `chunk`-row blocks (into `out` when given, e.g. a memmap).
+    Squared distances are kept up to a factor 1 +- eps with eps ~ sqrt(8 ln N / dim)."""
+    X = X if _lazy(X) else np.asarray(X)
+    n, d = X.shape
+    if not 1 <= dim:
+        raise SelectionError(f"projection dimension {dim} must be >= 1")
+    proj = np.random.default_rng([seed, 11]).standard_normal((d, dim)).astype(np.float32) / np.float32(
+        np.sqrt(dim)
+    )
+    out = np.empty((n, dim), dtype=np.float32) if out is None else out
+    for a in range(0, n, chunk):
+        out[a : a + chunk] = np.ascontiguousarray(X[a : a + chunk], dtype=np.float32) @ proj
+    return out
+
+
+def exact_mode_fits(n: int, d: int, available_bytes: int | None = None) -> tuple[bool, float, float]:
+    """(fits, needed GiB, available GiB) for scikit-learn's k-means ("exact"): it copies the
+    N x D float32 matrix (copy_x) and keeps the input, so about 2 x N x D x 4 bytes plus the
+    N x K distances. `available_bytes` defaults to the machine's MemAvailable."""
+    need = 2.0 * n * d * 4
+    if available_bytes is None:
+        available_bytes = _mem_available()
+    return need <= available_bytes, need / 2**30, available_bytes / 2**30
+
+
+def _mem_available() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import os
+
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 # -- step 3 ---------------------------------------------------------------------------------------
@@ -173,8 +343,21 @@ def kmeans(
             f"only {n_distinct} distinct feature rows for K = world size = {k} "
             "clusters; the features are degenerate (duplicates or a constant row)"
         )
+    if _lazy(X) and mode != "fast":
+        raise SelectionError(
+            f"k-means mode {mode!r} needs the {n} x {X.shape[1]} features in memory; this selection "
+            "reads them in row blocks from disk: use selection.params.kmeans: fast"
+        )
     if mode == "exact":
         from sklearn.cluster import KMeans
+
+        fits, need, avail = exact_mode_fits(n, X.shape[1])
+        if not fits:
+            raise SelectionError(
+                f"k-means mode 'exact' (scikit-learn) copies the {n} x {X.shape[1]} features: "
+                f"about {need:.1f} GiB, with {avail:.1f} GiB available; use "
+                "selection.params.kmeans: fast (row blocks over the features file, bounded memory)"
+            )
 
         km = KMeans(n_clusters=k, init="k-means++", n_init=n_init, max_iter=max_iter, random_state=seed)
         with warnings.catch_warnings(record=True) as caught:
@@ -211,7 +394,9 @@ def _fast_kmeans(
     n, dim = X.shape
     s = min(n, sample if sample else max(256 * k, 20000))
     rng = np.random.default_rng([seed, 3])
-    Xs = torch.from_numpy(X[np.sort(rng.choice(n, s, replace=False))] if s < n else X)
+    Xs = torch.from_numpy(
+        X[np.sort(rng.choice(n, s, replace=False))] if s < n else (X[0:n] if _lazy(X) else X)
+    )
     Ys = Xs
     if dim > 2 * _PROJ_DIM:
         proj = rng.standard_normal((dim, _PROJ_DIM)).astype(np.float32) / np.sqrt(_PROJ_DIM)
@@ -234,7 +419,7 @@ def _fast_kmeans(
     for c in torch.nonzero(counts == 0).flatten().tolist():  # only for a projected duplicate
         centers[c] = Xs[int(rng.integers(s))]
     passes = max(1, min(max_iter, _FULL_PASSES))
-    labels, centers, inertia = _lloyd(torch.from_numpy(X), centers, passes, 1e-4)
+    labels, centers, inertia = _lloyd(X if _lazy(X) else torch.from_numpy(X), centers, passes, 1e-4)
     return labels.numpy().astype(np.int64), centers.numpy().astype(np.float32), inertia
 
 
@@ -297,6 +482,16 @@ def _lloyd(Xt, C, n_pass: int, tol: float):
     import torch
 
     n, k = Xt.shape[0], C.shape[0]
+    if not torch.is_tensor(Xt):  # NormalizedRows: each block made when read
+        rows = Xt
+
+        class _Blocks:
+            shape = rows.shape
+
+            def __getitem__(self, s):
+                return torch.from_numpy(rows[s])
+
+        Xt = _Blocks()
     narrow = Xt.shape[1] <= 512  # index_add_ has a per-row overhead: a one-hot matmul wins there
     blocks = [slice(b, min(b + _BLOCK, n)) for b in range(0, n, _BLOCK)]
     # inertia = sum_i |x_i|^2 + sum_i part_i, part_i = |c|^2 - 2 x_i.c for the row's center
@@ -370,17 +565,25 @@ def soft_cap_assign(X, centers, labels, cap_factor: float = 1.5, n_candidates: i
     nc = min(int(n_candidates), k)
     cand = order[:, :nc]
     flat = np.argsort(np.take_along_axis(d, cand, 1).ravel(), kind="stable")  # pair p = i*nc + r
-    pair_rows, pair_ctrs = (flat // nc).tolist(), cand.ravel()[flat].tolist()
-    out = [-1] * n
+    del d
+    pair_ctrs = cand.ravel()[flat]
+    flat //= nc  # the pairs' rows, in place (N x nc int64: the cap's O(N K) pairs)
+    out = [-1] * n  # N pointers to cached small ints: 8 bytes a row
     room = [cap] * k
     left = n
-    for i, c in zip(pair_rows, pair_ctrs):  # the greedy pass (the one sequential part)
-        if out[i] < 0 and room[c] > 0:
-            out[i] = c
-            room[c] -= 1
-            left -= 1
-            if left == 0:
-                break
+    # the greedy pass (the one sequential part), over the pairs in blocks: Python objects for
+    # one block at a time, never for all N x nc pairs
+    for a in range(0, flat.size, 1 << 20):
+        rows_b, ctrs_b = flat[a : a + (1 << 20)].tolist(), pair_ctrs[a : a + (1 << 20)].tolist()
+        for i, c in zip(rows_b, ctrs_b):
+            if out[i] < 0 and room[c] > 0:
+                out[i] = c
+                room[c] -= 1
+                left -= 1
+                if left == 0:
+                    break
+        if left == 0:
+            break
     out = np.array(out, dtype=np.int64)
     for i in np.flatnonzero(out < 0).tolist():  # only when K > n_candidates or cap * K < N
         with_room = [c for c in order[i].tolist() if room[c] > 0]

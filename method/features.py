@@ -31,6 +31,7 @@ import dataclasses
 import math
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,24 @@ def gradient_proxy_features_naive(model: Any, batch: dict, *, bf16: bool | None 
 # ----------------------------------------------------------------------------- one process
 
 
+def feature_item(ex: Any, tokenizer: Any, max_length: int, feature_max_length: int | None = None) -> dict:
+    """An example as the feature pass sees it: as training does (repro.core.data.tokenize_example,
+    cut at data.max_length), then, with selection.params.feature_max_length L, cut to L tokens
+    for the features only: the response keeps min(its tokens, max(L - prompt, L // 2)) tokens
+    from its start and the prompt the rest from its END (the tokens next to the response), so a
+    long prompt never leaves an example without response tokens. None: unchanged."""
+    item = tokenize_example(ex, tokenizer, max_length)
+    if feature_max_length is None or len(item["input_ids"]) <= feature_max_length:
+        return item
+    L, ids, labels = int(feature_max_length), item["input_ids"], item["labels"]
+    n_resp = item["n_response_tokens"]
+    n_prompt = len(ids) - n_resp
+    keep_resp = min(n_resp, max(L - n_prompt, L // 2, 1))
+    keep_prompt = min(n_prompt, L - keep_resp)
+    cut = slice(n_prompt - keep_prompt, n_prompt + keep_resp)
+    return {"input_ids": ids[cut], "labels": labels[cut], "n_response_tokens": keep_resp}
+
+
 def _length_batches(lengths: dict[int, int], batch_size: int) -> list[list[int]]:
     """Row indices in batches of `batch_size`, longest first (lengths: row -> tokens).
 
@@ -230,6 +249,7 @@ def _features_worker(
     tmp_path: str,
     out_path: str,
     requested: int,
+    feature_max_length: int | None = None,
 ) -> int:
     """Rank `rank` of a group of `world_size` processes (initialized when world_size > 1);
     returns `rank`.
@@ -278,7 +298,9 @@ def _features_worker(
             rows = read_jsonl(pool_path)
             mine_info["dim"] = int(model.get_output_embeddings().weight.shape[1])
             mine_info["lengths"] = {
-                i: len(tokenize_example(Example.from_dict(rows[i]), tok, max_length)["input_ids"])
+                i: len(
+                    feature_item(Example.from_dict(rows[i]), tok, max_length, feature_max_length)["input_ids"]
+                )
                 for i in range(rank, len(rows), workers)
             }
         except Exception as e:
@@ -316,7 +338,8 @@ def _features_worker(
         if j < len(mine):
             b = mine[j]
             batch = collate(
-                [tokenize_example(Example.from_dict(rows[i]), tok, max_length) for i in b], tok.pad_token_id
+                [feature_item(Example.from_dict(rows[i]), tok, max_length, feature_max_length) for i in b],
+                tok.pad_token_id,
             )
             feats[: len(b)] = gradient_proxy_features(
                 model, {k: v.to(device) for k, v in batch.items()}, bf16=bf16, workspace=ws
@@ -371,6 +394,9 @@ def _features_worker(
                 "batch_size": batch_size,
                 "batches": len(batches),
                 "max_length": max_length,
+                "feature_max_length": feature_max_length,
+                "model": str(model_dir),
+                "pool_fingerprint": pool_fingerprint(rows),  # what the pool is (reuse checks it)
                 "device": device.type,
                 "bf16": bf16,
                 "per_worker": gathered,
@@ -381,6 +407,24 @@ def _features_worker(
     return rank
 
 
+def pool_fingerprint(rows: Iterable[dict[str, Any]]) -> str:
+    """SHA-256 over the pool's example ids and their content fingerprints (the SHA-256 of each
+    example's canonical JSON), in pool order: what the pool is, independent of the config. Rows
+    go through repro.core.types.Example first, so a pool file's rows and the loaded Pool's
+    examples give the same fingerprint."""
+    import hashlib
+    import json
+
+    from repro.core.types import Example
+
+    h = hashlib.sha256()
+    for raw in rows:
+        r = Example.from_dict(raw).to_dict()
+        content = hashlib.sha256(json.dumps(r, sort_keys=True, ensure_ascii=False, default=str).encode())
+        h.update(f"{r.get('id')}\0{content.hexdigest()}\n".encode())
+    return h.hexdigest()
+
+
 def features_to_file(
     run_dir: Path,
     workers: int,
@@ -389,6 +433,7 @@ def features_to_file(
     max_length: int,
     batch_size: int,
     out_path: Path,
+    feature_max_length: int | None = None,
 ) -> Path:
     """g of every row of run_dir/"pool.jsonl", in pool order, into `out_path` (.npy, N x H float32).
 
@@ -426,6 +471,7 @@ def features_to_file(
         str(tmp),
         str(out_path),
         workers,
+        feature_max_length,
     )
     try:
         # This process's rank, or None when the workers were spawned here (it then waited for all).
@@ -446,3 +492,35 @@ def features_to_file(
         meta["wall_s"] = time.perf_counter() - t0
         atomic_write_json(meta_path, meta)
     return out_path
+
+
+def feature_model(proxy: Any, model_cfg: Any, model_dir: Path, seed: int) -> tuple[Path, Any]:
+    """(model directory, ModelConfig) the gradient-proxy features come from: the target model
+    (`model_dir`, `model_cfg`), or with selection.params.proxy_model another model (a name or
+    path, or a mapping of model.* keys such as {name_or_path: ..., tiny_hidden_size: 32}) that
+    must have the same tokenizer (same vocabulary and special tokens): the features are then
+    the proxy's, K and the clustering unchanged. Raises ValueError naming the key otherwise."""
+    if proxy is None:
+        return Path(model_dir), model_cfg
+    from transformers import AutoTokenizer
+
+    from repro.core.models import materialize_model
+
+    fields = {"name_or_path": proxy} if isinstance(proxy, str) else dict(proxy)
+    allowed = {"name_or_path", "precision", "tiny_hidden_size", "tiny_layers"}
+    if not fields.get("name_or_path") or set(fields) - allowed:
+        raise ValueError(
+            f"selection.params.proxy_model: {proxy!r} is not a model name or a mapping of "
+            f"{', '.join(sorted(allowed))} (name_or_path required)"
+        )
+    pcfg = dataclasses.replace(model_cfg, lora=dataclasses.replace(model_cfg.lora, enabled=False), **fields)
+    pdir = materialize_model(pcfg, seed)
+    a, b = AutoTokenizer.from_pretrained(model_dir), AutoTokenizer.from_pretrained(pdir)
+    same = a.get_vocab() == b.get_vocab() and a.eos_token == b.eos_token and a.bos_token == b.bos_token
+    if not same:
+        raise ValueError(
+            f"selection.params.proxy_model: {fields['name_or_path']!r} has another tokenizer than "
+            f"the target {model_cfg.name_or_path!r} (vocabulary or special tokens differ); a proxy "
+            "must tokenize the pool as the target does"
+        )
+    return Path(pdir), pcfg

@@ -90,6 +90,36 @@ class ClusterParams:
     clusters_per_worker: int = param(
         1, lo=1, help="C: C x K clusters packed onto the K workers (1: the method's one per worker)"
     )
+    feature_shards: int = param(
+        1,
+        lo=1,
+        help="S > 1: the gradient-proxy pass in S shards, each written on its own and resumable "
+        "(method/feature_shards.py; under launch one SLURM job array); bit-identical to one pass",
+    )
+    cluster_proj_dim: int | None = param(
+        None,
+        lo=1,
+        note="null: none",
+        help="d: a seeded Gaussian (Johnson-Lindenstrauss) projection of the normalized features "
+        "to d dims before k-means, the cap and the choice (pools of 10M+; docs/scale.md)",
+    )
+    feature_storage: Literal["float32", "float16"] = param(
+        "float32",
+        help="float16: clustering reads a half-size copy (needs kmeans fast; the kept-set "
+        "agreement with float32 is in docs/scale.md)",
+    )
+    feature_max_length: int | None = param(
+        None,
+        lo=2,
+        note="null: data.max_length",
+        help="L: the feature pass sees each example cut to L tokens (the response's start and the "
+        "prompt's end); training does not",
+    )
+    proxy_model: str | dict[str, Any] | None = param(
+        None,
+        help="another model (a name, or a mapping of model.* keys) with the same tokenizer whose "
+        "features are used instead of the target's",
+    )
 
     def check(self) -> None:
         if self.budget_unit == "tokens" and self.variant != "prune":
@@ -108,6 +138,10 @@ class ClusterParams:
             )
         if self.kmeans == "faiss":
             require_extra("faiss", "selection.params.kmeans: 'faiss'")
+        if self.feature_storage == "float16" and self.kmeans != "fast":
+            raise ConfigError(
+                "feature_storage: float16 is read in row blocks, which needs selection.params.kmeans: fast"
+            )
 
 
 @register_selector("cluster")
@@ -116,10 +150,15 @@ class ClusterSelector(Parameterized):
 
     Its parameters are `ClusterParams` (`cluster-repro ls selectors` prints them). The
     gradient-proxy feature pass runs feature_workers processes; the lora-grad features run in one
-    process and ignore it. See docs/method.md for what still differs from the authors' code.
+    process and ignore it. With kmeans fast, features over LAZY_NORMALIZE_BYTES are never copied:
+    normalization, k-means, the soft cap and the choice read them in row blocks
+    (method/clustering.py NormalizedRows); the selection is the same as in memory. See
+    docs/method.md for what still differs from the authors' code, docs/scale.md for the options
+    that scale selection out.
     """
 
     Params = ClusterParams
+    LAZY_NORMALIZE_BYTES = 2**30
 
     # Planning: what share of the pool a cell will keep, before any feature exists.
     PLANNED_UNIFORM_UPPER_BOUND = 1.5  # the soft cap keeps every cluster under 1.5 N / K
@@ -141,18 +180,37 @@ class ClusterSelector(Parameterized):
         feature_workers. None for lora-grad features: not shared."""
         if self.feature_type != "gradient-proxy":
             return None
-        return {"features": "gradient-proxy", "feature_batch_size": self.feature_batch_size}
+        key: dict[str, Any] = {"features": "gradient-proxy", "feature_batch_size": self.feature_batch_size}
+        if self.feature_max_length is not None:  # unset: the key as before these options
+            key["feature_max_length"] = self.feature_max_length
+        if self.proxy_model is not None:
+            key["proxy_model"] = self.proxy_model
+        return key
 
     def features(self, pool: Pool, ctx: SelectionContext) -> tuple[np.ndarray, dict[str, Any]]:
         """N x D float32 features in pool order, written to <run dir>/features.npy (reused if complete)."""
         cfg = ctx.config
         out = Path(ctx.workdir) / "features.npy"
         meta_path = out.with_suffix(".json")
+        model_dir, model_cfg = None, cfg.model
+        if ctx.model_dir is not None and self.feature_type == "gradient-proxy":
+            from method.features import feature_model
+
+            try:  # the target model, or the proxy_model
+                model_dir, model_cfg = feature_model(
+                    self.proxy_model, cfg.model, Path(ctx.model_dir), cfg.seed
+                )
+            except ValueError as e:
+                raise SelectionError(str(e)) from None
         if out.is_file() and meta_path.is_file():
             meta = json.loads(meta_path.read_text())
             if (
                 meta.get("n") == len(pool)
                 and meta.get("feature_type", self.feature_type) == self.feature_type
+                and self._same_pool(meta, pool)
+                # the same feature settings (files from before these keys: as before)
+                and meta.get("feature_max_length") == self.feature_max_length
+                and (model_dir is None or meta.get("model", str(model_dir)) == str(model_dir))
             ):
                 return np.load(out, mmap_mode="r"), {**meta, "reused": True}
         if ctx.model_dir is None:
@@ -160,21 +218,95 @@ class ClusterSelector(Parameterized):
         if self.feature_type == "gradient-proxy":
             from method.features import feature_workers, features_to_file
 
+            assert model_dir is not None
             # K = ctx.world_size stays the number of clusters; only the pass's processes change.
             workers = feature_workers(ctx.world_size, self.feature_workers)
+            if self.feature_shards > 1:
+                from method.feature_shards import sharded_features_to_file
+
+                sharded_features_to_file(
+                    Path(ctx.workdir),
+                    self.feature_shards,
+                    model_dir,
+                    model_cfg,
+                    cfg.data.max_length,
+                    self.feature_batch_size,
+                    out,
+                    self.feature_max_length,
+                )
+                meta = json.loads(meta_path.read_text())
+                return np.load(out, mmap_mode="r"), meta
             features_to_file(
                 Path(ctx.workdir),
                 workers,
-                Path(ctx.model_dir),
-                cfg.model,
+                model_dir,
+                model_cfg,
                 cfg.data.max_length,
                 self.feature_batch_size,
                 out,
+                self.feature_max_length,
             )
         else:
             self._lora_features(pool, ctx, out)
         meta = json.loads(meta_path.read_text())
         return np.load(out, mmap_mode="r"), meta
+
+    def _normalized(self, X: np.ndarray, k: int, ctx: SelectionContext, scratch: list[Path]):
+        """Step 2 (and the optional projection). In memory; or, with kmeans fast and a matrix over
+        LAZY_NORMALIZE_BYTES, as method.clustering.NormalizedRows: each block of rows
+        normalized when read from the features file, no N x D copy (the same rows bit for bit).
+        A projection over LAZY_NORMALIZE_BYTES goes to a memmap next to the features."""
+        from method import clustering as C
+
+        big = X.nbytes > self.LAZY_NORMALIZE_BYTES
+        if (big and self.kmeans == "fast") or X.dtype != np.float32:
+            Xn = C.NormalizedRows(X, k, self.normalization)
+        else:
+            Xn = C.normalize_features(X, k, self.normalization)
+        if self.cluster_proj_dim is None:
+            return Xn
+        d = self.cluster_proj_dim
+        out = None
+        if X.shape[0] * d * 4 > self.LAZY_NORMALIZE_BYTES:
+            path = Path(ctx.workdir) / "features.projected.npy"
+            scratch.append(path)
+            out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(X.shape[0], d))
+        return C.project_features(Xn, d, ctx.seed, out=out)
+
+    @staticmethod
+    def _half(X: np.ndarray, ctx: SelectionContext) -> np.ndarray:
+        """The features as float16, in <run dir>/features.f16.npy (converted in row blocks; made
+        again when features.npy is newer)."""
+        from method.clustering import ROW_CHUNK
+        from repro.core.io import temp_path
+
+        src = Path(ctx.workdir) / "features.npy"
+        out = Path(ctx.workdir) / "features.f16.npy"
+        if out.is_file() and out.stat().st_mtime_ns >= src.stat().st_mtime_ns:
+            half = np.load(out, mmap_mode="r")
+            if half.shape == X.shape:
+                return half
+        tmp = temp_path(out)
+        try:
+            mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=X.shape)
+            for a in range(0, X.shape[0], ROW_CHUNK):
+                mm[a : a + ROW_CHUNK] = X[a : a + ROW_CHUNK]
+            mm.flush()
+            del mm
+            tmp.replace(out)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return np.load(out, mmap_mode="r")
+
+    @staticmethod
+    def _same_pool(meta: dict[str, Any], pool: Pool) -> bool:
+        """Features are reused only for the pool they were computed from: same example ids and
+        contents, in order (files written before the fingerprint existed: by their length)."""
+        if "pool_fingerprint" not in meta:
+            return True
+        from method.features import pool_fingerprint
+
+        return meta["pool_fingerprint"] == pool_fingerprint(e.to_dict() for e in pool.examples)
 
     def _lora_features(self, pool: Pool, ctx: SelectionContext, out: Path) -> None:
         import torch
@@ -249,7 +381,8 @@ class ClusterSelector(Parameterized):
         if k == 1 and self.order == "authors":
             return self._authors_single_worker(pool)
         X, feat_meta = self.features(pool, ctx)
-        X = np.asarray(X, dtype=np.float32)
+        X = self._half(X, ctx) if self.feature_storage == "float16" else np.asarray(X, dtype=np.float32)
+        scratch: list[Path] = []  # normalized/projected matrices on disk, removed at the end
 
         # Stopped in `finally`: a selection that fails (K larger than the pool, m_adj = 0)
         # must not leave every later allocation of the process traced, hence slow.
@@ -257,7 +390,7 @@ class ClusterSelector(Parameterized):
         kc = k * self.clusters_per_worker  # k-means clusters; k with the method's C = 1
         try:
             t0 = time.perf_counter()
-            Xn = C.normalize_features(X, k, self.normalization)
+            Xn = self._normalized(X, k, ctx, scratch)
             labels, centers, inertia = C.kmeans(Xn, kc, ctx.seed, self.n_init, self.max_iter, self.kmeans)
             before = np.bincount(labels, minlength=kc)
             if self.cap is not None:
@@ -281,6 +414,8 @@ class ClusterSelector(Parameterized):
                 # "big" ranks by the raw feature norm; the other modes by distance in the
                 # clustered space.
                 space = X if self.prune == "big" else Xn
+                if space is X and X.dtype != np.float32:
+                    space = C.NormalizedRows(X, k, "none")  # float32 blocks, no full copy
                 if self.budget_unit == "tokens":  # no m_adj: each cluster keeps its own count
                     m, m_adj = int(after.min()), None
                     chosen, token_info = self._token_budget(pool, ctx, space, centers, labels)
@@ -303,6 +438,8 @@ class ClusterSelector(Parameterized):
             selection_peak = tracemalloc.get_traced_memory()[1] / 2**20
         finally:
             tracemalloc.stop()
+            for f in scratch:
+                f.unlink(missing_ok=True)
 
         ids, clusters = [], []
         pool_ids = pool.ids
@@ -334,6 +471,8 @@ class ClusterSelector(Parameterized):
             "budget_rounded_to_batch": rounding,
             "budget_unit": self.budget_unit,
         }
+        if self.cluster_proj_dim is not None:
+            info["cluster_proj_dim"] = self.cluster_proj_dim
         if self.budget_unit == "tokens":
             info.update(token_info)
         if kc > k:  # the k-means clusters behind the groups, and the group (worker) of each

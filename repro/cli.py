@@ -334,6 +334,11 @@ def main(argv: list[str] | None = None) -> int:
         from repro.bench.balance import main as balance
 
         return balance(argv[2:])
+    if argv[:2] == ["bench", "cluster"] and len(argv) > 2:  # its flags (repro/bench/cluster.py)
+        from repro.bench.cluster import main as bench_cluster_main
+
+        bench_cluster_main(argv[2:])
+        return 0
     if argv[:2] == ["bench", "k-scaling"]:  # its own flags (repro/bench/k_scaling.py)
         from repro.bench.k_scaling import main as k_scaling
 

@@ -140,7 +140,10 @@ def format_plan(ctx, jobs, done) -> str:
     lines += [head, "-" * len(head)]
     total = {"cell": 0.0, "features": 0.0}
     unknown = 0
+    scale_lines: list[str] = []
     for pj in jobs:
+        if pj.kind == "shard":  # one line per features job below, not one per shard
+            continue
         try:
             nodes: int | str = prof.nodes_for(pj.tasks)[0]
         except ConfigError:  # the preflight section names the cell and the fix
@@ -150,6 +153,7 @@ def format_plan(ctx, jobs, done) -> str:
             est = estimate_features(cell, prof, pj.tasks)
             kept = "-"
             what = f"({len(pj.cells)} cells select here)"
+            scale_lines.append(_scale_line(ctx, pj, est))
         else:
             cell = ctx.by_id[pj.name]
             est = estimate_cell(cell, ctx.by_id, ctx.grid.estimate, prof)
@@ -164,12 +168,23 @@ def format_plan(ctx, jobs, done) -> str:
             f"{pj.name:58s} {pj.tasks:4d} {nodes!s:>5s} {kept:>6s} {fmt_num(est.tokens):>8s} "
             f"{fmt_num(est.gpu_hours, 2):>8s} {fmt_num(est.wall_hours, 2):>7s} {mem:>8s}  {what}"
         )
-    n_sub = sum(len(bucket(w)) for w in waves(jobs))
+    n_sub = sum(len(bucket(w, prof.max_array_size)) for w in waves(jobs))
     n_feat = sum(j.kind == "features" for j in jobs)
+    n_shard = sum(j.kind == "shard" for j in jobs)
     gpus = sorted({j.tasks for j in jobs})
     lines += [
         "",
-        f"Jobs: {len(jobs)} ({len(jobs) - n_feat} cells + {n_feat} shared features jobs) "
+        "Feature passes (shards: array tasks of 1 GPU, in arrays of at most max_array_size "
+        f"{prof.max_array_size}; disk: the N x D float32 matrix, shards + merged when sharded; "
+        "clustering: the selecting job's host memory, page cache left out; node: "
+        "mem_per_gpu_gb x its GPUs):",
+        *scale_lines,
+    ]
+    lines += [
+        "",
+        f"Jobs: {len(jobs)} ({len(jobs) - n_feat - n_shard} cells + {n_feat} shared features jobs"
+        + (f" + {n_shard} feature shards" if n_shard else "")
+        + ") "
         f"in {n_sub} sbatch submissions (arrays group cells with the same GPUs and "
         f"dependency); GPUs per job: {', '.join(map(str, gpus)) or '-'}",
         f"GPU-hours (estimate): training {total['cell']:,.1f} + features "
@@ -182,6 +197,40 @@ def format_plan(ctx, jobs, done) -> str:
         "slack + 1 GiB CUDA context; docs/memory.md); '!' marks more than gpu.memory_gb.",
     ]
     return "\n".join(lines)
+
+
+def _scale_line(ctx, pj, est) -> str:
+    """A feature pass's shards, arrays, GPU-h, disk and the clustering's memory (slurm/plan.py)."""
+    from slurm.plan import feature_scale, fmt_num
+
+    cells = [ctx.by_id[c] for c in pj.cells]
+    widest = max(cells, key=lambda c: c.axes["world_size"])  # the largest K selects here too
+    sc = feature_scale(widest, ctx.profile, pj.tasks)
+
+    def gib(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:,.1f} GiB"
+
+    line = (
+        f"  {pj.name}: {sc.shards} shard(s)"
+        + (f" in {sc.arrays} array(s)" if sc.arrays else "")
+        + f", {fmt_num(est.gpu_hours, 2)} GPU-h, disk {gib(sc.disk_gib)}, clustering "
+        f"{gib(sc.cluster_gib)} of {gib(sc.node_gib)} (K up to {widest.axes['world_size']})"
+    )
+    return line + (f"  REFUSED: {sc.fix}" if sc.fix else "")
+
+
+def plan_refusals(ctx, jobs) -> list[str]:
+    """Features jobs whose clustering cannot fit the profile's memory: '<job>: <fix>'."""
+    from slurm.plan import feature_scale
+
+    out = []
+    for pj in jobs:
+        if pj.kind == "features":
+            widest = max((ctx.by_id[c] for c in pj.cells), key=lambda c: c.axes["world_size"])
+            sc = feature_scale(widest, ctx.profile, pj.tasks)
+            if sc.fix:
+                out.append(f"{pj.name}: {sc.fix}")
+    return out
 
 
 def _memory_column(cell, kind: str, memory_gb: float | None) -> str:
@@ -234,8 +283,19 @@ def cmd_launch(args: argparse.Namespace) -> int:
         for cid in sorted(active):
             print(f"{cid}: already queued or running from an earlier launch; left alone", file=sys.stderr)
     jobs, done = plan_jobs(ctx, active)
+    refused = plan_refusals(ctx, jobs)
+    if refused and not args.dry_run:
+        print(
+            "config error: the clustering of these feature passes cannot fit the profile's "
+            "memory; nothing was submitted:\n  " + "\n  ".join(refused),
+            file=sys.stderr,
+        )
+        return 2
     if args.dry_run:
         print(format_plan(ctx, jobs, done))
+        if refused:
+            print(f"\nRefused: {len(refused)} feature pass(es) whose clustering cannot fit (see above)")
+            return 2
         summary = (
             f"Preflight: {len(bad)} of {len(found)} cells to run have problems; a launch "
             "refuses to submit until they are fixed"

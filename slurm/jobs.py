@@ -392,6 +392,73 @@ class CellJob(_Requeueable):
         }
 
 
+def _feature_model(features: dict[str, Any], cfg: Any, shared: Path) -> tuple[Path, Any]:
+    """The model the features come from: the shared folder's target model, or the selector's
+    proxy_model (method/features.py feature_model)."""
+    from method.features import feature_model
+    from repro.core.rundir import model_dir_of
+
+    return feature_model(features.get("proxy_model"), cfg.model, model_dir_of(shared), cfg.seed)
+
+
+class FeatureShardJob(_Requeueable):
+    """Shard `shard` of `shards` of one key's gradient-proxy features (method/feature_shards.py):
+    one task of the key's job array, one process on one GPU. The first task to start stages the
+    model and the pool in the shared folder (under its lock; the others find them done), then
+    every task computes its own shard; a done shard (its marker matches) is skipped, so a
+    requeued or resubmitted task recomputes only its own unfinished shard. The key's
+    `FeaturesJob` waits for the whole array (afterok), merges and selects."""
+
+    def __init__(
+        self,
+        key: str,
+        shard: int,
+        shards: int,
+        features: dict[str, Any],
+        config: dict[str, Any],
+        shared_dir: str,
+        state_dir: str | None,
+    ) -> None:
+        self.key, self.shard, self.shards = key, shard, shards
+        self.features = features
+        self.config = config
+        self.shared_dir = shared_dir
+        self.state_dir = state_dir
+
+    def __call__(self) -> dict[str, Any]:
+        from method.feature_shards import compute_shard
+        from repro.core.config import from_dict, save_config
+        from repro.pipeline import _stage, stage_model, stage_pool
+
+        cfg = from_dict(self.config, source=f"features {self.key} shard {self.shard}")
+        shared = Path(self.shared_dir)
+        shared.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        with file_lock(shared / ".prep.lock"), single_process_env():
+            if not (shared / "config.yaml").is_file():
+                save_config(cfg, shared / "config.yaml")
+            _stage(shared, "model", False, lambda: stage_model(cfg, shared), record=False)
+            _stage(shared, "pool", False, lambda: stage_pool(cfg, shared), record=False)
+        with single_process_env():
+            model_dir, model_cfg = _feature_model(self.features, cfg, shared)
+            computed = compute_shard(
+                shared,
+                self.shard,
+                self.shards,
+                model_dir,
+                model_cfg,
+                cfg.data.max_length,
+                int(self.features["feature_batch_size"]),
+                feature_max_length=self.features.get("feature_max_length"),
+            )
+        return {
+            "features": self.key,
+            "shard": self.shard,
+            "computed": computed,
+            "seconds": time.perf_counter() - t0,
+        }
+
+
 class FeaturesJob(_Requeueable):
     """The shared features of one key (model, pool, seed and feature pass), then the selection of
     its cells.
@@ -427,7 +494,6 @@ class FeaturesJob(_Requeueable):
     def __call__(self) -> dict[str, Any]:
         from method.features import features_to_file
         from repro.core.config import from_dict
-        from repro.core.rundir import model_dir_of
         from repro.pipeline import _stage, run_experiment, stage_model, stage_pool
 
         ident = job_identity()
@@ -456,17 +522,36 @@ class FeaturesJob(_Requeueable):
                     _stage(shared, "pool", False, lambda: stage_pool(cfg, shared))
                     note["compute"] = not (shared / "features.json").is_file()
             note = rdv.wait() if ident["rank"] != 0 else read_json(rdv.path)
-            if note["compute"]:
+            shards = int(cfg.selection.params.get("feature_shards") or 1)
+            if note["compute"] and shards > 1:
+                if ident["rank"] == 0:  # the array computed the shards; any left over run here
+                    from method.feature_shards import sharded_features_to_file
+
+                    with single_process_env():
+                        model_dir, model_cfg = _feature_model(self.features, cfg, shared)
+                        sharded_features_to_file(
+                            shared,
+                            shards,
+                            model_dir,
+                            model_cfg,
+                            cfg.data.max_length,
+                            int(self.features["feature_batch_size"]),
+                            shared / "features.npy",
+                            self.features.get("feature_max_length"),
+                        )
+            elif note["compute"]:
                 params = cfg.selection.params
                 workers = min(world, int(params.get("feature_workers") or world))  # rest: idle
+                model_dir, model_cfg = _feature_model(self.features, cfg, shared)
                 features_to_file(
                     shared,
                     workers,
-                    model_dir_of(shared),
-                    cfg.model,
+                    model_dir,
+                    model_cfg,
                     cfg.data.max_length,
                     int(self.features["feature_batch_size"]),
                     shared / "features.npy",
+                    self.features.get("feature_max_length"),
                 )
             if ident["rank"] != 0:
                 return {"features": self.key, "rank": ident["rank"]}

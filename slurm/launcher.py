@@ -29,7 +29,7 @@ from repro.core.io import atomic_write_json, read_json
 from repro.core.log import get_logger, progress_bar
 from repro.experiments.grids import Cell, Grid, load_grid, select_cells
 from repro.experiments.matching import matched_config
-from slurm.jobs import CellJob, FeaturesJob
+from slurm.jobs import CellJob, FeatureShardJob, FeaturesJob
 from slurm.profile import ClusterProfile
 
 BACKENDS = ("slurm", "local", "debug")
@@ -269,6 +269,28 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
         tasks = max(1, min(tasks, ctx.profile.gpus_per_node))
         name = f"features-{key}"
         cfgs = [(c.id, c.config().to_dict()) for c in grp]
+        shards = feature_shards(grp[0])
+        after_shards = None
+        if shards > 1:  # one array task (one GPU) per shard; the features job merges and selects
+            after_shards, tasks = f"shards-{key}", 1
+            for s in range(shards):
+                jobs.append(
+                    PlannedJob(
+                        "shard",
+                        f"shard-{key}-{s:05d}",
+                        1,
+                        FeatureShardJob(
+                            key,
+                            s,
+                            shards,
+                            grp[0].feature_pass(),
+                            cfgs[0][1],
+                            str(ctx.shared_dir(key)),
+                            state_dir,
+                        ),
+                        cells=[c.id for c in grp],
+                    )
+                )
         jobs.append(
             PlannedJob(
                 "features",
@@ -283,6 +305,7 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
                     state_dir,
                     timeout_s,
                 ),
+                after=after_shards,
                 cells=[c.id for c in grp],
             )
         )
@@ -320,6 +343,11 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
     return jobs, done
 
 
+def feature_shards(cell: Cell) -> int:
+    """selection.params.feature_shards of a cell (1: one feature pass, no array)."""
+    return int(cell.config().selection.params.get("feature_shards") or 1)
+
+
 def preflight_cells(ctx: Context, cells: list[Cell]) -> dict[str, list]:
     """ "cell <id>" -> its preflight findings (repro/preflight.py: benchmark, selector and
     allocator names, data files, batches, ratio, the world size against the profile's nodes),
@@ -349,18 +377,24 @@ def _paths(job: Any) -> tuple[str, str]:
 def waves(jobs: list[PlannedJob]) -> list[list[PlannedJob]]:
     """Features jobs; cells that wait for nothing or for a features job; cells that wait for a
     cell (a matched cell whose reference selects in its own job)."""
+    shard = [j for j in jobs if j.kind == "shard"]
     feat = [j for j in jobs if j.kind == "features"]
     first = [j for j in jobs if j.kind == "cell" and (j.after is None or j.after.startswith("features-"))]
     second = [j for j in jobs if j.kind == "cell" and j not in first]
-    return [w for w in (feat, first, second) if w]
+    return [w for w in (shard, feat, first, second) if w]
 
 
-def bucket(wave: list[PlannedJob]) -> dict[tuple[int, str | None], list[PlannedJob]]:
-    """Jobs with the same task count and dependency: one sbatch submission (an array if > 1)."""
+def bucket(
+    wave: list[PlannedJob], max_array_size: int | None = None
+) -> list[tuple[int, str | None, list[PlannedJob]]]:
+    """Jobs with the same task count and dependency: one sbatch submission (an array if > 1),
+    cut into arrays of at most `max_array_size` tasks (the profile's max_array_size, the
+    cluster's MaxArraySize)."""
     out: dict[tuple[int, str | None], list[PlannedJob]] = {}
     for pj in wave:
         out.setdefault((pj.tasks, pj.after), []).append(pj)
-    return out
+    size = max_array_size or max(1, len(wave))
+    return [(t, a, grp[i : i + size]) for (t, a), grp in out.items() for i in range(0, len(grp), size)]
 
 
 def submit(ctx: Context, jobs: list[PlannedJob], backend: str) -> dict[str, Any]:
@@ -392,10 +426,17 @@ def submit(ctx: Context, jobs: list[PlannedJob], backend: str) -> dict[str, Any]
         }
 
     for wave in waves(jobs):
-        buckets = bucket(wave)
-        for (tasks, after), group in buckets.items():
+        for tasks, after, group in bucket(wave, ctx.profile.max_array_size):
             after_id = None
-            if after is not None:
+            if after is not None and after.startswith("shards-"):  # every task of a key's array(s)
+                prefix = "shard-" + after[len("shards-") :] + "-"
+                deps = [(n, j) for n, j in submitted.items() if n.startswith(prefix)]
+                ids = {str(j.job_id).split("_")[0] for _, j in deps}
+                after_id = ":".join(sorted(ids)) or None
+                if backend != "slurm":
+                    for n, j in deps:
+                        _wait_ok(j, n)
+            elif after is not None:
                 dep = submitted.get(after)
                 after_id = (
                     str(dep.job_id) if dep is not None else record["jobs"].get(after, {}).get("job_id")

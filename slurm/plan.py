@@ -123,3 +123,75 @@ def fmt_num(x: float | None, digits: int = 1) -> str:
     if abs(x) >= 1e6:
         return f"{x / 1e6:.{digits}f}M"
     return f"{x:,.{digits}f}"
+
+
+# ----------------------------------------------------------------------------- a feature pass's scale
+
+GiB = 2**30
+
+
+def clustering_memory_bytes(n: int, d: int, k: int, mode: str, proj_dim: int | None) -> float:
+    """Host memory of the selection's clustering (method/clustering.py, method/selector.py),
+    the features' page cache left out. fast/faiss: the Lloyd blocks (32,768 rows, x3 for the
+    product and its temporaries), the seeded sample (max(256 K, 20,000) rows, x2), the
+    normalized matrix when it is held in memory (exact mode, or up to
+    ClusterSelector.LAZY_NORMALIZE_BYTES; else its rows are normalized block by block when
+    read), and the soft cap's O(N K) arrays (distances, orders, pairs: about 5 x 8 bytes x N x K)
+    plus O(N) labels and lists. exact (scikit-learn): also 2 x N x D x 4 (its copy and the
+    input)."""
+    from method.selector import ClusterSelector
+
+    dim = proj_dim or d
+    kk = min(k, 8)  # the cap's candidates
+    nk = 5 * 8 * n * max(k, kk) + 8 * 8 * n
+    sample = min(n, max(256 * k, 20000)) * d * 4 * 2
+    block = min(n, 32768) * dim * 4 * 3
+    held = n * dim * 4 if n * d * 4 <= ClusterSelector.LAZY_NORMALIZE_BYTES else 0
+    if mode == "exact":
+        held = 2 * n * d * 4
+    return float(nk + sample + block + held)
+
+
+@dataclass
+class FeatureScale:
+    shards: int
+    arrays: int  # job arrays the shards go out in (max_array_size tasks each)
+    disk_gib: float | None  # the feature matrix on disk (with shards: shards + the merged file)
+    cluster_gib: float | None  # the clustering's host memory
+    node_gib: float | None  # what the selecting job gets: mem_per_gpu_gb x its GPUs
+    fix: str = ""  # non-empty: the clustering does not fit; what to change
+
+    @property
+    def fits(self) -> bool:
+        return not self.fix
+
+
+def feature_scale(cell: Cell, profile: ClusterProfile, tasks: int) -> FeatureScale:
+    """Shards and arrays of a feature pass, its disk, and the clustering job's memory against
+    the profile's (mem_per_gpu_gb x the GPUs of the job that selects)."""
+    import math
+
+    cfg = cell.check_config()
+    params = cfg.selection.params
+    shards = int(params.get("feature_shards") or 1)
+    arrays = math.ceil(shards / profile.max_array_size) if shards > 1 else 0
+    n, d = _pool_rows(cell, cfg), cell.estimate.get("hidden_size")
+    if n is None or d is None:
+        return FeatureScale(shards, arrays, None, None, None)
+    k = max(1, cfg.world_size) * int(params.get("clusters_per_worker") or 1)
+    mode = str(params.get("kmeans") or "exact")
+    proj = params.get("cluster_proj_dim")
+    disk = n * d * 4 * (2 if shards > 1 else 1) / GiB
+    need = clustering_memory_bytes(n, int(d), k, mode, proj) / GiB
+    node = profile.mem_per_gpu_gb * tasks if profile.mem_per_gpu_gb else None
+    fix = ""
+    if node is not None and need > node:
+        fix = (
+            f"the clustering needs about {need:.1f} GiB, the job gets {node:g} GiB "
+            f"(mem_per_gpu_gb {profile.mem_per_gpu_gb:g} x {tasks} GPUs): "
+            + ("use selection.params.kmeans: fast (row blocks over the features file), " * (mode == "exact"))
+            + "set selection.params.cluster_proj_dim (e.g. 256: a random projection before k-means), "
+            "or a node with more memory (mem_per_gpu_gb); feature_shards spread the feature pass, "
+            "not the clustering"
+        )
+    return FeatureScale(shards, arrays, disk, need, node, fix)

@@ -69,6 +69,9 @@ class ClusterProfile:
     time_limit_min: int = 240
     max_requeues: int = 3  # how often a timed-out or preempted job is requeued
     array_parallelism: int = 64  # at most this many tasks of one array run at once
+    # The cluster's MaxArraySize (slurm.conf; SLURM's default 1001): an array has at most this
+    # many tasks, so a sharded feature pass with more shards goes out as several arrays.
+    max_array_size: int = 1001
     # GPUs (tasks) of a shared features job; None: the smallest world size of the cells it serves
     features_gpus: int | None = None
     output_dir: str | None = None  # shared output directory; None: the grid's / config's own
@@ -102,6 +105,7 @@ RANGES: dict[str, Range] = {
     "time_limit_min": Range(1, note="minutes"),
     "max_requeues": Range(0),
     "array_parallelism": Range(1),
+    "max_array_size": Range(1, note="tasks per job array: the cluster's MaxArraySize (scontrol show config)"),
     "features_gpus": Range(1, note="null: the smallest world size of its cells"),
     "gpu.peak_tflops": Range(0, lo_incl=False, note="TFLOP/s per GPU"),
     "gpu.mfu": Range(0, 1, lo_incl=False, note="a fraction: write 0.4 for 40%; null: the measured 0.14"),

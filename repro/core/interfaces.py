@@ -10,15 +10,16 @@ any allocator; that is how the suite separates what a selection buys from what a
 Each declares its parameters as a `Params` dataclass (repro/core/params.py), which the registry
 builds from the config's `selection.params` / `allocation.params`.
 
-Optional, for a selector that computes features which depend only on the model, the data and the
-seed (not on the budget, the ratio or the world size), so that grid cells can share one pass:
+Optional, for a selector that computes features which depend only on the model and the pool
+(not on the budget, the ratio or the world size), so that grid cells can share one pass:
 
     selector.feature_key(cfg) -> dict | None
 
 A JSON-able mapping of what else identifies the features (CluSTER: {"features": "gradient-proxy",
 "feature_batch_size": 8}, from its own defaults), or None when this configuration computes none
-worth sharing; no such method is the same as None. Cells with the same model, data, seed and
-mapping share one key (repro/experiments/sharing.py): the SLURM launcher computes their pool and
+worth sharing; no such method is the same as None. Cells with the same model, pool and mapping
+share one key (repro/experiments/sharing.py; the seed enters only where it changes the pool or
+the model, `pool_seed_uses`): the SLURM launcher computes their pool and
 features once and links `features.npy` / `features.json` into each run folder, where the
 selector's `select` must reuse them. The shared features job computes one kind today,
 "gradient-proxy" (method/features.py, with the mapping's feature_batch_size).

@@ -17,7 +17,8 @@ runs. The format (every shipped grid under `configs/grids/` is an example):
         tokens_per_example: 520
     models:
       codellama-python-7b: {overrides: [model.name_or_path=codellama/CodeLlama-7b-Python-hf],
-                            params_b: 6.74}   # billions of parameters, for the estimate
+                            params_b: 6.74,   # billions of parameters, for the estimate
+                            hidden_size: 4096}  # the feature dimension (disk, clustering memory)
     methods:
       full: {overrides: [selection.method=full]}
       cluster: {overrides: [selection.method=cluster, ...], ratios: [100, 75, 50]}
@@ -75,7 +76,7 @@ _TOP = {
 }
 _ENTRY = {"overrides", "set"}
 _DATASET = _ENTRY | {"rows", "tokens_per_example"}
-_MODEL = _ENTRY | {"params_b"}
+_MODEL = _ENTRY | {"params_b", "hidden_size"}
 _METHOD = _ENTRY | {"ratios", MATCH_KEY}
 
 
@@ -303,6 +304,7 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
                         "rows": datasets[ds].get("rows"),
                         "tokens_per_example": datasets[ds].get("tokens_per_example"),
                         "params_b": models[model].get("params_b"),
+                        "hidden_size": models[model].get("hidden_size"),
                     },
                 )
                 cell.check_config()  # validated now: a typo fails before anything is submitted

@@ -3,10 +3,24 @@
 A selector that computes features from the model and the pool alone (CluSTER's gradient-proxy
 features: not the ratio, not the world size, not the budget) says what else identifies them
 through its optional `feature_key(cfg)` method (repro/core/interfaces.py). Cells whose selectors
-say the same, on the same model, data and seed (the seed draws the held-out split, hence the pool),
-get the same key: the launcher computes their pool and features once, in
-`<output_dir>/_shared/features/<key>/`, and links them into each cell's run folder
-(slurm/jobs.py). The selector owns its defaults, so a changed default changes the key.
+say the same, on the same model and the same pool, get the same key: the launcher computes their
+pool and features once, in `<output_dir>/_shared/features/<key>/`, and links them into each cell's
+run folder (slurm/jobs.py). The selector owns its defaults, so a changed default changes the key.
+
+What the key hashes, before any data is read (the plan needs it):
+- the pool's definition: `data` (sources, limits, max_length, held-out share, ...). The seed
+  enters only where it changes the pool (`pool_seed_uses`): a held-out split drawn from a file
+  source (heldout_fraction > 0), and the generated demo pool. With heldout_fraction 0 (the
+  paper's recipe) the seeds of a dataset x model share one pass;
+- the model: `model` without its LoRA settings (the features use the initial base model). The
+  seed enters only for the builtin tiny random model, whose weights it draws. The config names
+  no revision beyond `name_or_path`; the model stage's fingerprint (repro/core/fingerprints.py)
+  catches changed weights;
+- the feature settings (the selector's `feature_key`), and `selection_seed` when set.
+What the pool *is* (its example ids and content fingerprints, in order: `pool_fingerprint`) is
+recorded in the features' metadata when they are written, and a features file is reused only for
+the same pool (method/features.py), so files that changed under an unchanged config are never
+reused.
 """
 
 from __future__ import annotations
@@ -28,6 +42,27 @@ def feature_pass(cfg: ExperimentConfig) -> dict[str, Any] | None:
     return key(cfg) if callable(key) else None
 
 
+def pool_seed_uses(cfg: ExperimentConfig) -> list[str]:
+    """Where `cfg.seed` changes the pool or the model the features are computed from (empty: the
+    seed changes neither, so cells that differ only in it share one feature pass). Every use of
+    the seed on the way to the features: the demo pool's generator (repro/core/data.py
+    `_load_source`), the held-out split of file and hub sources (same function; heldout_fraction
+    > 0), and the tiny random model's weights (repro/core/models.py materialize_model)."""
+    uses = []
+    if any(s.path == "demo" for s in cfg.data.sources):
+        uses.append("data.sources: the demo pool is generated from the seed")
+    if cfg.data.heldout_fraction > 0 and any(s.path != "demo" for s in cfg.data.sources):
+        uses.append(
+            f"data.heldout_fraction = {cfg.data.heldout_fraction}: the held-out split is drawn from the seed"
+        )
+    if cfg.model.name_or_path == "tiny-random-llama":
+        uses.append("model: the tiny random model's weights are drawn from the seed")
+    proxy = cfg.selection.params.get("proxy_model")
+    if (proxy if isinstance(proxy, str) else (proxy or {}).get("name_or_path")) == "tiny-random-llama":
+        uses.append("selection.params.proxy_model: the tiny random proxy's weights are drawn from the seed")
+    return uses
+
+
 def feature_key(cfg: ExperimentConfig) -> str | None:
     """12 hex digits shared by every config with the same pool and the same features; None when
     its selector computes no shareable features. The world size, the budget and the allocation
@@ -35,12 +70,14 @@ def feature_key(cfg: ExperimentConfig) -> str | None:
     features = feature_pass(cfg)
     if features is None:
         return None
-    key: dict[str, Any] = {
-        "model": dataclasses.asdict(cfg.model),
-        "data": dataclasses.asdict(cfg.data),
-        "seed": cfg.seed,
-        "features": features,
-    }
+    model = dataclasses.asdict(cfg.model)
+    model.pop("lora", None)  # the features use the initial base model, never the adapter
+    if cfg.model.name_or_path != "tiny-random-llama":
+        model.pop("tiny_hidden_size", None)
+        model.pop("tiny_layers", None)
+    key: dict[str, Any] = {"model": model, "data": dataclasses.asdict(cfg.data), "features": features}
+    if pool_seed_uses(cfg):
+        key["seed"] = cfg.seed
     if cfg.selection_seed is not None:  # features may draw from it; unset: keys as before
         key["selection_seed"] = cfg.selection_seed
     blob = json.dumps(

@@ -1,0 +1,59 @@
+"""A sharded feature pass through a REAL SLURM (the fixture of tests/test_slurm_cluster.py): the
+shards go out as job arrays cut under the profile's max_array_size, the features job waits for
+every array (afterok) and merges, and the merged file equals the unsharded pass bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from method.features import features_to_file
+from repro.core.config import load_config
+from repro.core.io import read_json
+from repro.core.rundir import model_dir_of
+from tests.conftest import CONFIGS
+from tests.test_slurm_cluster import cli, run_dir_of, sacct, slurm_cluster  # noqa: F401 (fixture)
+
+
+def test_feature_shards_run_as_job_arrays_and_merge_bit_for_bit(slurm_cluster, tmp_path) -> None:  # noqa: F811
+    profile = tmp_path / "local-2.yaml"
+    profile.write_text((CONFIGS / "clusters" / "local.yaml").read_text() + "max_array_size: 2\n")
+    grid = tmp_path / "shards.yaml"
+    grid.write_text(
+        f"base: {(CONFIGS / 'demo-quick.yaml').as_posix()}\nmodels: {{tiny: {{}}}}\n"
+        """name: shards
+datasets: {demo: {overrides: [data.demo_train_size=48, eval.demo_tasks=false, train.max_steps=2]}}
+methods:
+  cluster: {overrides: [selection.method=cluster, selection.params.feature_shards=3,
+                        allocation.method=cluster-interleave], ratios: [100]}
+world_sizes: [2]
+seeds: [1]
+"""
+    )
+    out = tmp_path / "runs"
+    args = ["launch", str(grid), "--cluster", "slurm", "--profile", str(profile), "--output-dir", str(out)]
+    p = cli(*args, "--wait", timeout=540)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-5000:]
+    jobs = read_json(out / "_launch" / "shards" / "jobs.json")["jobs"]
+    shard_jobs = sorted(n for n in jobs if n.startswith("shard-"))
+    (feat,) = [n for n in jobs if n.startswith("features-")]
+    key = feat.removeprefix("features-")
+    assert shard_jobs == [f"shard-{key}-{s:05d}" for s in range(3)]
+    # 3 shards under max_array_size 2: two arrays (2 tasks + 1 task), all of them COMPLETED
+    bases = {jobs[n]["job_id"].split("_")[0] for n in shard_jobs}
+    assert len(bases) == 2
+    for n in shard_jobs:
+        assert sacct(jobs[n]["job_id"], "JobID,State")[0]["State"] == "COMPLETED"
+    # the features job waited for both arrays
+    assert set(jobs[feat]["after"].split(":")) == bases
+    shared = out / "_shared" / "features" / key
+    meta = read_json(shared / "features.json")
+    assert meta["shards"] == 3 and [s["shard"] for s in meta["per_shard"]] == [0, 1, 2]
+    assert all((shared / "features" / f"shard-{s:05d}.json").is_file() for s in range(3))
+    cfg = load_config(shared / "config.yaml")
+    whole = features_to_file(
+        shared, 1, model_dir_of(shared), cfg.model, cfg.data.max_length, 8, tmp_path / "whole.npy"
+    )
+    assert np.array_equal(np.load(whole), np.load(shared / "features.npy"))
+    cell = run_dir_of(out, "demo.tiny.cluster-r100.ws2.s1")
+    assert (cell / "stages" / "results.json").is_file()
+    assert read_json(cell / "stages" / "select.json")["method"] == "cluster"
