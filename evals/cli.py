@@ -207,7 +207,10 @@ def _task_paths(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from evals.run import EvalSettings, entries_to_rows, expand_benchmarks, make_lm, run_benchmarks
+    from evals.benchmarks import EvalSettings, expand_benchmarks
+    from evals.entries import entries_to_rows
+    from evals.harness import make_lm
+    from evals.run import run_benchmarks
     from repro.core.lm_eval_json import LM_EVAL_NAME, write_lm_eval_results
     from repro.core.results import PART_NAME, provenance, write_rows
 

@@ -39,7 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.run import EvalSettings, Processes, make_lm, run_benchmarks
+from evals.benchmarks import EvalSettings
+from evals.harness import make_lm
+from evals.run import Processes, run_benchmarks
 from repro.core.config import ExperimentConfig, ModelConfig
 from repro.core.io import read_json
 from repro.core.log import get_logger

@@ -150,8 +150,8 @@ def check_benchmarks(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     still run."""
     if not cfg.eval.benchmarks and not cfg.eval.task_paths:
         return []
+    from evals.benchmarks import expand_benchmarks, known_benchmarks
     from evals.plugins import BenchmarkPluginError
-    from evals.run import expand_benchmarks, known_benchmarks
 
     try:
         table = known_benchmarks(cfg.eval.task_paths)
@@ -178,7 +178,7 @@ def check_generation_limits(cfg: ExperimentConfig, ctx: CheckContext) -> list[Pr
     limits = cfg.eval.max_new_tokens
     if not isinstance(limits, dict):
         return []
-    from evals.run import CODE_BENCHMARKS
+    from evals.benchmarks import CODE_BENCHMARKS
 
     tasks = ("demo", *CODE_BENCHMARKS)  # every generation task of the eval stage
     return [
