@@ -16,6 +16,7 @@ import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from evals import plugins
 from evals.plugins import Benchmark
@@ -46,6 +47,40 @@ CODE_BENCHMARKS = tuple(ALIASES["code"])
 SOURCES = ("local", "hub")
 # Local variants with a split (or fixed examples) for few-shot prompts.
 LOCAL_SHOT_SOURCES = ("mmlu_medical", "mbpp", "mbpp_plus")
+
+# How a benchmark is scored (`eval.protocol`, `--protocol`; docs/benchmarks.md "Protocols"):
+# lm-eval: the lm-eval task of evals/tasks (every benchmark); evalplus: EvalPlus's problems in an
+# instruction template with Magicoder's response prefix, greedy, EvalPlus's sanitizer and its
+# differential tests (evals/evalplus_protocol.py; the four code benchmarks, local files only).
+PROTOCOLS = ("lm-eval", "evalplus")
+DEFAULT_PROTOCOL = "lm-eval"
+EVALPLUS_BENCHMARKS = CODE_BENCHMARKS
+# The instruction templates the evalplus protocol can render a problem in (a run's training
+# format, data.sources[].format).
+EVAL_TEMPLATES = ("magicoder", "alpaca")
+
+
+def protocols_of(benchmark: str) -> tuple[str, ...]:
+    """The protocols that can score `benchmark` (a plugin benchmark: lm-eval only)."""
+    return PROTOCOLS if benchmark in EVALPLUS_BENCHMARKS else (DEFAULT_PROTOCOL,)
+
+
+def protocol_problem(benchmark: str, protocol: Any, key: str = "eval.protocol") -> str | None:
+    """Why `protocol` cannot score `benchmark` (the message names `key` and the fix), or None."""
+    if protocol not in PROTOCOLS:
+        near = difflib.get_close_matches(str(protocol), PROTOCOLS, n=1)
+        return (
+            f"{key}.{benchmark}: unknown protocol {protocol!r}"
+            + (f"; did you mean {near[0]!r}?" if near else "")
+            + f" (protocols: {', '.join(PROTOCOLS)})"
+        )
+    if protocol not in protocols_of(benchmark):
+        return (
+            f"{key}.{benchmark}: the {protocol!r} protocol does not score {benchmark} (it scores "
+            f"{', '.join(EVALPLUS_BENCHMARKS)}); use {', '.join(protocols_of(benchmark))} for it, "
+            f"or leave {benchmark} out of {key}"
+        )
+    return None
 
 
 @functools.lru_cache(maxsize=1)
@@ -119,6 +154,10 @@ class EvalSettings:
     seed: int = 1234
     items: dict[str, list[int]] = field(default_factory=dict)
     task_paths: list[str] = field(default_factory=list)
+    # benchmark -> protocol (PROTOCOLS); a benchmark left out: lm-eval.
+    protocol: dict[str, str] = field(default_factory=dict)
+    # The instruction template of the evalplus protocol (EVAL_TEMPLATES): a run's training format.
+    template: str = "magicoder"
 
     def __post_init__(self) -> None:
         if self.data_dir is not None:  # a Path (a run's data_dir) too; saved as JSON
@@ -164,6 +203,24 @@ class EvalSettings:
                 )
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit: expected a number of items >= 1, got {self.limit}")
+        for b, proto in self.protocol.items():
+            problem = protocol_problem(b, proto, "protocol")
+            if problem:
+                raise ValueError(problem)
+            if proto == "evalplus" and self.source != "local":
+                raise ValueError(
+                    f"protocol.{b}: the evalplus protocol reads EvalPlus's release files from the "
+                    "data directory (source local); use source local, or the lm-eval protocol"
+                )
+        if self.template not in EVAL_TEMPLATES:
+            raise ValueError(
+                f"template: {self.template!r} is no instruction template of the evalplus protocol "
+                f"(expected one of {', '.join(EVAL_TEMPLATES)})"
+            )
+
+    def protocol_of(self, benchmark: str) -> str:
+        """The protocol `benchmark` is scored with."""
+        return self.protocol.get(benchmark, DEFAULT_PROTOCOL)
 
     def gen_limit(self, benchmark: str) -> int | None:
         """The generation limit stated for `benchmark`, or None (the task's own applies; a
@@ -173,3 +230,45 @@ class EvalSettings:
         if isinstance(self.max_gen_toks, dict):
             return self.max_gen_toks.get(benchmark)
         return self.max_gen_toks
+
+
+def protocol_map(protocol: str | dict[str, str] | None, benchmarks: Iterable[str]) -> dict[str, str]:
+    """eval.protocol (one name for every benchmark, a mapping per benchmark, or null) -> the
+    mapping EvalSettings.protocol takes, for the benchmarks evaluated."""
+    if protocol is None:
+        return {}
+    if isinstance(protocol, str):
+        return {b: protocol for b in benchmarks}
+    return dict(protocol)
+
+
+def resolve_template(
+    formats: Iterable[str], template: str | None, allow_other: bool
+) -> tuple[str | None, str | None]:
+    """(the evalplus protocol's instruction template, None) or (None, why not, naming the key):
+    the run's training format (`formats`: its data.sources[].format), unless eval.template names
+    another and eval.allow_other_template says so."""
+    trained = sorted(set(formats))
+    usable = [f for f in trained if f in EVAL_TEMPLATES]
+    if template is not None:
+        if template not in EVAL_TEMPLATES:
+            return None, (
+                f"eval.template: {template!r} is no instruction template of the evalplus protocol "
+                f"(expected one of {', '.join(EVAL_TEMPLATES)}, or null: the training format)"
+            )
+        if template not in trained and not allow_other:
+            return None, (
+                f"eval.template: {template!r} is not the template this run trains in "
+                f"(data.sources[].format: {', '.join(trained)}); a model is evaluated in its "
+                "training template. Set eval.template to null, or eval.allow_other_template: "
+                "true to evaluate in another one on purpose"
+            )
+        return template, None
+    if len(usable) == 1 and len(trained) == 1:
+        return usable[0], None
+    return None, (
+        f"eval.template: the evalplus protocol renders each problem in the run's training template, "
+        f"but data.sources[].format is {', '.join(trained) or 'unset'} (usable: "
+        f"{', '.join(EVAL_TEMPLATES)}, one for all sources); set data.sources[].format, or "
+        "eval.template with eval.allow_other_template: true"
+    )

@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from evals import harness
-from evals.benchmarks import EvalSettings
+from evals.benchmarks import DEFAULT_PROTOCOL, EvalSettings
 from evals.plugins import Benchmark
 
 
@@ -60,6 +60,7 @@ def entries_from_items(
         "status": "ok",
         "reason": None,
         "harness_task": bench.harness_task,
+        "protocol": settings.protocol_of(bench.name),
     }
     leaf = {
         t: {m: _task_score(samples[t], m, settings.bootstrap_iters) for m in bench.metrics} for t in order
@@ -125,6 +126,7 @@ def status_entry(
         "status": status,
         "reason": reason,
         "harness_task": bench.harness_task,
+        "protocol": settings.protocol_of(bench.name),
     }
 
 
@@ -149,6 +151,9 @@ def entries_to_rows(entries: list[dict[str, Any]], base: dict[str, Any]) -> list
             v["eval_items"] = e["items"]
         if e.get("max_gen_toks"):  # the limit a code benchmark generated under (tokens)
             v["eval_max_gen_toks"] = e["max_gen_toks"]
+        for key in ("evalplus_version", "evalplus_dataset", "template", "oracle_failed_tasks"):
+            if e.get(key) is not None:  # the evalplus protocol's package, problems and template
+                v[f"eval_{key}" if not key.startswith("evalplus") else key] = e[key]
         if e.get("kind"):  # not on mmlu_medical/<subject> rows: a subject is no benchmark
             v["benchmark_kind"] = e["kind"]
         if e["reason"]:
@@ -161,6 +166,7 @@ def entries_to_rows(entries: list[dict[str, Any]], base: dict[str, Any]) -> list
                 "value": e["value"],
                 "stderr": e["stderr"],
                 "n": e["n"],
+                "eval_protocol": e.get("protocol", DEFAULT_PROTOCOL),
                 "versions": json.dumps(v, sort_keys=True),
             }
         )

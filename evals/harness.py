@@ -212,3 +212,46 @@ def pool_group(values: list[float], sizes: list[int], errs: list[float | None]) 
     value = float(aggregate_subtask_metrics(values, sizes, True))
     stderr = None if any(e is None for e in errs) else float(pooled_sample_stderr(errs, sizes))
     return value, stderr
+
+
+def model_and_tokenizer(lm: Any) -> tuple[Any, Any]:
+    """The transformers model and tokenizer inside an lm-eval HFLM."""
+    return lm.model, lm.tokenizer
+
+
+ORACLES = ("canonical", "empty")
+
+
+def make_oracle_lm(kind: str) -> Any:
+    """An lm-eval LM that answers every code task with its canonical solution (`canonical`) or
+    with nothing (`empty`), to check a scorer: `--model oracle:canonical` must score 100% less
+    the tasks whose canonical solution fails, `oracle:empty` 0%. It scores no multiple choice."""
+    from lm_eval.api.model import LM
+
+    if kind not in ORACLES:
+        raise ValueError(f"oracle:{kind}: expected one of {', '.join('oracle:' + k for k in ORACLES)}")
+
+    class OracleLM(LM):
+        oracle = kind
+        batch_size = 1
+
+        def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+            out = []
+            for req in requests:
+                doc = req.doc or {}
+                answer = doc.get("canonical_solution", doc.get("code"))
+                if answer is None:
+                    raise ValueError(
+                        f"oracle:{kind}: the task's documents have no canonical solution "
+                        f"(fields: {sorted(doc)}); oracle models answer the code benchmarks only"
+                    )
+                out.append(answer if kind == "canonical" else "")
+            return out
+
+        def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
+            raise ValueError(f"oracle:{kind} answers the code benchmarks only, not multiple choice")
+
+        def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
+            raise ValueError(f"oracle:{kind} answers the code benchmarks only")
+
+    return OracleLM()

@@ -278,6 +278,32 @@ def _finished(
     return done
 
 
+def _evalplus_entries(
+    lm: Any, bench: Benchmark, settings: EvalSettings, out_dir: Path | None, cache: dict[Any, Any]
+) -> list[dict[str, Any]]:
+    """One benchmark under the evalplus protocol, never raising (a missing file: `missing`)."""
+    from evals import evalplus_protocol
+
+    t0 = time.perf_counter()
+    task = f"evalplus_{bench.name}"
+    try:
+        got = evalplus_protocol.score_benchmark(lm, bench, settings, out_dir, cache)
+    except local_data.MissingDataError as e:
+        _loud(f"MISSING benchmark {bench.name} (evalplus protocol): {e}")
+        return [status_entry(bench, task, "missing", str(e), settings, time.perf_counter() - t0)]
+    except Exception as e:  # noqa: BLE001 - reported as a row, loudly, then go on
+        reason = f"{type(e).__name__}: {e}"
+        _loud(f"ERROR benchmark {bench.name} (evalplus protocol): {reason}")
+        return [status_entry(bench, task, "error", reason, settings, time.perf_counter() - t0)]
+    main = got[0]
+    if main["status"] == "ok":
+        logger.info(
+            f"{bench.name} (evalplus): {main['metric']} = {main['value']:.4f} (n={main['n']}) in "
+            f"{main['seconds']:.1f}s"
+        )
+    return got
+
+
 def run_benchmarks(
     lm: Any,
     benchmarks: list[str],
@@ -320,6 +346,7 @@ def run_benchmarks(
                 },
             )
 
+    evalplus_cache: dict[Any, Any] = {}  # generations mbpp and mbpp_plus share
     for name in names:
         bench = known[name]
         if name in done:
@@ -329,6 +356,13 @@ def run_benchmarks(
             continue
         task = bench.task_name(settings.source)
         t0 = time.perf_counter()
+        if settings.protocol_of(name) == "evalplus":
+            # Scored by process 0 alone (generation and sandbox), the others wait at the next
+            # benchmark's gather; not split over processes.
+            if lead:
+                entries += _evalplus_entries(lm, bench, settings, out_dir, evalplus_cache)
+                save(complete=False)
+            continue
         if settings.source == "local" or bench.plugin:
             try:  # the same files for every process: they all skip, or none does
                 if bench.plugin:
@@ -355,6 +389,14 @@ def run_benchmarks(
         if not lead:
             continue
         got, samples = _merge(bench, task, parts, settings, time.perf_counter() - t0)
+        if getattr(lm, "oracle", None) == "canonical" and got[0]["status"] == "ok":
+            # Tasks the canonical solution fails: a defect of the data or of the scorer.
+            got[0]["oracle_failed_tasks"] = [
+                str((s.get("doc") or {}).get("task_id", s["doc_id"]))
+                for rows in samples.values()
+                for s in rows
+                if s.get(bench.metrics[0], 1) == 0
+            ]
         entries += got
         main = got[0]
         if main["status"] != "ok":

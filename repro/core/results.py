@@ -47,6 +47,7 @@ COLUMNS = [
     "selection_seed",
     "training_seed",
     "eval_settings",
+    "eval_protocol",
     "benchmark",
     "metric",
     "value",
