@@ -56,8 +56,8 @@ PROTOCOLS = ("lm-eval", "evalplus")
 DEFAULT_PROTOCOL = "lm-eval"
 EVALPLUS_BENCHMARKS = CODE_BENCHMARKS
 # The instruction templates the evalplus protocol can render a problem in (a run's training
-# format, data.sources[].format).
-EVAL_TEMPLATES = ("magicoder", "alpaca")
+# format, data.sources[].format; chat: the tokenizer's chat template, data.chat_template: true).
+EVAL_TEMPLATES = ("magicoder", "alpaca", "chat")
 
 
 def protocols_of(benchmark: str) -> tuple[str, ...]:
@@ -243,12 +243,13 @@ def protocol_map(protocol: str | dict[str, str] | None, benchmarks: Iterable[str
 
 
 def resolve_template(
-    formats: Iterable[str], template: str | None, allow_other: bool
+    formats: Iterable[str], template: str | None, allow_other: bool, chat_template: bool = False
 ) -> tuple[str | None, str | None]:
     """(the evalplus protocol's instruction template, None) or (None, why not, naming the key):
-    the run's training format (`formats`: its data.sources[].format), unless eval.template names
-    another and eval.allow_other_template says so."""
-    trained = sorted(set(formats))
+    the run's training format (`formats`: its data.sources[].format; "chat" when it trained
+    through the tokenizer's chat template), unless eval.template names another and
+    eval.allow_other_template says so."""
+    trained = ["chat"] if chat_template else sorted(set(formats))
     usable = [f for f in trained if f in EVAL_TEMPLATES]
     if template is not None:
         if template not in EVAL_TEMPLATES:

@@ -246,6 +246,7 @@ def _protocol_and_template(args: argparse.Namespace, benchmarks: list[str]) -> t
         [s.format for s in cfg.data.sources],
         args.template or cfg.eval.template,
         args.allow_other_template or cfg.eval.allow_other_template,
+        cfg.data.chat_template,
     )
     if template is None:
         raise ValueError(

@@ -36,7 +36,7 @@ from evals.plugins import Benchmark
 from evals.sandbox import ExecResult, Limits, run_program
 from repro.core.io import atomic_write_jsonl
 from repro.core.log import get_logger
-from repro.core.prompts import MAGICODER_PROMPT, alpaca_prompt
+from repro.core.prompts import MAGICODER_PROMPT, alpaca_prompt, plain_chat_prompt
 
 logger = get_logger("eval")
 
@@ -85,13 +85,24 @@ def instruction_and_prefix(problem: Problem, dataset: str) -> tuple[str, str]:
     return HUMANEVAL_INSTRUCTION.format(prompt=prompt), f"{FENCE}python\n{prompt}"
 
 
-def render(instruction: str, response_prefix: str, template: str) -> str:
-    """The generation prompt: `instruction` in the training `template`, then the response prefix."""
+def render(instruction: str, response_prefix: str, template: str, tokenizer: Any = None) -> str:
+    """The generation prompt: `instruction` in the training `template`, then the response prefix
+    (chat: the user turn through the tokenizer's chat template, the assistant's turn opened, as
+    data.chat_template renders training prompts; an oracle, with no tokenizer, gets the plain
+    chat turns)."""
     if template == "magicoder":
         return MAGICODER_PROMPT.format(instruction=instruction) + response_prefix
     if template == "alpaca":
         return alpaca_prompt(instruction) + response_prefix
-    raise ValueError(f"template {template!r}: expected magicoder or alpaca")
+    if template == "chat":
+        turn = [{"role": "user", "content": instruction}]
+        if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+            if tokenizer is not None:
+                raise ValueError("template chat: the model's tokenizer has no chat template")
+            return plain_chat_prompt(turn) + response_prefix
+        opened = tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
+        return opened + response_prefix
+    raise ValueError(f"template {template!r}: expected magicoder, alpaca or chat")
 
 
 def completion_of(response: str) -> str:
@@ -237,7 +248,8 @@ def score_benchmark(
     key = (pset.path, settings.template, limit, tuple(ids), oracle)
     shared = cache.setdefault(key, {"verdicts": {}})
     if "responses" not in shared:
-        prompts = [render(*instruction_and_prefix(p, pset.dataset), settings.template) for p in problems]
+        model, tok = (None, None) if oracle else harness.model_and_tokenizer(lm)
+        prompts = [render(*instruction_and_prefix(p, pset.dataset), settings.template, tok) for p in problems]
         logger.info(
             f"{bench.name}: evalplus protocol, {len(problems)} problems of {pset.dataset_version}, "
             f"template {settings.template}, greedy, max_new_tokens {limit}"
@@ -245,7 +257,6 @@ def score_benchmark(
         if oracle:
             responses = [oracle_response(p, pset.dataset, oracle) for p in problems]
         else:
-            model, tok = harness.model_and_tokenizer(lm)
             responses = generate_greedy(model, tok, prompts, limit, settings.batch_size)
         shared.update(prompts=prompts, responses=responses)
         shared["solutions"] = [solution_of(p, pset.dataset, r) for p, r in zip(problems, responses)]

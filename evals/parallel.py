@@ -72,7 +72,10 @@ def job_for_run(cfg: ExperimentConfig, run_dir: Path) -> EvalJob:
     template = "magicoder"
     if "evalplus" in protocol.values():  # preflight checked it; here it must resolve
         template, problem = resolve_template(
-            [s.format for s in cfg.data.sources], cfg.eval.template, cfg.eval.allow_other_template
+            [s.format for s in cfg.data.sources],
+            cfg.eval.template,
+            cfg.eval.allow_other_template,
+            cfg.data.chat_template,
         )
         if template is None:
             raise ValueError(problem)
