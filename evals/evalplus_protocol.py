@@ -178,6 +178,7 @@ def generate_greedy(
                 stopping_criteria=StoppingCriteriaList([FenceStop(width)]),
             )
         out += tokenizer.batch_decode(gen[:, width:], skip_special_tokens=True)
+        logger.info(f"generated {len(out)}/{len(prompts)} (greedy, up to {max_new_tokens} new tokens)")
     return out
 
 
