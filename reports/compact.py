@@ -171,7 +171,7 @@ def compact_table(rep: Report, domain: str, cells: list[Cell], paper: list[Paper
             rankable.append(False)
     title = f"Main results, {DOMAIN_TITLES.get(domain, domain)}"
     return Table(
-        f"main_compact_{domain}",
+        f"main_compact_{domain.replace('@', '_')}",
         title,
         cols,
         rows,
