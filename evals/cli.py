@@ -45,7 +45,8 @@ def register(subparsers: Any, epilog: str) -> None:
     which.add_argument(
         "--model",
         help="a model: builtin name (tiny-random-llama, "
-        "smollm2-135m-instruct), a local Hugging Face directory, or a hub id",
+        "smollm2-135m-instruct), a local Hugging Face directory, or a hub id; or an oracle that "
+        "checks a scorer: oracle:canonical (every code task's canonical solution) or oracle:empty",
     )
     p.add_argument("--adapter", help="with --model: a LoRA adapter directory to apply")
     p.add_argument(
@@ -86,6 +87,26 @@ def register(subparsers: Any, epilog: str) -> None:
         help="only these items (0-based indices in the task's order, e.g. the doc_id "
         "of samples/<task>.jsonl) of one benchmark, instead of --limit; repeat the "
         "flag for several benchmarks",
+    )
+    p.add_argument(
+        "--protocol",
+        default=None,
+        help="how every benchmark named is scored: lm-eval (default: the lm-eval tasks) or "
+        "evalplus (the code benchmarks: EvalPlus's problems in an instruction template with "
+        "Magicoder's response prefix, greedy, EvalPlus's sanitizer and tests; docs/benchmarks.md). "
+        "With --run: default the run's eval.protocol",
+    )
+    p.add_argument(
+        "--template",
+        default=None,
+        help="the evalplus protocol's instruction template (magicoder, alpaca); with --run it is "
+        "the run's training format, and another one is an error without --allow-other-template; "
+        "with --model default magicoder",
+    )
+    p.add_argument(
+        "--allow-other-template",
+        action="store_true",
+        help="with --run: evaluate in a template other than the run's training one, on purpose",
     )
     p.add_argument("--batch-size", type=int, default=8, help="default 8")
     p.add_argument(
@@ -206,8 +227,39 @@ def _task_paths(args: argparse.Namespace) -> list[str]:
     return paths
 
 
+def _protocol_and_template(args: argparse.Namespace, benchmarks: list[str]) -> tuple[dict[str, str], str]:
+    """(benchmark -> protocol, the evalplus protocol's template): --protocol for every benchmark
+    named (with --run, else the run's eval.protocol); the template of --run is its training
+    format (another, with --template, only with --allow-other-template), of --model magicoder."""
+    from evals.benchmarks import protocol_map, resolve_template
+
+    if not args.run or not (Path(args.run) / "config.yaml").is_file():
+        return protocol_map(args.protocol, benchmarks), args.template or "magicoder"
+    from repro.core.config import load_config
+
+    cfg = load_config(Path(args.run) / "config.yaml")
+    protocol = protocol_map(args.protocol or cfg.eval.protocol, benchmarks)
+    protocol = {b: p for b, p in protocol.items() if b in benchmarks}
+    if "evalplus" not in protocol.values():
+        return protocol, "magicoder"
+    template, problem = resolve_template(
+        [s.format for s in cfg.data.sources],
+        args.template or cfg.eval.template,
+        args.allow_other_template or cfg.eval.allow_other_template,
+        cfg.data.chat_template,
+    )
+    if template is None:
+        raise ValueError(
+            f"--run {args.run}: {problem} (on the command line: --template, --allow-other-template)"
+        )
+    return protocol, template
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
-    from evals.run import EvalSettings, entries_to_rows, expand_benchmarks, make_lm, run_benchmarks
+    from evals.benchmarks import EvalSettings, expand_benchmarks
+    from evals.entries import entries_to_rows
+    from evals.harness import make_lm, make_oracle_lm
+    from evals.run import run_benchmarks
     from repro.core.lm_eval_json import LM_EVAL_NAME, write_lm_eval_results
     from repro.core.results import PART_NAME, provenance, write_rows
 
@@ -222,8 +274,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--items names {', '.join(extra)}, which is not among --benchmarks ({', '.join(benchmarks)})"
         )
+    protocol, template = _protocol_and_template(args, benchmarks)
     # Flag errors before loading the model.
     EvalSettings(
+        protocol=protocol,
+        template=template,
         source=args.source,
         num_fewshot=fewshot,
         items=items,
@@ -237,7 +292,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tok, base, default_out, run_data_dir = _load(args, args.device)
+    oracle = args.model.removeprefix("oracle:") if args.model and args.model.startswith("oracle:") else None
+    if oracle:
+        model = tok = None
+        name = args.name or f"oracle-{oracle}"
+        base = {"run_id": f"eval-{name}", "name": name, "method": "oracle", "model": args.model}
+        default_out, run_data_dir = Path("runs") / "eval" / name, None
+    else:
+        model, tok, base, default_out, run_data_dir = _load(args, args.device)
     out_dir = Path(args.output_dir) if args.output_dir else default_out
     settings = EvalSettings(
         source=args.source,
@@ -249,9 +311,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         humaneval_plus_file=args.humaneval_plus_file,
         items=items,
         task_paths=args.task_path,
+        protocol=protocol,
+        template=template,
     )
     t0 = time.perf_counter()
-    lm = make_lm(model, tok, batch_size=args.batch_size)
+    lm = make_oracle_lm(oracle) if oracle else make_lm(model, tok, batch_size=args.batch_size)
     # Same model (or adapter, or run) and settings as an interrupted call: keep its scores.
     resume_key = json.dumps({k: base.get(k) for k in ("run_id", "config_hash", "model")}, sort_keys=True)
     entries = run_benchmarks(lm, benchmarks, settings, out_dir, resume_key=resume_key)
@@ -269,6 +333,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "source": args.source,
             "num_fewshot": fewshot,
             "max_gen_toks": args.max_gen_toks,
+            "protocol": protocol,
             "device": args.device,
         },
     )
@@ -283,9 +348,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _print_table(entries: list[dict[str, Any]], wall: float) -> None:
-    print(f"{'benchmark':36s} {'metric':9s} {'value':>8s} {'stderr':>8s} {'n':>6s} {'sec':>8s}")
+    head = (
+        f"{'benchmark':28s} {'protocol':9s} {'metric':9s} {'value':>8s} {'stderr':>8s} {'n':>6s} {'sec':>8s}"
+    )
+    print(head)
     for e in entries:
         val = "" if e["value"] is None else f"{e['value']:.4f}"
         err = "" if e["stderr"] is None else f"{e['stderr']:.4f}"
-        print(f"{e['benchmark']:36s} {e['metric']:9s} {val:>8s} {err:>8s} {e['n']:>6d} {e['seconds']:>8.1f}")
+        print(
+            f"{e['benchmark']:28s} {e.get('protocol', 'lm-eval'):9s} {e['metric']:9s} {val:>8s} "
+            f"{err:>8s} {e['n']:>6d} {e['seconds']:>8.1f}"
+        )
+    for e in entries:  # the oracle's defects: tasks whose canonical solution fails its own tests
+        if e.get("oracle_failed_tasks"):
+            print(
+                f"{e['benchmark']} ({e.get('protocol')}): the canonical solution fails "
+                f"{len(e['oracle_failed_tasks'])} task(s): {', '.join(e['oracle_failed_tasks'])}"
+            )
     print(f"total wall time: {wall:.1f} s")

@@ -23,7 +23,7 @@ class NoDevSplitError(ValueError):
 
 
 def is_benchmark(name: str) -> bool:
-    from evals.run import BENCHMARKS
+    from evals.benchmarks import BENCHMARKS
 
     return name in BENCHMARKS
 
@@ -47,7 +47,8 @@ def _dev_docs(name: str, task: Any) -> tuple[str, list]:
 def dev_examples(benchmark: str, data_dir: Any = None, source: str = "local") -> list[Example]:
     """The benchmark's development examples (see the module docstring), in the task's order; the
     category is the lm-eval task's name (one per subject for a group)."""
-    from evals.run import BENCHMARKS, EvalSettings, task_manager
+    from evals.benchmarks import BENCHMARKS, EvalSettings
+    from evals.harness import task_manager
 
     if benchmark not in BENCHMARKS:
         raise KeyError(f"unknown benchmark {benchmark!r} (known: {', '.join(BENCHMARKS)})")

@@ -39,7 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.run import EvalSettings, Processes, make_lm, run_benchmarks
+from evals.benchmarks import EvalSettings, expand_benchmarks, protocol_map, resolve_template
+from evals.harness import make_lm
+from evals.run import Processes, run_benchmarks
 from repro.core.config import ExperimentConfig, ModelConfig
 from repro.core.io import read_json
 from repro.core.log import get_logger
@@ -66,6 +68,17 @@ def job_for_run(cfg: ExperimentConfig, run_dir: Path) -> EvalJob:
 
     data_dir = cfg.resolved_data_dir()
     limits = cfg.eval.max_new_tokens
+    protocol = protocol_map(cfg.eval.protocol, expand_benchmarks(cfg.eval.benchmarks, cfg.eval.task_paths))
+    template = "magicoder"
+    if "evalplus" in protocol.values():  # preflight checked it; here it must resolve
+        template, problem = resolve_template(
+            [s.format for s in cfg.data.sources],
+            cfg.eval.template,
+            cfg.eval.allow_other_template,
+            cfg.data.chat_template,
+        )
+        if template is None:
+            raise ValueError(problem)
     settings = EvalSettings(
         data_dir=str(data_dir) if data_dir else None,
         limit=cfg.eval.limit,
@@ -75,6 +88,8 @@ def job_for_run(cfg: ExperimentConfig, run_dir: Path) -> EvalJob:
         max_gen_toks=(
             {k: v for k, v in limits.items() if k != "demo"} if isinstance(limits, dict) else limits
         ),
+        protocol=protocol,
+        template=template,
     )
     return EvalJob(
         model_dir=str(run_dir / "model"),

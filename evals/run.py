@@ -1,14 +1,9 @@
-"""Run the paper's benchmarks on a model through lm-evaluation-harness and turn the results into
-result entries (and tidy result rows), writing per-sample logs.
+"""Run benchmarks on a model and turn the results into result entries, writing per-sample logs.
 
     entries = run_benchmarks(make_lm(model, tok), ["medqa", "humaneval"], EvalSettings(...), out_dir)
 
-Benchmarks (`BENCHMARKS`): humaneval, humaneval_plus, mbpp, mbpp_plus (pass@1, greedy) and medqa,
-medmcqa, pubmedqa, mmlu_medical (log-likelihood multiple choice, accuracy); aliases `code`,
-`medical`, `all`. Each runs as the lm-eval task `<benchmark>_<source>` from evals/tasks/, where
-source is `local` (files in a data directory) or `hub` (the harness's hub datasets). More
-benchmarks come from folders of task YAMLs (`EvalSettings.task_paths`) and installed packages
-(evals/plugins.py); `known_benchmarks` lists them all.
+The registry and settings live in evals/benchmarks.py, everything lm-eval in evals/harness.py,
+entries and rows in evals/entries.py; the old names stay importable from here.
 
 Each benchmark is evaluated on its own, so one failing benchmark never hides the others: data
 that cannot be found gives a `missing` entry and a loud banner on stderr, a crash an `error`
@@ -17,59 +12,40 @@ entry; nothing is skipped silently. Every entry carries lm-eval's version and th
 Several processes can evaluate together (evals/parallel.py starts them, one per GPU): every
 process scores its share of each benchmark's items (`_my_items`: items i, i + P, i + 2P, ... for
 process i of P) through lm-eval's `samples` argument, and process 0 gathers the per-item results
-and computes the entries from them (`_entries_from_items`, with lm-eval's own metric functions).
+and computes the entries from them (`entries_from_items`, with lm-eval's own metric functions).
 A lone process takes the same path with all the items, so the entries do not depend on how many
 processes scored the items, only on the items' scores.
 """
 
 from __future__ import annotations
 
-import contextlib
-import difflib
-import functools
 import json
-import math
-import os
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from evals import local_data, plugins
+from evals import harness, local_data, plugins
+from evals.benchmarks import (  # noqa: F401 - the old import paths (evals.run.X) stay valid
+    ALIASES,
+    BENCHMARKS,
+    CODE_BENCHMARKS,
+    LOCAL_SHOT_SOURCES,
+    SOURCES,
+    TASKS_DIR,
+    EvalSettings,
+    expand_benchmarks,
+    known_benchmarks,
+)
+from evals.entries import entries_from_items, entries_to_rows, status_entry  # noqa: F401
+from evals.harness import (  # noqa: F401
+    _harness_as_one_process,
+    lm_eval_version,
+    make_lm,
+    task_manager,
+)
 from evals.plugins import Benchmark
-from repro.core.config import resolve_data_dir
 from repro.core.io import atomic_write_json, atomic_write_jsonl
-from repro.core.log import get_logger, progress_bar
-
-TASKS_DIR = Path(__file__).resolve().parent / "tasks"
-
-
-BENCHMARKS: dict[str, Benchmark] = {
-    b.name: b
-    for b in (
-        Benchmark("humaneval", "code", ("pass@1",), "humaneval"),
-        Benchmark("humaneval_plus", "code", ("pass@1",), "humaneval_plus"),
-        Benchmark("mbpp", "code", ("pass@1",), "mbpp"),
-        Benchmark("mbpp_plus", "code", ("pass@1",), "mbpp_plus"),
-        Benchmark("medqa", "medical", ("acc", "acc_norm"), "medqa_4options"),
-        Benchmark("medmcqa", "medical", ("acc", "acc_norm"), "medmcqa"),
-        Benchmark("pubmedqa", "medical", ("acc",), "pubmedqa"),
-        Benchmark("mmlu_medical", "medical", ("acc",), "multimedqa's six mmlu_* subjects", True),
-    )
-}
-ALIASES = {
-    "code": [b for b, x in BENCHMARKS.items() if x.kind == "code"],
-    "medical": [b for b, x in BENCHMARKS.items() if x.kind == "medical"],
-    "all": list(BENCHMARKS),
-}
-# The benchmarks that generate text (greedy, up to a token limit); the others score choices.
-CODE_BENCHMARKS = tuple(ALIASES["code"])
-SOURCES = ("local", "hub")
-# Local variants with a split (or fixed examples) for few-shot prompts.
-LOCAL_SHOT_SOURCES = ("mmlu_medical", "mbpp", "mbpp_plus")
-
+from repro.core.log import get_logger
 
 logger = get_logger("eval")
 
@@ -78,249 +54,6 @@ def _loud(msg: str) -> None:
     """A warning no one scrolling a log can miss: the message between two rows of '!'."""
     bar = "!" * 78
     logger.warning(f"{bar}\n{msg}\n{bar}")
-
-
-@functools.lru_cache(maxsize=1)
-def _builtin_tasks() -> frozenset[str]:
-    """The lm-eval task and group names evals/tasks defines (a plugin may not take one)."""
-    return frozenset(plugins.task_yamls(TASKS_DIR)) | {f"{b}_{s}" for b in BENCHMARKS for s in SOURCES}
-
-
-def known_benchmarks(task_paths: Iterable[str] = ()) -> dict[str, Benchmark]:
-    """Every benchmark by name: the eight built-in ones, then those of installed packages and of
-    the `task_paths` folders (evals/plugins.py; BenchmarkPluginError if one is unusable)."""
-    reserved = {*BENCHMARKS, *ALIASES, *_builtin_tasks()}
-    return {**BENCHMARKS, **plugins.plugin_benchmarks(task_paths, reserved)}
-
-
-def expand_benchmarks(names: list[str] | str, task_paths: Iterable[str] = ()) -> list[str]:
-    """Benchmark names and aliases (a list or a comma-separated string) -> benchmark names, in
-    order, without duplicates. Plugin benchmarks (of installed packages and the `task_paths`
-    folders) are known by name; the aliases name the built-in ones. An unknown name raises
-    ValueError with a suggestion: the nearest known name, or for lm-eval's own task name
-    (medqa_4options) this suite's (medqa). The eval CLI, the eval stage and the preflight check
-    (repro/preflight.py) all read names through here."""
-    if isinstance(names, str):
-        names = [n for n in names.split(",")]
-    known = known_benchmarks(task_paths)
-    out: list[str] = []
-    for raw in names:
-        n = raw.strip()
-        if not n:
-            continue
-        if n in ALIASES:
-            out += ALIASES[n]
-        elif n in known:
-            out.append(n)
-        else:
-            by_harness = {b.harness_task: name for name, b in BENCHMARKS.items()}
-            near = difflib.get_close_matches(n, [*known, *ALIASES], n=1, cutoff=0.5)
-            hint = (
-                f"; did you mean {by_harness[n]!r} (this suite's name for lm-eval's {n})?"
-                if n in by_harness
-                else f"; did you mean {near[0]!r}?"
-                if near
-                else ""
-            )
-            raise ValueError(
-                f"unknown benchmark {n!r}{hint} (known: {', '.join(known)}; "
-                f"aliases: {', '.join(ALIASES)}; more from eval.task_paths or an "
-                "installed package: docs/add-a-benchmark.md)"
-            )
-    return list(dict.fromkeys(out))
-
-
-@dataclass
-class EvalSettings:
-    """How to evaluate. `num_fewshot`: per-benchmark shot counts (default: the task's, which is
-    the harness default: 0, or 3 for MBPP). `max_gen_toks`: the limit on generated tokens of the
-    code benchmarks, one number for all or a mapping per benchmark (default, or a benchmark the
-    mapping leaves out: the task's own, 1024 HumanEval(+), 256 MBPP(+)); `limit`: first N items
-    per task; `items`: only these item indices (0-based, in the task's order) of a benchmark,
-    instead of `limit` (not for the grouped mmlu_medical). `task_paths`: folders of lm-eval task
-    YAMLs whose tasks are benchmarks too (evals/plugins.py)."""
-
-    source: str = "local"
-    data_dir: str | None = None
-    limit: int | None = None
-    batch_size: int = 8
-    num_fewshot: dict[str, int] = field(default_factory=dict)
-    max_gen_toks: int | dict[str, int] | None = None
-    humaneval_plus_file: str | None = None
-    bootstrap_iters: int = 1000
-    seed: int = 1234
-    items: dict[str, list[int]] = field(default_factory=dict)
-    task_paths: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.data_dir is not None:  # a Path (a run's data_dir) too; saved as JSON
-            self.data_dir = str(self.data_dir)
-        self.task_paths = [str(p) for p in self.task_paths]
-        if self.source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
-        known = known_benchmarks(self.task_paths) if self.items or self.num_fewshot else {}
-        single = [x for x, b in known.items() if not b.group]
-        for b, ids in self.items.items():
-            if b not in single:
-                raise ValueError(
-                    f"items: {b!r} is not a single-task benchmark; expected one of {', '.join(single)}"
-                )
-            if not ids or any(not isinstance(i, int) or i < 0 for i in ids):
-                raise ValueError(f"items: {b} needs item indices >= 0, got {ids!r}")
-        for b, k in self.num_fewshot.items():
-            if b not in known:
-                raise ValueError(f"num_fewshot: unknown benchmark {b!r}")
-            if self.source == "local" and k and b in BENCHMARKS and b not in LOCAL_SHOT_SOURCES:
-                # lm-eval would draw shots from the test split itself when a task has no
-                # training split: refuse rather than leak.
-                raise ValueError(
-                    f"num_fewshot: {b} has no local split to draw shots from "
-                    f"(only {', '.join(LOCAL_SHOT_SOURCES)} do); use 0 or the hub"
-                )
-        limits = (
-            self.max_gen_toks
-            if isinstance(self.max_gen_toks, dict)
-            else {}
-            if self.max_gen_toks is None
-            else {"": self.max_gen_toks}
-        )
-        for b, n in limits.items():
-            if b and b not in CODE_BENCHMARKS:
-                raise ValueError(
-                    f"max_gen_toks: {b!r} is not a generation benchmark (expected "
-                    f"{', '.join(CODE_BENCHMARKS)})"
-                )
-            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-                raise ValueError(
-                    f"max_gen_toks{'.' + b if b else ''}: expected a positive number of tokens, got {n!r}"
-                )
-        if self.limit is not None and self.limit < 1:
-            raise ValueError(f"limit: expected a number of items >= 1, got {self.limit}")
-
-    def gen_limit(self, benchmark: str) -> int | None:
-        """The generation limit stated for `benchmark`, or None (the task's own applies; a
-        plugin's task YAML sets its own)."""
-        if benchmark not in CODE_BENCHMARKS:
-            return None
-        if isinstance(self.max_gen_toks, dict):
-            return self.max_gen_toks.get(benchmark)
-        return self.max_gen_toks
-
-
-def lm_eval_version() -> str:
-    return metadata.version("lm_eval")
-
-
-def make_lm(
-    model: Any, tokenizer: Any, batch_size: int = 8, max_length: int | None = None, dtype: Any = None
-):
-    """Wrap an in-memory causal LM for lm-eval. A peft LoRA model is merged first (exact up to
-    float rounding), since the harness wants a plain transformers model; then the weights are
-    cast to `dtype` when given (e.g. torch.bfloat16 on a GPU)."""
-    from lm_eval.models.huggingface import HFLM
-
-    if hasattr(model, "merge_and_unload"):
-        model = model.merge_and_unload()
-    if dtype is not None:
-        model = model.to(dtype)
-    model.eval()
-    kwargs = {"max_length": max_length} if max_length else {}
-    return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, **kwargs)
-
-
-def task_manager(settings: EvalSettings, benches: Iterable[Benchmark] = ()):
-    """lm-eval's TaskManager over evals/tasks and the plugin `benches`' task folders; the
-    harness's ~10k built-in YAMLs only when a plugin names one of its tasks (no task folder)."""
-    data_dir = resolve_data_dir(settings.data_dir)
-    benches = [b for b in benches if b.plugin]
-    dirs = tuple(dict.fromkeys(str(Path(b.task_dir).resolve()) for b in benches if b.task_dir))
-    return _task_manager(
-        str(data_dir) if data_dir else None,
-        settings.humaneval_plus_file,
-        dirs,
-        any(b.task_dir is None for b in benches),
-    )
-
-
-@functools.lru_cache(maxsize=8)
-def _task_manager(
-    data_dir: str | None,
-    humaneval_plus_file: str | None,
-    plugin_dirs: tuple[str, ...] = (),
-    harness_tasks: bool = False,
-):
-    from lm_eval.tasks import TaskManager
-
-    meta = {"data_dir": data_dir, "humaneval_plus_file": humaneval_plus_file}
-    return TaskManager(
-        include_path=[str(TASKS_DIR), *plugin_dirs], include_defaults=harness_tasks, metadata=meta
-    )
-
-
-@contextlib.contextmanager
-def _harness_as_one_process():
-    """Run simple_evaluate as a plain single process, whatever this process's place in a group.
-
-    - simple_evaluate's add_env_info runs `pip list` through torch's collect_env (about 2 s a
-      call); our rows carry their own provenance (repro.core.results.provenance), so skip it.
-    - simple_evaluate returns None (no results) where LOCAL_RANK is not 0, as torchrun and our
-      SLURM jobs set it: the processes here share items themselves (`_my_items`), so each one is
-      a whole lm-eval run of its own.
-    """
-    import lm_eval.evaluator as ev
-
-    saved_env_info = ev.add_env_info
-    saved_local_rank = os.environ.pop("LOCAL_RANK", None)
-    ev.add_env_info = lambda results: None
-    try:
-        yield
-    finally:
-        ev.add_env_info = saved_env_info
-        if saved_local_rank is not None:
-            os.environ["LOCAL_RANK"] = saved_local_rank
-
-
-@contextlib.contextmanager
-def _harness_progress(benchmark: str, enabled: bool):
-    """lm-eval's progress bars through ours (repro.core.log) while one benchmark runs.
-
-    The model's request loops (lm_eval.models.huggingface: "Running loglikelihood requests", one
-    request per item and answer choice; "Running generate_until requests", one per item) become
-    `<benchmark> <kind>: done/total requests` lines, or a bar on a terminal; the quick passes that
-    build and tokenize the requests (lm_eval.api.task, lm_eval.api.model) stay silent. Left to
-    itself, lm-eval redraws tqdm bars with carriage returns, one line of thousands of characters
-    in a log file. `enabled`: whether this process shows progress (process 0 of several)."""
-    import lm_eval.api.model as api_model
-    import lm_eval.api.task as api_task
-    import lm_eval.models.huggingface as hf
-
-    def requests_bar(
-        iterable: Any = None,
-        total: int | None = None,
-        desc: str | None = None,
-        disable: bool = False,
-        **_: Any,
-    ) -> Any:
-        kind = (desc or "").removeprefix("Running ").removesuffix(" requests")
-        return progress_bar(
-            iterable,
-            total=total,
-            desc=f"{benchmark} {kind}".strip(),
-            unit="requests",
-            enabled=enabled and not disable,
-            logger=logger,
-        )
-
-    def silent(iterable: Any = None, total: int | None = None, **_: Any) -> Any:
-        return progress_bar(iterable, total=total, enabled=False)
-
-    saved = [(m, m.tqdm) for m in (hf, api_model, api_task)]
-    hf.tqdm, api_model.tqdm, api_task.tqdm = requests_bar, silent, silent
-    try:
-        yield
-    finally:
-        for module, original in saved:
-            module.tqdm = original
 
 
 # ----------------------------------------------------------------------------- processes
@@ -385,20 +118,6 @@ def _selected_items(bench: Benchmark, n_docs: int, settings: EvalSettings) -> li
     return list(range(min(settings.limit, n_docs) if settings.limit else n_docs))
 
 
-def _shots_depend_on_order(tasks: dict[str, Any], fewshot: int | None) -> bool:
-    """Whether an item's few-shot examples depend on which items were built before it: lm-eval's
-    default sampler draws each item's shots from one random stream, so a process scoring a share
-    would draw other shots than a lone process. The `first_n` sampler (MMLU dev rows, MBPP's
-    fixed three) gives every item the same shots."""
-    for t in tasks.values():
-        configured = t.config.num_fewshot or 0
-        shots = configured if configured == 0 or fewshot is None else fewshot
-        sampler = getattr(t.config.fewshot_config, "sampler", None)
-        if shots > 0 and sampler != "first_n":
-            return True
-    return False
-
-
 def _my_items(
     bench: Benchmark, tasks: dict[str, Any], settings: EvalSettings, procs: Processes
 ) -> tuple[dict[str, list[int]], int]:
@@ -406,8 +125,8 @@ def _my_items(
     robin (item i to process i mod P), which balances both counts and lengths (items of one task
     come in no length order). A benchmark whose shots depend on the order goes whole to process
     0, so its items get the shots a lone process would give them."""
-    chosen = {name: _selected_items(bench, len(t.eval_docs), settings) for name, t in tasks.items()}
-    if _shots_depend_on_order(tasks, settings.num_fewshot.get(bench.name)):
+    chosen = {name: _selected_items(bench, harness.n_docs(t), settings) for name, t in tasks.items()}
+    if harness.shots_depend_on_order(tasks, settings.num_fewshot.get(bench.name)):
         return (chosen if procs.rank == 0 else {name: [] for name in chosen}), 1
     return {name: ids[procs.rank :: procs.world] for name, ids in chosen.items()}, procs.world
 
@@ -418,11 +137,8 @@ def _score_my_share(
     """This process's part of one benchmark: the per-item results of its share of the items.
     Never raises: a failure is a part with status "missing" or "error", so that every process
     still reaches the gather and process 0 reports it."""
-    import lm_eval
-
     try:
-        loaded = tm.load([task])
-        tasks = loaded["tasks"]  # leaf task name -> Task, in the group's order
+        tasks, groups = harness.load_tasks(tm, task)  # leaf tasks in the group's order
         mine, sharing = _my_items(bench, tasks, settings, procs)
         run = {name: ids for name, ids in mine.items() if ids}
         part: dict[str, Any] = {"status": "ok", "order": list(tasks), "sharing": sharing, "samples": {}}
@@ -431,13 +147,11 @@ def _score_my_share(
         # Every task with items: the group itself (rank 0 always, having item 0 of each); a
         # task without items must be left out, as lm-eval reads an empty list as "all items".
         objs = (
-            list(loaded["groups"].values())
-            if bench.group and len(run) == len(tasks)
-            else [tasks[name] for name in run]
+            list(groups.values()) if bench.group and len(run) == len(tasks) else [tasks[name] for name in run]
         )
         limit = settings.gen_limit(bench.name)
         if procs.rank == 0:
-            total = sum(len(_selected_items(bench, len(t.eval_docs), settings)) for t in tasks.values())
+            total = sum(len(_selected_items(bench, harness.n_docs(t), settings)) for t in tasks.values())
             here = sum(len(ids) for ids in run.values())
             logger.info(
                 f"{bench.name}: {total} items"
@@ -448,22 +162,7 @@ def _score_my_share(
                     else ""
                 )
             )
-        with _harness_as_one_process(), _harness_progress(bench.name, procs.rank == 0):
-            res = lm_eval.simple_evaluate(
-                model=lm,
-                tasks=objs,
-                task_manager=tm,
-                samples=run,
-                num_fewshot=settings.num_fewshot.get(bench.name),
-                gen_kwargs={"max_gen_toks": limit} if limit else None,
-                log_samples=True,
-                confirm_run_unsafe_code=True,
-                bootstrap_iters=settings.bootstrap_iters,
-                random_seed=settings.seed,
-                numpy_random_seed=settings.seed,
-                torch_random_seed=settings.seed,
-                fewshot_random_seed=settings.seed,
-            )
+        res = harness.evaluate_items(lm, objs, tm, run, settings, bench.name, limit, procs.rank == 0)
         part.update(
             samples=res["samples"],
             versions=res.get("versions", {}),
@@ -485,102 +184,6 @@ def _score_my_share(
         return {"status": "error", "reason": f"{type(e).__name__}: {e}"}
 
 
-def _num(x: Any) -> float | None:
-    if isinstance(x, (int, float)) and not (isinstance(x, float) and math.isnan(x)):
-        return float(x)
-    return None
-
-
-def _task_score(
-    samples: list[dict[str, Any]], metric: str, bootstrap_iters: int
-) -> tuple[float, float | None, int]:
-    """(mean, its standard error, n) of one metric over a task's items, in doc order, with
-    lm-eval's own functions (mean, mean_stderr: the sample standard deviation / sqrt(n)); no
-    stderr for one item or with bootstrap_iters 0, as lm-eval."""
-    from lm_eval.api.metrics import mean, mean_stderr
-
-    values = [s[metric] for s in samples]
-    stderr = mean_stderr(values) if len(values) > 1 and bootstrap_iters > 0 else None
-    return float(mean(values)), _num(stderr), len(values)
-
-
-def _entries_from_items(
-    bench: Benchmark,
-    task: str,
-    samples: dict[str, list[dict[str, Any]]],
-    order: list[str],
-    info: dict[str, Any],
-    settings: EvalSettings,
-    seconds: float,
-) -> list[dict[str, Any]]:
-    """The entries of one benchmark from the per-item results of all its tasks (each list sorted
-    by doc_id). A group (mmlu_medical) pools its subjects as lm-eval does: the size-weighted mean
-    of the subject means, and the pooled standard error."""
-    from lm_eval.api.metrics import aggregate_subtask_metrics, pooled_sample_stderr
-
-    versions, nshot = info.get("versions", {}), info.get("n_shot", {})
-    shots = nshot.get(
-        task, next((v for k, v in nshot.items() if k != task), settings.num_fewshot.get(bench.name))
-    )
-    gen_toks = next(iter(info.get("gen_toks", {}).values()), None)
-    common = {
-        "source": settings.source,
-        "lm_eval_version": lm_eval_version(),
-        "limit": settings.limit,
-        "num_fewshot": shots,
-        "seconds": round(seconds, 3),
-        **({"items": settings.items[bench.name]} if bench.name in settings.items else {}),
-        **({"max_gen_toks": gen_toks} if gen_toks else {}),
-        "status": "ok",
-        "reason": None,
-        "harness_task": bench.harness_task,
-    }
-    leaf = {
-        t: {m: _task_score(samples[t], m, settings.bootstrap_iters) for m in bench.metrics} for t in order
-    }
-    out = []
-    for metric in bench.metrics:
-        if bench.group:
-            scores = [leaf[t][metric] for t in order]
-            sizes = [n for _, _, n in scores]
-            value = float(aggregate_subtask_metrics([v for v, _, _ in scores], sizes, True))
-            errs = [e for _, e, _ in scores]
-            stderr = None if any(e is None for e in errs) else float(pooled_sample_stderr(errs, sizes))
-            n = sum(sizes)
-        else:
-            value, stderr, n = leaf[task][metric]
-        out.append(
-            {
-                **common,
-                "benchmark": bench.name,
-                "kind": bench.kind,
-                "task": task,
-                "task_version": str(versions.get(task)),
-                "metric": metric,
-                "value": value,
-                "stderr": stderr,
-                "n": n,
-            }
-        )
-    if bench.group:
-        for t in sorted(order):  # mmlu_medical/<subject>
-            subject = t[len("mmlu_medical_") : -len(task[len("mmlu_medical") :])]
-            value, stderr, n = leaf[t]["acc"]
-            out.append(
-                {
-                    **common,
-                    "benchmark": f"{bench.name}/{subject}",
-                    "task": t,
-                    "task_version": str(versions.get(t)),
-                    "metric": "acc",
-                    "value": value,
-                    "stderr": stderr,
-                    "n": n,
-                }
-            )
-    return out
-
-
 def _merge(
     bench: Benchmark, task: str, parts: list[dict[str, Any]], settings: EvalSettings, seconds: float
 ) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
@@ -590,10 +193,10 @@ def _merge(
         status = "missing" if any(p["status"] == "missing" for _, p in failed) else "error"
         rank, part = next((r, p) for r, p in failed if p["status"] == status)
         where = f"process {rank} of {len(parts)}: " if len(parts) > 1 else ""
-        return [_status_entry(bench, task, status, where + part["reason"], settings, seconds)], {}
+        return [status_entry(bench, task, status, where + part["reason"], settings, seconds)], {}
     ran = [p for p in parts if p["samples"]]
     if not ran:
-        return [_status_entry(bench, task, "error", "no items were selected", settings, seconds)], {}
+        return [status_entry(bench, task, "error", "no items were selected", settings, seconds)], {}
     order = parts[0]["order"]
     samples = {
         t: sorted(
@@ -602,7 +205,7 @@ def _merge(
         )
         for t in order
     }
-    return _entries_from_items(bench, task, samples, order, ran[0], settings, seconds), samples
+    return entries_from_items(bench, task, samples, order, ran[0], settings, seconds), samples
 
 
 def _unreachable(e: BaseException) -> bool:
@@ -614,29 +217,6 @@ def _unreachable(e: BaseException) -> bool:
         "RepositoryNotFoundError",
     }
     return isinstance(e, ConnectionError) or type(e).__name__ in names
-
-
-def _status_entry(
-    bench: Benchmark, task: str, status: str, reason: str, settings: EvalSettings, seconds: float = 0.0
-) -> dict[str, Any]:
-    return {
-        "benchmark": bench.name,
-        "kind": bench.kind,
-        "task": task,
-        "task_version": None,
-        "metric": status,
-        "value": None,
-        "stderr": None,
-        "n": 0,
-        "source": settings.source,
-        "lm_eval_version": lm_eval_version(),
-        "limit": settings.limit,
-        "num_fewshot": None,
-        "seconds": round(seconds, 3),
-        "status": status,
-        "reason": reason,
-        "harness_task": bench.harness_task,
-    }
 
 
 def _write_samples(path: Path, samples: list[dict[str, Any]]) -> None:
@@ -688,7 +268,7 @@ def _finished(
     if (
         old.get("resume_key") != resume_key
         or old.get("settings") != _settings_json(settings)
-        or old.get("lm_eval_version") != lm_eval_version()
+        or old.get("lm_eval_version") != harness.lm_eval_version()
     ):
         return {}
     done: dict[str, list[dict[str, Any]]] = {}
@@ -696,6 +276,32 @@ def _finished(
         if e.get("status") == "ok":
             done.setdefault(str(e["benchmark"]).split("/")[0], []).append(e)
     return done
+
+
+def _evalplus_entries(
+    lm: Any, bench: Benchmark, settings: EvalSettings, out_dir: Path | None, cache: dict[Any, Any]
+) -> list[dict[str, Any]]:
+    """One benchmark under the evalplus protocol, never raising (a missing file: `missing`)."""
+    from evals import evalplus_protocol
+
+    t0 = time.perf_counter()
+    task = f"evalplus_{bench.name}"
+    try:
+        got = evalplus_protocol.score_benchmark(lm, bench, settings, out_dir, cache)
+    except local_data.MissingDataError as e:
+        _loud(f"MISSING benchmark {bench.name} (evalplus protocol): {e}")
+        return [status_entry(bench, task, "missing", str(e), settings, time.perf_counter() - t0)]
+    except Exception as e:  # noqa: BLE001 - reported as a row, loudly, then go on
+        reason = f"{type(e).__name__}: {e}"
+        _loud(f"ERROR benchmark {bench.name} (evalplus protocol): {reason}")
+        return [status_entry(bench, task, "error", reason, settings, time.perf_counter() - t0)]
+    main = got[0]
+    if main["status"] == "ok":
+        logger.info(
+            f"{bench.name} (evalplus): {main['metric']} = {main['value']:.4f} (n={main['n']}) in "
+            f"{main['seconds']:.1f}s"
+        )
+    return got
 
 
 def run_benchmarks(
@@ -733,13 +339,14 @@ def run_benchmarks(
                 {
                     "entries": entries,
                     "settings": _settings_json(settings),
-                    "lm_eval_version": lm_eval_version(),
+                    "lm_eval_version": harness.lm_eval_version(),
                     "resume_key": resume_key,
                     "processes": procs.world,
                     "complete": complete,
                 },
             )
 
+    evalplus_cache: dict[Any, Any] = {}  # generations mbpp and mbpp_plus share
     for name in names:
         bench = known[name]
         if name in done:
@@ -749,6 +356,13 @@ def run_benchmarks(
             continue
         task = bench.task_name(settings.source)
         t0 = time.perf_counter()
+        if settings.protocol_of(name) == "evalplus":
+            # Scored by process 0 alone (generation and sandbox), the others wait at the next
+            # benchmark's gather; not split over processes.
+            if lead:
+                entries += _evalplus_entries(lm, bench, settings, out_dir, evalplus_cache)
+                save(complete=False)
+            continue
         if settings.source == "local" or bench.plugin:
             try:  # the same files for every process: they all skip, or none does
                 if bench.plugin:
@@ -758,7 +372,7 @@ def run_benchmarks(
             except local_data.MissingDataError as e:
                 if lead:
                     _loud(f"MISSING benchmark {name}: {e}")
-                entries.append(_status_entry(bench, task, "missing", str(e), settings))
+                entries.append(status_entry(bench, task, "missing", str(e), settings))
                 continue
         if lead:
             ids = settings.items.get(name)
@@ -775,6 +389,14 @@ def run_benchmarks(
         if not lead:
             continue
         got, samples = _merge(bench, task, parts, settings, time.perf_counter() - t0)
+        if getattr(lm, "oracle", None) == "canonical" and got[0]["status"] == "ok":
+            # Tasks the canonical solution fails: a defect of the data or of the scorer.
+            got[0]["oracle_failed_tasks"] = [
+                str((s.get("doc") or {}).get("task_id", s["doc_id"]))
+                for rows in samples.values()
+                for s in rows
+                if s.get(bench.metrics[0], 1) == 0
+            ]
         entries += got
         main = got[0]
         if main["status"] != "ok":
@@ -791,42 +413,3 @@ def run_benchmarks(
         save(complete=False)
     save(complete=True)
     return entries if lead else []
-
-
-def entries_to_rows(entries: list[dict[str, Any]], base: dict[str, Any]) -> list[dict[str, Any]]:
-    """Tidy result rows (repro/core/results.py COLUMNS) from entries. The row's `versions` JSON gains
-    the lm-eval task, its version, the source and settings (and the reason of a missing row), and
-    for a benchmark's own rows its kind (`benchmark_kind`: what the reports group it under, which
-    they read from the rows alone)."""
-    rows = []
-    pkg = json.loads(base.get("versions") or "{}")
-    for e in entries:
-        v = {
-            **pkg,
-            "lm_eval": e["lm_eval_version"],
-            "lm_eval_task": e["task"],
-            "lm_eval_task_version": e["task_version"],
-            "eval_source": e["source"],
-            "eval_limit": e["limit"],
-            "num_fewshot": e["num_fewshot"],
-        }
-        if e.get("items"):
-            v["eval_items"] = e["items"]
-        if e.get("max_gen_toks"):  # the limit a code benchmark generated under (tokens)
-            v["eval_max_gen_toks"] = e["max_gen_toks"]
-        if e.get("kind"):  # not on mmlu_medical/<subject> rows: a subject is no benchmark
-            v["benchmark_kind"] = e["kind"]
-        if e["reason"]:
-            v["status_reason"] = e["reason"]
-        rows.append(
-            {
-                **base,
-                "benchmark": e["benchmark"],
-                "metric": e["metric"],
-                "value": e["value"],
-                "stderr": e["stderr"],
-                "n": e["n"],
-                "versions": json.dumps(v, sort_keys=True),
-            }
-        )
-    return rows

@@ -30,9 +30,10 @@ from reports.load import (
     group_cells,
     input_digest,
     read_results,
+    split_protocol,
 )
 from reports.render import to_csv, to_latex, to_markdown
-from reports.reported import load_reported, reported_table
+from reports.reported import load_reported, protocol_gap_table, reported_table
 from reports.tables import (
     ABLATIONS,
     Report,
@@ -85,6 +86,8 @@ def all_tables(rep: Report, reported: list[dict[str, Any]]) -> list[Table]:
     tables += [ablation_table(rep, *a) for a in ABLATIONS]
     tables += [balance_table(rep), reported_table(rep, reported)]
     tables += [runs_table([r for c in rep.cells for r in c.runs])]
+    if any(split_protocol(b)[1] != "lm-eval" for b, _ in rep.quality):
+        tables.append(protocol_gap_table(rep))
     for t in tables:
         if t.name in BY_SETTING:
             t.group_by = ("setting",)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.load import RAW_METRICS, Cell, norm_benchmark
+from reports.load import RAW_METRICS, Cell, norm_benchmark, split_protocol
 from reports.names import benchmark_name, cell_method_name, method_name, setting_name
-from reports.reported import PaperCell, paper_cells
+from reports.reported import PROTOCOL_DIFFERS, PaperCell, paper_cells
 from reports.tables import MISSING, NOT_EVALUATED, Column, QualityKey, Report, Table, quality_column
 
 OURS, PAPER = "ours", "paper (reported)"
@@ -100,9 +100,12 @@ def _score_columns(keys: list[QualityKey]) -> list[Column]:
 
 def _paper_row(p: PaperCell, keys: list[QualityKey], domain: str, scale: float) -> list[Any]:
     """A reported line in the table's columns; what the paper does not report is blank."""
-    v = p.values
+    # A score of another protocol than the table's (the domain's, e.g. code@evalplus) is
+    # "protocol differs", never a number beside ours.
+    proto = split_protocol(domain)[1]
+    v = {q: (x if p.protocols.get(q, proto) == proto else PROTOCOL_DIFFERS) for q, x in p.values.items()}
     scores = {norm_benchmark(q.split(":", 1)[1]): x for q, x in v.items() if q.startswith("score:")}
-    row: list[Any] = [scores.get(norm_benchmark(b), NOT_EVALUATED) for (b, _) in keys]
+    row: list[Any] = [scores.get(norm_benchmark(split_protocol(b)[0]), NOT_EVALUATED) for (b, _) in keys]
     if domain != "other":
         row.append(v.get("avg_score", NOT_EVALUATED))
     row.append(v.get("data_used", NOT_EVALUATED))
@@ -168,7 +171,7 @@ def compact_table(rep: Report, domain: str, cells: list[Cell], paper: list[Paper
             rankable.append(False)
     title = f"Main results, {DOMAIN_TITLES.get(domain, domain)}"
     return Table(
-        f"main_compact_{domain}",
+        f"main_compact_{domain.replace('@', '_')}",
         title,
         cols,
         rows,

@@ -57,10 +57,22 @@ def norm_benchmark(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower().replace("+", "plus"))
 
 
+def split_protocol(benchmark: str) -> tuple[str, str]:
+    """(benchmark, protocol) of a report key: a row scored under a protocol other than lm-eval
+    is keyed `<benchmark>@<protocol>` (build_runs), so no table averages or compares across
+    protocols: its domain is `<domain>@<protocol>` too."""
+    base, _, proto = benchmark.partition("@")
+    return base, proto or "lm-eval"
+
+
 def domain_of(benchmark: str, kinds: dict[str, str] | None = None) -> str | None:
     """'code', 'medical', 'demo' (the demo's categories, not its pooled 'overall'), or None.
     `kinds`: benchmark -> the kind its rows state (`benchmark_kind`, Run.kinds), which places a
-    benchmark the paper's domains do not list (a plugin's: docs/add-a-benchmark.md)."""
+    benchmark the paper's domains do not list (a plugin's: docs/add-a-benchmark.md).
+    `<benchmark>@<protocol>`: `<domain>@<protocol>`."""
+    if "@" in benchmark:
+        dom = domain_of(split_protocol(benchmark)[0], kinds)
+        return dom and f"{dom}@{split_protocol(benchmark)[1]}"
     if benchmark.startswith("demo/"):
         return None if benchmark == "demo/overall" else "demo"
     key = norm_benchmark(benchmark)
@@ -262,6 +274,8 @@ def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> lis
                 setattr(run, col, run.seed if v is None else v)
         run = runs[rid]
         b, m = r["benchmark"], r["metric"]
+        if r.get("eval_protocol") not in (None, "", "lm-eval") and not is_diagnostic(b):
+            b = f"{b}@{r['eval_protocol']}"  # never averaged with another protocol's rows
         if r.get("status") == "diverged":
             run.status = "diverged"
         if m == "diverged":
@@ -270,7 +284,7 @@ def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> lis
         if not is_diagnostic(b):
             kind = _mapping(r.get("versions"), where, "versions").get("benchmark_kind")
             if kind:
-                run.kinds[b] = str(kind)
+                run.kinds[b] = run.kinds[split_protocol(b)[0]] = str(kind)
         if m == "missing":
             run.missing.add(b)
             continue

@@ -7,13 +7,13 @@ run of ours has that cell, "ours" and the difference show as missing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from reports.load import Cell, ReportInputError, norm_benchmark
+from reports.load import Cell, ReportInputError, norm_benchmark, split_protocol
 from reports.tables import Column, Report, Table
 
 REPORTED_FILE = Path(__file__).resolve().parent / "reported.yaml"
@@ -31,7 +31,10 @@ ENTRY_KEYS = {
     "weight_mode",
     "selection_params",
     "world_size",
+    "protocol",
 }
+PROTOCOL_DIFFERS = "protocol differs"
+SCORE_QUANTITIES = ("avg_score",)  # and score:<benchmark>: the quantities a protocol measures
 
 
 def load_reported(path: Path = REPORTED_FILE) -> list[dict[str, Any]]:
@@ -55,6 +58,11 @@ def load_reported(path: Path = REPORTED_FILE) -> list[dict[str, Any]]:
             raise ReportInputError(f"{where}: quantity {q!r} is not one of {QUANTITIES} or score:<benchmark>")
         if not isinstance(e["value"], (int, float)):
             raise ReportInputError(f"{where}: value {e['value']!r} is not a number")
+        if (q in SCORE_QUANTITIES or q.startswith("score:")) and not isinstance(e.get("protocol"), str):
+            raise ReportInputError(
+                f"{where}: a score needs its protocol (protocol: evalplus or lm-eval, how the "
+                "paper measured it), so that it is compared only with our rows of that protocol"
+            )
     return entries
 
 
@@ -75,17 +83,21 @@ class PaperCell:
     method: str
     ratio: float | None
     values: dict[str, float]
+    protocols: dict[str, str] = field(default_factory=dict)  # quantity -> how it was scored
 
 
 def paper_cells(entries: list[dict[str, Any]]) -> list[PaperCell]:
     """The main-table entries grouped into lines, in the file's order."""
     lines: dict[tuple, dict[str, float]] = {}
+    protocols: dict[tuple, dict[str, str]] = {}
     for e in entries:
         if e["section"] != MAIN_SECTION:
             continue
         key = (e["dataset"], e["model"], int(e.get("world_size", 4)), e["method"], e.get("ratio"))
         lines.setdefault(key, {})[str(e["quantity"])] = float(e["value"])
-    return [PaperCell(*key, values=v) for key, v in lines.items()]
+        if e.get("protocol"):
+            protocols.setdefault(key, {})[str(e["quantity"])] = str(e["protocol"])
+    return [PaperCell(*key, values=v, protocols=protocols.get(key, {})) for key, v in lines.items()]
 
 
 def _matches(c: Cell, e: dict[str, Any]) -> bool:
@@ -106,8 +118,9 @@ def _matches(c: Cell, e: dict[str, Any]) -> bool:
     return True
 
 
-def _ours(rep: Report, c: Cell, q: str) -> Any:
-    """Our value of quantity q for cell c, in the entry's unit (or None)."""
+def _ours(rep: Report, c: Cell, q: str, protocol: str = "lm-eval") -> Any:
+    """Our value of quantity q for cell c, in the entry's unit (or None); a score only under the
+    entry's `protocol`, and PROTOCOL_DIFFERS where we have it under another protocol only."""
     if q == "data_used":
         return rep.kept_cell(c)
     if q == "train_time":
@@ -117,18 +130,26 @@ def _ours(rep: Report, c: Cell, q: str) -> Any:
         return v if isinstance(v, float) else None
     if q == "category_agreement":
         return rep.diag_cell(c, "cluster/agreement", "purity", 100)
+    other = False
     if q == "avg_score":
         for d in rep.domains:
             est = rep.domain_cell(c, d)
             if est not in ("", None):
-                return est
-        return None
+                if split_protocol(d)[1] == protocol:
+                    return est
+                other = True
+        return PROTOCOL_DIFFERS if other else None
     bench = norm_benchmark(q.split(":", 1)[1])
     for key in rep.quality:
-        if norm_benchmark(key[0]) == bench and key[1] is not None:
+        name, proto = split_protocol(key[0])
+        if norm_benchmark(name) == bench and key[1] is not None:
             est = rep.quality_cell(c, key)
-            return est if est != "" else None
-    return None
+            if est in ("", None):
+                continue
+            if proto == protocol:
+                return est
+            other = True
+    return PROTOCOL_DIFFERS if other else None
 
 
 def reported_table(rep: Report, entries: list[dict[str, Any]]) -> Table:
@@ -141,12 +162,13 @@ def reported_table(rep: Report, entries: list[dict[str, Any]]) -> Table:
         Column("reported", "num2"),
         Column("ours", "num2"),
         Column("ours - reported", "delta2"),
+        Column("protocol"),
         Column("note"),
     ]
     rows = []
     for e in entries:
         cell = next((c for c in rep.cells if _matches(c, e)), None)
-        ours = _ours(rep, cell, str(e["quantity"])) if cell else None
+        ours = _ours(rep, cell, str(e["quantity"]), e.get("protocol", "lm-eval")) if cell else None
         ours_v = ours if isinstance(ours, float) else getattr(ours, "value", None)
         method = e["method"] + (f" r={e['ratio'] / 100:g}" if e.get("ratio") is not None else "")
         extra = [f"{k}={v}" for k, v in sorted((e.get("selection_params") or {}).items())]
@@ -164,6 +186,7 @@ def reported_table(rep: Report, entries: list[dict[str, Any]]) -> Table:
                 float(e["value"]),
                 ours,
                 None if ours_v is None else ours_v - float(e["value"]),
+                e.get("protocol", ""),
                 e.get("note", ""),
             ]
         )
@@ -177,8 +200,58 @@ def reported_table(rep: Report, entries: list[dict[str, Any]]) -> Table:
             "(itself from summaries of the paper, not yet checked against the PDF).",
             "ours: our cell with the same dataset, model, method and ratio at 4 workers; missing "
             "where we have no such run. Train time in hours.",
+            "A score is compared only with ours under the same protocol (our rows' eval_protocol); "
+            f"'{PROTOCOL_DIFFERS}': we scored that cell under another protocol only. Medical: "
+            "the paper's protocol is assumed (log-likelihood multiple choice, lm-eval).",
         ],
     )
 
 
-__all__ = ["MAIN_SECTION", "PaperCell", "load_reported", "paper_cells", "reported_table"]
+def protocol_gap_table(rep: Report) -> Table:
+    """The same model scored under two protocols: per cell and benchmark, each protocol's score
+    and the gap (evalplus minus lm-eval), where a cell has both."""
+    by_bench: dict[str, dict[str, Any]] = {}
+    for key in rep.quality:
+        name, proto = split_protocol(key[0])
+        if key[1] is not None:
+            by_bench.setdefault(name, {})[proto] = key
+    cols = [
+        Column("setting"),
+        Column("method"),
+        Column("benchmark"),
+        Column("lm-eval", "pct"),
+        Column("evalplus", "pct"),
+        Column("evalplus - lm-eval", "delta"),
+    ]
+    rows = []
+    for c in rep.cells:
+        for name, keys in sorted(by_bench.items()):
+            if not {"lm-eval", "evalplus"} <= set(keys):
+                continue
+            a, b = rep.quality_cell(c, keys["lm-eval"]), rep.quality_cell(c, keys["evalplus"])
+            va, vb = getattr(a, "value", None), getattr(b, "value", None)
+            if va is None or vb is None:
+                continue
+            rows.append([f"{c.first.dataset} · {c.first.model}", c.label, name, a, b, vb - va])
+    return Table(
+        "protocol_gap",
+        "One model, two scoring protocols",
+        cols,
+        rows,
+        notes=[
+            "The same trained model scored by lm-eval's task prompts (lm-eval) and by EvalPlus with "
+            "the training template and Magicoder's response prefix (evalplus); docs/benchmarks.md. "
+            "The gap is the protocol's, not the method's."
+        ],
+    )
+
+
+__all__ = [
+    "MAIN_SECTION",
+    "PROTOCOL_DIFFERS",
+    "PaperCell",
+    "load_reported",
+    "paper_cells",
+    "protocol_gap_table",
+    "reported_table",
+]

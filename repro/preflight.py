@@ -150,8 +150,8 @@ def check_benchmarks(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     still run."""
     if not cfg.eval.benchmarks and not cfg.eval.task_paths:
         return []
+    from evals.benchmarks import expand_benchmarks, known_benchmarks
     from evals.plugins import BenchmarkPluginError
-    from evals.run import expand_benchmarks, known_benchmarks
 
     try:
         table = known_benchmarks(cfg.eval.task_paths)
@@ -178,7 +178,7 @@ def check_generation_limits(cfg: ExperimentConfig, ctx: CheckContext) -> list[Pr
     limits = cfg.eval.max_new_tokens
     if not isinstance(limits, dict):
         return []
-    from evals.run import CODE_BENCHMARKS
+    from evals.benchmarks import CODE_BENCHMARKS
 
     tasks = ("demo", *CODE_BENCHMARKS)  # every generation task of the eval stage
     return [
@@ -190,6 +190,84 @@ def check_generation_limits(cfg: ExperimentConfig, ctx: CheckContext) -> list[Pr
         for task in limits
         if task not in tasks
     ]
+
+
+@check
+def check_protocols(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
+    """eval.protocol: every key a benchmark the config evaluates, every value a protocol that
+    exists and scores that benchmark; for the evalplus protocol, the template (the run's training
+    format unless eval.template says otherwise and eval.allow_other_template allows it), the
+    evalplus extra, and a local HumanEval+ file in EvalPlus's release format."""
+    ev = cfg.eval
+    if ev.protocol is None and ev.template is None:
+        return []
+    from evals.benchmarks import (
+        expand_benchmarks,
+        known_benchmarks,
+        protocol_map,
+        protocol_problem,
+        resolve_template,
+    )
+
+    try:
+        names = expand_benchmarks(ev.benchmarks, ev.task_paths)
+        known = list(known_benchmarks(ev.task_paths))
+    except Exception:  # noqa: BLE001 - check_benchmarks names the bad benchmark
+        return []
+    if ev.protocol is not None and not isinstance(ev.protocol, (str, dict)):
+        return [Problem("eval.protocol", f"expected a protocol name or a mapping, got {ev.protocol!r}")]
+    out: list[Problem] = []
+    protocols = protocol_map(ev.protocol, names)
+    for bench, proto in protocols.items():
+        if bench not in known:  # a known benchmark not evaluated here is fine (a grid's base)
+            out.append(
+                Problem(
+                    f"eval.protocol.{bench}",
+                    f"{bench!r} is no benchmark{_did_you_mean(str(bench), known)} (known: "
+                    f"{', '.join(known)}); name a benchmark or remove this key",
+                )
+            )
+            continue
+        problem = protocol_problem(bench, proto)
+        if problem:
+            out.append(Problem(f"eval.protocol.{bench}", problem))
+    evalplus = [b for b, p in protocols.items() if p == "evalplus" and b in names]
+    if not evalplus:
+        return out
+    template, problem = resolve_template(
+        [src.format for src in cfg.data.sources], ev.template, ev.allow_other_template, cfg.data.chat_template
+    )
+    if problem:
+        out.append(Problem("eval.template", problem))
+    from repro.core.extras import extra_problem
+
+    missing = extra_problem("evalplus", "eval.protocol: evalplus", "use the lm-eval protocol")
+    if missing:
+        out.append(Problem("eval.protocol", missing))
+    if "humaneval_plus" in evalplus:
+        out += _humaneval_plus_format(cfg, ctx)
+    return out
+
+
+def _humaneval_plus_format(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
+    """The local HumanEval+ file, where there is one, is in EvalPlus's release format."""
+    from evals import evalplus_data, local_data
+
+    data_dir, _ = ctx.data_dir(cfg)
+    try:
+        path = local_data.humaneval_plus_file(str(data_dir) if data_dir else None)
+        evalplus_data.check_release_rows(path, local_data._read_jsonl(path))
+    except local_data.MissingDataError:
+        return []  # check_benchmarks notes the missing file
+    except ValueError as e:  # FormatError, or a line that is not JSON
+        return [
+            Problem(
+                "eval.protocol.humaneval_plus",
+                f"{e}. Fix: put evalplus's HumanEvalPlus.jsonl release file (base_input, "
+                "plus_input per task) there, or score humaneval_plus with protocol lm-eval",
+            )
+        ]
+    return []
 
 
 def _benchmark_data_notes(cfg: ExperimentConfig, ctx: CheckContext, names: list[str]) -> list[Problem]:

@@ -162,6 +162,14 @@ class EvalConfig:
     # (demo 48, HumanEval(+) 1024, MBPP(+) 256). Benchmark rows record it (eval_max_gen_toks).
     max_new_tokens: int | dict[str, int] | None = None
     limit: int | None = None
+    # How the benchmarks are scored: one protocol for all, or a mapping per benchmark
+    # ({humaneval: evalplus, ...}); null, or a benchmark the mapping leaves out: lm-eval.
+    # Protocols and which benchmarks each scores: evals/benchmarks.py (checked by preflight).
+    protocol: str | dict[str, str] | None = None
+    # The evalplus protocol's instruction template: null = the run's training format
+    # (data.sources[].format). Another one is a preflight error unless allow_other_template.
+    template: str | None = None
+    allow_other_template: bool = False
     # Processes that evaluate the benchmarks, each with its own GPU and share of the items:
     # null = one per visible GPU (1 on CPU). Inside a SLURM job the job's own tasks evaluate
     # (one per GPU, as they trained) and this key is not used.

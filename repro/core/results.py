@@ -264,7 +264,7 @@ def read_result_files(
     """
     out: list[tuple[str, dict[str, str]]] = []
     damaged: list[DamagedResultFile] = []
-    seen: dict[tuple[str, str, str], tuple[str, dict[str, str]]] = {}
+    seen: dict[tuple[str, ...], tuple[str, dict[str, str]]] = {}
     for f in files:
         try:
             rows = read_checked(f, require_sidecar=f.name == PART_NAME)
@@ -274,7 +274,8 @@ def read_result_files(
         name = f.relative_to(root) if root is not None and f.is_relative_to(root) else f
         for i, row in enumerate(rows, start=2):
             label = f"{name}:{i}"
-            key = (row["run_id"], row["benchmark"], row["metric"])
+            # A benchmark scored under two protocols (eval_protocol) is two rows, no conflict.
+            key = (row["run_id"], row["benchmark"], row["metric"], row.get("eval_protocol") or "lm-eval")
             if key in seen:
                 first, other = seen[key]
                 if other != row:

@@ -131,6 +131,14 @@ SCHEMA: list[Column] = [
     _c("training_seed", "int", "the seed of the schedule's deal and the trainer (seed where unset)"),
     _c("eval_settings", "json", "the eval section the scores were made with"),
     _c(
+        "eval_protocol",
+        "str",
+        "how the benchmark was scored (lm-eval, evalplus; docs/benchmarks.md); empty for rows that "
+        "are no benchmark's",
+        scope="row",
+        role="measure",
+    ),
+    _c(
         "benchmark",
         "str",
         "what was measured: a benchmark, heldout, demo/<c>, or a diagnostic (cost/, cluster/, worker/)",
