@@ -226,6 +226,15 @@ def load_selection(run_dir: Path) -> Selection:
     return read_selection(run_dir / "selection.json")
 
 
+def selection_or_marker(run_dir: Path, marker: dict[str, Any]) -> Selection:
+    """The run's selection.json; a folder made without one (by hand, or by a test that writes
+    the stage markers) is read from the select marker's info, as selection.json files from before
+    typed diagnostics are."""
+    if (run_dir / "selection.json").is_file():
+        return load_selection(run_dir)
+    return Selection.from_dict({"ids": [], "info": marker.get("info") or {}}, str(run_dir / "selection.json"))
+
+
 def load_schedule(run_dir: Path) -> Schedule:
     return Schedule.from_dict(read_json(run_dir / "schedule.json"))
 
@@ -291,7 +300,8 @@ def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
 def schedule_diagnostics(run_dir: Path, marker: dict[str, Any]) -> ScheduleDiagnostics:
     """The schedule's typed diagnostics (schedule.json); a folder written before they existed has
     them in the schedule stage's marker only."""
-    d = read_json(run_dir / "schedule.json").get("diagnostics")
+    path = run_dir / "schedule.json"
+    d = read_json(path).get("diagnostics") if path.is_file() else None
     if d is None:
         d = {k: marker.get(k) for k in ("allocation_s", "predicted_idle_share", "worker_idle_shares")}
     return ScheduleDiagnostics.from_dict(d, str(run_dir / "schedule.json"))
@@ -438,7 +448,7 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
     )
     diverged = train.get("status") == "diverged"
     ev = None if diverged else read_json(stage_marker(run_dir, "eval"))
-    selection, sched_diag = load_selection(run_dir), schedule_diagnostics(run_dir, sch)
+    selection, sched_diag = selection_or_marker(run_dir, sel), schedule_diagnostics(run_dir, sch)
     n_steps = (sch.get("derived") or {}).get("total_steps")
     selection_s = stage_seconds(run_dir, "select", sel) + stage_seconds(run_dir, "schedule", sch)
     end_to_end = (

@@ -676,6 +676,7 @@ def test_fsdp_runs_show_the_wait_as_not_measured_never_zero(
     """Under train.strategy fsdp the trainer logs a null wait: the pipeline writes no wait row
     and a `cost/train fsdp` row of 1, and every wait cell says "n/a (fsdp)"."""
     from repro.core.io import atomic_write_jsonl
+    from repro.core.types import ScheduleDiagnostics, Selection
     from repro.pipeline import diagnostic_rows
 
     run_dir = tmp_path / "run"
@@ -684,12 +685,12 @@ def test_fsdp_runs_show_the_wait_as_not_measured_never_zero(
             run_dir / "train_log" / f"rank{k}.jsonl",
             [{"tokens": 100, "compute_s": 0.5, "allreduce_wait_s": None}] * 3,
         )
-    made = diagnostic_rows({}, run_dir, {"info": {}}, {}, {"strategy": "fsdp"})
+    made = diagnostic_rows({}, run_dir, Selection(ids=[]), ScheduleDiagnostics(), None, {"strategy": "fsdp"})
     got = {(r["benchmark"], r["metric"]): (r["value"], r["n"]) for r in made}
     assert got[("cost/train", "fsdp")] == (1, None)
     assert got[("worker/1", "compute_s")] == (1.5, 3)
     assert not [k for k in got if k[1] == "allreduce_wait_s"]  # not measured: no row, no 0
-    ddp = diagnostic_rows({}, run_dir, {"info": {}}, {}, {"strategy": "ddp"})
+    ddp = diagnostic_rows({}, run_dir, Selection(ids=[]), ScheduleDiagnostics(), None, {"strategy": "ddp"})
     assert {(r["benchmark"], r["metric"]): r["value"] for r in ddp}[("cost/train", "fsdp")] == 0
 
     # Such rows in the report: the CluSTER r = 0.5 cell (4 workers, 2 seeds) trained with fsdp.

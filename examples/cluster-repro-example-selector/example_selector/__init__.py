@@ -1,23 +1,27 @@
 """`longest-response`: keep the `budget` examples with the longest responses.
 
-A complete outside selector: a class with `select(pool, budget, ctx) -> Selection`, parameters
-from the config's `selection.params` (here `unit`), errors as `ValueError` subclasses with a
+A complete outside selector: a class with `select(pool, budget, ctx) -> Selection`, its
+parameters a `Params` dataclass built from the config's `selection.params` (here `unit`; a wrong
+value is refused before any stage runs, naming the key), errors as `ValueError` subclasses with a
 message that says what to change. It imports only cluster-repro's public types.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.params import Parameterized, param
 from repro.core.types import Pool, Selection
 
 
-class LongestResponse:
+class LongestResponse(Parameterized):
     """Keep the `budget` examples with the longest responses (unit: chars or words)."""
 
-    def __init__(self, unit: str = "chars") -> None:
-        if unit not in ("chars", "words"):
-            raise SelectionError(f"selection.params.unit: {unit!r} is not one of chars, words")
-        self.unit = unit
+    @dataclass
+    class Params:
+        unit: Literal["chars", "words"] = param("chars", help="how a response's length is counted")
 
     def length(self, text: str) -> int:
         return len(text) if self.unit == "chars" else len(text.split())
