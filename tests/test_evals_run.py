@@ -510,19 +510,16 @@ def test_generation_limits_are_checked_at_config_load():
             load_config(None, [override])
 
 
-def test_the_paper_recipe_states_the_tasks_own_generation_limits():
-    """configs/paper/recipe.yaml names each code benchmark's limit, and it is the limit of the
-    task YAML (the lm-eval task it mirrors): 1024 HumanEval(+), 256 MBPP(+)."""
-    from lm_eval.tasks._yaml_loader import load_yaml
-
-    from evals.run import CODE_BENCHMARKS, TASKS_DIR
+def test_the_paper_recipe_scores_code_as_magicoder_does():
+    """configs/paper/recipe.yaml scores the four code benchmarks under the evalplus protocol, at
+    Magicoder's generation limit (evals/evalplus_protocol.py MAX_NEW_TOKENS, 512)."""
+    from evals.evalplus_protocol import MAX_NEW_TOKENS
+    from evals.run import CODE_BENCHMARKS
 
     recipe = load_config(Path(__file__).resolve().parent.parent / "configs" / "paper" / "recipe.yaml")
-    for bench in CODE_BENCHMARKS:
-        for variant in ("local", "hub"):
-            task = load_yaml(TASKS_DIR / f"{bench}_{variant}.yaml", resolve_func=False, recursive=True)
-            assert recipe.eval.gen_limit(bench) == task["generation_kwargs"]["max_gen_toks"]
-    assert {recipe.eval.gen_limit(b) for b in CODE_BENCHMARKS} == {1024, 256}
+    assert recipe.eval.protocol == {b: "evalplus" for b in CODE_BENCHMARKS}
+    assert {recipe.eval.gen_limit(b) for b in CODE_BENCHMARKS} == {MAX_NEW_TOKENS} == {512}
+    assert {s.format for s in recipe.data.sources} == {"magicoder"}  # the template it is scored in
 
 
 def test_hub_variant_without_hub_access_is_reported_missing(monkeypatch, capsys):
