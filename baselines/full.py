@@ -11,6 +11,8 @@ from repro.core.types import Pool, Selection
 class FullSelector:
     """Keeps every example, in pool order. A budget other than the pool size is an error."""
 
+    takes_budget = False  # it keeps the pool (repro/contracts.py: cannot be matched to a kept count)
+
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         if budget is not None and budget != len(pool):
             raise SelectionError(

@@ -17,6 +17,8 @@ class RandomSelector:
     The kept ids stay in pool order; the allocator shuffles.
     """
 
+    meets_budget = True  # exactly the budget (repro/contracts.py checks it)
+
     def __init__(self, seed_offset: int = 0) -> None:
         # A seed must be a non-negative integer (numpy); say so now, not at the select stage.
         if not isinstance(seed_offset, int) or isinstance(seed_offset, bool) or seed_offset < 0:

@@ -37,6 +37,8 @@ _CLUSTER_SIG = inspect.signature(ClusterSelector)
 class UniformSelector:
     """The paper's Uniform: CluSTER's clusters, each up-sampled with replacement to the largest."""
 
+    takes_budget = False  # its kept count comes from the clusters (repro/contracts.py)
+
     # What the registry shows and checks config params against: the shared ones, with
     # ClusterSelector's defaults.
     __signature__ = inspect.Signature([_CLUSTER_SIG.parameters[p] for p in SHARED_PARAMS])

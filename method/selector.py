@@ -62,6 +62,8 @@ class ClusterSelector:
     weights per worker (method/packing.py, docs/k-scaling.md).
     """
 
+    takes_budget = False  # its kept count comes from selection.params.ratio (repro/contracts.py)
+
     def __init__(
         self,
         ratio: float = 50,
@@ -179,7 +181,7 @@ class ClusterSelector:
                 meta.get("n") == len(pool)
                 and meta.get("feature_type", self.feature_type) == self.feature_type
             ):
-                return np.load(out, mmap_mode="r"), {**meta, "reused": True}
+                return _load_features(out, len(pool)), {**meta, "reused": True}
         if ctx.model_dir is None:
             raise SelectionError("selector 'cluster' needs the target model (ctx.model_dir)")
         if self.feature_type == "gradient-proxy":
@@ -199,7 +201,7 @@ class ClusterSelector:
         else:
             self._lora_features(pool, ctx, out)
         meta = json.loads(meta_path.read_text())
-        return np.load(out, mmap_mode="r"), meta
+        return _load_features(out, len(pool)), meta
 
     def _lora_features(self, pool: Pool, ctx: SelectionContext, out: Path) -> None:
         import torch
@@ -415,3 +417,20 @@ class ClusterSelector:
                 "note": "K = 1 under order: authors keeps all N examples in pool order",
             },
         )
+
+
+def _load_features(path: Path, n: int) -> np.ndarray:
+    """The N x D features at `path`; SelectionError naming the file when it is cut or not N rows."""
+    try:
+        X = np.load(path, mmap_mode="r")
+    except (ValueError, OSError, EOFError) as e:
+        raise SelectionError(
+            f"{path}: the features file is damaged or cut ({e}); delete it and "
+            f"{path.with_suffix('.json').name} beside it so the features are computed again"
+        ) from None
+    if X.ndim != 2 or X.shape[0] != n:
+        raise SelectionError(
+            f"{path}: holds features of shape {X.shape}, expected {n} rows (one per pool example); "
+            f"delete it and {path.with_suffix('.json').name} so the features are computed again"
+        )
+    return X

@@ -41,6 +41,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from repro import contracts
 from repro.core import fingerprints, rundir
 from repro.core.config import ExperimentConfig, derive, save_config
 from repro.core.interfaces import SelectionContext, SelectionError, resolve_budget
@@ -101,6 +102,8 @@ def _stage(
         raise
     info["stage_s"] = time.perf_counter() - t0
     info.update(key or {})
+    if name in fingerprints.STAGE_OUTPUTS:  # what later stages read from it (check_inputs)
+        info["outputs"] = fingerprints.run_file_fingerprints(run_dir, name)
     atomic_write_json(marker, info)
     if record:
         rundir.finish(run_dir, name, "done", info["stage_s"])
@@ -159,29 +162,19 @@ def stage_model(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     return {"model_dir": str(model_dir), "inputs": {"model": fingerprints.model_fingerprint(model_dir)}}
 
 
-def validate_selection(sel: Selection, pool: Pool, method: str) -> None:
-    """A selector's output must name pool ids, once each (unless it says it samples with replacement)."""
-    known = set(pool.ids)
-    bad = [i for i in sel.ids if i not in known]
-    if bad:
-        raise SelectionError(f"selector {method!r} returned ids not in the pool, e.g. {bad[:3]}")
-    if not sel.info.get("with_replacement") and len(set(sel.ids)) != len(sel.ids):
-        raise SelectionError(
-            f"selector {method!r} returned duplicate ids; set "
-            "info['with_replacement'] = True if that is intended"
-        )
-    for name in ("clusters", "scores"):
-        v = getattr(sel, name)
-        if v is not None and len(v) != len(sel.ids):
-            raise SelectionError(f"selector {method!r}: {name} has {len(v)} entries for {len(sel.ids)} ids")
-    if not sel.ids:
-        raise SelectionError(f"selector {method!r} kept nothing")
+def validate_selection(
+    sel: Selection, pool: Pool, method: str, budget: int | None = None, exact: bool = False
+) -> None:
+    """A selector's output must keep the contract (repro/contracts.py check_selection)."""
+    contracts.check_selection(sel, pool, method, budget, exact)
 
 
 def stage_select(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     train, _ = load_pool_files(run_dir)
     s = cfg.selection
-    selector = SELECTORS.create(s.method, s.params, "selection.params")
+    selector, _ = contracts.call_plugin(
+        "selector", s.method, run_dir, lambda: SELECTORS.create(s.method, s.params, "selection.params")
+    )
     budget = resolve_budget(s.fraction, s.n, len(train))
     ctx = SelectionContext(
         config=cfg,
@@ -190,10 +183,13 @@ def stage_select(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
         workdir=run_dir,
         model_dir=model_dir_of(run_dir),
     )
-    t0 = time.perf_counter()
-    sel = selector.select(train, budget, ctx)
-    seconds = time.perf_counter() - t0
-    validate_selection(sel, train, s.method)
+    if budget is not None:  # refused before any selector work, with the numbers
+        contracts.check_micro_batch(budget, cfg, f"the selection budget ({_budget_source(cfg)})")
+    sel, seconds = contracts.call_plugin(
+        "selector", s.method, run_dir, lambda: selector.select(train, budget, ctx)
+    )
+    validate_selection(sel, train, s.method, budget, contracts.meets_budget(selector))
+    contracts.check_micro_batch(len(sel.ids), cfg, f"selector {s.method!r}'s selection")
     n_unique = len(set(sel.ids))
     atomic_write_json(
         run_dir / "selection.json",
@@ -248,7 +244,9 @@ def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
         [by_id[i] for i in dict.fromkeys(sel.ids)], model_dir_of(run_dir), cfg.data.max_length
     )
     a, t = cfg.allocation, cfg.train
-    allocator = ALLOCATORS.create(a.method, a.params, "allocation.params")
+    allocator, _ = contracts.call_plugin(
+        "allocator", a.method, run_dir, lambda: ALLOCATORS.create(a.method, a.params, "allocation.params")
+    )
     accum = grad_accum(cfg)
     # Allocators that balance in tokens take the lengths (interfaces.AllocationContext).
     extra = (
@@ -256,12 +254,15 @@ def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
         if "ctx" in inspect.signature(allocator.allocate).parameters
         else {}
     )
-    t0 = time.perf_counter()
-    sched = allocator.allocate(
-        sel, cfg.world_size, cfg.seed_for_training(), epochs=t.epochs, weight_mode=a.weight_mode, **extra
+    sched, seconds = contracts.call_plugin(
+        "allocator",
+        a.method,
+        run_dir,
+        lambda: allocator.allocate(
+            sel, cfg.world_size, cfg.seed_for_training(), epochs=t.epochs, weight_mode=a.weight_mode, **extra
+        ),
     )
-    seconds = time.perf_counter() - t0
-    check_schedule(sched, cfg, accum)
+    check_schedule(sched, cfg, accum, sel.ids)
     n_pool = read_json(stage_marker(run_dir, "pool"))["n_pool"]
     derived = derive(
         cfg,
@@ -292,38 +293,16 @@ def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     }
 
 
-def check_schedule(sched: Schedule, cfg: ExperimentConfig, accum: int) -> None:
-    """What the trainer needs of a schedule: cfg's workers and epochs, and steps in lockstep:
-    equal per-worker lengths, or (step_sizes) the same number of steps on every worker, each of
-    at least `accum` ids (one per micro-step) and adding up to the worker's list."""
-    method = cfg.allocation.method
-    if sched.world_size != cfg.world_size or sched.epochs != cfg.train.epochs:
-        raise SelectionError(
-            f"allocator {method!r} returned {sched.world_size} workers and "
-            f"{sched.epochs} epochs (expected {cfg.world_size} workers, "
-            f"{cfg.train.epochs} epochs)"
-        )
-    if sched.step_sizes is None:
-        lens = {len(w) for epoch in sched.order for w in epoch}
-        if len(lens) != 1:
-            raise SelectionError(
-                f"allocator {method!r} returned an uneven schedule: per-worker "
-                f"lengths {sorted(lens)} (expected equal lengths)"
-            )
-        return
-    counts = {len(w) for epoch in sched.step_sizes for w in epoch}
-    bad = [
-        (e, k)
-        for e, epoch in enumerate(sched.step_sizes)
-        for k, sizes in enumerate(epoch)
-        if sum(sizes) != len(sched.order[e][k]) or min(sizes, default=0) < accum
-    ]
-    if len(counts) != 1 or len(sched.step_sizes) != sched.epochs or bad:
-        raise SelectionError(
-            f"allocator {method!r} returned step_sizes the trainer cannot run: steps per worker "
-            f"{sorted(counts)} (expected one count), epoch/worker pairs whose sizes do not add "
-            f"up to their ids or have a step below {accum} ids (the accumulation): {bad[:3]}"
-        )
+def check_schedule(
+    sched: Schedule, cfg: ExperimentConfig, accum: int, selected: list[str] | None = None
+) -> None:
+    """What the trainer needs of a schedule (repro/contracts.py check_schedule)."""
+    contracts.check_schedule(sched, cfg, accum, selected)
+
+
+def _budget_source(cfg: ExperimentConfig) -> str:
+    s = cfg.selection
+    return f"selection.n = {s.n}" if s.n is not None else f"selection.fraction = {s.fraction} of the pool"
 
 
 def stage_train(cfg: ExperimentConfig, run_dir: Path, force: bool) -> dict[str, Any]:
@@ -714,11 +693,17 @@ def check_inputs(cfg: ExperimentConfig, run_dir: Path) -> None:
     """Raise InputsChanged when a finished stage's recorded inputs (its marker's `inputs`) differ
     from what the config reads now: the model directory, the data files, the features."""
     changes: list[str] = []
-    for name in ("model", "pool", "select"):
+    for name in ("model", "pool", "select", "schedule"):
         marker = stage_marker(run_dir, name)
         if not marker.is_file():
             continue
         info = read_json(marker)
+        if isinstance(info.get("outputs"), dict):  # its own files, which later stages read
+            changes += [
+                f"{name} stage: {c}" for c in fingerprints.run_file_changes(info["outputs"], run_dir, name)
+            ]
+        if name == "schedule":
+            continue
         inputs = info.get("inputs")
         if inputs is None:  # made before inputs were recorded: nothing to compare
             continue

@@ -141,6 +141,45 @@ def selection_fingerprint(run_dir: Path) -> dict[str, Any]:
     return out
 
 
+# ----------------------------------------------------------------------------- run-folder files
+
+# The run-folder files each stage writes that a later stage reads: the stage's marker records
+# their fingerprints (`outputs`), and a rerun compares them before anything trusts the files, so a
+# pool.jsonl cut short or a schedule.json edited by hand is named, not used.
+STAGE_OUTPUTS = {
+    "pool": ("pool.jsonl", "heldout.jsonl"),
+    "select": ("selection.json",),
+    "schedule": ("schedule.json", "selection.csv", "step_tokens.json", "derived.json"),
+}
+
+
+def run_file_fingerprints(run_dir: Path, stage: str) -> dict[str, Any]:
+    """{name: {"sha256", "size"}} of the files `stage` wrote that later stages read."""
+    out = {}
+    for name in STAGE_OUTPUTS.get(stage, ()):
+        p = Path(run_dir) / name
+        if p.is_file():
+            out[name] = {"sha256": sha256_file(p), "size": p.stat().st_size}
+    return out
+
+
+def run_file_changes(old: dict[str, Any], run_dir: Path, stage: str) -> list[str]:
+    """The files `stage` wrote (fingerprints `old`, from its marker) that are gone or differ now."""
+    out = []
+    for name, o in old.items():
+        p = Path(run_dir) / name
+        if not p.is_file():
+            out.append(f"{p} is gone (the {stage} stage wrote it and later stages read it)")
+            continue
+        n = {"sha256": sha256_file(p), "size": p.stat().st_size}
+        if n != {k: o.get(k) for k in n}:
+            out.append(
+                _describe_file_change(f"{p} (written by the {stage} stage, read by later ones)", o, n)
+                + ": cut, edited or replaced after it was written"
+            )
+    return out
+
+
 # ----------------------------------------------------------------------------- comparing
 
 
