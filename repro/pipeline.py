@@ -159,7 +159,42 @@ def stage_model(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     from repro.core.models import materialize_model
 
     model_dir = materialize_model(cfg.model, cfg.seed)
-    return {"model_dir": str(model_dir), "inputs": {"model": fingerprints.model_fingerprint(model_dir)}}
+    inputs: dict[str, Any] = {"model": fingerprints.model_fingerprint(model_dir)}
+    hub = _hub_model(cfg, model_dir)
+    if hub is not None:
+        inputs["hub"] = hub
+    return {"model_dir": str(model_dir), "inputs": inputs}
+
+
+def _hub_model(cfg: ExperimentConfig, model_dir: Path | None = None) -> dict[str, Any] | None:
+    """{"repo", "revision", "commit"} of a hub model (None for a builtin or a local directory):
+    the commit of the snapshot folder it was downloaded into, else what the revision resolves to."""
+    from repro.core.models import is_hub_model
+
+    m = cfg.model
+    if not is_hub_model(m.name_or_path):
+        return None
+    commit = None
+    if model_dir is not None and Path(model_dir).parent.name == "snapshots":
+        commit = Path(model_dir).name
+    commit = commit or fingerprints.hub_commit("model", m.name_or_path, m.revision)
+    return {"repo": m.name_or_path, "revision": m.revision, "commit": commit}
+
+
+def hub_commits(run_dir: Path) -> dict[str, str]:
+    """The hub commits a run's model and data resolved to (from its markers), for provenance."""
+    out: dict[str, str] = {}
+    model = stage_marker(run_dir, "model")
+    if model.is_file():
+        hub = (read_json(model).get("inputs") or {}).get("hub") or {}
+        if hub.get("commit"):
+            out[f"hub:model:{hub['repo']}"] = hub["commit"]
+    pool = stage_marker(run_dir, "pool")
+    if pool.is_file():
+        for d in (read_json(pool).get("inputs") or {}).get("data") or []:
+            if d.get("kind") == "hub" and d.get("commit"):
+                out[f"hub:dataset:{d['name'][3:]}"] = d["commit"]
+    return out
 
 
 def validate_selection(
@@ -462,6 +497,8 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         "peak_mem_mb": round(max(train["peak_mem_mb"], sel.get("peak_mem_mb", 0)), 1),
         **provenance(),
     }
+    if commits := hub_commits(run_dir):  # which version of each hub input (provenance)
+        base["versions"] = json.dumps({**json.loads(base["versions"]), **commits}, sort_keys=True)
     if diverged:
         return [
             {
@@ -728,6 +765,14 @@ def _model_changes(cfg: ExperimentConfig, run_dir: Path, info: dict[str, Any]) -
     """Compare the recorded model fingerprint with the model directory: the recorded one while it
     exists, else wherever the model is now (a moved identical model is the same input, and the
     marker then points to its new place)."""
+    recorded_hub = info["inputs"].get("hub")
+    if recorded_hub:  # a hub model: what its revision resolves to now, before any download
+        now = fingerprints.hub_commit("model", recorded_hub["repo"], cfg.model.revision)
+        found = fingerprints.hub_changes(
+            f"model {recorded_hub['repo']!r}", recorded_hub, now, "model.revision"
+        )
+        if found:
+            return found
     model_dir = Path(info["model_dir"])
     if not model_dir.is_dir():
         model_dir = Path(stage_model(cfg, run_dir)["model_dir"])

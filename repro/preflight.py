@@ -29,6 +29,10 @@ from typing import Any
 
 from repro.core.config import ConfigError, ExperimentConfig
 
+# A benchmark whose data is not found: a note for a local run (a 'missing' row), an error for a
+# launch unless --allow-missing-benchmarks (the training's GPU-hours would buy no score).
+MISSING_BENCHMARK = "benchmark-data"
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -37,7 +41,7 @@ class Problem:
     key: str  # the config key, e.g. "eval.benchmarks[0]" or "selection.method"
     message: str  # what is wrong, and what is allowed
     blocking: bool = True
-    kind: str = ""  # "memory": a launch with --force submits the cell anyway
+    kind: str = ""  # "memory": a launch with --force submits the cell anyway; MISSING_BENCHMARK
 
     def __str__(self) -> str:
         return f"{self.key}: {self.message}"
@@ -206,6 +210,7 @@ def _benchmark_data_notes(cfg: ExperimentConfig, ctx: CheckContext, names: list[
                     "eval.benchmarks",
                     f"local data not found here: {e} (its evaluation will write a 'missing' row)",
                     blocking=False,
+                    kind=MISSING_BENCHMARK,
                 )
             )
     return out
@@ -224,6 +229,7 @@ def _plugin_data_notes(benches: list[Any]) -> list[Problem]:
                     "eval.benchmarks",
                     f"data not found here: {e} (its evaluation will write a 'missing' row)",
                     blocking=False,
+                    kind=MISSING_BENCHMARK,
                 )
             )
     return out

@@ -64,6 +64,9 @@ class ModelConfig:
     # Tiny random model size (only for name_or_path == "tiny-random-llama").
     tiny_hidden_size: int = 64
     tiny_layers: int = 2
+    # A hub model's branch, tag or commit (null: the hub's default branch). The commit it
+    # resolves to is recorded in the model stage's fingerprint and the rows' provenance.
+    revision: str | None = None
 
 
 @dataclass
@@ -76,6 +79,9 @@ class DataSource:
     limit: int | None = None  # first N rows (after bad-row handling), None = all
     # PubMedQA: a JSON file of test ids to exclude (relative to data_dir), e.g. test_ground_truth.json
     exclude_ids_file: str | None = None
+    # A hub dataset's (hf:) branch, tag or commit (null: the default branch); its resolved
+    # commit is recorded like the model's.
+    revision: str | None = None
 
 
 @dataclass
@@ -269,6 +275,12 @@ def config_hash(cfg: ExperimentConfig) -> str:
     for key in _HASH_EXCLUDED_WHEN_NULL:
         if d.get(key) is None:
             d.pop(key, None)
+    # revision (model, data sources): added later, left out while null like the keys above.
+    if d["model"].get("revision") is None:
+        d["model"].pop("revision", None)
+    for src in d["data"]["sources"]:
+        if src.get("revision") is None:
+            src.pop("revision", None)
     return _short_hash(d)
 
 
@@ -741,9 +753,46 @@ def _validate(cfg: ExperimentConfig) -> None:
         f"train.global_batch_size: {t.global_batch_size} must be a positive multiple of "
         f"per_device_batch_size x world_size = {t.per_device_batch_size} x {cfg.world_size} = {unit}",
     )
+    _validate_revisions(cfg)
     lo = cfg.model.lora
     if lo.enabled:
         need(bool(lo.target_modules), "model.lora.target_modules: expected at least one module name")
+
+
+_LOCAL_MODELS = ("tiny-random-llama", "smollm2-135m-instruct")  # builtins (repro/core/models.py)
+
+
+def _validate_revisions(cfg: ExperimentConfig) -> None:
+    """model.revision and data.sources[].revision: a branch, tag or commit (one word), and only
+    where the input comes from the hub (a local file or a builtin has no revision to pin)."""
+
+    def check(rev: Any, key: str) -> None:
+        if rev is None:
+            return
+        if not isinstance(rev, str) or not rev.strip() or any(c.isspace() for c in rev):
+            raise ConfigError(
+                f"{key}: expected a branch, tag or commit of the hub repository (one word), got {rev!r}"
+            )
+
+    m = cfg.model
+    check(m.revision, "model.revision")
+    name = m.name_or_path
+    if m.revision is not None and (
+        name in _LOCAL_MODELS or name.startswith(("/", ".", "~")) or name.count("/") != 1
+    ):
+        raise ConfigError(
+            f"model.revision: {m.revision!r} pins a hub model, but model.name_or_path {name!r} is a "
+            "builtin or a local directory (nothing to pin; its files are fingerprinted); remove "
+            "model.revision or give a hub id (owner/name)"
+        )
+    for i, src in enumerate(cfg.data.sources):
+        check(src.revision, f"data.sources[{i}].revision")
+        if src.revision is not None and not src.path.startswith("hf:"):
+            raise ConfigError(
+                f"data.sources[{i}].revision: {src.revision!r} pins a hub dataset, but the source "
+                f"{src.path!r} is not one ('hf:<id>'); a local file is fingerprinted by its bytes: "
+                "remove revision"
+            )
 
 
 def _validate_eval_limits(ev: EvalConfig) -> None:
