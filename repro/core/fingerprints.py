@@ -74,7 +74,7 @@ def file_fingerprint(path: Path, rows: bool = True) -> dict[str, Any]:
 
 
 def _hex40(s: str | None) -> bool:
-    return bool(s) and len(s) == 40 and all(c in "0123456789abcdef" for c in s)  # type: ignore[union-attr]
+    return s is not None and len(s) == 40 and all(c in "0123456789abcdef" for c in s)
 
 
 def _resolve_hub_commit(kind: str, repo: str, revision: str | None) -> str | None:
