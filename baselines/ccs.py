@@ -11,18 +11,20 @@ So every score level is covered, unlike top-k pruning, which keeps only the hard
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from baselines.common import (
     check_budget,
-    check_choice,
     check_pool_size,
     model_scores,
     scored_selection,
     spread_over_groups,
 )
 from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.params import Parameterized, param
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
@@ -36,23 +38,21 @@ def strata_of(scores: np.ndarray, n_strata: int) -> np.ndarray:
 
 
 @register_selector("ccs")
-class CCSSelector:
+class CCSSelector(Parameterized):
     """Coverage-centric selection: drop the hardest fraction, spread the budget over score strata.
 
     score: el2n (default) or loss. hard_cutoff: fraction of the hardest examples dropped (0.1).
     n_strata: equal-width score strata (50).
     """
 
-    def __init__(
-        self, score: str = "el2n", hard_cutoff: float = 0.1, n_strata: int = 50, batch_size: int = 8
-    ) -> None:
-        check_choice(score, ("el2n", "loss"), "score")
-        if not 0 <= hard_cutoff < 1:
-            raise SelectionError(f"selection.params.hard_cutoff: {hard_cutoff} is not a fraction in [0, 1)")
-        if n_strata < 1:
-            raise SelectionError(f"selection.params.n_strata: expected >= 1, got {n_strata}")
-        self.score, self.hard_cutoff = score, float(hard_cutoff)
-        self.n_strata, self.batch_size = int(n_strata), int(batch_size)
+    @dataclass
+    class Params:
+        score: Literal["el2n", "loss"] = param("el2n", help="the difficulty score stratified over")
+        hard_cutoff: float = param(
+            0.1, lo=0, hi=1, hi_incl=False, note="a fraction", help="share of the hardest examples left out"
+        )
+        n_strata: int = param(50, lo=1, help="score strata the budget is spread over")
+        batch_size: int = param(8, lo=1, help="examples per forward pass")
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         budget = check_budget("ccs", pool, budget)

@@ -13,7 +13,7 @@ Model Training with Clustering").
    share exceeds its size, and spread evenly over its members.
 
 Repeats are explicit in the selection: a drawn-twice example's id appears twice in `ids` (with
-its cluster twice in `clusters`), `info.with_replacement` is true when any id repeats, and
+its cluster twice in `clusters`), `diagnostics.with_replacement` is true when any id repeats, and
 `info.n_distinct` / `info.n_repeated_draws` say how many. The pipeline accepts repeated ids under
 `with_replacement` (as for `uniform`); the allocators deal every draw; `kept_fraction` in the
 results counts distinct examples. The budget counts draws and is at most the pool's size (as for
@@ -24,12 +24,13 @@ small clusters their balanced share.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from baselines.common import (
     check_budget,
-    check_choice,
     check_pool_size,
     hidden_state_embeddings,
     scoring_model,
@@ -37,8 +38,9 @@ from baselines.common import (
     unit_rows,
 )
 from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.params import Parameterized, param
 from repro.core.registry import register_selector
-from repro.core.types import Pool, Selection
+from repro.core.types import Pool, Selection, SelectionDiagnostics
 
 
 def balanced_quotas(capacity: np.ndarray, budget: int) -> np.ndarray:
@@ -69,30 +71,21 @@ def clipped_draws(members: np.ndarray, quota: int, rng: np.random.Generator) -> 
 
 
 @register_selector("clusterclip")
-class ClusterClipSelector:
+class ClusterClipSelector(Parameterized):
     """Cluster-balanced sampling, each example drawn at most `max_repeats` times.
 
     n_clusters (null: one per 50 examples), max_repeats (2), embedding (model; gradient),
     batch_size (8).
     """
 
-    def __init__(
-        self,
-        n_clusters: int | None = None,
-        max_repeats: int = 2,
-        embedding: str = "model",
-        batch_size: int = 8,
-    ) -> None:
-        check_choice(embedding, ("model", "gradient"), "embedding")
-        for key, v in (
-            ("max_repeats", max_repeats),
-            ("batch_size", batch_size),
-            ("n_clusters", 1 if n_clusters is None else n_clusters),
-        ):
-            if isinstance(v, bool) or int(v) != v or v < 1:
-                raise SelectionError(f"selection.params.{key}: expected an integer >= 1, got {v!r}")
-        self.n_clusters, self.max_repeats = n_clusters, int(max_repeats)
-        self.embedding, self.batch_size = embedding, int(batch_size)
+    @dataclass
+    class Params:
+        n_clusters: int | None = param(None, lo=1, note="null: one per 50 examples", help="k-means clusters")
+        max_repeats: int = param(2, lo=1, help="draws of one example at most")
+        embedding: Literal["model", "gradient"] = param(
+            "model", help="model (the target model's hidden states) or gradient (CluSTER's features)"
+        )
+        batch_size: int = param(8, lo=1, help="examples per forward pass")
 
     def embed(self, pool: Pool, ctx: SelectionContext) -> np.ndarray:
         if self.embedding == "gradient":
@@ -139,10 +132,11 @@ class ClusterClipSelector:
                 "n_clusters": k,
                 "embedding": self.embedding,
                 "max_repeats": self.max_repeats,
-                "cluster_sizes": sizes.tolist(),
                 "cluster_draws": quotas.tolist(),
                 "n_distinct": n_distinct,
                 "n_repeated_draws": len(ids) - n_distinct,
-                "with_replacement": len(ids) > n_distinct,
             },
+            diagnostics=SelectionDiagnostics(
+                with_replacement=len(ids) > n_distinct, cluster_sizes_before_cap=sizes.tolist()
+            ),
         )

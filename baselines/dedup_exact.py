@@ -12,11 +12,14 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from baselines.common import check_budget, fill_to_budget
 from repro.core.interfaces import SelectionContext
+from repro.core.params import Parameterized, param
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
@@ -36,17 +39,15 @@ def text_key(prompt: str, response: str, fields: str = "both") -> str:
 
 
 @register_selector("dedup-exact")
-class DedupExactSelector:
+class DedupExactSelector(Parameterized):
     """Exact duplicates (normalized prompt + response hash) removed; budget met at random.
 
     fields: what must match: both (default), prompt, or response.
     """
 
-    def __init__(self, fields: str = "both") -> None:
-        from baselines.common import check_choice
-
-        check_choice(fields, ("both", "prompt", "response"), "fields")
-        self.fields = fields
+    @dataclass
+    class Params:
+        fields: Literal["both", "prompt", "response"] = param("both", help="which text must match exactly")
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         budget = check_budget("dedup-exact", pool, budget, optional=True)

@@ -10,11 +10,14 @@ budget is then met at random, as in `dedup-exact`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from baselines.common import check_budget, fill_to_budget
 from baselines.dedup_exact import normalize_text
 from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.params import Parameterized, param
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
@@ -28,7 +31,7 @@ def shingles(text: str, size: int) -> set[str]:
 
 
 @register_selector("dedup-minhash")
-class DedupMinHashSelector:
+class DedupMinHashSelector(Parameterized):
     """Near-duplicates (MinHash Jaccard >= threshold over word shingles) removed; budget at random.
 
     threshold: Jaccard similarity in (0, 1] above which two examples are near-duplicates (0.8).
@@ -36,20 +39,19 @@ class DedupMinHashSelector:
     estimate). minhash_seed: the permutations' seed (fixed, so a pool always dedups the same way).
     """
 
-    def __init__(
-        self, threshold: float = 0.8, shingle_size: int = 3, num_perm: int = 128, minhash_seed: int = 1
-    ) -> None:
-        if not 0 < threshold <= 1:
-            raise SelectionError(
-                f"selection.params.threshold: {threshold} is not a Jaccard similarity in (0, 1]"
-            )
-        if shingle_size < 1 or num_perm < 16:
-            raise SelectionError(
-                "selection.params.shingle_size must be >= 1 and num_perm >= 16, "
-                f"got {shingle_size}, {num_perm}"
-            )
-        self.threshold, self.shingle_size = float(threshold), int(shingle_size)
-        self.num_perm, self.minhash_seed = int(num_perm), int(minhash_seed)
+    @dataclass
+    class Params:
+        threshold: float = param(
+            0.8,
+            lo=0,
+            hi=1,
+            lo_incl=False,
+            note="a Jaccard similarity",
+            help="similarity that makes a duplicate",
+        )
+        shingle_size: int = param(3, lo=1, help="words per shingle")
+        num_perm: int = param(128, lo=16, help="MinHash permutations")
+        minhash_seed: int = param(1, lo=0, hi=2**32 - 1, help="the MinHash seed")
 
     def minhashes(self, pool: Pool) -> list:
         from datasketch import MinHash

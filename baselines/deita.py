@@ -20,6 +20,8 @@ nobody mistakes them for deita's own scorers.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from baselines.common import (
@@ -32,7 +34,8 @@ from baselines.common import (
     unit_rows,
 )
 from baselines.ifd import ifd_order, ifd_scores
-from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.interfaces import SelectionContext
+from repro.core.params import Parameterized, param
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
@@ -57,18 +60,22 @@ def diversity_filter(
     return np.array(kept + refill, dtype=np.int64), len(refill)
 
 
-class _Deita:
+class _Deita(Parameterized):
     """The shared selector; the registered subclasses fix the score."""
 
     score = ""
 
-    def __init__(self, threshold: float = 0.1, batch_size: int = 8) -> None:
-        if not 0 <= threshold < 2:
-            raise SelectionError(
-                f"selection.params.threshold: {threshold} is not a cosine "
-                "distance in [0, 2) (deita's default 0.1 = similarity 0.9)"
-            )
-        self.threshold, self.batch_size = float(threshold), int(batch_size)
+    @dataclass
+    class Params:
+        threshold: float = param(
+            0.1,
+            lo=0,
+            hi=2,
+            hi_incl=False,
+            note="a cosine distance; deita's default 0.1 = similarity 0.9",
+            help="an example is taken when its distance to every kept one exceeds this",
+        )
+        batch_size: int = param(8, lo=1, help="examples per forward pass")
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         name = f"deita-{self.score}"

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.params import Parameterized
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
 
 @register_selector("full")
-class FullSelector:
+class FullSelector(Parameterized):
     """Keeps every example, in pool order. A budget other than the pool size is an error."""
 
     takes_budget = False  # it keeps the pool (repro/contracts.py: cannot be matched to a kept count)
+
+    @dataclass
+    class Params:
+        """No parameters."""
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         if budget is not None and budget != len(pool):

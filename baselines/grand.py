@@ -10,19 +10,22 @@ A fresh LoRA has B = 0, so the norm is that of the B gradient. Keeps the largest
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import numpy as np
 
 from baselines.common import (
     KEEP_MODES,
     check_budget,
-    check_choice,
     scored_selection,
     scoring_model,
     tokenize_pool,
     top_rows,
 )
-from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.interfaces import SelectionContext
 from repro.core.log import progress_bar
+from repro.core.params import Parameterized, param
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
@@ -46,14 +49,14 @@ def lora_gradient_norms(model, items: list[dict], pad_token_id: int, batch_size:
 
 
 @register_selector("grand")
-class GrandSelector:
+class GrandSelector(Parameterized):
     """Keep the `budget` examples with the largest per-example LoRA gradient norm."""
 
-    def __init__(self, n_inits: int = 1, keep: str = "top", batch_size: int = 8) -> None:
-        check_choice(keep, KEEP_MODES, "keep")
-        if n_inits < 1:
-            raise SelectionError(f"selection.params.n_inits: expected >= 1, got {n_inits}")
-        self.n_inits, self.keep, self.batch_size = int(n_inits), keep, int(batch_size)
+    @dataclass
+    class Params:
+        n_inits: int = param(1, lo=1, help="LoRA initializations the gradient norms are averaged over")
+        keep: Literal[KEEP_MODES] = param("top", help="which scores to keep: top, bottom, middle")  # type: ignore[valid-type]
+        batch_size: int = param(8, lo=1, help="examples per forward pass")
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         budget = check_budget("grand", pool, budget)

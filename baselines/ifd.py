@@ -12,6 +12,8 @@ predicted without the instruction, so it is left out of both losses.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from baselines.common import (
@@ -23,6 +25,7 @@ from baselines.common import (
     tokenize_pool,
 )
 from repro.core.interfaces import SelectionContext
+from repro.core.params import Parameterized, param
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
@@ -66,11 +69,12 @@ def ifd_order(ifd: np.ndarray) -> np.ndarray:
 
 
 @register_selector("ifd")
-class IFDSelector:
+class IFDSelector(Parameterized):
     """Keep the `budget` examples with the highest Instruction-Following Difficulty below 1."""
 
-    def __init__(self, batch_size: int = 8) -> None:
-        self.batch_size = int(batch_size)
+    @dataclass
+    class Params:
+        batch_size: int = param(8, lo=1, help="examples per forward pass")
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         budget = check_budget("ifd", pool, budget)

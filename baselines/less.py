@@ -20,6 +20,8 @@ with its `validation_format` (e.g. medagents/pubmedqa/train.jsonl with format pu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from baselines.common import (
@@ -33,48 +35,35 @@ from baselines.common import (
     train_briefly,
     unit_rows,
 )
-from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.interfaces import SelectionContext
+from repro.core.params import Parameterized, param
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
 
 @register_selector("less")
-class LessSelector:
+class LessSelector(Parameterized):
     """Keep the examples whose Adam-preconditioned LoRA gradients best match a validation set's.
 
     warmup_fraction (0.05), warmup_min (16), epochs (4), lr (null: train.lr), proj_dim (8192),
     validation (heldout, or a data file), validation_format (auto), validation_n (64).
     """
 
-    def __init__(
-        self,
-        warmup_fraction: float = 0.05,
-        warmup_min: int = 16,
-        epochs: int = 4,
-        lr: float | None = None,
-        proj_dim: int = 8192,
-        batch_size: int = 8,
-        validation: str = "heldout",
-        validation_format: str = "auto",
-        validation_n: int = 64,
-    ) -> None:
-        if not 0 < warmup_fraction <= 1:
-            raise SelectionError(
-                f"selection.params.warmup_fraction: {warmup_fraction} is not a fraction in (0, 1]"
-            )
-        for key, v in (
-            ("warmup_min", warmup_min),
-            ("epochs", epochs),
-            ("proj_dim", proj_dim),
-            ("batch_size", batch_size),
-            ("validation_n", validation_n),
-        ):
-            if int(v) != v or v < 1:
-                raise SelectionError(f"selection.params.{key}: expected an integer >= 1, got {v}")
-        self.warmup_fraction, self.warmup_min, self.epochs = warmup_fraction, warmup_min, epochs
-        self.lr, self.proj_dim, self.batch_size = lr, proj_dim, batch_size
-        self.validation, self.validation_format = validation, validation_format
-        self.validation_n = validation_n
+    @dataclass
+    class Params:
+        warmup_fraction: float = param(
+            0.05, lo=0, hi=1, lo_incl=False, note="a fraction", help="share of the pool in the warm-up"
+        )
+        warmup_min: int = param(16, lo=1, help="warm-up examples at least")
+        epochs: int = param(4, lo=1, help="warm-up epochs (a checkpoint after each)")
+        lr: float | None = param(
+            None, lo=0, lo_incl=False, note="null: train.lr", help="warm-up learning rate"
+        )
+        proj_dim: int = param(8192, lo=1, help="the gradients' random projection's dimension")
+        batch_size: int = param(8, lo=1, help="examples per batch")
+        validation: str = param("heldout", help="the target set: heldout, a benchmark name, or a data file")
+        validation_format: str = param("auto", help="the target file's format")
+        validation_n: int = param(64, lo=1, help="target examples at most")
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         from method.lora_grads import adam_preconditioner, lora_gradient_features

@@ -9,20 +9,25 @@ default for large budgets); `bottom` the easiest; `middle` those around the medi
 
 from __future__ import annotations
 
-from baselines.common import KEEP_MODES, check_budget, check_choice, model_scores, scored_selection, top_rows
+from dataclasses import dataclass
+from typing import Literal
+
+from baselines.common import KEEP_MODES, check_budget, model_scores, scored_selection, top_rows
 from repro.core.interfaces import SelectionContext
+from repro.core.params import Parameterized, param
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
 
 @register_selector("loss")
-class LossSelector:
+class LossSelector(Parameterized):
     """Keep the `budget` examples with the highest target-model loss (or EL2N)."""
 
-    def __init__(self, score: str = "loss", keep: str = "top", batch_size: int = 8) -> None:
-        check_choice(score, ("loss", "el2n"), "score")
-        check_choice(keep, KEEP_MODES, "keep")
-        self.score, self.keep, self.batch_size = score, keep, int(batch_size)
+    @dataclass
+    class Params:
+        score: Literal["loss", "el2n"] = param("loss", help="the response's mean loss, or EL2N")
+        keep: Literal[KEEP_MODES] = param("top", help="which scores to keep: top, bottom, middle")  # type: ignore[valid-type]
+        batch_size: int = param(8, lo=1, help="examples per forward pass")
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         budget = check_budget("loss", pool, budget)

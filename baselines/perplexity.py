@@ -9,21 +9,26 @@ median (the variant those papers found best for pretraining data); `bottom` the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import numpy as np
 
-from baselines.common import KEEP_MODES, check_budget, check_choice, model_scores, scored_selection, top_rows
+from baselines.common import KEEP_MODES, check_budget, model_scores, scored_selection, top_rows
 from repro.core.interfaces import SelectionContext
+from repro.core.params import Parameterized, param
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
 
 @register_selector("perplexity")
-class PerplexitySelector:
+class PerplexitySelector(Parameterized):
     """Keep `budget` examples by whole-text perplexity under the target model (top/middle/bottom)."""
 
-    def __init__(self, keep: str = "top", batch_size: int = 8) -> None:
-        check_choice(keep, KEEP_MODES, "keep")
-        self.keep, self.batch_size = keep, int(batch_size)
+    @dataclass
+    class Params:
+        keep: Literal[KEEP_MODES] = param("top", help="which scores to keep: top, bottom, middle")  # type: ignore[valid-type]
+        batch_size: int = param(8, lo=1, help="examples per forward pass")
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         budget = check_budget("perplexity", pool, budget)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.params import Parameterized, param
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
 
 @register_selector("random")
-class RandomSelector:
+class RandomSelector(Parameterized):
     """Uniform sample of `budget` ids (selection.n or selection.fraction), seeded by the run seed.
 
     `seed_offset` lets several random draws at one run seed differ (e.g. for variance estimates).
@@ -19,11 +22,11 @@ class RandomSelector:
 
     meets_budget = True  # exactly the budget (repro/contracts.py checks it)
 
-    def __init__(self, seed_offset: int = 0) -> None:
-        # A seed must be a non-negative integer (numpy); say so now, not at the select stage.
-        if not isinstance(seed_offset, int) or isinstance(seed_offset, bool) or seed_offset < 0:
-            raise ValueError(f"selection.params.seed_offset: expected an integer >= 0, got {seed_offset!r}")
-        self.seed_offset = seed_offset
+    @dataclass
+    class Params:
+        seed_offset: int = param(
+            0, lo=0, hi=2**32 - 1, help="added to the run seed, so draws at one run seed can differ"
+        )
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         if budget is None:

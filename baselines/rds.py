@@ -15,12 +15,14 @@ Selection for Instruction Tuning", hamishivi/automated-instruction-selection).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import numpy as np
 
 from baselines.common import (
     POOLINGS,
     check_budget,
-    check_choice,
     hidden_state_embeddings,
     scored_selection,
     scoring_model,
@@ -28,7 +30,9 @@ from baselines.common import (
     tokenize_pool,
     unit_rows,
 )
-from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.config import ConfigError
+from repro.core.interfaces import SelectionContext
+from repro.core.params import Parameterized, param
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
@@ -56,37 +60,36 @@ def round_robin(scores: np.ndarray, budget: int) -> np.ndarray:
 
 
 @register_selector("rds")
-class RDSSelector:
+class RDSSelector(Parameterized):
     """RDS+: keep the pool examples whose embeddings are nearest (cosine) to the query sets'.
 
     query: a query set or a list of them (heldout, a benchmark name, a data file). query_format
     (auto), query_n (256 per set), pooling (mean; weighted), aggregate (max; mean), batch_size.
     """
 
-    def __init__(
-        self,
-        query: str | list[str] = "heldout",
-        query_format: str = "auto",
-        query_n: int = 256,
-        pooling: str = "mean",
-        aggregate: str = "max",
-        batch_size: int = 8,
-    ) -> None:
-        queries = [query] if isinstance(query, str) else list(query or [])
-        if not queries or not all(isinstance(q, str) and q for q in queries):
-            raise SelectionError(
-                f"selection.params.query: {query!r} is not a query set or a "
-                "list of them (heldout, a benchmark name, or a data file)"
-            )
-        if len(set(queries)) != len(queries):
-            raise SelectionError(f"selection.params.query: {queries} names a set twice")
-        check_choice(pooling, POOLINGS, "pooling")
-        check_choice(aggregate, AGGREGATES, "aggregate")
-        for key, v in (("query_n", query_n), ("batch_size", batch_size)):
-            if isinstance(v, bool) or int(v) != v or v < 1:
-                raise SelectionError(f"selection.params.{key}: expected an integer >= 1, got {v!r}")
-        self.queries, self.query_format, self.query_n = queries, query_format, int(query_n)
-        self.pooling, self.aggregate, self.batch_size = pooling, aggregate, int(batch_size)
+    @dataclass
+    class Params:
+        query: str | list[str] = param(
+            "heldout", help="a query set or a list of them: heldout, a benchmark name, or a data file"
+        )
+        query_format: str = param("auto", help="the query files' format")
+        query_n: int = param(256, lo=1, help="query examples per set at most")
+        pooling: Literal[POOLINGS] = param("mean", help="hidden states pooled by mean or weighted")  # type: ignore[valid-type]
+        aggregate: Literal[AGGREGATES] = param("max", help="a pool example's score over a set: max or mean")  # type: ignore[valid-type]
+        batch_size: int = param(8, lo=1, help="examples per forward pass")
+
+        def check(self) -> None:
+            queries = [self.query] if isinstance(self.query, str) else list(self.query)
+            if not queries or not all(queries):
+                raise ConfigError(
+                    f"query: {self.query!r} is not a query set or a list of them (heldout, a "
+                    "benchmark name, or a data file)"
+                )
+            if len(set(queries)) != len(queries):
+                raise ConfigError(f"query: {queries} names a set twice")
+
+    def setup(self) -> None:
+        self.queries = [self.query] if isinstance(self.query, str) else list(self.query)
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         budget = check_budget("rds", pool, budget)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +35,10 @@ from baselines.common import (
     tokenize_pool,
     train_briefly,
 )
-from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.interfaces import SelectionContext
+from repro.core.params import Parameterized, param
 from repro.core.registry import register_selector
-from repro.core.types import Pool, Selection
+from repro.core.types import Pool, Selection, SelectionDiagnostics
 
 
 def kmeans_labels(X: np.ndarray, k: int, seed: int) -> np.ndarray:
@@ -53,7 +55,7 @@ def kmeans_labels(X: np.ndarray, k: int, seed: int) -> np.ndarray:
 
 
 @register_selector("s2l")
-class S2LSelector:
+class S2LSelector(Parameterized):
     """Small-proxy loss trajectories, k-means, budget spread evenly over clusters smallest first.
 
     proxy_model (tiny-random-llama), proxy_hidden_size (64), proxy_layers (2), epochs (3),
@@ -61,30 +63,22 @@ class S2LSelector:
     data.max_length; in the proxy's tokens, long prompts cut from the left).
     """
 
-    def __init__(
-        self,
-        proxy_model: str = "tiny-random-llama",
-        proxy_hidden_size: int = 64,
-        proxy_layers: int = 2,
-        epochs: int = 3,
-        n_checkpoints: int = 6,
-        lr: float = 1e-3,
-        batch_size: int = 8,
-        n_clusters: int = 100,
-        proxy_max_length: int | None = None,
-    ) -> None:
-        for key, v in (
-            ("epochs", epochs),
-            ("n_checkpoints", n_checkpoints),
-            ("batch_size", batch_size),
-            ("n_clusters", n_clusters),
-        ):
-            if int(v) != v or v < 1:
-                raise SelectionError(f"selection.params.{key}: expected an integer >= 1, got {v}")
-        self.proxy_model, self.proxy_hidden_size = proxy_model, proxy_hidden_size
-        self.proxy_layers, self.epochs, self.n_checkpoints = proxy_layers, epochs, n_checkpoints
-        self.lr, self.batch_size, self.n_clusters = float(lr), batch_size, n_clusters
-        self.proxy_max_length = proxy_max_length
+    @dataclass
+    class Params:
+        proxy_model: str = param("tiny-random-llama", help="the small proxy model whose losses are tracked")
+        proxy_hidden_size: int = param(64, lo=4, help="the tiny proxy's hidden size")
+        proxy_layers: int = param(2, lo=1, help="the tiny proxy's layers")
+        epochs: int = param(3, lo=1, help="proxy training epochs")
+        n_checkpoints: int = param(6, lo=1, help="loss checkpoints along the training")
+        lr: float = param(1e-3, lo=0, lo_incl=False, help="the proxy's learning rate")
+        batch_size: int = param(8, lo=1, help="examples per batch")
+        n_clusters: int = param(100, lo=1, help="k-means clusters of the trajectories")
+        proxy_max_length: int | None = param(
+            None,
+            lo=8,
+            note="null: data.max_length",
+            help="proxy tokens per example (long prompts cut from the left)",
+        )
 
     def trajectories(self, pool: Pool, ctx: SelectionContext) -> np.ndarray:
         """N x n_checkpoints: each example's loss under the proxy at each checkpoint."""
@@ -154,9 +148,9 @@ class S2LSelector:
                 "n_pool": len(pool),
                 "n_clusters": k,
                 "n_checkpoints": int(T.shape[1]),
-                "cluster_sizes": sizes.tolist(),
                 "cluster_kept": [int(c.size) for c in chosen],
                 "final_loss_mean": float(T[:, -1].mean()),
                 "first_loss_mean": float(T[:, 0].mean()),
             },
+            diagnostics=SelectionDiagnostics(cluster_sizes_before_cap=sizes.tolist()),
         )

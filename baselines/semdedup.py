@@ -15,12 +15,13 @@ A budget is then met at random, as in `dedup-exact`; the summary says how many w
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from baselines.common import (
     check_budget,
-    check_choice,
     check_pool_size,
     fill_to_budget,
     hidden_state_embeddings,
@@ -29,7 +30,8 @@ from baselines.common import (
     unit_rows,
 )
 from repro.core.extras import require_extra
-from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.interfaces import SelectionContext
+from repro.core.params import Parameterized, param
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
@@ -77,31 +79,32 @@ def near_duplicates_in_cluster(
 
 
 @register_selector("semdedup")
-class SemDedupSelector:
+class SemDedupSelector(Parameterized):
     """Semantic near-duplicates (cosine >= threshold within k-means clusters) removed.
 
     embedding: minilm (default) or model. n_clusters: k-means clusters (null: one per 50
     examples). threshold: cosine similarity in (0, 1] that makes a near-duplicate (0.9).
     """
 
-    def __init__(
-        self,
-        embedding: str = "minilm",
-        n_clusters: int | None = None,
-        threshold: float = 0.9,
-        batch_size: int = 64,
-    ) -> None:
-        check_choice(embedding, ("minilm", "model"), "embedding")
-        if embedding == "minilm":  # checked here, so preflight reports it before a run starts
-            require_extra("semdedup", *_MINILM)
-        if not 0 < threshold <= 1:
-            raise SelectionError(
-                f"selection.params.threshold: {threshold} is not a cosine similarity in (0, 1]"
-            )
-        if n_clusters is not None and n_clusters < 1:
-            raise SelectionError(f"selection.params.n_clusters: expected >= 1, got {n_clusters}")
-        self.embedding, self.n_clusters = embedding, n_clusters
-        self.threshold, self.batch_size = float(threshold), int(batch_size)
+    @dataclass
+    class Params:
+        embedding: Literal["minilm", "model"] = param(
+            "minilm", help="minilm (the semdedup extra) or model (the target model's states)"
+        )
+        n_clusters: int | None = param(None, lo=1, note="null: one per 50 examples", help="k-means clusters")
+        threshold: float = param(
+            0.9,
+            lo=0,
+            hi=1,
+            lo_incl=False,
+            note="a cosine similarity",
+            help="similarity that makes a near-duplicate",
+        )
+        batch_size: int = param(64, lo=1, help="texts per embedding batch")
+
+        def check(self) -> None:
+            if self.embedding == "minilm":  # here, so preflight reports it before a run starts
+                require_extra("semdedup", *_MINILM)
 
     def embed(self, pool: Pool, ctx: SelectionContext) -> np.ndarray:
         if self.embedding == "minilm":

@@ -9,12 +9,14 @@ ClusterSelector's that concern features and clusters (read from its signature, n
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
+import typing
 from typing import Any
 
-from method.selector import ClusterSelector
+from method.selector import ClusterParams, ClusterSelector
 from repro.core.config import ExperimentConfig
 from repro.core.interfaces import SelectionContext
+from repro.core.params import Parameterized
 from repro.core.registry import register_selector
 from repro.core.types import Pool, Selection
 
@@ -30,27 +32,31 @@ SHARED_PARAMS = (
     "proj_dim",
     "feature_workers",
 )
-_CLUSTER_SIG = inspect.signature(ClusterSelector)
+
+# Uniform's Params: those fields of ClusterParams, with their types, defaults, ranges and help.
+_HINTS = typing.get_type_hints(ClusterParams)
+UniformParams = dataclasses.make_dataclass(
+    "UniformParams",
+    [
+        (f.name, _HINTS[f.name], dataclasses.field(default=f.default, metadata=f.metadata))
+        for f in dataclasses.fields(ClusterParams)
+        if f.name in SHARED_PARAMS
+    ],
+)
+UniformParams.__module__ = __name__
 
 
 @register_selector("uniform")
-class UniformSelector:
+class UniformSelector(Parameterized):
     """The paper's Uniform: CluSTER's clusters, each up-sampled with replacement to the largest."""
 
     takes_budget = False  # its kept count comes from the clusters (repro/contracts.py)
 
-    # What the registry shows and checks config params against: the shared ones, with
-    # ClusterSelector's defaults.
-    __signature__ = inspect.Signature([_CLUSTER_SIG.parameters[p] for p in SHARED_PARAMS])
+    Params = UniformParams
 
-    def __init__(self, **params: Any) -> None:
-        unknown = sorted(set(params) - set(SHARED_PARAMS))
-        if unknown:
-            raise TypeError(
-                f"selection.params.{unknown[0]}: selector 'uniform' takes no parameter "
-                f"{unknown[0]!r} (it takes: {', '.join(SHARED_PARAMS)})"
-            )
-        self.inner = ClusterSelector(variant="uniform", **params)
+    def setup(self) -> None:
+        shared = {name: getattr(self.params, name) for name in SHARED_PARAMS}
+        self.inner = ClusterSelector(variant="uniform", **shared)
 
     @staticmethod
     def planned_kept_fraction(params: dict[str, Any], estimate: dict[str, Any]) -> tuple[float, str]:

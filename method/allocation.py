@@ -39,11 +39,14 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
 
 from repro.core.interfaces import AllocationContext, SelectionError
+from repro.core.params import Parameterized, param
 from repro.core.registry import register_allocator
 from repro.core.types import Schedule, Selection
 
@@ -60,8 +63,14 @@ def rank_example_weights(selection: Selection) -> dict[str, float]:
 
 
 @register_allocator("uniform-shuffle")
-class UniformShuffleAllocator:
+class UniformShuffleAllocator(Parameterized):
     """Shuffle, pad to a multiple of K, deal to workers: DistributedSampler's behaviour."""
+
+    params_key = "allocation.params"
+
+    @dataclass
+    class Params:
+        """No parameters."""
 
     def allocate(
         self,
@@ -182,7 +191,7 @@ def token_balanced_split(lengths: list[int], steps: int, min_size: int) -> list[
 
 
 @register_allocator("cluster-interleave")
-class ClusterInterleaveAllocator:
+class ClusterInterleaveAllocator(Parameterized):
     """Cluster k on worker k: every micro-step holds every cluster (CluSTER, method.md step 7).
 
     order: null (follow the selection: the authors' order when the `cluster` selector ran with
@@ -191,16 +200,20 @@ class ClusterInterleaveAllocator:
     balance: none (steps of per-device batch x accumulation examples) or tokens (steps of about
     equal tokens on each worker; needs the token lengths, `ctx`)."""
 
-    def __init__(self, *, order: str | None = None, balance: str = "none") -> None:
-        if order is not None and order not in ORDERS:
-            raise SelectionError(
-                f"allocation.params.order: {order!r} is not one of "
-                f"{', '.join(ORDERS)} (or null: follow the selection)"
-            )
-        self.order = order
-        if balance not in ("none", "tokens"):
-            raise SelectionError(f"allocation.params.balance: {balance!r} is not one of none, tokens")
-        self.balance = balance
+    params_key = "allocation.params"
+
+    @dataclass
+    class Params:
+        order: Literal[ORDERS] | None = param(  # type: ignore[valid-type]
+            None,
+            help="null (follow the selection), suite (the suite's numpy streams) or authors (the "
+            "authors' Python random streams)",
+        )
+        balance: Literal["none", "tokens"] = param(
+            "none",
+            help="none (steps of per-device batch x accumulation examples) or tokens (steps of about "
+            "equal tokens on each worker)",
+        )
 
     def allocate(
         self,

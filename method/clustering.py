@@ -1,4 +1,4 @@
-"""CluSTER steps 2-6, 8 and 9 (see shared/docs/method.md): normalize the gradient features, k-means
+"""CluSTER steps 2-6, 8 and 9 (see docs/method.md): normalize the gradient features, k-means
 with one cluster per data-parallel worker, the soft capacity cap, the balanced budget, the choice
 inside each cluster, the rank weights and the uniform (up-sampling) variant.
 

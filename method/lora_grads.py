@@ -8,8 +8,8 @@ projected to d dims by a Rademacher matrix that is regenerated block by block, n
 Why hooks: for a Linear y = x W^T (+ b), the gradient of a sum of per-example losses w.r.t. the
 activations of example b depends only on example b's own loss (no op mixes examples in a causal LM),
 so grad_W(example b) = sum_t gy[b,t]^T x[b,t]: one einsum per LoRA module, about the cost of one
-batched backward (a loop of batch-1 backwards is ~1.3x slower on SmolLM2; see
-shared/docs/environment.md). Padding positions have their loss masked, so their gy is exactly 0.
+batched backward (a loop of batch-1 backwards is slower: docs/measurements.md). Padding positions
+have their loss masked, so their gy is exactly 0.
 
 Sizes: SmolLM2-135M, LoRA r=8 on q_proj, v_proj: P = 460,800 LoRA weights, 1.8 MB per example in
 fp32; a stored 460,800 x 8192 fp32 projection would be 15 GB, one 4096-row block is 128 MiB.
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 IGNORE_INDEX = -100
 # Flat gradients buffered before each projection call. Generating R costs the same whatever the
-# number of rows projected (~30 s on 2 CPU cores for 460,800 x 8192), so project many at once.
+# number of rows projected (docs/measurements.md gives the cost), so project many at once.
 BUFFER_BYTES = 1 << 30
 
 
@@ -187,8 +187,8 @@ class RademacherProjector:
     0 -> -1). The bytes are made on CPU whatever the device of x, so R is the same on CPU and GPU;
     they are unpacked on x's device. R depends on (seed, out_dim, block_rows), not on in_dim (R for
     a smaller P is a prefix). E[<Rx, Ry>] / d = <x, y>. Peak extra memory: block_rows*d*(4 + 4)
-    bytes (256 MiB at 4096 x 8192, fp32). Generation dominates on CPU (~0.25 s per 4096 x 8192
-    block on 2 cores), so project many rows per call.
+    bytes (256 MiB at 4096 x 8192, fp32). Generation dominates on CPU (docs/measurements.md), so
+    project many rows per call.
     """
 
     def __init__(self, in_dim: int, out_dim: int, seed: int, block_rows: int = 4096, dtype=torch.float32):

@@ -14,139 +14,114 @@ import json
 import sys
 import time
 import tracemalloc
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from method.clustering import KMEANS_MODES, NORM_MODES, PRUNE_MODES
-from repro.core.config import ExperimentConfig
+from repro.core.config import ConfigError, ExperimentConfig
 from repro.core.extras import require_extra
 from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.params import Parameterized, param
 from repro.core.registry import register_selector
-from repro.core.types import Pool, Selection
+from repro.core.types import Pool, Selection, SelectionDiagnostics, StepCost
 
 FEATURE_TYPES = ("gradient-proxy", "lora-grad")
 
 
-def _check(value: Any, allowed: tuple, key: str) -> None:
-    if value not in allowed:
-        raise SelectionError(f"selection.params.{key}: {value!r} is not one of {', '.join(allowed)}")
+@dataclass
+class ClusterParams:
+    """CluSTER's parameters (`selection.params` of `cluster`; docs/method.md)."""
+
+    ratio: float = param(
+        50.0,
+        lo=0,
+        hi=100,
+        lo_incl=False,
+        note="a percentage: 50 for the paper's r = 0.5",
+        help="percent of the smallest cluster kept per cluster (the paper's r x 100)",
+    )
+    prune: Literal[PRUNE_MODES] = param(  # type: ignore[valid-type]
+        "close",
+        help="which to keep in a cluster: close (the paper's peripheral: farthest from the center), "
+        "far (core), rand, mix, big (largest feature norm), none",
+    )
+    feature_type: Literal[FEATURE_TYPES] = param(  # type: ignore[valid-type]
+        "gradient-proxy",
+        help="gradient-proxy (the method) or lora-grad (per-example LoRA gradients, projected to proj_dim)",
+    )
+    normalization: Literal[NORM_MODES] = param(  # type: ignore[valid-type]
+        "auto", help="auto (L2 for K > 1, centering for K = 1), l2, center, none"
+    )
+    cap: float | None = param(1.5, lo=1, note="or null for no cap", help="the soft-cap factor")
+    kmeans: Literal[KMEANS_MODES] = param(  # type: ignore[valid-type]
+        "exact", help="exact (scikit-learn, the authors' settings), fast, or faiss (the faiss extra)"
+    )
+    variant: Literal["prune", "uniform"] = param(
+        "prune", help="prune, or uniform (method.md step 9: every cluster up-sampled to the largest)"
+    )
+    n_init: int = param(10, lo=1, help="k-means restarts")
+    max_iter: int = param(300, lo=1, help="k-means iterations per restart")
+    feature_batch_size: int = param(8, lo=1, help="examples per batch of the feature pass")
+    proj_dim: int = param(8192, lo=1, help="lora-grad features: the random projection's dimension")
+    feature_workers: int | None = param(
+        None,
+        lo=1,
+        note="null: min(K, visible GPUs) on GPU, K on CPU",
+        help="processes of the gradient-proxy pass; changes only its time and memory, not the features",
+    )
+    round_budget_to_batch: bool | None = param(
+        None,
+        help="round m_adj down to a multiple of train.per_device_batch_size (true), or not (false: "
+        "the authors' default); null follows train.drop_last",
+    )
+    order: Literal["suite", "authors"] = param(
+        "suite",
+        help="authors: each cluster's kept list in the authors' order, and at K = 1 all N examples in "
+        "pool order (method.md step 7)",
+    )
+    budget_unit: Literal["examples", "tokens"] = param(
+        "examples",
+        help="examples (every cluster keeps m_adj) or tokens (every cluster keeps up to one token "
+        "budget, ratio x the smallest cluster's token total)",
+    )
+    clusters_per_worker: int = param(
+        1, lo=1, help="C: C x K clusters packed onto the K workers (1: the method's one per worker)"
+    )
+
+    def check(self) -> None:
+        if self.budget_unit == "tokens" and self.variant != "prune":
+            raise ConfigError(
+                "budget_unit: tokens applies to variant prune (the uniform variant keeps every cluster whole)"
+            )
+        if self.order == "authors" and self.variant != "prune":
+            raise ConfigError(
+                "order: authors is defined for variant prune (method.md step 7); the uniform "
+                "variant has no authors' order"
+            )
+        if self.clusters_per_worker != 1 and (self.order == "authors" or self.budget_unit == "tokens"):
+            raise ConfigError(
+                "clusters_per_worker > 1 is defined for the suite's order and budget_unit: "
+                "examples (order: authors and budget_unit: tokens assume one cluster per worker)"
+            )
+        if self.kmeans == "faiss":
+            require_extra("faiss", "selection.params.kmeans: 'faiss'")
 
 
 @register_selector("cluster")
-class ClusterSelector:
+class ClusterSelector(Parameterized):
     """CluSTER: gradient-proxy features, k-means with K = workers, soft cap, balanced budget.
 
-    ratio: percent of the smallest cluster kept per cluster (the paper's r = 1.0/0.75/0.5 is
-    100/75/50). prune: close (the paper's "peripheral": farthest from the center), far ("core"),
-    rand, mix, big, none. feature_type: gradient-proxy (the method) or lora-grad (per-example LoRA
-    gradients, projected to proj_dim). normalization: auto (L2 for K > 1, centering for K = 1),
-    l2, center, none. cap: the soft-cap factor (1.5), or null for none. kmeans: exact (scikit-learn,
-    the authors' settings), fast, or faiss (needs the `faiss` extra). variant: prune, or uniform
-    (step 9).
-    feature_workers: processes of the gradient-proxy feature pass (an integer >= 1), or null for
-    min(K, visible GPUs) on GPU and K on CPU. It changes only the pass's time and memory: the
-    features, hence the clusters and the selection, are the same for any number (K stays the
-    number of clusters). The lora-grad features run in one process and ignore it.
-    round_budget_to_batch: round m_adj down to a multiple of train.per_device_batch_size (true),
-    or not (false: the authors' default, their loader keeps incomplete batches); null follows
-    train.drop_last. order: suite, or authors (method.md step 7: each cluster's kept list in the
-    authors' order, and at K = 1 all N examples in pool order; `cluster-interleave` then shuffles
-    with the authors' streams). See docs/method.md for what still differs from the authors' code.
-    budget_unit: examples (the method: every cluster keeps m_adj examples) or tokens (every
-    cluster keeps, in its within-cluster order, examples up to one token budget, ratio x the
-    smallest cluster's token total: equal work per worker; method/clustering.py token_budget).
-    clusters_per_worker: C (an integer >= 1). C = 1 is the method: K clusters, one per worker.
-    C > 1: C x K clusters packed onto the K workers with balanced totals, the budget and the rank
-    weights per worker (method/packing.py, docs/k-scaling.md).
+    Its parameters are `ClusterParams` (`cluster-repro ls selectors` prints them). The
+    gradient-proxy feature pass runs feature_workers processes; the lora-grad features run in one
+    process and ignore it. See docs/method.md for what still differs from the authors' code.
     """
 
     takes_budget = False  # its kept count comes from selection.params.ratio (repro/contracts.py)
 
-    def __init__(
-        self,
-        ratio: float = 50,
-        prune: str = "close",
-        feature_type: str = "gradient-proxy",
-        normalization: str = "auto",
-        cap: float | None = 1.5,
-        kmeans: str = "exact",
-        variant: str = "prune",
-        n_init: int = 10,
-        max_iter: int = 300,
-        feature_batch_size: int = 8,
-        proj_dim: int = 8192,
-        feature_workers: int | None = None,
-        round_budget_to_batch: bool | None = None,
-        order: str = "suite",
-        budget_unit: str = "examples",
-        clusters_per_worker: int = 1,
-    ) -> None:
-        if not 0 < float(ratio) <= 100:
-            raise SelectionError(
-                f"selection.params.ratio: {ratio} is outside 1..100 (a "
-                "percentage: 50 for the paper's r = 0.5)"
-            )
-        _check(prune, PRUNE_MODES, "prune")
-        _check(feature_type, FEATURE_TYPES, "feature_type")
-        _check(normalization, NORM_MODES, "normalization")
-        _check(kmeans, KMEANS_MODES, "kmeans")
-        if kmeans == "faiss":
-            require_extra("faiss", "selection.params.kmeans: 'faiss'")
-        _check(variant, ("prune", "uniform"), "variant")
-        _check(budget_unit, ("examples", "tokens"), "budget_unit")
-        if budget_unit == "tokens" and variant != "prune":
-            raise SelectionError(
-                "selection.params.budget_unit: tokens applies to variant prune "
-                "(the uniform variant keeps every cluster whole)"
-            )
-        if cap is not None and cap < 1:
-            raise SelectionError(f"selection.params.cap: {cap} must be >= 1 (or null for no cap)")
-        if feature_workers is not None and (
-            isinstance(feature_workers, bool) or not isinstance(feature_workers, int) or feature_workers < 1
-        ):
-            raise SelectionError(
-                f"selection.params.feature_workers: {feature_workers!r} is not an "
-                "integer >= 1 (the feature pass's processes; null: min(K, visible "
-                "GPUs) on GPU, K on CPU)"
-            )
-        if (
-            isinstance(clusters_per_worker, bool)
-            or not isinstance(clusters_per_worker, int)
-            or clusters_per_worker < 1
-        ):
-            raise SelectionError(
-                f"selection.params.clusters_per_worker: {clusters_per_worker!r} "
-                "is not an integer >= 1 (k-means clusters per worker; 1: the "
-                "method's one cluster per worker)"
-            )
-        self.ratio, self.prune, self.feature_type = float(ratio), prune, feature_type
-        self.normalization, self.cap, self.kmeans_mode = normalization, cap, kmeans
-        self.variant, self.n_init, self.max_iter = variant, n_init, max_iter
-        self.feature_batch_size, self.proj_dim = feature_batch_size, proj_dim
-        self.feature_workers = feature_workers
-        if round_budget_to_batch not in (None, True, False):
-            raise SelectionError(
-                f"selection.params.round_budget_to_batch: "
-                f"{round_budget_to_batch!r} is not true, false or null (null: "
-                "as train.drop_last)"
-            )
-        _check(order, ("suite", "authors"), "order")
-        if order == "authors" and variant != "prune":
-            raise SelectionError(
-                "selection.params.order: authors is defined for variant prune "
-                "(method.md step 7); the uniform variant has no authors' order"
-            )
-        self.round_budget_to_batch, self.order = round_budget_to_batch, order
-        self.budget_unit = budget_unit
-        self.clusters_per_worker = clusters_per_worker
-        if clusters_per_worker != 1 and (order == "authors" or budget_unit == "tokens"):
-            raise SelectionError(
-                "selection.params.clusters_per_worker > 1 is defined for the "
-                "suite's order and budget_unit: examples (order: authors and "
-                "budget_unit: tokens assume one cluster per worker)"
-            )
+    Params = ClusterParams
 
     # Planning: what share of the pool a cell will keep, before any feature exists.
     PLANNED_UNIFORM_UPPER_BOUND = 1.5  # the soft cap keeps every cluster under 1.5 N / K
@@ -285,9 +260,7 @@ class ClusterSelector:
         try:
             t0 = time.perf_counter()
             Xn = C.normalize_features(X, k, self.normalization)
-            labels, centers, inertia = C.kmeans(
-                Xn, kc, ctx.seed, self.n_init, self.max_iter, self.kmeans_mode
-            )
+            labels, centers, inertia = C.kmeans(Xn, kc, ctx.seed, self.n_init, self.max_iter, self.kmeans)
             before = np.bincount(labels, minlength=kc)
             if self.cap is not None:
                 labels = C.soft_cap_assign(Xn, centers, labels, self.cap)
@@ -347,29 +320,18 @@ class ClusterSelector:
             "feature_type": self.feature_type,
             "normalization": self.normalization,
             "cap": self.cap,
-            "kmeans": self.kmeans_mode,
+            "kmeans": self.kmeans,
             "k": k,
             "n_pool": n,
             "feature_dim": int(X.shape[1]),
             "inertia": float(inertia),
-            # per group (= worker; = cluster when C = 1), as the result rows' cluster/<k> read them
-            "cluster_sizes_before_cap": group_before.tolist(),
-            "cluster_sizes_after_cap": packing.sizes.tolist(),
             "m": int(m),
             "m_adj": None if m_adj is None else int(m_adj),
             "kept": len(ids),
             "kept_explained": explained,
             "kept_fraction": len(set(ids)) / n,
             "weights": [float(w) for w in weights],
-            "features_s": feat_meta.get("seconds"),
-            "features_peak_mem_mb": feat_meta.get("peak_mem_mb"),
-            "features_reused": bool(feat_meta.get("reused")),
             "feature_workers": feat_meta.get("workers", feat_meta.get("world_size")),
-            "clustering_s": clustering_s,
-            "clustering_peak_mem_mb": clustering_peak,
-            "selection_s": selection_s,
-            "selection_peak_mem_mb": selection_peak,
-            "with_replacement": self.variant == "uniform",
             "order": self.order,
             "budget_rounded_to_batch": rounding,
             "budget_unit": self.budget_unit,
@@ -384,10 +346,27 @@ class ClusterSelector:
                 worker_of_cluster=packing.worker_of.tolist(),
             )
         cats = pool.categories()
-        if any(c is not None for c in cats):
-            info["category_agreement"] = C.cluster_agreement(labels, cats)
+        diagnostics = SelectionDiagnostics(
+            with_replacement=self.variant == "uniform",
+            costs={
+                "features": StepCost(feat_meta.get("seconds"), feat_meta.get("peak_mem_mb")),
+                "clustering": StepCost(clustering_s, clustering_peak),
+                "selection": StepCost(selection_s, selection_peak),
+            },
+            # per group (= worker; = cluster when C = 1), as the result rows' cluster/<k> read them
+            cluster_sizes_before_cap=group_before.tolist(),
+            cluster_sizes_after_cap=packing.sizes.tolist(),
+            category_agreement=(
+                C.cluster_agreement(labels, cats) if any(c is not None for c in cats) else None
+            ),
+            features_reused=bool(feat_meta.get("reused")),
+        )
         return Selection(
-            ids=ids, clusters=clusters, group_weights={c: float(weights[c]) for c in range(k)}, info=info
+            ids=ids,
+            clusters=clusters,
+            group_weights={c: float(weights[c]) for c in range(k)},
+            info=info,
+            diagnostics=diagnostics,
         )
 
     def _authors_single_worker(self, pool: Pool) -> Selection:
@@ -406,16 +385,14 @@ class ClusterSelector:
                 "order": "authors",
                 "k": 1,
                 "n_pool": n,
-                "cluster_sizes_before_cap": [n],
-                "cluster_sizes_after_cap": [n],
                 "m": n,
                 "m_adj": n,
                 "kept": n,
                 "kept_fraction": 1.0,
                 "weights": [1.0],
-                "with_replacement": False,
                 "note": "K = 1 under order: authors keeps all N examples in pool order",
             },
+            diagnostics=SelectionDiagnostics(cluster_sizes_before_cap=[n], cluster_sizes_after_cap=[n]),
         )
 
 

@@ -19,201 +19,15 @@ folders, no seed variation) gives an empty table whose note says why, and no fig
 
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from reports.load import RAW_METRICS, ReportInputError, Run, is_diagnostic, read_jsonl
+from reports.load import RAW_METRICS, Kept, Run, is_diagnostic, load_kept
+from reports.stats import jaccard, spearman, variance_split
 from reports.tables import Column, Report, Table
 
-ANALYSIS_FIGURES = ("overlap_jaccard", "score_spearman", "category_coverage")
 MIN_COMMON = 3  # fewest common scored examples a rank correlation is computed on
-FIG_GROUPS = 4  # most panels (budgets or pools) one heatmap figure draws
-
-
-# ----------------------------------------------------------------------------- math
-
-
-def jaccard(a: set[Any] | list[Any], b: set[Any] | list[Any]) -> float:
-    """|A ∩ B| / |A ∪ B| of two kept sets (duplicates count once); two empty sets: 1."""
-    a, b = set(a), set(b)
-    union = a | b
-    return 1.0 if not union else len(a & b) / len(union)
-
-
-def average_ranks(x: np.ndarray) -> np.ndarray:
-    """1-based ranks, ties given the mean of the ranks they span (scipy's rankdata 'average')."""
-    x = np.asarray(x, dtype=np.float64)
-    order = np.argsort(x, kind="mergesort")
-    xs = x[order]
-    ranks = np.empty(len(x), dtype=np.float64)
-    i = 0
-    while i < len(xs):
-        j = i
-        while j + 1 < len(xs) and xs[j + 1] == xs[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
-def spearman(x: list[float] | np.ndarray, y: list[float] | np.ndarray) -> float | None:
-    """Spearman's rho: Pearson's correlation of the average ranks (so ties are handled as scipy's
-    spearmanr does). None with fewer than two pairs or when either side is constant."""
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if x.shape != y.shape:
-        raise ValueError(f"spearman: {x.shape} vs {y.shape} values, expected pairs")
-    if len(x) < 2:
-        return None
-    rx, ry = average_ranks(x), average_ranks(y)
-    rx, ry = rx - rx.mean(), ry - ry.mean()
-    den = math.sqrt(float((rx * rx).sum()) * float((ry * ry).sum()))
-    return None if den == 0 else float((rx * ry).sum() / den)
-
-
-def pooled_variance(groups: list[list[float]]) -> tuple[float | None, int]:
-    """The pooled within-group variance Σ_g Σ_i (x_gi - mean_g)² / Σ_g (n_g - 1) over the groups
-    of two or more values, and its degrees of freedom; (None, 0) without such a group."""
-    ss, df = 0.0, 0
-    for g in groups:
-        if len(g) < 2:
-            continue
-        a = np.asarray(g, dtype=np.float64)
-        ss += float(((a - a.mean()) ** 2).sum())
-        df += len(a) - 1
-    return (ss / df if df else None), df
-
-
-def variance_split(values: dict[tuple[int, int], float]) -> dict[str, Any]:
-    """Split a metric's spread over {(selection_seed, training_seed): value} of runs that differ
-    in nothing else. selection: the pooled variance across selection seeds within each training
-    seed (runs that differ only in selection_seed); training: the pooled variance across training
-    seeds within each selection seed. Each with its degrees of freedom; share_selection:
-    selection / (selection + training) when both are known."""
-    by_t: dict[int, list[float]] = {}
-    by_s: dict[int, list[float]] = {}
-    for (s, t), v in sorted(values.items()):
-        by_t.setdefault(t, []).append(v)
-        by_s.setdefault(s, []).append(v)
-    v_sel, df_sel = pooled_variance(list(by_t.values()))
-    v_train, df_train = pooled_variance(list(by_s.values()))
-    both = v_sel is not None and v_train is not None and (v_sel + v_train) > 0
-    return {
-        "n_runs": len(values),
-        "selection_seeds": len(by_s),
-        "training_seeds": len(by_t),
-        "var_selection": v_sel,
-        "df_selection": df_sel,
-        "var_training": v_train,
-        "df_training": df_train,
-        "share_selection": (v_sel / (v_sel + v_train)) if both else None,  # type: ignore[operator]
-    }
-
-
-# ----------------------------------------------------------------------------- inputs
-
-
-@dataclass
-class Kept:
-    """One run's selection, read from its run folder."""
-
-    run: Run
-    label: str
-    ids: list[str]
-    scores: dict[str, float] = field(default_factory=dict)
-    clusters: dict[str, int] = field(default_factory=dict)
-    pool_categories: dict[str, str | None] = field(default_factory=dict)
-    cluster_sizes: list[int] | None = None
-
-    @property
-    def kept(self) -> set[str]:
-        return set(self.ids)
-
-    @property
-    def pool_key(self) -> tuple:
-        r = self.run
-        return (r.dataset, r.model, r.seed)
-
-
-def selection_label(r: Run) -> str:
-    """What tells one selection from another: the method, its params (r= for CluSTER's ratio),
-    the world size for CluSTER (its clusters are dealt per worker) and the selection seed where
-    it is not the run's seed."""
-    out = r.method
-    if r.ratio is not None:
-        out += f" r={r.ratio / 100:g}"
-    extra = {k: v for k, v in sorted(r.params.items()) if k != "ratio"}
-    if extra:
-        out += " (" + ", ".join(f"{k}={v}" for k, v in extra.items()) + ")"
-    if r.method == "cluster" and r.world_size:
-        out += f" K={r.world_size}"
-    if r.selection_seed is not None and r.selection_seed != r.seed:
-        out += f" sel-seed={r.selection_seed}"
-    return out
-
-
-def _read_pool(path: Path) -> dict[str, str | None]:
-    rows = read_jsonl(path, "a JSON example with an id", lambda d: (str(d["id"]), d.get("category")))
-    return dict(rows)
-
-
-def load_kept(runs: list[Run], root: Path | None) -> list[Kept]:
-    """The selections of the runs whose folders hold selection.json and pool.jsonl (not full
-    data, not the base model), one per (pool, label, kept count): a run that repeats another's
-    selection (another training seed, allocator or world size of the same selection) is left
-    out."""
-    if root is None:
-        return []
-    out: list[Kept] = []
-    seen: set[tuple] = set()
-    pools: dict[Path, dict[str, str | None]] = {}
-    for r in sorted(runs, key=lambda x: x.run_id):
-        if r.method in ("full", "base"):  # a diverged run's selection still counts
-            continue
-        d = root / r.name / r.config_hash
-        sel_path, pool_path = d / "selection.json", d / "pool.jsonl"
-        if not sel_path.is_file() or not pool_path.is_file():
-            continue
-        label = selection_label(r)
-        key = (r.dataset, r.model, r.seed, label, r.n_selected)
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            sel = json.loads(sel_path.read_text(encoding="utf-8"))
-            ids = [str(i) for i in sel["ids"]]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ReportInputError(f"{sel_path}: expected JSON with a list 'ids' ({e})") from None
-        scores_list, clusters_list = sel.get("scores"), sel.get("clusters")
-        for name, v in (("scores", scores_list), ("clusters", clusters_list)):
-            if v is not None and len(v) != len(ids):
-                raise ReportInputError(f"{sel_path}: {name} has {len(v)} entries for {len(ids)} ids")
-        scores = (
-            {i: float(s) for i, s in zip(ids, scores_list) if s is not None and math.isfinite(float(s))}
-            if scores_list
-            else {}
-        )
-        clusters = {i: int(c) for i, c in zip(ids, clusters_list)} if clusters_list else {}
-        info = sel.get("info") or {}
-        sizes = info.get("cluster_sizes_before_cap") or info.get("cluster_sizes")
-        if pool_path not in pools:
-            pools[pool_path] = _read_pool(pool_path)
-        out.append(
-            Kept(
-                run=r,
-                label=label,
-                ids=ids,
-                scores=scores,
-                clusters=clusters,
-                pool_categories=pools[pool_path],
-                cluster_sizes=[int(x) for x in sizes] if isinstance(sizes, list) else None,
-            )
-        )
-    return out
 
 
 def _setting(k: Kept) -> str:
@@ -288,7 +102,7 @@ def score_groups(kept: list[Kept]) -> dict[tuple, list[Kept]]:
     return {g: v for g, v in sorted(groups.items(), key=lambda x: str(x[0])) if len(v) > 1}
 
 
-def _names(group: list[Kept]) -> list[str]:
+def group_names(group: list[Kept]) -> list[str]:
     """Labels, with the kept count where one label appears at several budgets."""
     seen: dict[str, int] = {}
     for k in group:
@@ -314,7 +128,7 @@ def score_rank_table(kept: list[Kept], have_folders: bool) -> Table:
     ]
     rows = []
     for (_d, _m, seed), group in score_groups(kept).items():
-        names = _names(group)
+        names = group_names(group)
         for i in range(len(group)):
             for j in range(i + 1, len(group)):
                 n, rho = score_pair(group[i], group[j])
@@ -570,135 +384,3 @@ def analysis_tables(rep: Report, root: Path | None) -> tuple[list[Table], list[K
         cost_table(rep),
     ]
     return tables, kept
-
-
-# ----------------------------------------------------------------------------- figures
-
-
-def _heatmap(ax: Any, m: np.ndarray, labels: list[str], title: str, lo: float, cmap: str) -> Any:
-    import numpy.ma as ma
-
-    im = ax.imshow(ma.masked_invalid(m), vmin=lo, vmax=1.0, cmap=cmap)
-    short = [lab if len(lab) <= 22 else lab[:21] + "…" for lab in labels]
-    ax.set_xticks(range(len(labels)), short, rotation=60, ha="right")
-    ax.set_yticks(range(len(labels)), short)
-    ax.spines[:].set_visible(False)
-    for i in range(m.shape[0]):
-        for j in range(m.shape[1]):
-            if np.isfinite(m[i, j]) and len(labels) <= 10:
-                ax.text(
-                    j,
-                    i,
-                    f"{m[i, j]:.2f}",
-                    ha="center",
-                    va="center",
-                    fontsize=6,
-                    color="white" if m[i, j] > lo + 0.6 * (1 - lo) else "black",
-                )
-    ax.set_title(title, fontsize=8)
-    return im
-
-
-def _heatmap_figure(
-    panels: list[tuple[str, list[str], np.ndarray]],
-    out_dir: Path,
-    name: str,
-    lo: float,
-    cmap: str,
-    bar_label: str,
-) -> list[Path]:
-    from reports.figures import COLUMN_IN, PAGE_IN, _figure, _layout, _save
-
-    n = len(panels)
-    biggest = max(len(lab) for _, lab, _ in panels)
-    side = min(2.6, 0.9 + 0.22 * biggest)
-    fig, axes = _figure(1, n)
-    width = max(COLUMN_IN, min(PAGE_IN, n * (side + 1.4) + 0.6))
-    _layout(fig, width, side + 1.6, 1, n, left=1.4, right=0.7, bottom=1.25, top=0.3, wspace=1.4)
-    im = None
-    for ax, (title, labels, m) in zip(axes, panels):
-        im = _heatmap(ax, m, labels, title, lo, cmap)
-    if im is not None:
-        cb = fig.colorbar(im, ax=axes, fraction=0.04, pad=0.02)
-        cb.set_label(bar_label)
-    return _save(fig, out_dir, name)
-
-
-def overlap_figure(kept: list[Kept], out_dir: Path) -> list[Path]:
-    groups = list(overlap_groups(kept).items())[:FIG_GROUPS]
-    if not groups:
-        return []
-    panels = [
-        (f"{d} · seed {seed} · {n} kept", [k.label for k in g], jaccard_matrix(g))
-        for (d, _m, seed, _ss, n), g in groups
-    ]
-    return _heatmap_figure(panels, out_dir, "overlap_jaccard", 0.0, "Blues", "Jaccard overlap")
-
-
-def spearman_figure(kept: list[Kept], out_dir: Path) -> list[Path]:
-    groups = list(score_groups(kept).items())[:FIG_GROUPS]
-    if not groups:
-        return []
-    panels = []
-    for (d, _m, seed), g in groups:
-        m = np.eye(len(g))
-        for i in range(len(g)):
-            for j in range(i + 1, len(g)):
-                rho = score_pair(g[i], g[j])[1]
-                m[i, j] = m[j, i] = np.nan if rho is None else rho
-        panels.append((f"{d} · seed {seed}", _names(g), m))
-    return _heatmap_figure(panels, out_dir, "score_spearman", -1.0, "RdBu_r", "Spearman rho")
-
-
-def coverage_figure(kept: list[Kept], out_dir: Path) -> list[Path]:
-    """Grouped bars for the first pool: the pool's share of each category and each selection's."""
-    from reports.figures import COLORS, PAGE_IN, _figure, _layout, _legend, _save
-
-    covs = [(k, cov) for k in kept if (cov := coverage(k)) is not None]
-    if not covs:
-        return []
-    first = covs[0][0].pool_key
-    covs = [(k, c) for k, c in covs if k.pool_key == first and c[0] == covs[0][1][0]][:7]
-    by, shares0 = covs[0][1]
-    numeric = by == "cluster"
-    groups = sorted({g for _, (_, sh) in covs for g in sh}, key=lambda x: (len(x), x) if numeric else x)
-    series = [("pool", [shares0.get(g, (0.0, 0.0))[0] for g in groups])]
-    series += [(k.label, [sh.get(g, (0.0, 0.0))[1] for g in groups]) for k, (_, sh) in covs]
-    fig, axes = _figure(1, 1)
-    ax = axes[0]
-    rows = -(-len(series) // 3)
-    height = 2.55 + 0.17 * rows
-    _layout(fig, PAGE_IN, height, 1, 1, left=0.55, right=0.1, bottom=0.75, top=0.35 + 0.17 * rows)
-    width = 0.8 / len(series)
-    x = np.arange(len(groups))
-    for s, (label, vals) in enumerate(series):
-        ax.bar(
-            x - 0.4 + width * (s + 0.5),
-            [100 * v for v in vals],
-            width,
-            label=label,
-            color="#999999" if s == 0 else COLORS[(s - 1) % len(COLORS)],
-        )
-    many = len(groups) > 6
-    ax.set_xticks(x, groups, rotation=30 if many else 0, ha="right" if many else "center")
-    ax.set_ylabel(f"share of {by} (%)")
-    ax.set_ylim(0, 100)
-    r = covs[0][0].run
-    ax.set_title(f"{r.dataset} · {r.model} · seed {r.seed}", fontsize=8)
-    _legend(fig, [ax], 3, 1.0 - 0.02 / height)
-    return _save(fig, out_dir, "category_coverage")
-
-
-def analysis_figures(kept: list[Kept], out_dir: Path) -> list[Path]:
-    """The analysis figures that have inputs, as PNG and PDF; returns their paths."""
-    import matplotlib
-
-    from reports.figures import RC
-
-    matplotlib.use("Agg", force=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths: list[Path] = []
-    with matplotlib.rc_context(RC):
-        for fn in (overlap_figure, spearman_figure, coverage_figure):
-            paths += fn(kept, out_dir)
-    return paths

@@ -19,7 +19,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from reports.analyses import ANALYSIS_FIGURES, analysis_figures, analysis_tables
+from reports.analyses import analysis_tables
+from reports.analysis_figures import ANALYSIS_FIGURES, analysis_figures
 from reports.compact import compact_tables
 from reports.figures import FIGURES, all_figures
 from reports.load import (
@@ -43,6 +44,7 @@ from reports.tables import (
     drop_blank_columns,
     main_table,
     overhead_table,
+    runs_table,
 )
 from repro.core.io import atomic_write_text
 
@@ -83,6 +85,7 @@ def all_tables(rep: Report, reported: list[dict[str, Any]]) -> list[Table]:
     tables += [main_table(rep), differences_table(rep), overhead_table(rep)]
     tables += [ablation_table(rep, *a) for a in ABLATIONS]
     tables += [balance_table(rep), reported_table(rep, reported)]
+    tables += [runs_table([r for c in rep.cells for r in c.runs])]
     for t in tables:
         if t.name in BY_SETTING:
             t.group_by = ("setting",)

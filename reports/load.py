@@ -4,7 +4,7 @@ Input: the tidy result rows (repro/core/results.py) — every `results.part.csv`
 directory, or one merged CSV — and, where a row's run folder `<root>/<name>/<config_hash>/` is
 present, its per-item scores (`eval_samples.jsonl`), used only to pair bootstrap intervals on items,
 and its per-step token sums per worker (`step_tokens.json`), used only by the step-tokens figure
-(reports/analyses.py reads the folder's selection.json and pool.jsonl itself).
+and, for the analyses, its selection.json and pool.jsonl (`load_kept`).
 Every file is checked before it is read (part files against their checksum sidecar, see
 docs/files.md): a damaged one stops the report unless --allow-damaged leaves it out, by name.
 
@@ -34,7 +34,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from repro.core import schema
 from repro.core.results import DIAGNOSTIC_PREFIXES, PART_NAME, REQUIRED_COLUMNS
+from repro.core.types import RunFileError, read_selection
 
 # Metrics reported as they are (lower is better); every other metric is a fraction shown as %.
 RAW_METRICS = ("loss", "perplexity")
@@ -119,36 +121,27 @@ class Run:
     # The seeds its select/schedule and train stages used (older rows: the run's seed)
     selection_seed: int | None = None
     training_seed: int | None = None
+    # Every run-scope column of the schema, typed (repro/core/schema.py): the runs table shows
+    # them all, so a column added to the schema reaches the report with no other edit.
+    columns: dict[str, Any] = field(default_factory=dict)
 
     def score(self, benchmark: str, metric: str) -> float | None:
         return self.scores.get((benchmark, metric))
 
 
-COST_COLUMNS = (
-    "selection_s",
-    "train_s",
-    "eval_s",
-    "end_to_end_s",
-    "tokens_per_s",
-    "allreduce_wait_share",
-    "predicted_idle_share",
-    "peak_mem_mb",
-)
+def cost_columns() -> list[str]:
+    """The cost columns (seconds, throughput, shares, memory): the schema's columns of role
+    "cost", read when called (a column added to the schema is one of them at once)."""
+    return [c.name for c in schema.columns(role="cost")]
 
 
-def _float(v: str, where: str, col: str) -> float | None:
-    if v is None or v.strip() == "" or v.strip().lower() in ("nan", "none"):
-        return None
+def _parse(r: dict[str, str], where: str) -> dict[str, Any]:
+    """The row's values typed by the schema (repro/core/schema.py); a value of the wrong type is a
+    ReportInputError naming the file, row and column."""
     try:
-        x = float(v)
-    except ValueError:
-        raise ReportInputError(f"{where}: column {col!r} = {v!r}, expected a number or empty") from None
-    return None if math.isnan(x) else x
-
-
-def _int(v: str, where: str, col: str) -> int | None:
-    x = _float(v, where, col)
-    return None if x is None else int(x)
+        return schema.parse_row(r, where)
+    except schema.RowSchemaError as e:
+        raise ReportInputError(str(e)) from None
 
 
 def find_result_files(results: Path) -> tuple[list[Path], Path]:
@@ -277,87 +270,77 @@ def input_digest(rows: list[tuple[str, dict[str, str]]]) -> str:
     return h.hexdigest()[:12]
 
 
-def _json(v: str | None, where: str, col: str) -> dict[str, Any]:
-    try:
-        return json.loads(v or "{}")
-    except json.JSONDecodeError:
-        raise ReportInputError(f"{where}: {col} is not JSON: {v!r}") from None
+def _mapping(v: Any, where: str, col: str) -> dict[str, Any]:
+    """A JSON column's value that must be a mapping (empty: {})."""
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ReportInputError(f"{where}: column {col!r} is {v!r}, expected a JSON mapping")
+    return v
 
 
 def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> list[Run]:
     runs: dict[str, Run] = {}
-    for where, r in rows:
+    for where, raw in rows:
+        r = _parse(raw, where)  # every row is checked, not only a run's first
         rid = r["run_id"]
         if not rid:
             raise ReportInputError(f"{where}: empty run_id")
-        costs = {c: _float(r.get(c, ""), where, c) for c in COST_COLUMNS}  # every row is checked
         if rid not in runs:
-            try:
-                params = json.loads(r.get("selection_params") or "{}")
-            except json.JSONDecodeError:
-                raise ReportInputError(
-                    f"{where}: selection_params is not JSON: {r.get('selection_params')!r}"
-                ) from None
-            try:
-                alloc_params = json.loads(r.get("allocation_params") or "{}")
-            except json.JSONDecodeError:
-                raise ReportInputError(
-                    f"{where}: allocation_params is not JSON: {r.get('allocation_params')!r}"
-                ) from None
-            versions = _json(r.get("versions"), where, "versions")
-            seed = _int(r.get("seed", ""), where, "seed")
+            versions = _mapping(r.get("versions"), where, "versions")
+            seed = r.get("seed")
             runs[rid] = Run(
                 run_id=rid,
-                config_hash=r.get("config_hash", ""),
-                name=r.get("name", ""),
-                dataset=r.get("dataset", ""),
-                model=r.get("model", ""),
+                config_hash=r.get("config_hash") or "",
+                name=r.get("name") or "",
+                dataset=r.get("dataset") or "",
+                model=r.get("model") or "",
                 method=r["method"],
-                params=params,
-                allocator=r.get("allocator", ""),
-                weight_mode=r.get("weight_mode", ""),
-                ratio=_float(r.get("ratio", ""), where, "ratio"),
-                world_size=_int(r.get("world_size", ""), where, "world_size"),
+                params=_mapping(r.get("selection_params"), where, "selection_params"),
+                allocator=r.get("allocator") or "",
+                weight_mode=r.get("weight_mode") or "",
+                ratio=r.get("ratio"),
+                world_size=r.get("world_size"),
                 seed=0 if seed is None else seed,
-                kept_fraction=_float(r.get("kept_fraction", ""), where, "kept_fraction"),
-                n_selected=_int(r.get("n_selected", ""), where, "n_selected"),
-                n_pool=_int(r.get("n_pool", ""), where, "n_pool"),
-                costs=costs,
+                kept_fraction=r.get("kept_fraction"),
+                n_selected=r.get("n_selected"),
+                n_pool=r.get("n_pool"),
+                costs={c: r.get(c) for c in cost_columns()},
                 lm_eval=versions.get("lm_eval"),
                 versions=versions,
-                git_sha=r.get("git_sha", ""),
-                attempts=_int(r.get("attempts", ""), where, "attempts"),
-                resumed_from_step=_int(r.get("resumed_from_step", ""), where, "resumed_from_step"),
-                alloc_params=alloc_params,
+                git_sha=r.get("git_sha") or "",
+                attempts=r.get("attempts"),
+                resumed_from_step=r.get("resumed_from_step"),
+                alloc_params=_mapping(r.get("allocation_params"), where, "allocation_params"),
+                columns={c.name: r.get(c.name) for c in schema.columns(scope="run")},
             )
             run = runs[rid]
             for col in ("selection_seed", "training_seed"):
-                v = _int(r.get(col, ""), where, col)
+                v = r.get(col)
                 setattr(run, col, run.seed if v is None else v)
         run = runs[rid]
         b, m = r["benchmark"], r["metric"]
         if r.get("status") == "diverged":
             run.status = "diverged"
         if m == "diverged":
-            run.diverged_step = _int(r["value"], where, "value")
+            run.diverged_step = None if r["value"] is None else int(r["value"])
             continue
         if not is_diagnostic(b):
-            kind = _json(r.get("versions"), where, "versions").get("benchmark_kind")
+            kind = _mapping(r.get("versions"), where, "versions").get("benchmark_kind")
             if kind:
                 run.kinds[b] = str(kind)
         if m == "missing":
             run.missing.add(b)
             continue
-        value = _float(r["value"], where, "value")
+        value = r["value"]
+        n = r.get("n")
         if is_diagnostic(b):
             if value is not None:
                 run.diag[(b, m)] = value
-                n = _int(r.get("n", ""), where, "n")
                 if n is not None:
                     run.diag_n[(b, m)] = n
         else:
             run.scores[(b, m)] = value
-            n = _int(r.get("n", ""), where, "n")
             if n is not None:
                 run.n_items[b] = n
     out = sorted(runs.values(), key=lambda x: x.run_id)
@@ -546,4 +529,101 @@ def group_cells(runs: list[Run]) -> list[Cell]:
     out = []
     for key in sorted(cells):  # every key position has one type, so tuples compare
         out.append(Cell(key, sorted(cells[key], key=lambda r: (r.seed, r.run_id))))
+    return out
+
+
+# ----------------------------------------------------------------------------- selections (analyses)
+
+
+@dataclass
+class Kept:
+    """One run's selection, read from its run folder."""
+
+    run: Run
+    label: str
+    ids: list[str]
+    scores: dict[str, float] = field(default_factory=dict)
+    clusters: dict[str, int] = field(default_factory=dict)
+    pool_categories: dict[str, str | None] = field(default_factory=dict)
+    cluster_sizes: list[int] | None = None
+
+    @property
+    def kept(self) -> set[str]:
+        return set(self.ids)
+
+    @property
+    def pool_key(self) -> tuple:
+        r = self.run
+        return (r.dataset, r.model, r.seed)
+
+
+def selection_label(r: Run) -> str:
+    """What tells one selection from another: the method, its params (r= for CluSTER's ratio),
+    the world size for CluSTER (its clusters are dealt per worker) and the selection seed where
+    it is not the run's seed."""
+    out = r.method
+    if r.ratio is not None:
+        out += f" r={r.ratio / 100:g}"
+    extra = {k: v for k, v in sorted(r.params.items()) if k != "ratio"}
+    if extra:
+        out += " (" + ", ".join(f"{k}={v}" for k, v in extra.items()) + ")"
+    if r.method == "cluster" and r.world_size:
+        out += f" K={r.world_size}"
+    if r.selection_seed is not None and r.selection_seed != r.seed:
+        out += f" sel-seed={r.selection_seed}"
+    return out
+
+
+def _read_pool(path: Path) -> dict[str, str | None]:
+    rows = read_jsonl(path, "a JSON example with an id", lambda d: (str(d["id"]), d.get("category")))
+    return dict(rows)
+
+
+def load_kept(runs: list[Run], root: Path | None) -> list[Kept]:
+    """The selections of the runs whose folders hold selection.json and pool.jsonl (not full
+    data, not the base model), one per (pool, label, kept count): a run that repeats another's
+    selection (another training seed, allocator or world size of the same selection) is left
+    out."""
+    if root is None:
+        return []
+    out: list[Kept] = []
+    seen: set[tuple] = set()
+    pools: dict[Path, dict[str, str | None]] = {}
+    for r in sorted(runs, key=lambda x: x.run_id):
+        if r.method in ("full", "base"):  # a diverged run's selection still counts
+            continue
+        d = root / r.name / r.config_hash
+        sel_path, pool_path = d / "selection.json", d / "pool.jsonl"
+        if not sel_path.is_file() or not pool_path.is_file():
+            continue
+        label = selection_label(r)
+        key = (r.dataset, r.model, r.seed, label, r.n_selected)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            sel = read_selection(sel_path)
+        except RunFileError as e:
+            raise ReportInputError(str(e)) from None
+        ids = sel.ids
+        scores = (
+            {i: float(s) for i, s in zip(ids, sel.scores) if s is not None and math.isfinite(float(s))}
+            if sel.scores
+            else {}
+        )
+        clusters = {i: int(c) for i, c in zip(ids, sel.clusters)} if sel.clusters else {}
+        sizes = sel.diagnostics.cluster_sizes_before_cap or sel.info.get("cluster_sizes")
+        if pool_path not in pools:
+            pools[pool_path] = _read_pool(pool_path)
+        out.append(
+            Kept(
+                run=r,
+                label=label,
+                ids=ids,
+                scores=scores,
+                clusters=clusters,
+                pool_categories=pools[pool_path],
+                cluster_sizes=[int(x) for x in sizes] if isinstance(sizes, list) else None,
+            )
+        )
     return out

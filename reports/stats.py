@@ -7,6 +7,8 @@ cell does not move another cell's interval.
 - `mean_ci(values)`: mean over seeds with a 95% percentile bootstrap interval of the mean
   (resampling seeds). One value: no interval (the table marks the cell single-seed). With two or
   three seeds the interval is coarse (it can only take a few values): read it as a range.
+- `jaccard`, `spearman` (ties as scipy's average ranks), `pooled_variance` and `variance_split`
+  (a metric's spread over selection seeds vs training seeds): the analyses' statistics.
 - `paired_diff(groups)`: the mean difference (method minus reference) over paired units with a
   95% percentile bootstrap interval. Units are items (per-item scores of both runs, same seed) or,
   where per-item scores are absent, seeds. Several groups (e.g. the benchmarks of a domain
@@ -15,8 +17,10 @@ cell does not move another cell's interval.
 
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -91,3 +95,82 @@ def paired_diff(groups: list[np.ndarray], key: str, unit: str) -> Estimate | Non
         boot += _boot_means(a, rng)
     lo, hi = _interval(boot / len(arrays))
     return Estimate(value, lo, hi, n=n, unit=unit)
+
+
+# ----------------------------------------------------------------------------- analyses
+
+
+def jaccard(a: set[Any] | list[Any], b: set[Any] | list[Any]) -> float:
+    """|A ∩ B| / |A ∪ B| of two kept sets (duplicates count once); two empty sets: 1."""
+    a, b = set(a), set(b)
+    union = a | b
+    return 1.0 if not union else len(a & b) / len(union)
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties given the mean of the ranks they span (scipy's rankdata 'average')."""
+    x = np.asarray(x, dtype=np.float64)
+    order = np.argsort(x, kind="mergesort")
+    xs = x[order]
+    ranks = np.empty(len(x), dtype=np.float64)
+    i = 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(x: list[float] | np.ndarray, y: list[float] | np.ndarray) -> float | None:
+    """Spearman's rho: Pearson's correlation of the average ranks (so ties are handled as scipy's
+    spearmanr does). None with fewer than two pairs or when either side is constant."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.shape != y.shape:
+        raise ValueError(f"spearman: {x.shape} vs {y.shape} values, expected pairs")
+    if len(x) < 2:
+        return None
+    rx, ry = average_ranks(x), average_ranks(y)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    den = math.sqrt(float((rx * rx).sum()) * float((ry * ry).sum()))
+    return None if den == 0 else float((rx * ry).sum() / den)
+
+
+def pooled_variance(groups: list[list[float]]) -> tuple[float | None, int]:
+    """The pooled within-group variance Σ_g Σ_i (x_gi - mean_g)² / Σ_g (n_g - 1) over the groups
+    of two or more values, and its degrees of freedom; (None, 0) without such a group."""
+    ss, df = 0.0, 0
+    for g in groups:
+        if len(g) < 2:
+            continue
+        a = np.asarray(g, dtype=np.float64)
+        ss += float(((a - a.mean()) ** 2).sum())
+        df += len(a) - 1
+    return (ss / df if df else None), df
+
+
+def variance_split(values: dict[tuple[int, int], float]) -> dict[str, Any]:
+    """Split a metric's spread over {(selection_seed, training_seed): value} of runs that differ
+    in nothing else. selection: the pooled variance across selection seeds within each training
+    seed (runs that differ only in selection_seed); training: the pooled variance across training
+    seeds within each selection seed. Each with its degrees of freedom; share_selection:
+    selection / (selection + training) when both are known."""
+    by_t: dict[int, list[float]] = {}
+    by_s: dict[int, list[float]] = {}
+    for (s, t), v in sorted(values.items()):
+        by_t.setdefault(t, []).append(v)
+        by_s.setdefault(s, []).append(v)
+    v_sel, df_sel = pooled_variance(list(by_t.values()))
+    v_train, df_train = pooled_variance(list(by_s.values()))
+    both = v_sel is not None and v_train is not None and (v_sel + v_train) > 0
+    return {
+        "n_runs": len(values),
+        "selection_seeds": len(by_s),
+        "training_seeds": len(by_t),
+        "var_selection": v_sel,
+        "df_selection": df_sel,
+        "var_training": v_train,
+        "df_training": df_train,
+        "share_selection": (v_sel / (v_sel + v_train)) if both else None,  # type: ignore[operator]
+    }

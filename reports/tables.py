@@ -680,3 +680,38 @@ def drop_blank_columns(t: Table) -> Table:
 
 
 __all__ = ["Column", "Table", "Report", "norm_benchmark"]
+
+
+# How a schema column type shows in the runs table.
+_RUN_COLUMN_KIND = {"str": "text", "json": "text", "int": "int", "float": "sig"}
+
+
+def runs_table(runs: list[Run]) -> Table:
+    """One line per run with every run-scope column of the result rows' schema
+    (repro/core/schema.py), typed as the schema says: a column added to the schema shows here with
+    no other edit. JSON settings and the provenance columns are in the CSV only."""
+    from repro.core import schema
+
+    cols = schema.columns(scope="run")
+    columns = [
+        Column(c.name, _RUN_COLUMN_KIND[c.type], csv_only=c.type == "json" or c.role == "provenance")
+        for c in cols
+    ]
+    rows = []
+    for r in sorted(runs, key=lambda x: x.run_id):
+        line: list[Any] = []
+        for c in cols:
+            v = r.columns.get(c.name)
+            line.append(
+                json.dumps(v, sort_keys=True, separators=(",", ":"))
+                if c.type == "json" and v is not None
+                else v
+            )
+        rows.append(line)
+    return Table(
+        "runs",
+        "Runs",
+        columns,
+        rows,
+        notes=["Every run's settings, costs and outcome, as its result rows state them (docs/reports.md)."],
+    )

@@ -5,7 +5,7 @@ cluster-repro run CONFIG [key.sub=value ...]  every stage of one experiment
 cluster-repro select CONFIG [k=v ...]         stages up to the schedule (selection.csv)
 cluster-repro grid RUNS_FILE [k=v ...]        every run of a run list (configs/runs/)
 cluster-repro validate CONFIG [k=v ...]       load and preflight-check a config, print its hash
-cluster-repro ls selectors|allocators|configs|formats|benchmarks   what is available
+cluster-repro ls selectors|allocators|configs|formats|benchmarks|columns   what is available
 cluster-repro results [--runs-dir DIR]        merge result part files into results.csv/.parquet
 cluster-repro bench ddp [--world-sizes 1,4,8] DDP throughput and all-reduce wait
 cluster-repro bench paper-step --shape S      the paper's step on a model shape: MFU, memory
@@ -68,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the CPU mini-reproduction on the generated demo pool",
         description="Fine-tune SmolLM2-135M-Instruct (LoRA) with 4 gloo DDP workers "
         "on the generated demo pool, once per method, and print the results table. "
-        "About 7 minutes on 2 idle cores (see docs/measurements.md); --quick "
-        "uses a tiny random model (~1-2 min).",
+        "docs/measurements.md gives its time on 2 cores; --quick uses a tiny random "
+        "model instead.",
         epilog=EPILOG,
     )
     p.add_argument("--quick", action="store_true", help="tiny random model, small pool (for tests)")
@@ -137,13 +137,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "ls",
-        help="list registered selectors, allocators, shipped configs, data formats or benchmarks",
-        description="List what is available. formats: each data format with its "
+        help="list registered selectors, allocators, shipped configs, data formats, benchmarks or "
+        "result columns",
+        description="List what is available. selectors, allocators: each with its parameters, "
+        "their types and defaults. columns: the result rows' columns (type, unit, meaning). "
+        "formats: each data format with its "
         "fields (docs/byo-data.md). benchmarks: the built-in ones, those of "
         "installed packages and, with --task-path, those of task YAML folders "
         "(docs/add-a-benchmark.md).",
     )
-    p.add_argument("what", choices=["selectors", "allocators", "configs", "formats", "benchmarks"])
+    p.add_argument("what", choices=["selectors", "allocators", "configs", "formats", "benchmarks", "columns"])
     p.add_argument(
         "--task-path",
         action="append",
@@ -230,6 +233,11 @@ def _import_optional(module: str):
 def _cmd_ls(what: str, task_paths: list[str]) -> int:
     from repro.core.registry import ALLOCATORS, SELECTORS
 
+    if what == "columns":
+        from repro.core.schema import markdown_table
+
+        print(markdown_table(), end="")
+        return 0
     if what == "formats":
         from repro.core.prompts import DETECT_ORDER, FORMATS
 
@@ -257,7 +265,9 @@ def _cmd_ls(what: str, task_paths: list[str]) -> int:
     for name in reg.names():
         obj = reg.get(name)
         doc = (obj.__doc__ or "").strip().splitlines()
-        print(f"{name:20s} {doc[0] if doc else ''}  [{reg.origin(name)}]")
+        print(f"{name}  [{reg.origin(name)}]\n    {doc[0] if doc else ''}")
+        for line in reg.parameters(name) or ["(no parameters)"]:
+            print(f"      {line}")
     return 0
 
 

@@ -30,7 +30,6 @@ columns add up every attempt of a killed and restarted run (repro/core/rundir.py
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 import resource
 import shutil
@@ -44,6 +43,7 @@ from typing import Any
 from repro import contracts
 from repro.core import fingerprints, rundir
 from repro.core.config import ExperimentConfig, derive, save_config
+from repro.core.config_schema import canonical_params
 from repro.core.interfaces import SelectionContext, SelectionError, resolve_budget
 from repro.core.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_json, read_jsonl
 from repro.core.log import get_logger
@@ -56,7 +56,16 @@ from repro.core.rundir import (
     stage_key,
     stage_marker,
 )
-from repro.core.types import Example, Pool, Schedule, Selection
+from repro.core.types import (
+    SELECTION_STEPS,
+    Example,
+    Pool,
+    Schedule,
+    ScheduleDiagnostics,
+    Selection,
+    StepCost,
+    read_selection,
+)
 
 STAGES = ("model", "pool", "select", "schedule", "train", "eval", "results")
 
@@ -201,6 +210,13 @@ def validate_selection(
     sel: Selection, pool: Pool, method: str, budget: int | None = None, exact: bool = False
 ) -> None:
     """A selector's output must keep the contract (repro/contracts.py check_selection)."""
+    if (
+        isinstance(sel, Selection)
+        and sel.info.get("with_replacement")
+        and not sel.diagnostics.with_replacement
+    ):
+        # A selector written before typed diagnostics said so in its info: taken as said.
+        sel.diagnostics.with_replacement = True
     contracts.check_selection(sel, pool, method, budget, exact)
 
 
@@ -226,19 +242,7 @@ def stage_select(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     validate_selection(sel, train, s.method, budget, contracts.meets_budget(selector))
     contracts.check_micro_batch(len(sel.ids), cfg, f"selector {s.method!r}'s selection")
     n_unique = len(set(sel.ids))
-    atomic_write_json(
-        run_dir / "selection.json",
-        {
-            "method": s.method,
-            "ids": sel.ids,
-            "clusters": sel.clusters,
-            "scores": sel.scores,
-            "group_weights": (
-                {str(k): v for k, v in sel.group_weights.items()} if sel.group_weights else None
-            ),
-            "info": sel.info,
-        },
-    )
+    atomic_write_json(run_dir / "selection.json", sel.to_dict(s.method))
     return {
         "method": s.method,
         "budget": budget,
@@ -254,15 +258,11 @@ def stage_select(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
 
 
 def load_selection(run_dir: Path) -> Selection:
-    d = read_json(run_dir / "selection.json")
-    gw = d.get("group_weights")
-    return Selection(
-        ids=d["ids"],
-        clusters=d.get("clusters"),
-        scores=d.get("scores"),
-        group_weights={int(k): v for k, v in gw.items()} if gw else None,
-        info=d.get("info") or {},
-    )
+    return read_selection(run_dir / "selection.json")
+
+
+def load_schedule(run_dir: Path) -> Schedule:
+    return Schedule.from_dict(read_json(run_dir / "schedule.json"))
 
 
 def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
@@ -283,18 +283,13 @@ def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
         "allocator", a.method, run_dir, lambda: ALLOCATORS.create(a.method, a.params, "allocation.params")
     )
     accum = grad_accum(cfg)
-    # Allocators that balance in tokens take the lengths (interfaces.AllocationContext).
-    extra = (
-        {"ctx": AllocationContext(lengths, t.per_device_batch_size, accum, t.drop_last)}
-        if "ctx" in inspect.signature(allocator.allocate).parameters
-        else {}
-    )
+    ctx = AllocationContext(lengths, t.per_device_batch_size, accum, t.drop_last)
     sched, seconds = contracts.call_plugin(
         "allocator",
         a.method,
         run_dir,
         lambda: allocator.allocate(
-            sel, cfg.world_size, cfg.seed_for_training(), epochs=t.epochs, weight_mode=a.weight_mode, **extra
+            sel, cfg.world_size, cfg.seed_for_training(), epochs=t.epochs, weight_mode=a.weight_mode, ctx=ctx
         ),
     )
     check_schedule(sched, cfg, accum, sel.ids)
@@ -308,6 +303,11 @@ def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     )
     stragglers = steps.straggler_summary(
         sched, lengths, t.per_device_batch_size * accum, derived.steps_per_epoch, derived.total_steps
+    )
+    sched.diagnostics = ScheduleDiagnostics(
+        allocation_s=seconds,
+        predicted_idle_share=stragglers["predicted_idle_share"],
+        worker_idle_shares=list(stragglers["worker_idle_shares"] or []),
     )
     atomic_write_json(run_dir / "schedule.json", sched.to_dict())
     atomic_write_json(run_dir / "derived.json", derived.to_dict())
@@ -326,6 +326,15 @@ def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
         "predicted_idle_share": stragglers["predicted_idle_share"],
         "worker_idle_shares": stragglers["worker_idle_shares"],
     }
+
+
+def schedule_diagnostics(run_dir: Path, marker: dict[str, Any]) -> ScheduleDiagnostics:
+    """The schedule's typed diagnostics (schedule.json); a folder written before they existed has
+    them in the schedule stage's marker only."""
+    d = read_json(run_dir / "schedule.json").get("diagnostics")
+    if d is None:
+        d = {k: marker.get(k) for k in ("allocation_s", "predicted_idle_share", "worker_idle_shares")}
+    return ScheduleDiagnostics.from_dict(d, str(run_dir / "schedule.json"))
 
 
 def check_schedule(
@@ -447,6 +456,8 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
     )
     diverged = train.get("status") == "diverged"
     ev = None if diverged else read_json(stage_marker(run_dir, "eval"))
+    selection, sched_diag = load_selection(run_dir), schedule_diagnostics(run_dir, sch)
+    n_steps = (sch.get("derived") or {}).get("total_steps")
     selection_s = stage_seconds(run_dir, "select", sel) + stage_seconds(run_dir, "schedule", sch)
     end_to_end = (
         stage_seconds(run_dir, "pool", pool)
@@ -454,21 +465,24 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         + stage_seconds(run_dir, "train", train, "train_stage_s")
         + (stage_seconds(run_dir, "eval", ev) if ev else 0.0)
     )
+    sel_params, alloc_params = canonical_params(cfg)
     base = {
         "run_id": f"{cfg.name}-{cfg.hash()}",
         "config_hash": cfg.hash(),
         "name": cfg.name,
         "method": cfg.selection.method,
-        # selection.params as canonical JSON: reports tell ablation settings (prune, variant) apart.
-        "selection_params": json.dumps(cfg.selection.params, sort_keys=True, separators=(",", ":")),
+        # selection.params and allocation.params in their canonical form (typed, defaults left
+        # out: repro/core/params.py), as the config hash takes them: reports tell ablation
+        # settings (prune, variant) apart, and two spellings of one setting are one.
+        "selection_params": sel_params,
         # The eval settings the scores were made with (the run folder is keyed by training only).
         "eval_settings": json.dumps(
             (ev or {}).get("eval_settings", asdict(cfg.eval)), sort_keys=True, separators=(",", ":")
         ),
         "allocator": cfg.allocation.method,
-        "allocation_params": json.dumps(cfg.allocation.params, sort_keys=True, separators=(",", ":")),
+        "allocation_params": alloc_params,
         "weight_mode": cfg.allocation.weight_mode,
-        "ratio": sel["info"].get("ratio", cfg.selection.params.get("ratio")),
+        "ratio": sel["info"].get("ratio", sel_params.get("ratio")),
         "kept_fraction": sel["kept_fraction"],
         "n_selected": sel["n_selected"],
         "n_pool": sel["n_pool"],
@@ -492,7 +506,7 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         ),
         # Its prediction from the schedule and the token counts (one worker: None).
         "predicted_idle_share": (
-            round(sch["predicted_idle_share"], 4) if sch.get("predicted_idle_share") is not None else None
+            round(sched_diag.predicted_idle_share, 4) if sched_diag.predicted_idle_share is not None else None
         ),
         "peak_mem_mb": round(max(train["peak_mem_mb"], sel.get("peak_mem_mb", 0)), 1),
         **provenance(),
@@ -509,7 +523,7 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
                 "stderr": None,
                 "n": train["total_steps"],
             }
-        ] + diagnostic_rows(base, run_dir, sel, sch, train)
+        ] + diagnostic_rows(base, run_dir, selection, sched_diag, n_steps, train)
     rows = []
     scores = ev["scores"]
     if "heldout" in scores:
@@ -565,7 +579,7 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         from evals.run import entries_to_rows
 
         rows += entries_to_rows(ev["benchmarks"], base)
-    rows += diagnostic_rows(base, run_dir, sel, sch, train)
+    rows += diagnostic_rows(base, run_dir, selection, sched_diag, n_steps, train)
     return rows
 
 
@@ -573,14 +587,19 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
 # selection step, each cluster's size, each worker's tokens and all-reduce wait. Their benchmark
 # names start with "cost/", "cluster/" or "worker/", so they never mix with quality scores.
 def diagnostic_rows(
-    base: dict[str, Any], run_dir: Path, sel: dict[str, Any], sch: dict[str, Any], train: dict[str, Any]
+    base: dict[str, Any],
+    run_dir: Path,
+    selection: Selection,
+    sched: ScheduleDiagnostics,
+    n_steps: int | None,
+    train: dict[str, Any],
 ) -> list[dict[str, Any]]:
     """Rows: cost/<step> seconds and peak_mem_mb; cluster/<c> size_before_cap, size_after_cap and
     kept, cluster/agreement nmi, ari, purity; worker/<k> tokens_per_step, allreduce_wait_s,
     compute_s (n = steps; the wait only under ddp, fsdp does not measure it) and
     predicted_idle_share (from the schedule, n = steps; with more than one worker); cost/train
     fsdp (1 or 0) and energy_j only where the GPU reports energy."""
-    info = sel.get("info") or {}
+    diag = selection.diagnostics
     rows: list[dict[str, Any]] = []
 
     def add(benchmark: str, metric: str, value: Any, n: Any = None) -> None:
@@ -589,26 +608,25 @@ def diagnostic_rows(
                 {**base, "benchmark": benchmark, "metric": metric, "value": value, "stderr": None, "n": n}
             )
 
-    for step in ("features", "clustering", "selection"):
-        add(f"cost/{step}", "seconds", info.get(f"{step}_s"))
-        add(f"cost/{step}", "peak_mem_mb", info.get(f"{step}_peak_mem_mb"))
-    add("cost/allocation", "seconds", sch.get("allocation_s"))
+    for step in SELECTION_STEPS:
+        cost = diag.costs.get(step) or StepCost()
+        add(f"cost/{step}", "seconds", cost.seconds)
+        add(f"cost/{step}", "peak_mem_mb", cost.peak_mem_mb)
+    add("cost/allocation", "seconds", sched.allocation_s)
     add("cost/train", "energy_j", train.get("energy_j"))
     if train.get("strategy"):  # 1: fsdp, where the all-reduce wait is not measured; 0: ddp
         add("cost/train", "fsdp", int(train["strategy"] == "fsdp"))
-    for name, value in sorted((info.get("category_agreement") or {}).items()):
+    for name, value in sorted((diag.category_agreement or {}).items()):
         add("cluster/agreement", name, value)  # nmi, ari, purity against the pool's categories
-    before, after = info.get("cluster_sizes_before_cap"), info.get("cluster_sizes_after_cap")
+    before, after = diag.cluster_sizes_before_cap, diag.cluster_sizes_after_cap
     if after is not None:
-        clusters = read_json(run_dir / "selection.json").get("clusters") or []
-        kept = Counter(clusters)
+        kept = Counter(selection.clusters or [])
         for c, n_after in enumerate(after):
             if before is not None:
                 add(f"cluster/{c}", "size_before_cap", before[c])
             add(f"cluster/{c}", "size_after_cap", n_after)
             add(f"cluster/{c}", "kept", kept.get(c, 0))
-    n_steps = (sch.get("derived") or {}).get("total_steps")
-    for k, share in enumerate(sch.get("worker_idle_shares") or []):
+    for k, share in enumerate(sched.worker_idle_shares):
         add(f"worker/{k}", "predicted_idle_share", round(share, 4), n_steps)
     for log in sorted(
         (run_dir / "train_log").glob("rank*.jsonl"),

@@ -389,19 +389,11 @@ def _file_problems(cfg: ExperimentConfig, ctx: CheckContext, key: str, rel: str)
 
 @check
 def check_batches(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
-    """Batch and budget settings that only fail later: the feature batch as a count, and
-    selection.n against a pool whose size the config bounds (demo, or every source with a
-    `limit`). (Global batch vs per-device batch x world size, and eval.limit, are checked at
-    load.)"""
+    """Budget settings that only fail later: selection.n against a pool whose size the config
+    bounds (demo, or every source with a `limit`). (Global batch vs per-device batch x world
+    size, and eval.limit, are checked at load; the selector's own parameters, the feature batch
+    among them, by its Params.)"""
     out: list[Problem] = []
-    fb = cfg.selection.params.get("feature_batch_size")
-    if fb is not None and (not isinstance(fb, int) or isinstance(fb, bool) or fb < 1):
-        out.append(
-            Problem(
-                "selection.params.feature_batch_size",
-                f"{fb!r}: expected an integer >= 1 (examples per feature batch)",
-            )
-        )
     bound = _pool_upper_bound(cfg)
     if cfg.selection.n is not None and bound is not None and cfg.selection.n > bound:
         out.append(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reports.analyses import average_ranks, jaccard, pooled_variance, spearman, variance_split
+from reports.stats import average_ranks, jaccard, pooled_variance, spearman, variance_split
 from repro.core.config import ConfigError, load_config
 from tests.conftest import CONFIGS
 
@@ -130,7 +130,8 @@ def _run(method: str, n: int, seed: int = 0, **kw) -> object:
 
 
 def test_overlap_pairs_only_selections_at_one_budget_and_coverage_falls_back_to_clusters() -> None:
-    from reports.analyses import Kept, coverage, coverage_table, overlap_table
+    from reports.analyses import coverage, coverage_table, overlap_table
+    from reports.load import Kept
 
     pool = {f"e{i}": None for i in range(6)}  # no categories: coverage goes by cluster
     clusters = {"e0": 0, "e1": 0, "e2": 1}
@@ -156,8 +157,7 @@ def test_overlap_pairs_only_selections_at_one_budget_and_coverage_falls_back_to_
 
 
 def test_a_bad_pool_line_names_the_file_the_line_and_what_was_expected(tmp_path) -> None:
-    from reports.analyses import _read_pool
-    from reports.load import ReportInputError
+    from reports.load import ReportInputError, _read_pool
 
     pool = tmp_path / "pool.jsonl"
     pool.write_text('{"id": "a", "category": "add"}\n\n{"prompt": "no id"}\n')

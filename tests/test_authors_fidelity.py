@@ -145,8 +145,8 @@ def test_the_suite_replays_the_authors_selection_and_training_order(
     labels, kept, weights, order = reference(X, k, seed, 50, prune, EPOCHS)
     ids = pool.ids
 
-    capped = max(np.bincount(labels)) < max(sel.info["cluster_sizes_before_cap"])
-    assert sel.info["cluster_sizes_after_cap"] == [labels.count(c) for c in range(k)]
+    capped = max(np.bincount(labels)) < max(sel.diagnostics.cluster_sizes_before_cap)
+    assert sel.diagnostics.cluster_sizes_after_cap == [labels.count(c) for c in range(k)]
     if k >= 8:
         assert capped  # the skew is strong enough for the soft cap to act
     # Kept sets, per cluster, in the authors' list order (the shuffle depends on it).
@@ -219,7 +219,7 @@ def test_the_allocators_order_follows_the_selection_and_refuses_a_contradiction(
     with pytest.raises(SelectionError, match="selection.params.order: suite"):
         authors.allocate(stated, 2, 5)
     with pytest.raises(ConfigError, match="allocation.params.order"):
-        ALLOCATORS.create("cluster-interleave", {"order": "theirs"}, "k")
+        ALLOCATORS.create("cluster-interleave", {"order": "theirs"}, "allocation.params")
 
 
 def test_the_paper_grids_run_cluster_the_authors_way() -> None:

@@ -113,7 +113,7 @@ def _expected_count(name: str, sel, pool: Pool, budget: int) -> int:
     if name == "cluster":
         return K * sel.info["m_adj"]
     if name == "uniform":
-        return K * max(sel.info["cluster_sizes_after_cap"])
+        return K * max(sel.diagnostics.cluster_sizes_after_cap)
     return budget
 
 
@@ -125,7 +125,7 @@ def test_selector_contract(name: str, env) -> None:
     a = SELECTORS.create(name, params, "selection.params").select(pool, budget, ctx(seed=3))
     validate_selection(a, pool, name)  # ids in the pool, unique unless with_replacement, lengths
     assert len(a.ids) == _expected_count(name, a, pool, budget)
-    if not a.info.get("with_replacement"):
+    if not a.diagnostics.with_replacement:
         assert len(set(a.ids)) == len(a.ids)
     # Deterministic for a seed: a fresh instance, the same seed, the same selection.
     b = SELECTORS.create(name, params, "selection.params").select(pool, budget, ctx(seed=3))

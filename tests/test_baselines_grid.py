@@ -243,8 +243,8 @@ def test_the_seed_axes_reach_the_stages_and_the_rows(analysis_grid) -> None:
 
 
 def test_the_report_holds_every_analysis_of_the_quick_grid(analysis_grid) -> None:
-    from reports.analyses import jaccard, load_kept, spearman
-    from reports.load import build_runs, find_result_files, read_results
+    from reports.load import build_runs, find_result_files, load_kept, read_results
+    from reports.stats import jaccard, spearman
 
     out, report = analysis_grid
     index = (report / "index.md").read_text(encoding="utf-8")

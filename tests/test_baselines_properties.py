@@ -67,8 +67,8 @@ def test_uniform_upsamples_every_cluster_to_the_largest(tmp_path: Path) -> None:
     (tmp_path / "features.json").write_text(json.dumps({"n": 16, "feature_type": "gradient-proxy"}))
     cfg = from_dict({}, ["world_size=2"])
     sel = SELECTORS.create("uniform", {"n_init": 2}, "k").select(pool, None, _ctx(cfg, tmp_path))
-    assert sel.info["method"] == "uniform" and sel.info["with_replacement"] is True
-    assert sorted(sel.info["cluster_sizes_after_cap"]) == [6, 10]
+    assert sel.info["method"] == "uniform" and sel.diagnostics.with_replacement is True
+    assert sorted(sel.diagnostics.cluster_sizes_after_cap) == [6, 10]
     counts = np.bincount(sel.clusters)
     assert counts.tolist() == [10, 10]
     assert set(sel.ids) == set(pool.ids)  # nothing pruned
@@ -333,7 +333,7 @@ def test_s2l_spreads_the_budget_over_trajectory_clusters_smallest_first(tmp_path
     T = np.load(tmp_path / "s2l_trajectories.npy")
     assert T.shape == (30, 4)
     assert T[:, -1].mean() < T[:, 0].mean()  # the proxy learned: losses fall along trajectories
-    sizes, kept = np.array(sel.info["cluster_sizes"]), np.array(sel.info["cluster_kept"])
+    sizes, kept = np.array(sel.diagnostics.cluster_sizes_before_cap), np.array(sel.info["cluster_kept"])
     assert kept.sum() == 12 and (kept <= sizes).all()
     assert np.bincount(sel.clusters, minlength=len(sizes)).tolist() == kept.tolist()
     # Even spread: clusters not taken whole get equal shares (within one); any cluster taken

@@ -163,11 +163,11 @@ def test_clusterclip_balances_clusters_and_clips_repeats(tmp_path: Path) -> None
 
     small = make().select(pool, 6, ctx)
     assert sorted(Counter(small.clusters).values()) == [2, 2, 2]
-    assert len(set(small.ids)) == 6 and small.info["with_replacement"] is False
+    assert len(set(small.ids)) == 6 and small.diagnostics.with_replacement is False
 
     big = make().select(pool, 24, ctx)
-    assert len(big.ids) == 24 and big.info["with_replacement"] is True
-    by_size = {size: c for c, size in enumerate(big.info["cluster_sizes"])}
+    assert len(big.ids) == 24 and big.diagnostics.with_replacement is True
+    by_size = {size: c for c, size in enumerate(big.diagnostics.cluster_sizes_before_cap)}
     draws = Counter(big.clusters)
     assert [draws[by_size[s]] for s in (2, 6, 16)] == [4, 10, 10]
     counts = Counter(big.ids)

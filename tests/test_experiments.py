@@ -112,7 +112,7 @@ def test_the_runner_the_cells_and_the_jobs_match_the_same_way(tmp_path: Path) ->
 
 
 def _set_default(monkeypatch: pytest.MonkeyPatch, cls: type, name: str, value: object) -> None:
-    """Change a default of `cls.__init__`, as an edit of its signature in the source would."""
+    """Change a default of `cls.__init__` (a Params dataclass's), as an edit of the source would."""
     init = cls.__init__
     names = [
         p.name
@@ -134,7 +134,7 @@ def test_the_selector_owns_the_feature_key(tmp_path: Path, monkeypatch: pytest.M
     assert uniform.feature_key() == cluster.feature_key() is not None
     before = cluster.feature_key()
 
-    _set_default(monkeypatch, ClusterSelector, "feature_batch_size", 16)
+    _set_default(monkeypatch, ClusterSelector.Params, "feature_batch_size", 16)
     assert cluster.feature_pass() == {"features": "gradient-proxy", "feature_batch_size": 16}
     assert cluster.feature_key() != before
     # The features job computes with the batch size the selector named, not one of its own.

@@ -67,7 +67,7 @@ class InitBoom:
 
 
 class NegWorker:
-    def allocate(self, selection, world_size, seed, epochs=1, weight_mode="none"):
+    def allocate(self, selection, world_size, seed, epochs=1, weight_mode="none", ctx=None):
         ids = selection.ids
         per = len(ids) // world_size
         order = [[ids[k * per:(k + 1) * per] for k in range(world_size)] for _ in range(epochs)]
@@ -75,7 +75,7 @@ class NegWorker:
 
 
 class AllocBoom:
-    def allocate(self, selection, world_size, seed, epochs=1, weight_mode="none"):
+    def allocate(self, selection, world_size, seed, epochs=1, weight_mode="none", ctx=None):
         raise KeyError("worker")
 """
 

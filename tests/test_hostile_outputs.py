@@ -22,7 +22,7 @@ from repro.core.results import (
     check_output_set,
     manifest_path,
     merge_results,
-    write_rows,
+    write_csv_with_sidecar,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,9 +38,14 @@ def _parts(root: Path, rows: list[dict[str, str]]) -> None:
     """The fixture's rows as one part file per run (with sidecars), under root/<run_id>/."""
     by_run: dict[str, list[dict]] = {}
     for r in rows:
-        by_run.setdefault(r["run_id"], []).append({k: (v if v != "" else None) for k, v in r.items()})
+        by_run.setdefault(r["run_id"], []).append(r)
     for rid, rs in by_run.items():
-        write_rows(root / rid / "results.part.csv", rs)
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(rs[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rs)
+        (root / rid).mkdir(parents=True, exist_ok=True)
+        write_csv_with_sidecar(root / rid / "results.part.csv", buf.getvalue(), len(rs))
 
 
 def _run_child(code: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:

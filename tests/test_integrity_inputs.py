@@ -70,7 +70,7 @@ def test_every_numeric_key_of_every_section_has_a_range() -> None:
     and every shipped default is itself allowed."""
     from slurm.profile import RANGES, ClusterProfile
 
-    keys = numeric_keys()
+    keys = numeric_keys(ExperimentConfig)
     assert len(keys) >= 29 and "train.grad_clip" in keys and "data.sources[].limit" in keys
     assert set(keys) == set(NUMERIC_RANGES)
     assert set(numeric_keys(ClusterProfile)) == set(RANGES)
@@ -494,8 +494,7 @@ def test_random_seed_offset_must_be_a_seed(tmp_path: Path) -> None:
     for bad in (float("inf"), 1.5, -100, True):
         with pytest.raises(
             ConfigError,
-            match=r"selection\.params\.seed_offset: expected an "
-            r"integer >= 0",
+            match=r"selection\.params\.seed_offset: expected an integer",
         ):
             SELECTORS.create("random", {"seed_offset": bad}, "selection.params")
     assert SELECTORS.create("random", {"seed_offset": 3}, "selection.params").seed_offset == 3

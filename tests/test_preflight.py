@@ -133,7 +133,10 @@ def test_selector_params_are_checked_against_the_selector() -> None:
     )
     assert "feature_batch_size" in errs[0]
     errs = _errors(preflight(_quick("selection.method=cluster", "selection.params.prune=closest")))
-    assert errs == ["selection.params.prune: 'closest' is not one of close, far, rand, mix, big, none"]
+    assert errs == [
+        "selection.params.prune: 'closest' is not allowed; expected one of 'close', 'far', 'rand', "
+        "'mix', 'big', 'none' (did you mean 'close'?)"
+    ]
 
 
 def test_plugin_selectors_must_import_and_be_classes_with_select() -> None:
@@ -241,9 +244,7 @@ def test_batches_budget_and_world_size_against_the_profile() -> None:
         "data.sources); use at most 96 or selection.fraction"
     ]
     errs = _errors(preflight(_quick("selection.method=cluster", "selection.params.feature_batch_size=0")))
-    assert errs == [
-        "selection.params.feature_batch_size: 0: expected an integer >= 1 (examples per feature batch)"
-    ]
+    assert errs == ["selection.params.feature_batch_size: expected an integer >= 1, got 0"]
     errs = _errors(preflight(_quick("data.demo_train_size=16")))
     assert errs == ["data.demo_train_size: 16: the generated demo pool needs >= 24 (2 per category)"]
     cfg = _quick("world_size=6", "train.global_batch_size=12")

@@ -15,6 +15,7 @@ import pytest
 from method import clustering as C
 from method.allocation import ClusterInterleaveAllocator, UniformShuffleAllocator, token_balanced_split
 from repro.core import steps
+from repro.core.config import ConfigError
 from repro.core.interfaces import AllocationContext, SelectionError
 from repro.core.types import Schedule, Selection
 
@@ -111,7 +112,7 @@ def test_balance_tokens_gives_equal_steps_and_near_equal_token_sums() -> None:
     assert steps.idle_share(plain_sums) > 0.3
     with pytest.raises(SelectionError, match="token lengths"):
         ClusterInterleaveAllocator(balance="tokens").allocate(sel, k, seed=3)
-    with pytest.raises(SelectionError, match="balance"):
+    with pytest.raises(ConfigError, match="allocation.params.balance: 'examples' is not allowed"):
         ClusterInterleaveAllocator(balance="examples")
 
 

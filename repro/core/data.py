@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import DataSource, ExperimentConfig
+from repro.core.config_schema import DataSource, ExperimentConfig
 from repro.core.log import get_logger
 from repro.core.prompts import FORMATS, ChatTemplate, DataError, RowError, detect_format, render
 from repro.core.types import Example, Pool

@@ -4,8 +4,11 @@ No base class is needed: any object with the right method works. Any selector ca
 any allocator; that is how the suite separates what a selection buys from what an allocation buys.
 
     selector.select(pool, budget, ctx) -> Selection        (which examples, optional groups/weights)
-    allocator.allocate(selection, world_size, seed, epochs) -> Schedule
+    allocator.allocate(selection, world_size, seed, epochs, weight_mode, ctx) -> Schedule
                                                           (each worker's ordered ids, loss weights)
+
+Each declares its parameters as a `Params` dataclass (repro/core/params.py), which the registry
+builds from the config's `selection.params` / `allocation.params`.
 
 Optional, for a selector that computes features which depend only on the model, the data and the
 seed (not on the budget, the ratio or the world size), so that grid cells can share one pass:
@@ -20,9 +23,10 @@ features once and links `features.npy` / `features.json` into each run folder, w
 selector's `select` must reuse them. The shared features job computes one kind today,
 "gradient-proxy" (method/features.py, with the mapping's feature_batch_size).
 
-An allocator that needs the examples' token lengths or the step shape (one that balances steps in
-tokens) also takes `ctx: AllocationContext`; the pipeline passes it to allocators whose
-allocate() has a `ctx` parameter, so allocators without one work unchanged.
+Every allocator takes `ctx: AllocationContext` (the selected examples' token lengths and the shape
+of an optimizer step), which the pipeline always passes; one that deals by count ignores it. An
+allocator written before `ctx` was part of the contract is refused with a message naming the
+parameter to add.
 """
 
 from __future__ import annotations
@@ -79,7 +83,13 @@ class Selector(Protocol):
 @runtime_checkable
 class Allocator(Protocol):
     def allocate(
-        self, selection: Selection, world_size: int, seed: int, epochs: int = 1, weight_mode: str = "none"
+        self,
+        selection: Selection,
+        world_size: int,
+        seed: int,
+        epochs: int = 1,
+        weight_mode: str = "none",
+        ctx: AllocationContext | None = None,
     ) -> Schedule:
         """Deal the selected ids to `world_size` workers for each epoch, with loss weights."""
         ...

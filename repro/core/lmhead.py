@@ -77,7 +77,7 @@ class HeadWorkspace:
     """A reusable fp32 buffer for the LM head's chunk of logits ([rows, V]).
 
     A fresh 1024 x 49152 fp32 tensor (192 MiB) is a fresh mmap on CPU: the kernel zero-fills and
-    page-faults it on every chunk of every batch (~0.09 s each on 2 cores, measured). A loop over
+    page-faults it on every chunk of every batch (docs/measurements.md: the cost measured). A loop over
     many batches passes one workspace to every `head_chunks` call, so the buffer is faulted in
     once. It grows to the largest chunk asked for, never beyond `chunk_rows` rows.
     """

@@ -13,6 +13,7 @@ A third party's pyproject.toml:
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import inspect
@@ -20,7 +21,8 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from repro.core.config import ConfigError
+from repro.core.builder import ConfigError
+from repro.core.params import build_params, canonical, describe, params_class
 
 # Modules whose import registers the built-in implementations. Imported on first use, so that
 # `import repro` stays light.
@@ -87,7 +89,10 @@ class Registry:
     def get(self, name: str) -> Any:
         """The class registered under `name`; raises ConfigError with suggestions if unknown, and
         when the name resolves to something that is not a class with the protocol's method."""
-        return self._checked(name, self._resolve(name))
+        cls = self._checked(name, self._resolve(name))
+        if self.method == "allocate":
+            _check_allocate_takes_ctx(name, cls)
+        return cls
 
     def _checked(self, name: str, obj: Any) -> Any:
         if inspect.isclass(obj) and callable(getattr(obj, self.method, None)):
@@ -137,38 +142,104 @@ class Registry:
         )
 
     def create(self, name: str, params: dict[str, Any], key: str) -> Any:
-        """Instantiate `name` with `params`; a wrong parameter names the config key and signature."""
+        """Instantiate `name` with `params`. A class with a `Params` dataclass
+        (repro/core/params.py) gets them built and checked by the config builder; a class of the
+        older keyword interface gets them as keywords, checked against its signature. Either
+        way a wrong parameter is a ConfigError naming the config key."""
         cls = self.get(name)
+        p_cls = params_class(cls)
+        self._check_keywords(cls, name, params, key)
+        if p_cls is not None:
+            built = build_params(p_cls, params, key)
+            return self._construct(name, key, params, lambda: cls(built))
+        return self._construct(name, key, params, lambda: cls(**params))
+
+    def _construct(self, name: str, key: str, params: dict[str, Any], make: Callable[[], Any]) -> Any:
         try:
-            sig = inspect.signature(cls)
-        except (TypeError, ValueError):
-            sig = None
-        if sig is not None:
-            accepts_kwargs = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
-            allowed = [
-                p
-                for p in sig.parameters
-                if sig.parameters[p].kind
-                in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-            ]
-            if not accepts_kwargs:
-                for p in params:
-                    if p not in allowed:
-                        hint = difflib.get_close_matches(p, allowed, n=1)
-                        extra = f"; did you mean {key}.{hint[0]}?" if hint else ""
-                        raise ConfigError(
-                            f"{key}.{p}: {self.kind[:-1]} {name!r} takes no "
-                            f"parameter {p!r}{extra} (it takes: "
-                            f"{', '.join(allowed) or 'none'})"
-                        )
-        try:
-            return cls(**params)
+            return make()
+        except ConfigError:
+            raise
         except (TypeError, ValueError) as e:
             if str(e).startswith(key):  # the class already named the key and what is allowed
                 raise ConfigError(str(e)) from e
             raise ConfigError(
                 f"{key}: {self.kind[:-1]} {name!r} rejected its parameters {params!r}: {e}"
             ) from e
+
+    def _check_keywords(self, cls: Any, name: str, params: dict[str, Any], key: str) -> None:
+        """Every key must be a parameter: a field of the class's Params, or (the older interface)
+        a keyword of its constructor."""
+        if not isinstance(params, dict):
+            raise ConfigError(f"{key}: expected a mapping of parameter names to values, got {params!r}")
+        allowed = self._parameter_names(cls)
+        if allowed is None:
+            return
+        for p in params:
+            if p not in allowed:
+                hint = difflib.get_close_matches(p, allowed, n=1)
+                extra = f"; did you mean {key}.{hint[0]}?" if hint else ""
+                raise ConfigError(
+                    f"{key}.{p}: {self.kind[:-1]} {name!r} takes no parameter {p!r}{extra} "
+                    f"(it takes: {', '.join(allowed) or 'none'})"
+                )
+
+    @staticmethod
+    def _parameter_names(cls: Any) -> list[str] | None:
+        """The Params' fields, else the constructor's keywords; None where any keyword goes."""
+        p_cls = params_class(cls)
+        if p_cls is not None:
+            return [f.name for f in dataclasses.fields(p_cls)]
+        try:
+            sig = inspect.signature(cls)
+        except (TypeError, ValueError):
+            return None
+        if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+            return None
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        return [p for p in sig.parameters if sig.parameters[p].kind in kinds]
+
+    def canonical(self, name: str, params: dict[str, Any], key: str) -> dict[str, Any]:
+        """The canonical form of `params` for `name` (repro/core/params.py): built, defaults left
+        out; the mapping as written for a class without `Params`. ConfigError as `create`."""
+        cls = self.get(name)
+        p_cls = params_class(cls)
+        if p_cls is None:
+            return dict(params or {})
+        self._check_keywords(cls, name, params, key)
+        return canonical(build_params(p_cls, params, key))
+
+    def parameters(self, name: str) -> list[str]:
+        """One line per parameter of `name` (type, default, range, meaning), for `ls`."""
+        cls = self.get(name)
+        p_cls = params_class(cls)
+        if p_cls is not None:
+            return describe(p_cls)
+        try:
+            sig = inspect.signature(cls)
+        except (TypeError, ValueError):
+            return ["(parameters not declared)"]
+        return [
+            f"{p.name} = {p.default!r}" if p.default is not p.empty else f"{p.name} (required)"
+            for p in sig.parameters.values()
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        ] + ["(older keyword interface: no Params dataclass, values are not type-checked)"]
+
+
+def _check_allocate_takes_ctx(name: str, cls: Any) -> None:
+    """The allocator protocol passes `ctx` (repro/core/interfaces.py); an allocate() written before
+    it was part of the protocol gets a ConfigError that says what to add."""
+    try:
+        params = inspect.signature(cls.allocate).parameters
+    except (TypeError, ValueError):
+        return
+    if "ctx" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    raise ConfigError(
+        f"allocator {name!r}: its allocate() takes no `ctx`, which every allocator is passed "
+        "(repro/core/interfaces.py). Add the parameter `ctx: AllocationContext | None = None` "
+        "(it holds the selected examples' token lengths and the step shape; an allocator that "
+        "deals by count can ignore it)"
+    )
 
 
 SELECTORS = Registry("selectors", "cluster_repro.selectors", "select")

@@ -2,7 +2,8 @@
 
 Each run writes its own part file (`<run_dir>/results.part.csv`), so parallel jobs never write the
 same file. `merge_results` gathers every part under an output directory into results.csv and
-results.parquet. Reports read nothing else.
+results.parquet. The reports read these rows, and from a run folder only the files docs/reports.md
+names (each checked as it is read).
 """
 
 from __future__ import annotations
@@ -21,56 +22,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from repro.core import schema
 from repro.core.io import atomic_write, atomic_write_json
 
 PART_NAME = "results.part.csv"
 
-COLUMNS = [
-    "run_id",
-    "config_hash",
-    "name",
-    "method",
-    "selection_params",
-    "allocator",
-    "allocation_params",
-    "weight_mode",
-    "ratio",
-    "kept_fraction",
-    "n_selected",
-    "n_pool",
-    "model",
-    "dataset",
-    "world_size",
-    "seed",
-    # The seeds the select/schedule and train stages used (config selection_seed and
-    # training_seed; `seed` where unset). Older rows lack them: readers fall back to seed.
-    "selection_seed",
-    "training_seed",
-    "eval_settings",
-    "benchmark",
-    "metric",
-    "value",
-    "stderr",
-    "n",
-    "selection_s",
-    "train_s",
-    "eval_s",
-    "end_to_end_s",
-    "tokens_per_s",
-    "allreduce_wait_share",
-    # The wait's prediction from the schedule and token counts (repro/core/steps.py).
-    "predicted_idle_share",
-    "peak_mem_mb",
-    # The run's outcome (ok, or diverged: its training loss or gradients became non-finite), how
-    # many times it was started before it finished, and the step its training resumed from.
-    "status",
-    "attempts",
-    "resumed_from_step",
-    "git_sha",
-    "versions",
-    "hardware",
-    "timestamp",
-]
+# The columns, their types, units and meaning: repro/core/schema.py (the one place a column is
+# declared). COLUMNS is their names in order.
+COLUMNS = schema.COLUMNS
 
 # Rows whose benchmark starts with one of these are diagnostics (costs, clusters, workers; see
 # repro/pipeline.py diagnostic_rows), never quality scores.
@@ -173,15 +132,17 @@ def write_csv_with_sidecar(path: Path, text: str, rows: int) -> None:
 
 
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Write rows (missing columns empty, never zero) atomically as CSV, with its sidecar."""
+    """Write rows atomically as CSV, with its sidecar: every value checked against its column's
+    type (repro/core/schema.py; RowSchemaError naming the column), missing ones empty, never
+    zero."""
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="raise")
-    w.writeheader()
+    w = csv.writer(buf, lineterminator="\r\n")
+    w.writerow(COLUMNS)
     for r in rows:
         unknown = set(r) - set(COLUMNS)
         if unknown:
             raise ValueError(f"result row has columns not in the schema: {sorted(unknown)}")
-        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
+        w.writerow([schema.BY_NAME[k].format(r.get(k)) for k in COLUMNS])
     write_csv_with_sidecar(Path(path), buf.getvalue(), len(rows))
 
 
@@ -207,7 +168,7 @@ class ConflictingRowsError(ValueError):
 
 
 # Columns every results file has (what reports place a row by).
-REQUIRED_COLUMNS = ("run_id", "method", "seed", "benchmark", "metric", "value")
+REQUIRED_COLUMNS = schema.REQUIRED_COLUMNS
 
 
 def read_checked(path: Path, require_sidecar: bool) -> list[dict[str, str]]:
@@ -449,25 +410,25 @@ def merge_results(
     out_csv = out_csv or Path(output_dir) / "results.csv"
     begin_output_set(out_csv)  # from here until the manifest is written the set reads unfinished
     write_csv_with_sidecar(out_csv, df.to_csv(index=False), len(df))
-    typed = df.copy()
-    for col in (
-        "value",
-        "stderr",
-        "kept_fraction",
-        "selection_s",
-        "train_s",
-        "eval_s",
-        "end_to_end_s",
-        "tokens_per_s",
-        "allreduce_wait_share",
-        "peak_mem_mb",
-        "ratio",
-    ):
-        typed[col] = pd.to_numeric(typed[col].replace("", None), errors="coerce")
-    ints = ("n_selected", "n_pool", "world_size", "seed", "selection_seed", "training_seed", "n")
-    for col in (*ints, "attempts", "resumed_from_step"):
-        typed[col] = pd.to_numeric(typed[col].replace("", None), errors="coerce").astype("Int64")
-    pq = out_csv.with_suffix(".parquet")
-    atomic_write(pq, lambda fh: typed.to_parquet(fh, index=False), mode="wb")
+    atomic_write(pq_path(out_csv), lambda fh: typed_frame(df).to_parquet(fh, index=False), mode="wb")
     finish_output_set(out_csv, len(df))
     return out_csv, len(df)
+
+
+def pq_path(csv_path: Path) -> Path:
+    """results.csv -> results.parquet."""
+    return Path(csv_path).with_suffix(".parquet")
+
+
+def typed_frame(df: Any) -> Any:
+    """The merged rows (all text, '' for missing) with every schema column in its dtype
+    (schema.PARQUET_DTYPES: string, Int64, float64; missing values as <NA>/NaN); columns the
+    schema does not know (a newer writer's) stay text."""
+    import pandas as pd
+
+    typed = df.copy()
+    for col in schema.SCHEMA:
+        text = typed[col.name].tolist()
+        values = [col.parse(v) for v in text] if col.type in ("int", "float") else [v or None for v in text]
+        typed[col.name] = pd.array(values, dtype=schema.PARQUET_DTYPES[col.type])
+    return typed

@@ -24,12 +24,18 @@ trainer's all-reduce wait share (train.json) is what it predicts, measured.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from repro.core.builder import ConfigError
 from repro.core.types import Example, Schedule
+
+if TYPE_CHECKING:
+    from repro.core.config_schema import ExperimentConfig
 
 
 def token_lengths(examples: list[Example], model_dir: Path, max_length: int) -> dict[str, int]:
@@ -132,3 +138,74 @@ def straggler_summary(
         "steps": int(total_steps),
         "step_tokens": sums.tolist(),
     }
+
+
+# ----------------------------------------------------------------------------- derived
+
+
+def grad_accum(cfg: ExperimentConfig) -> int:
+    """Micro-steps per optimizer step: global batch / (per-device batch x world size)."""
+    t = cfg.train
+    return t.global_batch_size // (t.per_device_batch_size * cfg.world_size)
+
+
+@dataclass
+class Derived:
+    """Numbers computed once from the config and the selection size, saved with the run."""
+
+    n_pool: int
+    n_selected: int
+    world_size: int
+    per_worker_batch: int
+    grad_accum: int
+    global_batch: int
+    examples_per_worker_per_epoch: int
+    steps_per_epoch: int
+    total_steps: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def derive(
+    cfg: ExperimentConfig,
+    n_pool: int,
+    n_selected: int,
+    per_worker_len: int,
+    steps_per_epoch: int | None = None,
+) -> Derived:
+    """Steps, per-worker batch and accumulation from the config and the schedule length.
+
+    `per_worker_len` is how many examples each worker sees per epoch (from the schedule; the most
+    of any worker when the schedule sets its own steps). A partial last optimizer step is dropped
+    when `train.drop_last` (as the authors' loader does). `steps_per_epoch`: the schedule's own
+    count (Schedule.step_sizes, steps balanced in tokens), used as it is.
+    """
+    t = cfg.train
+    accum = grad_accum(cfg)
+    per_step = t.per_device_batch_size * accum
+    if steps_per_epoch is None and t.drop_last:
+        steps_per_epoch = per_worker_len // per_step
+    elif steps_per_epoch is None:
+        steps_per_epoch = -(-per_worker_len // per_step)
+    total = steps_per_epoch * t.epochs
+    if t.max_steps is not None:
+        total = min(total, t.max_steps)
+    if total < 1:
+        raise ConfigError(
+            f"train: {n_selected} selected examples over {cfg.world_size} workers give "
+            f"{per_worker_len} per worker, fewer than one optimizer step of "
+            f"per_device_batch_size x grad_accum = {per_step}; lower train.global_batch_size "
+            "or select more data"
+        )
+    return Derived(
+        n_pool=n_pool,
+        n_selected=n_selected,
+        world_size=cfg.world_size,
+        per_worker_batch=t.per_device_batch_size,
+        grad_accum=accum,
+        global_batch=t.global_batch_size,
+        examples_per_worker_per_epoch=per_worker_len,
+        steps_per_epoch=steps_per_epoch,
+        total_steps=total,
+    )

@@ -6,6 +6,7 @@ They carry no behaviour beyond small conveniences, so a newcomer can read them f
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,14 +72,120 @@ class Pool:
         return [e.category for e in self.examples]
 
 
+class RunFileError(ValueError):
+    """A run-folder file (selection.json, schedule.json) that does not hold what it should; the
+    message names the file and the key."""
+
+
+def _num(d: dict[str, Any], key: str, where: str, kind: type = float) -> Any:
+    v = d.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise RunFileError(f"{where}: {key} is {v!r}, expected a number or null")
+    return kind(v)
+
+
+def _int_list(d: dict[str, Any], key: str, where: str) -> list[int] | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise RunFileError(f"{where}: {key} is {v!r}, expected a list of integers or null")
+    return list(v)
+
+
+@dataclass
+class StepCost:
+    """What one step of a selection cost: wall seconds and peak memory (MiB)."""
+
+    seconds: float | None = None
+    peak_mem_mb: float | None = None
+
+
+# The selection steps whose costs the result rows report (cost/<step>).
+SELECTION_STEPS = ("features", "clustering", "selection")
+
+
+@dataclass
+class SelectionDiagnostics:
+    """What a selection says about itself, typed, written once (selection.json `diagnostics`);
+    the result rows' diagnostics (repro/pipeline.py diagnostic_rows) and the reports read this.
+
+    with_replacement: the kept ids may repeat (an up-sampling selector). costs: per step of
+    SELECTION_STEPS. cluster_sizes_before_cap / _after_cap: per group (a worker's clusters; the
+    cluster itself with one per worker), as k-means made them and after the soft cap.
+    category_agreement: the clusters against the pool's categories (nmi, ari, purity, n)."""
+
+    with_replacement: bool = False
+    costs: dict[str, StepCost] = field(default_factory=dict)
+    cluster_sizes_before_cap: list[int] | None = None
+    cluster_sizes_after_cap: list[int] | None = None
+    category_agreement: dict[str, float] | None = None
+    features_reused: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> SelectionDiagnostics:
+        if not isinstance(d, dict):
+            raise RunFileError(f"{where}: diagnostics is {d!r}, expected a mapping")
+        costs = {}
+        for step, c in (d.get("costs") or {}).items():
+            if not isinstance(c, dict):
+                raise RunFileError(f"{where}: diagnostics.costs.{step} is {c!r}, expected a mapping")
+            w = f"{where}: diagnostics.costs.{step}"
+            costs[str(step)] = StepCost(_num(c, "seconds", w), _num(c, "peak_mem_mb", w))
+        agreement = d.get("category_agreement")
+        if agreement is not None and not isinstance(agreement, dict):
+            raise RunFileError(
+                f"{where}: diagnostics.category_agreement is {agreement!r}, expected a mapping"
+            )
+        w = f"{where}: diagnostics"
+        return cls(
+            with_replacement=bool(d.get("with_replacement", False)),
+            costs=costs,
+            cluster_sizes_before_cap=_int_list(d, "cluster_sizes_before_cap", w),
+            cluster_sizes_after_cap=_int_list(d, "cluster_sizes_after_cap", w),
+            category_agreement=(
+                {str(k): _num(agreement, k, f"{w}.category_agreement") for k in agreement}
+                if agreement is not None
+                else None
+            ),
+            features_reused=d.get("features_reused"),
+        )
+
+    @classmethod
+    def from_legacy_info(cls, info: dict[str, Any]) -> SelectionDiagnostics:
+        """A selection.json written before diagnostics existed kept them in `info`."""
+        costs = {
+            step: StepCost(info.get(f"{step}_s"), info.get(f"{step}_peak_mem_mb"))
+            for step in SELECTION_STEPS
+            if info.get(f"{step}_s") is not None or info.get(f"{step}_peak_mem_mb") is not None
+        }
+        return cls.from_dict(
+            {
+                "with_replacement": info.get("with_replacement", False),
+                "costs": {k: dataclasses.asdict(v) for k, v in costs.items()},
+                "cluster_sizes_before_cap": info.get("cluster_sizes_before_cap"),
+                "cluster_sizes_after_cap": info.get("cluster_sizes_after_cap"),
+                "category_agreement": info.get("category_agreement"),
+                "features_reused": info.get("features_reused"),
+            },
+            "selection.json (info)",
+        )
+
+
 @dataclass
 class Selection:
     """What a selector returns: the kept example ids, in the selector's order.
 
     `clusters[i]` is the group of `ids[i]` when the selector groups examples (CluSTER, S2L),
     `scores[i]` a per-example score when it ranks them, and `group_weights[c]` a loss weight for
-    group c when the selector defines one (CluSTER's rank weights). `info` is a JSON-able summary
-    written to selection.json (sizes, times, counts of duplicates removed, ...).
+    group c when the selector defines one (CluSTER's rank weights). `diagnostics` is what the
+    suite reads about the selection (typed: costs, cluster sizes, with_replacement); `info` is a
+    free JSON-able summary for people (settings, counts), which no stage or report reads.
     """
 
     ids: list[str]
@@ -86,9 +193,90 @@ class Selection:
     scores: list[float] | None = None
     group_weights: dict[int, float] | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    diagnostics: SelectionDiagnostics = field(default_factory=SelectionDiagnostics)
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def to_dict(self, method: str) -> dict[str, Any]:
+        """selection.json's content (docs/files.md)."""
+        return {
+            "method": method,
+            "ids": self.ids,
+            "clusters": self.clusters,
+            "scores": self.scores,
+            "group_weights": (
+                {str(k): v for k, v in self.group_weights.items()} if self.group_weights else None
+            ),
+            "info": self.info,
+            "diagnostics": self.diagnostics.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "selection.json") -> Selection:
+        """Checked: RunFileError naming `where` and the key for a field of the wrong shape."""
+        if not isinstance(d, dict) or not isinstance(d.get("ids"), list):
+            raise RunFileError(f"{where}: expected JSON with a list 'ids'")
+        ids = [str(i) for i in d["ids"]]
+        for name in ("clusters", "scores"):
+            v = d.get(name)
+            if v is not None and (not isinstance(v, list) or len(v) != len(ids)):
+                raise RunFileError(f"{where}: {name} is not a list of {len(ids)} entries (one per id)")
+        gw = d.get("group_weights")
+        if gw is not None and not isinstance(gw, dict):
+            raise RunFileError(f"{where}: group_weights is {gw!r}, expected a mapping or null")
+        info = d.get("info") or {}
+        diag = d.get("diagnostics")
+        return cls(
+            ids=ids,
+            clusters=d.get("clusters"),
+            scores=d.get("scores"),
+            group_weights={int(k): v for k, v in gw.items()} if gw else None,
+            info=info,
+            diagnostics=(
+                SelectionDiagnostics.from_legacy_info(info)
+                if diag is None
+                else SelectionDiagnostics.from_dict(diag, where)
+            ),
+        )
+
+
+def read_selection(path: Any) -> Selection:
+    """selection.json of a run folder, checked (RunFileError naming the file)."""
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        d = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise RunFileError(f"{p}: cannot be read as JSON ({e})") from None
+    return Selection.from_dict(d, str(p))
+
+
+@dataclass
+class ScheduleDiagnostics:
+    """What the schedule stage measured and predicted, typed (schedule.json `diagnostics`): the
+    allocator's seconds, and the straggler idle share predicted from the steps' token sums, in all
+    and per worker (repro/core/steps.py; None with one worker)."""
+
+    allocation_s: float | None = None
+    predicted_idle_share: float | None = None
+    worker_idle_shares: list[float] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> ScheduleDiagnostics:
+        if not isinstance(d, dict):
+            raise RunFileError(f"{where}: diagnostics is {d!r}, expected a mapping")
+        shares = d.get("worker_idle_shares") or []
+        if not isinstance(shares, list):
+            raise RunFileError(f"{where}: diagnostics.worker_idle_shares is {shares!r}, expected a list")
+        w = f"{where}: diagnostics"
+        return cls(
+            allocation_s=_num(d, "allocation_s", w),
+            predicted_idle_share=_num(d, "predicted_idle_share", w),
+            worker_idle_shares=[float(x) for x in shares],
+        )
 
 
 @dataclass
@@ -115,6 +303,7 @@ class Schedule:
     clusters: dict[str, int] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     step_sizes: list[list[list[int]]] | None = None
+    diagnostics: ScheduleDiagnostics = field(default_factory=ScheduleDiagnostics)
 
     @property
     def world_size(self) -> int:
@@ -143,6 +332,7 @@ class Schedule:
             "example_weights": self.example_weights,
             "clusters": self.clusters,
             "info": self.info,
+            "diagnostics": dataclasses.asdict(self.diagnostics),
         }
         if self.step_sizes is not None:
             d["step_sizes"] = self.step_sizes
@@ -157,4 +347,5 @@ class Schedule:
             clusters={k: int(v) for k, v in (d.get("clusters") or {}).items()},
             info=d.get("info") or {},
             step_sizes=d.get("step_sizes"),
+            diagnostics=ScheduleDiagnostics.from_dict(d.get("diagnostics") or {}, "schedule.json"),
         )

@@ -1,0 +1,300 @@
+"""The experiment config's schema: one dataclass per section, and the run's identity (its hash).
+
+`repro/core/config.py` loads these from YAML and overrides (through repro/core/builder.py) and
+validates them (repro/core/checks.py); this module is what a config *is*. `config_hash` is stable:
+canonical JSON of the fields that change what is trained (paths, launch and eval settings and
+train.report_to are left out, so moving the data does not rerun work; the eval settings have their
+own `eval_hash`), with the selector's and allocator's parameters in their canonical form
+(repro/core/params.py): `ratio: 50` and `ratio: 50.0` are one run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from repro.core.prompts import FORMATS
+
+# A source's prompt format: "auto" or a format of repro/core/prompts.py (the one list of formats
+# and their fields; `cluster-repro ls formats`).
+PromptFormatName = Literal[tuple(["auto", *FORMATS])]  # type: ignore[valid-type]
+
+
+def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """Where local data files live: `data_dir` when given, else $CLUSTER_REPRO_DATA, else None.
+    The one rule for the config key, the eval CLI's --data-dir and lm-eval's metadata alike."""
+    d = data_dir or os.environ.get("CLUSTER_REPRO_DATA")
+    return Path(d).expanduser() if d else None
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+@dataclass
+class LoraConfig:
+    enabled: bool = True
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+
+
+@dataclass
+class ModelConfig:
+    # A hub id, a local directory, or a builtin name: "tiny-random-llama", "smollm2-135m-instruct".
+    name_or_path: str = "smollm2-135m-instruct"
+    # float32 on CPU; bfloat16 autocast on GPU when "auto".
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    # Tiny random model size (only for name_or_path == "tiny-random-llama").
+    tiny_hidden_size: int = 64
+    tiny_layers: int = 2
+    # A hub model's branch, tag or commit (null: the hub's default branch). The commit it
+    # resolves to is recorded in the model stage's fingerprint and the rows' provenance.
+    revision: str | None = None
+
+
+@dataclass
+class DataSource:
+    # "demo" (generated), a path relative to data_dir (.json or .jsonl), or "hf:<hub id>".
+    path: str = "demo"
+    # Prompt format; "auto" picks from the fields of the first row.
+    format: PromptFormatName = "auto"  # type: ignore[valid-type]
+    split: str = "train"  # for hub datasets
+    limit: int | None = None  # first N rows (after bad-row handling), None = all
+    # PubMedQA: a JSON file of test ids to exclude (relative to data_dir), e.g. test_ground_truth.json
+    exclude_ids_file: str | None = None
+    # A hub dataset's (hf:) branch, tag or commit (null: the default branch); its resolved
+    # commit is recorded like the model's.
+    revision: str | None = None
+
+
+@dataclass
+class DataConfig:
+    sources: list[DataSource] = field(default_factory=lambda: [DataSource()])
+    max_length: int = 256  # tokens; longer examples are truncated from the right (see docs)
+    heldout_fraction: float = 0.1  # share of the pool kept out of training, for loss/perplexity
+    on_bad_row: Literal["error", "skip"] = "error"
+    # true: the user turn (instruction + input) goes through the model tokenizer's chat template,
+    # with the assistant's turn opened, instead of the dataset's own template (repro/core/data.py);
+    # an error at the pool stage if the tokenizer has no template. false: the dataset's template.
+    chat_template: bool = False
+    # Demo pool generator knobs (path == "demo").
+    demo_train_size: int = 480
+    demo_heldout_per_category: int = 8
+    # The demo training pool's category skew: the rarest category's share of the training rows
+    # and the commonest's (the ranks between fall off steeply, repro/core/demo_pool.py
+    # category_shares; the seed decides which category is which rank). Held-out rows stay
+    # demo_heldout_per_category per category.
+    demo_min_share: float = 0.05
+    demo_max_share: float = 0.30
+
+
+@dataclass
+class SelectionConfig:
+    """Which examples to keep. Two keys look alike and have different units:
+    `fraction` is a share of the pool in (0, 1] (0.5 = half the pool), while CluSTER's
+    `params.ratio` is a PERCENTAGE in (0, 100] of the smallest cluster kept per cluster
+    (50 = the paper's r = 0.5). CluSTER sets its own budget from ratio and takes neither
+    `fraction` nor `n`."""
+
+    # A registered selector name (see `cluster-repro ls selectors`) or "module:Class".
+    method: str = "full"
+    # Budget: a share of the pool in (0, 1] (not a percentage), or an absolute count n (n wins
+    # when both are set).
+    fraction: float | None = None
+    n: int | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AllocationConfig:
+    # A registered allocator name (see `cluster-repro ls allocators`) or "module:Class".
+    method: str = "uniform-shuffle"
+    # "rank": weights the selector defines per group (CluSTER); "none": every worker weight 1.
+    weight_mode: Literal["none", "rank"] = "none"
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 1
+    max_steps: int | None = None  # cap on optimizer steps (after the epoch count)
+    lr: float = 2e-4
+    optimizer: Literal["adamw", "adafactor", "sgd"] = "adamw"  # sgd: plain, for exact tests
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    schedule: Literal["linear", "constant"] = "linear"
+    per_device_batch_size: int = 1
+    global_batch_size: int = 8  # = per_device_batch_size * world_size * grad_accum
+    grad_clip: float | None = None
+    drop_last: bool = True
+    checkpoint_every: int = 0  # optimizer steps between checkpoints; 0 = only at the end
+    keep_checkpoints: int = 2
+    # ddp: every worker holds the whole model (LoRA, small models). fsdp: FSDP2 shards weights,
+    # gradients and optimizer state over the workers (full fine-tuning of 7B/13B models).
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    # Keep only each decoder layer's input in forward and recompute the layer in backward.
+    activation_checkpointing: bool = False
+    # Per-step loss, lr, gradient norm, tokens/s and all-reduce wait (rank 0's) to an experiment
+    # tracker, offline (repro/core/tracking.py): tensorboard writes <run_dir>/tb/. Not part of
+    # the config hash: it changes what is recorded, not what is trained.
+    report_to: Literal["none", "tensorboard", "wandb", "trackio"] = "none"
+
+
+# The demo tasks' own generation limit (tokens), used when eval.max_new_tokens does not set one.
+DEMO_MAX_NEW_TOKENS = 48
+
+
+@dataclass
+class EvalConfig:
+    heldout_loss: bool = True
+    # Generation-scored held-out tasks of the demo pool (exact match / execution).
+    demo_tasks: bool = True
+    benchmarks: list[str] = field(default_factory=list)  # lm-eval benchmarks (docs/benchmarks.md)
+    # Folders of lm-eval task YAMLs whose tasks become benchmarks by their task name
+    # (docs/add-a-benchmark.md); relative paths are read from the current directory, as lm-eval's
+    # --include_path.
+    task_paths: list[str] = field(default_factory=list)
+    batch_size: int = 8
+    # The limit on generated tokens of every generation task the eval stage runs: the demo tasks
+    # and the code benchmarks. One number for all; a mapping per task ({humaneval: 1024,
+    # mbpp: 256, demo: 28}); null (or a task the mapping leaves out): the task's own limit
+    # (demo 48, HumanEval(+) 1024, MBPP(+) 256). Benchmark rows record it (eval_max_gen_toks).
+    max_new_tokens: int | dict[str, int] | None = None
+    limit: int | None = None
+    # Processes that evaluate the benchmarks, each with its own GPU and share of the items:
+    # null = one per visible GPU (1 on CPU). Inside a SLURM job the job's own tasks evaluate
+    # (one per GPU, as they trained) and this key is not used.
+    workers: int | None = None
+
+    def gen_limit(self, task: str) -> int | None:
+        """The generation limit this config states for `task` (a benchmark name or "demo"), or
+        None where it states none (the task's own limit applies)."""
+        if isinstance(self.max_new_tokens, dict):
+            return self.max_new_tokens.get(task)
+        return self.max_new_tokens
+
+
+@dataclass
+class LaunchConfig:
+    """How `run` starts its workers on this machine (`cluster-repro launch` takes its cluster
+    settings from a cluster profile, slurm/profile.py)."""
+
+    master_port: int | None = None  # None: a free port is chosen
+    torch_threads: int | None = None  # per worker; None: cores // world_size (at least 1)
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "demo"
+    seed: int = 42
+    # Separate seeds for the two sources of run-to-run spread (reports/analyses.py splits a
+    # metric's variance over them). null: `seed`, so a config that leaves them out selects,
+    # trains and hashes exactly as before. selection_seed: the selector's draws
+    # (SelectionContext.seed: which examples are kept); training_seed: how they are trained, the
+    # allocator's deal and order (the schedule) and the trainer's draws (LoRA init, dropout,
+    # every per-rank stream). `seed` alone still draws the pool's held-out split
+    # and a tiny random model's weights, so runs that differ only in these share pool and model.
+    selection_seed: int | None = None
+    training_seed: int | None = None
+    output_dir: str = "runs"
+    data_dir: str | None = None  # where local data files live; env CLUSTER_REPRO_DATA if unset
+    world_size: int = 4
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
+    allocation: AllocationConfig = field(default_factory=AllocationConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+
+    # -- convenience ---------------------------------------------------------------------
+    def resolved_data_dir(self) -> Path | None:
+        return resolve_data_dir(self.data_dir)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def hash(self) -> str:
+        return config_hash(self)
+
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) / self.name / self.hash()
+
+    def seed_for_selection(self) -> int:
+        """The seed of the select and schedule stages: selection_seed, or `seed` when unset."""
+        return self.seed if self.selection_seed is None else self.selection_seed
+
+    def seed_for_training(self) -> int:
+        """The seed of the train stage: training_seed, or `seed` when unset."""
+        return self.seed if self.training_seed is None else self.training_seed
+
+
+# Keys that do not change what a run trains: left out of the hash, which names the run folder
+# (a dotted key leaves out one key of a section). `eval` is left out too: how a trained model is
+# scored has its own key (`eval_hash`), which the eval stage records, so correcting a benchmark
+# name or the eval limit later redoes only the evaluation and the result rows, never the
+# selection or the training. `train.report_to` only says where the training's scalars are shown.
+_HASH_EXCLUDED = {"name", "output_dir", "data_dir", "launch", "eval", "train.report_to"}
+# Keys left out of the hash while they are null (their default): added after configs were
+# hashed, so every config that leaves them unset keeps its hash and run folder.
+_HASH_EXCLUDED_WHEN_NULL = ("selection_seed", "training_seed")
+
+
+def _short_hash(d: Any) -> str:
+    blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def config_hash(cfg: ExperimentConfig) -> str:
+    """The run's training identity: 12 hex digits of the canonical JSON of every field that
+    changes what is selected and trained (all but name, paths, launch, eval, train.report_to),
+    with the selector's and allocator's parameters in their canonical form."""
+    d = cfg.to_dict()
+    for key in _HASH_EXCLUDED:
+        *section, last = key.split(".")
+        parent = d
+        for part in section:
+            parent = parent[part]
+        parent.pop(last, None)
+    for key in _HASH_EXCLUDED_WHEN_NULL:
+        if d.get(key) is None:
+            d.pop(key, None)
+    # revision (model, data sources): added later, left out while null like the keys above.
+    if d["model"].get("revision") is None:
+        d["model"].pop("revision", None)
+    for src in d["data"]["sources"]:
+        if src.get("revision") is None:
+            src.pop("revision", None)
+    d["selection"]["params"], d["allocation"]["params"] = canonical_params(cfg)
+    return _short_hash(d)
+
+
+def canonical_params(cfg: ExperimentConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """selection.params and allocation.params in their canonical form (repro/core/params.py:
+    typed, defaults left out). Parameters their class refuses stay as written: such a config
+    never runs (preflight names the problem), and its hash only has to be stable."""
+    from repro.core.builder import ConfigError
+    from repro.core.registry import ALLOCATORS, SELECTORS
+
+    out = []
+    for reg, section, key in (
+        (SELECTORS, cfg.selection, "selection.params"),
+        (ALLOCATORS, cfg.allocation, "allocation.params"),
+    ):
+        try:
+            out.append(reg.canonical(section.method, section.params, key))
+        except ConfigError:
+            out.append(dict(section.params))
+    return out[0], out[1]
+
+
+def eval_hash(cfg: ExperimentConfig) -> str:
+    """The evaluation's identity: 12 hex digits of the canonical JSON of the `eval` section."""
+    return _short_hash(dataclasses.asdict(cfg.eval))
