@@ -14,6 +14,8 @@ from repro.core.types import Pool, Selection
 class FullSelector(Parameterized):
     """Keeps every example, in pool order. A budget other than the pool size is an error."""
 
+    takes_budget = False  # it keeps the pool (repro/contracts.py: cannot be matched to a kept count)
+
     @dataclass
     class Params:
         """No parameters."""

@@ -20,6 +20,8 @@ class RandomSelector(Parameterized):
     The kept ids stay in pool order; the allocator shuffles.
     """
 
+    meets_budget = True  # exactly the budget (repro/contracts.py checks it)
+
     @dataclass
     class Params:
         seed_offset: int = param(

@@ -50,6 +50,8 @@ UniformParams.__module__ = __name__
 class UniformSelector(Parameterized):
     """The paper's Uniform: CluSTER's clusters, each up-sampled with replacement to the largest."""
 
+    takes_budget = False  # its kept count comes from the clusters (repro/contracts.py)
+
     Params = UniformParams
 
     def setup(self) -> None:

@@ -91,7 +91,7 @@ class UniformShuffleAllocator(Parameterized):
             g = torch.Generator()
             g.manual_seed(seed + epoch)
             perm = torch.randperm(n, generator=g).tolist()
-            perm += perm[: total - n]  # wrap around, as DistributedSampler pads
+            perm = (perm * -(-total // n))[:total]  # wrap around (repeatedly), as DistributedSampler pads
             order.append([[selection.ids[i] for i in perm[k:total:world_size]] for k in range(world_size)])
         clusters = (
             {i: int(c) for i, c in zip(selection.ids, selection.clusters)}

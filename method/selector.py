@@ -157,6 +157,8 @@ class ClusterSelector(Parameterized):
     that scale selection out.
     """
 
+    takes_budget = False  # its kept count comes from selection.params.ratio (repro/contracts.py)
+
     Params = ClusterParams
     LAZY_NORMALIZE_BYTES = 2**30
 
@@ -212,7 +214,7 @@ class ClusterSelector(Parameterized):
                 and meta.get("feature_max_length") == self.feature_max_length
                 and (model_dir is None or meta.get("model", str(model_dir)) == str(model_dir))
             ):
-                return np.load(out, mmap_mode="r"), {**meta, "reused": True}
+                return _load_features(out, len(pool)), {**meta, "reused": True}
         if ctx.model_dir is None:
             raise SelectionError("selector 'cluster' needs the target model (ctx.model_dir)")
         if self.feature_type == "gradient-proxy":
@@ -249,7 +251,7 @@ class ClusterSelector(Parameterized):
         else:
             self._lora_features(pool, ctx, out)
         meta = json.loads(meta_path.read_text())
-        return np.load(out, mmap_mode="r"), meta
+        return _load_features(out, len(pool)), meta
 
     def _normalized(self, X: np.ndarray, k: int, ctx: SelectionContext, scratch: list[Path]):
         """Step 2 (and the optional projection). In memory; or, with kmeans fast and a matrix over
@@ -531,3 +533,20 @@ class ClusterSelector(Parameterized):
             },
             diagnostics=SelectionDiagnostics(cluster_sizes_before_cap=[n], cluster_sizes_after_cap=[n]),
         )
+
+
+def _load_features(path: Path, n: int) -> np.ndarray:
+    """The N x D features at `path`; SelectionError naming the file when it is cut or not N rows."""
+    try:
+        X = np.load(path, mmap_mode="r")
+    except (ValueError, OSError, EOFError) as e:
+        raise SelectionError(
+            f"{path}: the features file is damaged or cut ({e}); delete it and "
+            f"{path.with_suffix('.json').name} beside it so the features are computed again"
+        ) from None
+    if X.ndim != 2 or X.shape[0] != n:
+        raise SelectionError(
+            f"{path}: holds features of shape {X.shape}, expected {n} rows (one per pool example); "
+            f"delete it and {path.with_suffix('.json').name} so the features are computed again"
+        )
+    return X

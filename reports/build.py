@@ -30,6 +30,7 @@ from reports.load import (
     group_cells,
     input_digest,
     read_results,
+    schema_notes,
     split_protocol,
 )
 from reports.render import to_csv, to_latex, to_markdown
@@ -109,13 +110,18 @@ def build_report(
     figures: bool = True,
     run_ids: set[str] | None = None,
     allow_damaged: bool = False,
+    allow_old_schema: bool = False,
 ) -> Path:
     """Write the report for the results at `results` (a folder or a CSV) into `out`; returns the
     index page. figures=False skips the figures (and their links); run_ids keeps only those runs
     (the demo reports its own runs); allow_damaged leaves damaged results files out (named on
     the index page) instead of stopping."""
+    final = Path(out)
+    check_report_out(final)  # before any work: a file, or a folder that is not a report, is refused
     files, root = find_result_files(Path(results))
     rows, damaged = read_results(files, root, allow_damaged)
+    migration, schema_info = schema_notes(rows, allow_old_schema)  # refuses a file without a grouping column
+    damaged = damaged + migration
     for note in damaged:  # on the index page too; said here so a script's log shows it
         print(f"warning: {note}", file=sys.stderr, flush=True)
     if run_ids is not None:
@@ -129,7 +135,7 @@ def build_report(
     tables = all_tables(rep, load_reported())
     analyses, kept = analysis_tables(rep, root)
     tables += analyses
-    out = Path(out)
+    out = _staging(final)  # written whole, then renamed into place (publish_report)
     tdir, fdir = out / "tables", out / "figures"
     for t in tables:
         if notes and (t.name == "main" or t.name.startswith("main_compact_")):
@@ -155,6 +161,8 @@ def build_report(
     ]
     if notes:
         index += ["**Warnings**", ""] + [f"- {n}" for n in notes] + [""]
+    if schema_info:
+        index += ["**Notes**", ""] + [f"- {n}" for n in schema_info] + [""]
     compact = {t.name for t in tables if t.name.startswith("main_compact_")}
     for t in tables:  # first: the tables a paper prints
         if t.name in compact:
@@ -182,6 +190,64 @@ def build_report(
             ]
     for t in analyses:
         index += _table_section(t)
-    path = out / "index.md"
-    atomic_write_text(path, "\n".join(index))
-    return path
+    atomic_write_text(out / "index.md", "\n".join(index))
+    atomic_write_text(out / REPORT_MARK, "a report folder written by `cluster-repro report`\n")
+    publish_report(out, final)
+    return final / "index.md"
+
+
+# ----------------------------------------------------------------------------- a whole folder
+#
+# A report is many files (tables, figures, index.md). It is written into a staging folder beside
+# OUT (`.OUT.partial-<pid>`), then swapped in by renames: a kill leaves either the old report or
+# the new one whole (or, between the two renames, none), never an old index.md beside new tables.
+# Leftover staging folders are removed by the next report. OUT holds `REPORT_MARK`, so that a
+# folder that is not a report (the runs folder, a home directory) is never replaced.
+
+REPORT_MARK = ".cluster-repro-report"
+
+
+def check_report_out(out: Path) -> None:
+    """ReportInputError unless `out` is new, empty, or a report folder this suite wrote."""
+    from reports.load import ReportInputError
+
+    if out.is_file() or (out.exists() and not out.is_dir()):
+        raise ReportInputError(f"--out {out}: is a file, not a folder; give a folder for the report")
+    for parent in out.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ReportInputError(f"--out {out}: {parent} is a file, not a folder; give a folder path")
+    if out.is_dir() and any(out.iterdir()) and not (out / REPORT_MARK).is_file():
+        legacy = (out / "index.md").is_file() and (out / "tables").is_dir()
+        if not legacy:
+            raise ReportInputError(
+                f"--out {out}: the folder exists and is not a report folder (no {REPORT_MARK} "
+                "and no index.md + tables/); the report replaces its folder whole, so give a new "
+                "or empty folder"
+            )
+
+
+def _staging(final: Path) -> Path:
+    import os
+    import shutil
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for old in final.parent.glob(f".{final.name}.partial-*"):
+        shutil.rmtree(old, ignore_errors=True)  # a killed report's staging folder
+    for old in final.parent.glob(f".{final.name}.old-*"):
+        shutil.rmtree(old, ignore_errors=True)
+    staging = final.parent / f".{final.name}.partial-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    return staging
+
+
+def publish_report(staging: Path, final: Path) -> None:
+    """Swap the finished staging folder in for `final` (the old report is removed after)."""
+    import os
+    import shutil
+
+    old = final.parent / f".{final.name}.old-{os.getpid()}"
+    if final.exists():
+        final.rename(old)
+    staging.rename(final)
+    shutil.rmtree(old, ignore_errors=True)

@@ -45,6 +45,12 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
         help="leave out results files that are damaged (cut, or not matching their "
         "checksum) instead of stopping; each is named on the index page",
     )
+    p.add_argument(
+        "--allow-old-schema",
+        action="store_true",
+        help="report results files that lack a column the report groups runs by (written by an "
+        "older version) instead of stopping; a migration note on the index page names each",
+    )
     p.set_defaults(func=run_report)
 
 
@@ -62,7 +68,9 @@ def run_report(args: argparse.Namespace) -> int:
         with warnings.catch_warnings():
             # Shown on the index page and in the main table's notes; say it once here too.
             warnings.simplefilter("ignore", MixedVersionsWarning)
-            index = build_report(results, out, allow_damaged=args.allow_damaged)
+            index = build_report(
+                results, out, allow_damaged=args.allow_damaged, allow_old_schema=args.allow_old_schema
+            )
     except ReportInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -209,6 +209,64 @@ def read_results(
     return out, [f"skipped damaged results file {d}" for d in damaged]
 
 
+# Columns the report groups runs into cells and pairs them by (cell_key, assign_budgets): a file
+# without one would move its runs to another cell silently, so it is refused (or, with
+# --allow-old-schema, read with a migration note). Other missing columns are blanks (one note).
+GROUP_COLUMNS = (
+    "dataset",
+    "model",
+    "world_size",
+    "selection_params",
+    "ratio",
+    "n_selected",
+    "allocator",
+    "allocation_params",
+    "weight_mode",
+)
+
+
+def schema_notes(
+    rows: list[tuple[str, dict[str, str]]], allow_old_schema: bool = False
+) -> tuple[list[str], list[str]]:
+    """(warnings, notes) about files written before some columns existed. A file lacking a
+    GROUP_COLUMNS column is a ReportInputError naming the file, the columns and the fix, unless
+    `allow_old_schema` (then a warning, the migration note); optional columns missing anywhere
+    give one note."""
+    from repro.core.results import COLUMNS
+
+    headers: dict[str, set[str]] = {}
+    for label, r in rows:
+        headers.setdefault(label.rsplit(":", 1)[0], set(r))
+    old = {f: [c for c in GROUP_COLUMNS if c not in h] for f, h in headers.items()}
+    old = {f: cols for f, cols in old.items() if cols}
+    warnings_: list[str] = []
+    if old and not allow_old_schema:
+        lines = [f"  {f}: lacks {', '.join(cols)}" for f, cols in sorted(old.items())]
+        raise ReportInputError(
+            f"{len(old)} results file(s) lack columns the report groups and pairs runs by (written "
+            "by an older version of the suite); their runs would land in the wrong cells:\n"
+            + "\n".join(lines)
+            + "\nRewrite each run's part: delete its stages/results.json and run it again (only "
+            "the results stage reruns), then `cluster-repro results`; or pass --allow-old-schema to "
+            "report them as they are (a migration note goes on the index page)"
+        )
+    for f, cols in sorted(old.items()):
+        warnings_.append(
+            f"migration: {f} predates the column(s) {', '.join(cols)}; its runs are shown with "
+            "those settings unknown (--allow-old-schema), so they are not compared with runs that "
+            "state them. Rerun its results stage to place them"
+        )
+    optional = sorted({c for h in headers.values() for c in COLUMNS if c not in h and c not in GROUP_COLUMNS})
+    notes = []
+    if optional:
+        n = sum(1 for h in headers.values() if any(c not in h for c in optional))
+        notes.append(
+            f"{n} results file(s) predate the optional column(s) {', '.join(optional)}: shown as "
+            "blank (not measured) where they are missing"
+        )
+    return warnings_, notes
+
+
 def read_result_rows(
     files: list[Path], root: Path, allow_damaged: bool = False
 ) -> list[tuple[str, dict[str, str]]]:

@@ -321,6 +321,139 @@ def _idle_line(run_dir: Path) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command, inside the one top-level handler (`environment_errors`): errors of the
+    machine (no space, read-only, not a directory, permission) and SIGTERM / Ctrl-C end in one
+    line naming the path and the fix, never a traceback."""
+    import signal
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        raise Interrupted("SIGTERM", 143)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not the main thread (a test calling main in a thread): keep the default
+        previous = None
+    try:
+        return _dispatch(argv)
+    except Interrupted as e:
+        _stop_workers()
+        print(f"interrupted ({e.args[0]}): {_RESUME}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        _stop_workers()
+        print(f"interrupted (Ctrl-C): {_RESUME}", file=sys.stderr)
+        return 130
+    except OSError as e:
+        print(f"error: {environment_message(e)}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - the last resort: one line, the traceback in a file
+        return _internal_error(e)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+_RESUME = (
+    "the attempt is recorded as interrupted in the run folder's stages/attempts.json; finished "
+    "stages and checkpoints are kept: run the same command again to resume"
+)
+
+
+class Interrupted(BaseException):
+    """SIGTERM, as an exception: not an Exception, so a stage records 'interrupted' (pipeline)."""
+
+    def __init__(self, what: str, code: int) -> None:
+        super().__init__(what)
+        self.code = code
+
+
+def _stop_workers() -> None:
+    """End the worker processes this process spawned (training, features, eval), quietly."""
+    import multiprocessing as mp
+
+    children = mp.active_children()
+    for c in children:
+        c.terminate()
+    for c in children:
+        c.join(timeout=5)
+        if c.is_alive():
+            c.kill()
+
+
+# errno -> what it means for the user, and the fix
+_ENV_FIXES = {
+    28: (
+        "no space left on the device",
+        "free space there (df -h) or set output_dir to another disk, then run the same "
+        "command again to resume",
+    ),
+    122: (
+        "the disk quota is exceeded",
+        "free space or set output_dir elsewhere, then run the same command again to resume",
+    ),
+    30: ("the filesystem is read-only", "set output_dir (or --out) to a writable folder"),
+    13: (
+        "permission denied",
+        "make it writable for this user (chmod/chown) or set output_dir (or --out) to a folder you own",
+    ),
+    1: ("operation not permitted", "make it writable for this user or set output_dir (or --out) elsewhere"),
+    20: ("a part of the path is a file, not a folder", "remove or rename that file, or choose another path"),
+    21: ("it is a folder where a file is expected", "remove or rename that folder, or choose another path"),
+    17: ("it exists and is a file where a folder is needed", "remove or rename it, or choose another path"),
+    2: ("no such file or folder", "check the path"),
+    24: ("too many open files", "raise the limit (ulimit -n) and run again"),
+}
+
+
+def environment_message(e: OSError) -> str:
+    """One line for an OSError: what, the path (or where the run writes), the fix."""
+    what, fix = _ENV_FIXES.get(
+        e.errno or -1, (e.strerror or type(e).__name__, "check the path and the machine")
+    )
+    path = e.filename
+    if path is None:
+        where = "(the library did not name the file)"
+    else:
+        where = f"{path}" + (f" -> {e.filename2}" if e.filename2 else "")
+    if e.errno == 2 and path is None:
+        return f"{e}"
+    return f"{where}: {what} [Errno {e.errno}]; {fix}"
+
+
+def _internal_error(e: BaseException) -> int:
+    """An error the suite did not expect: one line, the traceback in a file."""
+    import tempfile
+    import traceback
+
+    text = "".join(traceback.format_exception(e))
+    last = str(e).strip().splitlines()
+    # A worker's exception (torch's ProcessRaisedException) carries the worker's traceback as
+    # its message: its last line is the error.
+    msg = last[-1] if last else ""
+    import re
+
+    m = re.search(r"\[Errno (\d+)\] ([^:']*)(?:: '([^']*)')?", msg)
+    if m and int(m.group(1)) in _ENV_FIXES:  # an environment error inside a worker process
+        err = OSError(int(m.group(1)), m.group(2), m.group(3))
+        print(f"error: in a worker process: {environment_message(err)}", file=sys.stderr)
+        return 2
+    try:
+        fd, path = tempfile.mkstemp(prefix="cluster-repro-traceback-", suffix=".txt")
+        with open(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        where = f"the traceback is in {path}"
+    except OSError:
+        where = "the traceback could not be saved"
+    print(
+        f"error: {type(e).__name__}: {msg} ({where}; an unexpected error in cluster-repro or a "
+        "plugin: please report it with that file)",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _dispatch(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:2] == ["bench", "paper-step"]:  # its own flags (repro/bench/paper_step.py)
         from repro.bench.paper_step import main as paper_step

@@ -40,6 +40,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from repro import contracts
 from repro.core import fingerprints, rundir
 from repro.core.config import ExperimentConfig, derive, save_config
 from repro.core.config_schema import canonical_params
@@ -110,6 +111,8 @@ def _stage(
         raise
     info["stage_s"] = time.perf_counter() - t0
     info.update(key or {})
+    if name in fingerprints.STAGE_OUTPUTS:  # what later stages read from it (check_inputs)
+        info["outputs"] = fingerprints.run_file_fingerprints(run_dir, name)
     atomic_write_json(marker, info)
     if record:
         rundir.finish(run_dir, name, "done", info["stage_s"])
@@ -165,35 +168,64 @@ def stage_model(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     from repro.core.models import materialize_model
 
     model_dir = materialize_model(cfg.model, cfg.seed)
-    return {"model_dir": str(model_dir), "inputs": {"model": fingerprints.model_fingerprint(model_dir)}}
+    inputs: dict[str, Any] = {"model": fingerprints.model_fingerprint(model_dir)}
+    hub = _hub_model(cfg, model_dir)
+    if hub is not None:
+        inputs["hub"] = hub
+    return {"model_dir": str(model_dir), "inputs": inputs}
 
 
-def validate_selection(sel: Selection, pool: Pool, method: str) -> None:
-    """A selector's output must name pool ids, once each (unless it says it samples with replacement)."""
-    if sel.info.get("with_replacement") and not sel.diagnostics.with_replacement:
+def _hub_model(cfg: ExperimentConfig, model_dir: Path | None = None) -> dict[str, Any] | None:
+    """{"repo", "revision", "commit"} of a hub model (None for a builtin or a local directory):
+    the commit of the snapshot folder it was downloaded into, else what the revision resolves to."""
+    from repro.core.models import is_hub_model
+
+    m = cfg.model
+    if not is_hub_model(m.name_or_path):
+        return None
+    commit = None
+    if model_dir is not None and Path(model_dir).parent.name == "snapshots":
+        commit = Path(model_dir).name
+    commit = commit or fingerprints.hub_commit("model", m.name_or_path, m.revision)
+    return {"repo": m.name_or_path, "revision": m.revision, "commit": commit}
+
+
+def hub_commits(run_dir: Path) -> dict[str, str]:
+    """The hub commits a run's model and data resolved to (from its markers), for provenance."""
+    out: dict[str, str] = {}
+    model = stage_marker(run_dir, "model")
+    if model.is_file():
+        hub = (read_json(model).get("inputs") or {}).get("hub") or {}
+        if hub.get("commit"):
+            out[f"hub:model:{hub['repo']}"] = hub["commit"]
+    pool = stage_marker(run_dir, "pool")
+    if pool.is_file():
+        for d in (read_json(pool).get("inputs") or {}).get("data") or []:
+            if d.get("kind") == "hub" and d.get("commit"):
+                out[f"hub:dataset:{d['name'][3:]}"] = d["commit"]
+    return out
+
+
+def validate_selection(
+    sel: Selection, pool: Pool, method: str, budget: int | None = None, exact: bool = False
+) -> None:
+    """A selector's output must keep the contract (repro/contracts.py check_selection)."""
+    if (
+        isinstance(sel, Selection)
+        and sel.info.get("with_replacement")
+        and not sel.diagnostics.with_replacement
+    ):
         # A selector written before typed diagnostics said so in its info: taken as said.
         sel.diagnostics.with_replacement = True
-    known = set(pool.ids)
-    bad = [i for i in sel.ids if i not in known]
-    if bad:
-        raise SelectionError(f"selector {method!r} returned ids not in the pool, e.g. {bad[:3]}")
-    if not sel.diagnostics.with_replacement and len(set(sel.ids)) != len(sel.ids):
-        raise SelectionError(
-            f"selector {method!r} returned duplicate ids; set "
-            "diagnostics.with_replacement = True (repro/core/types.py) if that is intended"
-        )
-    for name in ("clusters", "scores"):
-        v = getattr(sel, name)
-        if v is not None and len(v) != len(sel.ids):
-            raise SelectionError(f"selector {method!r}: {name} has {len(v)} entries for {len(sel.ids)} ids")
-    if not sel.ids:
-        raise SelectionError(f"selector {method!r} kept nothing")
+    contracts.check_selection(sel, pool, method, budget, exact)
 
 
 def stage_select(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     train, _ = load_pool_files(run_dir)
     s = cfg.selection
-    selector = SELECTORS.create(s.method, s.params, "selection.params")
+    selector, _ = contracts.call_plugin(
+        "selector", s.method, run_dir, lambda: SELECTORS.create(s.method, s.params, "selection.params")
+    )
     budget = resolve_budget(s.fraction, s.n, len(train))
     ctx = SelectionContext(
         config=cfg,
@@ -202,10 +234,13 @@ def stage_select(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
         workdir=run_dir,
         model_dir=model_dir_of(run_dir),
     )
-    t0 = time.perf_counter()
-    sel = selector.select(train, budget, ctx)
-    seconds = time.perf_counter() - t0
-    validate_selection(sel, train, s.method)
+    if budget is not None:  # refused before any selector work, with the numbers
+        contracts.check_micro_batch(budget, cfg, f"the selection budget ({_budget_source(cfg)})")
+    sel, seconds = contracts.call_plugin(
+        "selector", s.method, run_dir, lambda: selector.select(train, budget, ctx)
+    )
+    validate_selection(sel, train, s.method, budget, contracts.meets_budget(selector))
+    contracts.check_micro_batch(len(sel.ids), cfg, f"selector {s.method!r}'s selection")
     n_unique = len(set(sel.ids))
     atomic_write_json(run_dir / "selection.json", sel.to_dict(s.method))
     return {
@@ -253,15 +288,20 @@ def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
         [by_id[i] for i in dict.fromkeys(sel.ids)], model_dir_of(run_dir), cfg.data.max_length
     )
     a, t = cfg.allocation, cfg.train
-    allocator = ALLOCATORS.create(a.method, a.params, "allocation.params")
+    allocator, _ = contracts.call_plugin(
+        "allocator", a.method, run_dir, lambda: ALLOCATORS.create(a.method, a.params, "allocation.params")
+    )
     accum = grad_accum(cfg)
     ctx = AllocationContext(lengths, t.per_device_batch_size, accum, t.drop_last)
-    t0 = time.perf_counter()
-    sched = allocator.allocate(
-        sel, cfg.world_size, cfg.seed_for_training(), epochs=t.epochs, weight_mode=a.weight_mode, ctx=ctx
+    sched, seconds = contracts.call_plugin(
+        "allocator",
+        a.method,
+        run_dir,
+        lambda: allocator.allocate(
+            sel, cfg.world_size, cfg.seed_for_training(), epochs=t.epochs, weight_mode=a.weight_mode, ctx=ctx
+        ),
     )
-    seconds = time.perf_counter() - t0
-    check_schedule(sched, cfg, accum)
+    check_schedule(sched, cfg, accum, sel.ids)
     n_pool = read_json(stage_marker(run_dir, "pool"))["n_pool"]
     derived = derive(
         cfg,
@@ -307,38 +347,16 @@ def schedule_diagnostics(run_dir: Path, marker: dict[str, Any]) -> ScheduleDiagn
     return ScheduleDiagnostics.from_dict(d, str(run_dir / "schedule.json"))
 
 
-def check_schedule(sched: Schedule, cfg: ExperimentConfig, accum: int) -> None:
-    """What the trainer needs of a schedule: cfg's workers and epochs, and steps in lockstep:
-    equal per-worker lengths, or (step_sizes) the same number of steps on every worker, each of
-    at least `accum` ids (one per micro-step) and adding up to the worker's list."""
-    method = cfg.allocation.method
-    if sched.world_size != cfg.world_size or sched.epochs != cfg.train.epochs:
-        raise SelectionError(
-            f"allocator {method!r} returned {sched.world_size} workers and "
-            f"{sched.epochs} epochs (expected {cfg.world_size} workers, "
-            f"{cfg.train.epochs} epochs)"
-        )
-    if sched.step_sizes is None:
-        lens = {len(w) for epoch in sched.order for w in epoch}
-        if len(lens) != 1:
-            raise SelectionError(
-                f"allocator {method!r} returned an uneven schedule: per-worker "
-                f"lengths {sorted(lens)} (expected equal lengths)"
-            )
-        return
-    counts = {len(w) for epoch in sched.step_sizes for w in epoch}
-    bad = [
-        (e, k)
-        for e, epoch in enumerate(sched.step_sizes)
-        for k, sizes in enumerate(epoch)
-        if sum(sizes) != len(sched.order[e][k]) or min(sizes, default=0) < accum
-    ]
-    if len(counts) != 1 or len(sched.step_sizes) != sched.epochs or bad:
-        raise SelectionError(
-            f"allocator {method!r} returned step_sizes the trainer cannot run: steps per worker "
-            f"{sorted(counts)} (expected one count), epoch/worker pairs whose sizes do not add "
-            f"up to their ids or have a step below {accum} ids (the accumulation): {bad[:3]}"
-        )
+def check_schedule(
+    sched: Schedule, cfg: ExperimentConfig, accum: int, selected: list[str] | None = None
+) -> None:
+    """What the trainer needs of a schedule (repro/contracts.py check_schedule)."""
+    contracts.check_schedule(sched, cfg, accum, selected)
+
+
+def _budget_source(cfg: ExperimentConfig) -> str:
+    s = cfg.selection
+    return f"selection.n = {s.n}" if s.n is not None else f"selection.fraction = {s.fraction} of the pool"
 
 
 def stage_train(cfg: ExperimentConfig, run_dir: Path, force: bool) -> dict[str, Any]:
@@ -503,6 +521,8 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         "peak_mem_mb": round(max(train["peak_mem_mb"], sel.get("peak_mem_mb", 0)), 1),
         **provenance(),
     }
+    if commits := hub_commits(run_dir):  # which version of each hub input (provenance)
+        base["versions"] = json.dumps({**json.loads(base["versions"]), **commits}, sort_keys=True)
     if diverged:
         return [
             {
@@ -738,11 +758,17 @@ def check_inputs(cfg: ExperimentConfig, run_dir: Path) -> None:
     """Raise InputsChanged when a finished stage's recorded inputs (its marker's `inputs`) differ
     from what the config reads now: the model directory, the data files, the features."""
     changes: list[str] = []
-    for name in ("model", "pool", "select"):
+    for name in ("model", "pool", "select", "schedule"):
         marker = stage_marker(run_dir, name)
         if not marker.is_file():
             continue
         info = read_json(marker)
+        if isinstance(info.get("outputs"), dict):  # its own files, which later stages read
+            changes += [
+                f"{name} stage: {c}" for c in fingerprints.run_file_changes(info["outputs"], run_dir, name)
+            ]
+        if name == "schedule":
+            continue
         inputs = info.get("inputs")
         if inputs is None:  # made before inputs were recorded: nothing to compare
             continue
@@ -767,6 +793,14 @@ def _model_changes(cfg: ExperimentConfig, run_dir: Path, info: dict[str, Any]) -
     """Compare the recorded model fingerprint with the model directory: the recorded one while it
     exists, else wherever the model is now (a moved identical model is the same input, and the
     marker then points to its new place)."""
+    recorded_hub = info["inputs"].get("hub")
+    if recorded_hub:  # a hub model: what its revision resolves to now, before any download
+        now = fingerprints.hub_commit("model", recorded_hub["repo"], cfg.model.revision)
+        found = fingerprints.hub_changes(
+            f"model {recorded_hub['repo']!r}", recorded_hub, now, "model.revision"
+        )
+        if found:
+            return found
     model_dir = Path(info["model_dir"])
     if not model_dir.is_dir():
         model_dir = Path(stage_model(cfg, run_dir)["model_dir"])

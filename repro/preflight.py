@@ -29,6 +29,10 @@ from typing import Any
 
 from repro.core.config import ConfigError, ExperimentConfig
 
+# A benchmark whose data is not found: a note for a local run (a 'missing' row), an error for a
+# launch unless --allow-missing-benchmarks (the training's GPU-hours would buy no score).
+MISSING_BENCHMARK = "benchmark-data"
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -37,7 +41,7 @@ class Problem:
     key: str  # the config key, e.g. "eval.benchmarks[0]" or "selection.method"
     message: str  # what is wrong, and what is allowed
     blocking: bool = True
-    kind: str = ""  # "memory": a launch with --force submits the cell anyway
+    kind: str = ""  # "memory": a launch with --force submits the cell anyway; MISSING_BENCHMARK
 
     def __str__(self) -> str:
         return f"{self.key}: {self.message}"
@@ -284,6 +288,7 @@ def _benchmark_data_notes(cfg: ExperimentConfig, ctx: CheckContext, names: list[
                     "eval.benchmarks",
                     f"local data not found here: {e} (its evaluation will write a 'missing' row)",
                     blocking=False,
+                    kind=MISSING_BENCHMARK,
                 )
             )
     return out
@@ -302,6 +307,7 @@ def _plugin_data_notes(benches: list[Any]) -> list[Problem]:
                     "eval.benchmarks",
                     f"data not found here: {e} (its evaluation will write a 'missing' row)",
                     blocking=False,
+                    kind=MISSING_BENCHMARK,
                 )
             )
     return out
@@ -426,9 +432,16 @@ def check_data_files(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
 
 
 def _file_problems(cfg: ExperimentConfig, ctx: CheckContext, key: str, rel: str) -> list[Problem]:
+    from repro.core.data import not_a_file
+
     p = Path(rel).expanduser()
     if p.is_absolute():
-        return [] if p.is_file() else [Problem(key, f"file {str(p)!r} not found")]
+        what = not_a_file(p)
+        return (
+            [Problem(key, f"file {str(p)!r} not found" if what == "not found" else f"{str(p)!r} is {what}")]
+            if what
+            else []
+        )
     d, origin = ctx.data_dir(cfg)
     if d is None:
         return [
@@ -440,12 +453,15 @@ def _file_problems(cfg: ExperimentConfig, ctx: CheckContext, key: str, rel: str)
         ]
     if not d.is_dir():
         return [Problem(key, f"{rel!r}: the data directory {str(d)!r} (from {origin}) does not exist")]
-    if not (d / p).is_file():
+    what = not_a_file(d / p)
+    if what == "not found":
         return [
             Problem(
                 key, f"file {str(d / p)!r} not found ({rel!r} relative to the data directory from {origin})"
             )
         ]
+    if what:
+        return [Problem(key, f"{str(d / p)!r} is {what}")]
     return []
 
 
@@ -464,6 +480,38 @@ def check_batches(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
                 f"{cfg.selection.n} is larger than the pool can be (at "
                 f"most {bound} examples from data.sources); use at most "
                 f"{bound} or selection.fraction",
+            )
+        )
+    from repro.contracts import takes_budget
+
+    if (s_ := cfg.selection).method and (s_.n is not None or s_.fraction not in (None, 1.0)):
+        try:
+            own_count = not takes_budget(s_.method)
+        except ConfigError:  # an unknown selector: check_selector names it
+            own_count = False
+        if own_count:
+            out.append(
+                Problem(
+                    "selection.n" if s_.n is not None else "selection.fraction",
+                    f"selector {s_.method!r} sets its own kept count and takes no budget; "
+                    "remove selection.n / selection.fraction",
+                )
+            )
+    # A selection too small to give every worker one micro-batch: known before select when
+    # selection.n is set, or selection.fraction of a pool the config bounds.
+    need = cfg.world_size * cfg.train.per_device_batch_size
+    s = cfg.selection
+    planned, key = (s.n, "selection.n") if s.n is not None else (None, "selection.fraction")
+    if planned is None and s.fraction is not None and bound is not None:
+        planned = max(1, round(s.fraction * bound))
+    if planned is not None and planned < need:
+        out.append(
+            Problem(
+                key,
+                f"{s.n if s.n is not None else s.fraction} gives {planned} examples, fewer than one "
+                f"micro-batch per worker needs: world_size {cfg.world_size} x "
+                f"train.per_device_batch_size {cfg.train.per_device_batch_size} = {need}; raise it "
+                "(or use fewer workers or a smaller batch)",
             )
         )
     return out

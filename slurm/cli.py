@@ -52,6 +52,12 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
         help="submit cells whose memory plan exceeds the profile's gpu.memory_gb "
         "(every other preflight problem still stops the launch)",
     )
+    p.add_argument(
+        "--allow-missing-benchmarks",
+        action="store_true",
+        help="submit cells whose benchmark data cannot be found with the source the config names "
+        "(their evaluation writes 'missing' rows); without it such a launch submits nothing",
+    )
     p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser(
@@ -247,7 +253,7 @@ def _memory_column(cell, kind: str, memory_gb: float | None) -> str:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from repro.preflight import report
+    from repro.preflight import MISSING_BENCHMARK, report
     from slurm.launcher import (
         cell_statuses,
         has_marker,
@@ -266,6 +272,21 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if args.force:  # --force: a cell over the GPU's memory goes anyway (the plan may be wrong)
         found = {
             w: [replace(p, blocking=False) if p.kind == "memory" else p for p in problems]
+            for w, problems in found.items()
+        }
+    if not args.allow_missing_benchmarks:  # a launch does not buy training for 'missing' rows
+        found = {
+            w: [
+                replace(
+                    p,
+                    blocking=True,
+                    message=f"{p.message}; a launch refuses this (pass --allow-missing-benchmarks "
+                    "to submit anyway, or set data_dir / the profile's CLUSTER_REPRO_DATA)",
+                )
+                if p.kind == MISSING_BENCHMARK
+                else p
+                for p in problems
+            ]
             for w, problems in found.items()
         }
     bad = sorted(w for w, problems in found.items() if any(p.blocking for p in problems))

@@ -134,6 +134,7 @@ def test_launch_force_submits_a_cell_over_memory_but_not_other_problems(tmp_path
         "model=codellama-python-13b",
         "--only",
         "method=full",
+        "--allow-missing-benchmarks",  # no benchmark data here; the memory check is tested
         "train.strategy=ddp",
     ]
     plain = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

@@ -65,6 +65,7 @@ def test_dry_run_plans_memory_and_gpu_hours(tmp_path: Path, capsys) -> None:
             str(tmp_path),
             "--only",
             "seed=42",
+            "--allow-missing-benchmarks",  # no benchmark data here; the plan is tested
         ]
     )
     out = capsys.readouterr().out

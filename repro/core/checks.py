@@ -76,9 +76,46 @@ def validate(cfg: ExperimentConfig) -> None:
         f"train.global_batch_size: {t.global_batch_size} must be a positive multiple of "
         f"per_device_batch_size x world_size = {t.per_device_batch_size} x {cfg.world_size} = {unit}",
     )
+    _validate_revisions(cfg)
     lo = cfg.model.lora
     if lo.enabled:
         need(bool(lo.target_modules), "model.lora.target_modules: expected at least one module name")
+
+
+_LOCAL_MODELS = ("tiny-random-llama", "smollm2-135m-instruct")  # builtins (repro/core/models.py)
+
+
+def _validate_revisions(cfg: ExperimentConfig) -> None:
+    """model.revision and data.sources[].revision: a branch, tag or commit (one word), and only
+    where the input comes from the hub (a local file or a builtin has no revision to pin)."""
+
+    def check(rev: Any, key: str) -> None:
+        if rev is None:
+            return
+        if not isinstance(rev, str) or not rev.strip() or any(c.isspace() for c in rev):
+            raise ConfigError(
+                f"{key}: expected a branch, tag or commit of the hub repository (one word), got {rev!r}"
+            )
+
+    m = cfg.model
+    check(m.revision, "model.revision")
+    name = m.name_or_path
+    if m.revision is not None and (
+        name in _LOCAL_MODELS or name.startswith(("/", ".", "~")) or name.count("/") != 1
+    ):
+        raise ConfigError(
+            f"model.revision: {m.revision!r} pins a hub model, but model.name_or_path {name!r} is a "
+            "builtin or a local directory (nothing to pin; its files are fingerprinted); remove "
+            "model.revision or give a hub id (owner/name)"
+        )
+    for i, src in enumerate(cfg.data.sources):
+        check(src.revision, f"data.sources[{i}].revision")
+        if src.revision is not None and not src.path.startswith("hf:"):
+            raise ConfigError(
+                f"data.sources[{i}].revision: {src.revision!r} pins a hub dataset, but the source "
+                f"{src.path!r} is not one ('hf:<id>'); a local file is fingerprinted by its bytes: "
+                "remove revision"
+            )
 
 
 def _validate_eval_limits(ev: EvalConfig) -> None:

@@ -54,6 +54,9 @@ class ModelConfig:
     # Tiny random model size (only for name_or_path == "tiny-random-llama").
     tiny_hidden_size: int = 64
     tiny_layers: int = 2
+    # A hub model's branch, tag or commit (null: the hub's default branch). The commit it
+    # resolves to is recorded in the model stage's fingerprint and the rows' provenance.
+    revision: str | None = None
 
 
 @dataclass
@@ -66,6 +69,9 @@ class DataSource:
     limit: int | None = None  # first N rows (after bad-row handling), None = all
     # PubMedQA: a JSON file of test ids to exclude (relative to data_dir), e.g. test_ground_truth.json
     exclude_ids_file: str | None = None
+    # A hub dataset's (hf:) branch, tag or commit (null: the default branch); its resolved
+    # commit is recorded like the model's.
+    revision: str | None = None
 
 
 @dataclass
@@ -268,6 +274,12 @@ def config_hash(cfg: ExperimentConfig) -> str:
     for key in _HASH_EXCLUDED_WHEN_NULL:
         if d.get(key) is None:
             d.pop(key, None)
+    # revision (model, data sources): added later, left out while null like the keys above.
+    if d["model"].get("revision") is None:
+        d["model"].pop("revision", None)
+    for src in d["data"]["sources"]:
+        if src.get("revision") is None:
+            src.pop("revision", None)
     d["selection"]["params"], d["allocation"]["params"] = canonical_params(cfg)
     return _short_hash(d)
 

@@ -148,7 +148,7 @@ def _read_hub(i: int, src: DataSource) -> Iterator[_Raw]:
     try:
         import datasets
 
-        ds = datasets.load_dataset(hub_id, split=src.split)
+        ds = datasets.load_dataset(hub_id, split=src.split, revision=src.revision)
     except Exception as e:  # offline, unknown id, bad split, auth...: all need the same advice
         first = (str(e).strip().splitlines() or [""])[0][:300]
         raise DataError(
@@ -159,6 +159,35 @@ def _read_hub(i: int, src: DataSource) -> Iterator[_Raw]:
         ) from None
     for k, row in enumerate(ds):
         yield _Raw(f"row {k} (0-based)", k, dict(row))
+
+
+def not_a_file(p: Path) -> str:
+    """What `p` is when it is not a regular file a loader can read, as a phrase: 'not found', 'a
+    folder, not a file', 'a FIFO (named pipe) ...', 'a symlink to /dev/zero ...'."""
+    import os
+    import stat
+
+    p = Path(p)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        if p.is_symlink():
+            return f"a broken symlink (to {os.readlink(p)!r}, which does not exist)"
+        return "not found"
+    except PermissionError:
+        return "not readable (permission denied on it or a folder above it; check its permissions)"
+    except OSError as e:
+        return f"not readable ({e.strerror})"
+    link = f"a symlink to {os.path.realpath(p)!r}, which is " if p.is_symlink() else ""
+    if stat.S_ISDIR(st.st_mode):
+        return f"{link}a folder, not a file (give the data file inside it)"
+    if stat.S_ISFIFO(st.st_mode):
+        return f"{link}a FIFO (named pipe), not a regular file: a pool is read more than once"
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        return f"{link}a device, not a regular file"
+    if stat.S_ISSOCK(st.st_mode):
+        return f"{link}a socket, not a regular file"
+    return ""
 
 
 def _resolve(cfg: ExperimentConfig, i: int, rel: str, key: str) -> Path:
@@ -181,10 +210,15 @@ def _resolve(cfg: ExperimentConfig, i: int, rel: str, key: str) -> Path:
             )
         where = f"data directory {str(d)!r} from {origin}"
         p = d / p
-    if not p.is_file():
+    if not p.is_file() or not_a_file(p):
+        what = not_a_file(p) or "not a regular file"
+        hint = (
+            f" (relative paths are resolved against {where}; set data_dir or CLUSTER_REPRO_DATA)"
+            if what == "not found"
+            else ""
+        )
         raise DataError(
-            f"data.sources[{i}].{key}: file {str(p)!r} not found (relative paths are "
-            f"resolved against {where}; set data_dir or CLUSTER_REPRO_DATA)"
+            f"data.sources[{i}].{key}: {str(p)!r} is {what}{hint}".replace("is not found", "not found")
         )
     return p
 

@@ -62,6 +62,75 @@ def file_fingerprint(path: Path, rows: bool = True) -> dict[str, Any]:
     return out
 
 
+# ----------------------------------------------------------------------------- hub inputs
+#
+# A hub model or dataset is named by a repository and a revision (a branch, a tag or a commit:
+# model.revision, data.sources[].revision; null: the default branch, "main"). What it resolves
+# to, the commit, is recorded in the stage's fingerprint and the rows' provenance, so a re-upload
+# to a branch shows as a changed input (the run stops, like a changed file) and every row says
+# which version it used. The commit is looked up in the local hub cache (`refs/<revision>`,
+# written by every download) and, unless HF_HUB_OFFLINE is set, from the hub; None when neither
+# can say (then the stage that downloads records it).
+
+
+def _hex40(s: str | None) -> bool:
+    return s is not None and len(s) == 40 and all(c in "0123456789abcdef" for c in s)
+
+
+def _resolve_hub_commit(kind: str, repo: str, revision: str | None) -> str | None:
+    """The commit `revision` of hub `repo` (kind "model" or "dataset") is at, or None."""
+    if _hex40(revision):
+        return revision
+    try:
+        from huggingface_hub import constants
+    except ImportError:
+        return None
+    ref = Path(constants.HF_HUB_CACHE) / f"{kind}s--{repo.replace('/', '--')}" / "refs" / (revision or "main")
+    try:
+        commit = ref.read_text().strip()
+        if _hex40(commit):
+            return commit
+    except OSError:
+        pass
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
+        return None
+    try:
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+        info = (api.model_info if kind == "model" else api.dataset_info)(repo, revision=revision)
+        return str(info.sha) if info.sha else None
+    except Exception:  # noqa: BLE001 - no network, no such repo: cannot be looked up here
+        return None
+
+
+_HUB_RESOLVER = _resolve_hub_commit
+
+
+def set_hub_resolver(fn: Any) -> Any:
+    """Replace how hub commits are looked up (tests: a fake hub); returns the previous one."""
+    global _HUB_RESOLVER
+    old, _HUB_RESOLVER = _HUB_RESOLVER, fn
+    return old
+
+
+def hub_commit(kind: str, repo: str, revision: str | None) -> str | None:
+    """The commit a hub model or dataset resolves to now (None: it cannot be looked up here)."""
+    return _HUB_RESOLVER(kind, repo, revision)
+
+
+def hub_changes(label: str, old: dict[str, Any], now: str | None, key: str) -> list[str]:
+    """A hub input whose revision resolves to another commit than the one recorded."""
+    was = old.get("commit")
+    if not was or not now or was == now:
+        return []
+    rev = old.get("revision") or "main"
+    return [
+        f"{label} (revision {rev!r}) now resolves to commit {now[:12]}, the stage was made from "
+        f"{was[:12]}: the hub repository changed. Set {key} to {was} to keep using the old one"
+    ]
+
+
 # ----------------------------------------------------------------------------- data
 
 
@@ -76,7 +145,10 @@ def data_fingerprints(cfg: Any, rows: bool = True) -> list[dict[str, Any]]:
         if src.path == "demo":
             out.append({"key": key, "kind": "generated", "name": "demo"})
         elif src.path.startswith("hf:"):
-            out.append({"key": key, "kind": "hub", "name": src.path, "split": src.split})
+            entry = {"key": key, "kind": "hub", "name": src.path, "split": src.split}
+            entry["revision"] = src.revision
+            entry["commit"] = hub_commit("dataset", src.path[3:], src.revision)
+            out.append(entry)
         else:
             p = _resolve(cfg, i, src.path, "path")
             out.append(
@@ -141,6 +213,45 @@ def selection_fingerprint(run_dir: Path) -> dict[str, Any]:
     return out
 
 
+# ----------------------------------------------------------------------------- run-folder files
+
+# The run-folder files each stage writes that a later stage reads: the stage's marker records
+# their fingerprints (`outputs`), and a rerun compares them before anything trusts the files, so a
+# pool.jsonl cut short or a schedule.json edited by hand is named, not used.
+STAGE_OUTPUTS = {
+    "pool": ("pool.jsonl", "heldout.jsonl"),
+    "select": ("selection.json",),
+    "schedule": ("schedule.json", "selection.csv", "step_tokens.json", "derived.json"),
+}
+
+
+def run_file_fingerprints(run_dir: Path, stage: str) -> dict[str, Any]:
+    """{name: {"sha256", "size"}} of the files `stage` wrote that later stages read."""
+    out = {}
+    for name in STAGE_OUTPUTS.get(stage, ()):
+        p = Path(run_dir) / name
+        if p.is_file():
+            out[name] = {"sha256": sha256_file(p), "size": p.stat().st_size}
+    return out
+
+
+def run_file_changes(old: dict[str, Any], run_dir: Path, stage: str) -> list[str]:
+    """The files `stage` wrote (fingerprints `old`, from its marker) that are gone or differ now."""
+    out = []
+    for name, o in old.items():
+        p = Path(run_dir) / name
+        if not p.is_file():
+            out.append(f"{p} is gone (the {stage} stage wrote it and later stages read it)")
+            continue
+        n = {"sha256": sha256_file(p), "size": p.stat().st_size}
+        if n != {k: o.get(k) for k in n}:
+            out.append(
+                _describe_file_change(f"{p} (written by the {stage} stage, read by later ones)", o, n)
+                + ": cut, edited or replaced after it was written"
+            )
+    return out
+
+
 # ----------------------------------------------------------------------------- comparing
 
 
@@ -169,6 +280,10 @@ def data_changes(old: list[dict[str, Any]], cfg: Any) -> list[str]:
         return [f"data sources: {[o.get('key') for o in old]} -> {[n['key'] for n in new]}"]
     out = []
     for o, n in zip(old, new):
+        if o["kind"] == "hub":
+            i = o["key"].split("]")[0] + "]"
+            out += hub_changes(f"{o['key']} {o['name']!r}", o, n.get("commit"), f"{i}.revision")
+            continue
         if o["kind"] != "file":
             continue
         if o.get("sha256") != n["sha256"] or o.get("size") != n["size"]:

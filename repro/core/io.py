@@ -111,11 +111,14 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], None], mod
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError) and e.errno is not None and e.filename in (None, tmp):
+            # A write or fsync error names no file (a full disk: Errno 28): name the one meant.
+            raise type(e)(e.errno, e.strerror, str(path)) from e
         raise
 
 

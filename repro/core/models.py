@@ -241,10 +241,22 @@ def materialize_model(model_cfg: ModelConfig, seed: int, workdir: Path | None = 
             f"model {name!r} is not a directory; {_LOCAL_HINT}, or use a hub "
             f"id or one of {', '.join(BUILTIN_MODELS)}"
         )
-    return _from_hub(name)
+    return _from_hub(name, model_cfg.revision)
 
 
-def _from_hub(repo_id: str) -> Path:
+def is_hub_model(name: str) -> bool:
+    """Whether model.name_or_path names a hub repository (not a builtin, not a local directory)."""
+    path = Path(name).expanduser()
+    return not (
+        name in BUILTIN_MODELS
+        or path.is_dir()
+        or name.startswith(("/", ".", "~"))
+        or path.exists()
+        or name.count("/") > 1
+    )
+
+
+def _from_hub(repo_id: str, revision: str | None = None) -> Path:
     from huggingface_hub import snapshot_download
 
     # Only what loading needs: skip GGUF/ONNX/other-framework copies that many repos also hold,
@@ -253,9 +265,15 @@ def _from_hub(repo_id: str) -> Path:
     patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
     skip = ["consolidated*.safetensors"]
     try:
-        path = Path(snapshot_download(repo_id, allow_patterns=patterns, ignore_patterns=skip))
+        path = Path(
+            snapshot_download(repo_id, revision=revision, allow_patterns=patterns, ignore_patterns=skip)
+        )
         if not any(path.glob("*.safetensors")):  # older repos ship only PyTorch .bin weights
-            path = Path(snapshot_download(repo_id, allow_patterns=patterns + ["*.bin"], ignore_patterns=skip))
+            path = Path(
+                snapshot_download(
+                    repo_id, revision=revision, allow_patterns=patterns + ["*.bin"], ignore_patterns=skip
+                )
+            )
     except Exception as e:
         near = difflib.get_close_matches(repo_id, BUILTIN_MODELS, n=1, cutoff=0.8)
         hint = f" Did you mean the builtin {near[0]!r}?" if near else ""

@@ -268,6 +268,8 @@ def read_result_files(
     for f in files:
         try:
             rows = read_checked(f, require_sidecar=f.name == PART_NAME)
+            if f.name != PART_NAME:
+                check_output_set(f)  # a merged CSV: its set must be whole too
         except DamagedResultFile as e:
             damaged.append(e)
             continue
@@ -305,6 +307,83 @@ def damaged_message(damaged: list[DamagedResultFile], allowed: bool) -> str:
     return "\n".join([head, *[f"  {d}" for d in damaged]])
 
 
+# ----------------------------------------------------------------------------- output sets
+#
+# `results` writes a set: results.csv, its sidecar and results.parquet. Each file is atomic, but
+# a kill between two of them would leave a new CSV beside a stale parquet. So the set's manifest,
+# `<stem>.manifest.json` (bytes and sha256 of every file of the set), is removed before the first
+# file is written and written last: a set without its manifest, or whose files do not match it,
+# was not finished, and readers (`check_output_set`) refuse it, naming the file and the fix.
+
+MANIFEST_SUFFIX = ".manifest.json"
+MANIFEST_FORMAT = 1
+
+
+def manifest_path(csv_path: Path) -> Path:
+    """`results.csv` -> `results.manifest.json`."""
+    csv_path = Path(csv_path)
+    return csv_path.with_name(csv_path.stem + MANIFEST_SUFFIX)
+
+
+def output_set(csv_path: Path) -> list[Path]:
+    """The files of the set a merged CSV belongs to: the CSV, its sidecar, its parquet."""
+    csv_path = Path(csv_path)
+    return [csv_path, sidecar_path(csv_path), csv_path.with_suffix(".parquet")]
+
+
+def begin_output_set(csv_path: Path) -> None:
+    """Mark the set at `csv_path` as being rewritten: its manifest goes first."""
+    manifest_path(csv_path).unlink(missing_ok=True)
+
+
+def finish_output_set(csv_path: Path, rows: int) -> Path:
+    """Write the set's manifest, last: the set is whole from here on."""
+    files = {}
+    for f in output_set(csv_path):
+        data = f.read_bytes()
+        files[f.name] = {"bytes": len(data), "sha256": _digest(data)}
+    path = manifest_path(csv_path)
+    atomic_write_json(path, {"format": MANIFEST_FORMAT, "rows": rows, "files": files})
+    return path
+
+
+def check_output_set(csv_path: Path) -> None:
+    """DamagedResultFile unless the set of the merged CSV at `csv_path` is whole: its manifest
+    exists and every file matches it. A CSV with neither a manifest nor a sidecar (one made by
+    hand, or by an older version) is not a set and passes; its own checks still apply."""
+    csv_path = Path(csv_path)
+    man = manifest_path(csv_path)
+    fix = f"rerun `cluster-repro results --runs-dir {csv_path.parent}` to write the set again"
+    if not man.is_file():
+        if sidecar_path(csv_path).is_file() or csv_path.with_suffix(".parquet").is_file():
+            raise DamagedResultFile(
+                csv_path,
+                f"its set has no manifest {man.name}: `results` was stopped while writing it, so "
+                f"{csv_path.name} and {csv_path.with_suffix('.parquet').name} may be from "
+                f"different merges; {fix}",
+            )
+        return
+    try:
+        meta = json.loads(man.read_text(encoding="utf-8"))
+        files = {str(k): (int(v["bytes"]), str(v["sha256"])) for k, v in meta["files"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise DamagedResultFile(man, f"is unreadable or cut ({type(e).__name__}); {fix}") from None
+    for f in output_set(csv_path):
+        if f.name not in files:
+            continue
+        try:
+            data = f.read_bytes()
+        except OSError as e:
+            raise DamagedResultFile(
+                f, f"of the set in {man.name} cannot be read ({e.strerror}); {fix}"
+            ) from None
+        size, sha = files[f.name]
+        if len(data) != size or _digest(data) != sha:
+            raise DamagedResultFile(
+                f, f"does not match the set's manifest {man.name} (changed or from another merge); {fix}"
+            )
+
+
 def merge_results(
     output_dir: Path, out_csv: Path | None = None, allow_damaged: bool = False
 ) -> tuple[Path, int]:
@@ -330,8 +409,10 @@ def merge_results(
     df = pd.DataFrame([r for _, r in rows], columns=COLUMNS + extra, dtype=str).fillna("")
     df = df.sort_values(["name", "method", "run_id", "benchmark", "metric"], kind="stable")
     out_csv = out_csv or Path(output_dir) / "results.csv"
+    begin_output_set(out_csv)  # from here until the manifest is written the set reads unfinished
     write_csv_with_sidecar(out_csv, df.to_csv(index=False), len(df))
     atomic_write(pq_path(out_csv), lambda fh: typed_frame(df).to_parquet(fh, index=False), mode="wb")
+    finish_output_set(out_csv, len(df))
     return out_csv, len(df)
 
 

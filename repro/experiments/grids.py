@@ -167,7 +167,21 @@ def _int_list(data: dict[str, Any], key: str, where: str) -> list[int]:
     v = data.get(key)
     if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         raise ConfigError(f"{where}: '{key}' must be a non-empty list of integers, got {v!r}")
+    _no_repeats(v, f"{where}: {key}")
     return v
+
+
+def _no_repeats(values: list[Any], where: str) -> None:
+    """ConfigError naming both positions when two values of an axis are equal (50 and 50.0 are
+    one ratio, as the selector takes them): they would plan one experiment twice."""
+    for j, x in enumerate(values):
+        for i in range(j):
+            if values[i] == x:
+                raise ConfigError(
+                    f"{where}: [{i}] = {values[i]!r} and [{j}] = {x!r} are the same value, so "
+                    "the grid would plan the same cells twice (one run folder, two jobs); "
+                    "remove one"
+                )
 
 
 def _ratio_label(r: float | None) -> str:
@@ -219,6 +233,8 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
             )
     matches = {name: reference_of(m, f"{p}: methods.{name}") for name, m in methods.items()}
     for name, m in methods.items():
+        if isinstance(m.get("ratios"), list):
+            _no_repeats(m["ratios"], f"{p}: methods.{name}.ratios")
         for r in m.get("ratios") or []:
             if not isinstance(r, (int, float)) or isinstance(r, bool) or not 0 < r <= 100:
                 raise ConfigError(
@@ -248,7 +264,7 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
                 f"override {k}: this is an axis of the grid; change the grid file or pick cells with --only"
             )
     cells: list[Cell] = []
-    ids: set[str] = set()
+    ids: dict[str, dict[str, Any]] = {}  # cell id -> its axes (to name both of a collision)
     order = [n for n in methods if not matches[n]] + [n for n in methods if matches[n]]
     for ds, model, ws, seed in itertools.product(datasets, models, world_sizes, seeds):
         for mname in order:
@@ -267,6 +283,11 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
                 if _excluded(axes, rules):
                     continue
                 cid = f"{ds}.{model}.{mname}{_ratio_label(r)}.ws{ws}.s{seed}"
+                if cid in ids:
+                    raise ConfigError(
+                        f"{p}: two cells are both {cid} (one run folder): {ids[cid]} and {axes}; "
+                        "rename a method or drop the repeated value"
+                    )
                 match_of = f"{ds}.{model}.{ref}{_ratio_label(r)}.ws{ws}.s{seed}" if ref else None
                 if match_of is not None and match_of not in ids:
                     raise ConfigError(
@@ -308,8 +329,14 @@ def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid
                     },
                 )
                 cell.check_config()  # validated now: a typo fails before anything is submitted
+                if match_of is not None:  # a selector that sets its own count cannot be matched
+                    from repro.contracts import unmatchable
+
+                    why = unmatchable(cell.check_config().selection.method, ref or "")
+                    if why:
+                        raise ConfigError(f"{p}: methods.{mname}.{MATCH_KEY}: {why}")
                 cells.append(cell)
-                ids.add(cid)
+                ids[cid] = axes
     if not cells:
         raise ConfigError(f"{p}: the exclusions leave no cell")
     estimate = g.get("estimate") or {}

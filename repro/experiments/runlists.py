@@ -79,6 +79,12 @@ def load_run_list(path: str | Path) -> RunList:
             )
         _override_list(r.get("overrides"), f"{p}: runs[{i}].overrides")
         spec = RunSpec(str(r["label"]), [str(o) for o in r.get("overrides") or []], ref)
+        if spec.label in labels:
+            first = next(j for j, x in enumerate(runs) if x.label == spec.label)
+            raise ConfigError(
+                f"{p}: runs[{first}] and runs[{i}] are both labelled {spec.label!r}: a label names "
+                "one run (its results and any match_kept_count_of follow it); give each run its own label"
+            )
         if ref is not None and ref not in labels:
             raise ConfigError(
                 f"{p}: runs[{i}] ({spec.label}) matches the kept count of "
@@ -99,10 +105,16 @@ def run_configs(rl: RunList, extra: list[str] = ()) -> list[tuple[RunSpec, Exper
 
 def preflight_run_list(rl: RunList, extra: list[str] = ()) -> dict[str, list]:
     """Preflight every run (repro/preflight.py); PreflightError naming each run with a problem."""
+    from repro.contracts import unmatchable
     from repro.preflight import require_clean
 
     where = f"{rl.path} " if rl.path else ""
-    return require_clean([(f"{where}run {r.label}", cfg) for r, cfg in run_configs(rl, extra)])
+    configs = run_configs(rl, extra)
+    for r, cfg in configs:  # a run that cannot take a kept count fails now, not after the others trained
+        why = unmatchable(cfg.selection.method, r.match_kept_count_of) if r.match_kept_count_of else None
+        if why:
+            raise ConfigError(f"{where}run {r.label}: match_kept_count_of: {why}")
+    return require_clean([(f"{where}run {r.label}", cfg) for r, cfg in configs])
 
 
 def run_list(rl: RunList, extra: list[str] = (), force: bool = False) -> list[Path]:

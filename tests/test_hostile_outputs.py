@@ -1,0 +1,225 @@
+"""Issue 26, classes 4-6: output sets are whole or marked; run-folder files a later stage reads are
+checked, naming the file; an old results file never changes a report silently.
+
+The kills are real: a child process SIGKILLs itself at the named point (between the files of a
+set, before a report folder is swapped in)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from repro.cli import main
+from repro.core.results import (
+    DamagedResultFile,
+    check_output_set,
+    manifest_path,
+    merge_results,
+    write_csv_with_sidecar,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE = REPO / "tests" / "data" / "reports" / "results.csv"
+
+
+def _fixture_rows() -> list[dict[str, str]]:
+    with open(FIXTURE, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _parts(root: Path, rows: list[dict[str, str]]) -> None:
+    """The fixture's rows as one part file per run (with sidecars), under root/<run_id>/."""
+    by_run: dict[str, list[dict]] = {}
+    for r in rows:
+        by_run.setdefault(r["run_id"], []).append(r)
+    for rid, rs in by_run.items():
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(rs[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rs)
+        (root / rid).mkdir(parents=True, exist_ok=True)
+        write_csv_with_sidecar(root / rid / "results.part.csv", buf.getvalue(), len(rs))
+
+
+def _run_child(code: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+
+
+# ----------------------------------------------------------------------------- class 4
+
+
+def test_a_results_set_killed_between_its_files_is_refused_by_readers(tmp_path):
+    _parts(tmp_path, _fixture_rows())
+    out, n = merge_results(tmp_path)
+    check_output_set(out)  # whole
+    assert json.loads(manifest_path(out).read_text())["rows"] == n
+    # kill -9 after the new CSV and its sidecar, before the parquet (a real SIGKILL in a child)
+    code = f"""
+import os, signal
+import repro.core.results as R
+real = R.atomic_write
+def killing(path, write, mode="w"):
+    if str(path).endswith(".parquet"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(path, write, mode)
+R.atomic_write = killing
+R.merge_results(__import__("pathlib").Path({str(tmp_path)!r}))
+"""
+    assert _run_child(code).returncode == -9
+    assert not manifest_path(out).exists()
+    with pytest.raises(
+        DamagedResultFile, match=r"has no manifest results.manifest.json.*rerun `cluster-repro results"
+    ):
+        check_output_set(out)
+    # a reader of the merged CSV (the report) refuses it too, naming the file and the fix
+    from reports.build import build_report
+    from reports.load import ReportInputError
+
+    with pytest.raises(ReportInputError, match="results.csv: its set has no manifest"):
+        build_report(out, tmp_path / "rep", figures=False)
+    # a file of the set changed afterwards (a stale parquet copied in)
+    merge_results(tmp_path)
+    out.with_suffix(".parquet").write_bytes(b"PAR1 stale")
+    with pytest.raises(DamagedResultFile, match=r"results.parquet: does not match the set's manifest"):
+        check_output_set(out)
+
+
+def test_a_report_killed_before_it_is_in_place_leaves_the_old_one_whole(tmp_path):
+    from reports.build import build_report
+
+    _parts(tmp_path / "runs", _fixture_rows())
+    rep = tmp_path / "report"
+    build_report(tmp_path / "runs", rep, figures=False)
+    before = {p.relative_to(rep): p.read_bytes() for p in rep.rglob("*") if p.is_file()}
+    # new rows, then a report killed after writing every file but before the swap
+    rows = _fixture_rows()
+    for r in rows:
+        r["value"] = str(float(r["value"]) + 1) if r["value"] else r["value"]
+    _parts(tmp_path / "runs", rows)
+    code = f"""
+import os, signal
+import reports.build as B
+B.publish_report = lambda staging, final: os.kill(os.getpid(), signal.SIGKILL)
+B.build_report({str(tmp_path / "runs")!r}, {str(rep)!r}, figures=False)
+"""
+    assert _run_child(code).returncode == -9
+    after = {p.relative_to(rep): p.read_bytes() for p in rep.rglob("*") if p.is_file()}
+    assert after == before  # the old report, whole: no new table beside the old index.md
+    assert list(tmp_path.glob(".report.partial-*"))  # the unfinished one, beside it, hidden
+    build_report(tmp_path / "runs", rep, figures=False)  # the next report cleans up
+    assert not list(tmp_path.glob(".report.*"))
+    assert (rep / "index.md").read_bytes() != before[Path("index.md")]
+
+
+def test_report_out_that_is_not_a_report_folder_is_never_replaced(tmp_path, capsys):
+    _parts(tmp_path / "runs", _fixture_rows())
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    assert main(["report", "--results", str(tmp_path / "runs"), "--out", str(tmp_path / "mine")]) == 2
+    assert "is not a report folder" in capsys.readouterr().err
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+    (tmp_path / "afile").write_text("x")
+    assert main(["report", "--results", str(tmp_path / "runs"), "--out", str(tmp_path / "afile")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    assert main(["report", "--results", str(tmp_path / "runs"), "--out", str(tmp_path / "afile" / "r")]) == 2
+    assert "afile is a file, not a folder" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- class 5
+
+
+@pytest.fixture(scope="module")
+def selected(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sel")
+    assert (
+        main(["select", "demo-quick", f"output_dir={out}", "selection.method=random", "selection.n=24"]) == 0
+    )
+    return next(out.glob("*/*"))
+
+
+def _copy_run(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst / src.parent.name / src.name, ignore=shutil.ignore_patterns(".lock"))
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("name", "damage", "redo"),
+    [
+        ("pool.jsonl", "cut", "select"),
+        ("heldout.jsonl", "cut", None),
+        ("selection.json", "edit", "schedule"),
+        ("schedule.json", "edit", None),
+        ("selection.csv", "cut", None),
+        ("step_tokens.json", "gone", None),
+    ],
+)
+def test_a_run_folder_file_changed_after_its_stage_is_named(selected, tmp_path, capsys, name, damage, redo):
+    out = _copy_run(selected, tmp_path)
+    run = next(out.glob("*/*"))
+    f = run / name
+    if damage == "cut":
+        f.write_bytes(f.read_bytes()[: len(f.read_bytes()) // 3].rsplit(b"\n", 1)[0] + b"\n")
+    elif damage == "edit":
+        d = json.loads(f.read_text())
+        if name == "selection.json":
+            d["ids"] = d["ids"][:-1]  # one example fewer, by hand
+        else:
+            d["worker_weights"][0] = -1.0  # gradient ascent on worker 0, by hand
+        f.write_text(json.dumps(d))
+    else:
+        f.unlink()
+    if redo:  # the stage that reads it is redone: it must not take the damaged file
+        (run / "stages" / f"{redo}.json").unlink()
+    rc = main(["select", "demo-quick", f"output_dir={out}", "selection.method=random", "selection.n=24"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert str(f) in err and ("gone" in err if damage == "gone" else "cut, edited or replaced" in err)
+    assert "--force" in err
+
+
+# ----------------------------------------------------------------------------- class 6
+
+
+def _drop(rows: list[dict[str, str]], *cols: str) -> list[dict[str, str]]:
+    return [{k: v for k, v in r.items() if k not in cols} for r in rows]
+
+
+def _csv(path: Path, rows: list[dict[str, str]]) -> Path:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(buf.getvalue())
+    return path
+
+
+@pytest.mark.parametrize("col", ["world_size", "n_selected", "dataset", "selection_params"])
+def test_an_old_file_without_a_grouping_column_is_refused(tmp_path, col):
+    from reports.build import build_report
+    from reports.load import ReportInputError
+
+    f = _csv(tmp_path / "old" / "results.csv", _drop(_fixture_rows(), col))
+    with pytest.raises(ReportInputError, match=rf"(?s)results.csv: lacks {col}.*--allow-old-schema"):
+        build_report(f, tmp_path / "rep", figures=False)
+    index = build_report(f, tmp_path / "rep", figures=False, allow_old_schema=True).read_text()
+    assert "migration: " in index and f"predates the column(s) {col}" in index
+
+
+def test_missing_optional_columns_get_one_note(tmp_path):
+    from reports.build import build_report
+
+    f = _csv(tmp_path / "old" / "results.csv", _drop(_fixture_rows(), "tokens_per_s", "peak_mem_mb"))
+    index = build_report(f, tmp_path / "rep", figures=False).read_text()
+    notes = [line for line in index.splitlines() if "optional column(s)" in line]
+    assert len(notes) == 1 and "peak_mem_mb" in notes[0] and "tokens_per_s" in notes[0]
