@@ -20,6 +20,7 @@ from typing import Any
 
 from evals import plugins
 from evals.plugins import Benchmark
+from repro.core.errors import UserValueError
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 
@@ -125,7 +126,7 @@ def expand_benchmarks(names: list[str] | str, task_paths: Iterable[str] = ()) ->
                 if near
                 else ""
             )
-            raise ValueError(
+            raise UserValueError(
                 f"unknown benchmark {n!r}{hint} (known: {', '.join(known)}; "
                 f"aliases: {', '.join(ALIASES)}; more from eval.task_paths or an "
                 "installed package: docs/add-a-benchmark.md)"
@@ -164,23 +165,23 @@ class EvalSettings:
             self.data_dir = str(self.data_dir)
         self.task_paths = [str(p) for p in self.task_paths]
         if self.source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
+            raise UserValueError(f"source must be one of {SOURCES}, got {self.source!r}")
         known = known_benchmarks(self.task_paths) if self.items or self.num_fewshot else {}
         single = [x for x, b in known.items() if not b.group]
         for b, ids in self.items.items():
             if b not in single:
-                raise ValueError(
+                raise UserValueError(
                     f"items: {b!r} is not a single-task benchmark; expected one of {', '.join(single)}"
                 )
             if not ids or any(not isinstance(i, int) or i < 0 for i in ids):
-                raise ValueError(f"items: {b} needs item indices >= 0, got {ids!r}")
+                raise UserValueError(f"items: {b} needs item indices >= 0, got {ids!r}")
         for b, k in self.num_fewshot.items():
             if b not in known:
-                raise ValueError(f"num_fewshot: unknown benchmark {b!r}")
+                raise UserValueError(f"num_fewshot: unknown benchmark {b!r}")
             if self.source == "local" and k and b in BENCHMARKS and b not in LOCAL_SHOT_SOURCES:
                 # lm-eval would draw shots from the test split itself when a task has no
                 # training split: refuse rather than leak.
-                raise ValueError(
+                raise UserValueError(
                     f"num_fewshot: {b} has no local split to draw shots from "
                     f"(only {', '.join(LOCAL_SHOT_SOURCES)} do); use 0 or the hub"
                 )
@@ -193,27 +194,27 @@ class EvalSettings:
         )
         for b, n in limits.items():
             if b and b not in CODE_BENCHMARKS:
-                raise ValueError(
+                raise UserValueError(
                     f"max_gen_toks: {b!r} is not a generation benchmark (expected "
                     f"{', '.join(CODE_BENCHMARKS)})"
                 )
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-                raise ValueError(
+                raise UserValueError(
                     f"max_gen_toks{'.' + b if b else ''}: expected a positive number of tokens, got {n!r}"
                 )
         if self.limit is not None and self.limit < 1:
-            raise ValueError(f"limit: expected a number of items >= 1, got {self.limit}")
+            raise UserValueError(f"limit: expected a number of items >= 1, got {self.limit}")
         for b, proto in self.protocol.items():
             problem = protocol_problem(b, proto, "protocol")
             if problem:
-                raise ValueError(problem)
+                raise UserValueError(problem)
             if proto == "evalplus" and self.source != "local":
-                raise ValueError(
+                raise UserValueError(
                     f"protocol.{b}: the evalplus protocol reads EvalPlus's release files from the "
                     "data directory (source local); use source local, or the lm-eval protocol"
                 )
         if self.template not in EVAL_TEMPLATES:
-            raise ValueError(
+            raise UserValueError(
                 f"template: {self.template!r} is no instruction template of the evalplus protocol "
                 f"(expected one of {', '.join(EVAL_TEMPLATES)})"
             )

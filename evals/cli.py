@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from repro.core.errors import UserValueError
+
 _DESCRIPTION = (
     "Evaluate a model on the paper's benchmarks through lm-evaluation-harness: code (humaneval, "
     "humaneval_plus, mbpp, mbpp_plus: pass@1, greedy, generated code run in a sandbox) and "
@@ -148,7 +150,7 @@ def _parse_fewshot(text: str) -> dict[str, int]:
     for part in filter(None, (x.strip() for x in text.split(","))):
         key, sep, val = part.partition("=")
         if not sep or not val.strip().isdigit():
-            raise ValueError(f"--num-fewshot: expected BENCH=K (K a whole number), got {part!r}")
+            raise UserValueError(f"--num-fewshot: expected BENCH=K (K a whole number), got {part!r}")
         out[key.strip()] = int(val)
     return out
 
@@ -159,7 +161,7 @@ def _parse_items(specs: list[str]) -> dict[str, list[int]]:
         key, sep, val = spec.partition("=")
         parts = [x.strip() for x in val.split(",") if x.strip()]
         if not sep or not parts or not all(x.isdigit() for x in parts):
-            raise ValueError(f"--items: expected BENCH=I,J,... (item indices), got {spec!r}")
+            raise UserValueError(f"--items: expected BENCH=I,J,... (item indices), got {spec!r}")
         out.setdefault(key.strip(), []).extend(int(x) for x in parts)
     return out
 
@@ -249,7 +251,7 @@ def _protocol_and_template(args: argparse.Namespace, benchmarks: list[str]) -> t
         cfg.data.chat_template,
     )
     if template is None:
-        raise ValueError(
+        raise UserValueError(
             f"--run {args.run}: {problem} (on the command line: --template, --allow-other-template)"
         )
     return protocol, template
@@ -264,14 +266,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from repro.core.results import PART_NAME, provenance, write_rows
 
     if args.adapter and not args.model:
-        raise ValueError("--adapter goes with --model (the base model)")
+        raise UserValueError("--adapter goes with --model (the base model)")
     args.task_path = _task_paths(args)
     benchmarks = expand_benchmarks(args.benchmarks, args.task_path)
     fewshot = _parse_fewshot(args.num_fewshot)
     items = _parse_items(args.items)
     extra = sorted(set(items) - set(benchmarks))
     if extra:
-        raise ValueError(
+        raise UserValueError(
             f"--items names {', '.join(extra)}, which is not among --benchmarks ({', '.join(benchmarks)})"
         )
     protocol, template = _protocol_and_template(args, benchmarks)

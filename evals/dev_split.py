@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from repro.core.errors import UserError
 from repro.core.types import Example
 
 
-class NoDevSplitError(ValueError):
+class NoDevSplitError(UserError, ValueError):
     """The benchmark's task has no split other than its test split."""
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from evals import local_data
+from repro.core.errors import UserError
 from repro.core.extras import install_hint
 
 # The fields a release file's row must have (EvalPlus's HumanEvalPlus / MbppPlus format).
@@ -36,7 +37,7 @@ RELEASE_FIELDS = (
 MBPP_PLUS_VERSIONS = {399: "v0.1.x", 378: "v0.2.0"}
 
 
-class FormatError(ValueError):
+class FormatError(UserError, ValueError):
     """A problems file that is not in EvalPlus's release format."""
 
 

@@ -34,6 +34,7 @@ from evals.evalplus_check import check_program
 from evals.evalplus_data import Problem, ProblemSet
 from evals.plugins import Benchmark
 from evals.sandbox import ExecResult, Limits, run_program
+from repro.core.errors import UserValueError
 from repro.core.io import atomic_write_jsonl
 from repro.core.log import get_logger
 from repro.core.prompts import MAGICODER_PROMPT, alpaca_prompt, plain_chat_prompt
@@ -98,11 +99,11 @@ def render(instruction: str, response_prefix: str, template: str, tokenizer: Any
         turn = [{"role": "user", "content": instruction}]
         if tokenizer is None or not getattr(tokenizer, "chat_template", None):
             if tokenizer is not None:
-                raise ValueError("template chat: the model's tokenizer has no chat template")
+                raise UserValueError("template chat: the model's tokenizer has no chat template")
             return plain_chat_prompt(turn) + response_prefix
         opened = tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
         return opened + response_prefix
-    raise ValueError(f"template {template!r}: expected magicoder, alpaca or chat")
+    raise UserValueError(f"template {template!r}: expected magicoder, alpaca or chat")
 
 
 def completion_of(response: str) -> str:
@@ -219,7 +220,7 @@ def _chosen(bench: Benchmark, n: int, settings: EvalSettings) -> list[int]:
         ids = sorted(set(settings.items[bench.name]))
         bad = [i for i in ids if i >= n]
         if bad:
-            raise ValueError(f"items: {bench.name} has {n} items (0 to {n - 1}), got {bad}")
+            raise UserValueError(f"items: {bench.name} has {n} items (0 to {n - 1}), got {bad}")
         return ids
     return list(range(min(settings.limit, n) if settings.limit else n))
 

@@ -19,6 +19,7 @@ from typing import Any
 from evals.benchmarks import TASKS_DIR, EvalSettings
 from evals.plugins import Benchmark
 from repro.core.config import resolve_data_dir
+from repro.core.errors import UserValueError
 from repro.core.log import get_logger, progress_bar
 
 logger = get_logger("eval")
@@ -229,7 +230,7 @@ def make_oracle_lm(kind: str) -> Any:
     from lm_eval.api.model import LM
 
     if kind not in ORACLES:
-        raise ValueError(f"oracle:{kind}: expected one of {', '.join('oracle:' + k for k in ORACLES)}")
+        raise UserValueError(f"oracle:{kind}: expected one of {', '.join('oracle:' + k for k in ORACLES)}")
 
     class OracleLM(LM):
         oracle = kind
@@ -241,7 +242,7 @@ def make_oracle_lm(kind: str) -> Any:
                 doc = req.doc or {}
                 answer = doc.get("canonical_solution", doc.get("code"))
                 if answer is None:
-                    raise ValueError(
+                    raise UserValueError(
                         f"oracle:{kind}: the task's documents have no canonical solution "
                         f"(fields: {sorted(doc)}); oracle models answer the code benchmarks only"
                     )
@@ -249,9 +250,9 @@ def make_oracle_lm(kind: str) -> Any:
             return out
 
         def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
-            raise ValueError(f"oracle:{kind} answers the code benchmarks only, not multiple choice")
+            raise UserValueError(f"oracle:{kind} answers the code benchmarks only, not multiple choice")
 
         def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
-            raise ValueError(f"oracle:{kind} answers the code benchmarks only")
+            raise UserValueError(f"oracle:{kind} answers the code benchmarks only")
 
     return OracleLM()

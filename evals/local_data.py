@@ -23,6 +23,7 @@ from typing import Any
 
 from evals.code_tests import io_test_program
 from repro.core.config import resolve_data_dir
+from repro.core.errors import UserValueError
 from repro.core.extras import install_hint
 
 MMLU_MEDICAL_SUBJECTS = (
@@ -128,20 +129,20 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
+                raise UserValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
     return rows
 
 
 def _field(row: dict[str, Any], key: str, path: Path, i: int) -> Any:
     if key not in row:
-        raise ValueError(f"{path} row {i}: missing field {key!r} (fields: {sorted(row)})")
+        raise UserValueError(f"{path} row {i}: missing field {key!r} (fields: {sorted(row)})")
     return row[key]
 
 
 def _letter_index(letter: Any, path: Path, i: int, n: int = 4) -> int:
     idx = "ABCDEFGH".find(str(letter).strip().upper()) if str(letter).strip() else -1
     if not 0 <= idx < n:
-        raise ValueError(f"{path} row {i}: answer_idx {letter!r} is not one of {list('ABCDEFGH'[:n])}")
+        raise UserValueError(f"{path} row {i}: answer_idx {letter!r} is not one of {list('ABCDEFGH'[:n])}")
     return idx
 
 
@@ -179,7 +180,7 @@ def _options(row: dict[str, Any], path: Path, i: int) -> list[str]:
     try:
         return [str(opts[k]) for k in "ABCD"]
     except (KeyError, TypeError) as e:
-        raise ValueError(f"{path} row {i}: options must map A, B, C, D to text; got {opts!r}") from e
+        raise UserValueError(f"{path} row {i}: options must map A, B, C, D to text; got {opts!r}") from e
 
 
 # ----------------------------------------------------------------------------- loaders
@@ -237,11 +238,11 @@ def load_pubmedqa(data_dir: Any = None, **_: Any):
     rows = []
     for pubid, label in truth.items():
         if pubid not in data:
-            raise ValueError(f"{truth_path}: test id {pubid} is not in {pqal}")
+            raise UserValueError(f"{truth_path}: test id {pubid} is not in {pqal}")
         r = data[pubid]
         decision = _field(r, "final_decision", pqal, pubid)
         if decision != label:
-            raise ValueError(
+            raise UserValueError(
                 f"{pqal} id {pubid}: final_decision {decision!r} disagrees with {truth_path} ({label!r})"
             )
         rows.append(
@@ -260,7 +261,7 @@ def load_mmlu(data_dir: Any = None, subject: str | None = None, **_: Any):
     """One MMLU medical subject -> cais/mmlu schema (question, choices, answer): test rows from
     medagents/mmlu/test.jsonl, few-shot rows from mmlu_dev/<subject>_dev.csv (split "dev")."""
     if subject not in MMLU_MEDICAL_SUBJECTS:
-        raise ValueError(f"mmlu_medical: subject must be one of {MMLU_MEDICAL_SUBJECTS}, got {subject!r}")
+        raise UserValueError(f"mmlu_medical: subject must be one of {MMLU_MEDICAL_SUBJECTS}, got {subject!r}")
     paths = locate("mmlu_medical", data_dir)
     test_path = paths[0]
     dev_path = next(p for p in paths if p.name == f"{subject}_dev.csv")
@@ -280,7 +281,7 @@ def load_mmlu(data_dir: Any = None, subject: str | None = None, **_: Any):
     with open(dev_path, newline="", encoding="utf-8") as fh:
         for i, rec in enumerate(csv.reader(fh)):
             if len(rec) != 6:
-                raise ValueError(
+                raise UserValueError(
                     f"{dev_path} line {i + 1}: expected 6 columns (question, A, B, "
                     f"C, D, answer), got {len(rec)}"
                 )
@@ -293,7 +294,7 @@ def load_mmlu(data_dir: Any = None, subject: str | None = None, **_: Any):
                 }
             )
     if not test:
-        raise ValueError(f"{test_path}: no rows with subject {subject!r}")
+        raise UserValueError(f"{test_path}: no rows with subject {subject!r}")
     return _dataset({"test": test, "dev": dev})
 
 

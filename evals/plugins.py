@@ -33,13 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from evals.local_data import MissingDataError
+from repro.core.errors import UserError
 
 GROUP = "cluster_repro.benchmarks"
 KINDS = ("code", "medical", "other")  # what the reports group a benchmark under
 _ENTRY_KEYS = ("name", "kind", "task", "metric", "metrics", "task_dir")
 
 
-class BenchmarkPluginError(ValueError):
+class BenchmarkPluginError(UserError, ValueError):
     """A plugin benchmark that cannot be used; the message names its file or entry point."""
 
 

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from method.features import pool_fingerprint
+from repro.core.errors import UserValueError
 
 __all__ = [
     "pool_fingerprint",
@@ -62,10 +63,10 @@ def shard_batches(lengths: np.ndarray, batch_size: int, shards: int) -> list[lis
     from method.features import _length_batches
 
     if shards < 1:
-        raise ValueError(f"shards must be >= 1, got {shards}")
+        raise UserValueError(f"shards must be >= 1, got {shards}")
     batches = _length_batches({i: int(n) for i, n in enumerate(lengths)}, batch_size)
     if shards > len(batches):
-        raise ValueError(
+        raise UserValueError(
             f"selection.params.feature_shards = {shards} is more than the pass's {len(batches)} "
             f"batches (N = {len(lengths)}, feature_batch_size {batch_size}); use at most {len(batches)}"
         )
@@ -173,7 +174,7 @@ def compute_shard(
     from repro.core.types import Example
 
     if not 0 <= shard < shards:
-        raise ValueError(f"shard {shard} is outside 0..{shards - 1}")
+        raise UserValueError(f"shard {shard} is outside 0..{shards - 1}")
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
     folder = Path(folder) if folder is not None else run_dir / "features"
@@ -273,7 +274,7 @@ def merge_shards(run_dir: Path, shards: int, out_path: Path, folder: Path | None
         if m.get("pool_fingerprint") != fp or any(m.get(k) != metas[0].get(k) for k in keys)
     ]
     if bad:
-        raise ValueError(
+        raise UserValueError(
             f"{folder}: shard(s) {bad} were computed for another pool or other settings "
             f"than shard 0 and {run_dir / 'pool.jsonl'}; remove them and compute again"
         )
@@ -287,7 +288,7 @@ def merge_shards(run_dir: Path, shards: int, out_path: Path, folder: Path | None
             idx = np.asarray(read_json(folder / f"shard-{s:05d}.ids.json")["rows"], dtype=np.int64)
             sh = np.load(folder / f"shard-{s:05d}.npy", mmap_mode="r")
             if sh.shape != (idx.size, dim) or seen[idx].any():
-                raise ValueError(
+                raise UserValueError(
                     f"{folder}: shard {s} has shape {sh.shape} for {idx.size} rows, or rows "
                     "another shard covers"
                 )
@@ -296,7 +297,7 @@ def merge_shards(run_dir: Path, shards: int, out_path: Path, folder: Path | None
                 mm[idx[a : a + MERGE_CHUNK]] = sh[a : a + MERGE_CHUNK]
             del sh
         if not seen.all():
-            raise ValueError(f"{folder}: pool rows {np.flatnonzero(~seen)[:5].tolist()} are in no shard")
+            raise UserValueError(f"{folder}: pool rows {np.flatnonzero(~seen)[:5].tolist()} are in no shard")
         mm.flush()
         del mm
         with open(tmp, "rb") as fh:

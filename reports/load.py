@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.core import schema
+from repro.core.errors import UserError
 from repro.core.results import DIAGNOSTIC_PREFIXES, PART_NAME, REQUIRED_COLUMNS
 from repro.core.types import RunFileError, read_selection
 
@@ -49,7 +50,7 @@ DOMAINS = {
 }
 
 
-class ReportInputError(ValueError):
+class ReportInputError(UserError, ValueError):
     """A results file or row the report cannot use; the message names the file, row and column."""
 
 

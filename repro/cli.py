@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from repro.core.config import ConfigError, load_config, resolve_config_path
+from repro.core.errors import UserValueError
 from repro.core.rundir import RunStopped
 
 EPILOG = (
@@ -101,15 +102,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "grid",
-        help="run every experiment of a run-list file, in order",
-        description="Run every experiment of a run-list file (configs/runs/*.yaml) "
-        "in order; a run can take another run's kept count (match_kept_count_of). "
-        "Grid files (configs/grids/) are for `cluster-repro launch`.",
+        help="run every run and cell of an experiment file here, in order",
+        description="Run every experiment of an experiment file (its labelled `runs:` and the "
+        "cells of its `grid:`; a run list of configs/runs/ or a grid file of configs/grids/ "
+        "is one) here, in order, in this process; a run can take another's kept count "
+        "(match_kept_count_of). `cluster-repro launch` runs the same file's cells as jobs "
+        "(repro/experiments/experiment.py).",
         epilog=EPILOG,
     )
     p.add_argument(
         "runs_file",
-        help="a run-list YAML file, or a shipped one by name, e.g. "
+        help="an experiment file (runs and/or grid), or a shipped one by name, e.g. "
         "runs/demo-grid (configs/runs/demo-grid.yaml)",
     )
     p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="overrides applied to every run")
@@ -502,12 +505,18 @@ def _dispatch(argv: list[str] | None = None) -> int:
             return 0
         if args.cmd == "grid":
             from repro.demo import summary_table
+            from repro.experiments.experiment import has_grid, load_experiment, run_cells
             from repro.experiments.runlists import load_run_list, run_list
 
-            rl = load_run_list(args.runs_file)
-            if args.base:
-                rl.base = resolve_config_path(args.base, "--base").resolve()
-            run_dirs = run_list(rl, args.overrides, force=args.force)
+            if has_grid(args.runs_file):  # a grid part: its cells, here, one after another
+                if args.base:
+                    raise ConfigError("--base: replaces a run list's base; a grid names its own in the file")
+                run_dirs = run_cells(load_experiment(args.runs_file, args.overrides), force=args.force)
+            else:
+                rl = load_run_list(args.runs_file)
+                if args.base:
+                    rl.base = resolve_config_path(args.base, "--base").resolve()
+                run_dirs = run_list(rl, args.overrides, force=args.force)
             print(summary_table(run_dirs))
             return 0
         if args.cmd in ("run", "select"):
@@ -567,11 +576,11 @@ def _dispatch(argv: list[str] | None = None) -> int:
             try:
                 sizes = [int(x) for x in args.world_sizes.split(",")]
             except ValueError:
-                raise ValueError(
+                raise UserValueError(
                     f"--world-sizes {args.world_sizes!r}: expected comma-separated integers, e.g. 1,4,8"
                 ) from None
             if min(sizes) < 1 or args.steps < 1 or args.per_device_batch < 1:
-                raise ValueError("--world-sizes, --steps and --per-device-batch must be >= 1")
+                raise UserValueError("--world-sizes, --steps and --per-device-batch must be >= 1")
             rows = bench_ddp(
                 args.config, sizes, args.steps, args.per_device_batch, Path(args.output_dir), args.overrides
             )
@@ -593,23 +602,19 @@ def _dispatch(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
     except _user_errors() as e:
-        # DataError and SelectionError are ValueErrors with messages that name the file/key.
+        # ConfigError, DataError, SelectionError, ...: messages that name the file or key.
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 1
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """Errors whose message names the file or key and the fix: printed, exit status 2.
+    """Errors whose message names the file or key and the fix: printed, exit status 2. Any other
+    exception (a ValueError of the suite's own code among them) is a bug: main() reports it as one,
+    exit status 1, with its traceback kept (repro/core/errors.py)."""
+    from repro.core.errors import UserError
 
-    Evaluated only when an error is raised, so the model module (torch) is not imported for
-    this: a ModelLoadError (a model path that does not exist, a hub id offline) can only come
-    from a run that imported it."""
-    errors: list[type[BaseException]] = [FileNotFoundError, ValueError]
-    models = sys.modules.get("repro.core.models")
-    if models is not None:
-        errors.append(models.ModelLoadError)
-    return tuple(errors)
+    return (UserError, FileNotFoundError)
 
 
 if __name__ == "__main__":  # pragma: no cover

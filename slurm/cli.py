@@ -77,7 +77,8 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "grid",
-        help="a grid file, or a shipped one by name, e.g. grids/paper "
+        help="an experiment file (runs and/or grid; a run list or grid file is one), or a shipped "
+        "one by name, e.g. grids/paper "
         "(configs/grids/paper.yaml; run lists, configs/runs/, are for "
         "`cluster-repro grid`)",
     )
@@ -85,7 +86,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         "overrides",
         nargs="*",
         metavar="key.sub=value",
-        help="config overrides for every cell, e.g. data_dir=../shared/data",
+        help="config overrides for every cell, e.g. data_dir=DATA_DIR",
     )
     p.add_argument(
         "--profile",

@@ -27,7 +27,8 @@ from typing import Any
 from repro.core.config import ConfigError, ExperimentConfig, check_text
 from repro.core.io import atomic_write_json, read_json
 from repro.core.log import get_logger, progress_bar
-from repro.experiments.grids import Cell, Grid, load_grid, select_cells
+from repro.experiments.experiment import load_experiment
+from repro.experiments.grids import Cell, Grid, select_cells
 from repro.experiments.matching import matched_config
 from slurm.jobs import CellJob, FeatureShardJob, FeaturesJob
 from slurm.profile import ClusterProfile
@@ -74,10 +75,10 @@ def load_context(
 ) -> Context:
     """The grid's cells with one absolute output directory: --output-dir, else the profile's,
     else the base config's (relative paths resolve against the current directory)."""
-    grid = load_grid(grid_path, extra)
+    grid = load_experiment(grid_path, extra)
     out = output_dir or profile.output_dir or grid.cells[0].check_config().output_dir
     out_abs = Path(out).expanduser().resolve()
-    grid = load_grid(grid_path, [*extra, f"output_dir={out_abs}"])
+    grid = load_experiment(grid_path, [*extra, f"output_dir={out_abs}"])
     cells = select_cells(grid, only)
     if not cells:
         raise ConfigError(f"--only {' '.join(only)}: no cell of {grid_path} matches")

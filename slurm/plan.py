@@ -71,7 +71,8 @@ def kept_fraction(
     """The share of the pool a cell is assumed to train on, and what the assumption is."""
     if cell.match_of is not None:
         frac, why = kept_fraction(cells[cell.match_of], cells, grid_estimate, n_pool)
-        return frac, f"as {cell.match_of.split('.')[2]}"
+        ref = cells[cell.match_of]
+        return frac, f"as {ref.axes.get('label') or ref.axes['method']}"
     sel = cell.data.get("selection", {})
     params = sel.get("params") or {}
     planned = _planned(sel.get("method"))

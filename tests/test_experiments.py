@@ -5,6 +5,7 @@ runs that match for real are in tests/test_demo.py and tests/test_slurm_cluster.
 from __future__ import annotations
 
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -153,17 +154,60 @@ def test_the_selector_owns_the_feature_key(tmp_path: Path, monkeypatch: pytest.M
 # ----------------------------------------------------------------------------- which file, which command
 
 
-def test_each_command_redirects_the_other_kind_of_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    grid, runs = _file(tmp_path, GRID, "grid.yaml"), _file(tmp_path, RUNS, "runs.yaml")
-    assert main(["grid", str(grid)]) == 2
-    err = capsys.readouterr().err
-    assert f"{grid}: this is a grid file" in err and f"cluster-repro launch {grid}" in err
-    for cmd in (["launch", str(runs), "--dry-run"], ["status", str(runs)]):
-        assert main(cmd) == 2
-        err = capsys.readouterr().err
-        assert f"{runs}: this is a run list" in err and f"`cluster-repro grid {runs}`" in err
+def test_every_command_takes_every_experiment_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A run list and a grid file are both experiment files: `launch` and `status` plan a run
+    list's runs as cells (ids = labels); only an experiment config is sent to `run`."""
+    runs = _file(tmp_path, RUNS, "runs.yaml")
+    assert main(["launch", str(runs), "--dry-run", "--cluster", "local", f"output_dir={tmp_path}/o"]) == 0
+    out = capsys.readouterr().out
+    rl = load_run_list(runs)
+    assert all(r.label in out for r in rl.runs)
+    assert main(["status", str(runs), f"output_dir={tmp_path}/o"]) == 0
     assert main(["grid", QUICK]) == 2
     assert "this is an experiment config" in capsys.readouterr().err
+    assert main(["launch", QUICK, "--dry-run"]) == 2
+    assert "this is an experiment config" in capsys.readouterr().err
+
+
+EXPERIMENT = """
+name: both
+base: {base}
+overrides: [train.epochs=1, eval.demo_tasks=false, world_size=2, train.global_batch_size=4]
+runs:
+  - label: all-data
+    overrides: [selection.method=full]
+grid:
+  datasets: {{demo: {{}}}}
+  models: {{tiny: {{}}}}
+  methods:
+    random: {{overrides: [selection.method=random, selection.n=32]}}
+  world_sizes: [2]
+  seeds: [42]
+"""
+
+
+def test_one_experiment_file_runs_inline_and_launch_plans_the_same_cells(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from repro.experiments.experiment import load_experiment
+
+    path = tmp_path / "both.yaml"
+    path.write_text(EXPERIMENT.format(base=QUICK))
+    out = f"output_dir={tmp_path}/runs"
+    cells = load_experiment(path, [out]).cells
+    assert [c.id for c in cells] == ["demo.tiny.random.ws2.s42", "all-data"]
+    assert main(["grid", str(path), out]) == 0  # the inline executor, tiny model, 2 gloo workers
+    capsys.readouterr()
+    made = sorted(
+        str(p.parent.relative_to(tmp_path / "runs")) for p in (tmp_path / "runs").glob("*/*/config.yaml")
+    )
+    assert made == sorted(f"{c.check_config().name}/{c.check_config().hash()}" for c in cells)
+    # launch and status plan the same cells, and know them done: the same run folders
+    assert main(["launch", str(path), "--dry-run", "--cluster", "local", out]) == 0
+    assert f"Grid both ({path}): 2 cells, 2 done, 0 to run" in capsys.readouterr().out
+    assert main(["status", str(path), out]) == 0
+    status = capsys.readouterr().out
+    assert all(re.search(rf"^{re.escape(c.id)}\s+done", status, re.M) for c in cells), status
 
 
 # ----------------------------------------------------------------------------- one validator

@@ -122,3 +122,21 @@ def test_result_rows_carry_the_canonical_params() -> None:
     sel, alloc = canonical_params(cfg)
     assert sel == {"cap": 2.0} and alloc == {}
     assert dataclasses.asdict(cfg.selection)["params"] == {"ratio": 50, "cap": 2}  # the config as written
+
+
+def test_an_internal_error_is_reported_as_a_bug_not_as_a_user_error(monkeypatch, capsys) -> None:
+    import repro.preflight
+    from repro import cli
+
+    def broken(*args, **kwargs):  # a bug inside the suite: a plain ValueError from its own code
+        raise ValueError("an internal invariant broke")
+
+    monkeypatch.setattr(repro.preflight, "require_clean", broken)
+    assert cli.main(["validate", str(QUICK), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "an internal invariant broke" in err and "please report it" in err and "traceback is in" in err
+    monkeypatch.undo()
+    # a user's mistake: exit 2 with its message, no traceback file
+    assert cli.main(["validate", str(QUICK), "selection.method=cluster", "selection.params.ratio=500"]) == 2
+    err = capsys.readouterr().err
+    assert "selection.params.ratio: expected a finite number" in err and "traceback" not in err

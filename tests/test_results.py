@@ -85,8 +85,11 @@ def test_every_parquet_column_has_its_schema_dtype(tmp_path: Path) -> None:
 def test_a_value_of_the_wrong_type_names_its_column(tmp_path: Path) -> None:
     with pytest.raises(schema.RowSchemaError, match="'n_selected': expected an integer"):
         write_rows(tmp_path / PART_NAME, [_row(n_selected=2.5)])
-    with pytest.raises(schema.RowSchemaError, match="'predicted_idle_share': expected a float"):
-        write_rows(tmp_path / PART_NAME, [_row(predicted_idle_share="0.1579")])
+    with pytest.raises(schema.RowSchemaError, match="'predicted_idle_share' = 'fast', expected a number"):
+        write_rows(tmp_path / PART_NAME, [_row(predicted_idle_share="fast")])
+    with pytest.raises(schema.RowSchemaError, match="'attempts': expected a int, got True"):
+        write_rows(tmp_path / PART_NAME, [_row(attempts=True)])
+    write_rows(tmp_path / PART_NAME, [_row(predicted_idle_share="0.1579")])  # text read back from a file
     with pytest.raises(schema.RowSchemaError, match="'versions'.*not JSON"):
         write_rows(tmp_path / PART_NAME, [_row(versions="{torch")])
     assert schema.BY_NAME["n"].parse("7", "f:2") == 7

@@ -32,6 +32,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from repro.core.errors import UserValueError
+
 # Dense bf16 tensor-core peaks (TFLOP/s per GPU), from the vendors' data sheets (SXM parts).
 DEVICE_PEAK_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 
@@ -211,9 +213,9 @@ def bench_paper_step(
     from repro.core.memory import SHAPES, plan_memory, replace_layers
 
     if shape not in SHAPES:
-        raise ValueError(f"--shape {shape!r}: one of {', '.join(sorted(SHAPES))}")
+        raise UserValueError(f"--shape {shape!r}: one of {', '.join(sorted(SHAPES))}")
     if steps < 2:
-        raise ValueError("--steps: at least 2 (the first step is a warm-up, not timed)")
+        raise UserValueError("--steps: at least 2 (the first step is a warm-up, not timed)")
     args = dict(
         shape=shape,
         strategy=strategy,

@@ -25,8 +25,10 @@ from typing import Any, Literal
 
 import yaml
 
+from repro.core.errors import UserError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError, ValueError):
     """A user's config is wrong; the message names the key (and file) and what was expected."""
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.core.config_schema import DataSource, ExperimentConfig
+from repro.core.errors import UserValueError
 from repro.core.log import get_logger
 from repro.core.prompts import FORMATS, ChatTemplate, DataError, RowError, detect_format, render
 from repro.core.types import Example, Pool
@@ -585,7 +586,7 @@ class TokenizedPool:
         self, pool: Pool, tokenizer: Any, max_length: int, on_bad_row: str = "error", batch_size: int = 512
     ):
         if on_bad_row not in ("error", "skip"):
-            raise ValueError(f"on_bad_row: expected 'error' or 'skip', got {on_bad_row!r}")
+            raise UserValueError(f"on_bad_row: expected 'error' or 'skip', got {on_bad_row!r}")
         self.max_length = max_length
         self.skipped: dict[str, int] = {}
         self._items: dict[str, dict[str, Any]] = {}

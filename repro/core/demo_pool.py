@@ -27,6 +27,8 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
+from repro.core.errors import UserValueError
+
 CATEGORIES: tuple[str, ...] = (
     "add",
     "subtract",
@@ -298,7 +300,7 @@ def _new_row(r: random.Random, cat: str, used_problems: set, used_texts: set) ->
         else:
             meta.update(extra)
         return {"id": "", "category": cat, "instruction": instr, "input": inp, "output": answer, "meta": meta}
-    raise ValueError(
+    raise UserValueError(
         f"could not generate {_MAX_TRIES} distinct '{cat}' problems; "
         f"the pool is too large for this category's problem space, lower n_train"
     )
@@ -372,12 +374,12 @@ def category_shares(
     k = n_categories
     where = f"demo pool shares (min {min_share:g}, max {max_share:g}, {k} categories)"
     if k < 2:
-        raise ValueError(f"{where}: needs at least 2 categories")
+        raise UserValueError(f"{where}: needs at least 2 categories")
     if not (0 < min_share <= max_share < 1):
-        raise ValueError(f"{where}: expected 0 < min share <= max share < 1")
+        raise UserValueError(f"{where}: expected 0 < min share <= max share < 1")
     low, high = (k - 1) * min_share + max_share, min_share + (k - 1) * max_share
     if not (low <= 1 + 1e-12 and high >= 1 - 1e-12):
-        raise ValueError(
+        raise UserValueError(
             f"{where}: the shares cannot sum to 1 (with the rarest at the min and the commonest at "
             f"the max they sum to between {low:.4g} and {high:.4g}); lower the min share or raise "
             "the max share"
@@ -440,9 +442,9 @@ def generate_demo_pool(
     category and share no problem or instruction+input with training.
     """
     if n_train < 2 * len(CATEGORIES):
-        raise ValueError(f"n_train must be >= {2 * len(CATEGORIES)} (2 per category), got {n_train}")
+        raise UserValueError(f"n_train must be >= {2 * len(CATEGORIES)} (2 per category), got {n_train}")
     if n_heldout_per_category < 1:
-        raise ValueError(f"n_heldout_per_category must be >= 1, got {n_heldout_per_category}")
+        raise UserValueError(f"n_heldout_per_category must be >= 1, got {n_heldout_per_category}")
     shares = category_shares(len(CATEGORIES), min_share, max_share)
     r = random.Random(seed)
     n_near = max(1, round(_NEAR_DUP_FRACTION * n_train))
@@ -589,7 +591,7 @@ def score_generation(meta: dict, generation: str, timeout_s: float = 5.0) -> flo
             return 0.0
         return 1.0 if run_python_tests(code, meta["tests"], timeout_s) else 0.0
     if meta["check"] != "exact":
-        raise ValueError(f"unknown check {meta['check']!r} (expected 'exact' or 'python')")
+        raise UserValueError(f"unknown check {meta['check']!r} (expected 'exact' or 'python')")
     first = generation.strip().split("\n", 1)[0]
     cs = bool(meta.get("case_sensitive", False))
     return 1.0 if first and _normalize(first, cs) == _normalize(meta["answer"], cs) else 0.0

@@ -40,6 +40,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from repro.core.errors import UserValueError
+
 # Ports derived from job ids: below Linux's ephemeral range (32768-60999), so no outgoing
 # connection of the node holds one by chance; consecutive job ids get different ports.
 PORT_BASE, PORT_SPAN = 10000, 20000
@@ -69,12 +71,12 @@ def _expand_group(body: str, where: str) -> list[str]:
     for part in body.split(","):
         m = _RANGE.match(part)
         if not m:
-            raise ValueError(
+            raise UserValueError(
                 f"node list {where!r}: '[{body}]' has {part!r}, expected a number or a range like 01-04"
             )
         lo, hi = m.group(1), m.group(2) or m.group(1)
         if int(hi) < int(lo):
-            raise ValueError(f"node list {where!r}: the range {part!r} runs backwards")
+            raise UserValueError(f"node list {where!r}: the range {part!r} runs backwards")
         width = len(lo) if lo.startswith("0") else 0
         out += [str(i).zfill(width) for i in range(int(lo), int(hi) + 1)]
     return out
@@ -89,11 +91,11 @@ def _expand_host(expr: str, where: str) -> list[str]:
         if expr[i] == "[":
             j = expr.find("]", i)
             if j < 0 or "[" in expr[i + 1 : j]:
-                raise ValueError(f"node list {where!r}: '[' without its ']' in {expr!r}")
+                raise UserValueError(f"node list {where!r}: '[' without its ']' in {expr!r}")
             names = [n + x for n in names for x in _expand_group(expr[i + 1 : j], where)]
             i = j + 1
         elif expr[i] == "]":
-            raise ValueError(f"node list {where!r}: ']' without its '[' in {expr!r}")
+            raise UserValueError(f"node list {where!r}: ']' without its '[' in {expr!r}")
         else:
             ends = [k for k in (expr.find("[", i), expr.find("]", i)) if k >= 0]
             j = min(ends, default=len(expr))
@@ -120,11 +122,11 @@ def expand_hostlist(nodelist: str) -> list[str]:
         elif c == "," and depth == 0:
             expr = text[start:i].strip()
             if not expr:
-                raise ValueError(f"node list {nodelist!r}: an empty host name")
+                raise UserValueError(f"node list {nodelist!r}: an empty host name")
             hosts += _expand_host(expr, nodelist)
             start = i + 1
     if depth != 0:
-        raise ValueError(f"node list {nodelist!r}: unbalanced brackets")
+        raise UserValueError(f"node list {nodelist!r}: unbalanced brackets")
     return hosts
 
 
@@ -169,22 +171,22 @@ def _int_var(env: Mapping[str, str], name: str, default: int | None = None) -> i
     raw = env.get(name)
     if raw is None:
         if default is None:
-            raise ValueError(f"environment variable {name} is not set")
+            raise UserValueError(f"environment variable {name} is not set")
         return default
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not a whole number") from None
+        raise UserValueError(f"environment variable {name}={raw!r} is not a whole number") from None
 
 
 def _checked(e: LaunchEnv, names: str) -> LaunchEnv:
     if e.world_size < 1 or not 0 <= e.rank < e.world_size or e.local_rank < 0:
-        raise ValueError(
+        raise UserValueError(
             f"{names}: rank {e.rank}, world size {e.world_size}, local rank "
             f"{e.local_rank}; expected 0 <= rank < world size and local rank >= 0"
         )
     if not 0 < e.master_port < 65536:
-        raise ValueError(f"{names}: port {e.master_port} is not a TCP port (1-65535)")
+        raise UserValueError(f"{names}: port {e.master_port} is not a TCP port (1-65535)")
     return e
 
 
@@ -218,20 +220,20 @@ def slurm_env(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
             (k for k in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST") if env.get(k)), None
         )
         if key is None:
-            raise ValueError(
+            raise UserValueError(
                 "SLURM task without a node list (SLURM_STEP_NODELIST, "
                 "SLURM_JOB_NODELIST, SLURM_NODELIST): no master address"
             )
         try:
             addr = expand_hostlist(env[key])[0]
         except ValueError as e:
-            raise ValueError(f"{key}: {e}") from None
+            raise UserValueError(f"{key}: {e}") from None
     if env.get("MASTER_PORT"):
         port = _int_var(env, "MASTER_PORT")
     elif env.get("SLURM_JOB_ID"):
         port = master_port_for_job(env["SLURM_JOB_ID"])
     else:
-        raise ValueError("SLURM task without SLURM_JOB_ID (or MASTER_PORT): no rendezvous port")
+        raise UserValueError("SLURM task without SLURM_JOB_ID (or MASTER_PORT): no rendezvous port")
     return _checked(
         LaunchEnv(
             _int_var(env, "SLURM_PROCID"),
@@ -274,11 +276,11 @@ def cuda_device_index(local_rank: int, n_visible: int) -> int:
     which must exist: two workers on one GPU fail later in NCCL ("Duplicate GPU detected").
     """
     if n_visible < 1:
-        raise ValueError("no CUDA device visible")
+        raise UserValueError("no CUDA device visible")
     if n_visible == 1:
         return 0
     if local_rank >= n_visible:
-        raise ValueError(
+        raise UserValueError(
             f"local rank {local_rank} needs a CUDA device of its own, but only "
             f"{n_visible} are visible (CUDA_VISIBLE_DEVICES="
             f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): start at most "
@@ -386,7 +388,7 @@ def check_gpus_for(workers: int, key: str, default: str = "") -> None:
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if 0 < gpus < workers:
         unset = f", or leave it unset for {default}" if default else ""
-        raise ValueError(
+        raise UserValueError(
             f"{key}: {workers} processes but {gpus} visible CUDA GPU(s); NCCL needs "
             f"a GPU per process (set it to at most {gpus}{unset})"
         )

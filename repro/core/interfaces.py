@@ -36,13 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from repro.core.errors import UserError
 from repro.core.types import Pool, Schedule, Selection
 
 if TYPE_CHECKING:
     from repro.core.config import ExperimentConfig
 
 
-class SelectionError(ValueError):
+class SelectionError(UserError, ValueError):
     """A selection cannot be made as asked (budget larger than the pool, pool too small, ...)."""
 
 

@@ -51,6 +51,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from repro.core.errors import UserValueError
+
 GIB = 2**30
 MIB = 2**20
 CUDA_CONTEXT_GIB = 1.0  # the CUDA context and NCCL buffers, outside torch's allocator
@@ -161,7 +163,7 @@ def shape_from_hf_config(cfg: dict[str, Any]) -> ModelShape:
             qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
         )
     except KeyError as e:
-        raise ValueError(
+        raise UserValueError(
             f"config.json lacks {e.args[0]!r}: not a Llama-family decoder the memory plan knows"
         ) from None
 

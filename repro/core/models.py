@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from repro.core.config import ModelConfig
+from repro.core.errors import UserError
 from repro.core.log import get_logger
 
 # peft's LoRA wrapper calls a transformers API deprecated in 5.x; not ours to fix, only noise.
@@ -45,7 +46,7 @@ _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _LOCAL_HINT = "set model.name_or_path to a local directory holding config.json and the weights"
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(UserError, RuntimeError):
     """A model cannot be found, built or loaded; the message names it and says what to fix."""
 
 

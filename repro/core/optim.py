@@ -20,6 +20,8 @@ from typing import Any, TypeGuard
 import torch
 import torch.distributed as dist
 
+from repro.core.errors import UserValueError
+
 try:  # DTensor is public in torch >= 2.5; the suite pins 2.13
     from torch.distributed.tensor import DTensor, Replicate
 except ImportError:  # pragma: no cover - a torch without distributed support
@@ -64,7 +66,7 @@ class Adafactor(torch.optim.Optimizer):
         weight_decay: float = 0.0,
     ):
         if lr <= 0 or not math.isfinite(lr):
-            raise ValueError(f"Adafactor: lr must be a finite number > 0, got {lr}")
+            raise UserValueError(f"Adafactor: lr must be a finite number > 0, got {lr}")
         super().__init__(
             params,
             dict(
@@ -80,7 +82,7 @@ class Adafactor(torch.optim.Optimizer):
     @staticmethod
     def _init_state(p: torch.Tensor) -> dict[str, Any]:
         if p.dim() > 2 and _is_sharded(p):
-            raise ValueError(
+            raise UserValueError(
                 f"Adafactor: sharded parameters of {p.dim()} dims are not supported "
                 "(FSDP2 shards dim 0; the factored statistics here assume a matrix)"
             )
@@ -151,7 +153,7 @@ def make_optimizer(
         return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
     if name == "adafactor":
         return Adafactor(params, lr=lr, weight_decay=weight_decay)
-    raise ValueError(f"train.optimizer: unknown optimizer {name!r} (adamw, adafactor, sgd)")
+    raise UserValueError(f"train.optimizer: unknown optimizer {name!r} (adamw, adafactor, sgd)")
 
 
 def make_scheduler(

@@ -26,8 +26,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from repro.core.errors import UserError
 
-class DataError(ValueError):
+
+class DataError(UserError, ValueError):
     """A user-facing data problem (bad file, bad row, missing data); the message says what to fix."""
 
 

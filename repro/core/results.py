@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.core import schema
+from repro.core.errors import UserError
 from repro.core.io import atomic_write, atomic_write_json
 
 PART_NAME = "results.part.csv"
@@ -151,7 +152,7 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     return read_checked(Path(path), require_sidecar=False)
 
 
-class DamagedResultFile(ValueError):
+class DamagedResultFile(UserError, ValueError):
     """A results file that is cut, changed after it was written, or lacks its checksum."""
 
     def __init__(self, path: Path, reason: str) -> None:
@@ -159,11 +160,11 @@ class DamagedResultFile(ValueError):
         self.path, self.reason = path, reason
 
 
-class DamagedResultsError(ValueError):
+class DamagedResultsError(UserError, ValueError):
     """Some results files are damaged and --allow-damaged was not given."""
 
 
-class ConflictingRowsError(ValueError):
+class ConflictingRowsError(UserError, ValueError):
     """Two rows for one (run_id, benchmark, metric) that differ."""
 
 

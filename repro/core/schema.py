@@ -91,6 +91,9 @@ class Column:
             if not isinstance(value, str):
                 raise RowSchemaError(f"column {self.name!r}: expected a string, got {value!r}")
             return value
+        if isinstance(value, str):  # a field as read back from a results file: kept as written
+            self.parse(value, "a text value")
+            return value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise RowSchemaError(f"column {self.name!r}: expected a {self.type}, got {value!r}")
         if self.type == "int":

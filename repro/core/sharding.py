@@ -24,6 +24,8 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
+from repro.core.errors import UserValueError
+
 STRATEGIES = ("ddp", "fsdp")
 
 
@@ -40,7 +42,7 @@ def decoder_layers(model: Any) -> list[torch.nn.Module]:
     names = set(getattr(core, "_no_split_modules", None) or [])
     layers = [m for m in core.modules() if type(m).__name__ in names]
     if not layers:
-        raise ValueError(
+        raise UserValueError(
             f"{type(core).__name__}: cannot find its decoder layers (no module of a "
             f"class in _no_split_modules={sorted(names)}); train.strategy=fsdp and "
             "train.activation_checkpointing need them"
@@ -62,7 +64,7 @@ def wrap(model: torch.nn.Module, strategy: str, device: torch.device, bf16: bool
 
         return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     if strategy != "fsdp":
-        raise ValueError(f"train.strategy: {strategy!r} is not one of {STRATEGIES}")
+        raise UserValueError(f"train.strategy: {strategy!r} is not one of {STRATEGIES}")
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mp = (

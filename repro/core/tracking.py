@@ -24,6 +24,8 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from repro.core.errors import UserValueError
+
 PROJECT = "cluster-repro"  # the wandb / trackio project every run logs to
 TB_DIR = "tb"  # <run_dir>/tb/: TensorBoard event files
 
@@ -141,11 +143,11 @@ def make_tracker(
         return NoTracker()
     problem = missing_package(report_to)
     if problem:
-        raise ValueError(f"train.report_to: {problem}")
+        raise UserValueError(f"train.report_to: {problem}")
     if report_to == "tensorboard":
         return TensorBoardTracker(run_dir, start_step)
     if report_to == "wandb":
         return WandbTracker(run_dir, run_name, config)
     if report_to == "trackio":
         return TrackioTracker(run_dir, run_name, config)
-    raise ValueError(f"train.report_to: expected one of none, {', '.join(PACKAGES)}; got {report_to!r}")
+    raise UserValueError(f"train.report_to: expected one of none, {', '.join(PACKAGES)}; got {report_to!r}")

@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from repro.core.errors import UserError
+
 
 @dataclass(frozen=True)
 class Example:
@@ -72,7 +74,7 @@ class Pool:
         return [e.category for e in self.examples]
 
 
-class RunFileError(ValueError):
+class RunFileError(UserError, ValueError):
     """A run-folder file (selection.json, schedule.json) that does not hold what it should; the
     message names the file and the key."""
 

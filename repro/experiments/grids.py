@@ -200,7 +200,11 @@ def _excluded(axes: dict[str, Any], rules: list[dict[str, Any]]) -> bool:
 def load_grid(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid:
     """Read a grid file and expand it into cells (each config validated now, not in a job)."""
     p = resolve_config_path(path, "grid file")
-    g = read_mapping(p, GRID_FILE)
+    return grid_from_mapping(read_mapping(p, GRID_FILE), p, extra)
+
+
+def grid_from_mapping(g: dict[str, Any], p: Path, extra: list[str] | tuple[str, ...] = ()) -> Grid:
+    """The grid of a file's mapping, expanded into cells; ConfigError naming `p`."""
     unknown = set(g) - _TOP
     if unknown:
         raise ConfigError(f"{p}: unknown keys {sorted(unknown)} (allowed: {', '.join(sorted(_TOP))})")
@@ -356,7 +360,9 @@ def select_cells(grid: Grid, only: list[str]) -> list[Cell]:
             raise ConfigError(f"--only {f!r}: unknown axis {k!r} (axes: {', '.join(AXES)}, or id)")
         filters.setdefault(k, set()).update(v.split(","))
     keep = [
-        c for c in grid.cells if all(str(c.id if k == "id" else c.axes[k]) in vs for k, vs in filters.items())
+        c
+        for c in grid.cells
+        if all(str(c.id if k == "id" else c.axes.get(k)) in vs for k, vs in filters.items())
     ]
     need = {c.match_of for c in keep if c.match_of}
     return [c for c in grid.cells if c in keep or c.id in need] if need else keep

@@ -55,7 +55,11 @@ def _override_list(value: object, where: str) -> None:
 
 def load_run_list(path: str | Path) -> RunList:
     p = resolve_config_path(path, "run-list file")
-    data = read_mapping(p, RUN_LIST)
+    return run_list_from_mapping(read_mapping(p, RUN_LIST), p)
+
+
+def run_list_from_mapping(data: dict, p: Path) -> RunList:
+    """The run list of a file's mapping (base, overrides, runs); ConfigError naming `p`."""
     unknown = set(data) - _TOP
     if unknown:
         raise ConfigError(f"{p}: unknown keys {sorted(unknown)} (allowed: base, overrides, runs)")
