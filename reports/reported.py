@@ -196,7 +196,7 @@ def reported_table(rep: Report, entries: list[dict[str, Any]]) -> Table:
         cols,
         rows,
         notes=[
-            "Reported values transcribed in reports/reported.yaml from ../shared/docs/method.md "
+            "Reported values transcribed in reports/reported.yaml from docs/method.md "
             "(itself from summaries of the paper, not yet checked against the PDF).",
             "ours: our cell with the same dataset, model, method and ratio at 4 workers; missing "
             "where we have no such run. Train time in hours.",

@@ -1,9 +1,9 @@
 """Item-by-item agreement of the suite's evalplus protocol with evalplus's own evaluator.
 
     cluster-repro eval --model oracle:canonical --protocol evalplus --benchmarks mbpp_plus \\
-        --data-dir ../shared/data --output-dir runs/eval/oracle-evalplus
+        --data-dir DATA_DIR --output-dir runs/eval/oracle-evalplus
     python -m repro.bench.evalplus_agreement runs/eval/oracle-evalplus/samples/evalplus_mbpp_plus.jsonl \\
-        --data-dir ../shared/data
+        --data-dir DATA_DIR
 
 Takes the solutions the suite scored (its per-item log: task_id, solution and the base/plus
 verdicts of our sandboxed scorer), has `evalplus.evaluate` (evalplus 0.3.1, the `evalplus` extra)

@@ -2,7 +2,7 @@
 (selection.params.feature_max_length) and a random projection before clustering
 (selection.params.cluster_proj_dim), against today's full pass.
 
-    python -m repro.bench.proxies configs/mini/medical.yaml --limit 200 data_dir=../shared/data
+    python -m repro.bench.proxies configs/mini/medical.yaml --limit 200 data_dir=DATA_DIR
 
 For the config's pool (its first `--limit` rows of each source), with its model: the full
 gradient-proxy pass and one per `--lengths`, each timed (one process); then CluSTER's steps 2-6

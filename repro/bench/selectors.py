@@ -1,6 +1,6 @@
 """Benchmark: selection time and peak memory of every selector on one config's pool.
 
-    python -m repro.bench.selectors configs/mini/code.yaml data_dir=../shared/data \
+    python -m repro.bench.selectors configs/mini/code.yaml data_dir=DATA_DIR \
         --methods random,dedup-exact,loss --out runs/bench/selectors-code.json [key=value ...]
 
 For each method: one process runs the pipeline up to the pool stage (shared by every method: the

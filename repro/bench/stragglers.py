@@ -462,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         "overrides",
         nargs="*",
         metavar="key.sub=value",
-        help="config overrides for every pool, e.g. data_dir=../shared/data",
+        help="config overrides for every pool, e.g. data_dir=DATA_DIR",
     )
     a = p.parse_args(argv)
     if a.rows is not None:
