@@ -98,6 +98,21 @@ def _visible(t: Table) -> list[int]:
     return [j for j, c in enumerate(t.columns) if not c.csv_only]
 
 
+def markdown_grid(headers: list[str], rows: list[list[str]], numeric: list[bool] | None = None) -> list[str]:
+    """The lines of a Markdown table of ready-made cell texts (numeric columns right-aligned)."""
+    numeric = numeric or [False] * len(headers)
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return out
+
+
+def plain_table(cols: list[tuple[str, str, str]], rows: list[dict[str, Any]]) -> str:
+    """A benchmark's Markdown table: `cols` are (header, key, format) with a str.format spec;
+    a missing or None value is an empty cell (repro/bench/ writes its tables with this)."""
+    grid = [[f.format(r[k]) if r.get(k) is not None else "" for _, k, f in cols] for r in rows]
+    return "\n".join(markdown_grid([h for h, _, _ in cols], grid))
+
+
 def to_markdown(t: Table, level: int = 2) -> str:
     cols = _visible(t)
     bold = best_cells(t)

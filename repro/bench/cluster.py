@@ -31,6 +31,7 @@ import time
 import numpy as np
 
 from method import clustering as C
+from reports.render import plain_table
 
 
 def _unit_vectors(n: int, d: int, seed: int) -> np.ndarray:
@@ -314,12 +315,7 @@ def format_scale(rows: list[dict]) -> str:
         ("JL-256 ARI", "proj256_ari", "{:.4f}"),
         ("load1", "load1", "{:.1f}"),
     ]
-    out = ["| " + " | ".join(c[0] for c in cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        out.append(
-            "| " + " | ".join(f.format(r[key]) if r.get(key) is not None else "" for _, key, f in cols) + " |"
-        )
-    return "\n".join(out)
+    return plain_table(cols, rows)
 
 
 def _progress(r: dict) -> None:
@@ -351,12 +347,7 @@ def format_cluster(rows: list[dict]) -> str:
         ("random/exact", "random_over_exact", "{:.6f}"),
         ("load1", "load1", "{:.1f}"),
     ]
-    out = ["| " + " | ".join(c[0] for c in cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        out.append(
-            "| " + " | ".join(f.format(r[key]) if r.get(key) is not None else "" for _, key, f in cols) + " |"
-        )
-    return "\n".join(out)
+    return plain_table(cols, rows)
 
 
 def main(argv: list[str] | None = None) -> None:

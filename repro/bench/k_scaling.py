@@ -58,6 +58,7 @@ import numpy as np
 
 from method import clustering as C
 from method.packing import pack_clusters, split_budget
+from reports.render import markdown_grid
 from repro.core.interfaces import SelectionError
 
 KS = (4, 8, 16, 32, 64, 128, 256)
@@ -205,9 +206,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _table(cols: list[tuple[str, Any]], rows: list[dict]) -> str:
-    out = ["| " + " | ".join(h for h, _ in cols) + " |", "|" + "---|" * len(cols)]
-    out += ["| " + " | ".join(f(r) for _, f in cols) + " |" for r in rows]
-    return "\n".join(out)
+    return "\n".join(markdown_grid([h for h, _ in cols], [[f(r) for _, f in cols] for r in rows]))
 
 
 def _pct(v: float) -> str:

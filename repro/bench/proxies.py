@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from method import clustering as C
+from reports.render import plain_table
 
 
 def _kept(chosen: dict) -> set[int]:
@@ -123,12 +124,7 @@ def format_proxies(rows: list[dict]) -> str:
         ("kept Jaccard vs full", "kept_jaccard", "{:.3f}"),
         ("load1", "load1", "{:.1f}"),
     ]
-    lines = ["| " + " | ".join(c[0] for c in cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        lines.append(
-            "| " + " | ".join(f.format(r[k]) if r.get(k) is not None else "" for _, k, f in cols) + " |"
-        )
-    return "\n".join(lines)
+    return plain_table(cols, rows)
 
 
 def main(argv: list[str] | None = None) -> None:
