@@ -75,3 +75,19 @@ def shared_data() -> Path:
     if SHARED_DATA is None or not SHARED_DATA.is_dir():
         pytest.fail("shared data not found: set CLUSTER_REPRO_DATA to the shared/data directory")
     return SHARED_DATA
+
+
+def rewrite_stage_files(run_dir: Path, stage: str, files: dict[str, object]) -> None:
+    """Replace files a stage wrote (a schedule with other weights, say) and record their new
+    fingerprints in the stage's marker, as the stage itself would: a test that hand-edits a
+    stage's output says so, where an edit by anyone else stops the next run (InputsChanged)."""
+    from repro.core import fingerprints
+    from repro.core.io import atomic_write_json, read_json
+    from repro.core.rundir import stage_marker
+
+    for name, data in files.items():
+        atomic_write_json(Path(run_dir) / name, data)
+    marker = stage_marker(Path(run_dir), stage)
+    info = read_json(marker)
+    info["outputs"] = fingerprints.run_file_fingerprints(Path(run_dir), stage)
+    atomic_write_json(marker, info)

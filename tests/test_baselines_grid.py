@@ -139,7 +139,7 @@ def test_a_baseline_runs_under_cluster_interleave_with_rank_weights(tmp_path: Pa
     finally:
         torch.set_num_threads(n)
     sel = read_json(run_dir / "selection.json")
-    sizes = sel["info"]["cluster_sizes"]
+    sizes = sel["diagnostics"]["cluster_sizes_before_cap"]
     n_pool = sum(sizes)
     rows = list(csv.DictReader(open(run_dir / "selection.csv")))
     assert rows and {r["worker"] for r in rows} == {"0", "1", "2", "3"}
@@ -180,8 +180,9 @@ ANALYSIS_RUNS = {
     "deita-ifd": ["selection.method=deita-ifd"],
 }
 # the selectors that record per-example scores (random and clusterclip do not), by their label in
-# the analyses (method and params: reports/analyses.py selection_label)
-RDS = "rds (query=heldout)"
+# the analyses (method and its non-default params: reports/analyses.py selection_label; query
+# heldout is rds's default, so the canonical params leave it out)
+RDS = "rds"
 SCORING = ("loss", "perplexity", RDS, "deita-ifd")
 N_KEPT = 12
 

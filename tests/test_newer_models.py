@@ -139,6 +139,7 @@ def test_a_qwen_cell_runs_end_to_end_with_the_tiny_model_standing_in(
         [
             f"output_dir={tmp_path}",
             f"model.name_or_path={chat_model}",
+            "model.revision=null",  # a local directory stands in for the hub model: nothing to pin
             f"data_dir={shared_data}",
             "data.sources=[{path: codealpaca/code_alpaca_2k.json, format: magicoder, limit: 64}]",
             "data.max_length=512",

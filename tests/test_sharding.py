@@ -17,9 +17,10 @@ import pytest
 import torch
 
 from repro.core.config import from_dict
-from repro.core.io import atomic_write_json, read_json
+from repro.core.io import read_json
 from repro.core.types import Schedule
 from repro.pipeline import load_pool_files, model_dir_of, run_experiment
+from tests.conftest import rewrite_stage_files
 from tests.crash_hook import STEP_VAR, crash_env
 
 TINY = [
@@ -103,7 +104,7 @@ def test_fsdp_step_equals_serial_weighted_update(tmp_path: Path, world_size: int
     run_dir = run_experiment(cfg, until="schedule")
     sched = Schedule.from_dict(read_json(run_dir / "schedule.json"))
     sched.worker_weights = weights
-    atomic_write_json(run_dir / "schedule.json", sched.to_dict())
+    rewrite_stage_files(run_dir, "schedule", {"schedule.json": sched.to_dict()})
     run_experiment(cfg, until="train")
 
     init, expected = _serial_update(run_dir, cfg, weights, lr)

@@ -26,11 +26,11 @@ import pytest
 import torch
 
 from repro.core.config import from_dict
-from repro.core.io import atomic_write_json, read_json
+from repro.core.io import read_json
 from repro.core.results import PART_NAME, read_rows
 from repro.core.types import Schedule
 from repro.pipeline import load_pool_files, model_dir_of, run_experiment, stage_marker
-from tests.conftest import CONFIGS, REPO
+from tests.conftest import CONFIGS, REPO, rewrite_stage_files
 from tests.crash_hook import crash_env
 from tests.test_tracking import tb_scalars
 
@@ -85,7 +85,7 @@ def test_weighted_ddp_step_equals_serial_weighted_update(tmp_path: Path, per_dev
     run_dir = run_experiment(cfg, until="schedule")
     sched = Schedule.from_dict(read_json(run_dir / "schedule.json"))
     sched.worker_weights = weights
-    atomic_write_json(run_dir / "schedule.json", sched.to_dict())
+    rewrite_stage_files(run_dir, "schedule", {"schedule.json": sched.to_dict()})
     run_experiment(cfg, until="train")
 
     # The serial reference, in this process, from the same initial weights.
@@ -149,10 +149,11 @@ def test_balanced_steps_run_in_lockstep_with_the_per_example_objective(tmp_path:
     pool, _ = load_pool_files(run_dir)
     ids = pool.ids
     sched = Schedule(order=[[ids[0:6], ids[6:16]]], worker_weights=weights, step_sizes=[[[3, 3], [5, 5]]])
-    atomic_write_json(run_dir / "schedule.json", sched.to_dict())
     derived = derive(cfg, len(ids), 16, sched.per_worker_len(), sched.steps_per_epoch())
     assert (derived.grad_accum, derived.steps_per_epoch, derived.total_steps) == (2, 2, 1)
-    atomic_write_json(run_dir / "derived.json", derived.to_dict())
+    rewrite_stage_files(
+        run_dir, "schedule", {"schedule.json": sched.to_dict(), "derived.json": derived.to_dict()}
+    )
     run_experiment(cfg, until="train")
 
     model_dir = model_dir_of(run_dir)

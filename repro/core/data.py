@@ -149,7 +149,8 @@ def _read_hub(i: int, src: DataSource) -> Iterator[_Raw]:
     try:
         import datasets
 
-        ds = datasets.load_dataset(hub_id, split=src.split, revision=src.revision)
+        pinned = {"revision": src.revision} if src.revision is not None else {}
+        ds = datasets.load_dataset(hub_id, split=src.split, **pinned)
     except Exception as e:  # offline, unknown id, bad split, auth...: all need the same advice
         first = (str(e).strip().splitlines() or [""])[0][:300]
         raise DataError(

@@ -75,6 +75,8 @@ def build_params(p_cls: type, data: dict[str, Any] | None, key: str) -> Any:
         try:
             check()
         except ConfigError as e:  # "name: what" -> "selection.params.name: what"
+            if str(e).startswith(f"{key}."):  # it names its full key already (a missing extra)
+                raise
             head = str(e).partition(": ")[0]
             names = {f.name for f in dataclasses.fields(p_cls)}
             raise ConfigError(f"{key}.{e}" if head in names else f"{key}: {e}") from None

@@ -77,8 +77,8 @@ class Column:
 
     def format(self, value: Any) -> str:
         """The CSV field of a value (None: empty); RowSchemaError when it is not of this type."""
-        if value is None:
-            return ""
+        if value is None or (isinstance(value, str) and value == "" and self.type != "str"):
+            return ""  # missing (an empty field read back from a file is missing too)
         if self.type == "json":
             if isinstance(value, str):
                 try:
