@@ -43,8 +43,11 @@ from evals.benchmarks import EvalSettings, expand_benchmarks, protocol_map, reso
 from evals.harness import make_lm
 from evals.run import Processes, run_benchmarks
 from repro.core.config import ExperimentConfig, ModelConfig
+from repro.core.distributed import preload_in_workers
 from repro.core.io import read_json
 from repro.core.log import get_logger
+
+preload_in_workers(__name__)  # eval workers start with this module imported
 
 logger = get_logger("eval")
 

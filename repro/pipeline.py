@@ -44,6 +44,7 @@ from repro import contracts
 from repro.core import fingerprints, rundir
 from repro.core.config import ExperimentConfig, derive, save_config
 from repro.core.config_schema import canonical_params
+from repro.core.distributed import preload_in_workers
 from repro.core.interfaces import SelectionContext, SelectionError, resolve_budget
 from repro.core.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_json, read_jsonl
 from repro.core.log import get_logger
@@ -69,6 +70,9 @@ from repro.core.types import (
 
 STAGES = ("model", "pool", "select", "schedule", "train", "eval", "results")
 
+
+# The stages' worker modules: the fork server (started at the first launch) imports them once.
+preload_in_workers("method.features", "repro.trainer")
 
 logger = get_logger()
 

@@ -47,6 +47,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from repro.core import sharding, steps
 from repro.core.config import Derived, ExperimentConfig, load_config
+from repro.core.distributed import preload_in_workers
 from repro.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 from repro.core.lmhead import weighted_lm_loss
 from repro.core.log import get_logger, progress_bar
@@ -55,6 +56,8 @@ from repro.core.runtime import peak_memory_mb, seed_everything
 from repro.core.sharding import enable_activation_checkpointing
 from repro.core.tracking import NoTracker, make_tracker
 from repro.core.types import Example, Pool, Schedule
+
+preload_in_workers(__name__)  # training workers start with this module imported
 
 CKPT_DIR = "checkpoints"
 # The train_log fields rank 0 sends to the experiment tracker, as train/<field>.

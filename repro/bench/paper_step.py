@@ -241,7 +241,7 @@ def bench_paper_step(
     try:
         with tempfile.TemporaryDirectory() as tmp:
             out = str(Path(tmp) / "out.json")
-            spawn_workers(_worker, world_size, args=(args, out))
+            spawn_workers(_worker, world_size, args=(args, out), method="spawn")
             workers = json.loads(Path(out).read_text())
     finally:
         if saved is None:

@@ -1,7 +1,9 @@
 """Starting a torch.distributed process group: spawned locally, or from SLURM/torchrun variables.
 
-Locally, `spawn_workers` starts `world_size` processes with `torch.multiprocessing` (spawn start
-method, so each worker imports fresh) on 127.0.0.1 and a free port. Under SLURM or torchrun the
+Locally, `spawn_workers` starts `world_size` processes with `torch.multiprocessing` on 127.0.0.1
+and a free port, forked from a fork server that imported torch, transformers, peft and the
+worker modules once (`preload_in_workers`), so a launch does not pay W fresh imports (see
+"Starting workers" below). Under SLURM or torchrun the
 processes already exist and `launch_env` reads where each one stands (`init_from_env` joins):
 
     torchrun (wins when RANK and WORLD_SIZE are set): RANK, WORLD_SIZE, LOCAL_RANK,
@@ -348,9 +350,80 @@ def spawned_here() -> bool:
     return _SPAWNED_HERE
 
 
-def _entry(rank: int, fn: Callable[..., Any], world_size: int, port: int, args: tuple) -> None:
+# ----------------------------------------------------------------------------- starting workers
+# A fresh process imports torch, transformers and peft in seconds of CPU each; W workers per
+# launch and three launches per run (features, training, eval) made those imports most of a CPU
+# run's time (docs/measurements.md, "Starting workers"). So workers are forked from a fork
+# server (multiprocessing's "forkserver" start method): one process, started at the first launch,
+# that imports the preloaded modules once and forks a worker per request. It is a clean process
+# (started fresh, not forked from this one), so no thread, CUDA context or lock of this process
+# reaches the workers, as with "spawn".
+#
+# The server keeps the environment it started with, and modules read some variables at import
+# (huggingface_hub's HF_HUB_OFFLINE, glibc's MALLOC_ settings at process start). So the server
+# is restarted whenever this process's environment (apart from _LAUNCH_VARS) or the preload list
+# has changed since it started, and each worker also gets this process's environment as it is
+# at the launch. CLUSTER_REPRO_START_METHOD=spawn starts every worker fresh instead.
+
+PRELOAD = ["torch", "transformers", "peft"]  # imported once by the fork server
+START_METHOD_VAR = "CLUSTER_REPRO_START_METHOD"
+_LAUNCH_VARS = ("MASTER_ADDR", "MASTER_PORT", "PYTEST_CURRENT_TEST")  # per launch, not per server
+_server_started_with: tuple[Any, ...] | None = None
+
+
+def preload_in_workers(*modules: str) -> None:
+    """Have the fork server import `modules` (the modules of worker functions call this with
+    their own name), so that a worker starts with them already imported."""
+    for m in modules:
+        if m not in PRELOAD:
+            PRELOAD.append(m)
+
+
+def start_method() -> str:
+    """forkserver (default, where the platform has it) or spawn (CLUSTER_REPRO_START_METHOD)."""
+    method = os.environ.get(START_METHOD_VAR, "forkserver")
+    if method not in ("forkserver", "spawn"):
+        raise UserValueError(f"{START_METHOD_VAR}={method!r}: expected forkserver or spawn")
+    if method == "forkserver" and "forkserver" not in mp.get_all_start_methods():
+        return "spawn"
+    return method
+
+
+def _ready_fork_server() -> bool:
+    """Make the next forkserver launch use a server with this environment and PRELOAD; False
+    where a running server cannot be restarted (then spawn)."""
+    global _server_started_with
+    import multiprocessing.forkserver as fs
+
+    state = (
+        tuple(sorted((k, v) for k, v in os.environ.items() if k not in _LAUNCH_VARS)),
+        tuple(PRELOAD),
+    )
+    if state == _server_started_with:
+        return True
+    if _server_started_with is not None:
+        stop = getattr(fs._forkserver, "_stop", None)  # the standard library's own restart hook
+        if stop is None:
+            return False
+        stop()
+    mp.get_context("forkserver").set_forkserver_preload(list(PRELOAD))
+    _server_started_with = state
+    return True
+
+
+def _entry(
+    rank: int,
+    fn: Callable[..., Any],
+    world_size: int,
+    port: int,
+    args: tuple,
+    environ: dict[str, str] | None = None,
+) -> None:
     global _SPAWNED_HERE
     _SPAWNED_HERE = True
+    if environ is not None:  # the launcher's environment at this launch (a forked worker's is the server's)
+        os.environ.clear()
+        os.environ.update(environ)
     init_process_group(rank, world_size, "127.0.0.1", port)
     try:
         fn(rank, world_size, *args)
@@ -369,16 +442,29 @@ def _entry(rank: int, fn: Callable[..., Any], world_size: int, port: int, args: 
 
 
 def spawn_workers(
-    fn: Callable[..., Any], world_size: int, args: tuple = (), master_port: int | None = None
+    fn: Callable[..., Any],
+    world_size: int,
+    args: tuple = (),
+    master_port: int | None = None,
+    method: str | None = None,
 ) -> None:
-    """Run fn(rank, world_size, *args) in `world_size` fresh processes joined in one group.
+    """Run fn(rank, world_size, *args) in `world_size` new processes joined in one group.
 
-    `fn` must live in an importable module (not __main__): spawned children import it by name.
-    A worker's exception is re-raised here with its traceback (torch's ProcessRaisedException).
+    `fn` must live in an importable module (not __main__): the workers import it by name.
+    `method`: forkserver or spawn (None: `start_method()`); spawn where each worker must be a
+    process of its own from the start (peak-memory benches). A worker's exception is re-raised
+    here with its traceback (torch's ProcessRaisedException).
     """
     port = master_port or free_port()
+    method = method or start_method()
+    if method == "forkserver" and not _ready_fork_server():
+        method = "spawn"
     mp.start_processes(
-        _entry, args=(fn, world_size, port, args), nprocs=world_size, join=True, start_method="spawn"
+        _entry,
+        args=(fn, world_size, port, args, dict(os.environ)),
+        nprocs=world_size,
+        join=True,
+        start_method=method,
     )
 
 

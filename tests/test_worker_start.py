@@ -1,0 +1,68 @@
+"""How local workers start (repro/core/distributed.py spawn_workers): forked from a fork server
+that imported torch, transformers and peft once, with the launcher's environment as it is at each
+launch. Real 2-process gloo groups."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from repro.core.distributed import spawn_workers
+from repro.core.errors import UserValueError
+
+VAR = "CLUSTER_REPRO_TEST_WORKER_VAR"
+
+
+def _report(rank: int, world_size: int, out: str) -> None:
+    import torch.distributed as dist
+
+    Path(out, f"{rank}.json").write_text(
+        json.dumps(
+            {
+                "var": os.environ.get(VAR),
+                "parent": os.getppid(),
+                "world": dist.get_world_size(),
+                "transformers_imported": "transformers" in __import__("sys").modules,
+            }
+        )
+    )
+
+
+def _launch(tmp_path: Path, name: str) -> list[dict]:
+    out = tmp_path / name
+    out.mkdir()
+    spawn_workers(_report, 2, args=(str(out),))
+    return [json.loads((out / f"{r}.json").read_text()) for r in range(2)]
+
+
+def test_forked_workers_see_each_launchs_environment_and_share_a_server(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLUSTER_REPRO_START_METHOD", "forkserver")
+    monkeypatch.setenv(VAR, "a")
+    a1 = _launch(tmp_path, "a1")
+    a2 = _launch(tmp_path, "a2")
+    monkeypatch.setenv(VAR, "b")
+    b = _launch(tmp_path, "b")
+    assert [w["var"] for w in a1 + a2] == ["a"] * 4 and [w["var"] for w in b] == ["b", "b"]
+    assert {w["world"] for w in a1 + a2 + b} == {2}
+    # One server per environment: the same one for both launches under "a" (no new imports), a
+    # new one after the change (a module may have read the variable at import).
+    servers = {name: {w["parent"] for w in ws} for name, ws in (("a1", a1), ("a2", a2), ("b", b))}
+    assert len(servers["a1"]) == 1 and servers["a1"] == servers["a2"]
+    assert servers["b"] != servers["a1"] and os.getpid() not in servers["a1"] | servers["b"]
+    assert all(w["transformers_imported"] for w in a1 + b)  # preloaded by the server
+
+
+def test_spawn_starts_each_worker_fresh_from_this_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLUSTER_REPRO_START_METHOD", "spawn")
+    monkeypatch.setenv(VAR, "s")
+    ws = _launch(tmp_path, "s")
+    assert {w["parent"] for w in ws} == {os.getpid()} and {w["var"] for w in ws} == {"s"}
+
+
+def test_an_unknown_start_method_names_the_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLUSTER_REPRO_START_METHOD", "fork")
+    with pytest.raises(UserValueError, match="CLUSTER_REPRO_START_METHOD='fork': expected forkserver or spawn"):
+        _launch(tmp_path, "x")
