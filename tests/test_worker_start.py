@@ -64,5 +64,6 @@ def test_spawn_starts_each_worker_fresh_from_this_process(tmp_path, monkeypatch)
 
 def test_an_unknown_start_method_names_the_variable(tmp_path, monkeypatch):
     monkeypatch.setenv("CLUSTER_REPRO_START_METHOD", "fork")
-    with pytest.raises(UserValueError, match="CLUSTER_REPRO_START_METHOD='fork': expected forkserver or spawn"):
+    want = "CLUSTER_REPRO_START_METHOD='fork': expected forkserver or spawn"
+    with pytest.raises(UserValueError, match=want):
         _launch(tmp_path, "x")
