@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from repro import contracts
-from repro.core import fingerprints, rundir
+from repro.core import fingerprints, rundir, stages
 from repro.core.config import ExperimentConfig, derive, save_config
 from repro.core.config_schema import canonical_params
 from repro.core.distributed import preload_in_workers
@@ -68,7 +68,7 @@ from repro.core.types import (
     read_selection,
 )
 
-STAGES = ("model", "pool", "select", "schedule", "train", "eval", "results")
+STAGES = stages.NAMES  # the table in repro/core/stages.py; STAGE_FUNCTIONS below runs each
 
 
 # The stages' worker modules: the fork server (started at the first launch) imports them once.
@@ -115,7 +115,7 @@ def _stage(
         raise
     info["stage_s"] = time.perf_counter() - t0
     info.update(key or {})
-    if name in fingerprints.STAGE_OUTPUTS:  # what later stages read from it (check_inputs)
+    if name in stages.OUTPUTS:  # what later stages read from it (check_inputs)
         info["outputs"] = fingerprints.run_file_fingerprints(run_dir, name)
     atomic_write_json(marker, info)
     if record:
@@ -672,6 +672,25 @@ def stage_results(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- driver
 
 
+def _eval_with_settings(cfg: ExperimentConfig, run_dir: Path, force: bool) -> dict[str, Any]:
+    # The marker records the eval settings it was made with (the rows name them).
+    return {**stage_eval(cfg, run_dir), "eval_settings": asdict(cfg.eval)}
+
+
+# What runs each stage of repro/core/stages.py's table, in its order: fn(cfg, run_dir, force).
+STAGE_FUNCTIONS: dict[str, Callable[[ExperimentConfig, Path, bool], dict[str, Any]]] = {
+    "model": lambda cfg, run_dir, force: stage_model(cfg, run_dir),
+    "pool": lambda cfg, run_dir, force: stage_pool(cfg, run_dir),
+    "select": lambda cfg, run_dir, force: stage_select(cfg, run_dir),
+    "schedule": lambda cfg, run_dir, force: stage_schedule(cfg, run_dir),
+    "train": stage_train,
+    "eval": _eval_with_settings,
+    "results": lambda cfg, run_dir, force: stage_results(cfg, run_dir),
+}
+if tuple(STAGE_FUNCTIONS) != stages.NAMES:  # pragma: no cover - a table edited on one side only
+    raise RuntimeError(f"pipeline.STAGE_FUNCTIONS {tuple(STAGE_FUNCTIONS)} != stages.NAMES {stages.NAMES}")
+
+
 class InputsChanged(RunStopped):
     """A finished stage was made from other inputs than the config reads now."""
 
@@ -715,21 +734,11 @@ def _run_stages(cfg: ExperimentConfig, run_dir: Path, force: bool, until: str, l
         f"run {cfg.name} ({cfg.selection.method} + {cfg.allocation.method}, "
         f"world size {cfg.world_size}) -> {run_dir}"
     )
-    steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-        ("model", lambda: stage_model(cfg, run_dir)),
-        ("pool", lambda: stage_pool(cfg, run_dir)),
-        ("select", lambda: stage_select(cfg, run_dir)),
-        ("schedule", lambda: stage_schedule(cfg, run_dir)),
-        ("train", lambda: stage_train(cfg, run_dir, force)),
-        # The marker records the eval settings it was made with (the rows name them).
-        ("eval", lambda: {**stage_eval(cfg, run_dir), "eval_settings": asdict(cfg.eval)}),
-        ("results", lambda: stage_results(cfg, run_dir)),
-    ]
-    for name, fn in steps:
+    for name, run in STAGE_FUNCTIONS.items():
         key = stage_key(cfg, name)
         if force or not stage_done(run_dir, name, key):
             invalidate_eval_outputs(run_dir, after=name)
-        info = _stage(run_dir, name, force, fn, key, record=leader)
+        info = _stage(run_dir, name, force, lambda run=run: run(cfg, run_dir, force), key, record=leader)
         if name == "train" and info.get("status") == "diverged":
             stop_diverged(cfg, run_dir, info, force, leader)
         if name == until:
@@ -762,7 +771,7 @@ def check_inputs(cfg: ExperimentConfig, run_dir: Path) -> None:
     """Raise InputsChanged when a finished stage's recorded inputs (its marker's `inputs`) differ
     from what the config reads now: the model directory, the data files, the features."""
     changes: list[str] = []
-    for name in ("model", "pool", "select", "schedule"):
+    for name in stages.CHECKED:
         marker = stage_marker(run_dir, name)
         if not marker.is_file():
             continue
@@ -821,7 +830,7 @@ def invalidate_eval_outputs(run_dir: Path, after: str) -> None:
     """Before stage `after` runs: remove what the eval-side stages after it made from the old
     outputs (their markers, the result rows; the eval's own files too when `after` is eval and
     they were made with other settings), so nothing stale is skipped or merged."""
-    later = STAGES[STAGES.index(after) + 1 :]
+    later = stages.after(after)
     for name in EVAL_STAGES:
         if name in later:
             stage_marker(run_dir, name).unlink(missing_ok=True)

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
+from repro.core import stages
 from repro.core.config import ConfigError
 from repro.core.io import atomic_write_json, read_json
 from repro.core.log import get_logger
@@ -342,11 +343,11 @@ class CellJob(_Requeueable):
                 with rdv.rank0(), single_process_env():
                     if self.shared_dir and link_shared(Path(self.shared_dir), run_dir):
                         logger.info(f"shared pool and features from {self.shared_dir}")
-                    run_experiment(cfg, until="schedule")
+                    run_experiment(cfg, until=stages.SOLO_UNTIL)
             else:
                 rdv.wait()
             if multi:  # every rank trains, then scores its share of the benchmarks
-                run_experiment(cfg, until="train")
+                run_experiment(cfg, until=stages.TRAIN_UNTIL)
             if ident["rank"] != 0:
                 if multi:  # rank 0's eval stage: evals/parallel.py
                     from repro.pipeline import join_eval_stage
@@ -560,7 +561,7 @@ class FeaturesJob(_Requeueable):
                     ccfg = from_dict(data, source=f"cell {cell_id}")
                     link_shared(shared, ccfg.run_dir())
                     logger.info(f"selection of {cell_id}")
-                    run_experiment(ccfg, until="schedule")
+                    run_experiment(ccfg, until=stages.SOLO_UNTIL)
         except Exception as e:
             if ident["rank"] == 0:
                 write_state(

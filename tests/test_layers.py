@@ -174,3 +174,21 @@ def test_an_upward_import_would_be_reported() -> None:
     assert unit_of("repro.cli") == ("repro.cli", 6)
     assert unit_of("baselines.less")[1] > unit_of("method.features")[1]
     assert unit_of("slurm.launcher")[1] > unit_of("repro.pipeline")[1]
+
+
+def test_the_stage_table_is_what_the_pipeline_runs_and_the_job_split_reads():
+    """One declared table (repro/core/stages.py): the pipeline's functions, the fingerprinted
+    outputs, the eval-keyed stages and the SLURM job's split points all come from it."""
+    from repro import pipeline
+    from repro.core import fingerprints, rundir, stages
+
+    assert tuple(pipeline.STAGE_FUNCTIONS) == stages.NAMES == pipeline.STAGES
+    assert fingerprints.STAGE_OUTPUTS == {s.name: s.outputs for s in stages.TABLE if s.outputs}
+    assert rundir.EVAL_STAGES == ("eval", "results")
+    # The owner alone prepares (up to the schedule), the group trains, then scores its share.
+    assert (stages.SOLO_UNTIL, stages.TRAIN_UNTIL) == ("schedule", "train")
+    assert stages.after("train") == ("eval", "results")
+    import pytest
+
+    with pytest.raises(ValueError, match="stage 'trian': expected one of model, pool"):
+        stages.after("trian")

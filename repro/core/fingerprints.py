@@ -26,6 +26,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from repro.core import stages
+
 BIG_FILE_BYTES = 64 * 2**20  # bigger model files are identified by size + hub id or mtime
 SELECTION_FILES = ("features.npy",)  # files in the run folder a selection was computed from
 
@@ -215,14 +217,10 @@ def selection_fingerprint(run_dir: Path) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- run-folder files
 
-# The run-folder files each stage writes that a later stage reads: the stage's marker records
-# their fingerprints (`outputs`), and a rerun compares them before anything trusts the files, so a
-# pool.jsonl cut short or a schedule.json edited by hand is named, not used.
-STAGE_OUTPUTS = {
-    "pool": ("pool.jsonl", "heldout.jsonl"),
-    "select": ("selection.json",),
-    "schedule": ("schedule.json", "selection.csv", "step_tokens.json", "derived.json"),
-}
+# The run-folder files each stage writes that a later stage reads (repro/core/stages.py): the
+# stage's marker records their fingerprints (`outputs`), and a rerun compares them before anything
+# trusts the files, so a pool.jsonl cut short or a schedule.json edited by hand is named, not used.
+STAGE_OUTPUTS = stages.OUTPUTS
 
 
 def run_file_fingerprints(run_dir: Path, stage: str) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from repro.core import stages
 from repro.core.io import atomic_write_json, read_json
 from repro.core.log import get_logger
 
@@ -281,7 +282,7 @@ def stage_done(run_dir: Path, name: str, key: dict[str, Any] | None = None) -> b
 
 # The run folder is keyed by what changes training (config_hash); these stages also depend on
 # the eval settings, so their markers record eval_hash and they are redone when it changes.
-EVAL_STAGES = ("eval", "results")
+EVAL_STAGES = stages.EVAL_STAGES
 
 
 def stage_key(cfg: ExperimentConfig, name: str) -> dict[str, Any] | None:
