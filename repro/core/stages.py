@@ -55,7 +55,7 @@ TABLE: tuple[Stage, ...] = (
         outputs=("schedule.json", "selection.csv", "step_tokens.json", "derived.json"),
     ),
     Stage("train", "model/, checkpoints/, train_log/, train.json: the fine-tuned adapter", group=True),
-    Stage("eval", "lm_eval_results.json and the samples: the benchmarks' scores", eval_keyed=True, group=True),
+    Stage("eval", "lm_eval_results.json, eval samples: the benchmarks' scores", eval_keyed=True, group=True),
     Stage("results", "results.part.csv: the run's result rows", eval_keyed=True),
 )
 
