@@ -1,0 +1,47 @@
+"""The subcommands of `cluster-repro` (repro/cli.py), one module per group. Each module's
+`register(subparsers, epilog)` adds its parsers and sets `func(args) -> int` on each; a module may
+also have `raw(argv) -> int | None`, which takes a command line with its own flags before argparse
+(the benches with their own options). repro/cli.py registers every module of COMMAND_MODULES, in
+order (`cluster-repro --help` lists the commands in it), and calls the parsed command's func.
+
+A package's own commands register the same way (evals.cli, slurm.cli, reports.cli); a module that
+does not exist (a package left out of the install) is left out of the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+COMMAND_MODULES = (
+    "repro.commands.experiment",  # demo, run, select, grid, validate
+    "repro.commands.info",  # ls, results
+    "repro.commands.bench",  # bench
+    "evals.cli",  # eval
+    "slurm.cli",  # launch, status
+    "reports.cli",  # report
+)
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old spelling of an option, kept so existing scripts run: it stores into the new
+    option's `dest` and prints a one-line note naming the new spelling (`new`)."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        print(f"note: {option_string} is deprecated; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "config",
+        help="a YAML config file, or a shipped config by name, e.g. demo or "
+        "mini/code (`cluster-repro ls configs`)",
+    )
+    p.add_argument(
+        "overrides", nargs="*", metavar="key.sub=value", help="override any config key, e.g. train.epochs=2"
+    )

@@ -1,0 +1,109 @@
+"""`cluster-repro ls | results`: what is available, and the merged results store."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from repro.commands import DeprecatedAlias
+
+
+def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG001 (no overrides)
+    p = sub.add_parser(
+        "ls",
+        help="list registered selectors, allocators, shipped configs, data formats, benchmarks or "
+        "result columns",
+        description="List what is available. selectors, allocators: each with its parameters, "
+        "their types and defaults. columns: the result rows' columns (type, unit, meaning). "
+        "formats: each data format with its "
+        "fields (docs/byo-data.md). benchmarks: the built-in ones, those of "
+        "installed packages and, with --task-path, those of task YAML folders "
+        "(docs/add-a-benchmark.md).",
+    )
+    p.add_argument("what", choices=["selectors", "allocators", "configs", "formats", "benchmarks", "columns"])
+    p.add_argument(
+        "--task-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="benchmarks: also list the tasks of this folder of lm-eval task YAMLs "
+        "(as eval.task_paths; repeatable)",
+    )
+
+    p.set_defaults(func=lambda args: _cmd_ls(args.what, args.task_path))
+
+    p = sub.add_parser("results", help="merge every run's result part file into one CSV + Parquet")
+    p.add_argument(
+        "--runs-dir",
+        default="runs",
+        help="the folder the runs wrote to, i.e. their config's output_dir, read here (default: runs)",
+    )
+    p.add_argument(
+        "--output-dir",
+        dest="runs_dir",
+        action=DeprecatedAlias,
+        new="--runs-dir",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
+    p.add_argument("--out", default=None, help="merged CSV path (default: RUNS_DIR/results.csv)")
+    p.add_argument(
+        "--allow-damaged",
+        action="store_true",
+        help="merge the intact part files and leave out damaged ones (cut, or not "
+        "matching their checksum), naming each; without it a damaged part stops "
+        "the merge with exit status 2",
+    )
+
+    p.set_defaults(func=_results)
+
+
+def _results(args: argparse.Namespace) -> int:
+    from repro.core.results import merge_results
+
+    path, n = merge_results(
+        Path(args.runs_dir), Path(args.out) if args.out else None, allow_damaged=args.allow_damaged
+    )
+    print(f"{path} ({n} rows); also {path.with_suffix('.parquet')}")
+    return 0
+
+
+def _cmd_ls(what: str, task_paths: list[str]) -> int:
+    from repro.core.registry import ALLOCATORS, SELECTORS
+
+    if what == "columns":
+        from repro.core.schema import markdown_table
+
+        print(markdown_table(), end="")
+        return 0
+    if what == "formats":
+        from repro.core.prompts import DETECT_ORDER, FORMATS
+
+        for f in FORMATS.values():
+            print(f"{f.describe()}\n    {f.about}")
+        print(f"auto: the first of {', '.join(DETECT_ORDER)} whose required fields the first row has")
+        return 0
+    if what == "benchmarks":
+        from evals.run import known_benchmarks
+
+        for b in known_benchmarks(task_paths).values():
+            print(
+                f"{b.name:20s} {b.kind:8s} {','.join(b.metrics):16s} lm-eval task "
+                f"{b.task_name('<source>')}  [{b.origin}]"
+            )
+        return 0
+    if what == "configs":  # every name works as CONFIG, RUNS_FILE, GRID or --profile anywhere
+        from repro.core.config import SHIPPED_CONFIGS, shipped_configs
+
+        for name in shipped_configs():
+            first = (SHIPPED_CONFIGS / f"{name}.yaml").read_text(encoding="utf-8").splitlines()[:1]
+            print(f"{name:24s} {first[0].lstrip('# ') if first else ''}")
+        return 0
+    reg = SELECTORS if what == "selectors" else ALLOCATORS
+    for name in reg.names():
+        obj = reg.get(name)
+        doc = (obj.__doc__ or "").strip().splitlines()
+        print(f"{name}  [{reg.origin(name)}]\n    {doc[0] if doc else ''}")
+        for line in reg.parameters(name) or ["(no parameters)"]:
+            print(f"      {line}")
+    return 0
