@@ -1,7 +1,8 @@
 """reports/: every table and figure rebuilt from the results store alone (`cluster-repro report`).
 
 Read in this order: `load` (result rows -> runs -> cells), `stats` (bootstrap intervals), `names`
-(display names), `tables` (the tables as data), `reported` (the paper's numbers beside ours),
+(display names), `values` (Column, Table and the values a table shows), `tables` (the tables as
+data), `reported` (the paper's numbers beside ours),
 `compact` (the paper-shaped main tables), `render` (Markdown, LaTeX, CSV), `figures` (PNG, PDF),
 `build` (assembles the tables, writes everything and the index page), `cli`. Each module imports
 only those before it.
