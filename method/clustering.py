@@ -159,6 +159,51 @@ def explain_kept(sizes, ratio: float, m_adj: int, micro_batch: int = 1) -> str:
     return line
 
 
+def _members(X, centers, labels, mode: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """(X as a matrix, labels, members): the prune mode, X and labels checked; members[c] is cluster c's
+    row indices in row order. What choose_within_cluster and member_order start from."""
+    if mode not in PRUNE_MODES:
+        raise SelectionError(f"unknown prune mode {mode!r}; choose one of {PRUNE_MODES}")
+    X = _matrix(X)
+    k = np.asarray(centers).shape[0]
+    labels = _check_labels(labels, X.shape[0], k)
+    return X, labels, [np.flatnonzero(labels == c) for c in range(k)]
+
+
+def _ranked(X, centers, labels, members: list[np.ndarray], mode: str) -> list[np.ndarray]:
+    """Every cluster's members ranked, stably (ties by row index): "big": largest row L2 norm of X
+    first; any other mode: by squared distance to their center, nearest first."""
+    if mode == "big":
+        norms = np.sqrt(_sq_norms(X))
+        return [idx[np.argsort(-norms[idx], kind="stable")] for idx in members]
+    dist = sq_distances_to_own_center(X, centers, labels)
+    return [idx[np.argsort(dist[idx], kind="stable")] for idx in members]
+
+
+def _kept_counts(m_adj: int | list[int], members: list[np.ndarray]) -> list[int]:
+    """The rows each cluster keeps: m_adj for every one (1..the smallest size), or a list of K
+    counts, each 0..its cluster's size; SelectionError otherwise."""
+    k = len(members)
+    if np.ndim(m_adj) == 0:
+        m_adj = int(m_adj)
+        small = [c for c in range(k) if members[c].size < m_adj]
+        if m_adj < 1 or small:
+            raise SelectionError(
+                f"cannot keep m_adj = {m_adj} per cluster: cluster(s) {small} "
+                "are smaller (m_adj must be 1..smallest cluster size)"
+            )
+        return [m_adj] * k
+    counts = [int(q) for q in m_adj]
+    bad = [c for c in range(min(k, len(counts))) if not 0 <= counts[c] <= members[c].size]
+    if len(counts) != k or bad:
+        raise SelectionError(
+            f"per-cluster kept counts {counts} do not fit the {k} clusters "
+            f"of sizes {[int(m.size) for m in members]} (each must lie in "
+            "0..its cluster's size)"
+        )
+    return counts
+
+
 def choose_within_cluster(
     X, centers, labels, m_adj: int | list[int], mode: str, seed: int
 ) -> dict[int, np.ndarray]:
@@ -171,51 +216,25 @@ def choose_within_cluster(
     m_adj: one count for every cluster (the paper's balanced budget), or a list of K counts, one
     per cluster, each 0..its size (clusters_per_worker > 1 shares a worker's budget among its
     clusters: method/packing.py)."""
-    if mode not in PRUNE_MODES:
-        raise SelectionError(f"unknown prune mode {mode!r}; choose one of {PRUNE_MODES}")
-    X = _matrix(X)
-    k = np.asarray(centers).shape[0]
-    labels = _check_labels(labels, X.shape[0], k)
-    members = [np.flatnonzero(labels == c) for c in range(k)]
+    X, labels, members = _members(X, centers, labels, mode)
     if mode == "none":
         return dict(enumerate(members))
-    if np.ndim(m_adj) == 0:
-        m_adj = int(m_adj)
-        small = [c for c in range(k) if members[c].size < m_adj]
-        if m_adj < 1 or small:
-            raise SelectionError(
-                f"cannot keep m_adj = {m_adj} per cluster: cluster(s) {small} "
-                "are smaller (m_adj must be 1..smallest cluster size)"
-            )
-        counts = [m_adj] * k
-    else:
-        counts = [int(q) for q in m_adj]
-        bad = [c for c in range(min(k, len(counts))) if not 0 <= counts[c] <= members[c].size]
-        if len(counts) != k or bad:
-            raise SelectionError(
-                f"per-cluster kept counts {counts} do not fit the {k} clusters "
-                f"of sizes {[int(m.size) for m in members]} (each must lie in "
-                "0..its cluster's size)"
-            )
-    if mode == "big":
-        norms = np.sqrt(_sq_norms(X))
-        return {c: idx[np.argsort(-norms[idx], kind="stable")[: counts[c]]] for c, idx in enumerate(members)}
+    counts = _kept_counts(m_adj, members)
     if mode == "rand":
         return {
             c: np.random.default_rng([seed, c]).choice(idx, counts[c], replace=False)
             for c, idx in enumerate(members)
         }
-    dist = sq_distances_to_own_center(X, centers, labels)
     out = {}
-    for c, idx in enumerate(members):
-        ranked = idx[np.argsort(dist[idx], kind="stable")]  # nearest first
+    for c, ranked in enumerate(_ranked(X, centers, labels, members, mode)):
         q = counts[c]
         half = q // 2
-        out[c] = {
-            "close": ranked[::-1][:q],
-            "far": ranked[:q],
-            "mix": np.concatenate([ranked[:half], ranked[::-1][: q - half]]),
-        }[mode]
+        if mode in ("big", "far"):  # largest norm / nearest first
+            out[c] = ranked[:q]
+        elif mode == "close":
+            out[c] = ranked[::-1][:q]
+        else:  # mix
+            out[c] = np.concatenate([ranked[:half], ranked[::-1][: q - half]])
     return out
 
 
@@ -240,30 +259,20 @@ def member_order(X, centers, labels, mode: str, seed: int) -> dict[int, np.ndarr
     nearest, ...; big: largest norm first, X un-normalized as there); rand: a permutation
     seeded by (seed, k) (a draw of the same law as choose_within_cluster's, not the same draw);
     none: row order. For budgets that differ between clusters (`token_budget`)."""
-    if mode not in PRUNE_MODES:
-        raise SelectionError(f"unknown prune mode {mode!r}; choose one of {PRUNE_MODES}")
-    X = _matrix(X)
-    k = np.asarray(centers).shape[0]
-    labels = _check_labels(labels, X.shape[0], k)
-    members = [np.flatnonzero(labels == c) for c in range(k)]
+    X, labels, members = _members(X, centers, labels, mode)
     if mode == "none":
         return dict(enumerate(members))
     if mode == "rand":
         return {c: np.random.default_rng([seed, c]).permutation(idx) for c, idx in enumerate(members)}
-    if mode == "big":
-        norms = np.sqrt(_sq_norms(X))
-        return {c: idx[np.argsort(-norms[idx], kind="stable")] for c, idx in enumerate(members)}
-    dist = sq_distances_to_own_center(X, centers, labels)
     out = {}
-    for c, idx in enumerate(members):
-        ranked = idx[np.argsort(dist[idx], kind="stable")]  # nearest first
-        if mode == "far":
+    for c, ranked in enumerate(_ranked(X, centers, labels, members, mode)):
+        if mode in ("big", "far"):  # largest norm / nearest first
             out[c] = ranked
         elif mode == "close":
             out[c] = ranked[::-1]
         else:  # mix: at every m, floor(m / 2) nearest and the rest farthest
             far_first, near_first = ranked[::-1], ranked
-            seq = [far_first[j // 2] if j % 2 == 0 else near_first[j // 2] for j in range(idx.size)]
+            seq = [far_first[j // 2] if j % 2 == 0 else near_first[j // 2] for j in range(ranked.size)]
             out[c] = np.asarray(seq, dtype=np.int64)
     return out
 
