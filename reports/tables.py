@@ -354,70 +354,51 @@ def _alloc(r: Run) -> str:
     return json.dumps(r.alloc_params, sort_keys=True)
 
 
+def _identity(r: Run, without: tuple[str, ...]) -> tuple:
+    """What an ablation group's cells share: the run's setting, method, ratio, selector params,
+    budget, allocator, allocator params and weighting, less the fields `without` names (the factor
+    the ablation varies, and what varies with it); "prune" drops that key from the params."""
+    params = {k: v for k, v in r.params.items() if not (k == "prune" and "prune" in without)}
+    fields = {
+        "dataset": r.dataset,
+        "model": r.model,
+        "world_size": r.world_size,
+        "method": r.method,
+        "ratio": r.ratio,
+        "params": json.dumps(params, sort_keys=True),
+        "budget": r.budget,
+        "allocator": r.allocator,
+        "alloc": _alloc(r),
+        "weight_mode": r.weight_mode,
+    }
+    return tuple(v for k, v in fields.items() if k not in without)
+
+
 # name, title, the factor, and the identity of a cell without that factor
 ABLATIONS: list[tuple[str, str, Callable[[Run], Any], Callable[[Run], tuple]]] = [
     (
         "ablation_weighting",
         "Ablation: rank weighting of worker gradients on/off",
         lambda r: r.weight_mode,
-        lambda r: (
-            r.dataset,
-            r.model,
-            r.world_size,
-            r.method,
-            r.ratio,
-            json.dumps(r.params, sort_keys=True),
-            r.budget,
-            r.allocator,
-            _alloc(r),
-        ),
+        lambda r: _identity(r, ("weight_mode",)),
     ),
     (
         "ablation_choice",
         "Ablation: which examples a cluster keeps (close = peripheral, far = core)",
         _prune,
-        lambda r: (
-            r.dataset,
-            r.model,
-            r.world_size,
-            r.method,
-            r.ratio,
-            json.dumps({k: v for k, v in r.params.items() if k != "prune"}, sort_keys=True),
-            r.allocator,
-            _alloc(r),
-            r.weight_mode,
-        ),
+        lambda r: _identity(r, ("prune", "budget")),  # CluSTER only: a ratio, no budget
     ),
     (
         "ablation_allocator_selector",
         "Ablation: allocator crossed with selector",
         lambda r: r.allocator,
-        lambda r: (
-            r.dataset,
-            r.model,
-            r.world_size,
-            r.method,
-            r.ratio,
-            json.dumps(r.params, sort_keys=True),
-            r.budget,
-            _alloc(r),
-        ),
+        lambda r: _identity(r, ("allocator", "weight_mode")),
     ),
     (
         "ablation_workers",
         "Ablation: 4 vs 8 data-parallel workers",
         lambda r: r.world_size,
-        lambda r: (
-            r.dataset,
-            r.model,
-            r.method,
-            r.ratio,
-            json.dumps(r.params, sort_keys=True),
-            r.budget,
-            r.allocator,
-            _alloc(r),
-            r.weight_mode,
-        ),
+        lambda r: _identity(r, ("world_size",)),
     ),
 ]
 
