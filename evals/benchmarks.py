@@ -223,6 +223,18 @@ class EvalSettings:
         """The protocol `benchmark` is scored with."""
         return self.protocol.get(benchmark, DEFAULT_PROTOCOL)
 
+    def item_indices(self, benchmark: str, n: int) -> list[int]:
+        """The item indices of `benchmark` (n items) these settings ask for, ascending: `items`,
+        the first `limit`, or all. (Ascending: lm-eval's `samples` maps doc ids right only for
+        sorted lists.) UserValueError when `items` names one past the last item."""
+        if benchmark in self.items:
+            ids = sorted(set(self.items[benchmark]))
+            bad = [i for i in ids if i >= n]
+            if bad:
+                raise UserValueError(f"items: {benchmark} has {n} items (0 to {n - 1}), got {bad}")
+            return ids
+        return list(range(min(self.limit, n) if self.limit else n))
+
     def gen_limit(self, benchmark: str) -> int | None:
         """The generation limit stated for `benchmark`, or None (the task's own applies; a
         plugin's task YAML sets its own)."""

@@ -215,16 +215,6 @@ def _why(r: ExecResult) -> str:
     return r.status + (f": {last[-1][:200]}" if last else "")
 
 
-def _chosen(bench: Benchmark, n: int, settings: EvalSettings) -> list[int]:
-    if bench.name in settings.items:
-        ids = sorted(set(settings.items[bench.name]))
-        bad = [i for i in ids if i >= n]
-        if bad:
-            raise UserValueError(f"items: {bench.name} has {n} items (0 to {n - 1}), got {bad}")
-        return ids
-    return list(range(min(settings.limit, n) if settings.limit else n))
-
-
 def score_benchmark(
     lm: Any,
     bench: Benchmark,
@@ -243,7 +233,7 @@ def score_benchmark(
     pset = evalplus_data.load(bench.name, settings.data_dir, settings.humaneval_plus_file)
     if pset.dataset == "mbpp":
         sanitize("", "f")  # the evalplus package (the sanitizer) is there, before generating
-    ids = _chosen(bench, len(pset.problems), settings)
+    ids = settings.item_indices(bench.name, len(pset.problems))
     problems = [pset.problems[i] for i in ids]
     limit = settings.gen_limit(bench.name) or MAX_NEW_TOKENS
     oracle = getattr(lm, "oracle", None)

@@ -106,18 +106,6 @@ class Processes:
 # ----------------------------------------------------------------------------- one benchmark
 
 
-def _selected_items(bench: Benchmark, n_docs: int, settings: EvalSettings) -> list[int]:
-    """The item indices of one task that the settings ask for, ascending: `items`, the first
-    `limit`, or all. (Ascending: lm-eval's `samples` maps doc ids right only for sorted lists.)"""
-    if bench.name in settings.items:
-        ids = sorted(set(settings.items[bench.name]))
-        bad = [i for i in ids if i >= n_docs]
-        if bad:
-            raise ValueError(f"items: {bench.name} has {n_docs} items (0 to {n_docs - 1}), got {bad}")
-        return ids
-    return list(range(min(settings.limit, n_docs) if settings.limit else n_docs))
-
-
 def _my_items(
     bench: Benchmark, tasks: dict[str, Any], settings: EvalSettings, procs: Processes
 ) -> tuple[dict[str, list[int]], int]:
@@ -125,7 +113,7 @@ def _my_items(
     robin (item i to process i mod P), which balances both counts and lengths (items of one task
     come in no length order). A benchmark whose shots depend on the order goes whole to process
     0, so its items get the shots a lone process would give them."""
-    chosen = {name: _selected_items(bench, harness.n_docs(t), settings) for name, t in tasks.items()}
+    chosen = {name: settings.item_indices(bench.name, harness.n_docs(t)) for name, t in tasks.items()}
     if harness.shots_depend_on_order(tasks, settings.num_fewshot.get(bench.name)):
         return (chosen if procs.rank == 0 else {name: [] for name in chosen}), 1
     return {name: ids[procs.rank :: procs.world] for name, ids in chosen.items()}, procs.world
@@ -151,7 +139,7 @@ def _score_my_share(
         )
         limit = settings.gen_limit(bench.name)
         if procs.rank == 0:
-            total = sum(len(_selected_items(bench, harness.n_docs(t), settings)) for t in tasks.values())
+            total = sum(len(settings.item_indices(bench.name, harness.n_docs(t))) for t in tasks.values())
             here = sum(len(ids) for ids in run.values())
             logger.info(
                 f"{bench.name}: {total} items"

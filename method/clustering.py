@@ -1,547 +1,61 @@
-"""CluSTER steps 2-6, 8 and 9 (see docs/method.md): normalize the gradient features, k-means
-with one cluster per data-parallel worker, the soft capacity cap, the balanced budget, the choice
-inside each cluster, the rank weights and the uniform (up-sampling) variant.
+"""CluSTER steps 4-9 (see docs/method.md): the soft capacity cap, the balanced budget (in
+examples or tokens), the choice inside each cluster, the authors' list order, the rank weights,
+the uniform (up-sampling) variant and the clusters' agreement with the pool's categories.
+
+Steps 2 and 3 (normalization, k-means) live in method/rows.py and method/kmeans.py; their public
+names are re-exported here, so `method.clustering` stays the one import for every step.
 
 Conventions: X is N x D (float32; converted when not), indices are row indices into X, K is the
 number of clusters (= world size). Squared Euclidean distances are in squared feature units
-(float64 results from float32 products; see pairwise_sq_distances).
+(float64 results from float32 products; see method.rows.pairwise_sq_distances).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
-from repro.core.extras import require_extra
+from method.kmeans import KMEANS_MODES, exact_mode_fits, kmeans
+from method.rows import (
+    NORM_MODES,
+    ROW_CHUNK,
+    NormalizedRows,
+    _check_labels,
+    _matrix,
+    _sq_norms,
+    normalize_features,
+    pairwise_sq_distances,
+    project_features,
+    sq_distances_to_own_center,
+)
 from repro.core.interfaces import SelectionError
 
-NORM_MODES = ("auto", "l2", "center", "none")
-KMEANS_MODES = ("exact", "fast", "faiss")
+__all__ = [  # steps 2-3 live in method/rows.py and method/kmeans.py; their public names stay here
+    "KMEANS_MODES",
+    "NORM_MODES",
+    "PRUNE_MODES",
+    "ROW_CHUNK",
+    "NormalizedRows",
+    "authors_list_order",
+    "balanced_budget",
+    "choose_within_cluster",
+    "cluster_agreement",
+    "exact_mode_fits",
+    "explain_kept",
+    "kmeans",
+    "member_order",
+    "normalize_features",
+    "pairwise_sq_distances",
+    "project_features",
+    "rank_weights",
+    "soft_cap_assign",
+    "sq_distances_to_own_center",
+    "token_budget",
+    "uniform_upsample",
+]
+
 PRUNE_MODES = ("close", "far", "rand", "mix", "big", "none")
-_BLOCK = 32768  # rows per torch matmul / index_add_ call (views, no copies; fewer calls win)
-_PROJ_DIM = 256  # the fast mode's restarts run on a random projection to this many dims (D > 512)
-_RESTARTS, _SAMPLE_ITERS, _FULL_PASSES = 3, 20, 10
-ROW_CHUNK = 65536  # rows per block where a step reads a (memmapped) matrix in blocks
-
-
-# -- helpers --------------------------------------------------------------------------------------
-class NormalizedRows:
-    """Step 2 without a second matrix: the rows of `normalize_features(X, k, mode)`, computed
-    block by block when read (X: N x D float32, typically a memmap of features.npy). Holds X, the
-    row norms (l2) or the mean row (center): O(N) memory, never an N x D copy. Rows read from it
-    equal normalize_features' rows bit for bit (the same per-row operations). Every step of this
-    module takes one where it takes a matrix, and reads it in ROW_CHUNK-row blocks; the exact
-    (scikit-learn) and faiss modes need the matrix in memory and refuse it."""
-
-    def __init__(self, X, k: int, mode: str = "auto", chunk: int | None = None) -> None:
-        if mode not in NORM_MODES:
-            raise SelectionError(f"unknown normalization {mode!r}; choose one of {NORM_MODES}")
-        if int(k) != k or k < 1:
-            raise SelectionError(f"K = world size = {k} must be a positive integer")
-        X = np.asarray(X)
-        if X.ndim != 2 or X.dtype not in (np.float32, np.float16):
-            raise SelectionError(
-                f"features must be a 2-D float32 or float16 array (N x D), got {X.dtype} {X.shape}"
-            )
-        self.X, self.shape, self.dtype = X, X.shape, np.dtype(np.float32)
-        self.chunk = chunk or ROW_CHUNK
-        self.mode = ("l2" if k > 1 else "center") if mode == "auto" else mode
-        self.norms = self.mean = None
-        sq = []
-        for a in range(0, X.shape[0], self.chunk):  # one pass: the finite check and the row norms
-            xb = np.asarray(X[a : a + self.chunk], dtype=np.float32)
-            try:
-                _check_finite(xb)
-            except SelectionError as e:
-                raise SelectionError(f"{e} (in rows {a}..{a + len(xb) - 1} of {X.shape[0]})") from None
-            if self.mode == "l2":
-                sq.append(_sq_norms(xb))
-        if self.mode == "l2":
-            self.norms = np.sqrt(np.concatenate(sq) if sq else np.empty(0))
-            zero = np.flatnonzero(self.norms == 0)
-            if zero.size:
-                raise SelectionError(
-                    f"{zero.size} feature row(s) are all zeros (first: row "
-                    f"{int(zero[0])}); they cannot be L2-normalized (empty response?)"
-                )
-            self.norms32 = self.norms.astype(np.float32)
-            self.odd = ~((self.norms > 1e-30) & (self.norms < 1e30))
-        elif self.mode == "center":
-            total = np.zeros(X.shape[1], dtype=np.float64)
-            if X.dtype == np.float32:  # the in-memory form's own reduction: the same mean
-                total = X.mean(axis=0, dtype=np.float64)
-            else:
-                for a in range(0, X.shape[0], self.chunk):
-                    total += np.asarray(X[a : a + self.chunk], dtype=np.float64).sum(axis=0)
-                total /= max(1, X.shape[0])
-            self.mean = total.astype(np.float32)
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, key) -> np.ndarray:
-        """Rows `key` (a slice or an index array; int: one row), normalized, as a new array."""
-        if isinstance(key, (int, np.integer)):
-            return self[np.array([key])][0]
-        xb = np.asarray(self.X[key], dtype=np.float32)
-        if self.mode == "center":
-            return xb - self.mean
-        if self.mode == "none":
-            return xb.copy()
-        nb, nb32, odd = self.norms[key], self.norms32[key], self.odd[key]
-        with np.errstate(all="ignore"):
-            out = xb / nb32[:, None]
-        if odd.any():
-            out[odd] = (xb[odd] / nb[odd, None]).astype(np.float32)
-        return out
-
-    def blocks(self):
-        """(start, block) over all rows, chunk rows at a time."""
-        for a in range(0, self.shape[0], self.chunk):
-            yield a, self[a : a + self.chunk]
-
-
-def _lazy(X) -> bool:
-    return isinstance(X, NormalizedRows)
-
-
-def _matrix(X) -> np.ndarray:
-    if _lazy(X):
-        return X  # read in blocks by every caller
-    X = np.asarray(X)
-    if X.ndim != 2:
-        raise SelectionError(f"features must be a 2-D array (N x D), got shape {X.shape}")
-    return np.ascontiguousarray(X, dtype=np.float32)
-
-
-def _check_finite(X: np.ndarray) -> None:
-    """SelectionError naming the bad rows if any entry is NaN or +-inf. One random projection, not
-    an N x D mask (1.2 GB at 75k x 4096): NaN/inf always makes the row's projection non-finite;
-    flagged rows are checked exactly (a finite row whose projection overflows is cleared)."""
-    if _lazy(X):  # its rows were checked when it was made (and normalizing keeps them finite)
-        return
-    r = np.random.default_rng(0).standard_normal(X.shape[1]).astype(np.float32) + 1.0
-    with np.errstate(all="ignore"):
-        cand = np.flatnonzero(~np.isfinite(X @ r))
-    bad = cand[~np.isfinite(X[cand]).all(axis=1)] if cand.size else cand
-    if bad.size:
-        raise SelectionError(
-            f"{bad.size} feature row(s) contain NaN or inf (first bad row index: "
-            f"{int(bad[0])}); the feature extraction failed for those examples"
-        )
-
-
-def _sq_norms(X: np.ndarray) -> np.ndarray:
-    """Squared L2 norm of every row, float64. Products in float32 (a float64 copy of X costs ~10x
-    at 75k x 4096); rows whose float32 result leaves 1e-30..1e30 are redone in float64."""
-    if _lazy(X):
-        return np.concatenate([_sq_norms(b) for _, b in X.blocks()] or [np.empty(0)])
-    sq = np.einsum("ij,ij->i", X, X).astype(np.float64)
-    odd = np.flatnonzero(~((sq > 1e-30) & (sq < 1e30)))
-    if odd.size:
-        xo = X[odd].astype(np.float64)
-        sq[odd] = np.einsum("ij,ij->i", xo, xo)
-    return sq
-
-
-def _check_k(k, n: int) -> int:
-    if int(k) != k or k < 1:
-        raise SelectionError(f"K = world size = {k} must be a positive integer")
-    if k > n:
-        raise SelectionError(f"K = world size = {k} is larger than the pool ({n})")
-    return int(k)
-
-
-def _check_labels(labels, n: int, k: int) -> np.ndarray:
-    labels = np.asarray(labels, dtype=np.int64)
-    if labels.shape != (n,):
-        raise SelectionError(f"labels must have shape ({n},), got {labels.shape}")
-    if n and (labels.min() < 0 or labels.max() >= k):
-        raise SelectionError(f"labels must lie in 0..{k - 1}")
-    return labels
-
-
-def _n_distinct_at_least(X: np.ndarray, k: int) -> int:
-    """The number of distinct rows if it is below k, else some count >= k. Cheap in the common case:
-    a column's distinct values (exact comparisons, no arithmetic) bound the distinct rows from
-    below; the exact np.unique over rows runs only when no column reaches k."""
-    if _lazy(X):  # enough distinct values in a block of rows settles it without a full pass
-        head = X[0 : min(X.shape[0], 65536)]
-        if any(np.unique(head[:, j]).size >= k for j in range(min(X.shape[1], 8))):
-            return k
-    for j in range(min(X.shape[1], 8)):
-        col = np.concatenate([b[:, j] for _, b in X.blocks()]) if _lazy(X) else X[:, j]
-        if np.unique(col).size >= k:
-            return k
-    if _lazy(X):
-        raise SelectionError(
-            f"fewer than K = {k} distinct values in each of the first 8 feature columns of a "
-            f"{X.shape[0]} x {X.shape[1]} matrix; the features look degenerate"
-        )
-    return int(np.unique(X, axis=0).shape[0])
-
-
-def pairwise_sq_distances(X, centers) -> np.ndarray:
-    """[N, K] squared distances (float64, squared feature units) from every row to every center, as
-    |x|^2 + |c|^2 - 2 x.c with the products in float32 (float64 when they could overflow). The soft
-    cap and its reference both use it, so both see identical numbers (ties included)."""
-    if _lazy(X):  # block by block: N x K out, one block of rows in memory
-        return np.concatenate(
-            [pairwise_sq_distances(b, centers) for _, b in X.blocks()] or [np.empty((0, len(centers)))]
-        )
-    X, C = _matrix(X), np.asarray(centers, dtype=np.float32)
-    xsq, cn = _sq_norms(X), _sq_norms(C)
-    if X.shape[0] and xsq.max() * max(cn.max(), 1.0) < 1e60:
-        dots = (X @ C.T).astype(np.float64)
-    else:
-        dots = np.concatenate(
-            [X[b : b + 4096].astype(np.float64) @ C.T.astype(np.float64) for b in range(0, X.shape[0], 4096)]
-            or [np.empty((0, len(C)))]
-        )
-    out = xsq[:, None] + cn - 2.0 * dots
-    return np.maximum(out, 0.0, out=out)  # cancellation can give -1e-7 for a point on its center
-
-
-def sq_distances_to_own_center(X, centers, labels) -> np.ndarray:
-    """[N] squared distance (float64, squared feature units) from each row to its own center."""
-    X = _matrix(X)
-    labels = _check_labels(labels, X.shape[0], np.asarray(centers).shape[0])
-    return pairwise_sq_distances(X, centers)[np.arange(X.shape[0]), labels]
-
-
-# -- step 2 ---------------------------------------------------------------------------------------
-def normalize_features(X, k: int, mode: str = "auto", out=None, chunk: int = ROW_CHUNK) -> np.ndarray:
-    """Step 2. "auto": K > 1 -> L2-normalize each row (unit norm); K == 1 -> subtract the mean row.
-    Also "l2", "center", "none" (a float32 copy). Returns a new float32 N x D array.
-
-    `out`: an N x D float32 array to write into instead (e.g. a memmap on disk, for a matrix
-    that does not fit in memory twice); then X (a memmap too) is read in `chunk`-row blocks, and
-    memory holds one block, never a copy of X. The rows are the same bit for bit either way
-    (every step is per row; center's mean is the same reduction)."""
-    if mode not in NORM_MODES:
-        raise SelectionError(f"unknown normalization {mode!r}; choose one of {NORM_MODES}")
-    if int(k) != k or k < 1:
-        raise SelectionError(f"K = world size = {k} must be a positive integer")
-    if out is not None:
-        return _normalize_into(X, k, mode, out, chunk)
-    X = _matrix(X)
-    _check_finite(X)
-    if mode == "auto":
-        mode = "l2" if k > 1 else "center"
-    if mode == "l2":
-        norms = np.sqrt(_sq_norms(X))
-        zero = np.flatnonzero(norms == 0)
-        if zero.size:
-            raise SelectionError(
-                f"{zero.size} feature row(s) are all zeros (first: row "
-                f"{int(zero[0])}); they cannot be L2-normalized (empty response?)"
-            )
-        with np.errstate(all="ignore"):
-            out = X / norms.astype(np.float32)[:, None]
-        odd = np.flatnonzero(~((norms > 1e-30) & (norms < 1e30)))  # norm not a safe float32
-        out[odd] = (X[odd] / norms[odd, None]).astype(np.float32)
-        return out
-    if mode == "center":
-        return X - X.mean(axis=0, dtype=np.float64).astype(np.float32)
-    return X.copy()
-
-
-def _normalize_into(X, k: int, mode: str, out, chunk: int) -> np.ndarray:
-    """normalize_features into `out`, `chunk` rows at a time (the rows of the in-memory form)."""
-    X = np.asarray(X)
-    if X.ndim != 2 or np.shape(out) != X.shape:
-        raise SelectionError(f"normalize: out has shape {np.shape(out)}, features {X.shape}")
-    mode = ("l2" if k > 1 else "center") if mode == "auto" else mode
-    mean = None
-    if mode == "center":
-        mean = X.mean(axis=0, dtype=np.float64).astype(np.float32)
-    for a in range(0, X.shape[0], chunk):
-        xb = np.ascontiguousarray(X[a : a + chunk], dtype=np.float32)
-        try:
-            if mode == "center":
-                _check_finite(xb)
-                out[a : a + chunk] = xb - mean
-            else:
-                out[a : a + chunk] = normalize_features(xb, k, mode)
-        except SelectionError as e:  # row indices of the block: say where they are in X
-            raise SelectionError(f"{e} (in rows {a}..{a + len(xb) - 1} of {X.shape[0]})") from None
-    return out
-
-
-def project_features(X, dim: int, seed: int, out=None, chunk: int = ROW_CHUNK) -> np.ndarray:
-    """A seeded Gaussian random projection (Johnson-Lindenstrauss) of the rows of X to `dim`
-    columns, entries N(0, 1/dim), in `chunk`-row blocks (into `out` when given, e.g. a memmap).
-    Squared distances are kept up to a factor 1 +- eps with eps ~ sqrt(8 ln N / dim)."""
-    X = X if _lazy(X) else np.asarray(X)
-    n, d = X.shape
-    if not 1 <= dim:
-        raise SelectionError(f"projection dimension {dim} must be >= 1")
-    proj = np.random.default_rng([seed, 11]).standard_normal((d, dim)).astype(np.float32) / np.float32(
-        np.sqrt(dim)
-    )
-    out = np.empty((n, dim), dtype=np.float32) if out is None else out
-    for a in range(0, n, chunk):
-        out[a : a + chunk] = np.ascontiguousarray(X[a : a + chunk], dtype=np.float32) @ proj
-    return out
-
-
-def exact_mode_fits(n: int, d: int, available_bytes: int | None = None) -> tuple[bool, float, float]:
-    """(fits, needed GiB, available GiB) for scikit-learn's k-means ("exact"): it copies the
-    N x D float32 matrix (copy_x) and keeps the input, so about 2 x N x D x 4 bytes plus the
-    N x K distances. `available_bytes` defaults to the machine's MemAvailable."""
-    need = 2.0 * n * d * 4
-    if available_bytes is None:
-        available_bytes = _mem_available()
-    return need <= available_bytes, need / 2**30, available_bytes / 2**30
-
-
-def _mem_available() -> int:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import os
-
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-
-
-# -- step 3 ---------------------------------------------------------------------------------------
-def kmeans(
-    X,
-    k: int,
-    seed: int,
-    n_init: int = 10,
-    max_iter: int = 300,
-    mode: str = "exact",
-    sample: int | None = None,
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """Step 3: k-means with K clusters. Returns (labels int64 [N], centers float32 [K, D], inertia =
-    sum of squared distances of ALL points to their own center, squared feature units).
-
-    "exact": sklearn KMeans(k-means++, n_init, max_iter, random_state=seed), the authors' settings.
-    "fast": k-means++ restarts on a seeded (randomly projected) sample of `sample` rows (default
-    max(256 K, 20000)), then Lloyd passes on all rows (see _fast_kmeans; torch, CPU). Not the same
-    partition as "exact"; its inertia is typically within 0.1% of it.
-    "faiss": faiss.Kmeans (n_init restarts, max_iter iterations, seeded) trained on a seeded
-    sample of `sample` rows (default as "fast"), then every row assigned to its nearest center.
-    Both: every cluster ends with >= 1 member (an empty one gets the row farthest from its
-    center)."""
-    X = _matrix(X)
-    n = X.shape[0]
-    k = _check_k(k, n)
-    if mode not in KMEANS_MODES:
-        raise SelectionError(f"unknown k-means mode {mode!r}; choose one of {KMEANS_MODES}")
-    _check_finite(X)
-    n_distinct = _n_distinct_at_least(X, k)
-    if n_distinct < k:
-        raise SelectionError(
-            f"only {n_distinct} distinct feature rows for K = world size = {k} "
-            "clusters; the features are degenerate (duplicates or a constant row)"
-        )
-    if _lazy(X) and mode != "fast":
-        raise SelectionError(
-            f"k-means mode {mode!r} needs the {n} x {X.shape[1]} features in memory; this selection "
-            "reads them in row blocks from disk: use selection.params.kmeans: fast"
-        )
-    if mode == "exact":
-        from sklearn.cluster import KMeans
-
-        fits, need, avail = exact_mode_fits(n, X.shape[1])
-        if not fits:
-            raise SelectionError(
-                f"k-means mode 'exact' (scikit-learn) copies the {n} x {X.shape[1]} features: "
-                f"about {need:.1f} GiB, with {avail:.1f} GiB available; use "
-                "selection.params.kmeans: fast (row blocks over the features file, bounded memory)"
-            )
-
-        km = KMeans(n_clusters=k, init="k-means++", n_init=n_init, max_iter=max_iter, random_state=seed)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            km.fit(X)
-        for w in caught:
-            if "distinct clusters" in str(w.message):
-                raise SelectionError(f"k-means found fewer distinct clusters than K = {k}: {w.message}")
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        labels, centers = km.labels_.astype(np.int64), km.cluster_centers_.astype(np.float32)
-        inertia = float(km.inertia_)
-    elif mode == "faiss":
-        labels, centers, inertia = _faiss_kmeans(X, k, seed, n_init, max_iter, sample)
-    else:
-        labels, centers, inertia = _fast_kmeans(X, k, seed, n_init, max_iter, sample)
-    if np.bincount(labels, minlength=k).min() == 0:  # sklearn relocates empties itself
-        labels, centers = _repair_empty(X, labels, centers)
-        inertia = float(sq_distances_to_own_center(X, centers, labels).sum())
-    return labels, centers, inertia
-
-
-def _fast_kmeans(
-    X: np.ndarray, k: int, seed: int, n_init: int, max_iter: int, sample: int | None
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """The "fast" mode. (1) A seeded sample of s rows (D > 512: projected to 256 dims by a seeded
-    Gaussian matrix, which preserves k-means costs up to a small factor) gets greedy k-means++ and
-    Lloyd (<= 20 iterations) min(n_init, 3) times; the lowest sample inertia wins; (2) that
-    partition is lifted to D dims (centers = means of its sample rows); (3) Lloyd passes on all rows
-    in D dims refine it (see _lloyd; at most min(max_iter, 10) passes, usually 3-5). Phases (1)-(2)
-    cost about two full passes at N = 75k, D = 4096."""
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    n, dim = X.shape
-    s = min(n, sample if sample else max(256 * k, 20000))
-    rng = np.random.default_rng([seed, 3])
-    Xs = torch.from_numpy(
-        X[np.sort(rng.choice(n, s, replace=False))] if s < n else (X[0:n] if _lazy(X) else X)
-    )
-    Ys = Xs
-    if dim > 2 * _PROJ_DIM:
-        proj = rng.standard_normal((dim, _PROJ_DIM)).astype(np.float32) / np.sqrt(_PROJ_DIM)
-        Ys = Xs @ torch.from_numpy(proj.astype(np.float32))
-    # the restarts are many millisecond-sized ops: one thread (OpenMP barriers in small parallel
-    # regions cost up to 10x on a busy 2-core machine); the winner is thread-count independent
-    threads, best = torch.get_num_threads(), None
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(1):
-            for _ in range(max(1, min(n_init, _RESTARTS))):
-                init = torch.from_numpy(_kmeans_plusplus(Ys.numpy(), k, rng))
-                lab, _, part = _lloyd(Ys, init, _SAMPLE_ITERS, 1e-3)
-                if best is None or part < best[1]:
-                    best = (lab, part)
-    finally:
-        torch.set_num_threads(threads)
-    counts = torch.bincount(best[0], minlength=k).double()
-    centers = (torch.zeros(k, dim).index_add_(0, best[0], Xs).double() / counts.clamp_min(1)[:, None]).float()
-    for c in torch.nonzero(counts == 0).flatten().tolist():  # only for a projected duplicate
-        centers[c] = Xs[int(rng.integers(s))]
-    passes = max(1, min(max_iter, _FULL_PASSES))
-    labels, centers, inertia = _lloyd(X if _lazy(X) else torch.from_numpy(X), centers, passes, 1e-4)
-    return labels.numpy().astype(np.int64), centers.numpy().astype(np.float32), inertia
-
-
-def _faiss_kmeans(
-    X: np.ndarray, k: int, seed: int, n_init: int, max_iter: int, sample: int | None
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """The "faiss" mode: faiss's k-means (its own random init, n_init restarts keeping the lowest
-    objective) on a seeded sample, then one exact assignment of all rows. Uses the GPU build's
-    devices when faiss has them."""
-    require_extra("faiss", "k-means mode 'faiss'")
-    import faiss
-
-    n, dim = X.shape
-    s = min(n, sample if sample else max(256 * k, 20000))
-    rng = np.random.default_rng([seed, 5])
-    Xs = X[np.sort(rng.choice(n, s, replace=False))] if s < n else X
-    km = faiss.Kmeans(
-        dim,
-        k,
-        niter=max_iter,
-        nredo=max(1, n_init),
-        seed=int(seed) % 2**31,
-        max_points_per_centroid=max(1, -(-s // k)),
-        verbose=False,
-        gpu=faiss.get_num_gpus() > 0,
-    )
-    km.train(np.ascontiguousarray(Xs, dtype=np.float32))
-    dist, lab = km.index.search(X, 1)
-    labels = lab[:, 0].astype(np.int64)
-    centers = np.ascontiguousarray(km.centroids, dtype=np.float32)
-    inertia = float(sq_distances_to_own_center(X, centers, labels).sum())
-    return labels, centers, inertia
-
-
-def _kmeans_plusplus(Y: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """Greedy k-means++ seeding (2 + ln k candidate draws per center, keep the one that lowers the
-    potential most), in float32 via the |y|^2 - 2 y.c + |c|^2 expansion. Returns k x d centers."""
-    ysq = np.einsum("ij,ij->i", Y, Y)
-    first = int(rng.integers(Y.shape[0]))
-    closest = np.maximum(ysq - 2.0 * (Y @ Y[first]) + ysq[first], 0).astype(np.float64)
-    chosen, trials = [first], 2 + int(np.log(k))
-    for _ in range(1, k):
-        cum = np.cumsum(closest)
-        cand = np.minimum(np.searchsorted(cum, rng.random(trials) * cum[-1]), Y.shape[0] - 1)
-        d = np.maximum(ysq[:, None] - 2.0 * (Y @ Y[cand].T) + ysq[cand], 0)
-        pots = np.minimum(closest[:, None], d).sum(0)
-        j = int(np.argmin(pots))
-        chosen.append(int(cand[j]))
-        closest = np.minimum(closest, d[:, j])
-    return np.ascontiguousarray(Y[chosen], dtype=np.float32)
-
-
-def _lloyd(Xt, C, n_pass: int, tol: float):
-    """Lloyd iterations on the rows of Xt (torch, float32 matmul in row blocks) from centers C.
-    One pass over the rows per iteration does both halves: assign each row to its nearest center
-    and accumulate the per-cluster sums that give the next centers. Stops after n_pass passes, or
-    when at most tol * N labels change or the inertia fell by less than tol / 10 (relative) in the
-    last pass. Returns (labels, centers, inertia): labels are the argmin for the returned centers,
-    inertia the sum of their squared distances (float64)."""
-    import torch
-
-    n, k = Xt.shape[0], C.shape[0]
-    if not torch.is_tensor(Xt):  # NormalizedRows: each block made when read
-        rows = Xt
-
-        class _Blocks:
-            shape = rows.shape
-
-            def __getitem__(self, s):
-                return torch.from_numpy(rows[s])
-
-        Xt = _Blocks()
-    narrow = Xt.shape[1] <= 512  # index_add_ has a per-row overhead: a one-hot matmul wins there
-    blocks = [slice(b, min(b + _BLOCK, n)) for b in range(0, n, _BLOCK)]
-    # inertia = sum_i |x_i|^2 + sum_i part_i, part_i = |c|^2 - 2 x_i.c for the row's center
-    # (per-row norms: a float32 norm over a whole 32768 x 4096 block is off by ~3%)
-    total_sq = sum(float(torch.linalg.vector_norm(Xt[s], dim=1).double().pow(2).sum()) for s in blocks)
-    labels = torch.full((n,), -1, dtype=torch.int64)
-    part = torch.empty(n)
-    prev = math.inf
-    for it in range(max(1, n_pass)):
-        cn = (C.double() ** 2).sum(1).float()
-        sums = torch.zeros(k, Xt.shape[1], dtype=torch.float64)
-        changed = 0
-        for s in blocks:
-            xb = Xt[s]
-            part[s], lb = (cn - 2.0 * (xb @ C.T)).min(1)  # |x|^2 is common to all centers
-            changed += int((lb != labels[s]).sum())
-            labels[s] = lb
-            # float32 sums per block, added in float64 across blocks (rounding stays block-sized)
-            if it == n_pass - 1:
-                continue  # the last pass only assigns
-            if narrow:
-                sums += (torch.nn.functional.one_hot(lb, k).T.float() @ xb).double()
-            else:
-                sums += torch.zeros(k, Xt.shape[1]).index_add_(0, lb, xb).double()
-        inertia = max(total_sq + float(part.sum(dtype=torch.float64)), 0.0)
-        if changed <= n * tol or prev - inertia <= 0.1 * tol * inertia or it == n_pass - 1:
-            break
-        prev = inertia
-        counts = torch.bincount(labels, minlength=k).double()[:, None]
-        # an empty cluster keeps its center (kmeans() repairs one still empty at the end)
-        C = torch.where(counts > 0, sums / counts.clamp_min(1), C.double()).float()
-    return labels, C, inertia
-
-
-def _repair_empty(X, labels, centers):
-    """Give every empty cluster one member: the row farthest from its own center among clusters with
-    >= 2 members; the emptied cluster's center becomes that row."""
-    k = centers.shape[0]
-    sizes = np.bincount(labels, minlength=k)
-    if sizes.min() > 0:
-        return labels, centers
-    labels, centers = labels.copy(), centers.copy()
-    far = sq_distances_to_own_center(X, centers, labels)
-    for c in np.flatnonzero(sizes == 0):
-        far_ok = np.where(sizes[labels] >= 2, far, -np.inf)
-        i = int(np.argmax(far_ok))
-        sizes[labels[i]] -= 1
-        labels[i], sizes[c], far[i] = c, 1, -np.inf
-        centers[c] = X[i]
-    return labels, centers
 
 
 # -- step 4 ---------------------------------------------------------------------------------------
@@ -645,6 +159,51 @@ def explain_kept(sizes, ratio: float, m_adj: int, micro_batch: int = 1) -> str:
     return line
 
 
+def _members(X, centers, labels, mode: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """(X as a matrix, labels, members): the prune mode, X and labels checked; members[c] is cluster c's
+    row indices in row order. What choose_within_cluster and member_order start from."""
+    if mode not in PRUNE_MODES:
+        raise SelectionError(f"unknown prune mode {mode!r}; choose one of {PRUNE_MODES}")
+    X = _matrix(X)
+    k = np.asarray(centers).shape[0]
+    labels = _check_labels(labels, X.shape[0], k)
+    return X, labels, [np.flatnonzero(labels == c) for c in range(k)]
+
+
+def _ranked(X, centers, labels, members: list[np.ndarray], mode: str) -> list[np.ndarray]:
+    """Every cluster's members ranked, stably (ties by row index): "big": largest row L2 norm of X
+    first; any other mode: by squared distance to their center, nearest first."""
+    if mode == "big":
+        norms = np.sqrt(_sq_norms(X))
+        return [idx[np.argsort(-norms[idx], kind="stable")] for idx in members]
+    dist = sq_distances_to_own_center(X, centers, labels)
+    return [idx[np.argsort(dist[idx], kind="stable")] for idx in members]
+
+
+def _kept_counts(m_adj: int | list[int], members: list[np.ndarray]) -> list[int]:
+    """The rows each cluster keeps: m_adj for every one (1..the smallest size), or a list of K
+    counts, each 0..its cluster's size; SelectionError otherwise."""
+    k = len(members)
+    if np.ndim(m_adj) == 0:
+        m_adj = int(m_adj)
+        small = [c for c in range(k) if members[c].size < m_adj]
+        if m_adj < 1 or small:
+            raise SelectionError(
+                f"cannot keep m_adj = {m_adj} per cluster: cluster(s) {small} "
+                "are smaller (m_adj must be 1..smallest cluster size)"
+            )
+        return [m_adj] * k
+    counts = [int(q) for q in m_adj]
+    bad = [c for c in range(min(k, len(counts))) if not 0 <= counts[c] <= members[c].size]
+    if len(counts) != k or bad:
+        raise SelectionError(
+            f"per-cluster kept counts {counts} do not fit the {k} clusters "
+            f"of sizes {[int(m.size) for m in members]} (each must lie in "
+            "0..its cluster's size)"
+        )
+    return counts
+
+
 def choose_within_cluster(
     X, centers, labels, m_adj: int | list[int], mode: str, seed: int
 ) -> dict[int, np.ndarray]:
@@ -657,51 +216,25 @@ def choose_within_cluster(
     m_adj: one count for every cluster (the paper's balanced budget), or a list of K counts, one
     per cluster, each 0..its size (clusters_per_worker > 1 shares a worker's budget among its
     clusters: method/packing.py)."""
-    if mode not in PRUNE_MODES:
-        raise SelectionError(f"unknown prune mode {mode!r}; choose one of {PRUNE_MODES}")
-    X = _matrix(X)
-    k = np.asarray(centers).shape[0]
-    labels = _check_labels(labels, X.shape[0], k)
-    members = [np.flatnonzero(labels == c) for c in range(k)]
+    X, labels, members = _members(X, centers, labels, mode)
     if mode == "none":
         return dict(enumerate(members))
-    if np.ndim(m_adj) == 0:
-        m_adj = int(m_adj)
-        small = [c for c in range(k) if members[c].size < m_adj]
-        if m_adj < 1 or small:
-            raise SelectionError(
-                f"cannot keep m_adj = {m_adj} per cluster: cluster(s) {small} "
-                "are smaller (m_adj must be 1..smallest cluster size)"
-            )
-        counts = [m_adj] * k
-    else:
-        counts = [int(q) for q in m_adj]
-        bad = [c for c in range(min(k, len(counts))) if not 0 <= counts[c] <= members[c].size]
-        if len(counts) != k or bad:
-            raise SelectionError(
-                f"per-cluster kept counts {counts} do not fit the {k} clusters "
-                f"of sizes {[int(m.size) for m in members]} (each must lie in "
-                "0..its cluster's size)"
-            )
-    if mode == "big":
-        norms = np.sqrt(_sq_norms(X))
-        return {c: idx[np.argsort(-norms[idx], kind="stable")[: counts[c]]] for c, idx in enumerate(members)}
+    counts = _kept_counts(m_adj, members)
     if mode == "rand":
         return {
             c: np.random.default_rng([seed, c]).choice(idx, counts[c], replace=False)
             for c, idx in enumerate(members)
         }
-    dist = sq_distances_to_own_center(X, centers, labels)
     out = {}
-    for c, idx in enumerate(members):
-        ranked = idx[np.argsort(dist[idx], kind="stable")]  # nearest first
+    for c, ranked in enumerate(_ranked(X, centers, labels, members, mode)):
         q = counts[c]
         half = q // 2
-        out[c] = {
-            "close": ranked[::-1][:q],
-            "far": ranked[:q],
-            "mix": np.concatenate([ranked[:half], ranked[::-1][: q - half]]),
-        }[mode]
+        if mode in ("big", "far"):  # largest norm / nearest first
+            out[c] = ranked[:q]
+        elif mode == "close":
+            out[c] = ranked[::-1][:q]
+        else:  # mix
+            out[c] = np.concatenate([ranked[:half], ranked[::-1][: q - half]])
     return out
 
 
@@ -726,30 +259,20 @@ def member_order(X, centers, labels, mode: str, seed: int) -> dict[int, np.ndarr
     nearest, ...; big: largest norm first, X un-normalized as there); rand: a permutation
     seeded by (seed, k) (a draw of the same law as choose_within_cluster's, not the same draw);
     none: row order. For budgets that differ between clusters (`token_budget`)."""
-    if mode not in PRUNE_MODES:
-        raise SelectionError(f"unknown prune mode {mode!r}; choose one of {PRUNE_MODES}")
-    X = _matrix(X)
-    k = np.asarray(centers).shape[0]
-    labels = _check_labels(labels, X.shape[0], k)
-    members = [np.flatnonzero(labels == c) for c in range(k)]
+    X, labels, members = _members(X, centers, labels, mode)
     if mode == "none":
         return dict(enumerate(members))
     if mode == "rand":
         return {c: np.random.default_rng([seed, c]).permutation(idx) for c, idx in enumerate(members)}
-    if mode == "big":
-        norms = np.sqrt(_sq_norms(X))
-        return {c: idx[np.argsort(-norms[idx], kind="stable")] for c, idx in enumerate(members)}
-    dist = sq_distances_to_own_center(X, centers, labels)
     out = {}
-    for c, idx in enumerate(members):
-        ranked = idx[np.argsort(dist[idx], kind="stable")]  # nearest first
-        if mode == "far":
+    for c, ranked in enumerate(_ranked(X, centers, labels, members, mode)):
+        if mode in ("big", "far"):  # largest norm / nearest first
             out[c] = ranked
         elif mode == "close":
             out[c] = ranked[::-1]
         else:  # mix: at every m, floor(m / 2) nearest and the rest farthest
             far_first, near_first = ranked[::-1], ranked
-            seq = [far_first[j // 2] if j % 2 == 0 else near_first[j // 2] for j in range(idx.size)]
+            seq = [far_first[j // 2] if j % 2 == 0 else near_first[j // 2] for j in range(ranked.size)]
             out[c] = np.asarray(seq, dtype=np.int64)
     return out
 

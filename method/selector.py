@@ -255,7 +255,7 @@ class ClusterSelector(Parameterized):
 
     def _normalized(self, X: np.ndarray, k: int, ctx: SelectionContext, scratch: list[Path]):
         """Step 2 (and the optional projection). In memory; or, with kmeans fast and a matrix over
-        LAZY_NORMALIZE_BYTES, as method.clustering.NormalizedRows: each block of rows
+        LAZY_NORMALIZE_BYTES, as method.rows.NormalizedRows: each block of rows
         normalized when read from the features file, no N x D copy (the same rows bit for bit).
         A projection over LAZY_NORMALIZE_BYTES goes to a memmap next to the features."""
         from method import clustering as C

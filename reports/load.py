@@ -1,4 +1,5 @@
 """Read the results store into runs and cells: what every table and figure is built from.
+The Run record and the benchmark-name helpers are in reports/runs.py (re-exported here).
 
 Input: the tidy result rows (repro/core/results.py) — every `results.part.csv` under a results
 directory, or one merged CSV — and, where a row's run folder `<root>/<name>/<config_hash>/` is
@@ -29,123 +30,56 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+# The run record and the benchmark-name helpers live in reports/runs.py; their names stay here.
+from reports.runs import (
+    DOMAINS,
+    RAW_METRICS,
+    REQUIRED,
+    ReportInputError,
+    Run,
+    cost_columns,
+    domain_of,
+    is_diagnostic,
+    norm_benchmark,
+    split_protocol,
+)
 from repro.core import schema
-from repro.core.errors import UserError
-from repro.core.results import DIAGNOSTIC_PREFIXES, PART_NAME, REQUIRED_COLUMNS
+from repro.core.results import PART_NAME
 from repro.core.types import RunFileError, read_selection
 
-# Metrics reported as they are (lower is better); every other metric is a fraction shown as %.
-RAW_METRICS = ("loss", "perplexity")
-# Required columns: what a row must have for the report to place it.
-REQUIRED = REQUIRED_COLUMNS
-# The paper's domains: normalized benchmark name (lowercase, "+" -> "plus", no punctuation).
-DOMAINS = {
-    "code": ("humaneval", "humanevalplus", "mbpp", "mbppplus"),
-    "medical": ("medqa", "medqa4options", "medmcqa", "pubmedqa", "mmlumedical"),
-}
-
-
-class ReportInputError(UserError, ValueError):
-    """A results file or row the report cannot use; the message names the file, row and column."""
-
-
-def norm_benchmark(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", name.lower().replace("+", "plus"))
-
-
-def split_protocol(benchmark: str) -> tuple[str, str]:
-    """(benchmark, protocol) of a report key: a row scored under a protocol other than lm-eval
-    is keyed `<benchmark>@<protocol>` (build_runs), so no table averages or compares across
-    protocols: its domain is `<domain>@<protocol>` too."""
-    base, _, proto = benchmark.partition("@")
-    return base, proto or "lm-eval"
-
-
-def domain_of(benchmark: str, kinds: dict[str, str] | None = None) -> str | None:
-    """'code', 'medical', 'demo' (the demo's categories, not its pooled 'overall'), or None.
-    `kinds`: benchmark -> the kind its rows state (`benchmark_kind`, Run.kinds), which places a
-    benchmark the paper's domains do not list (a plugin's: docs/add-a-benchmark.md).
-    `<benchmark>@<protocol>`: `<domain>@<protocol>`."""
-    if "@" in benchmark:
-        dom = domain_of(split_protocol(benchmark)[0], kinds)
-        return dom and f"{dom}@{split_protocol(benchmark)[1]}"
-    if benchmark.startswith("demo/"):
-        return None if benchmark == "demo/overall" else "demo"
-    key = norm_benchmark(benchmark)
-    for dom, names in DOMAINS.items():
-        if key in names:
-            return dom
-    kind = (kinds or {}).get(benchmark)
-    return kind if kind in DOMAINS else None
-
-
-def is_diagnostic(benchmark: str) -> bool:
-    return benchmark.startswith(DIAGNOSTIC_PREFIXES)
-
-
-@dataclass
-class Run:
-    """One run (one config and seed): its settings, costs, scores and diagnostic numbers."""
-
-    run_id: str
-    config_hash: str
-    name: str
-    dataset: str
-    model: str
-    method: str
-    params: dict[str, Any]
-    allocator: str
-    weight_mode: str
-    ratio: float | None
-    world_size: int | None
-    seed: int
-    kept_fraction: float | None
-    n_selected: int | None
-    n_pool: int | None
-    costs: dict[str, float | None]
-    lm_eval: str | None
-    versions: dict[str, str]
-    git_sha: str
-    # (benchmark, metric) -> value (None: the benchmark was missing for this run)
-    scores: dict[tuple[str, str], float | None] = field(default_factory=dict)
-    missing: set[str] = field(default_factory=set)
-    diag: dict[tuple[str, str], float] = field(default_factory=dict)
-    # (benchmark, metric) -> the diagnostic row's n (worker/<k> rows: optimizer steps)
-    diag_n: dict[tuple[str, str], int] = field(default_factory=dict)
-    # benchmark -> items scored (the row's n), where the row says
-    n_items: dict[str, int] = field(default_factory=dict)
-    # benchmark -> its kind (code, medical, other), where its rows state one (benchmark_kind)
-    kinds: dict[str, str] = field(default_factory=dict)
-    # benchmark -> {item id: score}, from the run folder's per-item file when there is one
-    items: dict[str, dict[str, float]] = field(default_factory=dict)
-    budget: str = ""  # set by group_cells for budget-taking baselines
-    status: str = "ok"  # "diverged": training stopped on a non-finite loss or gradient norm
-    diverged_step: int | None = None
-    attempts: int | None = None  # starts of the run until it finished (1: never interrupted)
-    resumed_from_step: int | None = None  # the step its training resumed from (0: none)
-    alloc_params: dict[str, Any] = field(default_factory=dict)  # allocation.params (balance)
-    # steps x workers token sums, from the run folder's step_tokens.json when it is there
-    step_tokens: list[list[int]] | None = None
-    # The seeds its select/schedule and train stages used (older rows: the run's seed)
-    selection_seed: int | None = None
-    training_seed: int | None = None
-    # Every run-scope column of the schema, typed (repro/core/schema.py): the runs table shows
-    # them all, so a column added to the schema reaches the report with no other edit.
-    columns: dict[str, Any] = field(default_factory=dict)
-
-    def score(self, benchmark: str, metric: str) -> float | None:
-        return self.scores.get((benchmark, metric))
-
-
-def cost_columns() -> list[str]:
-    """The cost columns (seconds, throughput, shares, memory): the schema's columns of role
-    "cost", read when called (a column added to the schema is one of them at once)."""
-    return [c.name for c in schema.columns(role="cost")]
+__all__ = [
+    "DOMAINS",
+    "RAW_METRICS",
+    "REQUIRED",
+    "Cell",
+    "Kept",
+    "ReportInputError",
+    "Run",
+    "assign_budgets",
+    "build_runs",
+    "cell_key",
+    "cost_columns",
+    "domain_of",
+    "find_result_files",
+    "group_cells",
+    "input_digest",
+    "is_diagnostic",
+    "load_items",
+    "load_kept",
+    "load_step_tokens",
+    "norm_benchmark",
+    "place_base_runs",
+    "read_jsonl",
+    "read_result_rows",
+    "read_results",
+    "schema_notes",
+    "selection_label",
+    "split_protocol",
+]
 
 
 def _parse(r: dict[str, str], where: str) -> dict[str, Any]:

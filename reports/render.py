@@ -113,6 +113,12 @@ def plain_table(cols: list[tuple[str, str, str]], rows: list[dict[str, Any]]) ->
     return "\n".join(markdown_grid([h for h, _, _ in cols], grid))
 
 
+def computed_table(cols: list[tuple[str, Any]], rows: list[Any]) -> str:
+    """A benchmark's Markdown table of computed cells: `cols` are (header, a function of a row
+    that gives its cell text)."""
+    return "\n".join(markdown_grid([h for h, _ in cols], [[f(r) for _, f in cols] for r in rows]))
+
+
 def to_markdown(t: Table, level: int = 2) -> str:
     cols = _visible(t)
     bold = best_cells(t)

@@ -1,4 +1,6 @@
 """The report's tables, built from cells (reports/load.py) as plain data; reports/render.py writes them.
+What a table is made of (Column, Table) and the values it shows (Report) live in
+reports/values.py and are re-exported here.
 
 Units: quality scores in percent (fractions in the rows x 100), except loss and perplexity as they
 are; times in seconds; memory in MB; energy in joules; differences in points (percent units).
@@ -11,242 +13,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from reports.load import RAW_METRICS, Cell, Run, domain_of, norm_benchmark
+from reports.load import RAW_METRICS, Cell, Run, norm_benchmark
 from reports.names import benchmark_name
-from reports.stats import Estimate, mean_ci, paired_diff
-
-MISSING = None
-NOT_EVALUATED = ""
-DIVERGED = "diverged"
-
-
-@dataclass
-class Column:
-    """One column. `name` is its CSV header (ids, stable for scripts); `label` what Markdown and
-    LaTeX print (display names; defaults to name). best: "max" or "min" for a quality column whose
-    best value per block is set in bold; csv_only: left out of Markdown and LaTeX."""
-
-    name: str
-    # text | int | pct | num | num0 | num2 | sig | sec | min | hours | mb | delta | delta2 | joules
-    kind: str = "text"
-    label: str | None = None
-    best: str | None = None
-    csv_only: bool = False
-
-    @property
-    def shown(self) -> str:
-        return self.label or self.name
-
-
-@dataclass
-class Table:
-    """A table as data. caption: what LaTeX's caption adds to the title (e.g. what bold means).
-    group_by: names of columns whose values LaTeX prints as block headings instead of a column
-    (outermost first), and within which the best values are set in bold. rankable: per row,
-    whether it competes for bold (e.g. not the paper's reported rows); None: every row."""
-
-    name: str
-    title: str
-    columns: list[Column]
-    rows: list[list[Any]]
-    notes: list[str] = field(default_factory=list)
-    caption: str = ""
-    group_by: tuple[str, ...] = ()
-    rankable: list[bool] | None = None
-
-
-QualityKey = tuple[str, str | None]  # (benchmark, metric); metric None: only 'missing' rows known
-
-
-def _scale(metric: str | None) -> float:
-    return 1.0 if metric in RAW_METRICS else 100.0
-
-
-def setting(run: Run) -> str:
-    return f"{run.dataset} · {run.model}"
-
-
-class Report:
-    """Everything the tables share: the cells, their quality columns, references for differences."""
-
-    def __init__(self, cells: list[Cell]) -> None:
-        self.cells = cells
-        metrics: dict[str, set[str]] = {}
-        for c in cells:
-            for r in c.runs:
-                for b, m in r.scores:
-                    metrics.setdefault(b, set()).add(m)
-                for b in r.missing:
-                    metrics.setdefault(b, set())
-        order = {"code": 0, "medical": 1, "demo": 2}
-        # The kinds the rows state (plugin benchmarks), for `domain`.
-        self.kinds = {b: k for c in cells for r in c.runs for b, k in r.kinds.items()}
-        self.quality: list[QualityKey] = []
-        for b in sorted(metrics, key=lambda b: (order.get(self.domain(b) or "", 3), b)):
-            ms = sorted(metrics[b]) or [None]
-            self.quality += [(b, m) for m in ms]
-        # Benchmarks each setting evaluates (a run lacking one of them is missing, not n/a).
-        self.expected: dict[tuple[str, str], set[str]] = {}
-        for c in cells:
-            exp = self.expected.setdefault((c.first.dataset, c.first.model), set())
-            for r in c.runs:
-                exp |= {b for (b, _) in r.scores} | r.missing
-        self.domains = sorted(
-            {d for (b, _) in self.quality if (d := self.domain(b))}, key=lambda d: order.get(d, 3)
-        )
-
-    def domain(self, benchmark: str) -> str | None:
-        """The benchmark's domain (reports/load.py domain_of), by name or by its rows' kind."""
-        return domain_of(benchmark, self.kinds)
-
-    # -- per-run values ------------------------------------------------------------------
-    def run_value(self, r: Run, key: QualityKey) -> float | None:
-        b, m = key
-        if b in r.missing or m is None:
-            return None
-        v = r.score(b, m)
-        return None if v is None else v * _scale(m)
-
-    def domain_keys(self, r: Run, domain: str) -> list[QualityKey]:
-        exp = self.expected.get((r.dataset, r.model), set())
-        return [
-            (b, m)
-            for (b, m) in self.quality
-            if self.domain(b) == domain and b in exp and m not in RAW_METRICS
-        ]
-
-    def run_domain_avg(self, r: Run, domain: str) -> float | None:
-        keys = self.domain_keys(r, domain)
-        vals = [self.run_value(r, k) for k in keys]
-        if not keys or any(v is None for v in vals):
-            return None  # an average over part of a domain would mislead
-        return float(np.mean(vals))
-
-    # -- per-cell values -----------------------------------------------------------------
-    @staticmethod
-    def diverged(c: Cell) -> bool:
-        """Whether a run of the cell diverged: it has no scores, so its cells say so."""
-        return any(r.status == "diverged" for r in c.runs)
-
-    def quality_cell(self, c: Cell, key: QualityKey) -> Any:
-        if key[0] not in self.expected.get((c.first.dataset, c.first.model), set()):
-            return NOT_EVALUATED
-        if self.diverged(c):
-            return DIVERGED
-        return mean_ci([self.run_value(r, key) for r in c.runs], f"{c.key}|{key}")
-
-    def domain_cell(self, c: Cell, domain: str) -> Any:
-        if not self.domain_keys(c.first, domain):
-            return NOT_EVALUATED
-        if self.diverged(c):
-            return DIVERGED
-        return mean_ci([self.run_domain_avg(r, domain) for r in c.runs], f"{c.key}|avg|{domain}")
-
-    def run_counts(self, c: Cell) -> tuple[int | None, int | None]:
-        """(most attempts, latest resume step) over the cell's runs; None where rows lack them."""
-        att = [r.attempts for r in c.runs if r.attempts is not None]
-        res = [r.resumed_from_step for r in c.runs if r.resumed_from_step is not None]
-        return (max(att) if att else None), (max(res) if res else None)
-
-    def cost_cell(self, c: Cell, col: str, scale: float = 1.0) -> Estimate | None:
-        vals = [r.costs.get(col) for r in c.runs]
-        return mean_ci([None if v is None else v * scale for v in vals], f"{c.key}|{col}")
-
-    def diag_cell(self, c: Cell, bench: str, metric: str, scale: float = 1.0) -> Estimate | None:
-        vals = [r.diag.get((bench, metric)) for r in c.runs]
-        return mean_ci([None if v is None else v * scale for v in vals], f"{c.key}|{bench}|{metric}")
-
-    def fsdp(self, c: Cell) -> bool:
-        """Whether c trained with train.strategy fsdp, which does not measure the all-reduce
-        wait (the pipeline's `cost/train` `fsdp` row is 1): its wait cells say so, never 0."""
-        return any(r.diag.get(("cost/train", "fsdp")) == 1 for r in c.runs)
-
-    def per_step_cell(self, c: Cell, bench: str, metric: str) -> Estimate | None:
-        """A per-worker total divided by the run's optimizer steps (the row's n), mean over
-        seeds: seconds per step, so runs of different lengths compare. Missing without n."""
-        vals = []
-        for r in c.runs:
-            v, n = r.diag.get((bench, metric)), r.diag_n.get((bench, metric))
-            vals.append(v / n if v is not None and n else None)
-        return mean_ci(vals, f"{c.key}|{bench}|{metric}|per-step")
-
-    def kept_cell(self, c: Cell) -> Estimate | None:
-        return mean_ci(
-            [None if r.kept_fraction is None else 100 * r.kept_fraction for r in c.runs], f"{c.key}|kept"
-        )
-
-    # -- references ----------------------------------------------------------------------
-    def full_cell(self, c: Cell) -> Cell | None:
-        f = c.first
-        for o in self.cells:
-            if o.first.method == "full" and (o.first.dataset, o.first.model, o.first.world_size) == (
-                f.dataset,
-                f.model,
-                f.world_size,
-            ):
-                return o
-        return None
-
-    def reference_run(self, r: Run, which: str) -> Run | None:
-        """The run that r is compared with at the same seed: full data, or random at r's kept count."""
-        for o in self.cells:
-            for x in o.runs:
-                if (x.dataset, x.model, x.world_size, x.seed) != (r.dataset, r.model, r.world_size, r.seed):
-                    continue
-                if which == "full" and x.method == "full":
-                    return x
-                if which == "random" and x.method == "random" and x.n_selected == r.n_selected:
-                    return x
-        return None
-
-    def paired(self, c: Cell, which: str, keys: list[QualityKey]) -> Estimate | None:
-        """Mean difference of c minus its reference over keys' (average), paired on items where
-        both runs have per-item scores for every key, else on seeds."""
-        pairs = [
-            (r, ref)
-            for r in c.runs
-            if (ref := self.reference_run(r, which)) is not None and ref.run_id != r.run_id
-        ]
-        if not pairs or not keys:
-            return None
-        tag = f"{c.key}|{which}|{keys}"
-        if all(b in r.items and b in ref.items for r, ref in pairs for (b, _) in keys):
-            groups = []
-            for b, m in keys:
-                s = _scale(m)
-                groups.append(
-                    [
-                        s * (r.items[b][i] - ref.items[b][i])
-                        for r, ref in pairs
-                        for i in sorted(r.items[b].keys() & ref.items[b].keys())
-                    ]
-                )
-            return paired_diff(groups, tag, "items")
-        diffs = []
-        for r, ref in pairs:
-            vals = [(self.run_value(r, k), self.run_value(ref, k)) for k in keys]
-            if all(a is not None and b is not None for a, b in vals):
-                diffs.append(float(np.mean([a - b for a, b in vals])))
-        return paired_diff([diffs], tag, "seeds") if diffs else None
-
-    def reduction(self, c: Cell, col: str) -> Any:
-        """Percent less than full data (mean over seeds of each), or 'ref' for full itself."""
-        if c.first.method == "full":
-            return "ref"
-        if self.diverged(c):  # its training stopped early: no time to compare
-            return DIVERGED
-        full = self.full_cell(c)
-        ours = self.cost_cell(c, col)
-        ref = self.cost_cell(full, col) if full else None
-        if ours is None or ref is None or ref.value <= 0:
-            return MISSING
-        return 100 * (1 - ours.value / ref.value)
-
+from reports.stats import mean_ci
+from reports.values import (
+    DIVERGED,
+    MISSING,
+    NOT_EVALUATED,
+    Column,
+    QualityKey,
+    Report,
+    Table,
+    setting,
+)
 
 # ----------------------------------------------------------------------------- the tables
 
@@ -570,70 +354,51 @@ def _alloc(r: Run) -> str:
     return json.dumps(r.alloc_params, sort_keys=True)
 
 
+def _identity(r: Run, without: tuple[str, ...]) -> tuple:
+    """What an ablation group's cells share: the run's setting, method, ratio, selector params,
+    budget, allocator, allocator params and weighting, less the fields `without` names (the factor
+    the ablation varies, and what varies with it); "prune" drops that key from the params."""
+    params = {k: v for k, v in r.params.items() if not (k == "prune" and "prune" in without)}
+    fields = {
+        "dataset": r.dataset,
+        "model": r.model,
+        "world_size": r.world_size,
+        "method": r.method,
+        "ratio": r.ratio,
+        "params": json.dumps(params, sort_keys=True),
+        "budget": r.budget,
+        "allocator": r.allocator,
+        "alloc": _alloc(r),
+        "weight_mode": r.weight_mode,
+    }
+    return tuple(v for k, v in fields.items() if k not in without)
+
+
 # name, title, the factor, and the identity of a cell without that factor
 ABLATIONS: list[tuple[str, str, Callable[[Run], Any], Callable[[Run], tuple]]] = [
     (
         "ablation_weighting",
         "Ablation: rank weighting of worker gradients on/off",
         lambda r: r.weight_mode,
-        lambda r: (
-            r.dataset,
-            r.model,
-            r.world_size,
-            r.method,
-            r.ratio,
-            json.dumps(r.params, sort_keys=True),
-            r.budget,
-            r.allocator,
-            _alloc(r),
-        ),
+        lambda r: _identity(r, ("weight_mode",)),
     ),
     (
         "ablation_choice",
         "Ablation: which examples a cluster keeps (close = peripheral, far = core)",
         _prune,
-        lambda r: (
-            r.dataset,
-            r.model,
-            r.world_size,
-            r.method,
-            r.ratio,
-            json.dumps({k: v for k, v in r.params.items() if k != "prune"}, sort_keys=True),
-            r.allocator,
-            _alloc(r),
-            r.weight_mode,
-        ),
+        lambda r: _identity(r, ("prune", "budget")),  # CluSTER only: a ratio, no budget
     ),
     (
         "ablation_allocator_selector",
         "Ablation: allocator crossed with selector",
         lambda r: r.allocator,
-        lambda r: (
-            r.dataset,
-            r.model,
-            r.world_size,
-            r.method,
-            r.ratio,
-            json.dumps(r.params, sort_keys=True),
-            r.budget,
-            _alloc(r),
-        ),
+        lambda r: _identity(r, ("allocator", "weight_mode")),
     ),
     (
         "ablation_workers",
         "Ablation: 4 vs 8 data-parallel workers",
         lambda r: r.world_size,
-        lambda r: (
-            r.dataset,
-            r.model,
-            r.method,
-            r.ratio,
-            json.dumps(r.params, sort_keys=True),
-            r.budget,
-            r.allocator,
-            _alloc(r),
-            r.weight_mode,
-        ),
+        lambda r: _identity(r, ("world_size",)),
     ),
 ]
 

@@ -1,6 +1,9 @@
 """The data-parallel trainer: real torch.distributed, one process per worker.
 
-Reads top to bottom: `train_worker` is what each process runs. Worker k trains on exactly the
+Reads top to bottom: `train_worker` is what each process runs, in named steps: `_setup` (config,
+model, this worker's examples, wrapping, optimizer), `_resume` (the newest checkpoint, or step 0),
+the step loop (`_train_step` per optimizer step), `_checkpoint` and `_finish` (train.json, the
+model). Checkpoints are written and read by repro/checkpoints.py. Worker k trains on exactly the
 ordered ids that schedule.json gives it, step by step and micro-batch by micro-batch as
 repro/core/steps.py forms them (the same steps the schedule stage's predicted idle share is
 computed from), multiplying each example's loss by its weight (CluSTER's rank weight w_k, 1.0
@@ -33,18 +36,25 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import random
-import shutil
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+from repro.checkpoints import (
+    CKPT_DIR,
+    _rng_state,
+    _set_rng_state,
+    checkpoint_meta,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from repro.core import sharding, steps
 from repro.core.config import Derived, ExperimentConfig, load_config
 from repro.core.distributed import preload_in_workers
@@ -59,7 +69,26 @@ from repro.core.types import Example, Pool, Schedule
 
 preload_in_workers(__name__)  # training workers start with this module imported
 
-CKPT_DIR = "checkpoints"
+__all__ = [  # checkpoint saving and loading live in repro/checkpoints.py; their names stay here
+    "CKPT_DIR",
+    "TRACKED",
+    "AllReduceTimer",
+    "any_worker_diverged",
+    "checkpoint_meta",
+    "diverged_summary",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "local_grad_norm",
+    "make_optimizer",
+    "make_scheduler",
+    "run_training",
+    "save_checkpoint",
+    "settle_ddp_buckets",
+    "timed_allreduce_hook",
+    "totals_so_far",
+    "train_worker",
+]
+
 # The train_log fields rank 0 sends to the experiment tracker, as train/<field>.
 TRACKED = ("loss", "lr", "grad_norm", "tokens_per_s", "allreduce_wait_s")
 
@@ -98,130 +127,103 @@ def make_scheduler(
     return build(opt, cfg.train.warmup_steps, cfg.train.schedule == "linear", total_steps)
 
 
-def _rng_state() -> dict[str, Any]:
-    return {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-    }
-
-
-def _set_rng_state(s: dict[str, Any]) -> None:
-    random.setstate(s["python"])
-    np.random.set_state(s["numpy"])
-    torch.set_rng_state(s["torch"])
-    if s.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(s["cuda"])
-
-
-# ----------------------------------------------------------------------------- checkpoints
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete checkpoint (complete ones are renamed into place as a whole)."""
-    d = run_dir / CKPT_DIR
-    done = sorted(p for p in d.glob("step-*") if (p / "meta.json").is_file()) if d.is_dir() else []
-    return done[-1] if done else None
-
-
-def save_checkpoint(
-    run_dir: Path,
-    step: int,
-    model: torch.nn.Module,
-    opt: torch.optim.Optimizer,
-    sched: Any,
-    rank: int,
-    world_size: int,
-    keep: int,
-    strategy: str = "ddp",
-    progress: dict[str, Any] | None = None,
-) -> None:
-    """All ranks call this together; each writes its RNG state. Under ddp rank 0 writes the
-    trainable weights and optimizer state; under fsdp every rank writes its shards (dcp/).
-    `progress` (train_s, tokens: totals over all attempts so far) goes into meta.json."""
-    from repro.core.models import trainable_state_dict
-    from repro.core.sharding import save_sharded
-
-    root = run_dir / CKPT_DIR
-    final = root / f"step-{step:07d}"
-    tmp = root / f".step-{step:07d}.tmp"
-    if rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    dist.barrier()
-    torch.save(_rng_state(), tmp / f"rng-rank{rank}.pt")
-    if strategy == "fsdp":
-        save_sharded(tmp / "dcp", model, opt)
-    elif rank == 0:
-        torch.save(trainable_state_dict(model), tmp / "trainable.pt")
-        torch.save(opt.state_dict(), tmp / "optimizer.pt")
-    if rank == 0:
-        torch.save(sched.state_dict(), tmp / "scheduler.pt")
-    dist.barrier()
-    if rank == 0:
-        (tmp / "meta.json").write_text(
-            json.dumps({"step": step, "world_size": world_size, "strategy": strategy, **(progress or {})})
-        )
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:
-            shutil.rmtree(old, ignore_errors=True)
-    dist.barrier()
-
-
-def checkpoint_meta(ckpt: Path) -> dict[str, Any]:
-    """meta.json of a checkpoint: step, world_size, strategy and (since they are recorded)
-    train_s and tokens, the totals of every attempt up to this checkpoint."""
-    return json.loads((ckpt / "meta.json").read_text())
-
-
-def load_checkpoint(
-    ckpt: Path,
-    model: torch.nn.Module,
-    opt: torch.optim.Optimizer,
-    sched: Any,
-    rank: int,
-    world_size: int,
-    strategy: str = "ddp",
-) -> int:
-    from repro.core.models import load_trainable_state_dict
-    from repro.core.sharding import load_sharded
-
-    meta = checkpoint_meta(ckpt)
-    if meta["world_size"] != world_size:
-        raise RuntimeError(
-            f"{ckpt}: written with world_size {meta['world_size']}, resumed with "
-            f"{world_size}; resume with the same world size or use --force"
-        )
-    written = meta.get("strategy", "ddp")
-    if written != strategy:
-        raise RuntimeError(
-            f"{ckpt}: written with train.strategy={written}, resumed with "
-            f"{strategy}; resume with the same strategy or use --force"
-        )
-    if strategy == "fsdp":
-        load_sharded(ckpt / "dcp", model, opt)
-    else:
-        load_trainable_state_dict(model, torch.load(ckpt / "trainable.pt", weights_only=True))
-        opt.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
-    sched.load_state_dict(torch.load(ckpt / "scheduler.pt", weights_only=False))
-    _set_rng_state(torch.load(ckpt / f"rng-rank{rank}.pt", weights_only=False))
-    return int(meta["step"])
-
-
 # ----------------------------------------------------------------------------- the worker
+
+
+@dataclass
+class _Worker:
+    """What one worker's steps share, made once by `_setup`: its config, schedule, data, model
+    (wrapped by the strategy), optimizer and scheduler."""
+
+    t_start: float  # perf_counter() when the worker began (after its imports)
+    rank: int
+    world_size: int
+    run_dir: Path
+    cfg: ExperimentConfig
+    derived: Derived
+    schedule: Schedule
+    device: torch.device
+    threads: int
+    bf16: bool
+    autocast: bool
+    tokenizer: Any
+    tokenized: Any  # repro.core.data.TokenizedPool of this worker's ids
+    collate: Callable[..., dict[str, torch.Tensor]]
+    wrapped: torch.nn.Module
+    timer: AllReduceTimer
+    params: list[torch.nn.Parameter]
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LambdaLR
+
+    @property
+    def strategy(self) -> str:
+        return self.cfg.train.strategy
+
+    def micro_batch(self, step: int, micro: int) -> tuple[dict[str, torch.Tensor], list[str]]:
+        """Micro-batch `micro` of optimizer step `step` on this worker, on its device. A schedule
+        with step_sizes (steps balanced in tokens): this worker's steps may hold more or fewer ids
+        than per_step, in `accum` near-equal micro-batches, never empty (repro/core/steps.py)."""
+        d = self.derived
+        b, accum = d.per_worker_batch, d.grad_accum
+        epoch, s = divmod(step, d.steps_per_epoch)
+        ids = steps.step_ids(self.schedule, epoch, self.rank, s, b * accum)
+        chunk = steps.micro_batches(ids, accum, b, self.schedule.step_sizes is not None)[micro]
+        batch = self.collate([self.tokenized[i] for i in chunk], self.tokenizer.pad_token_id)
+        return {k: v.to(self.device) for k, v in batch.items()}, chunk
 
 
 def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
     """One data-parallel worker. The process group is already initialized."""
+    w = _setup(rank, world_size, Path(run_dir_str))
+    start_step, carried, ckpt = _resume(w)
+    log = _open_log(w.run_dir / "train_log" / f"rank{rank}.jsonl", start_step)
+    if start_step and w.strategy == "ddp":
+        batch, _ = w.micro_batch(start_step, 0)
+        settle_ddp_buckets(w.wrapped, batch, w.autocast)
+    t_loop = time.perf_counter()
+    total_steps = w.derived.total_steps
+    if rank == 0 and start_step:
+        logger.info(f"resuming from {ckpt} at step {start_step}/{total_steps}")
+    progress = progress_bar(
+        total=total_steps, initial=start_step, desc="train", unit="step", enabled=rank == 0, logger=logger
+    )
+    cfg, run_dir = w.cfg, w.run_dir
+    tracker = (
+        make_tracker(cfg.train.report_to, run_dir, f"{cfg.name}-{run_dir.name}", cfg.to_dict(), start_step)
+        if rank == 0
+        else NoTracker()
+    )
+    totals: dict[str, Any] = {"tokens": 0, "compute_s": 0.0, "wait_s": 0.0, "steps": 0}
+    diverged_at: int | None = None
+    for step in range(start_step, total_steps):
+        row = _train_step(w, step, step == start_step, totals)
+        if row is None:  # a worker's loss or gradients are not finite: all stop here
+            diverged_at = step
+            break
+        log.write(json.dumps(row) + "\n")
+        log.flush()
+        tracker.log({f"train/{k}": row[k] for k in TRACKED if row[k] is not None}, step)
+        progress.set_postfix(loss=f"{row['loss']:.3f}")
+        progress.update(1)
+        done = step + 1
+        if cfg.train.checkpoint_every and done % cfg.train.checkpoint_every == 0 and done < total_steps:
+            _checkpoint(w, done, time.perf_counter() - t_loop, totals["tokens"], carried, tracker)
+    log.close()
+    progress.close()
+    tracker.close()
+    totals.update(loop_s=time.perf_counter() - t_loop, startup_s=t_loop - w.t_start)
+    _finish(w, totals, start_step, carried, diverged_at)
+
+
+def _setup(rank: int, world_size: int, run_dir: Path) -> _Worker:
+    """Read the run folder, load the model and this worker's examples, wrap the model for the
+    strategy and make the optimizer and scheduler."""
     from repro.core.data import TokenizedPool, collate
     from repro.core.distributed import set_worker_threads, worker_device
-    from repro.core.models import load_model_and_tokenizer, save_finetuned
+    from repro.core.models import load_model_and_tokenizer
     from repro.core.rundir import model_dir_of
 
-    t_start = time.perf_counter()
-    run_dir = Path(run_dir_str)
+    t_start = time.perf_counter()  # startup_s: from here to the first step
     cfg = load_config(run_dir / "config.yaml")
     derived = Derived(**read_json(run_dir / "derived.json"))
     schedule = Schedule.from_dict(read_json(run_dir / "schedule.json"))
@@ -258,166 +260,163 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
     params = [p for p in wrapped.parameters() if p.requires_grad]
     opt = make_optimizer(cfg, params)
     sched = make_scheduler(cfg, opt, derived.total_steps)
+    return _Worker(
+        t_start=t_start,
+        rank=rank,
+        world_size=world_size,
+        run_dir=run_dir,
+        cfg=cfg,
+        derived=derived,
+        schedule=schedule,
+        device=device,
+        threads=threads,
+        bf16=bf16,
+        autocast=sharding.autocast_enabled(strategy, bf16),
+        tokenizer=tokenizer,
+        tokenized=tokenized,
+        collate=collate,
+        wrapped=wrapped,
+        timer=timer,
+        params=params,
+        opt=opt,
+        sched=sched,
+    )
 
+
+def _resume(w: _Worker) -> tuple[int, dict[str, Any], Path | None]:
+    """(the step to start from, the training seconds and tokens carried over, the checkpoint):
+    the newest complete checkpoint's state loaded into the model, optimizer and scheduler, or
+    step 0 with this rank's own random stream (dropout etc.) when there is none."""
     start_step, carried = 0, {"train_s": 0.0, "tokens": 0}
-    ckpt = latest_checkpoint(run_dir)
+    ckpt = latest_checkpoint(w.run_dir)
     if ckpt is not None:
         start_step = load_checkpoint(
-            ckpt, sharding.unwrapped(wrapped), opt, sched, rank, world_size, strategy
+            ckpt, sharding.unwrapped(w.wrapped), w.opt, w.sched, w.rank, w.world_size, w.strategy
         )
         meta = checkpoint_meta(ckpt)  # older checkpoints carry no totals: this attempt's only
         carried = {"train_s": float(meta.get("train_s", 0.0)), "tokens": int(meta.get("tokens", 0))}
     else:
-        seed_everything(cfg.seed_for_training() + rank)  # per-rank stream for dropout etc.
+        seed_everything(w.cfg.seed_for_training() + w.rank)  # per-rank stream for dropout etc.
+    return start_step, carried, ckpt
 
-    log_path = run_dir / "train_log" / f"rank{rank}.jsonl"
+
+def _open_log(log_path: Path, start_step: int) -> Any:
+    """This worker's train_log, open for appending, keeping only the rows before `start_step`
+    (a resumed run's later rows are written again)."""
     old_rows = read_jsonl(log_path) if log_path.is_file() else []
     atomic_write_jsonl(log_path, [r for r in old_rows if r["step"] < start_step])
-    log = open(log_path, "a", encoding="utf-8")
+    return open(log_path, "a", encoding="utf-8")
 
-    b, accum = derived.per_worker_batch, derived.grad_accum
-    per_step = b * accum
-    pad_id = tokenizer.pad_token_id
-    autocast = sharding.autocast_enabled(strategy, bf16)
-    # A schedule with step_sizes (steps balanced in tokens): this worker's steps may hold more or
-    # fewer ids than per_step, in `accum` near-equal micro-batches, never empty (repro/core/steps.py).
-    even = schedule.step_sizes is not None
 
-    def micro_batch(step: int, micro: int) -> tuple[dict[str, torch.Tensor], list[str]]:
-        """Micro-batch `micro` of optimizer step `step` on this worker, on its device."""
-        epoch, s = divmod(step, derived.steps_per_epoch)
-        ids = steps.step_ids(schedule, epoch, rank, s, per_step)
-        chunk = steps.micro_batches(ids, accum, b, even)[micro]
-        batch = collate([tokenized[i] for i in chunk], pad_id)
-        return {k: v.to(device) for k, v in batch.items()}, chunk
+def _train_step(w: _Worker, step: int, first: bool, totals: dict[str, Any]) -> dict[str, Any] | None:
+    """Optimizer step `step`: its micro-batches forward and backward (gradients synchronized on
+    the last), the divergence check, clipping, the optimizer and scheduler. Adds the step to
+    `totals` (and, on the attempt's first step, the state bytes) and returns its train_log row;
+    None when a worker diverged (totals["diverged"] says how), before the optimizer applies it."""
+    rank, strategy, accum = w.rank, w.strategy, w.derived.grad_accum
+    epoch = step // w.derived.steps_per_epoch
+    per_example, divisor = steps.step_objective(w.schedule, epoch, rank, accum)
+    t0 = time.perf_counter()
+    wait = 0.0
+    tokens = 0
+    loss_sum = 0.0
+    for micro in range(accum):
+        batch, chunk = w.micro_batch(step, micro)
+        weights = torch.tensor([w.schedule.weight(i, rank) for i in chunk], device=w.device)
+        tokens += int(batch["attention_mask"].sum())
+        sync = micro == accum - 1
+        with sharding.gradient_sync(w.wrapped, strategy, sync):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=w.autocast):
+                logits = w.wrapped(
+                    input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+                ).logits
+            loss = weighted_lm_loss(logits, batch["labels"], weights, per_example) / divisor
+            loss.backward()
+            if sync and strategy == "ddp":
+                wait = max(0.0, time.perf_counter() - w.timer.last_ready)
+        loss_sum += float(loss.detach())
+    if first:  # the model state each strategy shards, measured once
+        totals["state_bytes"] = sharding.state_bytes(w.wrapped, w.opt, strategy)
+    grad_norm = local_grad_norm(w.params)
+    if any_worker_diverged(loss_sum, grad_norm, w.device):  # every rank gets the same answer
+        totals["diverged"] = {"loss": _json_number(loss_sum), "grad_norm": _json_number(float(grad_norm))}
+        return None
+    if w.cfg.train.grad_clip:
+        torch.nn.utils.clip_grad_norm_(w.params, w.cfg.train.grad_clip)
+    w.opt.step()
+    if first:  # optimizer state exists after the first step
+        totals["state_bytes"]["optimizer"] = optimizer_state_bytes(w.opt)
+    w.sched.step()
+    w.opt.zero_grad(set_to_none=True)
+    step_s = time.perf_counter() - t0
+    totals["tokens"] += tokens
+    totals["compute_s"] += step_s - wait
+    totals["wait_s"] += wait
+    totals["steps"] += 1
+    return {
+        "step": step,
+        "rank": rank,
+        "epoch": epoch,
+        "loss": loss_sum,
+        "lr": w.sched.get_last_lr()[0],
+        "grad_norm": float(grad_norm),
+        "step_s": step_s,
+        "compute_s": step_s - wait,
+        "allreduce_wait_s": wait if strategy == "ddp" else None,
+        "tokens": tokens,
+        "tokens_per_s": tokens / step_s,
+        "peak_mem_mb": peak_memory_mb(w.device),
+    }
 
-    if start_step and strategy == "ddp":
-        batch, _ = micro_batch(start_step, 0)
-        settle_ddp_buckets(wrapped, batch, autocast)
-    t_loop = time.perf_counter()
-    if rank == 0 and start_step:
-        logger.info(f"resuming from {ckpt} at step {start_step}/{derived.total_steps}")
-    progress = progress_bar(
-        total=derived.total_steps,
-        initial=start_step,
-        desc="train",
-        unit="step",
-        enabled=rank == 0,
-        logger=logger,
+
+def _checkpoint(
+    w: _Worker, done: int, loop_s: float, tokens: int, carried: dict[str, Any], tracker: Any
+) -> None:
+    """A checkpoint after `done` steps, with the training seconds and tokens up to it (every
+    attempt's, the carried ones included); the tracker is flushed first."""
+    so_far = totals_so_far(loop_s, tokens, w.device)
+    tracker.flush()  # durable before the checkpoint a killed run would resume from
+    save_checkpoint(
+        w.run_dir,
+        done,
+        sharding.unwrapped(w.wrapped),
+        w.opt,
+        w.sched,
+        w.rank,
+        w.world_size,
+        w.cfg.train.keep_checkpoints,
+        w.strategy,
+        progress={"train_s": carried["train_s"] + so_far[0], "tokens": carried["tokens"] + so_far[1]},
     )
-    tracker = (
-        make_tracker(cfg.train.report_to, run_dir, f"{cfg.name}-{run_dir.name}", cfg.to_dict(), start_step)
-        if rank == 0
-        else NoTracker()
-    )
-    totals: dict[str, Any] = {"tokens": 0, "compute_s": 0.0, "wait_s": 0.0, "steps": 0}
-    diverged_at: int | None = None
-    for step in range(start_step, derived.total_steps):
-        epoch = step // derived.steps_per_epoch
-        per_example, divisor = steps.step_objective(schedule, epoch, rank, accum)
-        t0 = time.perf_counter()
-        wait = 0.0
-        tokens = 0
-        loss_sum = 0.0
-        for micro in range(accum):
-            batch, chunk = micro_batch(step, micro)
-            weights = torch.tensor([schedule.weight(i, rank) for i in chunk], device=device)
-            tokens += int(batch["attention_mask"].sum())
-            sync = micro == accum - 1
-            with sharding.gradient_sync(wrapped, strategy, sync):
-                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-                    logits = wrapped(
-                        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-                    ).logits
-                loss = weighted_lm_loss(logits, batch["labels"], weights, per_example) / divisor
-                loss.backward()
-                if sync and strategy == "ddp":
-                    wait = max(0.0, time.perf_counter() - timer.last_ready)
-            loss_sum += float(loss.detach())
-        if step == start_step:  # the model state each strategy shards, measured once
-            totals["state_bytes"] = sharding.state_bytes(wrapped, opt, strategy)
-        grad_norm = local_grad_norm(params)
-        if any_worker_diverged(loss_sum, grad_norm, device):  # every rank gets the same answer
-            diverged_at = step
-            totals["diverged"] = {"loss": _json_number(loss_sum), "grad_norm": _json_number(float(grad_norm))}
-            break
-        if cfg.train.grad_clip:
-            torch.nn.utils.clip_grad_norm_(params, cfg.train.grad_clip)
-        opt.step()
-        if step == start_step:  # optimizer state exists after the first step
-            totals["state_bytes"]["optimizer"] = optimizer_state_bytes(opt)
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        step_s = time.perf_counter() - t0
-        row = {
-            "step": step,
-            "rank": rank,
-            "epoch": epoch,
-            "loss": loss_sum,
-            "lr": sched.get_last_lr()[0],
-            "grad_norm": float(grad_norm),
-            "step_s": step_s,
-            "compute_s": step_s - wait,
-            "allreduce_wait_s": wait if strategy == "ddp" else None,
-            "tokens": tokens,
-            "tokens_per_s": tokens / step_s,
-            "peak_mem_mb": peak_memory_mb(device),
-        }
-        log.write(json.dumps(row) + "\n")
-        log.flush()
-        tracker.log({f"train/{k}": row[k] for k in TRACKED if row[k] is not None}, step)
-        totals["tokens"] += tokens
-        totals["compute_s"] += step_s - wait
-        totals["wait_s"] += wait
-        totals["steps"] += 1
-        progress.set_postfix(loss=f"{loss_sum:.3f}")
-        progress.update(1)
-        done = step + 1
-        if (
-            cfg.train.checkpoint_every
-            and done % cfg.train.checkpoint_every == 0
-            and done < derived.total_steps
-        ):
-            so_far = totals_so_far(time.perf_counter() - t_loop, totals["tokens"], device)
-            tracker.flush()  # durable before the checkpoint a killed run would resume from
-            save_checkpoint(
-                run_dir,
-                done,
-                sharding.unwrapped(wrapped),
-                opt,
-                sched,
-                rank,
-                world_size,
-                cfg.train.keep_checkpoints,
-                strategy,
-                progress={"train_s": carried["train_s"] + so_far[0], "tokens": carried["tokens"] + so_far[1]},
-            )
-    log.close()
-    progress.close()
-    tracker.close()
-    loop_s = time.perf_counter() - t_loop
 
-    totals.update(
-        loop_s=loop_s, startup_s=t_loop - t_start, peak_mem_mb=peak_memory_mb(device), threads=threads
-    )
-    gathered: list[Any] = [None] * world_size
+
+def _finish(
+    w: _Worker, totals: dict[str, Any], start_step: int, carried: dict[str, Any], diverged_at: int | None
+) -> None:
+    """Gather every worker's totals; rank 0 saves the model (unless training diverged) and writes
+    train.json."""
+    from repro.core.models import save_finetuned
+
+    strategy = w.strategy
+    totals.update(peak_mem_mb=peak_memory_mb(w.device), threads=w.threads)
+    gathered: list[Any] = [None] * w.world_size
     dist.all_gather_object(gathered, totals)
     # Under fsdp the weights are gathered (a collective) to rank 0's CPU first. Every rank knows
     # whether training diverged (the flag was all-reduced), so all skip this collective together.
     full = (
-        sharding.full_state_dict(wrapped, trainable_only=cfg.model.lora.enabled)
+        sharding.full_state_dict(w.wrapped, trainable_only=w.cfg.model.lora.enabled)
         if strategy == "fsdp" and diverged_at is None
         else None
     )
-    if rank == 0:
+    if w.rank == 0:
         if diverged_at is None:
-            save_finetuned(sharding.unwrapped(wrapped), tokenizer, run_dir / "model", state_dict=full)
+            save_finetuned(sharding.unwrapped(w.wrapped), w.tokenizer, w.run_dir / "model", state_dict=full)
         this_s = max(g["loop_s"] for g in gathered)
         train_s = carried["train_s"] + this_s
         tok = carried["tokens"] + sum(g["tokens"] for g in gathered)
         step_time = sum(g["compute_s"] + g["wait_s"] for g in gathered)
         atomic_write_json(
-            run_dir / "train.json",
+            w.run_dir / "train.json",
             {
                 "status": "ok" if diverged_at is None else "diverged",
                 "train_s": train_s,
@@ -425,7 +424,7 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
                 "startup_s": max(g["startup_s"] for g in gathered),
                 "steps_run": gathered[0]["steps"],
                 "resumed_from_step": start_step,
-                "total_steps": derived.total_steps,
+                "total_steps": w.derived.total_steps,
                 "tokens": tok,
                 "tokens_per_s": tok / train_s if train_s > 0 else None,
                 "allreduce_wait_share": (
@@ -434,11 +433,11 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
                     else None
                 ),
                 "strategy": strategy,
-                "activation_checkpointing": cfg.train.activation_checkpointing,
+                "activation_checkpointing": w.cfg.train.activation_checkpointing,
                 "peak_mem_mb": max(g["peak_mem_mb"] for g in gathered),
                 "per_worker": gathered,
-                "device": str(device.type),
-                "bf16": bf16,
+                "device": str(w.device.type),
+                "bf16": w.bf16,
                 **(diverged_summary(diverged_at, gathered) if diverged_at is not None else {}),
             },
         )

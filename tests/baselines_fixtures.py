@@ -4,6 +4,27 @@ from __future__ import annotations
 
 import pytest
 
+# The baselines: every built-in selector but full data, CluSTER and its uniform variant.
+BASELINES = frozenset(
+    {
+        "random",
+        "dedup-exact",
+        "dedup-minhash",
+        "semdedup",
+        "loss",
+        "grand",
+        "perplexity",
+        "ccs",
+        "ifd",
+        "less",
+        "s2l",
+        "rds",
+        "clusterclip",
+        "deita-ifd",
+        "deita-perplexity",
+    }
+)
+
 
 @pytest.fixture(scope="module", autouse=True)
 def one_torch_thread():

@@ -19,7 +19,7 @@ from repro.core.io import atomic_write_jsonl
 from repro.core.registry import SELECTORS
 from repro.core.types import Pool
 from repro.pipeline import validate_selection
-from tests.baselines_fixtures import one_torch_thread  # noqa: F401  (autouse fixture)
+from tests.baselines_fixtures import BASELINES, one_torch_thread  # noqa: F401  (autouse fixture)
 
 # Selectors that set their own kept count (a budget is an error for them).
 SELF_COUNTED = {"full", "cluster", "uniform"}
@@ -43,24 +43,7 @@ TOO_SMALL = {
     "cluster": ({}, r"K|cluster"),
     "uniform": ({}, r"K|cluster"),
 }
-ISSUE_SELECTORS = {
-    "random",
-    "uniform",
-    "dedup-exact",
-    "dedup-minhash",
-    "semdedup",
-    "loss",
-    "grand",
-    "perplexity",
-    "ccs",
-    "ifd",
-    "less",
-    "s2l",
-    "rds",
-    "clusterclip",
-    "deita-ifd",
-    "deita-perplexity",
-}
+ISSUE_SELECTORS = BASELINES | {"uniform"}
 K = 2  # world size (CluSTER's K) for the cluster-based selectors
 
 

@@ -84,6 +84,16 @@ def _table_csv(out: Path, name: str) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+# The fixture's 4-worker CluSTER cell at r = 0.5, as the tables' identity columns name it.
+CLUSTER_4 = dict(
+    setting="demo · tiny-random-llama",
+    method="cluster r=0.5",
+    allocator="cluster-interleave",
+    weights="rank",
+    workers="4",
+)
+
+
 def _find(rows, **match) -> dict[str, str]:
     hits = [r for r in rows if all(r[k] == v for k, v in match.items())]
     assert len(hits) == 1, f"{len(hits)} rows match {match}"
@@ -137,14 +147,7 @@ def test_table_numbers_equal_the_rows(report: Path) -> None:
     full = _runs(rows, method="full", **demo4)
     assert len(cl) == 2 and len(full) == 2  # two seeds each
     main = _table_csv(report, "main")
-    row = _find(
-        main,
-        setting="demo · tiny-random-llama",
-        method="cluster r=0.5",
-        allocator="cluster-interleave",
-        weights="rank",
-        workers="4",
-    )
+    row = _find(main, **CLUSTER_4)
     # Scores: fractions in the rows, percent in the table; mean over seeds.
     a = mean(_value(r, "demo/a", "exact_or_exec") for r in cl.values())
     assert float(row["demo/a (%)"]) == pytest.approx(100 * a, rel=1e-9)
@@ -182,36 +185,21 @@ def test_table_numbers_equal_the_rows(report: Path) -> None:
     diff_tab = _table_csv(report, "differences")
     d = _find(
         diff_tab,
-        setting="demo · tiny-random-llama",
-        method="cluster r=0.5",
-        allocator="cluster-interleave",
-        weights="rank",
-        workers="4",
+        **CLUSTER_4,
         benchmark="demo avg",
         vs="random",
     )
     assert d["paired on"] == "items (n=16)"  # 2 seeds x 8 items per category
 
     # Overhead and balance come from the diagnostic rows.
-    over = _find(
-        _table_csv(report, "overhead"),
-        setting="demo · tiny-random-llama",
-        method="cluster r=0.5",
-        allocator="cluster-interleave",
-        weights="rank",
-        workers="4",
-    )
+    over = _find(_table_csv(report, "overhead"), **CLUSTER_4)
     assert float(over["features s"]) == pytest.approx(
         mean(_value(r, "cost/features", "seconds") for r in cl.values()), rel=1e-9
     )
     assert over["train energy J"] == "not measured"
     bal = _find(
         _table_csv(report, "balance"),
-        setting="demo · tiny-random-llama",
-        method="cluster r=0.5",
-        allocator="cluster-interleave",
-        weights="rank",
-        workers="4",
+        **CLUSTER_4,
         worker="2",
     )
     assert float(bal["tokens / step"]) == pytest.approx(
@@ -510,14 +498,7 @@ def test_compact_main_table_is_the_papers_shape_with_its_reported_rows(report: P
     ]
     assert {r["source"] for r in demo} == {"ours"}  # the paper has no demo setting
     c50 = _find(demo, setting="demo · tiny-random-llama · 4 workers", method="CluSTER (r = 0.5)")
-    m50 = _find(
-        main,
-        setting="demo · tiny-random-llama",
-        method="cluster r=0.5",
-        allocator="cluster-interleave",
-        weights="rank",
-        workers="4",
-    )
+    m50 = _find(main, **CLUSTER_4)
     for compact_col, main_col in (
         ("demo/a (%)", "demo/a (%)"),
         ("demo avg (%)", "demo avg (%)"),
@@ -713,13 +694,7 @@ def test_fsdp_runs_show_the_wait_as_not_measured_never_zero(
         rows.append(r)
     (tmp_path / "report").mkdir()
     out = _report_of(rows, tmp_path / "report")
-    ident = dict(
-        setting="demo · tiny-random-llama",
-        method="cluster r=0.5",
-        allocator="cluster-interleave",
-        weights="rank",
-        workers="4",
-    )
+    ident = CLUSTER_4
     bal = [r for r in _table_csv(out, "balance") if all(r[k] == v for k, v in ident.items())]
     assert len(bal) == 4 and float(bal[0]["compute / step s"]) > 0
     for r in bal:

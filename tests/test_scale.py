@@ -175,7 +175,9 @@ def test_normalizing_into_a_memmap_is_bit_identical(tmp_path: Path) -> None:
 
 def test_the_exact_mode_refuses_a_matrix_that_does_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     # The machine's free memory is replaced by 64 KiB (a mock: no test may fill this machine's RAM).
-    monkeypatch.setattr(C, "_mem_available", lambda: 2**16)
+    import method.kmeans
+
+    monkeypatch.setattr(method.kmeans, "_mem_available", lambda: 2**16)
     X = np.random.default_rng(0).standard_normal((2000, 64)).astype(np.float32)
     with pytest.raises(SelectionError, match="kmeans: fast"):
         C.kmeans(X, 4, 0, mode="exact")

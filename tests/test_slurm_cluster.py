@@ -150,22 +150,15 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> 
     )
 
 
+def launch_args(grid: Path | str, out: Path, *extra: str) -> list[str]:
+    """`launch` of `grid` on this SLURM cluster (PROFILE) into `out`, then `extra`."""
+    return ["launch", str(grid), "--cluster", "slurm", "--profile", PROFILE, "--output-dir", str(out), *extra]
+
+
 def launch(
     grid: Path | str, out: Path, *extra: str, env: dict[str, str] | None = None, timeout: float = 540
 ) -> subprocess.CompletedProcess:
-    return cli(
-        "launch",
-        str(grid),
-        "--cluster",
-        "slurm",
-        "--profile",
-        PROFILE,
-        "--output-dir",
-        str(out),
-        *extra,
-        env=env,
-        timeout=timeout,
-    )
+    return cli(*launch_args(grid, out, *extra), env=env, timeout=timeout)
 
 
 def sacct(job_id: str, fields: str = "JobID,State,NTasks,AllocTRES") -> list[dict[str, str]]:
@@ -315,20 +308,7 @@ def launch_until_running(grid: Path, out: Path, name: str, cell: str) -> tuple[s
     """Start `launch --wait` in the background and return once the cell's job runs (rank 0
     writes its state file first): the launcher process, the job id and the state file."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "repro",
-            "launch",
-            str(grid),
-            "--cluster",
-            "slurm",
-            "--profile",
-            PROFILE,
-            "--output-dir",
-            str(out),
-            "--wait",
-        ],
+        [sys.executable, "-m", "repro", *launch_args(grid, out, "--wait")],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

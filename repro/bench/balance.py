@@ -112,22 +112,21 @@ def _pct(x: float | None) -> str:
 
 
 def format_balance(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "| variant | kept | tokens trained | steps | predicted idle (%) | all-reduce wait (%) "
-        "| train s | x CluSTER | held-out loss |",
-        "|---|---|---|---|---|---|---|---|---|",
+    """The rows as a Markdown table (reports/render.py computed_table); "—" where a value is missing."""
+    from reports.render import computed_table
+
+    cols: list[tuple[str, Any]] = [
+        ("variant", lambda r: f"{r['variant']}"),
+        ("kept", lambda r: f"{r['n_selected']}"),
+        ("tokens trained", lambda r: f"{r['tokens_trained']}"),
+        ("steps", lambda r: f"{r['steps']}"),
+        ("predicted idle (%)", lambda r: _pct(r["predicted_idle_share"])),
+        ("all-reduce wait (%)", lambda r: _pct(r["allreduce_wait_share"])),
+        ("train s", lambda r: f"{r['train_s']:.1f}"),
+        ("x CluSTER", lambda r: f"{r['train_vs_cluster']:.2f}" if r["train_vs_cluster"] else "—"),
+        ("held-out loss", lambda r: f"{r['heldout_loss']:.4f}" if r["heldout_loss"] is not None else "—"),
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['variant']} | {r['n_selected']} | {r['tokens_trained']} | {r['steps']} | "
-            f"{_pct(r['predicted_idle_share'])} | {_pct(r['allreduce_wait_share'])} | "
-            f"{r['train_s']:.1f} | "
-            + (f"{r['train_vs_cluster']:.2f}" if r["train_vs_cluster"] else "—")
-            + " | "
-            + (f"{r['heldout_loss']:.4f}" if r["heldout_loss"] is not None else "—")
-            + " |"
-        )
-    return "\n".join(lines)
+    return computed_table(cols, rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ At pool scale (issue 24), the selector's bounded-memory path over a features fil
 
 writes a seeded N x D float32 mixture (32 latent groups, row norms spread 0.5-2) to
 FOLDER/features.npy in blocks, then runs steps 2-6 as the selector does with kmeans fast
-(method.clustering.NormalizedRows: no N x D copy), sampling this process's anonymous and
+(method.rows.NormalizedRows: no N x D copy), sampling this process's anonymous and
 file-backed resident memory (RssAnon, RssFile) every 0.1 s; --agree-n also runs the first rows
 both in memory and over the file, and reports whether labels and kept sets agree. The file is
 deleted afterwards unless --keep.

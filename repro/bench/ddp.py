@@ -85,18 +85,19 @@ def bench_ddp(
 
 
 def format_ddp(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "| model | world size | tokens/s | x vs first | all-reduce wait share | median step s "
-        "| peak MB/worker |",
-        "|---|---|---|---|---|---|---|",
+    """The rows as a Markdown table (reports/render.py computed_table)."""
+    from reports.render import computed_table
+
+    cols: list[tuple[str, Any]] = [
+        ("model", lambda r: f"{r['model']}"),
+        ("world size", lambda r: f"{r['world_size']}"),
+        ("tokens/s", lambda r: f"{r['tokens_per_s']:.0f}"),
+        ("x vs first", lambda r: f"{r['speedup_vs_first']:.2f}"),
+        ("all-reduce wait share", lambda r: f"{100 * r['allreduce_wait_share']:.1f}%"),
+        ("median step s", lambda r: f"{r['median_step_s']:.3f}"),
+        ("peak MB/worker", lambda r: f"{r['peak_mem_mb_per_worker']:.0f}"),
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['model']} | {r['world_size']} | {r['tokens_per_s']:.0f} | "
-            f"{r['speedup_vs_first']:.2f} | {100 * r['allreduce_wait_share']:.1f}% | "
-            f"{r['median_step_s']:.3f} | {r['peak_mem_mb_per_worker']:.0f} |"
-        )
-    return "\n".join(lines)
+    return computed_table(cols, rows)
 
 
 if __name__ == "__main__":  # pragma: no cover

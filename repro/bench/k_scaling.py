@@ -58,7 +58,7 @@ import numpy as np
 
 from method import clustering as C
 from method.packing import pack_clusters, split_budget
-from reports.render import markdown_grid
+from reports.render import computed_table
 from repro.core.interfaces import SelectionError
 
 KS = (4, 8, 16, 32, 64, 128, 256)
@@ -205,10 +205,6 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _table(cols: list[tuple[str, Any]], rows: list[dict]) -> str:
-    return "\n".join(markdown_grid([h for h, _ in cols], [[f(r) for _, f in cols] for r in rows]))
-
-
 def _pct(v: float) -> str:
     return f"{100 * v:.1f}%"
 
@@ -227,7 +223,7 @@ def format_tables(rows: list[dict[str, Any]]) -> str:
             f"{head['seeds']} seed{'s' if head['seeds'] > 1 else ''})\n"
         )
         parts.append(
-            _table(
+            computed_table(
                 [
                     ("K", lambda r: str(r["k"])),
                     ("N/K", lambda r: f"{r['n'] / r['k']:.0f}"),
@@ -264,9 +260,8 @@ def format_tables(rows: list[dict[str, Any]]) -> str:
             )
             for c in cs
         ]
-        parts.append(
-            "\n" + _table([(h, lambda r, f=f: f(r)) for h, f in cols], sorted({r["k"] for r in mine})) + "\n"
-        )
+        table = computed_table([(h, lambda r, f=f: f(r)) for h, f in cols], sorted({r["k"] for r in mine}))
+        parts.append("\n" + table + "\n")
     return "\n".join(parts)
 
 

@@ -95,6 +95,17 @@ def _sacct_times(job_id: str) -> tuple[float, float, float]:
     raise RuntimeError(f"sacct has no end time for job {job_id}")
 
 
+def _timed_cli(args: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float, float]:
+    """`python -m repro ARGS` from the repository root: (the finished process, its wall seconds,
+    the CPU seconds of this process's children meanwhile)."""
+    c0 = _children_cpu()
+    t0 = time.perf_counter()
+    p = subprocess.run(
+        [sys.executable, "-m", "repro", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+    return p, time.perf_counter() - t0, _children_cpu() - c0
+
+
 def run_once(world_size: int, profile: str, how: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="slurm-bench-") as d:
         tmp = Path(d)
@@ -108,48 +119,15 @@ def run_once(world_size: int, profile: str, how: str) -> dict[str, float]:
 
             cell = load_grid(grid, [f"output_dir={out}"]).cells[0]
             cfg.write_text(yaml.safe_dump(cell.config().to_dict()))
-            c0 = _children_cpu()
-            t0 = time.perf_counter()
-            p = subprocess.run(
-                [sys.executable, "-m", "repro", "run", str(cfg)],
-                cwd=ROOT,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=900,
-            )
-            wall = time.perf_counter() - t0
+            p, wall, cpu = _timed_cli(["run", str(cfg)], env)
             if p.returncode:
                 raise RuntimeError(p.stderr[-3000:])
-            return {"wall_s": wall, "cpu_s": _children_cpu() - c0}
-        c0 = _children_cpu()
-        t0 = time.perf_counter()
-        p = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "repro",
-                "launch",
-                str(grid),
-                "--cluster",
-                "slurm",
-                "--profile",
-                profile,
-                "--output-dir",
-                str(out),
-                "--wait",
-            ],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        wall = time.perf_counter() - t0
+            return {"wall_s": wall, "cpu_s": cpu}
+        launch = ["launch", str(grid), "--cluster", "slurm", "--profile", profile, "--output-dir", str(out)]
+        p, wall, launcher_cpu = _timed_cli([*launch, "--wait"], env)
         if p.returncode:
             raise RuntimeError(p.stdout[-2000:] + p.stderr[-3000:])
         job = next(iter(read_json(out / "_launch" / "bench" / "jobs.json")["jobs"].values()))
-        launcher_cpu = _children_cpu() - c0
         sub, start, end = _sacct_times(job["job_id"])
         return {
             "wall_s": wall,

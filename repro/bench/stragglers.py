@@ -45,6 +45,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reports.render import markdown_grid
 from repro.core.config import ConfigError, ExperimentConfig, derive, load_config
 from repro.core.interfaces import AllocationContext, SelectionContext, SelectionError
 from repro.core.registry import ALLOCATORS, SELECTORS
@@ -260,70 +261,61 @@ def format_tables(rows: list[dict[str, Any]], accum: int) -> str:
         key=lambda t: (t[0], t[1] != "pool", t[2], -t[3]),
     )
     by = {(r["pool"], r["scale"], r["k"], r["ratio"], r["variant"]): r for r in rows}
-    head = "| pool | scale | K | r | steps | " + " | ".join(NAMES[v] for v in VARIANTS)
+    names = [NAMES[v] for v in VARIANTS]
+
+    def cells(key: tuple) -> list[dict[str, Any]]:
+        return [by.get((*key, v), {}) for v in VARIANTS]
+
+    def full(key: tuple) -> dict[str, Any]:
+        return by.get((key[0], key[1], key[2], None, "full"), {})
+
+    def lead(key: tuple) -> list[str]:  # every table's first four cells
+        pool, scale, k, r = key
+        return [pool, _scale(rows, pool, scale), f"{k}", f"{r / 100:g}"]
+
+    def idle(key: tuple) -> list[str]:
+        cs = cells(key)
+        tb, rnd = cs[2].get("idle_share"), cs[3].get("idle_share")
+        gap = "—" if tb is None or rnd is None else f"{100 * (tb - rnd):+.1f}"
+        return [f"{cs[0].get('steps', '—')}", *(_pct(x.get("idle_share")) for x in cs), gap]
+
+    def reduction(key: tuple) -> list[str]:
+        cs, f = cells(key), full(key)
+        used = cs[0].get("kept") / f["kept"] if f.get("kept") else None
+        # The bound: CluSTER's tokens spread evenly over the workers, no one waiting.
+        ideal = 1 - cs[0]["tokens"] / key[2] / f["time"] if cs[0].get("tokens") and f.get("time") else None
+        return [_pct(used), *(_pct(x.get("time_reduction")) for x in cs), _pct(ideal)]
+
+    def tokens(key: tuple) -> list[str]:
+        f = full(key)
+        return [
+            _pct(x["tokens"] / f["tokens"]) if x.get("tokens") and f.get("tokens") else "—"
+            for x in cells(key)
+        ]
+
+    lead_cols = ["pool", "scale", "K", "r"]
     out = [
         f"Predicted idle share (% of each optimizer step; per-device batch 1 x accumulation "
         f"{accum} x K; mean over steps of 1 - mean/max of the workers' token sums):",
         "",
-        head + " | token budget + balance − random (points) | full data |",
-        "|" + "---|" * (len(VARIANTS) + 7),
-    ]
-    for key in keys:
-        pool, scale, k, r = key
-        cells = [by.get((*key, v), {}) for v in VARIANTS]
-        tb, rnd = cells[2].get("idle_share"), cells[3].get("idle_share")
-        gap = "—" if tb is None or rnd is None else f"{100 * (tb - rnd):+.1f}"
-        full = by.get((pool, scale, k, None, "full"), {})
-        steps = cells[0].get("steps", "—")
-        out.append(
-            f"| {pool} | {_scale(rows, pool, scale)} | {k} | {r / 100:g} | {steps} | "
-            + " | ".join(_pct(x.get("idle_share")) for x in cells)
-            + f" | {gap} | {_pct(full.get('idle_share'))} |"
-        )
-    out += [
+        *markdown_grid(
+            [*lead_cols, "steps", *names, "token budget + balance − random (points)", "full data"],
+            [lead(key) + idle(key) + [_pct(full(key).get("idle_share"))] for key in keys],
+        ),
         "",
         "Implied training-time reduction vs full data (%; time = sum over steps of the "
         "largest worker token sum; full data: the whole pool, uniform-shuffle):",
         "",
-        "| pool | scale | K | r | data used (%) | "
-        + " | ".join(NAMES[v] for v in VARIANTS)
-        + " | CluSTER without waiting |",
-        "|" + "---|" * (len(VARIANTS) + 6),
-    ]
-    for key in keys:
-        pool, scale, k, r = key
-        cells = [by.get((*key, v), {}) for v in VARIANTS]
-        full = by.get((pool, scale, k, None, "full"), {})
-        used = cells[0].get("kept") / full["kept"] if full.get("kept") else None
-        # The bound: CluSTER's tokens spread evenly over the workers, no one waiting.
-        ideal = (
-            1 - cells[0]["tokens"] / k / full["time"] if cells[0].get("tokens") and full.get("time") else None
-        )
-        out.append(
-            f"| {pool} | {_scale(rows, pool, scale)} | {k} | {r / 100:g} | {_pct(used)} | "
-            + " | ".join(_pct(x.get("time_reduction")) for x in cells)
-            + f" | {_pct(ideal)} |"
-        )
-    out += [
+        *markdown_grid(
+            [*lead_cols, "data used (%)", *names, "CluSTER without waiting"],
+            [lead(key) + reduction(key) for key in keys],
+        ),
         "",
         "Tokens trained (% of full data's; the plain schedules drop a last partial step "
         "per epoch, the balanced ones train every kept example):",
         "",
-        "| pool | scale | K | r | " + " | ".join(NAMES[v] for v in VARIANTS) + " |",
-        "|" + "---|" * (len(VARIANTS) + 4),
+        *markdown_grid([*lead_cols, *names], [lead(key) + tokens(key) for key in keys]),
     ]
-    for key in keys:
-        pool, scale, k, r = key
-        full = by.get((pool, scale, k, None, "full"), {})
-        cells = [by.get((*key, v), {}) for v in VARIANTS]
-        out.append(
-            f"| {pool} | {_scale(rows, pool, scale)} | {k} | {r / 100:g} | "
-            + " | ".join(
-                _pct(x["tokens"] / full["tokens"]) if x.get("tokens") and full.get("tokens") else "—"
-                for x in cells
-            )
-            + " |"
-        )
     errors = sorted(
         {
             f"{r['pool']} {r['scale']} K={r['k']} r={(r['ratio'] or 100) / 100:g} "
