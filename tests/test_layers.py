@@ -10,7 +10,8 @@ layers, lowest first (docs/architecture.md):
     3  repro                      the application: pipeline, trainer, experiments, preflight, demo
     4  slurm                      the SLURM launcher, on top of the application
     5  repro.bench                benchmarks (measurements, not tests)
-    6  repro.cli, repro.__main__  the command line, on top of everything
+    6  repro.commands             the subcommands (each module registers its own)
+    7  repro.cli, repro.__main__  the command line, on top of everything
 
 A module may import its own unit and any unit of a lower layer. Registries load built-in
 implementations by name at run time (importlib), which this test does not see and allows: that is
@@ -35,8 +36,9 @@ UNITS = [
     ("reports", 1),
     ("baselines", 2),
     ("repro.bench", 5),
-    ("repro.cli", 6),
-    ("repro.__main__", 7),
+    ("repro.commands", 6),
+    ("repro.cli", 7),
+    ("repro.__main__", 8),
     ("slurm", 4),
     ("repro", 3),
 ]
@@ -171,7 +173,8 @@ def test_an_upward_import_would_be_reported() -> None:
     """The layer table orders the units as documented: core lowest, cli highest."""
     assert unit_of("repro.core.config") == ("repro.core", 0)
     assert unit_of("repro.pipeline") == ("repro", 3)
-    assert unit_of("repro.cli") == ("repro.cli", 6)
+    assert unit_of("repro.cli") == ("repro.cli", 7)
+    assert unit_of("repro.commands.bench") == ("repro.commands", 6)
     assert unit_of("baselines.less")[1] > unit_of("method.features")[1]
     assert unit_of("slurm.launcher")[1] > unit_of("repro.pipeline")[1]
 
