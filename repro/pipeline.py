@@ -30,7 +30,6 @@ columns add up every attempt of a killed and restarted run (repro/core/rundir.py
 from __future__ import annotations
 
 import contextlib
-import json
 import resource
 import shutil
 import time
@@ -43,7 +42,6 @@ from typing import Any
 from repro import contracts
 from repro.core import fingerprints, rundir, stages
 from repro.core.config import ExperimentConfig, derive, save_config
-from repro.core.config_schema import canonical_params
 from repro.core.distributed import preload_in_workers
 from repro.core.interfaces import SelectionContext, SelectionError, resolve_budget
 from repro.core.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_json, read_jsonl
@@ -57,15 +55,22 @@ from repro.core.rundir import (
     stage_key,
     stage_marker,
 )
+from repro.core.runtime import gpu_energy_j  # noqa: F401 (re-exported; tests patch it here)
 from repro.core.types import (
-    SELECTION_STEPS,
     Example,
     Pool,
     Schedule,
     ScheduleDiagnostics,
     Selection,
-    StepCost,
-    read_selection,
+)
+from repro.run_rows import (  # the run files' readers and the result rows (re-exported)
+    diagnostic_rows,  # noqa: F401
+    hub_commits,  # noqa: F401
+    load_selection,
+    result_rows,
+    schedule_diagnostics,  # noqa: F401
+    selection_or_marker,  # noqa: F401
+    stage_seconds,  # noqa: F401
 )
 
 STAGES = stages.NAMES  # the table in repro/core/stages.py; STAGE_FUNCTIONS below runs each
@@ -194,22 +199,6 @@ def _hub_model(cfg: ExperimentConfig, model_dir: Path | None = None) -> dict[str
     return {"repo": m.name_or_path, "revision": m.revision, "commit": commit}
 
 
-def hub_commits(run_dir: Path) -> dict[str, str]:
-    """The hub commits a run's model and data resolved to (from its markers), for provenance."""
-    out: dict[str, str] = {}
-    model = stage_marker(run_dir, "model")
-    if model.is_file():
-        hub = (read_json(model).get("inputs") or {}).get("hub") or {}
-        if hub.get("commit"):
-            out[f"hub:model:{hub['repo']}"] = hub["commit"]
-    pool = stage_marker(run_dir, "pool")
-    if pool.is_file():
-        for d in (read_json(pool).get("inputs") or {}).get("data") or []:
-            if d.get("kind") == "hub" and d.get("commit"):
-                out[f"hub:dataset:{d['name'][3:]}"] = d["commit"]
-    return out
-
-
 def validate_selection(
     sel: Selection, pool: Pool, method: str, budget: int | None = None, exact: bool = False
 ) -> None:
@@ -259,19 +248,6 @@ def stage_select(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
         "info": sel.info,
         "inputs": {"selection": fingerprints.selection_fingerprint(run_dir)},
     }
-
-
-def load_selection(run_dir: Path) -> Selection:
-    return read_selection(run_dir / "selection.json")
-
-
-def selection_or_marker(run_dir: Path, marker: dict[str, Any]) -> Selection:
-    """The run's selection.json; a folder made without one (by hand, or by a test that writes
-    the stage markers) is read from the select marker's info, as selection.json files from before
-    typed diagnostics are."""
-    if (run_dir / "selection.json").is_file():
-        return load_selection(run_dir)
-    return Selection.from_dict({"ids": [], "info": marker.get("info") or {}}, str(run_dir / "selection.json"))
 
 
 def load_schedule(run_dir: Path) -> Schedule:
@@ -341,16 +317,6 @@ def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     }
 
 
-def schedule_diagnostics(run_dir: Path, marker: dict[str, Any]) -> ScheduleDiagnostics:
-    """The schedule's typed diagnostics (schedule.json); a folder written before they existed has
-    them in the schedule stage's marker only."""
-    path = run_dir / "schedule.json"
-    d = read_json(path).get("diagnostics") if path.is_file() else None
-    if d is None:
-        d = {k: marker.get(k) for k in ("allocation_s", "predicted_idle_share", "worker_idle_shares")}
-    return ScheduleDiagnostics.from_dict(d, str(run_dir / "schedule.json"))
-
-
 def check_schedule(
     sched: Schedule, cfg: ExperimentConfig, accum: int, selected: list[str] | None = None
 ) -> None:
@@ -378,33 +344,6 @@ def stage_train(cfg: ExperimentConfig, run_dir: Path, force: bool) -> dict[str, 
     if energy0 is not None and energy1 is not None:  # reports/ show "not measured" otherwise
         info["energy_j"] = energy1 - energy0
     return info
-
-
-def gpu_energy_j() -> float | None:
-    """The visible GPUs' total energy counters in joules (NVML, via the optional nvidia-ml-py
-    package), or None where no GPU reports energy: energy is never estimated."""
-    import os
-
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        ids = (
-            [int(x) for x in visible.split(",") if x.strip()]
-            if visible and all(x.strip().isdigit() for x in visible.split(","))
-            else list(range(pynvml.nvmlDeviceGetCount()))
-        )
-        if not ids:
-            return None
-        mj = sum(
-            pynvml.nvmlDeviceGetTotalEnergyConsumption(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in ids
-        )
-        return mj / 1000.0
-    except Exception:  # NVML missing, or the GPU has no energy counter (before Volta)
-        return None
 
 
 def stage_eval(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
@@ -450,212 +389,6 @@ def join_eval_stage(cfg: ExperimentConfig, run_dir: Path) -> None:
         from evals.parallel import evaluate_run
 
         evaluate_run(cfg, run_dir)
-
-
-def stage_seconds(run_dir: Path, name: str, marker: dict[str, Any], field: str = "stage_s") -> float:
-    """Seconds of stage `name` over all its attempts: the finishing attempt's `field` plus what its
-    killed or failed attempts had kept (repro/core/rundir.py: their time up to their last durable
-    progress; the work a kill threw away is in stages/attempts.json as lost_s, not counted)."""
-    return rundir.prior_seconds(run_dir, name) + marker[field]
-
-
-def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
-    """Tidy rows from the run's stage files (one per benchmark and metric). A diverged training
-    gives one row `train`/`diverged` (value: the step) instead of scores, every row with status
-    `diverged`."""
-    from repro.core.results import provenance
-
-    pool, sel, sch, train = (
-        read_json(stage_marker(run_dir, s)) for s in ("pool", "select", "schedule", "train")
-    )
-    diverged = train.get("status") == "diverged"
-    ev = None if diverged else read_json(stage_marker(run_dir, "eval"))
-    selection, sched_diag = selection_or_marker(run_dir, sel), schedule_diagnostics(run_dir, sch)
-    n_steps = (sch.get("derived") or {}).get("total_steps")
-    selection_s = stage_seconds(run_dir, "select", sel) + stage_seconds(run_dir, "schedule", sch)
-    end_to_end = (
-        stage_seconds(run_dir, "pool", pool)
-        + selection_s
-        + stage_seconds(run_dir, "train", train, "train_stage_s")
-        + (stage_seconds(run_dir, "eval", ev) if ev else 0.0)
-    )
-    sel_params, alloc_params = canonical_params(cfg)
-    base = {
-        "run_id": f"{cfg.name}-{cfg.hash()}",
-        "config_hash": cfg.hash(),
-        "name": cfg.name,
-        "method": cfg.selection.method,
-        # selection.params and allocation.params in their canonical form (typed, defaults left
-        # out: repro/core/params.py), as the config hash takes them: reports tell ablation
-        # settings (prune, variant) apart, and two spellings of one setting are one.
-        "selection_params": sel_params,
-        # The eval settings the scores were made with (the run folder is keyed by training only).
-        "eval_settings": json.dumps(
-            (ev or {}).get("eval_settings", asdict(cfg.eval)), sort_keys=True, separators=(",", ":")
-        ),
-        "allocator": cfg.allocation.method,
-        "allocation_params": alloc_params,
-        "weight_mode": cfg.allocation.weight_mode,
-        "ratio": sel["info"].get("ratio", sel_params.get("ratio")),
-        "kept_fraction": sel["kept_fraction"],
-        "n_selected": sel["n_selected"],
-        "n_pool": sel["n_pool"],
-        "model": cfg.model.name_or_path,
-        "dataset": "+".join(Path(s.path).stem for s in cfg.data.sources),
-        "world_size": cfg.world_size,
-        "seed": cfg.seed,
-        # What the select/schedule and train stages were seeded with (seed where unset).
-        "selection_seed": cfg.seed_for_selection(),
-        "training_seed": cfg.seed_for_training(),
-        "selection_s": round(selection_s, 3),
-        "train_s": round(train["train_s"], 3),
-        "eval_s": round(ev["eval_s"], 3) if ev else None,  # a diverged run is not evaluated
-        "end_to_end_s": round(end_to_end, 3),
-        "status": "diverged" if diverged else "ok",
-        "attempts": rundir.attempts(run_dir),
-        "resumed_from_step": train.get("resumed_from_step", 0),
-        "tokens_per_s": round(train["tokens_per_s"], 2) if train.get("tokens_per_s") else None,
-        "allreduce_wait_share": (
-            round(train["allreduce_wait_share"], 4) if train.get("allreduce_wait_share") is not None else None
-        ),
-        # Its prediction from the schedule and the token counts (one worker: None).
-        "predicted_idle_share": (
-            round(sched_diag.predicted_idle_share, 4) if sched_diag.predicted_idle_share is not None else None
-        ),
-        "peak_mem_mb": round(max(train["peak_mem_mb"], sel.get("peak_mem_mb", 0)), 1),
-        **provenance(),
-    }
-    if commits := hub_commits(run_dir):  # which version of each hub input (provenance)
-        base["versions"] = json.dumps({**json.loads(base["versions"]), **commits}, sort_keys=True)
-    if diverged:
-        return [
-            {
-                **base,
-                "benchmark": "train",
-                "metric": "diverged",
-                "value": train["diverged_step"],
-                "stderr": None,
-                "n": train["total_steps"],
-            }
-        ] + diagnostic_rows(base, run_dir, selection, sched_diag, n_steps, train)
-    rows = []
-    scores = ev["scores"]
-    if "heldout" in scores:
-        h = scores["heldout"]
-        rows.append(
-            {
-                **base,
-                "benchmark": "heldout",
-                "metric": "loss",
-                "value": h["loss"],
-                "stderr": h["loss_stderr"],
-                "n": h["n"],
-            }
-        )
-        rows.append(
-            {
-                **base,
-                "benchmark": "heldout",
-                "metric": "perplexity",
-                "value": h["perplexity"],
-                "stderr": None,
-                "n": h["n"],
-            }
-        )
-        # Per category (the demo's held-out items have one): heldout/<category> loss, so a
-        # selection that starves a rare category shows beside the pooled loss.
-        for cat, c in h.get("by_category", {}).items():
-            rows.append(
-                {
-                    **base,
-                    "benchmark": f"heldout/{cat}",
-                    "metric": "loss",
-                    "value": c["loss"],
-                    "stderr": c["loss_stderr"],
-                    "n": c["n"],
-                }
-            )
-    for cat, s in scores.get("demo", {}).items():
-        metric = "exact_or_exec"
-        rows.append(
-            {
-                **base,
-                "benchmark": f"demo/{cat}",
-                "metric": metric,
-                "value": s["value"],
-                "stderr": s["stderr"],
-                "n": s["n"],
-            }
-        )
-    # A benchmark without its data is an entry of metric "missing" (evals/run.py), so it comes
-    # through here as a row like any other.
-    if ev.get("benchmarks"):
-        from evals.run import entries_to_rows
-
-        rows += entries_to_rows(ev["benchmarks"], base)
-    rows += diagnostic_rows(base, run_dir, selection, sched_diag, n_steps, train)
-    return rows
-
-
-# Diagnostic rows for reports/ (which read the results store and nothing else): the costs of each
-# selection step, each cluster's size, each worker's tokens and all-reduce wait. Their benchmark
-# names start with "cost/", "cluster/" or "worker/", so they never mix with quality scores.
-def diagnostic_rows(
-    base: dict[str, Any],
-    run_dir: Path,
-    selection: Selection,
-    sched: ScheduleDiagnostics,
-    n_steps: int | None,
-    train: dict[str, Any],
-) -> list[dict[str, Any]]:
-    """Rows: cost/<step> seconds and peak_mem_mb; cluster/<c> size_before_cap, size_after_cap and
-    kept, cluster/agreement nmi, ari, purity; worker/<k> tokens_per_step, allreduce_wait_s,
-    compute_s (n = steps; the wait only under ddp, fsdp does not measure it) and
-    predicted_idle_share (from the schedule, n = steps; with more than one worker); cost/train
-    fsdp (1 or 0) and energy_j only where the GPU reports energy."""
-    diag = selection.diagnostics
-    rows: list[dict[str, Any]] = []
-
-    def add(benchmark: str, metric: str, value: Any, n: Any = None) -> None:
-        if value is not None:
-            rows.append(
-                {**base, "benchmark": benchmark, "metric": metric, "value": value, "stderr": None, "n": n}
-            )
-
-    for step in SELECTION_STEPS:
-        cost = diag.costs.get(step) or StepCost()
-        add(f"cost/{step}", "seconds", cost.seconds)
-        add(f"cost/{step}", "peak_mem_mb", cost.peak_mem_mb)
-    add("cost/allocation", "seconds", sched.allocation_s)
-    add("cost/train", "energy_j", train.get("energy_j"))
-    if train.get("strategy"):  # 1: fsdp, where the all-reduce wait is not measured; 0: ddp
-        add("cost/train", "fsdp", int(train["strategy"] == "fsdp"))
-    for name, value in sorted((diag.category_agreement or {}).items()):
-        add("cluster/agreement", name, value)  # nmi, ari, purity against the pool's categories
-    before, after = diag.cluster_sizes_before_cap, diag.cluster_sizes_after_cap
-    if after is not None:
-        kept = Counter(selection.clusters or [])
-        for c, n_after in enumerate(after):
-            if before is not None:
-                add(f"cluster/{c}", "size_before_cap", before[c])
-            add(f"cluster/{c}", "size_after_cap", n_after)
-            add(f"cluster/{c}", "kept", kept.get(c, 0))
-    for k, share in enumerate(sched.worker_idle_shares):
-        add(f"worker/{k}", "predicted_idle_share", round(share, 4), n_steps)
-    for log in sorted(
-        (run_dir / "train_log").glob("rank*.jsonl"),
-        key=lambda p: int(p.stem[4:]) if p.stem[4:].isdigit() else -1,
-    ):
-        steps = read_jsonl(log)
-        if not steps:
-            continue
-        k = log.stem[4:]
-        add(f"worker/{k}", "tokens_per_step", sum(r["tokens"] for r in steps) / len(steps), len(steps))
-        waits = [r["allreduce_wait_s"] for r in steps]
-        if None not in waits:  # fsdp logs null: not measured, so no row (never a 0)
-            add(f"worker/{k}", "allreduce_wait_s", round(sum(waits), 4), len(steps))
-        add(f"worker/{k}", "compute_s", round(sum(r["compute_s"] for r in steps), 4), len(steps))
-    return rows
 
 
 def stage_results(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
