@@ -13,6 +13,7 @@ cluster-repro bench stragglers                predicted straggler idle at the pa
 cluster-repro bench balance [--config C]      token budgets and balance, trained side by side
 cluster-repro bench k-scaling --features-dir D CluSTER's kept fraction as K grows to 256
 cluster-repro report [--results DIR] [--out DIR] every table and figure from the results
+cluster-repro claims [--results DIR] [--out DIR] each paper claim against the results: a verdict
 """
 
 from __future__ import annotations
@@ -218,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-PLUGIN_MODULES = ("evals.cli", "slurm.cli", "reports.cli")
+PLUGIN_MODULES = ("evals.cli", "slurm.cli", "reports.cli", "reports.claims_cli")
 
 
 def _import_optional(module: str):
@@ -502,6 +503,9 @@ def _dispatch(argv: list[str] | None = None) -> int:
             from repro.demo import write_demo_report  # the report: tables and figures (reports/)
 
             print(f"\nReport (tables, figures, index page): {write_demo_report(run_dirs, merged)}")
+            from repro.demo import demo_claims  # last: the paper's claims on these runs
+
+            print("\n" + demo_claims(run_dirs, merged))
             return 0
         if args.cmd == "grid":
             from repro.demo import summary_table
