@@ -23,7 +23,7 @@ from typing import Any
 
 from reports.analyses import analysis_tables
 from reports.analysis_figures import ANALYSIS_FIGURES, analysis_figures
-from reports.claims import verdict_counts
+from reports.claims import snippets_md, verdict_counts
 from reports.claims_figure import claims_figure
 from reports.claims_time import claims_tables
 from reports.compact import compact_tables
@@ -195,6 +195,9 @@ def build_report(
         ]
     for t in claims:
         index += _table_section(t)
+    snippets = snippets_md(verdicts)
+    if snippets:
+        index += ["### What was not run, and the commands that run it", ""] + snippets
     index += ["## Figures", ""] if figures else []
     for name in ([LOSS_FIGURE] if loss_fig else []) + (list(FIGURES) if figures else []):
         index += [

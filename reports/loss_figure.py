@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from reports.figures import COLORS, MARKERS, PAGE_IN, RC, _layout, _legend, _save
+from reports.figures import COLORS, LINE_IN, MARKERS, PAGE_IN, RC, _layout, _legend, _save
 from reports.names import cell_method_name
 from reports.tables import Report
 
@@ -40,36 +40,40 @@ def heldout_loss_figure(rep: Report, out_dir: Path) -> list[Path]:
     for c in rep.cells:
         if any(rep.run_value(r, ("heldout", "loss")) is not None for r in c.runs):
             settings.setdefault((c.first.dataset, c.first.model, c.first.world_size), []).append(c)
+    panels = sorted(settings.items(), key=str)
+    labels: list[str] = []
+    for _, cells in panels:
+        labels += [n for c in cells if (n := cell_method_name(c)) not in labels]
+    style = {n: (COLORS[i % len(COLORS)], MARKERS[i % len(MARKERS)]) for i, n in enumerate(labels)}
     with matplotlib.rc_context(RC):
         fig = Figure(dpi=300)
-        n = len(settings)
-        axes = fig.subplots(1, n, squeeze=False)[0]
-        for ax, ((dataset, model, ws), cells) in zip(axes, sorted(settings.items(), key=str)):
+        axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
+        heights = []
+        for ax, ((dataset, model, ws), cells) in zip(axes, panels):
+            step = 1.0 / (len(cells) + 1)  # the cells of one row, spread inside it
             for j, c in enumerate(cells):
+                color, marker = style[cell_method_name(c)]
                 for i, key in enumerate(keys):
                     est = rep.quality_cell(c, key)
                     v = getattr(est, "value", None)
                     if v is None:
                         continue
-                    y = len(keys) - 1 - i + (j - (len(cells) - 1) / 2) * 0.18
+                    y = len(keys) - 1 - i + 0.5 - (j + 1) * step
                     lo, hi = getattr(est, "lo", None), getattr(est, "hi", None)
                     if lo is not None and hi is not None:
-                        ax.plot([lo, hi], [y, y], color=COLORS[j % len(COLORS)], linewidth=0.9)
-                    ax.plot(
-                        [v],
-                        [y],
-                        marker=MARKERS[j % len(MARKERS)],
-                        color=COLORS[j % len(COLORS)],
-                        linestyle="none",
-                        label=cell_method_name(c),
-                    )
+                        ax.plot([lo, hi], [y, y], color=color, linewidth=0.9)
+                    ax.plot([v], [y], marker=marker, color=color, linestyle="none", label=cell_method_name(c))
             ax.set_yticks(range(len(keys)))
             ax.set_yticklabels(
                 ["overall" if k[0] == "heldout" else k[0][len("heldout/") :] for k in reversed(keys)]
             )
-            ax.set_xlabel("held-out loss (nats per response token; lower is better)")
+            ax.set_ylim(-0.5, len(keys) - 0.5)
             ax.set_title(f"{dataset} · {model} · {ws} workers", loc="left")
-        height = 0.9 + 0.2 * len(keys)
-        _layout(fig, PAGE_IN, height, 1, n, left=1.2, right=0.15, bottom=0.45, top=0.55, wspace=1.2)
-        _legend(fig, list(axes), ncol=4, y=1.0)
+            heights.append(max(0.8, 0.09 * len(cells) * len(keys)))
+        axes[-1].set_xlabel("held-out loss (nats per response token; lower is better)")
+        legend_rows = -(-len(labels) // 2)
+        top = 0.25 + LINE_IN * legend_rows
+        height = sum(heights) + 0.4 * (len(panels) - 1) + top + 0.45
+        _layout(fig, PAGE_IN, height, len(panels), 1, left=1.3, right=0.15, bottom=0.45, top=top, hspace=0.4)
+        _legend(fig, list(axes), ncol=2, y=1.0)
         return _save(fig, out_dir, NAME)
