@@ -216,7 +216,8 @@ def demo_claims(run_dirs: list[Path], merged: Path) -> str:
     from repro.core.results import PART_NAME, read_rows
 
     run_ids = {r["run_id"] for d in run_dirs for r in read_rows(d / PART_NAME)}
-    path, _ = write_claims(merged.parent, merged.parent / "demo-claims", run_ids=run_ids)
+    # No figure here: the demo's report draws the same one (demo-report/figures/claims.png).
+    path, _ = write_claims(merged.parent, merged.parent / "demo-claims", figure=False, run_ids=run_ids)
     verdicts = evaluate(load_rep(merged.parent, run_ids), load_claims(), str(merged.parent))
     return "\n".join(
         [

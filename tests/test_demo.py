@@ -114,8 +114,9 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
     # Training time taken apart on these real runs: token share (from the rows' per-worker tokens)
     # x (1 - full's idle) / (1 - CluSTER's idle) predicts the measured train_s ratio; a row more
     # than 10% off is flagged in the table, never hidden. At this size (4 vs 24 steps, under a
-    # second of training) the ratio moves with the machine's load: docs/claims.md has the
-    # measurements, so the test holds the decomposition's parts and its flag, and a loose bound.
+    # second of training) the ratio moves with the machine's load (docs/claims.md has the
+    # measurements: -1% to +28% off, once 6x under a stall), so the test holds the
+    # decomposition's parts and its flag, not the 10%.
     from reports.claims_cli import load_rep
     from reports.claims_time import time_rows
 
@@ -133,7 +134,8 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert row["time_ratio"].value == pytest.approx(float(clus["train_s"]) / float(full["train_s"]))
     idle_c, idle_f = float(clus["predicted_idle_share"]), float(full["predicted_idle_share"])
     assert row["predicted_ratio"].value == pytest.approx(share * (1 - idle_f) / (1 - idle_c))
-    assert row["adds_up"] == (abs(row["off"]) <= 0.10) and abs(row["off"]) < 0.5, row
+    assert row["off"] == pytest.approx(row["time_ratio"].value / row["predicted_ratio"].value - 1)
+    assert row["adds_up"] == (abs(row["off"]) <= 0.10), row
     table = (tmp_path / "demo-claims" / "tables" / "claims_time.md").read_text()
     assert ("| yes |" in table) == row["adds_up"] and ("NO: " in table) != row["adds_up"]
 
