@@ -481,9 +481,7 @@ def evaluate_check(rep: Report, chk: Check, cell: Cell) -> Verdict:
             v.missing = [f"cluster/agreement rows of {cell.label()} (the pool has no categories or sources)"]
             v.note = "needs a pool with categories (a `category` field, or several sources)"
             return v
-        v.verdict, v.note = _decide(est, thr - 1e-12, True)
-        if v.verdict == "consistent" and est.lo == thr:
-            v.verdict = "consistent"
+        v.verdict, v.note = _decide(est, thr - 1e-12, True)  # at least: the threshold itself passes
         return v
     assert chk.reference is not None
     pairs = [(r, x) for r in runs if (x := reference_run(rep, r, chk.reference)) is not None]
