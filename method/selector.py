@@ -484,7 +484,7 @@ class ClusterSelector(Parameterized):
                 kmeans_sizes_after_cap=after.tolist(),
                 worker_of_cluster=packing.worker_of.tolist(),
             )
-        cats = pool.categories()
+        cats = pool.category_labels()  # categories, or the sources of a mixed pool
         diagnostics = SelectionDiagnostics(
             with_replacement=self.variant == "uniform",
             costs={

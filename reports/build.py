@@ -5,6 +5,8 @@ PDF) and an index page, deterministically (the same rows give byte-identical fil
     OUT/tables/<name>.{md,tex,csv}
     OUT/figures/<name>.{png,pdf}
 
+The claims (reports/claims.py: each of the paper's claims against these runs, and the training
+time taken apart) follow the compact tables, under "Claims", with their figure.
 The analyses (reports/analyses.py: overlap, score ranks, coverage, seed variance, selection cost)
 come last on the index page, under "Analyses", their figures only where they have inputs.
 
@@ -21,6 +23,9 @@ from typing import Any
 
 from reports.analyses import analysis_tables
 from reports.analysis_figures import ANALYSIS_FIGURES, analysis_figures
+from reports.claims import snippets_md, verdict_counts
+from reports.claims_figure import claims_figure
+from reports.claims_time import claims_tables
 from reports.compact import compact_tables
 from reports.figures import FIGURES, all_figures
 from reports.load import (
@@ -33,6 +38,8 @@ from reports.load import (
     schema_notes,
     split_protocol,
 )
+from reports.loss_figure import NAME as LOSS_FIGURE
+from reports.loss_figure import heldout_loss_figure
 from reports.render import to_csv, to_latex, to_markdown
 from reports.reported import load_reported, protocol_gap_table, reported_table
 from reports.tables import (
@@ -133,6 +140,8 @@ def build_report(
     rep = Report(cells)
     notes = damaged + version_warnings(runs)
     tables = all_tables(rep, load_reported())
+    claims, verdicts = claims_tables(rep, str(root))  # the paper's claims against these runs
+    tables += claims
     analyses, kept = analysis_tables(rep, root)
     tables += analyses
     out = _staging(final)  # written whole, then renamed into place (publish_report)
@@ -144,9 +153,12 @@ def build_report(
         atomic_write_text(tdir / f"{t.name}.tex", to_latex(t))
         atomic_write_text(tdir / f"{t.name}.csv", to_csv(t))
     drawn: set[str] = set()
+    loss_fig: list[Path] = []
     if figures:
+        loss_fig = heldout_loss_figure(rep, fdir)  # first, where the runs have held-out loss
         all_figures(rep, fdir, load_reported())  # the paper's points beside ours
         drawn = {p.stem for p in analysis_figures(kept, fdir)}  # those with inputs
+        claims_figure(verdicts, fdir)
 
     n_files = ", ".join(
         sorted({str(f.relative_to(root)) if f.is_relative_to(root) else f.name for f in files})[:3]
@@ -167,15 +179,34 @@ def build_report(
     for t in tables:  # first: the tables a paper prints
         if t.name in compact:
             index += _table_section(t)
+    index += [
+        "## Claims",
+        "",
+        f"Verdicts: {', '.join(f'{n} {k}' for k, n in verdict_counts(verdicts).items())} "
+        "(docs/claims.md; `cluster-repro claims` prints the commands of what was not run).",
+        "",
+    ]
+    if figures:
+        index += [
+            "![claims](figures/claims.png)",
+            "",
+            "[claims.png](figures/claims.png) · [claims.pdf](figures/claims.pdf)",
+            "",
+        ]
+    for t in claims:
+        index += _table_section(t)
+    snippets = snippets_md(verdicts)
+    if snippets:
+        index += ["### What was not run, and the commands that run it", ""] + snippets
     index += ["## Figures", ""] if figures else []
-    for name in FIGURES if figures else ():
+    for name in ([LOSS_FIGURE] if loss_fig else []) + (list(FIGURES) if figures else []):
         index += [
             f"![{name}](figures/{name}.png)",
             "",
             f"[{name}.png](figures/{name}.png) · [{name}.pdf](figures/{name}.pdf)",
             "",
         ]
-    names = {t.name for t in analyses}
+    names = {t.name for t in analyses} | {t.name for t in claims}
     for t in tables:
         if t.name not in compact and t.name not in names:
             index += _table_section(t)

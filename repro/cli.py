@@ -13,6 +13,7 @@ cluster-repro bench stragglers                predicted straggler idle at the pa
 cluster-repro bench balance [--config C]      token budgets and balance, trained side by side
 cluster-repro bench k-scaling --features-dir D CluSTER's kept fraction as K grows to 256
 cluster-repro report [--results DIR] [--out DIR] every table and figure from the results
+cluster-repro claims [--results DIR] [--out DIR] each paper claim against the results: a verdict
 
 The subcommands register themselves (repro/commands/: `register(subparsers, epilog)` in each
 module of COMMAND_MODULES, the packages' own evals.cli, slurm.cli and reports.cli among them);

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from repro.core.results import COLUMNS, PART_NAME
 from tests.conftest import REPO
 
@@ -94,6 +96,48 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
     index = tmp_path / "demo-report" / "index.md"
     assert f"{index}" in out and "from" in index.read_text() and "3 runs" in index.read_text()
     assert (tmp_path / "demo-report" / "figures" / "quality_vs_data.png").is_file()
+    # The story: the summary and the report's first figure lead with held-out loss (overall and
+    # per category; exact match sits at the floor at this scale), and the demo ends with the
+    # paper's claims checked on its own runs, each a CPU-scale verdict naming its runs.
+    assert "| method | data used | n | heldout loss |" in out
+    assert out.index("Held-out loss per category") < out.index("Quality per category")
+    index_text = index.read_text()
+    assert index_text.index("figures/heldout_loss.png") < index_text.index("figures/quality_vs_data.png")
+    assert "## Claims" in index_text and out.index("The paper's claims on these runs") > out.index(f"{index}")
+    verdicts = json.loads((tmp_path / "demo-claims" / "claims.json").read_text())
+    c1 = next(v for v in verdicts if v["check"] == "C1/code-r0.5")
+    run_ids = {r["run_id"] for r in rows if r["method"] in ("full", "cluster")}
+    assert c1["cpu_scale"] and set(c1["run_ids"]) == run_ids and c1["verdict"] != "not run"
+    assert next(v for v in verdicts if v["check"] == "C5/rank-vs-none")["command"].startswith(
+        "cluster-repro grid"
+    )
+    # Training time taken apart on these real runs: token share (from the rows' per-worker tokens)
+    # x (1 - full's idle) / (1 - CluSTER's idle) predicts the measured train_s ratio; a row more
+    # than 10% off is flagged in the table, never hidden. At this size (4 vs 24 steps, under a
+    # second of training) the ratio moves with the machine's load (docs/claims.md has the
+    # measurements: -1% to +28% off, once 6x under a stall), so the test holds the
+    # decomposition's parts and its flag, not the 10%.
+    from reports.claims_cli import load_rep
+    from reports.claims_time import time_rows
+
+    (row,) = time_rows(load_rep(tmp_path))
+
+    def tokens(m: str) -> float:
+        return sum(
+            float(r["value"]) * int(r["n"])
+            for r in rows
+            if r["method"] == m and r["benchmark"].startswith("worker/") and r["metric"] == "tokens_per_step"
+        )
+
+    share = tokens("cluster") / tokens("full")
+    assert row["token_share"].value == pytest.approx(share)
+    assert row["time_ratio"].value == pytest.approx(float(clus["train_s"]) / float(full["train_s"]))
+    idle_c, idle_f = float(clus["predicted_idle_share"]), float(full["predicted_idle_share"])
+    assert row["predicted_ratio"].value == pytest.approx(share * (1 - idle_f) / (1 - idle_c))
+    assert row["off"] == pytest.approx(row["time_ratio"].value / row["predicted_ratio"].value - 1)
+    assert row["adds_up"] == (abs(row["off"]) <= 0.10), row
+    table = (tmp_path / "demo-claims" / "tables" / "claims_time.md").read_text()
+    assert ("| yes |" in table) == row["adds_up"] and ("NO: " in table) != row["adds_up"]
 
     # Running again skips every finished stage and gives the same rows.
     again = subprocess.run(

@@ -133,7 +133,7 @@ def test_the_wheel_has_the_data_files_and_validates_demo_from_an_empty_directory
     shipped = {f"repro/configs/{n}.yaml" for n in shipped_configs()}
     tasks = {p.relative_to(REPO).as_posix() for p in (REPO / "evals" / "tasks").glob("*.yaml")}
     assert shipped <= names and tasks <= names and len(tasks) >= 16
-    assert {"reports/reported.yaml", "evals/metrics/code_eval/code_eval.py"} <= names
+    assert {"reports/reported.yaml", "reports/claims.yaml", "evals/metrics/code_eval/code_eval.py"} <= names
 
     site = tmp_path / "site"
     subprocess.run(

@@ -4,7 +4,8 @@ also have `raw(argv) -> int | None`, which takes a command line with its own fla
 (the benches with their own options). repro/cli.py registers every module of COMMAND_MODULES, in
 order (`cluster-repro --help` lists the commands in it), and calls the parsed command's func.
 
-A package's own commands register the same way (evals.cli, slurm.cli, reports.cli); a module that
+A package's own commands register the same way (evals.cli, slurm.cli, reports.cli,
+reports.claims_cli); a module that
 does not exist (a package left out of the install) is left out of the command line.
 """
 
@@ -20,6 +21,7 @@ COMMAND_MODULES = (
     "evals.cli",  # eval
     "slurm.cli",  # launch, status
     "reports.cli",  # report
+    "reports.claims_cli",  # claims
 )
 
 

@@ -100,6 +100,9 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"  {d}")
     # The report: tables and figures (reports/)
     print(f"\nReport (tables, figures, index page): {write_demo_report(run_dirs, merged)}")
+    from repro.demo import demo_claims  # last: the paper's claims on these runs
+
+    print("\n" + demo_claims(run_dirs, merged))
     return 0
 
 

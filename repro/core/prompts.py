@@ -182,7 +182,8 @@ def render_magicoder(row: Mapping[str, Any]) -> Rendered:
     inp = text_field(row, "input", required=False)
     if inp.strip():
         instruction = f"{instruction}\n\n{inp}"
-    return Rendered(MAGICODER_PROMPT.format(instruction=instruction), response, user=instruction)
+    category = row.get("category") if isinstance(row.get("category"), str) else None
+    return Rendered(MAGICODER_PROMPT.format(instruction=instruction), response, category, user=instruction)
 
 
 def render_pubmedqa(row: Mapping[str, Any]) -> Rendered:
@@ -384,7 +385,7 @@ FORMATS: dict[str, PromptFormat] = {
             "magicoder",
             (("problem", "solution"), ("instruction", "response")),
             render_magicoder,
-            ("input",),
+            ("input", "category"),
             "Magicoder's template; problem -> solution, or instruction -> response",
         ),
         PromptFormat(

@@ -73,6 +73,16 @@ class Pool:
     def categories(self) -> list[str | None]:
         return [e.category for e in self.examples]
 
+    def category_labels(self) -> list[str | None]:
+        """What clusters are compared with (cluster/agreement rows): each row's `category` where
+        any row has one (the demo's tasks, a user's `category` field); else, in a pool mixed
+        from several sources (the medical mix), each row's source; else None for every row."""
+        cats = self.categories()
+        if any(c is not None for c in cats):
+            return cats
+        sources = [e.source for e in self.examples]
+        return list(sources) if len(set(sources)) > 1 else [None] * len(sources)
+
 
 class RunFileError(UserError, ValueError):
     """A run-folder file (selection.json, schedule.json) that does not hold what it should; the

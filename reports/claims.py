@@ -1,0 +1,911 @@
+"""The paper's claims checked against the results store: one verdict per check and setting.
+
+The claims are data (reports/claims.yaml, checked by `load_claims`). For every check and every
+setting of the store (dataset x model x world size) that holds its cell, the cell is paired with
+its reference on seeds (and on items where both runs have per-item scores), and the 95% bootstrap
+interval of the difference (reports/stats.py) is set against the check's threshold:
+
+- `consistent`: the whole interval is on the claim's side of the threshold;
+- `not reproduced`: the whole interval is on the other side;
+- `inconclusive`: the interval spans the threshold, or there is none (one seed, no items);
+- `not run`: the store lacks the cell or its reference; the row names what is missing and the
+  command (a run-list snippet) that runs it.
+
+Every row cites its run ids, its scale (model, pool, seeds) and its protocol, and says when it is
+a CPU-scale verdict: evidence about the mechanism, not about the paper's 7B result. How verdicts
+are decided and why each tolerance is what it is: docs/claims.md.
+
+The training time taken apart is reports/claims_time.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from reports.load import Cell, ReportInputError, Run, split_protocol
+from reports.stats import Estimate, mean_ci, paired_diff
+from reports.tables import Column, Report, Table
+
+CLAIMS_FILE = Path(__file__).resolve().parent / "claims.yaml"
+VERDICTS = ("consistent", "not reproduced", "inconclusive", "not run")
+METRICS = ("quality", "train_time_ratio", "purity")
+DIRECTIONS = ("not_worse", "better", "below", "at_least")
+CELL_KEYS = {
+    "method",
+    "ratio",
+    "weight_mode",
+    "selection_params",
+    "allocation_params",
+    "allocator",
+    "world_size",
+}
+REF_KEYS = CELL_KEYS | {"match"}
+MATCHES = ("count", "compute")
+CHECK_KEYS = {
+    "id",
+    "cell",
+    "reference",
+    "metric",
+    "direction",
+    "tolerance",
+    "threshold",
+    "paper_setting",
+    "protocol",
+    "domain",
+    "paper_value",
+    "note",
+}
+CLAIM_KEYS = {"id", "title", "words", "paper", "checks"}
+TOP_KEYS = {"source", "shared", "claims"}
+# CluSTER's main setting, where a check's cell leaves it open: the default within-cluster choice
+# (prune close, the paper's "peripheral"), the cluster-interleave allocator, rank weights, no
+# allocation params (plain batches, not token-balanced).
+CLUSTER_DEFAULTS = {"prune": "close"}
+CPU_NOTE = "CPU scale: evidence about the mechanism, not the 7B result"
+HELDOUT = ("heldout", "loss")
+
+
+class ClaimsFileError(ReportInputError):
+    """A malformed claims file: the message names the file, the entry (claim/check id), the key
+    and what was expected."""
+
+
+# ----------------------------------------------------------------------------- the claims file
+
+
+@dataclass(frozen=True)
+class Check:
+    claim: str
+    id: str
+    cell: dict[str, Any]
+    reference: dict[str, Any] | None
+    metric: str
+    direction: str
+    tolerance: dict[str, Any] | None = None
+    threshold: dict[str, Any] | None = None
+    paper_setting: dict[str, str] | None = None
+    protocol: str | None = None
+    domain: str | None = None
+    paper_value: str = ""
+    note: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.claim}/{self.id}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    title: str
+    words: str
+    paper: str
+    checks: tuple[Check, ...]
+
+
+def _need(cond: bool, where: str, key: str, expected: str, got: Any) -> None:
+    if not cond:
+        raise ClaimsFileError(f"{where}: key {key!r}: expected {expected}, got {got!r}")
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and bool(np.isfinite(v))
+
+
+def _spec(d: Any, where: str, key: str, allowed: set[str]) -> dict[str, Any]:
+    _need(isinstance(d, dict), where, key, "a mapping of cell settings", d)
+    unknown = sorted(set(d) - allowed)
+    _need(not unknown, where, f"{key}.{unknown[0] if unknown else ''}", f"one of {sorted(allowed)}", d)
+    _need(isinstance(d.get("method"), str), where, f"{key}.method", "a method name", d.get("method"))
+    if "ratio" in d:
+        _need(
+            _num(d["ratio"]) and 0 < d["ratio"] <= 100,
+            where,
+            f"{key}.ratio",
+            "a percent in (0, 100]",
+            d["ratio"],
+        )
+    if "world_size" in d:
+        ws = d["world_size"]
+        _need(isinstance(ws, int) and ws >= 1, where, f"{key}.world_size", "a positive integer", ws)
+    for k in ("selection_params", "allocation_params"):
+        if k in d:
+            _need(isinstance(d[k], dict), where, f"{key}.{k}", "a mapping", d[k])
+    if "match" in d:
+        _need(d["match"] in MATCHES, where, f"{key}.match", f"one of {list(MATCHES)}", d["match"])
+        _need(d["method"] != "full", where, f"{key}.match", "no match for full data", d["match"])
+    return dict(d)
+
+
+def _check(c: Any, path: Path, claim: str, i: int) -> Check:
+    where = f"{path}: claim {claim}, checks[{i}]"
+    _need(isinstance(c, dict), where, "checks", "a mapping", c)
+    cid = c.get("id")
+    _need(isinstance(cid, str) and bool(cid), where, "id", "a check id (text)", cid)
+    where = f"{path}: claim {claim}, check {cid}"
+    unknown = sorted(set(c) - CHECK_KEYS)
+    _need(not unknown, where, unknown[0] if unknown else "", f"one of {sorted(CHECK_KEYS)}", c)
+    for k in ("cell", "metric", "direction"):
+        _need(k in c, where, k, "to be given", None)
+    cell = _spec(c["cell"], where, "cell", CELL_KEYS)
+    ref = c.get("reference")
+    ref = None if ref is None else _spec(ref, where, "reference", REF_KEYS)
+    metric, direction = c["metric"], c["direction"]
+    _need(metric in METRICS, where, "metric", f"one of {list(METRICS)}", metric)
+    _need(direction in DIRECTIONS, where, "direction", f"one of {list(DIRECTIONS)}", direction)
+    _need(
+        (ref is None) == (metric == "purity"),
+        where,
+        "reference",
+        "a reference for every metric but purity",
+        ref,
+    )
+    if direction in ("not_worse", "better"):
+        _need(metric == "quality", where, "direction", "below or at_least for a ratio or purity", direction)
+        tol = c.get("tolerance")
+        _need(isinstance(tol, dict), where, "tolerance", "a mapping {points, loss_share, reason}", tol)
+        for k in ("points", "loss_share"):
+            _need(_num(tol.get(k)) and tol[k] >= 0, where, f"tolerance.{k}", "a number >= 0", tol.get(k))
+        _need(
+            isinstance(tol.get("reason"), str) and bool(tol["reason"]),
+            where,
+            "tolerance.reason",
+            "why, in words",
+            tol.get("reason"),
+        )
+    else:
+        _need(metric != "quality", where, "direction", "not_worse or better for quality", direction)
+        thr = c.get("threshold")
+        _need(isinstance(thr, dict), where, "threshold", "a mapping {value, reason}", thr)
+        _need(_num(thr.get("value")), where, "threshold.value", "a number", thr.get("value"))
+        _need(
+            isinstance(thr.get("reason"), str) and bool(thr["reason"]),
+            where,
+            "threshold.reason",
+            "why, in words",
+            thr.get("reason"),
+        )
+    ps = c.get("paper_setting")
+    if ps is not None:
+        _need(
+            isinstance(ps, dict) and set(ps) == {"dataset", "model"},
+            where,
+            "paper_setting",
+            "a mapping {dataset, model}",
+            ps,
+        )
+    if metric == "quality":
+        for k in ("protocol", "domain"):
+            _need(
+                isinstance(c.get(k), str),
+                where,
+                k,
+                "text (how / which benchmark average the paper scored)",
+                c.get(k),
+            )
+    return Check(
+        claim=claim,
+        id=cid,
+        cell=cell,
+        reference=ref,
+        metric=metric,
+        direction=direction,
+        tolerance=c.get("tolerance"),
+        threshold=c.get("threshold"),
+        paper_setting=ps,
+        protocol=c.get("protocol"),
+        domain=c.get("domain"),
+        paper_value=str(c.get("paper_value", "")),
+        note=str(c.get("note", "")),
+    )
+
+
+def load_claims(path: Path = CLAIMS_FILE) -> list[Claim]:
+    """The claims, checked: a malformed entry is a ClaimsFileError naming the file, the claim
+    (and check) id, the key and what was expected."""
+    path = Path(path)
+    try:
+        return list(_load_cached(str(path), path.stat().st_mtime_ns))
+    except OSError as e:
+        raise ClaimsFileError(f"{path}: cannot read the claims file ({e})") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(name: str, _mtime_ns: int) -> tuple[Claim, ...]:
+    """The parsed file, once per version of it (every report reads the shipped one)."""
+    path = Path(name)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where built: 10x faster
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 (a safe loader)
+    except (OSError, yaml.YAMLError) as e:
+        raise ClaimsFileError(f"{path}: cannot read the claims file ({e})") from None
+    _need(isinstance(data, dict), str(path), "(top level)", "a mapping with 'claims'", type(data).__name__)
+    unknown = sorted(set(data) - TOP_KEYS)
+    _need(
+        not unknown,
+        str(path),
+        unknown[0] if unknown else "",
+        f"one of {sorted(TOP_KEYS)}",
+        data.get(unknown[0]) if unknown else None,
+    )
+    entries = data.get("claims")
+    _need(isinstance(entries, list) and bool(entries), str(path), "claims", "a non-empty list", entries)
+    out: list[Claim] = []
+    seen: set[str] = set()
+    for i, e in enumerate(entries):
+        where = f"{path}: claims[{i}]"
+        _need(isinstance(e, dict), where, "claims", "a mapping", e)
+        cid = e.get("id")
+        _need(isinstance(cid, str) and bool(cid), where, "id", "a claim id (text)", cid)
+        _need(cid not in seen, where, "id", "a unique claim id", cid)
+        seen.add(cid)
+        where = f"{path}: claim {cid}"
+        unknown = sorted(set(e) - CLAIM_KEYS)
+        _need(not unknown, where, unknown[0] if unknown else "", f"one of {sorted(CLAIM_KEYS)}", e)
+        for k in ("title", "words", "paper"):
+            _need(isinstance(e.get(k), str) and bool(e[k]), where, k, "text", e.get(k))
+        checks = e.get("checks")
+        _need(isinstance(checks, list) and bool(checks), where, "checks", "a non-empty list", checks)
+        parsed = [_check(c, path, cid, j) for j, c in enumerate(checks)]
+        ids = [c.id for c in parsed]
+        dup = sorted({x for x in ids if ids.count(x) > 1})
+        _need(not dup, where, "checks", "unique check ids", dup)
+        out.append(Claim(cid, e["title"], e["words"], e["paper"], tuple(parsed)))
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------- matching cells
+
+
+def _setting(r: Run) -> tuple[str, str, int]:
+    return (r.dataset, r.model, r.world_size or 0)
+
+
+def _params(r: Run) -> dict[str, str]:
+    base = dict(CLUSTER_DEFAULTS) if r.method == "cluster" else {}
+    base.update({k: str(v) for k, v in r.params.items()})
+    return base
+
+
+def cell_matches(c: Cell, spec: dict[str, Any]) -> bool:
+    """Whether cell c is what `spec` names; settings the spec leaves open take CluSTER's main
+    setting (prune close, rank weights, no allocation params) for a CluSTER cell."""
+    r = c.first
+    if r.method != spec["method"] or r.budget:
+        return False
+    if "ratio" in spec and (r.ratio is None or abs(r.ratio - float(spec["ratio"])) > 1e-9):
+        return False
+    if "world_size" in spec and r.world_size != spec["world_size"]:
+        return False
+    want_a = spec.get("allocator", "cluster-interleave" if r.method == "cluster" else None)
+    if want_a is not None and r.allocator != want_a:
+        return False
+    want_w = spec.get("weight_mode", "rank" if r.method == "cluster" else None)
+    if want_w is not None and r.weight_mode != want_w:
+        return False
+    params = _params(r)
+    want = {**(CLUSTER_DEFAULTS if r.method == "cluster" else {}), **(spec.get("selection_params") or {})}
+    if any(params.get(k) != str(v) for k, v in want.items()):
+        return False
+    alloc = {k: str(v) for k, v in r.alloc_params.items()}
+    return alloc == {k: str(v) for k, v in (spec.get("allocation_params") or {}).items()}
+
+
+def compute_matched(x: Run, r: Run) -> bool:
+    """Whether random run x is r's compute-matched baseline (match_compute_of). A run that
+    states it (a `match_compute_of` run column, where the results have one) is taken at its
+    word; otherwise a random run of the same setting and seed at a kept count of its own (no
+    ratio run's) above r's: the budget that equal cost buys a cheaper method."""
+    stated = x.columns.get("match_compute_of")
+    if stated:
+        return True
+    return bool(x.budget.startswith("n=")) and (x.n_selected or 0) > (r.n_selected or 0)
+
+
+def reference_run(rep: Report, r: Run, ref: dict[str, Any]) -> Run | None:
+    """The run r is compared with at the same setting and seed."""
+    for c in rep.cells:
+        for x in c.runs:
+            if x.run_id == r.run_id or _setting(x) != _setting(r) or x.seed != r.seed:
+                continue
+            if x.method != ref["method"]:
+                continue
+            if ref["method"] == "full":
+                return x
+            match = ref.get("match")
+            if match == "count":
+                if x.n_selected == r.n_selected and x.ratio is None:
+                    return x
+                continue
+            if match == "compute":
+                if compute_matched(x, r):
+                    return x
+                continue
+            # another cell given like `cell`: r's settings where the reference leaves them open
+            spec = {
+                "method": ref["method"],
+                "ratio": ref.get("ratio", r.ratio),
+                "weight_mode": ref.get("weight_mode", r.weight_mode),
+                "allocator": ref.get("allocator", r.allocator),
+                "selection_params": {
+                    **{k: v for k, v in _params(r).items() if k != "ratio"},
+                    **(ref.get("selection_params") or {}),
+                },
+                "allocation_params": ref.get("allocation_params", r.alloc_params),
+            }
+            if spec["ratio"] is None:
+                del spec["ratio"]
+            if cell_matches(c, spec):
+                return x
+    return None
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+
+@dataclass
+class Verdict:
+    check: Check
+    verdict: str
+    setting: str = ""
+    cell: str = ""
+    reference: str = ""
+    metric: str = ""
+    estimate: Estimate | None = None
+    threshold: float | None = None
+    side: str = ""  # ">=" or ">" or "<" or "<=": the claim's side of the threshold
+    run_ids: list[str] = field(default_factory=list)
+    scale: str = ""
+    protocol: str = ""
+    cpu_scale: bool = False
+    note: str = ""
+    missing: list[str] = field(default_factory=list)
+    command: str = ""
+    compute: Verdict | None = None  # the same check against random at equal compute
+    also: list[str] = field(default_factory=list)  # other check ids this CPU-scale row stands for
+
+
+def _decide(est: Estimate | None, thr: float, claim_above: bool) -> tuple[str, str]:
+    """(verdict, note) from the interval and the threshold; claim_above: the claim holds above."""
+    if est is None:
+        return "not run", ""
+    if est.lo is None or est.hi is None:
+        return "inconclusive", f"no interval ({est.n} {est.unit}): run more seeds"
+    if claim_above:
+        if est.lo > thr:
+            return "consistent", ""
+        if est.hi < thr:
+            return "not reproduced", ""
+    else:
+        if est.hi < thr:
+            return "consistent", ""
+        if est.lo > thr:
+            return "not reproduced", ""
+    return "inconclusive", "the interval spans the threshold"
+
+
+def _domain_keys(rep: Report, r: Run, domain: str, protocol: str) -> list[tuple[str, str | None]]:
+    dom = domain if protocol == "lm-eval" else f"{domain}@{protocol}"
+    return rep.domain_keys(r, dom)
+
+
+def _paired_quality(
+    rep: Report, pairs: list[tuple[Run, Run]], keys: list[tuple[str, str | None]], tag: str, loss: bool
+) -> Estimate | None:
+    """Mean of cell minus reference over keys (reference minus cell for a loss: positive is
+    better either way), paired on items where both runs of every pair have per-item scores for
+    every key, else on seeds."""
+    sign = -1.0 if loss else 1.0
+    if not loss and all(b in r.items and b in x.items for r, x in pairs for (b, _) in keys):
+        groups = [
+            [
+                100 * (r.items[b][i] - x.items[b][i])
+                for r, x in pairs
+                for i in sorted(r.items[b].keys() & x.items[b].keys())
+            ]
+            for b, _ in keys
+        ]
+        return paired_diff(groups, tag, "items")
+    diffs = []
+    for r, x in pairs:
+        vals = [(rep.run_value(r, k), rep.run_value(x, k)) for k in keys]
+        if vals and all(a is not None and b is not None for a, b in vals):
+            diffs.append(sign * float(np.mean([a - b for a, b in vals])))  # type: ignore[operator]
+    return paired_diff([diffs], tag, "seeds") if diffs else None
+
+
+def _scale(runs: list[Run]) -> str:
+    r = runs[0]
+    seeds = sorted({x.seed for x in runs})
+    pool = f"pool {r.n_pool}" if r.n_pool else "pool ?"
+    return f"{r.model}, {pool}, {r.world_size} workers, seeds {','.join(map(str, seeds))}"
+
+
+def _protocol(runs: list[Run], keys: list[tuple[str, str | None]]) -> str:
+    protos = sorted({split_protocol(b)[1] for b, _ in keys})
+    if keys == [HELDOUT]:
+        return "held-out loss (nats per response token)"
+    proto = runs[0].columns.get("eval_protocol") or ""
+    return ", ".join(protos) or proto
+
+
+def _setting_name(s: tuple[str, str, int]) -> str:
+    return f"{s[0]} · {s[1]} · {s[2]} workers"
+
+
+def evaluate_check(rep: Report, chk: Check, cell: Cell) -> Verdict:
+    """The verdict of one check on one cell that matches its `cell` spec."""
+    runs = cell.runs
+    s = _setting(cell.first)
+    paper = chk.paper_setting is not None and (s[0], s[1]) == (
+        chk.paper_setting["dataset"],
+        chk.paper_setting["model"],
+    )
+    v = Verdict(chk, "not run", setting=_setting_name(s), cell=cell.label(), cpu_scale=not paper)
+    tag = f"claims|{chk.name}|{cell.key}"
+    if chk.metric == "purity":
+        vals = [r.diag.get(("cluster/agreement", "purity")) for r in runs]
+        est = mean_ci([None if x is None else 100 * x for x in vals], tag)
+        thr = float(chk.threshold["value"])  # type: ignore[index]
+        v.metric, v.threshold, v.side, v.estimate = "purity (%)", thr, ">=", est
+        v.run_ids = [r.run_id for r in runs if r.diag.get(("cluster/agreement", "purity")) is not None]
+        v.scale, v.protocol = _scale(runs), "cluster/agreement rows"
+        if est is None:
+            v.missing = [f"cluster/agreement rows of {cell.label()} (the pool has no categories or sources)"]
+            v.note = "needs a pool with categories (a `category` field, or several sources)"
+            return v
+        v.verdict, v.note = _decide(est, thr - 1e-12, True)  # at least: the threshold itself passes
+        return v
+    assert chk.reference is not None
+    pairs = [(r, x) for r in runs if (x := reference_run(rep, r, chk.reference)) is not None]
+    v.reference = _ref_label(chk.reference)
+    if not pairs:
+        v.missing = [f"{v.reference} at {_setting_name(s)}, seeds {','.join(str(r.seed) for r in runs)}"]
+        return v
+    v.run_ids = sorted({r.run_id for p in pairs for r in p})
+    v.scale = _scale([r for p in pairs for r in p])
+    if chk.metric == "train_time_ratio":
+        ratios = [
+            r.costs["train_s"] / x.costs["train_s"]  # type: ignore[operator]
+            for r, x in pairs
+            if r.costs.get("train_s") and x.costs.get("train_s")
+        ]
+        est = mean_ci(ratios, tag)
+        v.metric, v.protocol = "train_s ratio (cell / reference)", "measured train_s"
+        v.threshold, v.side, v.estimate = float(chk.threshold["value"]), "<", est  # type: ignore[index]
+        if est is None:
+            v.missing = ["train_s of the runs"]
+            return v
+        v.verdict, v.note = _decide(est, v.threshold, False)
+        return v
+    tol = chk.tolerance or {}
+    keys = _domain_keys(rep, cell.first, chk.domain or "", chk.protocol or "lm-eval")
+    have = keys and all(all(rep.run_value(r, k) is not None for k in keys) for p in pairs for r in p)
+    loss = False
+    if not have:
+        keys = [HELDOUT]
+        loss = True
+        if not all(r.score(*HELDOUT) is not None for p in pairs for r in p):
+            v.missing = [
+                f"the {chk.domain} benchmarks under {chk.protocol} (eval.protocol={chk.protocol} "
+                "re-evaluates trained runs without training again), or held-out loss rows"
+            ]
+            return v
+        if paper:
+            v.note = f"the paper's benchmarks under {chk.protocol} are missing here: held-out loss stands in"
+    margin = float(tol.get("points", 0.0))
+    if loss:  # a share of the reference's held-out loss (mean over the pairs)
+        margin = float(tol.get("loss_share", 0.0)) * float(np.mean([x.score(*HELDOUT) for _, x in pairs]))
+    est = _paired_quality(rep, pairs, keys, tag, loss)
+    thr = -margin if chk.direction == "not_worse" else margin
+    v.metric = (
+        "held-out loss, reference − cell (nats)"
+        if loss
+        else f"{chk.domain} average, cell − reference (points)"
+    )
+    v.protocol = _protocol(runs, keys)
+    v.threshold, v.side, v.estimate = thr, ">", est
+    verdict, note = _decide(est, thr, True)
+    v.verdict, v.note = verdict, "; ".join(x for x in (v.note, note) if x)
+    if chk.reference.get("match") == "compute" and not any(
+        p[1].columns.get("match_compute_of") for p in pairs
+    ):
+        v.note = "; ".join(
+            x
+            for x in (v.note, "compute match inferred from the kept count (no match_compute_of column)")
+            if x
+        )
+    return v
+
+
+def _ref_label(ref: dict[str, Any]) -> str:
+    if ref["method"] == "full":
+        return "full data"
+    if ref.get("match") == "count":
+        return f"{ref['method']} at the same kept count"
+    if ref.get("match") == "compute":
+        return f"{ref['method']} at equal compute (training + selection)"
+    extra = [f"{k}={v}" for k, v in sorted((ref.get("selection_params") or {}).items())]
+    if "weight_mode" in ref:
+        extra.append(f"weights={ref['weight_mode']}")
+    return ref["method"] + (f" ({', '.join(extra)})" if extra else "")
+
+
+def evaluate(rep: Report, claims: list[Claim], results_hint: str = "RESULTS") -> list[Verdict]:
+    """Every check on every matching cell, with (for a check against random at the same count)
+    the same check against random at equal compute in `compute`. A check is `not run` once per
+    setting whose cells lack its reference, and once in all where no cell matches; CPU-scale rows
+    of one claim that compare the same runs (the code and the medical check on one demo pool)
+    are one row naming both checks."""
+    out: list[Verdict] = []
+    for claim in claims:
+        rows_claim: list[Verdict] = []
+        for chk in claim.checks:
+            rows: list[Verdict] = []
+            for c in (c for c in rep.cells if cell_matches(c, chk.cell)):
+                v = evaluate_check(rep, chk, c)
+                if chk.reference and chk.reference.get("match") == "count":
+                    alt = replace(chk, reference={**chk.reference, "match": "compute"})
+                    v.compute = evaluate_check(rep, alt, c)
+                    if v.compute.verdict == "not run":
+                        v.compute.command = not_run_command(rep, alt, results_hint, _setting(c.first))
+                if v.verdict == "not run":
+                    v.command = not_run_command(rep, chk, results_hint, _setting(c.first))
+                rows.append(v)
+            rows = _collapse_not_run(rows)
+            if not rows:
+                v = Verdict(chk, "not run", reference=_ref_label(chk.reference) if chk.reference else "")
+                v.cell = _spec_label(chk.cell)
+                v.setting = "any"
+                v.missing = [f"{v.cell} in every setting"]
+                v.command = not_run_command(rep, chk, results_hint, None)
+                rows = [v]
+            rows_claim.extend(rows)
+        out.extend(_merge_same(rows_claim))
+    return out
+
+
+def _collapse_not_run(rows: list[Verdict]) -> list[Verdict]:
+    """One `not run` row per setting (its cells named together)."""
+    out: list[Verdict] = []
+    seen: dict[str, Verdict] = {}
+    for v in rows:
+        if v.verdict != "not run":
+            out.append(v)
+            continue
+        if v.setting in seen:
+            first = seen[v.setting]
+            first.cell += f"; {v.cell}"
+            first.missing += [m for m in v.missing if m not in first.missing]
+            continue
+        seen[v.setting] = v
+        out.append(v)
+    return out
+
+
+def _merge_same(rows: list[Verdict]) -> list[Verdict]:
+    """CPU-scale rows of one claim on the same runs and reference: one row, both check ids."""
+    out: list[Verdict] = []
+    seen: dict[tuple, Verdict] = {}
+    for v in rows:
+        key = (v.setting, v.cell, v.reference, v.metric, tuple(v.run_ids), v.verdict)
+        if v.cpu_scale and v.run_ids and key in seen:
+            seen[key].also.append(v.check.id)
+            continue
+        seen[key] = v
+        out.append(v)
+    return out
+
+
+def _spec_label(spec: dict[str, Any]) -> str:
+    out = spec["method"]
+    if "ratio" in spec:
+        out += f" r={float(spec['ratio']) / 100:g}"
+    extra = [f"{k}={v}" for k, v in sorted((spec.get("selection_params") or {}).items())]
+    extra += [f"{k}={v}" for k, v in sorted((spec.get("allocation_params") or {}).items())]
+    if "weight_mode" in spec:
+        extra.append(f"weights={spec['weight_mode']}")
+    if "world_size" in spec:
+        extra.append(f"{spec['world_size']} workers")
+    return out + (f" ({', '.join(extra)})" if extra else "")
+
+
+# ----------------------------------------------------------------------------- "not run" commands
+
+
+def _overrides(spec: dict[str, Any]) -> list[str]:
+    m = spec["method"]
+    out = [f"selection.method={m}"]
+    if m == "cluster":
+        out.append(f"selection.params.ratio={spec.get('ratio', 50):g}")
+        out.append(f"allocation.method={spec.get('allocator', 'cluster-interleave')}")
+        out.append(f"allocation.weight_mode={spec.get('weight_mode', 'rank')}")
+    for k, v in sorted((spec.get("selection_params") or {}).items()):
+        out.append(f"selection.params.{k}={v}")
+    for k, v in sorted((spec.get("allocation_params") or {}).items()):
+        out.append(f"allocation.params.{k}={v}")
+    return out
+
+
+def _base_for(
+    rep: Report, chk: Check, setting: tuple[str, str, int] | None
+) -> tuple[str, list[int], int, bool]:
+    """(base config, seeds, world size, paper scale) for the missing runs: the store's runs of
+    `setting`, else of the paper's setting when it has some, else of its first setting; the
+    shipped demo config when the store is empty."""
+    from repro.core.config import SHIPPED_CONFIGS
+
+    runs = [r for c in rep.cells for r in c.runs]
+    ps = chk.paper_setting
+    if setting is not None:
+        pick = [r for r in runs if (r.dataset, r.model) == setting[:2]]
+    else:
+        pick = [r for r in runs if ps and (r.dataset, r.model) == (ps["dataset"], ps["model"])] or runs
+    if not pick:
+        return "configs/demo.yaml", [0], int(chk.cell.get("world_size", 4)), False
+    first = pick[0]
+    same = [r for r in pick if (r.dataset, r.model) == (first.dataset, first.model)]
+    name = first.name
+    base = f"configs/{name}.yaml" if name and (SHIPPED_CONFIGS / f"{name}.yaml").is_file() else "CONFIG.yaml"
+    ws = int(chk.cell.get("world_size", setting[2] if setting else first.world_size or 4))
+    paper = bool(ps) and (first.dataset, first.model) == (ps["dataset"], ps["model"])  # type: ignore[index]
+    return base, sorted({r.seed for r in same}), ws, paper
+
+
+def not_run_command(rep: Report, chk: Check, results: str, setting: tuple[str, str, int] | None) -> str:
+    """A run-list snippet that runs the check's cell and reference at `setting` (or the store's
+    first) with its seeds, and the command that runs it (runs already done are skipped: the
+    same config is the same run folder). At the paper's scale, the paper grid to launch too."""
+    base, seeds, ws, paper = _base_for(rep, chk, setting)
+    lines = [f"base: {Path(base).name}", "runs:"]
+    for s in seeds:
+        extra = [f"seed={s}", f"world_size={ws}"]
+        cell_label = f"{chk.claim}-{chk.id}-cell-s{s}".lower()
+        lines += [f"  - label: {cell_label}", f"    overrides: [{', '.join(extra + _overrides(chk.cell))}]"]
+        ref = chk.reference
+        if ref is None:
+            continue
+        ref_label = f"{chk.claim}-{chk.id}-ref-s{s}".lower()
+        if ref["method"] == "full":
+            lines += [
+                f"  - label: {ref_label}",
+                f"    overrides: [{', '.join(extra + ['selection.method=full'])}]",
+            ]
+        elif ref.get("match") == "count":
+            lines += [
+                f"  - label: {ref_label}",
+                f"    match_kept_count_of: {cell_label}",
+                f"    overrides: [{', '.join(extra + ['selection.method=' + ref['method']])}]",
+            ]
+        elif ref.get("match") == "compute":
+            lines += [
+                f"  - label: {ref_label}",
+                f"    match_compute_of: {cell_label}   # issue 23 item 4",
+                f"    overrides: [{', '.join(extra + ['selection.method=' + ref['method']])}]",
+            ]
+        else:
+            spec = {**chk.cell, **{k: v for k, v in ref.items() if k != "match"}}
+            spec["selection_params"] = {
+                **(chk.cell.get("selection_params") or {}),
+                **(ref.get("selection_params") or {}),
+            }
+            lines += [f"  - label: {ref_label}", f"    overrides: [{', '.join(extra + _overrides(spec))}]"]
+    snippet = "\n".join(lines)
+    cmd = f"cluster-repro grid missing.yaml --base {base} output_dir={results}"
+    if paper:
+        cmd += (
+            "\n# at the paper's scale, on SLURM: cluster-repro launch configs/grids/paper.yaml "
+            "--profile PROFILE (full, CluSTER r = 1.0/0.75/0.5 at 4 and 8 GPUs); the ablations and "
+            "baselines: configs/grids/paper-baselines.yaml"
+        )
+    return f"{cmd}\n# missing.yaml:\n{snippet}"
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def _fmt_est(e: Estimate | None, digits: int) -> str:
+    if e is None:
+        return "—"
+    s = f"{e.value:+.{digits}f}"
+    if e.lo is None or e.hi is None:
+        return s + f" (no interval, n={e.n})"
+    return f"{s} [{e.lo:+.{digits}f}, {e.hi:+.{digits}f}] ({e.n} {e.unit})"
+
+
+def _digits(v: Verdict) -> int:
+    return 3 if "loss" in v.metric or "ratio" in v.metric else 1
+
+
+def claims_table(verdicts: list[Verdict], claims: list[Claim], plan_notes: list[str] = ()) -> Table:
+    """One row per check and setting: the verdict and what it rests on."""
+    by_id = {c.id: c for c in claims}
+    cols = [
+        Column("claim"),
+        Column("check"),
+        Column("verdict"),
+        Column("paper"),
+        Column("setting"),
+        Column("cell"),
+        Column("reference"),
+        Column("metric"),
+        Column("estimate [95% CI]"),
+        Column("threshold"),
+        Column("vs random at equal compute"),
+        Column("scale"),
+        Column("protocol"),
+        Column("runs"),
+        Column("note"),
+    ]
+    rows = []
+    for v in verdicts:
+        c = by_id[v.check.claim]
+        note = [v.note] if v.note else []
+        if v.cpu_scale and v.verdict != "not run":
+            note.insert(0, CPU_NOTE)
+        if v.missing:
+            note.append("missing: " + "; ".join(v.missing))
+        if v.command:
+            note.append("run: " + v.command.splitlines()[0] + " (snippet below)")
+        thr = (
+            ""
+            if v.threshold is None
+            else f"{v.side} {v.threshold:+.3g}"
+            if v.side == ">"
+            else f"{v.side} {v.threshold:.3g}"
+        )
+        comp = ""
+        if v.compute is not None:
+            k = v.compute
+            comp = k.verdict if k.estimate is None else f"{k.verdict}: {_fmt_est(k.estimate, _digits(k))}"
+            if k.command:
+                comp += " (command below)"
+        rows.append(
+            [
+                f"{c.id} {c.title}",
+                " = ".join([v.check.id, *v.also]),
+                v.verdict,
+                v.check.paper_value,
+                v.setting,
+                v.cell,
+                v.reference,
+                v.metric,
+                _fmt_est(v.estimate, _digits(v)),
+                thr,
+                comp,
+                v.scale,
+                v.protocol,
+                ", ".join(v.run_ids),
+                "; ".join(note),
+            ]
+        )
+    notes = [
+        "consistent / not reproduced: the 95% bootstrap interval (over seeds, and over items where "
+        "both runs have per-item scores) lies wholly on the claim's / the other side of the "
+        "threshold; inconclusive: it spans the threshold, or there is none (one seed); not run: "
+        "the store lacks the cells named. docs/claims.md.",
+        "Quality differences are signed so that positive is better for the cell (held-out loss: "
+        "reference minus cell). A CPU-scale verdict is evidence about the mechanism, not the "
+        "paper's 7B result.",
+    ]
+    notes += list(plan_notes)
+    return Table("claims", "The paper's claims checked against our runs", cols, rows, notes=notes)
+
+
+# The plan's own estimate beside the paper's number (docs/slurm.md: the paper grid's dry run with
+# the example profile, A100-80GB, MFU 0.14), stated from the docs: reports/ does not import the
+# launcher (layers), and the dry run is a command of its own.
+PLAN_NOTES = (
+    "Plan vs paper (C2): the paper grid's dry run (`cluster-repro launch configs/grids/paper.yaml "
+    "--profile configs/clusters/example.yaml --dry-run`, A100-80GB, MFU 0.14) plans 19.3 GPU-h, "
+    "4.8 h wall on 4 GPUs, for full data on Magicoder + CodeLlama-Python-7B; the paper reports "
+    "1.13 h (docs/slurm.md). They disagree by 4.2x: the paper's runs reached a higher MFU or "
+    "shorter examples than the plan assumes.",
+)
+
+
+# ----------------------------------------------------------------------------- the whole output
+
+
+def snippets_md(verdicts: list[Verdict]) -> list[str]:
+    """The commands of the `not run` rows (and of random at equal compute), one block each."""
+    out = []
+    for v in verdicts:
+        for w, what in ((v, ""), (v.compute, " against random at equal compute")):
+            if w is not None and w.command:
+                where = f"{w.cell or 'no such cell'}; {w.setting or 'any setting'}"
+                head = f"**{v.check.name}**{what} ({where}): not run"
+                out += [head, "", "```", w.command, "```", ""]
+    return out
+
+
+def compact_markdown(verdicts: list[Verdict]) -> str:
+    """A narrow table of the verdicts (what `cluster-repro demo` prints): check, verdict, cell vs
+    reference, estimate against threshold; the full table (runs, scale, protocol, commands) is
+    `cluster-repro claims`'s."""
+    lines = [
+        "| check | verdict | cell vs reference | metric | estimate [95% CI] | threshold |",
+        "|---|---|---|---|---|---|",
+    ]
+    for v in verdicts:
+        thr = "" if v.threshold is None else f"{v.side} {v.threshold:.3g}"
+        ref = f" vs {v.reference}" if v.reference else ""
+        where = f" ({v.setting.split(' · ')[-1]})" if v.setting and v.setting != "any" else ""
+        verdict = v.verdict + (" (CPU scale)" if v.cpu_scale and v.verdict != "not run" else "")
+        name = " = ".join([v.check.name, *v.also])
+        lines.append(
+            f"| {name} | {verdict} | {v.cell}{ref}{where} | {v.metric or '—'} | "
+            f"{_fmt_est(v.estimate, _digits(v))} | {thr} |"
+        )
+    return "\n".join(lines)
+
+
+def verdict_counts(verdicts: list[Verdict]) -> dict[str, int]:
+    return {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
+
+
+def verdicts_json(verdicts: list[Verdict]) -> str:
+    """Machine-readable verdicts (claims.json)."""
+    rows = []
+    for v in verdicts:
+        e = v.estimate
+        rows.append(
+            {
+                "check": v.check.name,
+                "verdict": v.verdict,
+                "setting": v.setting,
+                "cell": v.cell,
+                "reference": v.reference,
+                "metric": v.metric,
+                "value": None if e is None else e.value,
+                "lo": None if e is None else e.lo,
+                "hi": None if e is None else e.hi,
+                "threshold": v.threshold,
+                "run_ids": v.run_ids,
+                "cpu_scale": v.cpu_scale,
+                "missing": v.missing,
+                "command": v.command,
+            }
+        )
+    return json.dumps(rows, indent=1, sort_keys=True) + "\n"
+
+
+__all__ = [
+    "CLAIMS_FILE",
+    "VERDICTS",
+    "Check",
+    "Claim",
+    "ClaimsFileError",
+    "Verdict",
+    "claims_table",
+    "evaluate",
+    "load_claims",
+    "verdict_counts",
+]
