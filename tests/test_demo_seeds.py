@@ -25,14 +25,16 @@ def test_the_seed_ablation_runs_full_cluster_and_matched_random_over_three_seeds
     runs = run_configs(rl)
     by_seed: dict[int, dict[str, tuple]] = {}
     for spec, cfg in runs:
-        by_seed.setdefault(cfg.seed, {})[cfg.selection.method] = (spec, cfg)
+        kind = cfg.selection.method + ("-compute" if spec.match_compute_of else "")
+        by_seed.setdefault(cfg.seed, {})[kind] = (spec, cfg)
     assert sorted(by_seed) == [0, 1, 2]
     for methods in by_seed.values():
-        assert sorted(methods) == ["cluster", "full", "random"]
+        assert sorted(methods) == ["cluster", "full", "random", "random-compute"]
         cspec, ccfg = methods["cluster"]
         assert ccfg.selection.params == {"ratio": 50}
         assert (ccfg.allocation.method, ccfg.allocation.weight_mode) == ("cluster-interleave", "rank")
         assert methods["random"][0].match_kept_count_of == cspec.label  # the same seed's CluSTER
+        assert methods["random-compute"][0].match_compute_of == cspec.label  # ... at its compute
         for _, c in methods.values():  # the skewed pool: 5% .. 30% per category
             assert (c.data.demo_min_share, c.data.demo_max_share) == (0.05, 0.30)
 
@@ -40,13 +42,18 @@ def test_the_seed_ablation_runs_full_cluster_and_matched_random_over_three_seeds
 def test_quick_seed_ablation_prints_per_category_loss_and_intervals(tmp_path: Path, capsys) -> None:
     from repro.cli import main
 
-    # The shipped list with seeds 0 and 1 and without full data (four runs, kept to about a minute).
+    # The shipped list with seeds 0 and 1 and without full data (four runs, kept to about a minute),
+    # and random at CluSTER's compute for seed 0 (a run matched in compute, end to end).
     data = yaml.safe_load(SEEDS.read_text())
     data["base"] = str((CONFIGS / "demo-quick.yaml").resolve())
     data["runs"] = [
-        r for r in data["runs"] if r["label"].startswith(("cluster", "random")) and "s2" not in r["label"]
+        r
+        for r in data["runs"]
+        if r["label"].startswith(("cluster", "random"))
+        and "s2" not in r["label"]
+        and r["label"] != "random-compute-s1"
     ]
-    assert len(data["runs"]) == 4
+    assert len(data["runs"]) == 5
     runs_file = tmp_path / "two-seeds.yaml"
     runs_file.write_text(yaml.safe_dump(data))
     out_dir = tmp_path / "out"

@@ -356,12 +356,19 @@ def test_compute_matching_errors_name_the_file_the_entry_and_the_key(tmp_path: P
     )
     with pytest.raises(
         ConfigError,
-        match=r"run r: match_compute_of: selector 'full' sets its own kept count .* cannot run at the compute of 'c' \(remove match_compute_of",
+        match=r"run r: match_compute_of: selector 'full' sets its own kept count .* "
+        r"cannot run at the compute of 'c' \(remove match_compute_of",
     ):
         preflight_run_list(load_run_list(_file(tmp_path, own, "o.yaml")))
     g = _file(tmp_path, COMPUTE_GRID.replace("selection.method=random]", "selection.method=full]"), "g3.yaml")
     with pytest.raises(
         ConfigError, match=rf"^{g}: methods\.random-compute\.match_compute_of: selector 'full'"
+    ):
+        load_grid(g)
+    # A selector whose own selection cost is unknown (LESS trains a warm-up model) cannot be either.
+    g = _file(tmp_path, COMPUTE_GRID.replace("selection.method=random]", "selection.method=less]"), "g4.yaml")
+    with pytest.raises(
+        ConfigError, match=rf"^{g}: methods\.random-compute: match_compute_of: selector 'less' declares no"
     ):
         load_grid(g)
     # The per-token cost and the pool's tokens are the reference's: the same model and data.

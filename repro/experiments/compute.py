@@ -8,11 +8,11 @@ in device-seconds (seconds x workers: a job holds all its workers' devices while
 
     target      = (selection_s + train_s) x world_size            of the named run
     per token   = device-seconds per trained token                 (its train_s x world_size / tokens)
-    own         = the matched selector's selection cost            (0 for one that computes no
-                                                                    features, e.g. random; else one
-                                                                    forward pass over the pool at
-                                                                    2/k of the per-token cost,
-                                                                    k = 6, or 4 with LoRA)
+    own         = the matched selector's selection cost            (its class's
+                                                                    planned_selection_passes forward
+                                                                    passes over the pool, at 2/k of
+                                                                    the per-token cost, k = 6, or 4
+                                                                    with LoRA; random: 0)
     kept count  = floor((target - own) / per token / (epochs x mean tokens per pool example))
 
 Costs are **measured** when the named run has trained (its train and select/schedule markers),
@@ -123,18 +123,45 @@ def pool_tokens(ref_cfg: ExperimentConfig, ref_run_dir: Path) -> tuple[float, in
     return _pool_mean_tokens(str(pool), mtime, str(model_dir_of(ref_run_dir)), ref_cfg.data.max_length)
 
 
+def selection_passes(method: str) -> float | None:
+    """The selector's own selection cost in forward passes of the target model over the pool: its
+    class's `planned_selection_passes` (random 0, IFD 2, ...), 1 for a selector with a shareable
+    feature pass (CluSTER's features); None where it declares none (its cost is not known)."""
+    from repro.core.registry import SELECTORS
+
+    cls = SELECTORS.get(method)
+    passes = getattr(cls, "planned_selection_passes", None)
+    if passes is None and callable(getattr(cls, "feature_key", None)):
+        return 1.0
+    return None if passes is None else float(passes)
+
+
+def check_compute_matchable(cfg: ExperimentConfig, where: str) -> None:
+    """ConfigError (prefixed by `where`: the file and the entry) when the selector's own selection
+    cost is unknown, so no count of equal cost can be worked out."""
+    if selection_passes(cfg.selection.method) is None:
+        raise ConfigError(
+            f"{where}: {COMPUTE_KEY}: selector {cfg.selection.method!r} declares no "
+            "planned_selection_passes (its own selection cost, in forward passes over the pool), "
+            "so no kept count of equal cost can be worked out; give its class "
+            "`planned_selection_passes = <passes>` (random: 0, ifd: 2), or match it in count "
+            "(match_kept_count_of)"
+        )
+
+
 def own_selection_device_s(
     cfg: ExperimentConfig, costs: Costs, pool_tokens_total: float
 ) -> tuple[float, str]:
-    """The matched selector's own selection cost (device-seconds) and how it was taken: 0 for a
-    selector that computes no features (random, full, ...), else one forward pass over the pool."""
-    from repro.experiments.sharing import feature_pass
-
-    if feature_pass(cfg) is None:
-        return 0.0, "0: the selector computes no features"
+    """The matched selector's own selection cost (device-seconds) and how it was taken: its
+    forward passes over the pool (selection_passes) at the per-token cost of a forward pass."""
+    passes = selection_passes(cfg.selection.method)
+    if passes is None:
+        check_compute_matchable(cfg, f"selector {cfg.selection.method!r}")
+    if not passes:
+        return 0.0, f"0: selector {cfg.selection.method!r} runs no model"
     return (
-        costs.forward_per_token_device_s * pool_tokens_total,
-        f"one forward pass over the pool ({costs.source}: 2/k of the per-token training cost)",
+        float(passes) * costs.forward_per_token_device_s * pool_tokens_total,
+        f"{passes:g} forward passes over the pool at 2/k of the {costs.source} per-token training cost",
     )
 
 

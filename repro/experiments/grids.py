@@ -354,7 +354,9 @@ def grid_from_mapping(g: dict[str, Any], p: Path, extra: list[str] | tuple[str, 
                     if why:
                         raise ConfigError(f"{p}: methods.{mname}.{match_key[mname]}: {why}")
                     if cell.match_by == "compute":
-                        from repro.experiments.compute import same_inputs_or_error
+                        from repro.experiments.compute import check_compute_matchable, same_inputs_or_error
+
+                        check_compute_matchable(cell.check_config(), f"{p}: methods.{mname}")
 
                         same_inputs_or_error(
                             cell.check_config(),

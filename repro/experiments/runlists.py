@@ -31,6 +31,7 @@ from pathlib import Path
 from repro.core.config import ConfigError, ExperimentConfig, load_config, resolve_config_path
 from repro.experiments.compute import (
     COMPUTE_KEY,
+    check_compute_matchable,
     compute_matched_config,
     compute_reference_of,
     same_inputs_or_error,
@@ -148,6 +149,7 @@ def preflight_run_list(rl: RunList, extra: list[str] = ()) -> dict[str, list]:
         if r.match_compute_of:
             ref = r.match_compute_of
             same_inputs_or_error(cfg, by_label[ref], f"{where}run {r.label}", ref)
+            check_compute_matchable(cfg, f"{where}run {r.label}")
     return require_clean([(f"{where}run {r.label}", cfg) for r, cfg in configs])
 
 
