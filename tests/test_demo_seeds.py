@@ -4,6 +4,7 @@ the per-category held-out loss and the table over seeds (mean, 95% interval, Clu
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -81,8 +82,9 @@ def test_quick_seed_ablation_prints_per_category_loss_and_intervals(tmp_path: Pa
     assert rc == 0
 
     run_dirs = sorted(d for d in out_dir.glob("*/*") if (d / PART_NAME).is_file())
-    assert len(run_dirs) == 4
+    assert len(run_dirs) == 5
     loss = {}  # (method, seed) -> heldout loss
+    by_run: dict[tuple[str, int], dict] = {}  # the same key -> (rows, folder)
     for d in run_dirs:
         rows = {(r["benchmark"], r["metric"]): r for r in read_rows(d / PART_NAME)}
         cat_rows = {b[len("heldout/") :]: r for (b, m), r in rows.items() if b.startswith("heldout/")}
@@ -97,23 +99,63 @@ def test_quick_seed_ablation_prints_per_category_loss_and_intervals(tmp_path: Pa
         overall = float(rows[("heldout", "loss")]["value"])
         assert math.isclose(pooled, overall, rel_tol=1e-6)
         first = next(iter(rows.values()))
-        loss[(first["method"], int(first["seed"]))] = overall
-    assert sorted(loss) == [("cluster", 0), ("cluster", 1), ("random", 0), ("random", 1)]
+        key = (first["method"] + ("-compute" if first["matched"] else ""), int(first["seed"]))
+        loss[key] = overall
+        by_run[key] = {"row": first, "dir": d}
+    assert sorted(loss) == [
+        ("cluster", 0),
+        ("cluster", 1),
+        ("random", 0),
+        ("random", 1),
+        ("random-compute", 0),
+    ]
+
+    # Random at CluSTER's compute (seed 0): its record names the run and the measured costs, its
+    # target is CluSTER's (selection + training) x workers, and the count is that budget over the
+    # per-token cost and the pool's tokens. On the tiny model CluSTER's selection (seconds) dwarfs
+    # its training (about a second), so the budget buys more than the pool: capped at the pool.
+    clus, comp = by_run[("cluster", 0)], by_run[("random-compute", 0)]
+    m = json.loads(comp["row"]["matched"])
+    assert (m["by"], m["of"], m["costs"]) == ("compute", "cluster-r0.5-s0", "measured")
+    assert m["run_id"] == clus["row"]["run_id"]
+    c_row, ws = clus["row"], int(clus["row"]["world_size"])
+    assert math.isclose(
+        m["target_device_s"], (float(c_row["selection_s"]) + float(c_row["train_s"])) * ws, abs_tol=0.02
+    )
+    c_train = read_json(clus["dir"] / "train.json")
+    assert math.isclose(m["per_token_device_s"], c_train["train_s"] * ws / c_train["tokens"], rel_tol=1e-4)
+    assert m["own_selection_device_s"] == 0.0  # random runs no model
+    uncapped = m["target_device_s"] / m["per_token_device_s"] / m["mean_tokens_per_example"]
+    n_pool = int(comp["row"]["n_pool"])
+    assert uncapped > n_pool and m["capped_at_pool"] and m["kept"] == n_pool == int(comp["row"]["n_selected"])
+    # The pool's mean tokens per example is what the trainer counts: 1 epoch of the whole pool.
+    trained = read_json(comp["dir"] / "train.json")["tokens"]
+    assert math.isclose(m["mean_tokens_per_example"] * n_pool, trained, rel_tol=1e-4)
+    assert json.loads(c_row["matched"] or "null") is None  # the others were not matched in compute
 
     assert "Held-out loss per category" in printed
     table = printed[printed.index("Over seeds:") :].splitlines()
     head = next(line for line in table if line.startswith("| score"))
     assert "CluSTER (r = 0.5) (2 seeds)" in head and "Random (r = 0.5) (2 seeds)" in head
     assert "CluSTER (r = 0.5) − random" in head
+    assert f"Random (n = {n_pool}) (1 seeds)" in head  # random at CluSTER's compute: its own column
+    cols = [c.strip() for c in head.strip("| ").split(" | ")]
+    pick = [
+        cols.index(c)
+        for c in ("CluSTER (r = 0.5) (2 seeds)", "Random (r = 0.5) (2 seeds)", "CluSTER (r = 0.5) − random")
+    ]
     body = {line.split(" | ")[0][2:]: line for line in table if line.startswith("| ") and "---" not in line}
     cats = sorted(by_cat)
     assert {"demo overall (%)", "heldout loss", *(f"heldout/{c} loss" for c in cats)} <= set(body)
     interval = re.compile(r"[+-]?\d+\.\d+ \[[+-]?\d+\.\d+, [+-]?\d+\.\d+\]")
     for name in ("heldout loss", *(f"heldout/{c} loss" for c in cats)):
-        cells = body[name].strip("| ").split(" | ")[1:]
-        assert len(cells) == 3 and all(interval.fullmatch(c.split(" (")[0]) for c in cells), body[name]
+        row = [c.strip() for c in body[name].strip("| ").split(" | ")]
+        assert len(row) == len(cols) == 5, body[name]
+        cells = [row[i] for i in pick]
+        assert all(interval.fullmatch(c.split(" (")[0]) for c in cells), body[name]
     # The pooled loss: means over seeds, and CluSTER - random paired on the same seed.
-    cells = body["heldout loss"].strip("| ").split(" | ")[1:]
+    row = [c.strip() for c in body["heldout loss"].strip("| ").split(" | ")]
+    cells = [row[i] for i in pick]
     assert cells[0].startswith(f"{(loss[('cluster', 0)] + loss[('cluster', 1)]) / 2:.3f} [")
     assert cells[1].startswith(f"{(loss[('random', 0)] + loss[('random', 1)]) / 2:.3f} [")
     diff = sum(loss[("cluster", s)] - loss[("random", s)] for s in (0, 1)) / 2
