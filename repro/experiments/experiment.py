@@ -99,10 +99,22 @@ def run_cells_of(data: dict[str, Any], p: Path, extra: list[str] | tuple[str, ..
     and the launcher read them as they read a grid's), the matched run's reference by label."""
     if "set" in data:
         raise ConfigError(f"{p}: set: applies to the grid's cells; for runs, write `overrides`")
+    from repro.contracts import unmatchable
+    from repro.experiments.compute import check_compute_matchable, same_inputs_or_error
+
     rl = run_list_from_mapping({k: data[k] for k in ("base", "overrides", "runs") if k in data}, p)
     cells = []
+    by_label: dict[str, Any] = {}
     for r in rl.runs:
         cfg = load_config(rl.base, [*rl.overrides, *r.overrides, *extra])
+        by_label[r.label] = cfg
+        if r.match_ref:  # what the run list's preflight refuses, refused as cells too
+            why = unmatchable(cfg.selection.method, r.match_ref, r.match_key)
+            if why:
+                raise ConfigError(f"{p}: run {r.label}: {r.match_key}: {why}")
+        if r.match_compute_of:
+            same_inputs_or_error(cfg, by_label[r.match_compute_of], f"{p}: run {r.label}", r.match_compute_of)
+            check_compute_matchable(cfg, f"{p}: run {r.label}")
         axes = {
             "dataset": "+".join(Path(s.path).stem for s in cfg.data.sources),
             "model": cfg.model.name_or_path,
