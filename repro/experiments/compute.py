@@ -39,6 +39,7 @@ from repro.core.io import read_json
 from repro.core.rundir import prior_seconds, stage_marker
 
 COMPUTE_KEY = "match_compute_of"
+_SAID: set[tuple[str, float]] = set()  # the capped notes printed in this process
 
 
 @dataclass
@@ -200,7 +201,8 @@ def at_compute(
     tokens = budget / costs.per_token_device_s
     kept = int(math.floor(tokens / (epochs * mean_tokens)))
     capped = kept > n_pool
-    if capped:
+    if capped and (source, round(target, 3)) not in _SAID:  # once per run, not per lookup
+        _SAID.add((source, round(target, 3)))
         print(
             f"note: {source}: {COMPUTE_KEY} {reference['label']!r}: its cost ({target:,.1f} device-s) "
             f"buys {kept} examples, more than the pool's {n_pool}: capped at the whole pool",
