@@ -45,6 +45,10 @@ class CCSSelector(Parameterized):
     n_strata: equal-width score strata (50).
     """
 
+    # match_compute_of's planned own selection cost, in forward passes over the pool
+    # (repro/experiments/compute.py): one scoring forward pass per example.
+    planned_selection_passes = 1.0
+
     @dataclass
     class Params:
         score: Literal["el2n", "loss"] = param("el2n", help="the difficulty score stratified over")

@@ -45,6 +45,10 @@ class DedupExactSelector(Parameterized):
     fields: what must match: both (default), prompt, or response.
     """
 
+    # match_compute_of's planned own selection cost, in forward passes over the pool
+    # (repro/experiments/compute.py): no model: text hashing on the CPU.
+    planned_selection_passes = 0.0
+
     @dataclass
     class Params:
         fields: Literal["both", "prompt", "response"] = param("both", help="which text must match exactly")

@@ -39,6 +39,10 @@ class DedupMinHashSelector(Parameterized):
     estimate). minhash_seed: the permutations' seed (fixed, so a pool always dedups the same way).
     """
 
+    # match_compute_of's planned own selection cost, in forward passes over the pool
+    # (repro/experiments/compute.py): no model: MinHash on the CPU.
+    planned_selection_passes = 0.0
+
     @dataclass
     class Params:
         threshold: float = param(

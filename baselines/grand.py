@@ -52,6 +52,10 @@ def lora_gradient_norms(model, items: list[dict], pad_token_id: int, batch_size:
 class GrandSelector(Parameterized):
     """Keep the `budget` examples with the largest per-example LoRA gradient norm."""
 
+    # match_compute_of's planned own selection cost, in forward passes over the pool
+    # (repro/experiments/compute.py): a forward and a backward pass per example (about 3 forward passes).
+    planned_selection_passes = 3.0
+
     @dataclass
     class Params:
         n_inits: int = param(1, lo=1, help="LoRA initializations the gradient norms are averaged over")

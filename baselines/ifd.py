@@ -72,6 +72,10 @@ def ifd_order(ifd: np.ndarray) -> np.ndarray:
 class IFDSelector(Parameterized):
     """Keep the `budget` examples with the highest Instruction-Following Difficulty below 1."""
 
+    # match_compute_of's planned own selection cost, in forward passes over the pool
+    # (repro/experiments/compute.py): two forward passes of the target model per example.
+    planned_selection_passes = 2.0
+
     @dataclass
     class Params:
         batch_size: int = param(8, lo=1, help="examples per forward pass")

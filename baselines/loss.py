@@ -23,6 +23,10 @@ from repro.core.types import Pool, Selection
 class LossSelector(Parameterized):
     """Keep the `budget` examples with the highest target-model loss (or EL2N)."""
 
+    # match_compute_of's planned own selection cost, in forward passes over the pool
+    # (repro/experiments/compute.py): one forward pass of the target model per example.
+    planned_selection_passes = 1.0
+
     @dataclass
     class Params:
         score: Literal["loss", "el2n"] = param("loss", help="the response's mean loss, or EL2N")

@@ -25,6 +25,10 @@ from repro.core.types import Pool, Selection
 class PerplexitySelector(Parameterized):
     """Keep `budget` examples by whole-text perplexity under the target model (top/middle/bottom)."""
 
+    # match_compute_of's planned own selection cost, in forward passes over the pool
+    # (repro/experiments/compute.py): one forward pass of the target model per example.
+    planned_selection_passes = 1.0
+
     @dataclass
     class Params:
         keep: Literal[KEEP_MODES] = param("top", help="which scores to keep: top, bottom, middle")  # type: ignore[valid-type]

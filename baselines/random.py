@@ -20,6 +20,10 @@ class RandomSelector(Parameterized):
     The kept ids stay in pool order; the allocator shuffles.
     """
 
+    # match_compute_of's planned own selection cost, in forward passes over the pool
+    # (repro/experiments/compute.py): no model: a seeded draw.
+    planned_selection_passes = 0.0
+
     meets_budget = True  # exactly the budget (repro/contracts.py checks it)
 
     @dataclass

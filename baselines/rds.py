@@ -67,6 +67,10 @@ class RDSSelector(Parameterized):
     (auto), query_n (256 per set), pooling (mean; weighted), aggregate (max; mean), batch_size.
     """
 
+    # match_compute_of's planned own selection cost, in forward passes over the pool
+    # (repro/experiments/compute.py): one embedding forward pass per pool example (the queries left out).
+    planned_selection_passes = 1.0
+
     @dataclass
     class Params:
         query: str | list[str] = param(

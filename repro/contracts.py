@@ -101,13 +101,16 @@ def takes_budget(method: str) -> bool:
     return bool(getattr(SELECTORS.get(method), "takes_budget", True))
 
 
-def unmatchable(method: str, ref: str) -> str | None:
-    """Why a run of selector `method` cannot take the kept count of `ref` (None: it can)."""
+def unmatchable(method: str, ref: str, key: str = "match_kept_count_of") -> str | None:
+    """Why a run of selector `method` cannot take the kept count (`key` match_kept_count_of) or the
+    compute (match_compute_of) of `ref` (None: it can)."""
     if takes_budget(method):
         return None
+    what = "compute" if key == "match_compute_of" else "kept count"
+    hint = MATCH_HINT if key == "match_kept_count_of" else MATCH_HINT.replace("match_kept_count_of", key)
     return (
         f"selector {method!r} sets its own kept count (it takes no selection.n), so it cannot "
-        f"run at the kept count of {ref!r} ({MATCH_HINT})"
+        f"run at the {what} of {ref!r} ({hint})"
     )
 
 

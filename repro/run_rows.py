@@ -126,6 +126,8 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         "kept_fraction": sel["kept_fraction"],
         "n_selected": sel["n_selected"],
         "n_pool": sel["n_pool"],
+        # match_compute_of's record (repro/experiments/compute.py): to which run, measured or planned
+        "matched": cfg.selection.matched,
         "model": cfg.model.name_or_path,
         "dataset": "+".join(Path(s.path).stem for s in cfg.data.sources),
         "world_size": cfg.world_size,

@@ -288,29 +288,37 @@ class CellJob(_Requeueable):
         shared_dir: str | None,
         state_dir: str | None,
         timeout_s: float,
+        match_by: str = "kept_count",
+        match_label: str | None = None,
     ) -> None:
         self.cell_id = cell_id
         self.config = config
         self.match_config = match_config  # the matched cell's config (its kept count sets ours)
+        self.match_by = match_by  # or "compute": its measured cost sets ours
+        self.match_label = match_label  # what the compute match's record calls it
         self.shared_dir = shared_dir
         self.state_dir = state_dir
         self.timeout_s = timeout_s
 
     def resolve(self):  # -> ExperimentConfig
-        """The cell's config; a matched cell's at the kept count of the cell it matches
-        (repro/experiments/matching.py), which must have selected by now."""
+        """The cell's config; a matched cell's at the kept count (or the measured compute) of the
+        cell it matches (repro/experiments/matching.py, compute.py), which must have selected (or
+        trained) by now."""
         from repro.core.config import from_dict
-        from repro.experiments.matching import matched_config
+        from repro.experiments.matching import resolve_match
 
         cfg = from_dict(self.config, source=f"cell {self.cell_id}")
         if self.match_config is None:
             return cfg
         ref = from_dict(self.match_config, source=f"cell {self.cell_id} (matched)")
-        matched = matched_config(cfg, ref.run_dir(), f"cell {self.cell_id}")
+        by = getattr(self, "match_by", "kept_count")  # a job pickled before compute matching
+        label = getattr(self, "match_label", None) or ref.name
+        matched = resolve_match(cfg, by, ref, ref.run_dir(), label, f"cell {self.cell_id}")
         if matched is None:
             raise RuntimeError(
-                f"cell {self.cell_id}: the cell it matches has no selection yet "
-                f"(in {ref.run_dir()}); its job must finish first"
+                f"cell {self.cell_id}: the cell it matches has no "
+                + ("training costs" if by == "compute" else "selection")
+                + f" yet (in {ref.run_dir()}); its job must finish first"
             )
         return matched
 

@@ -29,7 +29,7 @@ from repro.core.io import atomic_write_json, read_json
 from repro.core.log import get_logger, progress_bar
 from repro.experiments.experiment import load_experiment
 from repro.experiments.grids import Cell, Grid, select_cells
-from repro.experiments.matching import matched_config
+from repro.experiments.matching import resolve_match
 from slurm.jobs import CellJob, FeatureShardJob, FeaturesJob
 from slurm.profile import ClusterProfile
 
@@ -86,10 +86,20 @@ def load_context(
 
 
 def cell_config(cell: Cell, by_id: dict[str, Cell]) -> ExperimentConfig | None:
-    """The final config, or None for a matched cell whose reference has not selected yet."""
+    """The final config, or None for a matched cell whose reference has not selected yet (or,
+    matched in compute, not trained yet)."""
     if cell.match_of is None:
         return cell.config()
-    return matched_config(cell.check_config(), by_id[cell.match_of].config().run_dir(), f"cell {cell.id}")
+    ref = by_id[cell.match_of]
+    ref_cfg = ref.config()
+    return resolve_match(
+        cell.check_config(),
+        cell.match_by,
+        ref_cfg,
+        ref_cfg.run_dir(),
+        str(ref.axes.get("label") or ref.id),
+        f"cell {cell.id}",
+    )
 
 
 def has_marker(cell: Cell, by_id: dict[str, Cell], stage: str) -> bool:
@@ -315,7 +325,17 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
     for c in todo:
         after = feature_of.get(c.id)
         match_cfg = None
-        if c.match_of:
+        if c.match_of and c.match_by == "compute":  # waits for its reference's training
+            ref = ctx.by_id[c.match_of]
+            match_cfg = ref.config().to_dict()
+            if not has_marker(ref, ctx.by_id, "train"):
+                after = ref.id if (ref in todo or ref.id in active) else None
+                if after is None:
+                    raise ConfigError(
+                        f"cell {c.id} takes the compute of {ref.id}, which has not trained and "
+                        "is not part of this launch; drop --only filters that leave it out"
+                    )
+        elif c.match_of:
             ref = ctx.by_id[c.match_of]
             match_cfg = ref.config().to_dict()
             if not has_marker(ref, ctx.by_id, "select"):
@@ -336,7 +356,16 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
                 "cell",
                 c.id,
                 c.axes["world_size"],
-                CellJob(c.id, data, match_cfg, shared, state_dir, timeout_s),
+                CellJob(
+                    c.id,
+                    data,
+                    match_cfg,
+                    shared,
+                    state_dir,
+                    timeout_s,
+                    c.match_by,
+                    str(ctx.by_id[c.match_of].axes.get("label") or c.match_of) if c.match_of else None,
+                ),
                 after=after,
                 cells=[c.id],
             )

@@ -14,7 +14,11 @@ a selector with a `planned_kept_fraction(params, grid_estimate)` what that says 
 grid `estimate`'s `cluster_kept_at_r100`, the paper's 79% at r = 1.0, times the ratio; Uniform,
 by name or as `variant: uniform`: 1.5, an upper bound, since the soft cap keeps every cluster under
 1.5 N/K); a matched
-method the kept share of the cell it matches; `selection.fraction` / `selection.n` as given.
+method the kept share of the cell it matches; `selection.fraction` / `selection.n` as given. A
+method matched in compute (`match_compute_of`, repro/experiments/compute.py) the count its
+reference's measured costs give where that cell has trained, else the count of equal planned cost:
+the reference's planned training plus its feature pass (clustering itself is not modelled), less
+the method's own feature pass, over the planned cost per token.
 Evaluation, model loading and checkpoint writes are not counted. Cells without those numbers get
 no estimate ("n/a"), never a made-up one.
 """
@@ -87,12 +91,52 @@ def kept_fraction(
     return None, f"{sel.get('method')}: sets its own budget"
 
 
+def compute_match(
+    cell: Cell, cells: dict[str, Cell], grid_estimate: dict[str, Any], profile: ClusterProfile
+) -> tuple[Any, str]:
+    """The config a compute-matched cell would run with (selection.n set, `selection.matched` its
+    record) and a note: from its reference's measured costs where that cell has trained, else
+    from planned ones; (None, why) where neither is known."""
+    from repro.experiments.compute import Costs, at_compute, compute_matched_config, planned_per_token_s
+
+    ref = cells[cell.match_of or ""]
+    label = str(ref.axes.get("label") or ref.axes.get("method") or ref.id)
+    cfg = cell.check_config()
+    try:
+        ref_cfg = ref.config()
+    except Exception:  # noqa: BLE001 - a reference that is itself matched: no plan for it
+        return None, f"compute of {label}: unknown (it is matched itself)"
+    measured = compute_matched_config(cfg, ref_cfg, ref_cfg.run_dir(), label, f"cell {cell.id}")
+    if measured is not None:
+        return measured, f"compute of {label} (measured): n={measured.selection.n}"
+    n_pool = _pool_rows(ref, ref_cfg)
+    tpe, pb = ref.estimate.get("tokens_per_example"), ref.estimate.get("params_b")
+    ref_est = estimate_cell(ref, cells, grid_estimate, profile)
+    if n_pool is None or tpe is None or pb is None or ref_est.gpu_hours is None:
+        return None, f"compute of {label}: n/a (no rows, tokens_per_example or params_b)"
+    per_token = planned_per_token_s(ref_cfg, float(pb), profile.gpu.peak_tflops, profile.gpu.mfu_used)
+    forward = 2.0 * float(pb) * 1e9 / (profile.gpu.peak_tflops * 1e12 * profile.gpu.mfu_used)
+    ref_features = 0.0
+    if ref.feature_pass() is not None:
+        ref_features = (estimate_features(ref, profile, 1).gpu_hours or 0.0) * 3600
+    costs = Costs("planned", ref_features, ref_est.gpu_hours * 3600, per_token, forward)
+    ref_id = {"label": label, "run_id": f"{ref_cfg.name}-{ref_cfg.hash()}"}
+    matched = at_compute(cfg, costs, float(tpe), n_pool, ref_id, f"cell {cell.id}")
+    return matched, f"compute of {label} (planned): n={matched.selection.n}"
+
+
 def estimate_cell(
     cell: Cell, cells: dict[str, Cell], grid_estimate: dict[str, Any], profile: ClusterProfile
 ) -> Estimate:
     cfg = cell.check_config()
     n_pool = _pool_rows(cell, cfg)
-    frac, note = kept_fraction(cell, cells, grid_estimate, n_pool)
+    if cell.match_of is not None and cell.match_by == "compute":
+        matched, note = compute_match(cell, cells, grid_estimate, profile)
+        frac = None
+        if matched is not None:
+            frac = matched.selection.n / matched.selection.matched["n_pool"]
+    else:
+        frac, note = kept_fraction(cell, cells, grid_estimate, n_pool)
     tpe, pb = cell.estimate.get("tokens_per_example"), cell.estimate.get("params_b")
     if n_pool is None or frac is None or tpe is None or pb is None:
         return Estimate(n_pool, frac, None, None, None, note or "n/a")

@@ -4,6 +4,7 @@ the per-category held-out loss and the table over seeds (mean, 95% interval, Clu
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -25,14 +26,16 @@ def test_the_seed_ablation_runs_full_cluster_and_matched_random_over_three_seeds
     runs = run_configs(rl)
     by_seed: dict[int, dict[str, tuple]] = {}
     for spec, cfg in runs:
-        by_seed.setdefault(cfg.seed, {})[cfg.selection.method] = (spec, cfg)
+        kind = cfg.selection.method + ("-compute" if spec.match_compute_of else "")
+        by_seed.setdefault(cfg.seed, {})[kind] = (spec, cfg)
     assert sorted(by_seed) == [0, 1, 2]
     for methods in by_seed.values():
-        assert sorted(methods) == ["cluster", "full", "random"]
+        assert sorted(methods) == ["cluster", "full", "random", "random-compute"]
         cspec, ccfg = methods["cluster"]
         assert ccfg.selection.params == {"ratio": 50}
         assert (ccfg.allocation.method, ccfg.allocation.weight_mode) == ("cluster-interleave", "rank")
         assert methods["random"][0].match_kept_count_of == cspec.label  # the same seed's CluSTER
+        assert methods["random-compute"][0].match_compute_of == cspec.label  # ... at its compute
         for _, c in methods.values():  # the skewed pool: 5% .. 30% per category
             assert (c.data.demo_min_share, c.data.demo_max_share) == (0.05, 0.30)
 
@@ -40,13 +43,18 @@ def test_the_seed_ablation_runs_full_cluster_and_matched_random_over_three_seeds
 def test_quick_seed_ablation_prints_per_category_loss_and_intervals(tmp_path: Path, capsys) -> None:
     from repro.cli import main
 
-    # The shipped list with seeds 0 and 1 and without full data (four runs, kept to about a minute).
+    # The shipped list with seeds 0 and 1 and without full data (four runs, kept to about a minute),
+    # and random at CluSTER's compute for seed 0 (a run matched in compute, end to end).
     data = yaml.safe_load(SEEDS.read_text())
     data["base"] = str((CONFIGS / "demo-quick.yaml").resolve())
     data["runs"] = [
-        r for r in data["runs"] if r["label"].startswith(("cluster", "random")) and "s2" not in r["label"]
+        r
+        for r in data["runs"]
+        if r["label"].startswith(("cluster", "random"))
+        and "s2" not in r["label"]
+        and r["label"] != "random-compute-s1"
     ]
-    assert len(data["runs"]) == 4
+    assert len(data["runs"]) == 5
     runs_file = tmp_path / "two-seeds.yaml"
     runs_file.write_text(yaml.safe_dump(data))
     out_dir = tmp_path / "out"
@@ -74,8 +82,9 @@ def test_quick_seed_ablation_prints_per_category_loss_and_intervals(tmp_path: Pa
     assert rc == 0
 
     run_dirs = sorted(d for d in out_dir.glob("*/*") if (d / PART_NAME).is_file())
-    assert len(run_dirs) == 4
+    assert len(run_dirs) == 5
     loss = {}  # (method, seed) -> heldout loss
+    by_run: dict[tuple[str, int], dict] = {}  # the same key -> (rows, folder)
     for d in run_dirs:
         rows = {(r["benchmark"], r["metric"]): r for r in read_rows(d / PART_NAME)}
         cat_rows = {b[len("heldout/") :]: r for (b, m), r in rows.items() if b.startswith("heldout/")}
@@ -90,23 +99,63 @@ def test_quick_seed_ablation_prints_per_category_loss_and_intervals(tmp_path: Pa
         overall = float(rows[("heldout", "loss")]["value"])
         assert math.isclose(pooled, overall, rel_tol=1e-6)
         first = next(iter(rows.values()))
-        loss[(first["method"], int(first["seed"]))] = overall
-    assert sorted(loss) == [("cluster", 0), ("cluster", 1), ("random", 0), ("random", 1)]
+        key = (first["method"] + ("-compute" if first["matched"] else ""), int(first["seed"]))
+        loss[key] = overall
+        by_run[key] = {"row": first, "dir": d}
+    assert sorted(loss) == [
+        ("cluster", 0),
+        ("cluster", 1),
+        ("random", 0),
+        ("random", 1),
+        ("random-compute", 0),
+    ]
+
+    # Random at CluSTER's compute (seed 0): its record names the run and the measured costs, its
+    # target is CluSTER's (selection + training) x workers, and the count is that budget over the
+    # per-token cost and the pool's tokens. On the tiny model CluSTER's selection (seconds) dwarfs
+    # its training (about a second), so the budget buys more than the pool: capped at the pool.
+    clus, comp = by_run[("cluster", 0)], by_run[("random-compute", 0)]
+    m = json.loads(comp["row"]["matched"])
+    assert (m["by"], m["of"], m["costs"]) == ("compute", "cluster-r0.5-s0", "measured")
+    assert m["run_id"] == clus["row"]["run_id"]
+    c_row, ws = clus["row"], int(clus["row"]["world_size"])
+    assert math.isclose(
+        m["target_device_s"], (float(c_row["selection_s"]) + float(c_row["train_s"])) * ws, abs_tol=0.02
+    )
+    c_train = read_json(clus["dir"] / "train.json")
+    assert math.isclose(m["per_token_device_s"], c_train["train_s"] * ws / c_train["tokens"], rel_tol=1e-4)
+    assert m["own_selection_device_s"] == 0.0  # random runs no model
+    uncapped = m["target_device_s"] / m["per_token_device_s"] / m["mean_tokens_per_example"]
+    n_pool = int(comp["row"]["n_pool"])
+    assert uncapped > n_pool and m["capped_at_pool"] and m["kept"] == n_pool == int(comp["row"]["n_selected"])
+    # The pool's mean tokens per example is what the trainer counts: 1 epoch of the whole pool.
+    trained = read_json(comp["dir"] / "train.json")["tokens"]
+    assert math.isclose(m["mean_tokens_per_example"] * n_pool, trained, rel_tol=1e-4)
+    assert json.loads(c_row["matched"] or "null") is None  # the others were not matched in compute
 
     assert "Held-out loss per category" in printed
     table = printed[printed.index("Over seeds:") :].splitlines()
     head = next(line for line in table if line.startswith("| score"))
     assert "CluSTER (r = 0.5) (2 seeds)" in head and "Random (r = 0.5) (2 seeds)" in head
     assert "CluSTER (r = 0.5) − random" in head
+    assert f"Random (n = {n_pool}) (1 seeds)" in head  # random at CluSTER's compute: its own column
+    cols = [c.strip() for c in head.strip("| ").split(" | ")]
+    pick = [
+        cols.index(c)
+        for c in ("CluSTER (r = 0.5) (2 seeds)", "Random (r = 0.5) (2 seeds)", "CluSTER (r = 0.5) − random")
+    ]
     body = {line.split(" | ")[0][2:]: line for line in table if line.startswith("| ") and "---" not in line}
     cats = sorted(by_cat)
     assert {"demo overall (%)", "heldout loss", *(f"heldout/{c} loss" for c in cats)} <= set(body)
     interval = re.compile(r"[+-]?\d+\.\d+ \[[+-]?\d+\.\d+, [+-]?\d+\.\d+\]")
     for name in ("heldout loss", *(f"heldout/{c} loss" for c in cats)):
-        cells = body[name].strip("| ").split(" | ")[1:]
-        assert len(cells) == 3 and all(interval.fullmatch(c.split(" (")[0]) for c in cells), body[name]
+        row = [c.strip() for c in body[name].strip("| ").split(" | ")]
+        assert len(row) == len(cols) == 5, body[name]
+        cells = [row[i] for i in pick]
+        assert all(interval.fullmatch(c.split(" (")[0]) for c in cells), body[name]
     # The pooled loss: means over seeds, and CluSTER - random paired on the same seed.
-    cells = body["heldout loss"].strip("| ").split(" | ")[1:]
+    row = [c.strip() for c in body["heldout loss"].strip("| ").split(" | ")]
+    cells = [row[i] for i in pick]
     assert cells[0].startswith(f"{(loss[('cluster', 0)] + loss[('cluster', 1)]) / 2:.3f} [")
     assert cells[1].startswith(f"{(loss[('random', 0)] + loss[('random', 1)]) / 2:.3f} [")
     diff = sum(loss[("cluster", s)] - loss[("random", s)] for s in (0, 1)) / 2

@@ -253,3 +253,128 @@ def test_launch_settings_that_nothing_read_are_gone() -> None:
             from_dict({"launch": {key: "x"}})
     for path in CONFIGS.rglob("*.yaml"):
         assert "timeout_min" not in path.read_text() and "backend:" not in path.read_text(), path
+
+
+# ----------------------------------------------------------------------------- compute matching
+
+COMPUTE_GRID = f"""name: c
+base: {QUICK}
+datasets: {{demo: {{rows: 2000, tokens_per_example: 300}}}}
+models: {{tiny: {{params_b: 0.5}}}}
+methods:
+  cluster: {{overrides: [selection.method=cluster], ratios: [50]}}
+  random-compute: {{overrides: [selection.method=random], match_compute_of: cluster}}
+world_sizes: [2]
+seeds: [1]
+estimate: {{cluster_kept_at_r100: 0.79}}
+"""
+
+
+def test_match_compute_of_plans_the_count_of_equal_cost(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Before its reference has run, a compute-matched cell takes the count whose planned cost
+    (training; random computes no features) is the reference's planned training plus feature
+    pass; its job waits for the reference's job (to match measured costs), and the dry run
+    shows the count."""
+    from slurm.plan import estimate_cell, estimate_features
+
+    path = _file(tmp_path, COMPUTE_GRID, "c.yaml")
+    grid = load_grid(path, [f"output_dir={tmp_path}/o"])
+    by_id = {c.id: c for c in grid.cells}
+    cell, ref = by_id["demo.tiny.random-compute-r50.ws2.s1"], by_id["demo.tiny.cluster-r50.ws2.s1"]
+    assert cell.match_of == ref.id and cell.match_by == "compute"
+    prof = load_profile(CONFIGS / "clusters" / "local.yaml")
+    ref_est, feat = estimate_cell(ref, by_id, grid.estimate, prof), estimate_features(ref, prof, 1)
+    target = ref_est.gpu_hours + feat.gpu_hours
+    est = estimate_cell(cell, by_id, grid.estimate, prof)
+    assert abs(est.gpu_hours - target) / target < 0.05
+    # It buys more examples than CluSTER keeps (it pays for no feature pass), fewer than the pool.
+    assert ref_est.kept_fraction < est.kept_fraction < 1.0
+    assert "compute of cluster (planned): n=" in est.note
+    n = int(est.note.split("n=")[1])
+    assert n == round(est.kept_fraction * ref_est.n_pool)
+
+    ctx = Context(grid, grid.cells, by_id, tmp_path / "o", prof)
+    jobs = {j.name: j for j in plan_jobs(ctx)[0]}
+    assert jobs[cell.id].after == ref.id  # measured costs: after the reference's job
+    with pytest.raises(RuntimeError, match="has no training costs yet"):
+        jobs[cell.id].job.resolve()
+    assert cell_config(cell, by_id) is None
+    local = str(CONFIGS / "clusters" / "local.yaml")
+    assert (
+        main(
+            [
+                "launch",
+                str(path),
+                "--dry-run",
+                "--cluster",
+                "local",
+                "--profile",
+                local,
+                f"output_dir={tmp_path}/o",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert f"compute of cluster (planned): n={n}" in out, out
+
+
+def test_compute_matching_errors_name_the_file_the_entry_and_the_key(tmp_path: Path) -> None:
+    from repro.experiments.runlists import preflight_run_list
+
+    both = _file(
+        tmp_path, RUNS.replace("match_kept_count_of: c", "match_kept_count_of: c, match_compute_of: c")
+    )
+    with pytest.raises(
+        ConfigError, match=rf"^{both}: runs\[1\]: gives both match_kept_count_of .* and match_compute_of"
+    ):
+        load_run_list(both)
+    grid = COMPUTE_GRID.replace(
+        "match_compute_of: cluster", "match_compute_of: cluster, match_kept_count_of: cluster"
+    )
+    g = _file(tmp_path, grid, "g.yaml")
+    with pytest.raises(ConfigError, match=rf"^{g}: methods\.random-compute: gives both"):
+        load_grid(g)
+    unknown = _file(tmp_path, RUNS.replace("match_kept_count_of: c", "match_compute_of: cc"), "u.yaml")
+    with pytest.raises(
+        ConfigError, match=rf"^{unknown}: runs\[1\] \(r\): match_compute_of: 'cc' is not the label"
+    ):
+        load_run_list(unknown)
+    g = _file(
+        tmp_path, COMPUTE_GRID.replace("match_compute_of: cluster", "match_compute_of: clusterr"), "g2.yaml"
+    )
+    with pytest.raises(
+        ConfigError, match=rf"^{g}: methods\.random-compute\.match_compute_of: 'clusterr' is not a method"
+    ):
+        load_grid(g)
+    # A selector that sets its own count cannot be matched in compute, as in count.
+    own = RUNS.replace(
+        "match_kept_count_of: c, overrides: [selection.method=random]",
+        "match_compute_of: c, overrides: [selection.method=full]",
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"run r: match_compute_of: selector 'full' sets its own kept count .* "
+        r"cannot run at the compute of 'c' \(remove match_compute_of",
+    ):
+        preflight_run_list(load_run_list(_file(tmp_path, own, "o.yaml")))
+    g = _file(tmp_path, COMPUTE_GRID.replace("selection.method=random]", "selection.method=full]"), "g3.yaml")
+    with pytest.raises(
+        ConfigError, match=rf"^{g}: methods\.random-compute\.match_compute_of: selector 'full'"
+    ):
+        load_grid(g)
+    # A selector whose own selection cost is unknown (LESS trains a warm-up model) cannot be either.
+    g = _file(tmp_path, COMPUTE_GRID.replace("selection.method=random]", "selection.method=less]"), "g4.yaml")
+    with pytest.raises(
+        ConfigError, match=rf"^{g}: methods\.random-compute: match_compute_of: selector 'less' declares no"
+    ):
+        load_grid(g)
+    # The per-token cost and the pool's tokens are the reference's: the same model and data.
+    other = RUNS.replace(
+        "match_kept_count_of: c, overrides: [selection.method=random]",
+        "match_compute_of: c, overrides: [selection.method=random, data.max_length=128]",
+    )
+    with pytest.raises(ConfigError, match=r"run r: match_compute_of: 'c' has another data section"):
+        preflight_run_list(load_run_list(_file(tmp_path, other, "d.yaml")))

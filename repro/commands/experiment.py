@@ -55,8 +55,8 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
         description="Run every experiment of an experiment file (its labelled `runs:` and the "
         "cells of its `grid:`; a run list of configs/runs/ or a grid file of configs/grids/ "
         "is one) here, in order, in this process; a run can take another's kept count "
-        "(match_kept_count_of). `cluster-repro launch` runs the same file's cells as jobs "
-        "(repro/experiments/experiment.py).",
+        "(match_kept_count_of) or its compute (match_compute_of). `cluster-repro launch` runs "
+        "the same file's cells as jobs (repro/experiments/experiment.py).",
         epilog=epilog,
     )
     p.add_argument(

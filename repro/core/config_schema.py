@@ -110,6 +110,10 @@ class SelectionConfig:
     fraction: float | None = None
     n: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    # Written by `match_compute_of` (repro/experiments/compute.py), not by hand: which run's
+    # compute this budget matches, from measured or planned costs, and the numbers that gave `n`.
+    # Null (the default) leaves the hash as before; set, it enters it.
+    matched: dict[str, Any] | None = None
 
 
 @dataclass
@@ -274,6 +278,8 @@ def config_hash(cfg: ExperimentConfig) -> str:
     for key in _HASH_EXCLUDED_WHEN_NULL:
         if d.get(key) is None:
             d.pop(key, None)
+    if d["selection"].get("matched") is None:  # added later, left out while null as above
+        d["selection"].pop("matched", None)
     # revision (model, data sources): added later, left out while null like the keys above.
     if d["model"].get("revision") is None:
         d["model"].pop("revision", None)

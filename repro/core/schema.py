@@ -126,6 +126,12 @@ SCHEMA: list[Column] = [
     _c("kept_fraction", "float", "unique kept examples / pool size", unit="fraction"),
     _c("n_selected", "int", "kept examples (with repeats, where a selector samples with replacement)"),
     _c("n_pool", "int", "examples in the training pool"),
+    _c(
+        "matched",
+        "json",
+        "how the budget was matched in compute (match_compute_of): of (the run), run_id, costs "
+        "(measured or planned), target_device_s, kept, ...; empty for every other run",
+    ),
     _c("model", "str", "model.name_or_path"),
     _c("dataset", "str", "the data sources' stems joined by '+'"),
     _c("world_size", "int", "data-parallel workers (= CluSTER's K)", unit="workers"),

@@ -9,7 +9,8 @@ and redirects the wrong one):
                 (`grids.py`)     world sizes x seeds, one job per cell     `cluster-repro status`
 
 Both can run a method at another's kept count: the YAML key `match_kept_count_of` (`matching.py`,
-the one implementation the local runner, the launcher and its jobs use). Cells whose selectors
+the one implementation the local runner, the launcher and its jobs use), or at the kept count of
+equal cost: `match_compute_of` (`compute.py`). Cells whose selectors
 compute the same features from the same model, data and seed share one feature pass
 (`sharing.py`: the key; the selector says what identifies its features).
 """

@@ -26,8 +26,9 @@ is its label); the executors run them:
              (`cluster-repro launch FILE --cluster local`)
     slurm    submitit on SLURM, with dependencies and arrays (`cluster-repro launch FILE`)
 
-`cluster-repro status` takes the same file. `match_kept_count_of` works in both parts (a run names
-an earlier run's label; a grid method names another method).
+`cluster-repro status` takes the same file. `match_kept_count_of` and `match_compute_of`
+(compute.py) work in both parts (a run names an earlier run's label; a grid method names another
+method).
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import ConfigError, load_config, read_yaml_file, resolve_config_path
+from repro.core.config import ConfigError, ExperimentConfig, load_config, read_yaml_file, resolve_config_path
 from repro.experiments.files import _GRID_AXES, CONFIG, RUN_LIST, kind_of, read_mapping
 from repro.experiments.grids import Cell, Grid, grid_from_mapping
-from repro.experiments.matching import matched_config
+from repro.experiments.matching import resolve_match
 from repro.experiments.runlists import run_list_from_mapping
 
 _SHARED = ("name", "base", "overrides", "set")
@@ -98,10 +99,22 @@ def run_cells_of(data: dict[str, Any], p: Path, extra: list[str] | tuple[str, ..
     and the launcher read them as they read a grid's), the matched run's reference by label."""
     if "set" in data:
         raise ConfigError(f"{p}: set: applies to the grid's cells; for runs, write `overrides`")
+    from repro.contracts import unmatchable
+    from repro.experiments.compute import check_compute_matchable, same_inputs_or_error
+
     rl = run_list_from_mapping({k: data[k] for k in ("base", "overrides", "runs") if k in data}, p)
     cells = []
+    by_label: dict[str, Any] = {}
     for r in rl.runs:
         cfg = load_config(rl.base, [*rl.overrides, *r.overrides, *extra])
+        by_label[r.label] = cfg
+        if r.match_ref:  # what the run list's preflight refuses, refused as cells too
+            why = unmatchable(cfg.selection.method, r.match_ref, r.match_key)
+            if why:
+                raise ConfigError(f"{p}: run {r.label}: {r.match_key}: {why}")
+        if r.match_compute_of:
+            same_inputs_or_error(cfg, by_label[r.match_compute_of], f"{p}: run {r.label}", r.match_compute_of)
+            check_compute_matchable(cfg, f"{p}: run {r.label}")
         axes = {
             "dataset": "+".join(Path(s.path).stem for s in cfg.data.sources),
             "model": cfg.model.name_or_path,
@@ -111,7 +124,8 @@ def run_cells_of(data: dict[str, Any], p: Path, extra: list[str] | tuple[str, ..
             "seed": cfg.seed,
             "label": r.label,
         }
-        cells.append(Cell(r.label, axes, cfg.to_dict(), r.match_kept_count_of, {}))
+        by = "compute" if r.match_compute_of else "kept_count"
+        cells.append(Cell(r.label, axes, cfg.to_dict(), r.match_ref, {}, match_by=by))
     return cells
 
 
@@ -125,13 +139,28 @@ def run_cells(grid: Grid, force: bool = False) -> list[Path]:
     if any(notes.values()):
         print(report(notes), file=sys.stderr, flush=True)
     done: dict[str, Path] = {}
+    done_cfg: dict[str, ExperimentConfig] = {}
     for cell in grid.cells:
         if cell.match_of is None:
             cfg = cell.config()
         else:
-            cfg = matched_config(cell.check_config(), done[cell.match_of], f"{grid.path}: cell {cell.id}")
-            if cfg is None:  # run_experiment returned, so the reference's select stage has run
-                raise RuntimeError(f"cell {cell.id}: {cell.match_of} has no selection to match")
+            ref = cell.match_of
+            cfg = resolve_match(
+                cell.check_config(),
+                cell.match_by,
+                done_cfg[ref],
+                done[ref],
+                _label_of(grid, ref),
+                f"{grid.path}: cell {cell.id}",
+            )
+            if cfg is None:  # run_experiment returned, so the reference has selected and trained
+                raise RuntimeError(f"cell {cell.id}: {ref} has nothing to match ({cell.match_by})")
         print(f"\n=== {cell.id} ===", file=sys.stderr, flush=True)
         done[cell.id] = run_experiment(cfg, force=force)
+        done_cfg[cell.id] = cfg
     return list(done.values())
+
+
+def _label_of(grid: Grid, cell_id: str) -> str:
+    """What a compute match's record calls the cell it matches: a run's label, or the cell id."""
+    return next((str(c.axes.get("label") or c.id) for c in grid.cells if c.id == cell_id), cell_id)

@@ -34,6 +34,9 @@ runs. The format (every shipped grid under `configs/grids/` is an example):
 `match_kept_count_of: cluster` runs the method once per ratio of `cluster`, at exactly the kept
 count that the `cluster` cell of the same dataset, model, world size and seed ends up with (known
 only after its clustering: the launcher makes the matched cell wait for it; matching.py).
+`match_compute_of: cluster` does the same at the kept count whose training plus selection costs
+what that cell's did, in device-seconds (compute.py; its cell waits for that cell's job, and the
+dry run shows the count the plan's costs give).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from repro.core.config import (
     resolve_config_path,
     set_dotted,
 )
+from repro.experiments.compute import COMPUTE_KEY, compute_reference_of
 from repro.experiments.files import GRID_FILE, read_mapping
 from repro.experiments.matching import MATCH_KEY, at_kept_count, reference_of
 from repro.experiments.sharing import feature_key as config_feature_key
@@ -77,7 +81,7 @@ _TOP = {
 _ENTRY = {"overrides", "set"}
 _DATASET = _ENTRY | {"rows", "tokens_per_example"}
 _MODEL = _ENTRY | {"params_b", "hidden_size"}
-_METHOD = _ENTRY | {"ratios", MATCH_KEY}
+_METHOD = _ENTRY | {"ratios", MATCH_KEY, COMPUTE_KEY}
 
 
 @dataclass
@@ -87,8 +91,9 @@ class Cell:
     id: str  # e.g. magicoder.codellama-python-7b.cluster-r50.ws4.s42
     axes: dict[str, Any]
     data: dict[str, Any]  # the config as a mapping (before selection.n of a matched method)
-    match_of: str | None = None  # id of the cell whose kept count this one takes
+    match_of: str | None = None  # id of the cell whose kept count (or compute) this one takes
     estimate: dict[str, Any] = field(default_factory=dict)  # rows, tokens_per_example, params_b
+    match_by: str = "kept_count"  # or "compute" (match_compute_of: compute.py)
 
     def config(self, kept_count: int | None = None) -> ExperimentConfig:
         """The validated config; a matched cell needs the kept count of the cell it matches."""
@@ -152,6 +157,7 @@ def _entries(data: dict[str, Any], key: str, allowed: set[str], where: str) -> d
             raise ConfigError(f"{where}: {key}.{name}: expected a mapping, got {entry!r}")
         if MATCH_KEY in allowed:  # methods: the key's one spelling (matching.py)
             reference_of(entry, f"{where}: {key}.{name}")
+            compute_reference_of(entry, f"{where}: {key}.{name}")
         extra = set(entry) - allowed
         if extra:
             raise ConfigError(
@@ -235,7 +241,11 @@ def grid_from_mapping(g: dict[str, Any], p: Path, extra: list[str] | tuple[str, 
             raise ConfigError(
                 f"{p}: exclude[{i}] has unknown axes {sorted(bad)} (allowed: {', '.join(AXES)})"
             )
-    matches = {name: reference_of(m, f"{p}: methods.{name}") for name, m in methods.items()}
+    matches = {
+        name: reference_of(m, f"{p}: methods.{name}") or compute_reference_of(m, f"{p}: methods.{name}")
+        for name, m in methods.items()
+    }
+    match_key = {name: COMPUTE_KEY if m.get(COMPUTE_KEY) else MATCH_KEY for name, m in methods.items()}
     for name, m in methods.items():
         if isinstance(m.get("ratios"), list):
             _no_repeats(m["ratios"], f"{p}: methods.{name}.ratios")
@@ -248,12 +258,14 @@ def grid_from_mapping(g: dict[str, Any], p: Path, extra: list[str] | tuple[str, 
         ref = matches[name]
         if ref is None:
             continue
-        where = f"{p}: methods.{name}.{MATCH_KEY}"
+        where = f"{p}: methods.{name}.{match_key[name]}"
         if ref not in methods:
-            raise ConfigError(f"{where}: {ref!r} is not a method of this grid")
+            raise ConfigError(
+                f"{where}: {ref!r} is not a method of this grid (methods: {', '.join(methods)})"
+            )
         if m.get("ratios"):
             raise ConfigError(
-                f"{p}: methods.{name}: {MATCH_KEY} takes the ratios of the matched "
+                f"{p}: methods.{name}: {match_key[name]} takes the ratios of the matched "
                 "method; do not give 'ratios' too"
             )
         if matches[ref]:
@@ -268,6 +280,7 @@ def grid_from_mapping(g: dict[str, Any], p: Path, extra: list[str] | tuple[str, 
                 f"override {k}: this is an axis of the grid; change the grid file or pick cells with --only"
             )
     cells: list[Cell] = []
+    cells_by_id: dict[str, Cell] = {}
     ids: dict[str, dict[str, Any]] = {}  # cell id -> its axes (to name both of a collision)
     order = [n for n in methods if not matches[n]] + [n for n in methods if matches[n]]
     for ds, model, ws, seed in itertools.product(datasets, models, world_sizes, seeds):
@@ -331,15 +344,28 @@ def grid_from_mapping(g: dict[str, Any], p: Path, extra: list[str] | tuple[str, 
                         "params_b": models[model].get("params_b"),
                         "hidden_size": models[model].get("hidden_size"),
                     },
+                    "compute" if ref and match_key[mname] == COMPUTE_KEY else "kept_count",
                 )
                 cell.check_config()  # validated now: a typo fails before anything is submitted
                 if match_of is not None:  # a selector that sets its own count cannot be matched
                     from repro.contracts import unmatchable
 
-                    why = unmatchable(cell.check_config().selection.method, ref or "")
+                    why = unmatchable(cell.check_config().selection.method, ref or "", match_key[mname])
                     if why:
-                        raise ConfigError(f"{p}: methods.{mname}.{MATCH_KEY}: {why}")
+                        raise ConfigError(f"{p}: methods.{mname}.{match_key[mname]}: {why}")
+                    if cell.match_by == "compute":
+                        from repro.experiments.compute import check_compute_matchable, same_inputs_or_error
+
+                        check_compute_matchable(cell.check_config(), f"{p}: methods.{mname}")
+
+                        same_inputs_or_error(
+                            cell.check_config(),
+                            from_dict(cells_by_id[match_of].data, source=f"cell {match_of}"),
+                            f"{p}: methods.{mname}",
+                            ref or "",
+                        )
                 cells.append(cell)
+                cells_by_id[cid] = cell
                 ids[cid] = axes
     if not cells:
         raise ConfigError(f"{p}: the exclusions leave no cell")

@@ -7,7 +7,8 @@ pool until the run it matches has selected, and then gets `selection.n` = that r
 (unique examples, from its select-stage marker) and no `selection.fraction`.
 
 The local runner (`runlists.py`), the grid's cells (`grids.py`), the launcher and its jobs
-(`slurm/launcher.py`, `slurm/jobs.py`) all match through the functions below.
+(`slurm/launcher.py`, `slurm/jobs.py`) all match through the functions below; `resolve_match`
+also takes `match_compute_of` (compute.py: the kept count of equal cost).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from repro.core.config import ConfigError, ExperimentConfig, from_dict
 from repro.core.io import read_json
 from repro.core.rundir import stage_marker
+from repro.experiments.compute import COMPUTE_KEY, compute_matched_config
 
 MATCH_KEY = "match_kept_count_of"
 _OLD_SPELLINGS = ("match",)
@@ -35,6 +37,11 @@ def reference_of(entry: dict[str, Any], where: str) -> str | None:
                 f"{entry[old]}' to run at the kept count of {entry[old]!r}"
             )
     ref = entry.get(MATCH_KEY)
+    if ref is not None and entry.get(COMPUTE_KEY) is not None:
+        raise ConfigError(
+            f"{where}: gives both {MATCH_KEY} ({ref!r}) and {COMPUTE_KEY} ({entry[COMPUTE_KEY]!r}); "
+            "a run is matched in count or in compute, not both: keep one (write a second run for the other)"
+        )
     if ref is not None and not isinstance(ref, str):
         raise ConfigError(
             f"{where}: {MATCH_KEY}: expected the name of the run whose kept count this one takes, got {ref!r}"
@@ -62,3 +69,19 @@ def matched_config(cfg: ExperimentConfig, reference_run_dir: Path, source: str) 
     selected yet."""
     kept = kept_count_of(reference_run_dir)
     return None if kept is None else at_kept_count(cfg, kept, source)
+
+
+def resolve_match(
+    cfg: ExperimentConfig,
+    by: str,
+    ref_cfg: ExperimentConfig,
+    ref_run_dir: Path,
+    ref_label: str,
+    source: str,
+) -> ExperimentConfig | None:
+    """`cfg` matched to the run `ref_label` (config `ref_cfg`, folder `ref_run_dir`): `by`
+    "kept_count" at its kept count (None before it has selected), "compute" at its cost
+    (compute.py; None before it has trained)."""
+    if by == "compute":
+        return compute_matched_config(cfg, ref_cfg, ref_run_dir, ref_label, source)
+    return matched_config(cfg, ref_run_dir, source)

@@ -11,9 +11,13 @@ A run-list file (YAML; `cluster-repro grid` runs one, the shipped ones are in co
       - label: random-like-cluster-r0.5
         match_kept_count_of: cluster-r0.5    # selection.n = that run's kept count
         overrides: [selection.method=random]
+      - label: random-compute-cluster-r0.5
+        match_compute_of: cluster-r0.5       # selection.n: that run's cost (selection + training)
+        overrides: [selection.method=random]
 
 `match_kept_count_of` (matching.py) is how a baseline is compared at the same budget as a CluSTER
-run whose kept count is only known once its clusters are. This is the local, sequential form the
+run whose kept count is only known once its clusters are; `match_compute_of` (compute.py) at the
+same cost, selection included, once that run has trained. This is the local, sequential form the
 demo and the mini reproductions use; grid files (grids.py) are the paper-scale form that
 `cluster-repro launch` submits.
 """
@@ -25,11 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repro.core.config import ConfigError, ExperimentConfig, load_config, resolve_config_path
+from repro.experiments.compute import (
+    COMPUTE_KEY,
+    check_compute_matchable,
+    compute_matched_config,
+    compute_reference_of,
+    same_inputs_or_error,
+)
 from repro.experiments.files import RUN_LIST, read_mapping
 from repro.experiments.matching import MATCH_KEY, matched_config, reference_of
 
 _TOP = {"base", "overrides", "runs"}
-_RUN = {"label", "overrides", MATCH_KEY}
+_RUN = {"label", "overrides", MATCH_KEY, COMPUTE_KEY}
 
 
 @dataclass
@@ -37,6 +48,16 @@ class RunSpec:
     label: str
     overrides: list[str] = field(default_factory=list)
     match_kept_count_of: str | None = None
+    match_compute_of: str | None = None  # the label whose cost (selection + training) this run takes
+
+    @property
+    def match_ref(self) -> str | None:
+        """The label this run is matched to, in count or in compute (None: it selects on its own)."""
+        return self.match_kept_count_of or self.match_compute_of
+
+    @property
+    def match_key(self) -> str:
+        return COMPUTE_KEY if self.match_compute_of else MATCH_KEY
 
 
 @dataclass
@@ -76,13 +97,14 @@ def run_list_from_mapping(data: dict, p: Path) -> RunList:
         if not isinstance(r, dict) or "label" not in r:
             raise ConfigError(f"{p}: runs[{i}] needs a 'label'")
         ref = reference_of(r, f"{p}: runs[{i}]")
+        cref = compute_reference_of(r, f"{p}: runs[{i}]")
         extra = set(r) - _RUN
         if extra:
             raise ConfigError(
                 f"{p}: runs[{i}] has unknown keys {sorted(extra)} (allowed: {', '.join(sorted(_RUN))})"
             )
         _override_list(r.get("overrides"), f"{p}: runs[{i}].overrides")
-        spec = RunSpec(str(r["label"]), [str(o) for o in r.get("overrides") or []], ref)
+        spec = RunSpec(str(r["label"]), [str(o) for o in r.get("overrides") or []], ref, cref)
         if spec.label in labels:
             first = next(j for j, x in enumerate(runs) if x.label == spec.label)
             raise ConfigError(
@@ -93,6 +115,11 @@ def run_list_from_mapping(data: dict, p: Path) -> RunList:
             raise ConfigError(
                 f"{p}: runs[{i}] ({spec.label}) matches the kept count of "
                 f"{ref!r}, which must be an earlier run's label"
+            )
+        if cref is not None and cref not in labels:
+            raise ConfigError(
+                f"{p}: runs[{i}] ({spec.label}): {COMPUTE_KEY}: {cref!r} is not the label of an "
+                f"earlier run (earlier labels: {', '.join(sorted(labels)) or 'none'})"
             )
         labels.add(spec.label)
         runs.append(spec)
@@ -114,10 +141,15 @@ def preflight_run_list(rl: RunList, extra: list[str] = ()) -> dict[str, list]:
 
     where = f"{rl.path} " if rl.path else ""
     configs = run_configs(rl, extra)
+    by_label = {r.label: cfg for r, cfg in configs}
     for r, cfg in configs:  # a run that cannot take a kept count fails now, not after the others trained
-        why = unmatchable(cfg.selection.method, r.match_kept_count_of) if r.match_kept_count_of else None
+        why = unmatchable(cfg.selection.method, r.match_ref, r.match_key) if r.match_ref else None
         if why:
-            raise ConfigError(f"{where}run {r.label}: match_kept_count_of: {why}")
+            raise ConfigError(f"{where}run {r.label}: {r.match_key}: {why}")
+        if r.match_compute_of:
+            ref = r.match_compute_of
+            same_inputs_or_error(cfg, by_label[ref], f"{where}run {r.label}", ref)
+            check_compute_matchable(cfg, f"{where}run {r.label}")
     return require_clean([(f"{where}run {r.label}", cfg) for r, cfg in configs])
 
 
@@ -130,13 +162,33 @@ def run_list(rl: RunList, extra: list[str] = (), force: bool = False) -> list[Pa
     if any(notes.values()):
         print(report(notes), file=sys.stderr, flush=True)
     done: dict[str, Path] = {}
+    done_cfg: dict[str, ExperimentConfig] = {}
     for spec, cfg in run_configs(rl, extra):
+        where = f"{rl.path or 'run list'}: run {spec.label}"
         if spec.match_kept_count_of:
             ref = done[spec.match_kept_count_of]
-            matched = matched_config(cfg, ref, f"{rl.path or 'run list'}: run {spec.label}")
+            matched = matched_config(cfg, ref, where)
             if matched is None:  # run_experiment returned, so its select stage has run
                 raise RuntimeError(f"run {spec.label}: {ref} has no selection to match")
             cfg = matched
+        elif spec.match_compute_of:
+            name = spec.match_compute_of
+            matched = compute_matched_config(cfg, done_cfg[name], done[name], name, where)
+            if matched is None:  # run_experiment returned, so it has trained (or diverged)
+                raise RuntimeError(f"run {spec.label}: {done[name]} has no training costs to match")
+            cfg = matched
+            _say_matched(spec.label, cfg)
         print(f"\n=== {spec.label} ===", file=sys.stderr, flush=True)
         done[spec.label] = run_experiment(cfg, force=force)
+        done_cfg[spec.label] = cfg
     return list(done.values())
+
+
+def _say_matched(label: str, cfg: ExperimentConfig) -> None:
+    m = cfg.selection.matched or {}
+    print(
+        f"{label}: {COMPUTE_KEY} {m.get('of')}: {m.get('target_device_s')} device-s ({m.get('costs')}) "
+        f"-> kept count {cfg.selection.n}" + (" (capped at the pool)" if m.get("capped_at_pool") else ""),
+        file=sys.stderr,
+        flush=True,
+    )

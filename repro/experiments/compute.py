@@ -1,0 +1,253 @@
+"""Compute matching: run a method at the kept count whose cost equals another run's total cost.
+
+`match_kept_count_of` (matching.py) compares at equal count; equal count is not equal cost, since
+CluSTER pays for a feature pass and clustering before it trains. A run list's run or a grid's
+method that says `match_compute_of: <run label or method>` gets `selection.n` = the kept count
+whose training plus its own selection costs what the named run's training plus selection cost,
+in device-seconds (seconds x workers: a job holds all its workers' devices while it selects):
+
+    target      = (selection_s + train_s) x world_size            of the named run
+    per token   = device-seconds per trained token                 (its train_s x world_size / tokens)
+    own         = the matched selector's selection cost            (its class's
+                                                                    planned_selection_passes forward
+                                                                    passes over the pool, at 2/k of
+                                                                    the per-token cost, k = 6, or 4
+                                                                    with LoRA; random: 0)
+    kept count  = floor((target - own) / per token / (epochs x mean tokens per pool example))
+
+Costs are **measured** when the named run has trained (its train and select/schedule markers),
+else **planned** (the dry run's cost model, slurm/plan.py: k P / (peak x MFU) per token, a
+forward pass 2 P / (peak x MFU)). The mean tokens per example is the pool's: measured by the
+model's tokenizer over the named run's pool (what the trainer counts: prompt + response + eos, cut
+at max_length), or the grid's `tokens_per_example` when planned. A budget that buys more than the
+pool is capped at the pool, with a message. What decided the count is recorded in the matched
+run's config as `selection.matched` (it enters the config hash, as `selection.n` does, so a run
+whose target changed is a new run) and in its result rows (column `matched`).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from repro.core.config import ConfigError, ExperimentConfig, from_dict
+from repro.core.io import read_json
+from repro.core.rundir import prior_seconds, stage_marker
+
+COMPUTE_KEY = "match_compute_of"
+_SAID: set[tuple[str, float]] = set()  # the capped notes printed in this process
+
+
+@dataclass
+class Costs:
+    """What the named run cost (device-seconds) and what one trained token costs."""
+
+    source: str  # "measured" or "planned"
+    selection_device_s: float  # select + schedule (measured), or its feature pass (planned)
+    train_device_s: float
+    per_token_device_s: float  # device-seconds per trained token
+    forward_per_token_device_s: float  # one forward pass, per pool token (a feature pass)
+
+    @property
+    def total_device_s(self) -> float:
+        return self.selection_device_s + self.train_device_s
+
+
+def compute_reference_of(entry: dict[str, Any], where: str) -> str | None:
+    """The label (run list) or method (grid) whose compute `entry` matches, or None; ConfigError
+    (prefixed by `where`: the file and the entry) for a reference that is not a name. (An entry
+    with both this key and match_kept_count_of is refused by matching.reference_of.)"""
+    ref = entry.get(COMPUTE_KEY)
+    if ref is not None and not isinstance(ref, str):
+        raise ConfigError(
+            f"{where}: {COMPUTE_KEY}: expected the name of the run whose compute this one "
+            f"matches, got {ref!r}"
+        )
+    return ref
+
+
+def _k(cfg: ExperimentConfig) -> float:
+    """Training FLOPs per parameter and token: 6 for full fine-tuning, 4 with LoRA (slurm/plan.py)."""
+    return 4.0 if cfg.model.lora.enabled else 6.0
+
+
+def measured_costs(ref_cfg: ExperimentConfig, ref_run_dir: Path) -> Costs | None:
+    """The named run's measured costs (None before it has trained): its select + schedule seconds
+    and its training seconds over every attempt, times its workers; per token: its training
+    device-seconds over the tokens it trained."""
+    markers = {s: stage_marker(ref_run_dir, s) for s in ("select", "schedule", "train")}
+    if not all(m.is_file() for m in markers.values()):
+        return None
+    sel, sch, train = (read_json(markers[s]) for s in ("select", "schedule", "train"))
+    tokens = float(train.get("tokens") or 0)
+    if tokens <= 0 or not train.get("train_s"):
+        return None
+    ws = ref_cfg.world_size
+    selection_s = (
+        prior_seconds(ref_run_dir, "select")
+        + float(sel["stage_s"])
+        + prior_seconds(ref_run_dir, "schedule")
+        + float(sch["stage_s"])
+    )
+    train_dev = float(train["train_s"]) * ws
+    per_token = train_dev / tokens
+    return Costs("measured", selection_s * ws, train_dev, per_token, per_token * 2.0 / _k(ref_cfg))
+
+
+def planned_per_token_s(cfg: ExperimentConfig, params_b: float, peak_tflops: float, mfu: float) -> float:
+    """Device-seconds per trained token under the dry run's cost model (slurm/plan.py)."""
+    return _k(cfg) * params_b * 1e9 / (peak_tflops * 1e12 * mfu)
+
+
+@lru_cache(maxsize=16)
+def _pool_mean_tokens(pool_file: str, mtime_ns: int, model_dir: str, max_length: int) -> tuple[float, int]:
+    from repro.core.io import read_jsonl
+    from repro.core.steps import token_lengths
+    from repro.core.types import Example
+
+    examples = [Example.from_dict(r) for r in read_jsonl(Path(pool_file))]
+    lengths = token_lengths(examples, Path(model_dir), max_length)
+    return sum(lengths.values()) / max(1, len(lengths)), len(lengths)
+
+
+def pool_tokens(ref_cfg: ExperimentConfig, ref_run_dir: Path) -> tuple[float, int]:
+    """(mean tokens per example, examples) of the named run's training pool, as the trainer counts
+    them (its tokenizer; cached per pool file)."""
+    from repro.core.rundir import model_dir_of
+
+    pool = ref_run_dir / "pool.jsonl"
+    mtime = pool.stat().st_mtime_ns
+    return _pool_mean_tokens(str(pool), mtime, str(model_dir_of(ref_run_dir)), ref_cfg.data.max_length)
+
+
+def selection_passes(method: str) -> float | None:
+    """The selector's own selection cost in forward passes of the target model over the pool: its
+    class's `planned_selection_passes` (random 0, IFD 2, ...), 1 for a selector with a shareable
+    feature pass (CluSTER's features); None where it declares none (its cost is not known)."""
+    from repro.core.registry import SELECTORS
+
+    cls = SELECTORS.get(method)
+    passes = getattr(cls, "planned_selection_passes", None)
+    if passes is None and callable(getattr(cls, "feature_key", None)):
+        return 1.0
+    return None if passes is None else float(passes)
+
+
+def check_compute_matchable(cfg: ExperimentConfig, where: str) -> None:
+    """ConfigError (prefixed by `where`: the file and the entry) when the selector's own selection
+    cost is unknown, so no count of equal cost can be worked out."""
+    if selection_passes(cfg.selection.method) is None:
+        raise ConfigError(
+            f"{where}: {COMPUTE_KEY}: selector {cfg.selection.method!r} declares no "
+            "planned_selection_passes (its own selection cost, in forward passes over the pool), "
+            "so no kept count of equal cost can be worked out; give its class "
+            "`planned_selection_passes = <passes>` (random: 0, ifd: 2), or match it in count "
+            "(match_kept_count_of)"
+        )
+
+
+def own_selection_device_s(
+    cfg: ExperimentConfig, costs: Costs, pool_tokens_total: float
+) -> tuple[float, str]:
+    """The matched selector's own selection cost (device-seconds) and how it was taken: its
+    forward passes over the pool (selection_passes) at the per-token cost of a forward pass."""
+    passes = selection_passes(cfg.selection.method)
+    if passes is None:
+        check_compute_matchable(cfg, f"selector {cfg.selection.method!r}")
+    if not passes:
+        return 0.0, f"0: selector {cfg.selection.method!r} runs no model"
+    return (
+        float(passes) * costs.forward_per_token_device_s * pool_tokens_total,
+        f"{passes:g} forward passes over the pool at 2/k of the {costs.source} per-token training cost",
+    )
+
+
+def same_inputs_or_error(cfg: ExperimentConfig, ref_cfg: ExperimentConfig, where: str, ref: str) -> None:
+    """ConfigError unless the matched run trains the same model on the same pool as the run it
+    matches (the per-token cost and the pool's tokens are the named run's)."""
+    for section in ("model", "data"):
+        if getattr(cfg, section) != getattr(ref_cfg, section):
+            raise ConfigError(
+                f"{where}: {COMPUTE_KEY}: {ref!r} has another {section} section; compute matching "
+                f"takes its per-token cost and its pool's tokens, so both runs need the same "
+                f"{section} (move the {section}.* overrides to the shared overrides)"
+            )
+
+
+def at_compute(
+    cfg: ExperimentConfig,
+    costs: Costs,
+    mean_tokens: float,
+    n_pool: int,
+    reference: dict[str, Any],
+    source: str,
+) -> ExperimentConfig:
+    """`cfg` at the kept count whose cost (own selection + training) equals `costs`' total;
+    `reference` names the run (label, run_id) for the record. Errors start with `source`."""
+    epochs = cfg.train.epochs
+    own, own_how = own_selection_device_s(cfg, costs, mean_tokens * n_pool)
+    target = costs.total_device_s
+    budget = target - own
+    if budget <= 0:
+        raise ConfigError(
+            f"{source}: {COMPUTE_KEY}: the selector's own selection cost ({own:,.1f} device-s, "
+            f"{own_how}) is already more than the whole cost of {reference['label']!r} "
+            f"({target:,.1f} device-s): no kept count matches it"
+        )
+    tokens = budget / costs.per_token_device_s
+    kept = int(math.floor(tokens / (epochs * mean_tokens)))
+    capped = kept > n_pool
+    if capped and (source, round(target, 3)) not in _SAID:  # once per run, not per lookup
+        _SAID.add((source, round(target, 3)))
+        print(
+            f"note: {source}: {COMPUTE_KEY} {reference['label']!r}: its cost ({target:,.1f} device-s) "
+            f"buys {kept} examples, more than the pool's {n_pool}: capped at the whole pool",
+            file=sys.stderr,
+        )
+        kept = n_pool
+    if kept < 1:
+        raise ConfigError(
+            f"{source}: {COMPUTE_KEY}: the cost of {reference['label']!r} ({target:,.1f} device-s) buys "
+            "less than one example"
+        )
+    planned_cost = own + kept * epochs * mean_tokens * costs.per_token_device_s
+    record = {
+        "by": "compute",
+        "of": reference["label"],
+        "run_id": reference.get("run_id"),
+        "costs": costs.source,
+        "target_device_s": round(target, 3),
+        "reference_selection_device_s": round(costs.selection_device_s, 3),
+        "reference_train_device_s": round(costs.train_device_s, 3),
+        "per_token_device_s": float(f"{costs.per_token_device_s:.6g}"),
+        "own_selection_device_s": round(own, 3),
+        "own_selection": own_how,
+        "mean_tokens_per_example": round(mean_tokens, 3),
+        "n_pool": int(n_pool),
+        "kept": int(kept),
+        "capped_at_pool": capped,
+        "cost_device_s": round(planned_cost, 3),
+    }
+    data = cfg.to_dict()
+    data["selection"]["n"] = int(kept)
+    data["selection"]["fraction"] = None
+    data["selection"]["matched"] = record
+    return from_dict(data, source=source)
+
+
+def compute_matched_config(
+    cfg: ExperimentConfig, ref_cfg: ExperimentConfig, ref_run_dir: Path, label: str, source: str
+) -> ExperimentConfig | None:
+    """`cfg` at the compute of the run in `ref_run_dir` (config `ref_cfg`, called `label`), from its
+    measured costs; None while that run has not trained."""
+    same_inputs_or_error(cfg, ref_cfg, source, label)
+    costs = measured_costs(ref_cfg, ref_run_dir)
+    if costs is None:
+        return None
+    mean_tokens, n_pool = pool_tokens(ref_cfg, ref_run_dir)
+    ref = {"label": label, "run_id": f"{ref_cfg.name}-{ref_cfg.hash()}"}
+    return at_compute(cfg, costs, mean_tokens, n_pool, ref, source)
