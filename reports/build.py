@@ -23,8 +23,8 @@ from typing import Any
 
 from reports.analyses import analysis_tables
 from reports.analysis_figures import ANALYSIS_FIGURES, analysis_figures
-from reports.claims import snippets_md, verdict_counts
 from reports.claims_figure import claims_figure
+from reports.claims_output import snippets_md, verdict_counts
 from reports.claims_time import claims_tables
 from reports.compact import compact_tables
 from reports.figures import FIGURES, all_figures

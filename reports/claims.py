@@ -15,271 +15,33 @@ Every row cites its run ids, its scale (model, pool, seeds) and its protocol, an
 a CPU-scale verdict: evidence about the mechanism, not about the paper's 7B result. How verdicts
 are decided and why each tolerance is what it is: docs/claims.md.
 
-The training time taken apart is reports/claims_time.py.
+The claims file's loader is reports/claims_file.py, the tables and outputs reports/claims_output.py,
+the training time taken apart reports/claims_time.py.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from reports.load import Cell, ReportInputError, Run, split_protocol
+from reports.claims_file import (  # re-exported: the claims file's names
+    CLAIMS_FILE,  # noqa: F401
+    CLUSTER_DEFAULTS,
+    CPU_NOTE,  # noqa: F401
+    HELDOUT,
+    VERDICTS,  # noqa: F401
+    Check,
+    Claim,
+    ClaimsFileError,  # noqa: F401
+    load_claims,  # noqa: F401
+)
+from reports.load import Cell, Run, split_protocol
 from reports.stats import Estimate, mean_ci, paired_diff
-from reports.tables import Column, Report, Table
-
-CLAIMS_FILE = Path(__file__).resolve().parent / "claims.yaml"
-VERDICTS = ("consistent", "not reproduced", "inconclusive", "not run")
-METRICS = ("quality", "train_time_ratio", "purity")
-DIRECTIONS = ("not_worse", "better", "below", "at_least")
-CELL_KEYS = {
-    "method",
-    "ratio",
-    "weight_mode",
-    "selection_params",
-    "allocation_params",
-    "allocator",
-    "world_size",
-}
-REF_KEYS = CELL_KEYS | {"match"}
-MATCHES = ("count", "compute")
-CHECK_KEYS = {
-    "id",
-    "cell",
-    "reference",
-    "metric",
-    "direction",
-    "tolerance",
-    "threshold",
-    "paper_setting",
-    "protocol",
-    "domain",
-    "paper_value",
-    "note",
-}
-CLAIM_KEYS = {"id", "title", "words", "paper", "checks"}
-TOP_KEYS = {"source", "shared", "claims"}
-# CluSTER's main setting, where a check's cell leaves it open: the default within-cluster choice
-# (prune close, the paper's "peripheral"), the cluster-interleave allocator, rank weights, no
-# allocation params (plain batches, not token-balanced).
-CLUSTER_DEFAULTS = {"prune": "close"}
-CPU_NOTE = "CPU scale: evidence about the mechanism, not the 7B result"
-HELDOUT = ("heldout", "loss")
-
-
-class ClaimsFileError(ReportInputError):
-    """A malformed claims file: the message names the file, the entry (claim/check id), the key
-    and what was expected."""
-
-
-# ----------------------------------------------------------------------------- the claims file
-
-
-@dataclass(frozen=True)
-class Check:
-    claim: str
-    id: str
-    cell: dict[str, Any]
-    reference: dict[str, Any] | None
-    metric: str
-    direction: str
-    tolerance: dict[str, Any] | None = None
-    threshold: dict[str, Any] | None = None
-    paper_setting: dict[str, str] | None = None
-    protocol: str | None = None
-    domain: str | None = None
-    paper_value: str = ""
-    note: str = ""
-
-    @property
-    def name(self) -> str:
-        return f"{self.claim}/{self.id}"
-
-
-@dataclass(frozen=True)
-class Claim:
-    id: str
-    title: str
-    words: str
-    paper: str
-    checks: tuple[Check, ...]
-
-
-def _need(cond: bool, where: str, key: str, expected: str, got: Any) -> None:
-    if not cond:
-        raise ClaimsFileError(f"{where}: key {key!r}: expected {expected}, got {got!r}")
-
-
-def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and bool(np.isfinite(v))
-
-
-def _spec(d: Any, where: str, key: str, allowed: set[str]) -> dict[str, Any]:
-    _need(isinstance(d, dict), where, key, "a mapping of cell settings", d)
-    unknown = sorted(set(d) - allowed)
-    _need(not unknown, where, f"{key}.{unknown[0] if unknown else ''}", f"one of {sorted(allowed)}", d)
-    _need(isinstance(d.get("method"), str), where, f"{key}.method", "a method name", d.get("method"))
-    if "ratio" in d:
-        _need(
-            _num(d["ratio"]) and 0 < d["ratio"] <= 100,
-            where,
-            f"{key}.ratio",
-            "a percent in (0, 100]",
-            d["ratio"],
-        )
-    if "world_size" in d:
-        ws = d["world_size"]
-        _need(isinstance(ws, int) and ws >= 1, where, f"{key}.world_size", "a positive integer", ws)
-    for k in ("selection_params", "allocation_params"):
-        if k in d:
-            _need(isinstance(d[k], dict), where, f"{key}.{k}", "a mapping", d[k])
-    if "match" in d:
-        _need(d["match"] in MATCHES, where, f"{key}.match", f"one of {list(MATCHES)}", d["match"])
-        _need(d["method"] != "full", where, f"{key}.match", "no match for full data", d["match"])
-    return dict(d)
-
-
-def _check(c: Any, path: Path, claim: str, i: int) -> Check:
-    where = f"{path}: claim {claim}, checks[{i}]"
-    _need(isinstance(c, dict), where, "checks", "a mapping", c)
-    cid = c.get("id")
-    _need(isinstance(cid, str) and bool(cid), where, "id", "a check id (text)", cid)
-    where = f"{path}: claim {claim}, check {cid}"
-    unknown = sorted(set(c) - CHECK_KEYS)
-    _need(not unknown, where, unknown[0] if unknown else "", f"one of {sorted(CHECK_KEYS)}", c)
-    for k in ("cell", "metric", "direction"):
-        _need(k in c, where, k, "to be given", None)
-    cell = _spec(c["cell"], where, "cell", CELL_KEYS)
-    ref = c.get("reference")
-    ref = None if ref is None else _spec(ref, where, "reference", REF_KEYS)
-    metric, direction = c["metric"], c["direction"]
-    _need(metric in METRICS, where, "metric", f"one of {list(METRICS)}", metric)
-    _need(direction in DIRECTIONS, where, "direction", f"one of {list(DIRECTIONS)}", direction)
-    _need(
-        (ref is None) == (metric == "purity"),
-        where,
-        "reference",
-        "a reference for every metric but purity",
-        ref,
-    )
-    if direction in ("not_worse", "better"):
-        _need(metric == "quality", where, "direction", "below or at_least for a ratio or purity", direction)
-        tol = c.get("tolerance")
-        _need(isinstance(tol, dict), where, "tolerance", "a mapping {points, loss_share, reason}", tol)
-        for k in ("points", "loss_share"):
-            _need(_num(tol.get(k)) and tol[k] >= 0, where, f"tolerance.{k}", "a number >= 0", tol.get(k))
-        _need(
-            isinstance(tol.get("reason"), str) and bool(tol["reason"]),
-            where,
-            "tolerance.reason",
-            "why, in words",
-            tol.get("reason"),
-        )
-    else:
-        _need(metric != "quality", where, "direction", "not_worse or better for quality", direction)
-        thr = c.get("threshold")
-        _need(isinstance(thr, dict), where, "threshold", "a mapping {value, reason}", thr)
-        _need(_num(thr.get("value")), where, "threshold.value", "a number", thr.get("value"))
-        _need(
-            isinstance(thr.get("reason"), str) and bool(thr["reason"]),
-            where,
-            "threshold.reason",
-            "why, in words",
-            thr.get("reason"),
-        )
-    ps = c.get("paper_setting")
-    if ps is not None:
-        _need(
-            isinstance(ps, dict) and set(ps) == {"dataset", "model"},
-            where,
-            "paper_setting",
-            "a mapping {dataset, model}",
-            ps,
-        )
-    if metric == "quality":
-        for k in ("protocol", "domain"):
-            _need(
-                isinstance(c.get(k), str),
-                where,
-                k,
-                "text (how / which benchmark average the paper scored)",
-                c.get(k),
-            )
-    return Check(
-        claim=claim,
-        id=cid,
-        cell=cell,
-        reference=ref,
-        metric=metric,
-        direction=direction,
-        tolerance=c.get("tolerance"),
-        threshold=c.get("threshold"),
-        paper_setting=ps,
-        protocol=c.get("protocol"),
-        domain=c.get("domain"),
-        paper_value=str(c.get("paper_value", "")),
-        note=str(c.get("note", "")),
-    )
-
-
-def load_claims(path: Path = CLAIMS_FILE) -> list[Claim]:
-    """The claims, checked: a malformed entry is a ClaimsFileError naming the file, the claim
-    (and check) id, the key and what was expected."""
-    path = Path(path)
-    try:
-        return list(_load_cached(str(path), path.stat().st_mtime_ns))
-    except OSError as e:
-        raise ClaimsFileError(f"{path}: cannot read the claims file ({e})") from None
-
-
-@functools.lru_cache(maxsize=8)
-def _load_cached(name: str, _mtime_ns: int) -> tuple[Claim, ...]:
-    """The parsed file, once per version of it (every report reads the shipped one)."""
-    path = Path(name)
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where built: 10x faster
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 (a safe loader)
-    except (OSError, yaml.YAMLError) as e:
-        raise ClaimsFileError(f"{path}: cannot read the claims file ({e})") from None
-    _need(isinstance(data, dict), str(path), "(top level)", "a mapping with 'claims'", type(data).__name__)
-    unknown = sorted(set(data) - TOP_KEYS)
-    _need(
-        not unknown,
-        str(path),
-        unknown[0] if unknown else "",
-        f"one of {sorted(TOP_KEYS)}",
-        data.get(unknown[0]) if unknown else None,
-    )
-    entries = data.get("claims")
-    _need(isinstance(entries, list) and bool(entries), str(path), "claims", "a non-empty list", entries)
-    out: list[Claim] = []
-    seen: set[str] = set()
-    for i, e in enumerate(entries):
-        where = f"{path}: claims[{i}]"
-        _need(isinstance(e, dict), where, "claims", "a mapping", e)
-        cid = e.get("id")
-        _need(isinstance(cid, str) and bool(cid), where, "id", "a claim id (text)", cid)
-        _need(cid not in seen, where, "id", "a unique claim id", cid)
-        seen.add(cid)
-        where = f"{path}: claim {cid}"
-        unknown = sorted(set(e) - CLAIM_KEYS)
-        _need(not unknown, where, unknown[0] if unknown else "", f"one of {sorted(CLAIM_KEYS)}", e)
-        for k in ("title", "words", "paper"):
-            _need(isinstance(e.get(k), str) and bool(e[k]), where, k, "text", e.get(k))
-        checks = e.get("checks")
-        _need(isinstance(checks, list) and bool(checks), where, "checks", "a non-empty list", checks)
-        parsed = [_check(c, path, cid, j) for j, c in enumerate(checks)]
-        ids = [c.id for c in parsed]
-        dup = sorted({x for x in ids if ids.count(x) > 1})
-        _need(not dup, where, "checks", "unique check ids", dup)
-        out.append(Claim(cid, e["title"], e["words"], e["paper"], tuple(parsed)))
-    return tuple(out)
-
+from reports.tables import Report
 
 # ----------------------------------------------------------------------------- matching cells
 
@@ -319,13 +81,19 @@ def cell_matches(c: Cell, spec: dict[str, Any]) -> bool:
 
 
 def compute_matched(x: Run, r: Run) -> bool:
-    """Whether random run x is r's compute-matched baseline (match_compute_of). A run that
-    states it (a `match_compute_of` run column, where the results have one) is taken at its
-    word; otherwise a random run of the same setting and seed at a kept count of its own (no
-    ratio run's) above r's: the budget that equal cost buys a cheaper method."""
-    stated = x.columns.get("match_compute_of")
-    if stated:
-        return True
+    """Whether run x is r's compute-matched baseline: its `matched` record
+    (match_compute_of, repro/experiments/compute.py) says it was matched in compute to r's run.
+    Results written before that column: a random run of the same setting and seed at a kept
+    count of its own (no ratio run's) above r's, the budget that equal cost buys a cheaper
+    method (the claims table then says the match was inferred)."""
+    rec = x.columns.get("matched")
+    if isinstance(rec, str) and rec:
+        try:
+            rec = json.loads(rec)
+        except ValueError:
+            rec = None
+    if isinstance(rec, dict):
+        return rec.get("by") == "compute" and rec.get("run_id") in (None, r.run_id)
     return bool(x.budget.startswith("n=")) and (x.n_selected or 0) > (r.n_selected or 0)
 
 
@@ -534,13 +302,9 @@ def evaluate_check(rep: Report, chk: Check, cell: Cell) -> Verdict:
     v.threshold, v.side, v.estimate = thr, ">", est
     verdict, note = _decide(est, thr, True)
     v.verdict, v.note = verdict, "; ".join(x for x in (v.note, note) if x)
-    if chk.reference.get("match") == "compute" and not any(
-        p[1].columns.get("match_compute_of") for p in pairs
-    ):
+    if chk.reference.get("match") == "compute" and not any(p[1].columns.get("matched") for p in pairs):
         v.note = "; ".join(
-            x
-            for x in (v.note, "compute match inferred from the kept count (no match_compute_of column)")
-            if x
+            x for x in (v.note, "compute match inferred from the kept count (no matched column)") if x
         )
     return v
 
@@ -726,186 +490,3 @@ def not_run_command(rep: Report, chk: Check, results: str, setting: tuple[str, s
             "baselines: configs/grids/paper-baselines.yaml"
         )
     return f"{cmd}\n# missing.yaml:\n{snippet}"
-
-
-# ----------------------------------------------------------------------------- tables
-
-
-def _fmt_est(e: Estimate | None, digits: int) -> str:
-    if e is None:
-        return "—"
-    s = f"{e.value:+.{digits}f}"
-    if e.lo is None or e.hi is None:
-        return s + f" (no interval, n={e.n})"
-    return f"{s} [{e.lo:+.{digits}f}, {e.hi:+.{digits}f}] ({e.n} {e.unit})"
-
-
-def _digits(v: Verdict) -> int:
-    return 3 if "loss" in v.metric or "ratio" in v.metric else 1
-
-
-def claims_table(verdicts: list[Verdict], claims: list[Claim], plan_notes: list[str] = ()) -> Table:
-    """One row per check and setting: the verdict and what it rests on."""
-    by_id = {c.id: c for c in claims}
-    cols = [
-        Column("claim"),
-        Column("check"),
-        Column("verdict"),
-        Column("paper"),
-        Column("setting"),
-        Column("cell"),
-        Column("reference"),
-        Column("metric"),
-        Column("estimate [95% CI]"),
-        Column("threshold"),
-        Column("vs random at equal compute"),
-        Column("scale"),
-        Column("protocol"),
-        Column("runs"),
-        Column("note"),
-    ]
-    rows = []
-    for v in verdicts:
-        c = by_id[v.check.claim]
-        note = [v.note] if v.note else []
-        if v.cpu_scale and v.verdict != "not run":
-            note.insert(0, CPU_NOTE)
-        if v.missing:
-            note.append("missing: " + "; ".join(v.missing))
-        if v.command:
-            note.append("run: " + v.command.splitlines()[0] + " (snippet below)")
-        thr = (
-            ""
-            if v.threshold is None
-            else f"{v.side} {v.threshold:+.3g}"
-            if v.side == ">"
-            else f"{v.side} {v.threshold:.3g}"
-        )
-        comp = ""
-        if v.compute is not None:
-            k = v.compute
-            comp = k.verdict if k.estimate is None else f"{k.verdict}: {_fmt_est(k.estimate, _digits(k))}"
-            if k.command:
-                comp += " (command below)"
-        rows.append(
-            [
-                f"{c.id} {c.title}",
-                " = ".join([v.check.id, *v.also]),
-                v.verdict,
-                v.check.paper_value,
-                v.setting,
-                v.cell,
-                v.reference,
-                v.metric,
-                _fmt_est(v.estimate, _digits(v)),
-                thr,
-                comp,
-                v.scale,
-                v.protocol,
-                ", ".join(v.run_ids),
-                "; ".join(note),
-            ]
-        )
-    notes = [
-        "consistent / not reproduced: the 95% bootstrap interval (over seeds, and over items where "
-        "both runs have per-item scores) lies wholly on the claim's / the other side of the "
-        "threshold; inconclusive: it spans the threshold, or there is none (one seed); not run: "
-        "the store lacks the cells named. docs/claims.md.",
-        "Quality differences are signed so that positive is better for the cell (held-out loss: "
-        "reference minus cell). A CPU-scale verdict is evidence about the mechanism, not the "
-        "paper's 7B result.",
-    ]
-    notes += list(plan_notes)
-    return Table("claims", "The paper's claims checked against our runs", cols, rows, notes=notes)
-
-
-# The plan's own estimate beside the paper's number (docs/slurm.md: the paper grid's dry run with
-# the example profile, A100-80GB, MFU 0.14), stated from the docs: reports/ does not import the
-# launcher (layers), and the dry run is a command of its own.
-PLAN_NOTES = (
-    "Plan vs paper (C2): the paper grid's dry run (`cluster-repro launch configs/grids/paper.yaml "
-    "--profile configs/clusters/example.yaml --dry-run`, A100-80GB, MFU 0.14) plans 19.3 GPU-h, "
-    "4.8 h wall on 4 GPUs, for full data on Magicoder + CodeLlama-Python-7B; the paper reports "
-    "1.13 h (docs/slurm.md). They disagree by 4.2x: the paper's runs reached a higher MFU or "
-    "shorter examples than the plan assumes.",
-)
-
-
-# ----------------------------------------------------------------------------- the whole output
-
-
-def snippets_md(verdicts: list[Verdict]) -> list[str]:
-    """The commands of the `not run` rows (and of random at equal compute), one block each."""
-    out = []
-    for v in verdicts:
-        for w, what in ((v, ""), (v.compute, " against random at equal compute")):
-            if w is not None and w.command:
-                where = f"{w.cell or 'no such cell'}; {w.setting or 'any setting'}"
-                head = f"**{v.check.name}**{what} ({where}): not run"
-                out += [head, "", "```", w.command, "```", ""]
-    return out
-
-
-def compact_markdown(verdicts: list[Verdict]) -> str:
-    """A narrow table of the verdicts (what `cluster-repro demo` prints): check, verdict, cell vs
-    reference, estimate against threshold; the full table (runs, scale, protocol, commands) is
-    `cluster-repro claims`'s."""
-    lines = [
-        "| check | verdict | cell vs reference | metric | estimate [95% CI] | threshold |",
-        "|---|---|---|---|---|---|",
-    ]
-    for v in verdicts:
-        thr = "" if v.threshold is None else f"{v.side} {v.threshold:.3g}"
-        ref = f" vs {v.reference}" if v.reference else ""
-        where = f" ({v.setting.split(' · ')[-1]})" if v.setting and v.setting != "any" else ""
-        verdict = v.verdict + (" (CPU scale)" if v.cpu_scale and v.verdict != "not run" else "")
-        name = " = ".join([v.check.name, *v.also])
-        lines.append(
-            f"| {name} | {verdict} | {v.cell}{ref}{where} | {v.metric or '—'} | "
-            f"{_fmt_est(v.estimate, _digits(v))} | {thr} |"
-        )
-    return "\n".join(lines)
-
-
-def verdict_counts(verdicts: list[Verdict]) -> dict[str, int]:
-    return {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
-
-
-def verdicts_json(verdicts: list[Verdict]) -> str:
-    """Machine-readable verdicts (claims.json)."""
-    rows = []
-    for v in verdicts:
-        e = v.estimate
-        rows.append(
-            {
-                "check": v.check.name,
-                "verdict": v.verdict,
-                "setting": v.setting,
-                "cell": v.cell,
-                "reference": v.reference,
-                "metric": v.metric,
-                "value": None if e is None else e.value,
-                "lo": None if e is None else e.lo,
-                "hi": None if e is None else e.hi,
-                "threshold": v.threshold,
-                "run_ids": v.run_ids,
-                "cpu_scale": v.cpu_scale,
-                "missing": v.missing,
-                "command": v.command,
-            }
-        )
-    return json.dumps(rows, indent=1, sort_keys=True) + "\n"
-
-
-__all__ = [
-    "CLAIMS_FILE",
-    "VERDICTS",
-    "Check",
-    "Claim",
-    "ClaimsFileError",
-    "Verdict",
-    "claims_table",
-    "evaluate",
-    "load_claims",
-    "verdict_counts",
-]

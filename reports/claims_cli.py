@@ -52,7 +52,7 @@ def load_rep(results: Path, run_ids: set[str] | None = None):  # noqa: ANN201 (r
 
 
 def claims_markdown(tables: list, verdicts: list) -> str:
-    from reports.claims import snippets_md, verdict_counts
+    from reports.claims_output import snippets_md, verdict_counts
     from reports.render import to_markdown
 
     counts = ", ".join(f"{n} {k}" for k, n in verdict_counts(verdicts).items())
@@ -78,8 +78,9 @@ def write_claims(
     run_ids: set[str] | None = None,
 ) -> tuple[Path, str]:
     """Write the claims check of `results` into `out`; returns (claims.md, its text)."""
-    from reports.claims import CLAIMS_FILE, load_claims, verdicts_json
+    from reports.claims import CLAIMS_FILE, load_claims
     from reports.claims_figure import claims_figure
+    from reports.claims_output import verdicts_json
     from reports.claims_time import claims_tables
     from reports.render import to_csv, to_latex, to_markdown
     from repro.core.io import atomic_write_text

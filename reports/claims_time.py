@@ -20,18 +20,17 @@ from typing import Any
 
 from reports.claims import (
     CLAIMS_FILE,
-    PLAN_NOTES,
     Check,
     Verdict,
     _base_for,
     _overrides,
     _setting,
     _setting_name,
-    claims_table,
     evaluate,
     load_claims,
     reference_run,
 )
+from reports.claims_output import PLAN_NOTES, claims_table
 from reports.load import Cell, Run
 from reports.stats import Estimate, mean_ci
 from reports.tables import Column, Report, Table

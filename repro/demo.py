@@ -211,8 +211,9 @@ def demo_claims(run_dirs: list[Path], merged: Path) -> str:
     """The paper's claims checked on the demo's own runs (reports/claims.py): a narrow verdict
     table, and where the full one (run ids, scale, protocol, the commands of what was not run)
     was written (`<output_dir>/demo-claims/claims.md`)."""
-    from reports.claims import compact_markdown, evaluate, load_claims
+    from reports.claims import evaluate, load_claims
     from reports.claims_cli import load_rep, write_claims
+    from reports.claims_output import compact_markdown
     from repro.core.results import PART_NAME, read_rows
 
     run_ids = {r["run_id"] for d in run_dirs for r in read_rows(d / PART_NAME)}
