@@ -10,6 +10,18 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
 
+# The files whose tests submit jobs to the one local SLURM cluster: one xdist worker runs them all,
+# one after another (two at once would queue on its node and time each other out).
+SLURM_FILES = ("test_slurm_cluster.py", "test_slurm_shards.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `pytest -n N --dist loadgroup` (make test): each file's tests stay on one worker, so
+    its module fixtures are built once, and the SLURM files share one."""
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group("slurm" if name in SLURM_FILES else name))
+
 
 def _shared_data() -> Path | None:
     env = os.environ.get("CLUSTER_REPRO_DATA")
