@@ -21,6 +21,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         name = item.path.name
         item.add_marker(pytest.mark.xdist_group("slurm" if name in SLURM_FILES else name))
+    # The SLURM files first: their jobs are the suite's longest chain of waits, which then runs
+    # beside the other files instead of after them (each file keeps its own order).
+    items.sort(key=lambda item: item.path.name not in SLURM_FILES)
 
 
 def _shared_data() -> Path | None:

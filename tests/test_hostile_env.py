@@ -125,9 +125,6 @@ def _held_run(tmp_path: Path, **popen) -> tuple[subprocess.Popen, Path]:
     return proc, next((tmp_path / "runs").glob("*/*"))
 
 
-@pytest.mark.parametrize(
-    ("sig", "code", "word"), [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")]
-)
 def _as_a_terminal_starts_it() -> None:
     """In the child before exec: SIGINT delivered and at its default, as for a command typed at a
     terminal. A process that inherits SIGINT ignored or blocked (from a test process some library
@@ -136,6 +133,9 @@ def _as_a_terminal_starts_it() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.parametrize(
+    ("sig", "code", "word"), [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")]
+)
 def test_a_signal_ends_the_run_in_one_line_recorded_as_interrupted(tmp_path, sig, code, word):
     proc, run = _held_run(tmp_path, start_new_session=True, preexec_fn=_as_a_terminal_starts_it)
     os.killpg(proc.pid, sig)  # as a terminal's Ctrl-C or a scheduler's SIGTERM would

@@ -13,7 +13,6 @@ server, so it is reported apart from the later ones.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics
