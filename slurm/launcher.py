@@ -16,20 +16,24 @@ launch lives in `<output_dir>/_launch/<grid name>/`: `jobs.json` (cell -> job id
 
 from __future__ import annotations
 
-import shlex
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import ConfigError, ExperimentConfig, check_text
+from repro.core.config import ConfigError, ExperimentConfig
 from repro.core.io import atomic_write_json, read_json
 from repro.core.log import get_logger, progress_bar
 from repro.experiments.experiment import load_experiment
 from repro.experiments.grids import Cell, Grid, select_cells
 from repro.experiments.matching import resolve_match
+from slurm.executors import (  # re-exported: the executors and sbatch parameters
+    check_sbatch_text,  # noqa: F401
+    make_executor,  # noqa: F401
+    sbatch_script,  # noqa: F401
+    slurm_parameters,  # noqa: F401
+)
 from slurm.jobs import CellJob, FeatureShardJob, FeaturesJob
 from slurm.profile import ClusterProfile
 
@@ -121,109 +125,6 @@ def results_outdated(cell: Cell, by_id: dict[str, Cell]) -> bool:
         and stage_marker(cfg.run_dir(), "results").is_file()
         and not has_marker(cell, by_id, "results")
     )
-
-
-# ----------------------------------------------------------------------------- executors
-
-
-def slurm_parameters(
-    profile: ClusterProfile, world_size: int, job_name: str, dependency: str | None = None
-) -> dict[str, Any]:
-    """sbatch parameters (submitit's names) for a job of `world_size` tasks, one GPU each."""
-    nodes, per_node = profile.nodes_for(world_size)
-    setup = list(profile.setup)
-    setup += [f"export {k}={shlex.quote(str(v))}" for k, v in sorted(profile.env.items())]
-    # The code that launched is the code that runs (this checkout, not another install).
-    setup.append(f"export PYTHONPATH={shlex.quote(str(PROJECT_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}")
-    extra = dict(profile.sbatch_extra)
-    if dependency:
-        extra["dependency"] = dependency
-    params: dict[str, Any] = {
-        "job_name": job_name,
-        "partition": profile.partition,
-        "account": profile.account,
-        "qos": profile.qos,
-        "constraint": profile.constraint,
-        "nodes": nodes,
-        "ntasks_per_node": per_node,
-        "cpus_per_task": profile.cpus_per_gpu,
-        "time": profile.time_limit_min,
-        "array_parallelism": profile.array_parallelism,
-        "signal_delay_s": 120,
-        "setup": setup,
-        # One task failing ends the job (others would wait for it at the next collective).
-        "srun_args": [*profile.srun_args, "--kill-on-bad-exit=1"],
-        "additional_parameters": extra or None,
-    }
-    if profile.use_gpus:
-        params["gpus_per_node"] = per_node
-        if profile.mem_per_gpu_gb:
-            params["mem_per_gpu"] = f"{int(profile.mem_per_gpu_gb)}G"
-    params = {k: v for k, v in params.items() if v is not None}
-    check_sbatch_text(params)
-    return params
-
-
-def check_sbatch_text(params: dict[str, Any], folder: Path | None = None) -> None:
-    """ConfigError when a value that submitit writes into the sbatch file (job name, profile
-    values, setup lines, the log folder) holds a control character: a newline there would start
-    a line of its own, e.g. an extra `#SBATCH` directive. Grid names and profiles are checked
-    when loaded; this is the last check, where the text is used."""
-
-    def texts(value: Any, key: str):
-        if isinstance(value, (str, Path)):
-            yield key, str(value)
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                yield key, str(k)
-                yield from texts(v, f"{key}.{k}")
-        elif isinstance(value, (list, tuple)):
-            for i, v in enumerate(value):
-                yield from texts(v, f"{key}[{i}]")
-
-    for key, text in texts({**params, **({"folder": folder} if folder else {})}, "sbatch"):
-        check_text(text, key)
-
-
-def sbatch_script(
-    profile: ClusterProfile,
-    world_size: int,
-    job_name: str,
-    folder: Path,
-    dependency: str | None = None,
-    python: str | None = None,
-) -> str:
-    """The sbatch file submitit writes for such a job (what the golden-file test compares)."""
-    from submitit.slurm.slurm import _make_sbatch_string
-
-    py = python or shlex.quote(sys.executable)
-    check_sbatch_text({}, folder)
-    command = " ".join([py, "-u -m submitit.core._submit", shlex.quote(str(folder))])
-    return _make_sbatch_string(
-        command=command, folder=folder, **slurm_parameters(profile, world_size, job_name, dependency)
-    )
-
-
-def make_executor(
-    backend: str,
-    folder: Path,
-    profile: ClusterProfile,
-    world_size: int,
-    job_name: str,
-    dependency: str | None = None,
-):
-    import submitit
-
-    if backend == "debug":
-        return submitit.DebugExecutor(folder)
-    if backend == "local":
-        ex = submitit.LocalExecutor(folder, max_num_timeout=profile.max_requeues)
-        ex.update_parameters(timeout_min=profile.time_limit_min, tasks_per_node=world_size, gpus_per_node=0)
-        return ex
-    check_sbatch_text({}, folder)
-    ex = submitit.SlurmExecutor(folder, max_num_timeout=profile.max_requeues)
-    ex.update_parameters(**slurm_parameters(profile, world_size, job_name, dependency))
-    return ex
 
 
 # ----------------------------------------------------------------------------- the plan
