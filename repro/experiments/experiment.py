@@ -34,6 +34,7 @@ method).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -132,33 +133,58 @@ def run_cells_of(data: dict[str, Any], p: Path, extra: list[str] | tuple[str, ..
 def run_cells(grid: Grid, force: bool = False) -> list[Path]:
     """The inline executor: every cell in order, in this process (a matched cell after its
     reference, which the planner puts first). Preflight checks every cell before any runs."""
-    from repro.pipeline import run_experiment
     from repro.preflight import report, require_clean
 
     notes = require_clean([(f"{grid.path} cell {c.id}", c.check_config()) for c in grid.cells])
     if any(notes.values()):
         print(report(notes), file=sys.stderr, flush=True)
+    return run_in_order(
+        [
+            (c.id, c.config() if c.match_of is None else c.check_config(), c.match_of, c.match_by)
+            for c in grid.cells
+        ],
+        where=lambda cid: f"{grid.path}: cell {cid}",
+        label_of=lambda ref: _label_of(grid, ref),
+        force=force,
+    )
+
+
+def run_in_order(
+    items: list[tuple[str, ExperimentConfig, str | None, str]],
+    where: Callable[[str], str],
+    label_of: Callable[[str], str],
+    force: bool = False,
+) -> list[Path]:
+    """Run (id, config, matched-to id or None, "kept_count" or "compute") items one after another
+    in this process, a matched one at its reference's kept count or cost once that has run (the
+    reference comes first); returns the run directories. What `grid` runs, for a grid's cells and
+    a run list's runs alike; `where(id)` and `label_of(reference id)` name them in messages."""
+    from repro.pipeline import run_experiment
+
     done: dict[str, Path] = {}
     done_cfg: dict[str, ExperimentConfig] = {}
-    for cell in grid.cells:
-        if cell.match_of is None:
-            cfg = cell.config()
-        else:
-            ref = cell.match_of
-            cfg = resolve_match(
-                cell.check_config(),
-                cell.match_by,
-                done_cfg[ref],
-                done[ref],
-                _label_of(grid, ref),
-                f"{grid.path}: cell {cell.id}",
-            )
-            if cfg is None:  # run_experiment returned, so the reference has selected and trained
-                raise RuntimeError(f"cell {cell.id}: {ref} has nothing to match ({cell.match_by})")
-        print(f"\n=== {cell.id} ===", file=sys.stderr, flush=True)
-        done[cell.id] = run_experiment(cfg, force=force)
-        done_cfg[cell.id] = cfg
+    for item_id, cfg, ref, by in items:
+        if ref is not None:
+            matched = resolve_match(cfg, by, done_cfg[ref], done[ref], label_of(ref), where(item_id))
+            if matched is None:  # run_experiment returned, so the reference has selected and trained
+                raise RuntimeError(f"{where(item_id)}: {ref} has nothing to match ({by})")
+            cfg = matched
+            if by == "compute":
+                _say_matched(item_id, cfg)
+        print(f"\n=== {item_id} ===", file=sys.stderr, flush=True)
+        done[item_id] = run_experiment(cfg, force=force)
+        done_cfg[item_id] = cfg
     return list(done.values())
+
+
+def _say_matched(label: str, cfg: ExperimentConfig) -> None:
+    m = cfg.selection.matched or {}
+    print(
+        f"{label}: match_compute_of {m.get('of')}: {m.get('target_device_s')} device-s ({m.get('costs')}) "
+        f"-> kept count {cfg.selection.n}" + (" (capped at the pool)" if m.get("capped_at_pool") else ""),
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _label_of(grid: Grid, cell_id: str) -> str:

@@ -32,12 +32,11 @@ from repro.core.config import ConfigError, ExperimentConfig, load_config, resolv
 from repro.experiments.compute import (
     COMPUTE_KEY,
     check_compute_matchable,
-    compute_matched_config,
     compute_reference_of,
     same_inputs_or_error,
 )
 from repro.experiments.files import RUN_LIST, read_mapping
-from repro.experiments.matching import MATCH_KEY, matched_config, reference_of
+from repro.experiments.matching import MATCH_KEY, reference_of
 
 _TOP = {"base", "overrides", "runs"}
 _RUN = {"label", "overrides", MATCH_KEY, COMPUTE_KEY}
@@ -154,41 +153,20 @@ def preflight_run_list(rl: RunList, extra: list[str] = ()) -> dict[str, list]:
 
 
 def run_list(rl: RunList, extra: list[str] = (), force: bool = False) -> list[Path]:
-    """Run every experiment of the list in order; returns their run directories."""
-    from repro.pipeline import run_experiment
+    """Run every experiment of the list in order; returns their run directories (the inline
+    executor, experiment.run_in_order, after every run's preflight)."""
+    from repro.experiments.experiment import run_in_order
     from repro.preflight import report
 
     notes = preflight_run_list(rl, extra)  # validate and check all first
     if any(notes.values()):
         print(report(notes), file=sys.stderr, flush=True)
-    done: dict[str, Path] = {}
-    done_cfg: dict[str, ExperimentConfig] = {}
-    for spec, cfg in run_configs(rl, extra):
-        where = f"{rl.path or 'run list'}: run {spec.label}"
-        if spec.match_kept_count_of:
-            ref = done[spec.match_kept_count_of]
-            matched = matched_config(cfg, ref, where)
-            if matched is None:  # run_experiment returned, so its select stage has run
-                raise RuntimeError(f"run {spec.label}: {ref} has no selection to match")
-            cfg = matched
-        elif spec.match_compute_of:
-            name = spec.match_compute_of
-            matched = compute_matched_config(cfg, done_cfg[name], done[name], name, where)
-            if matched is None:  # run_experiment returned, so it has trained (or diverged)
-                raise RuntimeError(f"run {spec.label}: {done[name]} has no training costs to match")
-            cfg = matched
-            _say_matched(spec.label, cfg)
-        print(f"\n=== {spec.label} ===", file=sys.stderr, flush=True)
-        done[spec.label] = run_experiment(cfg, force=force)
-        done_cfg[spec.label] = cfg
-    return list(done.values())
-
-
-def _say_matched(label: str, cfg: ExperimentConfig) -> None:
-    m = cfg.selection.matched or {}
-    print(
-        f"{label}: {COMPUTE_KEY} {m.get('of')}: {m.get('target_device_s')} device-s ({m.get('costs')}) "
-        f"-> kept count {cfg.selection.n}" + (" (capped at the pool)" if m.get("capped_at_pool") else ""),
-        file=sys.stderr,
-        flush=True,
+    return run_in_order(
+        [
+            (spec.label, cfg, spec.match_ref, "compute" if spec.match_compute_of else "kept_count")
+            for spec, cfg in run_configs(rl, extra)
+        ],
+        where=lambda label: f"{rl.path or 'run list'}: run {label}",
+        label_of=lambda ref: ref,
+        force=force,
     )
