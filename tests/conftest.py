@@ -10,19 +10,14 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
 
-# The files whose tests submit jobs to the one local SLURM cluster: one xdist worker runs them all,
-# one after another (two at once would queue on its node and time each other out).
+# The files whose tests submit jobs to the one local SLURM cluster.
 SLURM_FILES = ("test_slurm_cluster.py", "test_slurm_shards.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under `pytest -n N --dist loadgroup` (make test): each file's tests stay on one worker, so
-    its module fixtures are built once, and the SLURM files share one."""
-    for item in items:
-        name = item.path.name
-        item.add_marker(pytest.mark.xdist_group("slurm" if name in SLURM_FILES else name))
-    # The SLURM files first: their jobs are the suite's longest chain of waits, which then runs
-    # beside the other files instead of after them (each file keeps its own order).
+    """The SLURM files first (each file keeps its own order): under `pytest -n 2 --dist loadfile`
+    (make test), where each file's tests run on one worker, their jobs are the suite's longest
+    chain of waits, which then runs beside the other files instead of after them."""
     items.sort(key=lambda item: item.path.name not in SLURM_FILES)
 
 
