@@ -15,7 +15,7 @@ SLURM_FILES = ("test_slurm_cluster.py", "test_slurm_shards.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The SLURM files first (each file keeps its own order): under `pytest -n 2 --dist loadfile`
+    """The SLURM files first (each file keeps its own order): under `pytest -n 3 --dist loadfile`
     (make test), where each file's tests run on one worker, their jobs are the suite's longest
     chain of waits, which then runs beside the other files instead of after them."""
     items.sort(key=lambda item: item.path.name not in SLURM_FILES)
