@@ -155,7 +155,7 @@ def preflight_run_list(rl: RunList, extra: list[str] = ()) -> dict[str, list]:
 def run_list(rl: RunList, extra: list[str] = (), force: bool = False) -> list[Path]:
     """Run every experiment of the list in order; returns their run directories (the inline
     executor, experiment.run_in_order, after every run's preflight)."""
-    from repro.experiments.experiment import run_in_order
+    from repro.experiments.inline import run_in_order
     from repro.preflight import report
 
     notes = preflight_run_list(rl, extra)  # validate and check all first
