@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm_helpers import slurm_cluster, two_node_cluster  # noqa: F401 (fixtures)
+
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
 
-# The files whose tests submit jobs to the one local SLURM cluster.
-SLURM_FILES = ("test_slurm_cluster.py", "test_slurm_shards.py")
+# The files whose tests submit jobs to the one local SLURM cluster (their fixtures and helpers:
+# tests/slurm_helpers.py).
+SLURM_FILES = ("test_slurm_cluster.py", "test_slurm_resume.py", "test_slurm_shards.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

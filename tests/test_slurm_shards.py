@@ -1,4 +1,4 @@
-"""A sharded feature pass through a REAL SLURM (the fixture of tests/test_slurm_cluster.py): the
+"""A sharded feature pass through a REAL SLURM (the fixture of tests/slurm_helpers.py): the
 shards go out as job arrays cut under the profile's max_array_size, the features job waits for
 every array (afterok) and merges, and the merged file equals the unsharded pass bit for bit."""
 
@@ -11,10 +11,10 @@ from repro.core.config import load_config
 from repro.core.io import read_json
 from repro.core.rundir import model_dir_of
 from tests.conftest import CONFIGS
-from tests.test_slurm_cluster import cli, run_dir_of, sacct, slurm_cluster  # noqa: F401 (fixture)
+from tests.slurm_helpers import cli, run_dir_of, sacct
 
 
-def test_feature_shards_run_as_job_arrays_and_merge_bit_for_bit(slurm_cluster, tmp_path) -> None:  # noqa: F811
+def test_feature_shards_run_as_job_arrays_and_merge_bit_for_bit(slurm_cluster, tmp_path) -> None:
     profile = tmp_path / "local-2.yaml"
     profile.write_text((CONFIGS / "clusters" / "local.yaml").read_text() + "max_array_size: 2\n")
     grid = tmp_path / "shards.yaml"
