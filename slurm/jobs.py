@@ -338,16 +338,21 @@ class CellJob(_Requeueable):
                 )
             export_torch_env(ident)
         rdv = Rendezvous(run_dir / "launch", ident, "prep", self.timeout_s)
-        try:
+
+        def state(name: str, **fields: Any) -> None:  # rank 0 keeps the cell's state file
             if ident["rank"] == 0:
                 write_state(
                     state_dir,
                     self.cell_id,
-                    state="running",
+                    state=name,
                     job_id=ident["job_id"],
                     run_dir=str(run_dir),
-                    restart=ident["restart"],
+                    **fields,
                 )
+
+        try:
+            if ident["rank"] == 0:
+                state("running", restart=ident["restart"])
                 with rdv.rank0(), single_process_env():
                     if self.shared_dir and link_shared(Path(self.shared_dir), run_dir):
                         logger.info(f"shared pool and features from {self.shared_dir}")
@@ -364,36 +369,12 @@ class CellJob(_Requeueable):
                 return {"cell": self.cell_id, "rank": ident["rank"]}
             run_experiment(cfg)
         except SystemExit:  # submitit's signal handler after requeueing (timeout, preemption)
-            if ident["rank"] == 0:
-                write_state(
-                    state_dir,
-                    self.cell_id,
-                    state="requeued",
-                    job_id=ident["job_id"],
-                    run_dir=str(run_dir),
-                    restart=ident["restart"],
-                )
+            state("requeued", restart=ident["restart"])
             raise
         except BaseException as e:
-            if ident["rank"] == 0:
-                write_state(
-                    state_dir,
-                    self.cell_id,
-                    state="failed",
-                    job_id=ident["job_id"],
-                    run_dir=str(run_dir),
-                    error=f"{type(e).__name__}: {e}",
-                    traceback=traceback.format_exc()[-4000:],
-                )
+            state("failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-4000:])
             raise
-        write_state(
-            state_dir,
-            self.cell_id,
-            state="done",
-            job_id=ident["job_id"],
-            run_dir=str(run_dir),
-            restart=ident["restart"],
-        )
+        state("done", restart=ident["restart"])
         return {
             "cell": self.cell_id,
             "run_dir": str(run_dir),

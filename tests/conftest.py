@@ -15,13 +15,32 @@ CONFIGS = REPO / "configs"
 # The files whose tests submit jobs to the one local SLURM cluster (their fixtures and helpers:
 # tests/slurm_helpers.py).
 SLURM_FILES = ("test_slurm_cluster.py", "test_slurm_resume.py", "test_slurm_shards.py")
+# Then the files that take longest, longest first (seconds per file from `pytest --durations=0
+# -n 3 --dist loadfile`, 2026-12-02: trainer 155, memory 111, evals_run 88, preflight 81, ...).
+# Every other file keeps its place after these.
+LONGEST_FILES = (
+    "test_trainer.py",
+    "test_memory.py",
+    "test_evals_run.py",
+    "test_preflight.py",
+    "test_byo_docs.py",
+    "test_demo.py",
+    "test_sharding.py",
+    "test_example_selector.py",
+    "test_reports.py",
+    "test_baselines_grid.py",
+)
+FIRST = SLURM_FILES + LONGEST_FILES
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The SLURM files first (each file keeps its own order): under `pytest -n 3 --dist loadfile`
-    (make test), where each file's tests run on one worker, their jobs are the suite's longest
-    chain of waits, which then runs beside the other files instead of after them."""
-    items.sort(key=lambda item: item.path.name not in SLURM_FILES)
+    """Longest first (each file keeps its own order of tests). `make test` runs `pytest -n 3
+    --dist loadfile --no-loadscope-reorder`: each file's tests on one worker, files handed out in
+    this order (xdist's default order, most tests first, put the SLURM files last). The SLURM
+    files' jobs are the longest chains of waits, so they start first and run beside the rest;
+    then the longest files, so that no worker starts a long file near the end."""
+    rank = {name: k for k, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))
 
 
 def _shared_data() -> Path | None:
