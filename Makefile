@@ -37,7 +37,7 @@ demo-quick: install
 	$(VENV)/bin/cluster-repro demo --quick
 
 test: install
-	$(PY) -m pytest -q --durations=15 -n 3 --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -q --durations=15 -n 3 --dist loadfile
 
 # Also the tests marked slow or needing the real SmolLM2 (minutes more).
 test-all: install

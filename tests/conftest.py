@@ -12,35 +12,11 @@ from tests.slurm_helpers import slurm_cluster, two_node_cluster  # noqa: F401 (f
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
 
-# The files whose tests submit jobs to the one local SLURM cluster (their fixtures and helpers:
-# tests/slurm_helpers.py).
-SLURM_FILES = ("test_slurm_cluster.py", "test_slurm_resume.py", "test_slurm_shards.py")
-# Then the files that take longest, longest first (seconds per file from `pytest --durations=0
-# -n 3 --dist loadfile`, 2026-12-02: trainer 155, memory 111, evals_run 88, preflight 81, ...).
-# Every other file keeps its place after these.
-LONGEST_FILES = (
-    "test_trainer.py",
-    "test_memory.py",
-    "test_evals_run.py",
-    "test_preflight.py",
-    "test_byo_docs.py",
-    "test_demo.py",
-    "test_sharding.py",
-    "test_example_selector.py",
-    "test_reports.py",
-    "test_baselines_grid.py",
-)
-FIRST = SLURM_FILES + LONGEST_FILES
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Longest first (each file keeps its own order of tests). `make test` runs `pytest -n 3
-    --dist loadfile --no-loadscope-reorder`: each file's tests on one worker, files handed out in
-    this order (xdist's default order, most tests first, put the SLURM files last). The SLURM
-    files' jobs are the longest chains of waits, so they start first and run beside the rest;
-    then the longest files, so that no worker starts a long file near the end."""
-    rank = {name: k for k, name in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))
+# The SLURM fixtures and helpers: tests/slurm_helpers.py (test_slurm_cluster, _resume, _shards).
+# Where files run: `make test` is `pytest -n 3 --dist loadfile`, each file's tests on one worker
+# (its module fixtures built once), files handed out by xdist in its default order, most tests
+# first. Handing them out longest first instead (the SLURM files, then the slowest) measured
+# slower on 2 cores: 760 and 818 s against 694 and 712 s (docs/measurements.md, "The suite").
 
 
 def _shared_data() -> Path | None:
