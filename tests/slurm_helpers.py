@@ -97,7 +97,8 @@ def slurm_cluster() -> Iterator[Path]:
                 )
             p = subprocess.run(
                 ["bash", str(REPO / "slurm" / "local" / "start.sh")],
-                env={**env, "CLUSTER_REPRO_SLURM_RECORD": str(record)},
+                # 12 fake GPUs, as CI's cluster: the test files' 4-GPU jobs run side by side.
+                env={**env, "CLUSTER_REPRO_SLURM_RECORD": str(record), "CLUSTER_REPRO_SLURM_GPUS": "12"},
                 capture_output=True,
                 text=True,
                 timeout=900,
