@@ -31,12 +31,9 @@ a second full copy.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,28 +77,17 @@ def shard_batches(lengths: np.ndarray, batch_size: int, shards: int) -> list[lis
     return [batches[cuts[s] : cuts[s + 1]] for s in range(shards)]
 
 
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _lengths(
     run_dir: Path, folder: Path, rows: list[dict], tok: Any, max_length: int, fml: int | None, fp: str
 ) -> np.ndarray:
     """Tokens of every pool row, computed once per pool (the first shard to start; the others
     wait on the lock and read the file)."""
     from method.features import feature_item
-    from repro.core.io import atomic_write, atomic_write_json, read_json
+    from repro.core.io import atomic_write, atomic_write_json, file_lock, read_json
     from repro.core.types import Example
 
     path, meta = folder / "lengths.npy", folder / "lengths.json"
-    with _lock(folder / ".lengths.lock"):
+    with file_lock(folder / ".lengths.lock"):
         if path.is_file() and meta.is_file():
             m = read_json(meta)
             if m.get("pool_fingerprint") == fp and [m.get("max_length"), m.get("feature_max_length")] == [

@@ -15,8 +15,6 @@ The fixtures are made visible to every test file by tests/conftest.py.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import shutil
 import socket
@@ -29,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.core.io import read_json
+from repro.core.io import file_lock, read_json
 
 # Not imported from tests/conftest.py, which imports this module's fixtures.
 REPO = Path(__file__).resolve().parent.parent
@@ -58,16 +56,6 @@ def _up(env: dict[str, str]) -> bool:
     )
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -88,7 +76,7 @@ def slurm_cluster() -> Iterator[Path]:
     lock = Path(f"{SLURM_DIR}.tests.lock")
     record = Path(f"{SLURM_DIR}.tests.started")  # what the tests started (start.sh writes it)
     users = Path(f"{SLURM_DIR}.tests.users")  # one file per test process using the cluster
-    with _locked(lock):
+    with file_lock(lock):
         if not (conf.is_file() and _up(env)):
             if os.geteuid() != 0:
                 pytest.fail(
@@ -112,7 +100,7 @@ def slurm_cluster() -> Iterator[Path]:
         (users / str(os.getpid())).touch()
     os.environ["SLURM_CONF"] = str(conf)
     yield conf
-    with _locked(lock):
+    with file_lock(lock):
         (users / str(os.getpid())).unlink(missing_ok=True)
         others = [p for p in users.iterdir() if p.name.isdigit() and _alive(int(p.name))]
         if not others and record.is_file():

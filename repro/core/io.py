@@ -14,13 +14,15 @@ files of other hosts (a shared file system under SLURM) and of running processes
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import socket
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +148,16 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     with open(path, encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (created, with its folder, if missing) for the block:
+    one process at a time on this host, whoever else waits."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
