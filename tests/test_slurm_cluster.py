@@ -57,14 +57,26 @@ def test_eight_tasks_on_two_nodes_join_one_group_from_slurm_variables(
     assert any(s["JobID"].endswith(".0") and s["NTasks"] == "8" for s in alloc), alloc
 
 
-def test_quick_demo_grid_runs_with_four_slurm_tasks_per_cell(slurm_cluster: Path, tmp_path: Path) -> None:
-    grid = CONFIGS / "grids" / "demo-quick.yaml"
+def test_quick_demo_grid_runs_as_a_features_job_and_two_task_cells(slurm_cluster: Path, tmp_path: Path):
+    """The shipped quick grid (full, CluSTER r = 0.5, random at CluSTER's kept count) at world
+    size 2 instead of its 4: 2 SLURM tasks per cell exercise every rank-0 / other-rank path of a
+    cell job, with 7 task processes instead of 13 (each pays ~8 CPU-s of imports on 2 cores;
+    docs/measurements.md, "The suite under 12 minutes"). 8 tasks in one group, on 2 nodes of 4
+    GPUs: the test above."""
+    shipped = (CONFIGS / "grids" / "demo-quick.yaml").read_text()
+    assert "world_sizes: [4]" in shipped and "base: ../demo-quick.yaml" in shipped
+    grid = tmp_path / "demo-quick.yaml"
+    grid.write_text(
+        shipped.replace("world_sizes: [4]", "world_sizes: [2]").replace(
+            "base: ../demo-quick.yaml", f"base: {(CONFIGS / 'demo-quick.yaml').as_posix()}"
+        )
+    )
     p = launch(grid, tmp_path, "--wait")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-5000:]
     record = read_json(tmp_path / "_launch" / "demo-quick" / "jobs.json")
     jobs = record["jobs"]
     (feat,) = [n for n in jobs if n.startswith("features-")]
-    cells = ["demo.tiny.full.ws4.s42", "demo.tiny.cluster-r50.ws4.s42", "demo.tiny.random-r50.ws4.s42"]
+    cells = ["demo.tiny.full.ws2.s42", "demo.tiny.cluster-r50.ws2.s42", "demo.tiny.random-r50.ws2.s42"]
     assert set(jobs) == {feat, *cells}
     # CluSTER and the random baseline at its kept count went out as one array (one sbatch, its
     # tasks numbered from 0), after the features.
@@ -76,20 +88,20 @@ def test_quick_demo_grid_runs_with_four_slurm_tasks_per_cell(slurm_cluster: Path
     assert sorted(s["JobID"] for s in tasks) == [f"{base}_{k}" for k in range(2)]
     assert {s["State"] for s in tasks} == {"COMPLETED"}
     assert jobs[cells[1]]["after"] == jobs[feat]["job_id"] and jobs[cells[0]]["after"] is None
-    # Each cell was one SLURM job of 4 tasks holding the node's 4 (fake) GPUs.
+    # Each cell was one SLURM job of 2 tasks holding 2 (fake) GPUs, one per task.
     for c in cells:
         steps = sacct(jobs[c]["job_id"])
         assert steps[0]["State"] == "COMPLETED", steps
-        assert "gres/gpu=4" in steps[0]["AllocTRES"]
-        assert any(s["JobID"].endswith(".0") and s["NTasks"] == "4" for s in steps), steps
+        assert "gres/gpu=2" in steps[0]["AllocTRES"]
+        assert any(s["JobID"].endswith(".0") and s["NTasks"] == "2" for s in steps), steps
         folder = Path(jobs[c]["stdout"]).parent
         jid = jobs[c]["job_id"]
-        assert all((folder / f"{jid}_{t}_log.out").is_file() for t in range(4))
+        assert all((folder / f"{jid}_{t}_log.out").is_file() for t in range(2))
 
     runs = {c: run_dir_of(tmp_path, c) for c in cells}
     for c, d in runs.items():
         assert (d / "stages" / "results.json").is_file(), c
-        assert sorted(p.name for p in (d / "train_log").iterdir()) == [f"rank{k}.jsonl" for k in range(4)]
+        assert sorted(p.name for p in (d / "train_log").iterdir()) == [f"rank{k}.jsonl" for k in range(2)]
     # The features were computed once, in the shared folder, and linked into the CluSTER run.
     shared = tmp_path / "_shared" / "features" / feat.removeprefix("features-")
     assert (runs[cells[1]] / "features.npy").stat().st_ino == (shared / "features.npy").stat().st_ino
