@@ -1,5 +1,5 @@
 # Two commands a new user needs: `make demo` and `make test`. Both install into .venv first.
-# `make test` ends with the 15 slowest tests (the suite aims at under 15 minutes on 2 cores).
+# `make test` ends with the 15 slowest tests (the suite aims at under 12 minutes on 2 cores).
 PYTHON ?= python3
 VENV   ?= .venv
 PIP     = $(VENV)/bin/pip
@@ -37,7 +37,7 @@ demo-quick: install
 	$(VENV)/bin/cluster-repro demo --quick
 
 test: install
-	$(PY) -m pytest -q --durations=15 -n 3 --dist loadfile
+	$(PY) -m pytest -q --durations=15 -n 4 --dist loadfile
 
 # Also the tests marked slow or needing the real SmolLM2 (minutes more).
 test-all: install

@@ -13,10 +13,11 @@ REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
 
 # The SLURM fixtures and helpers: tests/slurm_helpers.py (test_slurm_cluster, _resume, _shards).
-# Where files run: `make test` is `pytest -n 3 --dist loadfile`, each file's tests on one worker
+# Where files run: `make test` is `pytest -n 4 --dist loadfile`, each file's tests on one worker
 # (its module fixtures built once), files handed out by xdist in its default order, most tests
-# first. Handing them out longest first instead (the SLURM files, then the slowest) measured
-# slower on 2 cores: 760 and 818 s against 694 and 712 s (docs/measurements.md, "The suite").
+# first. 4 workers on 2 cores: with 3, a worker waiting on a SLURM job or a subprocess left the
+# cores idle about 15% of the run; with 4 they are busy 99% of it (docs/measurements.md, "The
+# suite under 12 minutes"). Handing files out longest first measured no faster.
 
 
 def _shared_data() -> Path | None:

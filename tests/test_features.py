@@ -215,7 +215,7 @@ def test_features_are_bit_identical_from_1_2_and_4_processes(tiny, tmp_path: Pat
     Before (rows r, r+K, ... batched per worker) 2 or 4 processes differed from 1 by up to 2e-7."""
     import torch.multiprocessing as mp
 
-    from repro.core.distributed import free_port
+    from repro.core.distributed import _ready_fork_server, free_port
 
     model_dir, model, tok = tiny
     exs = _examples(18)  # 9 batches of 2: dealt 5+4 to 2 workers, 3+2+2+2 to 4
@@ -231,11 +231,14 @@ def test_features_are_bit_identical_from_1_2_and_4_processes(tiny, tmp_path: Pat
     ports = (free_port(), free_port())
     while ports[1] == ports[0]:
         ports = (ports[0], free_port())
+    # Forked from the launcher's fork server (torch and transformers imported once), as the
+    # trainer's workers are: 4 spawned processes would import them 4 times (~8 CPU-s each).
+    assert _ready_fork_server()
     mp.start_processes(
         _torchrun_like_rank,
         args=(4, ports, str(run_dir), str(model_dir), str(tmp_path)),
         nprocs=4,
-        start_method="spawn",
+        start_method="forkserver",
     )
     four, two = np.load(tmp_path / "x4.npy"), np.load(tmp_path / "x2.npy")
     assert one.shape == (18, model.config.hidden_size) and one.dtype == np.float32

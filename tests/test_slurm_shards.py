@@ -16,16 +16,16 @@ from tests.slurm_helpers import cli, run_dir_of, sacct
 
 def test_feature_shards_run_as_job_arrays_and_merge_bit_for_bit(slurm_cluster, tmp_path) -> None:
     profile = tmp_path / "local-2.yaml"
-    profile.write_text((CONFIGS / "clusters" / "local.yaml").read_text() + "max_array_size: 2\n")
+    profile.write_text((CONFIGS / "clusters" / "local.yaml").read_text() + "max_array_size: 1\n")
     grid = tmp_path / "shards.yaml"
     grid.write_text(
         f"base: {(CONFIGS / 'demo-quick.yaml').as_posix()}\nmodels: {{tiny: {{}}}}\n"
         """name: shards
 datasets: {demo: {overrides: [data.demo_train_size=48, eval.demo_tasks=false, train.max_steps=2]}}
 methods:
-  cluster: {overrides: [selection.method=cluster, selection.params.feature_shards=3,
+  cluster: {overrides: [selection.method=cluster, selection.params.feature_shards=2,
                         allocation.method=cluster-interleave], ratios: [100]}
-world_sizes: [2]
+world_sizes: [1]  # one task: the cell only reads the merged features
 seeds: [1]
 """
     )
@@ -37,8 +37,9 @@ seeds: [1]
     shard_jobs = sorted(n for n in jobs if n.startswith("shard-"))
     (feat,) = [n for n in jobs if n.startswith("features-")]
     key = feat.removeprefix("features-")
-    assert shard_jobs == [f"shard-{key}-{s:05d}" for s in range(3)]
-    # 3 shards under max_array_size 2: two arrays (2 tasks + 1 task), all of them COMPLETED
+    assert shard_jobs == [f"shard-{key}-{s:05d}" for s in range(2)]
+    # 2 shards under max_array_size 1: two arrays of 1 task, both COMPLETED (an array of 2 tasks:
+    # the demo grid's test, tests/test_slurm_cluster.py)
     bases = {jobs[n]["job_id"].split("_")[0] for n in shard_jobs}
     assert len(bases) == 2
     for n in shard_jobs:
@@ -47,13 +48,13 @@ seeds: [1]
     assert set(jobs[feat]["after"].split(":")) == bases
     shared = out / "_shared" / "features" / key
     meta = read_json(shared / "features.json")
-    assert meta["shards"] == 3 and [s["shard"] for s in meta["per_shard"]] == [0, 1, 2]
-    assert all((shared / "features" / f"shard-{s:05d}.json").is_file() for s in range(3))
+    assert meta["shards"] == 2 and [s["shard"] for s in meta["per_shard"]] == [0, 1]
+    assert all((shared / "features" / f"shard-{s:05d}.json").is_file() for s in range(2))
     cfg = load_config(shared / "config.yaml")
     whole = features_to_file(
         shared, 1, model_dir_of(shared), cfg.model, cfg.data.max_length, 8, tmp_path / "whole.npy"
     )
     assert np.array_equal(np.load(whole), np.load(shared / "features.npy"))
-    cell = run_dir_of(out, "demo.tiny.cluster-r100.ws2.s1")
+    cell = run_dir_of(out, "demo.tiny.cluster-r100.ws1.s1")
     assert (cell / "stages" / "results.json").is_file()
     assert read_json(cell / "stages" / "select.json")["method"] == "cluster"
