@@ -247,8 +247,9 @@ def time_table(rep: Report, results: str = "RESULTS") -> Table:
             "data's; time ratio: train_s over full data's, per seed; predicted: token share x "
             "(1 - full's predicted idle) / (1 - the cell's predicted idle), since a step lasts as "
             "long as its busiest worker (the predicted idle share of repro/core/steps.py). A row "
-            "whose measured ratio is more than 10% off the prediction is flagged NO: fixed "
-            "per-step costs (the all-reduce, the optimizer) or noise the token model leaves out.",
+            "whose measured ratio is more than 10% off the prediction is flagged (NO, and how far "
+            "off): fixed per-step costs (the all-reduce, the optimizer) or noise the token model "
+            "leaves out.",
             "selection share: selection_s / end_to_end_s of the cell (the paper leaves selection "
             "out); end-to-end reduction: 1 - end_to_end_s over full data's.",
             "token balancing: the same cell with selection.params.budget_unit=tokens and "

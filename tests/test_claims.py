@@ -173,6 +173,12 @@ def test_claims_command_writes_tables_figure_and_the_time_apart(store: Path, tmp
     assert r1["adds_up"] is True and abs(r1["off"]) < 0.1
     # r = 0.5: 40 examples are 5 of 12 steps' tokens, 0.417; it took 0.45: within 10% (+8%).
     assert rows["cluster r=0.5"]["adds_up"] is True
+    # Rows that add up say so in their own cell, and nothing in the table reads as a flag.
+    md = [ln for ln in (out / "tables" / "claims_time.md").read_text().splitlines() if ln.startswith("|")]
+    for cell in rows:
+        (line,) = [ln for ln in md if f"| {cell} |" in ln]
+        assert "| yes |" in line and "NO:" not in line, line
+    assert "NO:" not in (out / "tables" / "claims_time.md").read_text()
     assert "for s in 0 1 2; do cluster-repro run configs/demo-quick.yaml seed=$s" in r1["balanced_command"]
     assert "allocation.params.balance=tokens" in r1["balanced_command"]
 
