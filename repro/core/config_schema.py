@@ -198,7 +198,7 @@ class LaunchConfig:
     """How `run` starts its workers on this machine (`cluster-repro launch` takes its cluster
     settings from a cluster profile, slurm/profile.py)."""
 
-    master_port: int | None = None  # None: a free port is chosen
+    master_port: int | None = None  # None: the system picks one (bound by the launcher until its workers end)
     torch_threads: int | None = None  # per worker; None: cores // world_size (at least 1)
 
 

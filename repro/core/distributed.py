@@ -41,6 +41,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.distributed.constants import default_pg_timeout
 
 from repro.core.errors import UserValueError
 
@@ -424,7 +425,11 @@ def _entry(
     if environ is not None:  # the launcher's environment at this launch (a forked worker's is the server's)
         os.environ.clear()
         os.environ.update(environ)
-    init_process_group(rank, world_size, "127.0.0.1", port)
+    # The launcher serves the group's store on `port` (spawn_workers): every rank, rank 0 too,
+    # joins it as a client.
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=default_pg_timeout)
+    dist.init_process_group(default_backend(), store=store, rank=rank, world_size=world_size)
     try:
         fn(rank, world_size, *args)
     finally:
@@ -455,17 +460,32 @@ def spawn_workers(
     process of its own from the start (peak-memory benches). A worker's exception is re-raised
     here with its traceback (torch's ProcessRaisedException).
     """
-    port = master_port or free_port()
     method = method or start_method()
     if method == "forkserver" and not _ready_fork_server():
         method = "spawn"
-    mp.start_processes(
-        _entry,
-        args=(fn, world_size, port, args, dict(os.environ)),
-        nprocs=world_size,
-        join=True,
-        start_method=method,
-    )
+    # The group's store is served from this process, on a port bound here and held until the
+    # workers end. A port found free (free_port) and bound later by rank 0 could be taken in
+    # between by another process's socket on this machine; the workers then met a stranger's
+    # store ("Gloo connectFullMesh failed ... Connection closed by peer", seen in CI with 4 test
+    # processes starting groups at once). Port 0: the system picks one.
+    try:
+        port = master_port or 0
+        store = dist.TCPStore("127.0.0.1", port, world_size, is_master=True, wait_for_workers=False)
+    except RuntimeError as e:
+        raise UserValueError(
+            f"master port {master_port}: cannot listen on it ({str(e).splitlines()[0]}); set "
+            "launch.master_port to a free port, or leave it unset for one the system picks"
+        ) from e
+    try:
+        mp.start_processes(
+            _entry,
+            args=(fn, world_size, store.port, args, dict(os.environ)),
+            nprocs=world_size,
+            join=True,
+            start_method=method,
+        )
+    finally:
+        del store
 
 
 def check_gpus_for(workers: int, key: str, default: str = "") -> None:
