@@ -82,9 +82,10 @@ def _bindable(port: int) -> bool:
 
 def test_the_launcher_holds_the_groups_port_from_before_the_workers_start(tmp_path, monkeypatch):
     """The launcher binds the group's store port itself, before any worker starts, and keeps it
-    until they end: a port only found free, and bound by rank 0 seconds later, was once taken in
-    between by another group on the machine (CI: "Gloo connectFullMesh failed ... Connection
-    closed by peer")."""
+    until they end: a port only found free, and bound by rank 0 seconds later, could be taken in
+    between by another group on the machine (suspected once of CI's "Gloo connectFullMesh failed
+    ... Connection closed by peer", which came again with the port held: see the next test but
+    one)."""
     import repro.core.distributed as D
 
     real, seen = D.mp.start_processes, {}
@@ -109,3 +110,35 @@ def test_a_busy_master_port_names_the_key_to_change(tmp_path):
         want = f"master port {busy}: cannot listen on it.*launch.master_port"
         with pytest.raises(UserValueError, match=want):
             spawn_workers(_report, 2, args=(str(tmp_path),), master_port=busy)
+
+
+def test_a_group_that_did_not_form_is_started_again_and_any_other_failure_is_not(
+    tmp_path, monkeypatch, caplog
+):
+    """gloo now and then fails to connect a group's ranks on one machine ("Gloo connectFullMesh
+    failed ... Connection closed by peer": seen in CI about once in 4 suite runs, with the store's
+    port held by the launcher, and in PyTorch's own gloo tests). No worker function has run then,
+    so spawn_workers starts the group again. The failure itself is injected (tests/crash_hook:
+    rank 1's init_process_group raises gloo's error); the groups, the restart and the workers are
+    real."""
+    import repro.core.distributed as D
+    from tests.crash_hook import group_start_failure_env
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    for k, v in group_start_failure_env(hook).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("CLUSTER_REPRO_START_METHOD", "forkserver")
+    monkeypatch.setattr(D, "GROUP_START_ATTEMPTS", 2)
+    (hook / "times").write_text("1")
+    with caplog.at_level("WARNING", logger="repro.core.distributed"):
+        ws = _launch(tmp_path, "once")
+    assert {w["world"] for w in ws} == {2} and len(list(hook.glob("failed-*"))) == 1
+    (msg,) = [r.getMessage() for r in caplog.records if "did not form" in r.getMessage()]
+    assert "attempt 1 of 2" in msg and "rank 1 of 2" in msg and "starting it again" in msg
+    # Failing every attempt: the last failure is raised, naming the rank and gloo's error.
+    (hook / "times").write_text("3")
+    with pytest.raises(D.mp.ProcessRaisedException, match="GroupStartError: rank 1 of 2"):
+        _launch(tmp_path, "always")
+    assert len(list(hook.glob("failed-*"))) == 3  # 1 before, 2 attempts now
+    assert not (tmp_path / "always" / "0.json").exists()  # no worker function ran

@@ -1,9 +1,10 @@
 """Starting a torch.distributed process group: spawned locally, or from SLURM/torchrun variables.
 
 Locally, `spawn_workers` starts `world_size` processes with `torch.multiprocessing` on 127.0.0.1
-and a free port, forked from a fork server that imported torch, transformers, peft and the
-worker modules once (`preload_in_workers`), so a launch does not pay W fresh imports (see
-"Starting workers" below). Under SLURM or torchrun the
+and a port the launcher's own store listens on, forked from a fork server that imported torch,
+transformers, peft and the worker modules once (`preload_in_workers`), so a launch does not pay
+W fresh imports (see "Starting workers" below); a group whose ranks could not connect (a rare
+gloo flake) is started again, before any work. Under SLURM or torchrun the
 processes already exist and `launch_env` reads where each one stands (`init_from_env` joins):
 
     torchrun (wins when RANK and WORLD_SIZE are set): RANK, WORLD_SIZE, LOCAL_RANK,
@@ -44,6 +45,8 @@ import torch.multiprocessing as mp
 from torch.distributed.constants import default_pg_timeout
 
 from repro.core.errors import UserValueError
+
+_log = logging.getLogger(__name__)
 
 # Ports derived from job ids: below Linux's ephemeral range (32768-60999), so no outgoing
 # connection of the node holds one by chance; consecutive job ids get different ports.
@@ -412,6 +415,28 @@ def _ready_fork_server() -> bool:
     return True
 
 
+class GroupStartError(RuntimeError):
+    """The local group did not form: gloo could not connect its ranks to each other. Raised
+    before the worker function runs, so `spawn_workers` may start the group again."""
+
+
+# How often `spawn_workers` starts a group whose ranks failed to connect (GroupStartError).
+GROUP_START_ATTEMPTS = 3
+
+
+def _init_group(store: dist.TCPStore, rank: int, world_size: int) -> None:
+    """init_process_group on the launcher's store; a failure to connect the ranks' full mesh
+    (gloo's "connectFullMesh failed ... Connection closed by peer", a rare flake of gloo's TCP
+    transport on one machine, seen in PyTorch's own tests and here in CI about once in 4 suite
+    runs) becomes GroupStartError."""
+    try:
+        dist.init_process_group(default_backend(), store=store, rank=rank, world_size=world_size)
+    except RuntimeError as e:
+        if "connectFullMesh" in str(e):
+            raise GroupStartError(f"rank {rank} of {world_size}: the group did not form: {e}") from e
+        raise
+
+
 def _entry(
     rank: int,
     fn: Callable[..., Any],
@@ -429,7 +454,7 @@ def _entry(
     # joins it as a client.
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=default_pg_timeout)
-    dist.init_process_group(default_backend(), store=store, rank=rank, world_size=world_size)
+    _init_group(store, rank, world_size)
     try:
         fn(rank, world_size, *args)
     finally:
@@ -458,7 +483,8 @@ def spawn_workers(
     `fn` must live in an importable module (not __main__): the workers import it by name.
     `method`: forkserver or spawn (None: `start_method()`); spawn where each worker must be a
     process of its own from the start (peak-memory benches). A worker's exception is re-raised
-    here with its traceback (torch's ProcessRaisedException).
+    here with its traceback (torch's ProcessRaisedException), except that a group whose ranks
+    could not connect is started again (GroupStartError, below).
     """
     method = method or start_method()
     if method == "forkserver" and not _ready_fork_server():
@@ -468,24 +494,42 @@ def spawn_workers(
     # between by another process's socket on this machine; the workers then met a stranger's
     # store ("Gloo connectFullMesh failed ... Connection closed by peer", seen in CI with 4 test
     # processes starting groups at once). Port 0: the system picks one.
-    try:
-        port = master_port or 0
-        store = dist.TCPStore("127.0.0.1", port, world_size, is_master=True, wait_for_workers=False)
-    except RuntimeError as e:
-        raise UserValueError(
-            f"master port {master_port}: cannot listen on it ({str(e).splitlines()[0]}); set "
-            "launch.master_port to a free port, or leave it unset for one the system picks"
-        ) from e
-    try:
-        mp.start_processes(
-            _entry,
-            args=(fn, world_size, store.port, args, dict(os.environ)),
-            nprocs=world_size,
-            join=True,
-            start_method=method,
-        )
-    finally:
-        del store
+    #
+    # A group whose ranks could not connect (GroupStartError: no worker function has run yet) is
+    # started again, with a new store, up to GROUP_START_ATTEMPTS times in all, as torchrun
+    # restarts a failed group; any other failure of a worker is raised at once.
+    for attempt in range(1, GROUP_START_ATTEMPTS + 1):
+        try:
+            port = master_port or 0
+            store = dist.TCPStore("127.0.0.1", port, world_size, is_master=True, wait_for_workers=False)
+        except RuntimeError as e:
+            raise UserValueError(
+                f"master port {master_port}: cannot listen on it ({str(e).splitlines()[0]}); set "
+                "launch.master_port to a free port, or leave it unset for one the system picks"
+            ) from e
+        try:
+            mp.start_processes(
+                _entry,
+                args=(fn, world_size, store.port, args, dict(os.environ)),
+                nprocs=world_size,
+                join=True,
+                start_method=method,
+            )
+            return
+        except mp.ProcessRaisedException as e:
+            if GroupStartError.__name__ not in str(e) or attempt == GROUP_START_ATTEMPTS:
+                raise
+            mark = f"{GroupStartError.__name__}: "
+            why = next((ln.split(mark, 1)[1] for ln in str(e).splitlines() if mark in ln), "")
+            _log.warning(
+                "%d workers: the group did not form (attempt %d of %d: %s); starting it again",
+                world_size,
+                attempt,
+                GROUP_START_ATTEMPTS,
+                why.strip()[:300],
+            )
+        finally:
+            del store
 
 
 def check_gpus_for(workers: int, key: str, default: str = "") -> None:

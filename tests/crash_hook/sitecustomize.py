@@ -6,6 +6,13 @@ attempt starts at (0, or the checkpoint's step that `load_checkpoint` returns), 
 of `any_worker_diverged`, which the trainer calls once per step. Every worker reaches that call
 (the backward's all-reduce came before), so all of them die, none waits for a dead peer.
 
+When $CLUSTER_REPRO_TEST_FAIL_GROUP_START = DIR is set, rank 1 of a local group raises, from
+torch.distributed.init_process_group, the RuntimeError gloo raises when a connection of its full
+mesh is closed ("Gloo connectFullMesh failed ... Connection closed by peer"), while DIR holds fewer
+`failed-*` files than the number in DIR/times, and adds one such file each time. The real failure
+is a rare race of gloo's TCP transport that no test can bring about on purpose; this stands in for
+it so that the restart of a group that did not form (repro/core/distributed.py) is tested.
+
 `repro.trainer` is wrapped when it is imported (an import hook), so a process that never trains
 does not import torch for this, and the module comes from wherever that process imports it.
 """
@@ -18,6 +25,7 @@ import os
 import sys
 
 _TARGET = "repro.trainer"
+_DIST = "repro.core.distributed"
 
 
 def _wrap(trainer) -> None:
@@ -38,11 +46,35 @@ def _wrap(trainer) -> None:
     trainer.load_checkpoint, trainer.any_worker_diverged = counting_load, crash_at_step
 
 
+def _wrap_group_start(distributed) -> None:
+    from pathlib import Path
+
+    dist = distributed.dist
+    init = dist.init_process_group
+
+    def failing_init(*args, **kwargs):
+        folder = Path(os.environ["CLUSTER_REPRO_TEST_FAIL_GROUP_START"])
+        failed = len(list(folder.glob("failed-*")))
+        if kwargs.get("rank") == 1 and failed < int((folder / "times").read_text()):
+            (folder / f"failed-{failed}").write_text(str(os.getpid()))
+            raise RuntimeError(
+                "Gloo connectFullMesh failed with [tests/crash_hook] Connection closed by peer "
+                "[127.0.0.1]:1 (injected)"
+            )
+        return init(*args, **kwargs)
+
+    dist.init_process_group = failing_init
+
+
 class _WrapOnImport(importlib.abc.MetaPathFinder):
-    """Finds repro.trainer as the other finders do, then wraps it once it has run."""
+    """Finds repro.trainer (or repro.core.distributed) as the other finders do, then wraps it
+    once it has run."""
+
+    def __init__(self, target: str, wrap) -> None:
+        self.target, self.wrap = target, wrap
 
     def find_spec(self, name, path, target=None):
-        if name != _TARGET:
+        if name != self.target:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None:
@@ -51,11 +83,13 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            _wrap(module)
+            self.wrap(module)
 
         spec.loader.exec_module = exec_module
         return spec
 
 
 if os.environ.get("CLUSTER_REPRO_TEST_CRASH_AFTER_STEP"):
-    sys.meta_path.insert(0, _WrapOnImport())
+    sys.meta_path.insert(0, _WrapOnImport(_TARGET, _wrap))
+if os.environ.get("CLUSTER_REPRO_TEST_FAIL_GROUP_START"):
+    sys.meta_path.insert(0, _WrapOnImport(_DIST, _wrap_group_start))
