@@ -31,6 +31,14 @@ def _report(rank: int, world_size: int, out: str) -> None:
     )
 
 
+def _refuse(rank: int, world_size: int, out: str) -> None:
+    """Records that it ran (a file per rank, created once: a second attempt would fail here), then
+    fails on rank 1."""
+    Path(out, str(rank)).touch(exist_ok=False)
+    if rank == 1:
+        raise ValueError("rank 1 refuses")
+
+
 def _launch(tmp_path: Path, name: str) -> list[dict]:
     out = tmp_path / name
     out.mkdir()
@@ -116,8 +124,8 @@ def test_a_group_that_did_not_form_is_started_again_and_any_other_failure_is_not
     tmp_path, monkeypatch, caplog
 ):
     """gloo now and then fails to connect a group's ranks on one machine ("Gloo connectFullMesh
-    failed ... Connection closed by peer": seen in CI about once in 4 suite runs, with the store's
-    port held by the launcher, and in PyTorch's own gloo tests). No worker function has run then,
+    failed ... Connection closed by peer": seen in CI with the store's port held by the launcher,
+    and in PyTorch's own gloo tests). No worker function has run then,
     so spawn_workers starts the group again. The failure itself is injected (tests/crash_hook:
     rank 1's init_process_group raises gloo's error); the groups, the restart and the workers are
     real."""
@@ -142,3 +150,11 @@ def test_a_group_that_did_not_form_is_started_again_and_any_other_failure_is_not
         _launch(tmp_path, "always")
     assert len(list(hook.glob("failed-*"))) == 3  # 1 before, 2 attempts now
     assert not (tmp_path / "always" / "0.json").exists()  # no worker function ran
+    # A worker function that fails, in a group that formed: raised at the first attempt.
+    caplog.clear()
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    with pytest.raises(D.mp.ProcessRaisedException, match="ValueError: rank 1 refuses"):
+        spawn_workers(_refuse, 2, args=(str(calls),))
+    assert sorted(p.name for p in calls.iterdir()) == ["0", "1"]  # one attempt, each rank once
+    assert not [r for r in caplog.records if "did not form" in r.getMessage()]

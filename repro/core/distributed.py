@@ -427,8 +427,8 @@ GROUP_START_ATTEMPTS = 3
 def _init_group(store: dist.TCPStore, rank: int, world_size: int) -> None:
     """init_process_group on the launcher's store; a failure to connect the ranks' full mesh
     (gloo's "connectFullMesh failed ... Connection closed by peer", a rare flake of gloo's TCP
-    transport on one machine, seen in PyTorch's own tests and here in CI about once in 4 suite
-    runs) becomes GroupStartError."""
+    transport on one machine, seen in PyTorch's own tests and in this suite's CI:
+    docs/measurements.md) becomes GroupStartError."""
     try:
         dist.init_process_group(default_backend(), store=store, rank=rank, world_size=world_size)
     except RuntimeError as e:
@@ -491,9 +491,8 @@ def spawn_workers(
         method = "spawn"
     # The group's store is served from this process, on a port bound here and held until the
     # workers end. A port found free (free_port) and bound later by rank 0 could be taken in
-    # between by another process's socket on this machine; the workers then met a stranger's
-    # store ("Gloo connectFullMesh failed ... Connection closed by peer", seen in CI with 4 test
-    # processes starting groups at once). Port 0: the system picks one.
+    # between by another process's socket on this machine, and the workers would meet a
+    # stranger's store. Port 0: the system picks one.
     #
     # A group whose ranks could not connect (GroupStartError: no worker function has run yet) is
     # started again, with a new store, up to GROUP_START_ATTEMPTS times in all, as torchrun

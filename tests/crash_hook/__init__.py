@@ -17,15 +17,19 @@ STEP_VAR = "CLUSTER_REPRO_TEST_CRASH_AFTER_STEP"
 GROUP_VAR = "CLUSTER_REPRO_TEST_FAIL_GROUP_START"
 
 
+def _hook_first() -> str:
+    """PYTHONPATH with this folder first."""
+    path = os.environ.get("PYTHONPATH")
+    return str(HOOK_DIR) + (os.pathsep + path if path else "")
+
+
 def crash_env(after_step: int) -> dict[str, str]:
     """PYTHONPATH (this folder first) and the step count, to add to a child process's environment."""
-    path = os.environ.get("PYTHONPATH")
-    return {"PYTHONPATH": str(HOOK_DIR) + (os.pathsep + path if path else ""), STEP_VAR: str(after_step)}
+    return {"PYTHONPATH": _hook_first(), STEP_VAR: str(after_step)}
 
 
 def group_start_failure_env(folder: Path) -> dict[str, str]:
     """PYTHONPATH (this folder first) and `folder`: while `folder` holds fewer `failed-*` files
     than the number in its `times` file, rank 1 of every local group fails to form it, as gloo
     does when a connection of its full mesh is closed (see sitecustomize.py)."""
-    path = os.environ.get("PYTHONPATH")
-    return {"PYTHONPATH": str(HOOK_DIR) + (os.pathsep + path if path else ""), GROUP_VAR: str(folder)}
+    return {"PYTHONPATH": _hook_first(), GROUP_VAR: str(folder)}
