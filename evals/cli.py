@@ -4,9 +4,14 @@
     cluster-repro eval --model smollm2-135m-instruct --benchmarks all --data-dir DATA_DIR
     cluster-repro eval --model BASE_DIR --adapter ADAPTER_DIR --benchmarks humaneval
 
-Writes, under --output-dir: results.part.csv (tidy rows, merged by `cluster-repro results`),
-benchmarks.json (every entry with its status, lm-eval and task versions, settings) and
-samples/<task>.jsonl (per-sample prompts, outputs and scores).
+Every evaluation has an identity, its eval_id (12 hex digits of the settings that decide the
+scores: benchmarks, protocol, template, source, limit, items, shots, generation limits), and
+writes into a folder of its own: `<run>/evals/<eval_id>/` with --run (the run's evaluations stay
+in its run folder, beside its training rows, whatever protocol or settings: several coexist),
+`<output-dir>/evals/<eval_id>/` with --model (the folder's model-eval.json says which model). Each holds
+results.part.csv (tidy rows, merged by `cluster-repro results`), benchmarks.json (every entry with
+its status, lm-eval and task versions, settings), samples/<task>.jsonl (per-sample prompts,
+outputs and scores) and lm_eval_results.json. The same call again resumes or reuses it.
 """
 
 from __future__ import annotations
@@ -137,10 +142,15 @@ def register(subparsers: Any, epilog: str) -> None:
     p.add_argument(
         "--output-dir",
         default=None,
-        help="where rows and logs go (default: RUN/eval-cli with --run, else runs/eval/<model>)",
+        help="with --model: the folder of this model's evaluations (default runs/eval/<name>); "
+        "each evaluation goes into its evals/<eval_id>/. With --run the evaluation always goes "
+        "into RUN/evals/<eval_id>/ (it belongs to the run)",
     )
     p.add_argument(
-        "--name", default=None, help="name in the result rows (default: the run's name, or the model's)"
+        "--name",
+        default=None,
+        help="with --model: its name in the result rows (default: from the model); a run's "
+        "evaluation carries the run's own name",
     )
     p.set_defaults(func=cmd_eval)
 
@@ -170,51 +180,113 @@ def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", s).strip("-") or "model"
 
 
+def _run_config(args: argparse.Namespace):  # noqa: ANN202 (ExperimentConfig)
+    """The stored config of --run's run folder, checked to be a finished run of this version."""
+    from repro.core.config import load_config
+    from repro.core.store import DONE, RUN_RECORD, migrate_command, run_status
+
+    run_dir = Path(args.run)
+    if not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(
+            f"--run {run_dir}: no config.yaml; expected a run directory <output_dir>/<name>/<config_hash>"
+        )
+    if not (run_dir / RUN_RECORD).is_file():
+        raise UserValueError(
+            f"--run {run_dir}: a run folder of an older version (no {RUN_RECORD}); rebuild it with "
+            f"`{migrate_command(run_dir.parent.parent)}` first"
+        )
+    status = run_status(run_dir)
+    if status.state != DONE:
+        raise UserValueError(
+            f"--run {run_dir}: the run is {status.describe()}: it has no finished model to evaluate"
+        )
+    return load_config(run_dir / "config.yaml")
+
+
 def _load(args: argparse.Namespace, device: str):
-    """-> (model, tokenizer, base row fields, default output dir, data_dir from the run)."""
-    from repro.core.config import LoraConfig, ModelConfig, load_config
+    """-> (model, tokenizer, base row fields, data_dir from the run)."""
+    from repro.core.config import LoraConfig, ModelConfig
     from repro.core.models import load_finetuned, load_model_and_tokenizer, materialize_model
     from repro.core.rundir import model_dir_of
 
     if args.run:
         run_dir = Path(args.run)
-        cfg_path = run_dir / "config.yaml"
-        if not cfg_path.is_file():
-            raise FileNotFoundError(
-                f"--run {run_dir}: no config.yaml; expected a run directory <output_dir>/<name>/<config_hash>"
-            )
-        cfg = load_config(cfg_path)
+        cfg = _run_config(args)
         model, tok = load_finetuned(run_dir / "model", model_dir_of(run_dir), cfg.model, device)
-        base = {
-            "run_id": f"{cfg.name}-{cfg.hash()}",
-            "config_hash": cfg.hash(),
-            "name": args.name or cfg.name,
-            "method": cfg.selection.method,
-            "allocator": cfg.allocation.method,
-            "weight_mode": cfg.allocation.weight_mode,
-            "model": cfg.model.name_or_path,
-            "world_size": cfg.world_size,
-            "seed": cfg.seed,
-        }
-        data_dir = cfg.resolved_data_dir()
-        return model, tok, base, run_dir / "eval-cli", data_dir
+        return model, tok, _run_base(cfg), cfg.resolved_data_dir()
     mcfg = ModelConfig(name_or_path=args.model, lora=LoraConfig(enabled=False))
     model_dir = materialize_model(mcfg, seed=0)
     model, tok = load_model_and_tokenizer(model_dir, mcfg, device)
-    label = args.model
     if args.adapter:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, args.adapter).to(device)
-        label = f"{args.model}+{Path(args.adapter).name}"
-    name = args.name or _slug(label)
-    base = {
-        "run_id": f"eval-{name}",
-        "name": name,
-        "method": "base" if not args.adapter else "adapter",
-        "model": label,
-    }
-    return model, tok, base, Path("runs") / "eval" / name, None
+    return model, tok, _model_base(args), None
+
+
+def _run_base(cfg) -> dict[str, Any]:  # noqa: ANN001 (ExperimentConfig)
+    """A run's evaluation rows: the run's identity and settings (for people reading the CSV;
+    the store places the rows by the run folder they are in), no costs but their own eval_s."""
+    from repro.core.store import run_settings
+
+    return run_settings(cfg)
+
+
+def _model_label(args: argparse.Namespace) -> str:
+    return f"{args.model}+{Path(args.adapter).name}" if args.adapter else str(args.model)
+
+
+def _model_base(args: argparse.Namespace) -> dict[str, Any]:
+    """A model evaluated alone: run id eval-<name>, method base (adapter with --adapter, oracle
+    for oracle:...)."""
+    oracle = args.model.startswith("oracle:")
+    name = args.name or (f"oracle-{args.model[len('oracle:') :]}" if oracle else _slug(_model_label(args)))
+    method = "oracle" if oracle else "adapter" if args.adapter else "base"
+    return {"run_id": f"eval-{name}", "name": name, "method": method, "model": _model_label(args)}
+
+
+def eval_identity(benchmarks: list[str], settings: Any) -> str:
+    """The evaluation's eval_id: 12 hex digits of what decides its scores (not the batch size,
+    the device or where the data lives)."""
+    from repro.core.config import _short_hash
+
+    return _short_hash(
+        {
+            "benchmarks": sorted(benchmarks),
+            "source": settings.source,
+            "limit": settings.limit,
+            "items": settings.items,
+            "num_fewshot": settings.num_fewshot,
+            "max_gen_toks": settings.max_gen_toks,
+            "protocol": settings.protocol,
+            "template": settings.template,
+            "humaneval_plus_file": settings.humaneval_plus_file,
+            "task_paths": sorted(settings.task_paths),
+        }
+    )
+
+
+def _eval_folder(args: argparse.Namespace, base: dict[str, Any], eval_id: str) -> Path:
+    """Where this evaluation goes: RUN/evals/<eval_id>, or for a model <output-dir>/evals/<eval_id>
+    with the model's model-eval.json beside (a folder of another model's evaluations is refused)."""
+    from repro.core.io import read_json
+    from repro.core.store import EVAL_RECORD, EVALS_DIR, write_eval_record
+
+    if args.run:
+        return Path(args.run) / EVALS_DIR / eval_id
+    folder = Path(args.output_dir) if args.output_dir else Path("runs") / "eval" / base["name"]
+    record = {"model": base["model"], "method": base["method"], "name": base["name"]}
+    path = folder / EVAL_RECORD
+    if path.is_file():
+        old = read_json(path)
+        if {k: old.get(k) for k in (*record, "run_id")} != {**record, "run_id": base["run_id"]}:
+            raise UserValueError(
+                f"{folder} holds the evaluations of {old.get('model')!r} (run {old.get('run_id')}), "
+                f"not of {base['model']!r} as {base['run_id']}: give another --name or --output-dir"
+            )
+    else:
+        write_eval_record(folder, base["run_id"], record)
+    return folder / EVALS_DIR / eval_id
 
 
 def _task_paths(args: argparse.Namespace) -> list[str]:
@@ -259,14 +331,19 @@ def _protocol_and_template(args: argparse.Namespace, benchmarks: list[str]) -> t
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from evals.benchmarks import EvalSettings, expand_benchmarks
-    from evals.entries import entries_to_rows
     from evals.harness import make_lm, make_oracle_lm
     from evals.run import run_benchmarks
-    from repro.core.lm_eval_json import LM_EVAL_NAME, write_lm_eval_results
-    from repro.core.results import PART_NAME, provenance, write_rows
+    from repro.core.results import PART_NAME
 
     if args.adapter and not args.model:
         raise UserValueError("--adapter goes with --model (the base model)")
+    if args.run:  # a finished run of this version, checked before anything loads
+        if args.name or args.output_dir:
+            raise UserValueError(
+                "--name and --output-dir go with --model: a run's evaluation carries the run's name "
+                f"and lives in its folder ({Path(args.run) / 'evals'}/<eval_id>/)"
+            )
+        _run_config(args)
     args.task_path = _task_paths(args)
     benchmarks = expand_benchmarks(args.benchmarks, args.task_path)
     fewshot = _parse_fewshot(args.num_fewshot)
@@ -297,12 +374,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     oracle = args.model.removeprefix("oracle:") if args.model and args.model.startswith("oracle:") else None
     if oracle:
         model = tok = None
-        name = args.name or f"oracle-{oracle}"
-        base = {"run_id": f"eval-{name}", "name": name, "method": "oracle", "model": args.model}
-        default_out, run_data_dir = Path("runs") / "eval" / name, None
+        base, run_data_dir = _model_base(args), None
     else:
-        model, tok, base, default_out, run_data_dir = _load(args, args.device)
-    out_dir = Path(args.output_dir) if args.output_dir else default_out
+        model, tok, base, run_data_dir = _load(args, args.device)
     settings = EvalSettings(
         source=args.source,
         data_dir=args.data_dir or run_data_dir,
@@ -316,19 +390,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
         protocol=protocol,
         template=template,
     )
+    eval_id = eval_identity(benchmarks, settings)
+    out_dir = _eval_folder(args, base, eval_id)
     t0 = time.perf_counter()
     lm = make_oracle_lm(oracle) if oracle else make_lm(model, tok, batch_size=args.batch_size)
     # Same model (or adapter, or run) and settings as an interrupted call: keep its scores.
     resume_key = json.dumps({k: base.get(k) for k in ("run_id", "config_hash", "model")}, sort_keys=True)
     entries = run_benchmarks(lm, benchmarks, settings, out_dir, resume_key=resume_key)
     wall = time.perf_counter() - t0
-    rows = []
-    for e in entries:
-        rows += entries_to_rows([e], {**base, "eval_s": e["seconds"], **provenance()})
-    write_rows(out_dir / PART_NAME, rows)
-    write_lm_eval_results(
-        out_dir / LM_EVAL_NAME,
-        rows,
+    rows = write_evaluation(
+        out_dir,
+        base,
+        eval_id,
+        benchmarks,
+        settings,
+        entries,
         {
             "batch_size": args.batch_size,
             "limit": args.limit,
@@ -340,13 +416,48 @@ def cmd_eval(args: argparse.Namespace) -> int:
         },
     )
     _print_table(entries, wall)
-    print(f"\n{out_dir / PART_NAME} ({len(rows)} rows); per-sample logs in {out_dir / 'samples'}")
+    print(f"\n{out_dir / PART_NAME} ({len(rows)} rows, eval_id {eval_id})")
+    print(f"per-sample logs in {out_dir / 'samples'}")
     bad = [e for e in entries if e["status"] != "ok"]
     if bad:
         listed = ", ".join(f"{e['benchmark']} ({e['status']})" for e in bad)
         print(f"NOT EVALUATED: {listed}", file=sys.stderr)
         return 3
     return 0
+
+
+def write_evaluation(
+    out_dir: Path,
+    base: dict[str, Any],
+    eval_id: str,
+    benchmarks: list[str],
+    settings: Any,
+    entries: list[dict[str, Any]],
+    lm_eval_config: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """An evaluation's rows (results.part.csv, with its checksum) and lm_eval_results.json in
+    its folder: `base` (the run's or model's identity), the eval identity and settings, the
+    provenance, one row per entry. Returns the rows."""
+    from evals.entries import entries_to_rows
+    from repro.core.lm_eval_json import LM_EVAL_NAME, write_lm_eval_results
+    from repro.core.results import PART_NAME, provenance, write_rows
+    from repro.core.schema import canonical_json
+    from repro.core.store import WRITTEN_BY_EVAL
+
+    shown = {k: v for k, v in vars(settings).items() if k != "data_dir"}  # where data lives: no setting
+    fields = {
+        **base,
+        "eval_id": eval_id,
+        "eval_settings": canonical_json({"benchmarks": benchmarks, **shown}),
+        "written_by": WRITTEN_BY_EVAL,
+        **provenance(),
+    }
+    rows = []
+    for e in entries:
+        rows += entries_to_rows([e], {**fields, "eval_s": e["seconds"]})
+    write_rows(Path(out_dir) / PART_NAME, rows)
+    write_lm_eval_results(Path(out_dir) / LM_EVAL_NAME, rows, lm_eval_config)
+    return rows
 
 
 def _print_table(entries: list[dict[str, Any]], wall: float) -> None:

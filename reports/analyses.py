@@ -19,8 +19,6 @@ folders, no seed variation) gives an empty table whose note says why, and no fig
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from reports.load import RAW_METRICS, Kept, Run, is_diagnostic, load_kept
@@ -371,10 +369,10 @@ def cost_table(rep: Report) -> Table:
 # ----------------------------------------------------------------------------- all
 
 
-def analysis_tables(rep: Report, root: Path | None) -> tuple[list[Table], list[Kept]]:
+def analysis_tables(rep: Report) -> tuple[list[Table], list[Kept]]:
     """The five analysis tables (in index order) and the selections they read."""
     runs = [r for c in rep.cells for r in c.runs]
-    kept = load_kept(runs, root)
+    kept = load_kept(runs)
     have = bool(kept)
     tables = [
         overlap_table(kept, have),

@@ -28,16 +28,7 @@ from reports.claims_output import snippets_md, verdict_counts
 from reports.claims_time import claims_tables
 from reports.compact import compact_tables
 from reports.figures import FIGURES, all_figures
-from reports.load import (
-    ReportInputError,
-    build_runs,
-    find_result_files,
-    group_cells,
-    input_digest,
-    read_results,
-    schema_notes,
-    split_protocol,
-)
+from reports.load import group_cells, input_digest, load, split_protocol
 from reports.loss_figure import NAME as LOSS_FIGURE
 from reports.loss_figure import heldout_loss_figure
 from reports.render import to_csv, to_latex, to_markdown
@@ -117,32 +108,27 @@ def build_report(
     figures: bool = True,
     run_ids: set[str] | None = None,
     allow_damaged: bool = False,
-    allow_old_schema: bool = False,
 ) -> Path:
-    """Write the report for the results at `results` (a folder or a CSV) into `out`; returns the
-    index page. figures=False skips the figures (and their links); run_ids keeps only those runs
-    (the demo reports its own runs); allow_damaged leaves damaged results files out (named on
-    the index page) instead of stopping."""
+    """Write the report for the results at `results` (a folder or a merged CSV) into `out`;
+    returns the index page. figures=False skips the figures (and their links); run_ids keeps only
+    those runs (the demo reports its own runs); allow_damaged leaves damaged results files out
+    (named on the index page) instead of stopping."""
     final = Path(out)
     check_report_out(final)  # before any work: a file, or a folder that is not a report, is refused
-    files, root = find_result_files(Path(results))
-    rows, damaged = read_results(files, root, allow_damaged)
-    migration, schema_info = schema_notes(rows, allow_old_schema)  # refuses a file without a grouping column
-    damaged = damaged + migration
+    loaded = load(Path(results), allow_damaged, run_ids)
+    damaged = [n for n in loaded.notes if n.startswith("skipped damaged")]
+    schema_info = [n for n in loaded.notes if not n.startswith("skipped damaged")]
     for note in damaged:  # on the index page too; said here so a script's log shows it
         print(f"warning: {note}", file=sys.stderr, flush=True)
-    if run_ids is not None:
-        rows = [(w, r) for w, r in rows if r["run_id"] in run_ids]
-        if not rows:
-            raise ReportInputError(f"none of the runs {sorted(run_ids)} has rows in {results}")
-    runs = build_runs(rows, root)
+    runs = loaded.runs
+    files, root = loaded.store.files, loaded.store.root
     cells = group_cells(runs)
     rep = Report(cells)
     notes = damaged + version_warnings(runs)
     tables = all_tables(rep, load_reported())
     claims, verdicts = claims_tables(rep, str(root))  # the paper's claims against these runs
     tables += claims
-    analyses, kept = analysis_tables(rep, root)
+    analyses, kept = analysis_tables(rep)
     tables += analyses
     out = _staging(final)  # written whole, then renamed into place (publish_report)
     tdir, fdir = out / "tables", out / "figures"
@@ -166,9 +152,9 @@ def build_report(
     index = [
         "# CluSTER reproduction report",
         "",
-        f"Rebuilt by `cluster-repro report` from {len(rows)} result rows of {len(runs)} runs "
-        f"({len(cells)} cells) in {len(files)} file(s): {n_files}. Input digest "
-        f"`{input_digest(rows)}` (same digest, same report).",
+        f"Rebuilt by `cluster-repro report` from {sum(len(r.rows) for r in runs)} result rows of "
+        f"{len(runs)} runs ({len(cells)} cells) in {len(files)} file(s): {n_files}. Input digest "
+        f"`{input_digest(runs)}` (same digest, same report).",
         "",
     ]
     if notes:
@@ -248,13 +234,10 @@ def check_report_out(out: Path) -> None:
         if parent.exists() and not parent.is_dir():
             raise ReportInputError(f"--out {out}: {parent} is a file, not a folder; give a folder path")
     if out.is_dir() and any(out.iterdir()) and not (out / REPORT_MARK).is_file():
-        legacy = (out / "index.md").is_file() and (out / "tables").is_dir()
-        if not legacy:
-            raise ReportInputError(
-                f"--out {out}: the folder exists and is not a report folder (no {REPORT_MARK} "
-                "and no index.md + tables/); the report replaces its folder whole, so give a new "
-                "or empty folder"
-            )
+        raise ReportInputError(
+            f"--out {out}: the folder exists and is not a report folder (no {REPORT_MARK}); the "
+            "report replaces its folder whole, so give a new or empty folder"
+        )
 
 
 def _staging(final: Path) -> Path:

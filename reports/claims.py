@@ -21,7 +21,6 @@ the training time taken apart reports/claims_time.py.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -81,20 +80,11 @@ def cell_matches(c: Cell, spec: dict[str, Any]) -> bool:
 
 
 def compute_matched(x: Run, r: Run) -> bool:
-    """Whether run x is r's compute-matched baseline: its `matched` record
-    (match_compute_of, repro/experiments/compute.py) says it was matched in compute to r's run.
-    Results written before that column: a random run of the same setting and seed at a kept
-    count of its own (no ratio run's) above r's, the budget that equal cost buys a cheaper
-    method (the claims table then says the match was inferred)."""
-    rec = x.columns.get("matched")
-    if isinstance(rec, str) and rec:
-        try:
-            rec = json.loads(rec)
-        except ValueError:
-            rec = None
-    if isinstance(rec, dict):
-        return rec.get("by") == "compute" and rec.get("run_id") in (None, r.run_id)
-    return bool(x.budget.startswith("n=")) and (x.n_selected or 0) > (r.n_selected or 0)
+    """Whether run x is r's compute-matched baseline: its config's match record
+    (`selection.matched`, written by match_compute_of: repro/experiments/compute.py) says it was
+    matched in compute to r's run. Without that record there is no match (never inferred)."""
+    rec = x.matched
+    return isinstance(rec, dict) and rec.get("by") == "compute" and rec.get("run_id") == r.run_id
 
 
 def reference_run(rep: Report, r: Run, ref: dict[str, Any]) -> Run | None:
@@ -254,6 +244,18 @@ def evaluate_check(rep: Report, chk: Check, cell: Cell) -> Verdict:
     assert chk.reference is not None
     pairs = [(r, x) for r in runs if (x := reference_run(rep, r, chk.reference)) is not None]
     v.reference = _ref_label(chk.reference)
+    # A diverged run has no result and no finished cost: its pair is left out, and said.
+    gone = [(r, x) for r, x in pairs if "diverged" in (r.status, x.status)]
+    pairs = [p for p in pairs if p not in gone]
+    if gone:
+        v.note = "left out, diverged: " + ", ".join(
+            f"{y.run_id} (step {y.diverged_step})" for p in gone for y in p if y.status == "diverged"
+        )
+        if not pairs:
+            v.verdict = "diverged"
+            v.run_ids = sorted({y.run_id for p in gone for y in p})
+            v.missing = [f"a run of each seed that did not diverge ({v.note[len('left out, diverged: ') :]})"]
+            return v
     if not pairs:
         v.missing = [f"{v.reference} at {_setting_name(s)}, seeds {','.join(str(r.seed) for r in runs)}"]
         return v
@@ -271,7 +273,8 @@ def evaluate_check(rep: Report, chk: Check, cell: Cell) -> Verdict:
         if est is None:
             v.missing = ["train_s of the runs"]
             return v
-        v.verdict, v.note = _decide(est, v.threshold, False)
+        verdict, note = _decide(est, v.threshold, False)
+        v.verdict, v.note = verdict, "; ".join(x for x in (v.note, note) if x)
         return v
     tol = chk.tolerance or {}
     keys = _domain_keys(rep, cell.first, chk.domain or "", chk.protocol or "lm-eval")
@@ -302,10 +305,6 @@ def evaluate_check(rep: Report, chk: Check, cell: Cell) -> Verdict:
     v.threshold, v.side, v.estimate = thr, ">", est
     verdict, note = _decide(est, thr, True)
     v.verdict, v.note = verdict, "; ".join(x for x in (v.note, note) if x)
-    if chk.reference.get("match") == "compute" and not any(p[1].columns.get("matched") for p in pairs):
-        v.note = "; ".join(
-            x for x in (v.note, "compute match inferred from the kept count (no matched column)") if x
-        )
     return v
 
 
@@ -471,7 +470,7 @@ def not_run_command(rep: Report, chk: Check, results: str, setting: tuple[str, s
         elif ref.get("match") == "compute":
             lines += [
                 f"  - label: {ref_label}",
-                f"    match_compute_of: {cell_label}   # issue 23 item 4",
+                f"    match_compute_of: {cell_label}",
                 f"    overrides: [{', '.join(extra + ['selection.method=' + ref['method']])}]",
             ]
         else:

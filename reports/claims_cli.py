@@ -3,7 +3,9 @@
 Registered into repro/cli.py's parser through `register(subparsers, epilog)`. Writes into OUT:
 claims.md (the verdict table, the commands of what was not run, the training time taken apart),
 tables/claims.{md,tex,csv} and tables/claims_time.{md,tex,csv}, claims.json (the verdicts as
-data) and figures/claims.{png,pdf}; prints claims.md. docs/claims.md says how verdicts are made.
+data) and figures/claims.{png,pdf}; prints claims.md. OUT is written as one set, as the report
+is (reports/build.py: a staging folder swapped in whole), so a killed check never leaves an old
+claims.md beside new tables. docs/claims.md says how verdicts are made.
 """
 
 from __future__ import annotations
@@ -34,21 +36,25 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
         "--claims-file", default=None, help="a claims file of your own (default: reports/claims.yaml)"
     )
     p.add_argument("--no-figure", action="store_true", help="skip the figure")
+    p.add_argument(
+        "--allow-damaged",
+        action="store_true",
+        help="leave out results files that are damaged (cut, or not matching their checksum) "
+        "instead of stopping; each is named on stderr",
+    )
     p.set_defaults(func=run_claims)
 
 
-def load_rep(results: Path, run_ids: set[str] | None = None):  # noqa: ANN201 (reports.tables.Report)
-    """The Report (cells) of a results folder or CSV, every file checked as the report reads it."""
-    from reports.load import ReportInputError, build_runs, find_result_files, group_cells, read_results
+def load_rep(results: Path, run_ids: set[str] | None = None, allow_damaged: bool = False):  # noqa: ANN201
+    """The Report (cells) of a results folder or merged CSV, every file checked as the report
+    reads it (reports/load.py)."""
+    from reports.load import group_cells, load
     from reports.tables import Report
 
-    files, root = find_result_files(Path(results))
-    rows, _ = read_results(files, root)
-    if run_ids is not None:
-        rows = [(w, r) for w, r in rows if r["run_id"] in run_ids]
-        if not rows:
-            raise ReportInputError(f"none of the runs {sorted(run_ids)} has rows in {results}")
-    return Report(group_cells(build_runs(rows, root)))
+    loaded = load(Path(results), allow_damaged, run_ids)
+    for note in loaded.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    return Report(group_cells(loaded.runs))
 
 
 def claims_markdown(tables: list, verdicts: list) -> str:
@@ -76,8 +82,11 @@ def write_claims(
     claims_file: Path | None = None,
     figure: bool = True,
     run_ids: set[str] | None = None,
+    allow_damaged: bool = False,
 ) -> tuple[Path, str]:
-    """Write the claims check of `results` into `out`; returns (claims.md, its text)."""
+    """Write the claims check of `results` into `out`, as one set (staged, then swapped in);
+    returns (claims.md, its text)."""
+    from reports.build import REPORT_MARK, _staging, check_report_out, publish_report
     from reports.claims import CLAIMS_FILE, load_claims
     from reports.claims_figure import claims_figure
     from reports.claims_output import verdicts_json
@@ -85,12 +94,14 @@ def write_claims(
     from reports.render import to_csv, to_latex, to_markdown
     from repro.core.io import atomic_write_text
 
+    final = Path(out)
+    check_report_out(final)  # a file, or a folder that is none of ours, is refused before any work
     load_claims(Path(claims_file or CLAIMS_FILE))  # a malformed file stops before any work
-    rep = load_rep(results, run_ids)
+    rep = load_rep(results, run_ids, allow_damaged)
     results = Path(results)
     hint = str(results.parent if results.is_file() else results)  # the output_dir of the runs
     tables, verdicts = claims_tables(rep, hint, Path(claims_file or CLAIMS_FILE))
-    out = Path(out)
+    out = _staging(final)
     for t in tables:
         atomic_write_text(out / "tables" / f"{t.name}.md", to_markdown(t))
         atomic_write_text(out / "tables" / f"{t.name}.tex", to_latex(t))
@@ -102,7 +113,9 @@ def write_claims(
     if figure:
         text += "\n![claims](figures/claims.png)\n"
     atomic_write_text(out / "claims.md", text)
-    return out / "claims.md", text
+    atomic_write_text(out / REPORT_MARK, "a claims folder written by `cluster-repro claims`\n")
+    publish_report(out, final)
+    return final / "claims.md", text
 
 
 def run_claims(args: argparse.Namespace) -> int:
@@ -111,7 +124,9 @@ def run_claims(args: argparse.Namespace) -> int:
     results = Path(args.results)
     out = Path(args.out) if args.out else (results.parent if results.is_file() else results) / "claims"
     try:
-        path, text = write_claims(results, out, args.claims_file, figure=not args.no_figure)
+        path, text = write_claims(
+            results, out, args.claims_file, figure=not args.no_figure, allow_damaged=args.allow_damaged
+        )
     except (ReportInputError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -16,7 +16,7 @@ import yaml
 from reports.load import ReportInputError
 
 CLAIMS_FILE = Path(__file__).resolve().parent / "claims.yaml"
-VERDICTS = ("consistent", "not reproduced", "inconclusive", "not run")
+VERDICTS = ("consistent", "not reproduced", "inconclusive", "diverged", "not run")
 METRICS = ("quality", "train_time_ratio", "purity")
 DIRECTIONS = ("not_worse", "better", "below", "at_least")
 CELL_KEYS = {

@@ -33,8 +33,8 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
     p.add_argument(
         "--results",
         default="runs",
-        help="the output_dir the runs wrote to (every results.part.csv under it is "
-        "read), or one results CSV (default: runs)",
+        help="the output_dir the runs wrote to (every run folder under it is read), or one "
+        "merged results.csv of `cluster-repro results` (default: runs)",
     )
     p.add_argument(
         "--out", default=None, help="where to write the report (default: RESULTS/report, or next to the CSV)"
@@ -44,12 +44,6 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
         action="store_true",
         help="leave out results files that are damaged (cut, or not matching their "
         "checksum) instead of stopping; each is named on the index page",
-    )
-    p.add_argument(
-        "--allow-old-schema",
-        action="store_true",
-        help="report results files that lack a column the report groups runs by (written by an "
-        "older version) instead of stopping; a migration note on the index page names each",
     )
     p.set_defaults(func=run_report)
 
@@ -68,9 +62,7 @@ def run_report(args: argparse.Namespace) -> int:
         with warnings.catch_warnings():
             # Shown on the index page and in the main table's notes; say it once here too.
             warnings.simplefilter("ignore", MixedVersionsWarning)
-            index = build_report(
-                results, out, allow_damaged=args.allow_damaged, allow_old_schema=args.allow_old_schema
-            )
+            index = build_report(results, out, allow_damaged=args.allow_damaged)
     except ReportInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

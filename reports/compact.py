@@ -16,7 +16,7 @@ from typing import Any
 from reports.load import RAW_METRICS, Cell, norm_benchmark, split_protocol
 from reports.names import benchmark_name, cell_method_name, method_name, setting_name
 from reports.reported import PROTOCOL_DIFFERS, PaperCell, paper_cells
-from reports.tables import MISSING, NOT_EVALUATED, Column, QualityKey, Report, Table, quality_column
+from reports.tables import DIVERGED, MISSING, NOT_EVALUATED, Column, QualityKey, Report, Table, quality_column
 
 OURS, PAPER = "ours", "paper (reported)"
 DOMAIN_TITLES = {"code": "code", "medical": "medical", "demo": "demo pool", "other": "other benchmarks"}
@@ -122,7 +122,7 @@ def _ours_row(rep: Report, c: Cell, keys: list[QualityKey], domain: str, scale: 
         return row + [NOT_EVALUATED] * 3
     row += [rep.kept_cell(c), rep.cost_cell(c, "train_s", 1 / scale)]
     less = rep.reduction(c, "train_s")
-    row.append(less if less in ("ref", MISSING) else -less)
+    row.append(less if less in ("ref", MISSING, DIVERGED) else -less)
     return row
 
 

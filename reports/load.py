@@ -1,28 +1,32 @@
 """Read the results store into runs and cells: what every table and figure is built from.
 The Run record and the benchmark-name helpers are in reports/runs.py (re-exported here).
 
-Input: the tidy result rows (repro/core/results.py) — every `results.part.csv` under a results
-directory, or one merged CSV — and, where a row's run folder `<root>/<name>/<config_hash>/` is
-present, its per-item scores (`eval_samples.jsonl`), used only to pair bootstrap intervals on items,
-and its per-step token sums per worker (`step_tokens.json`), used only by the step-tokens figure
-and, for the analyses, its selection.json and pool.jsonl (`load_kept`).
-Every file is checked before it is read (part files against their checksum sidecar, see
-docs/files.md): a damaged one stops the report unless --allow-damaged leaves it out, by name.
+Input: the results store (repro/core/store.py): every run folder under a results directory (its
+stored config, status and result rows, its `cluster-repro eval` folders), or one merged set; and,
+where a run's folder is present, its per-item scores (`eval_samples.jsonl`), used only to pair
+bootstrap intervals on items, its per-step token sums per worker (`step_tokens.json`), used only by
+the step-tokens figure, and, for the analyses, its selection.json and pool.jsonl (`load_kept`).
+Every file is checked before it is read (checksums and schema version; docs/files.md).
 
-A *run* is one `run_id` (one config, one seed). A *cell* is what the tables show as one line: the
-runs that differ only in their seed (same dataset, model, method, selection params, ratio,
-allocator and its params, weighting, world size and, for budget-taking baselines, the budget). A
-baseline run at
-exactly a CluSTER run's kept count (same seed, dataset, model, workers) is placed "at r = ..." of
-that CluSTER run, so random runs matched per seed land in one cell even when CluSTER's kept count
-differs a little between seeds.
+A *run* is one run folder (one config, one seed), its settings taken from its stored config. A
+*cell* is what the tables show as one line: the runs whose stored configs differ only in their
+seeds (and, for a run matched to another's kept count or compute, in the count that match gave).
+Its budget label comes from the config too: a matched run's record (`selection.matched`) places
+random at CluSTER's kept count "at r = ..." of that CluSTER run, whatever count each seed got.
+
+Measurements: a run's score for a benchmark comes from one evaluation (its eval_id): the run's
+own eval stage where it has that benchmark, else the evaluation with the most items (then the
+newest). A run scored under several protocols keeps one key per protocol
+(`<benchmark>@<protocol>`, never averaged with another protocol). `Run.variants` records the
+settings each score was made with (limit, items, shots, generation limit, source, template), so
+scores made differently are never paired or averaged as if alike (reports/values.py).
 
 Row kinds, told apart by the benchmark name: quality scores (anything else), and the diagnostic
-rows that repro/pipeline.py `diagnostic_rows` writes: `cost/<step>`, `cluster/<c>`,
+rows that repro/run_rows.py `diagnostic_rows` writes: `cost/<step>`, `cluster/<c>`,
 `cluster/agreement`, `worker/<k>`. A row with metric `missing` says a benchmark could not be run:
-its cells show as missing, never as zero. A run whose rows say status `diverged` (its training
-loss or gradients became non-finite; one row `train`/`diverged` holds the step) has no scores:
-its quality cells show "diverged".
+its cells show as missing, never as zero. A diverged run (status from its stage markers) has no
+scores: its quality cells show "diverged". Failed and incomplete runs have no results: the report
+lists them (`Loaded.unfinished`), and no table counts them.
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ from reports.runs import (
     split_protocol,
 )
 from repro.core import schema
-from repro.core.results import PART_NAME
+from repro.core.errors import UserError
+from repro.core.store import DIVERGED, DONE, MODEL_EVAL, Store, StoredRun, open_store
 from repro.core.types import RunFileError, read_selection
 
 __all__ = [
@@ -57,6 +62,7 @@ __all__ = [
     "REQUIRED",
     "Cell",
     "Kept",
+    "Loaded",
     "ReportInputError",
     "Run",
     "assign_budgets",
@@ -64,19 +70,16 @@ __all__ = [
     "cell_key",
     "cost_columns",
     "domain_of",
-    "find_result_files",
     "group_cells",
     "input_digest",
     "is_diagnostic",
+    "load",
     "load_items",
     "load_kept",
     "load_step_tokens",
     "norm_benchmark",
     "place_base_runs",
     "read_jsonl",
-    "read_result_rows",
-    "read_results",
-    "schema_notes",
     "selection_label",
     "split_protocol",
 ]
@@ -91,129 +94,44 @@ def _parse(r: dict[str, str], where: str) -> dict[str, Any]:
         raise ReportInputError(str(e)) from None
 
 
-def find_result_files(results: Path) -> tuple[list[Path], Path]:
-    """The CSV files to read and the root that run folders are relative to.
+@dataclass
+class Loaded:
+    """A store read for the reports: its runs with results (done or diverged), the runs without
+    (failed, incomplete: listed, never counted), notes for the index page, and the store."""
 
-    A file: that file (root: its folder). A folder: every results.part.csv under it (what the
-    runs wrote), or else its results.csv.
-    """
-    results = Path(results)
-    if results.is_file():
-        return [results], results.parent
-    if not results.is_dir():
-        raise FileNotFoundError(
-            f"results {results}: no such file or folder (give the output_dir "
-            "the runs wrote to, or a results.csv)"
-        )
-    parts = sorted(results.rglob(PART_NAME))
-    if parts:
-        return parts, results
-    merged = results / "results.csv"
-    if merged.is_file():
-        return [merged], results
-    raise FileNotFoundError(
-        f"no {PART_NAME} files and no results.csv under {results}; run an "
-        "experiment first (cluster-repro run CONFIG, or cluster-repro demo)"
-    )
+    store: Store
+    runs: list[Run]
+    unfinished: list[StoredRun]
+    notes: list[str]
 
 
-def read_results(
-    files: list[Path], root: Path, allow_damaged: bool = False
-) -> tuple[list[tuple[str, dict[str, str]]], list[str]]:
-    """Every row with a 'file:line' label for messages, and a note per damaged file skipped.
-
-    Each file is checked first (repro/core/results.py `read_checked`: part files against their
-    checksum sidecar; any CSV for a cut header, row or quoted field). A damaged file is a
-    ReportInputError naming each, unless `allow_damaged`: then it is left out and named in the
-    notes. Identical duplicate rows across files are kept once; two different rows for one
-    (run_id, benchmark, metric) are a ReportInputError naming both places.
-    """
-    from repro.core.results import ConflictingRowsError, damaged_message, read_result_files
-
+def load(results: Path | str, allow_damaged: bool = False, run_ids: set[str] | None = None) -> Loaded:
+    """Open the store at `results` (a folder or a merged CSV) and build its runs. Every error of
+    the store (a damaged or older file, a row in the wrong folder) is a ReportInputError naming
+    the file and the fix."""
     try:
-        out, damaged = read_result_files(files, root)
-    except ConflictingRowsError as e:
+        store = open_store(Path(results), allow_damaged=allow_damaged).only(run_ids)
+    except UserError as e:
         raise ReportInputError(str(e)) from None
-    if damaged and not allow_damaged:
-        raise ReportInputError(damaged_message(damaged, allowed=False))
-    if not out:
-        raise ReportInputError(
-            f"no result rows in {', '.join(str(f) for f in files)}"
-            + (f" ({len(damaged)} damaged)" if damaged else "")
-        )
-    return out, [f"skipped damaged results file {d}" for d in damaged]
-
-
-# Columns the report groups runs into cells and pairs them by (cell_key, assign_budgets): a file
-# without one would move its runs to another cell silently, so it is refused (or, with
-# --allow-old-schema, read with a migration note). Other missing columns are blanks (one note).
-GROUP_COLUMNS = (
-    "dataset",
-    "model",
-    "world_size",
-    "selection_params",
-    "ratio",
-    "n_selected",
-    "allocator",
-    "allocation_params",
-    "weight_mode",
-)
-
-
-def schema_notes(
-    rows: list[tuple[str, dict[str, str]]], allow_old_schema: bool = False
-) -> tuple[list[str], list[str]]:
-    """(warnings, notes) about files written before some columns existed. A file lacking a
-    GROUP_COLUMNS column is a ReportInputError naming the file, the columns and the fix, unless
-    `allow_old_schema` (then a warning, the migration note); optional columns missing anywhere
-    give one note."""
-    from repro.core.results import COLUMNS
-
-    headers: dict[str, set[str]] = {}
-    for label, r in rows:
-        headers.setdefault(label.rsplit(":", 1)[0], set(r))
-    old = {f: [c for c in GROUP_COLUMNS if c not in h] for f, h in headers.items()}
-    old = {f: cols for f, cols in old.items() if cols}
-    warnings_: list[str] = []
-    if old and not allow_old_schema:
-        lines = [f"  {f}: lacks {', '.join(cols)}" for f, cols in sorted(old.items())]
-        raise ReportInputError(
-            f"{len(old)} results file(s) lack columns the report groups and pairs runs by (written "
-            "by an older version of the suite); their runs would land in the wrong cells:\n"
-            + "\n".join(lines)
-            + "\nRewrite each run's part: delete its stages/results.json and run it again (only "
-            "the results stage reruns), then `cluster-repro results`; or pass --allow-old-schema to "
-            "report them as they are (a migration note goes on the index page)"
-        )
-    for f, cols in sorted(old.items()):
-        warnings_.append(
-            f"migration: {f} predates the column(s) {', '.join(cols)}; its runs are shown with "
-            "those settings unknown (--allow-old-schema), so they are not compared with runs that "
-            "state them. Rerun its results stage to place them"
-        )
-    optional = sorted({c for h in headers.values() for c in COLUMNS if c not in h and c not in GROUP_COLUMNS})
-    notes = []
-    if optional:
-        n = sum(1 for h in headers.values() if any(c not in h for c in optional))
+    runs, notes = build_runs(store)
+    unfinished = [r for r in store.runs.values() if r.status.state not in (DONE, DIVERGED)]
+    if unfinished:
         notes.append(
-            f"{n} results file(s) predate the optional column(s) {', '.join(optional)}: shown as "
-            "blank (not measured) where they are missing"
+            f"{len(unfinished)} run(s) have no results yet and are in no table: "
+            + "; ".join(
+                f"{r.run_id} ({r.status.describe()})" for r in sorted(unfinished, key=lambda r: r.run_id)
+            )
         )
-    return warnings_, notes
+    notes = [f"skipped damaged results file {d}" for d in store.damaged] + notes
+    return Loaded(store, runs, unfinished, notes)
 
 
-def read_result_rows(
-    files: list[Path], root: Path, allow_damaged: bool = False
-) -> list[tuple[str, dict[str, str]]]:
-    """`read_results` without the notes."""
-    return read_results(files, root, allow_damaged)[0]
-
-
-def input_digest(rows: list[tuple[str, dict[str, str]]]) -> str:
-    """A short hash of the rows' content (not their paths), shown on the index page."""
+def input_digest(runs: list[Run]) -> str:
+    """A short hash of the runs' rows (not their paths), shown on the index page."""
     h = hashlib.sha256()
-    for _, r in sorted(rows, key=lambda x: (x[1]["run_id"], x[1]["benchmark"], x[1]["metric"])):
-        h.update(json.dumps(r, sort_keys=True).encode())
+    for r in sorted(runs, key=lambda x: x.run_id):
+        for row in sorted(r.rows, key=lambda x: (x.get("eval_id") or "", x["benchmark"], x["metric"])):
+            h.update(json.dumps(row, sort_keys=True).encode())
     return h.hexdigest()[:12]
 
 
@@ -226,78 +144,203 @@ def _mapping(v: Any, where: str, col: str) -> dict[str, Any]:
     return v
 
 
-def build_runs(rows: list[tuple[str, dict[str, str]]], root: Path | None) -> list[Run]:
-    runs: dict[str, Run] = {}
-    for where, raw in rows:
-        r = _parse(raw, where)  # every row is checked, not only a run's first
-        rid = r["run_id"]
-        if not rid:
-            raise ReportInputError(f"{where}: empty run_id")
-        if rid not in runs:
-            versions = _mapping(r.get("versions"), where, "versions")
-            seed = r.get("seed")
-            runs[rid] = Run(
-                run_id=rid,
-                config_hash=r.get("config_hash") or "",
-                name=r.get("name") or "",
-                dataset=r.get("dataset") or "",
-                model=r.get("model") or "",
-                method=r["method"],
-                params=_mapping(r.get("selection_params"), where, "selection_params"),
-                allocator=r.get("allocator") or "",
-                weight_mode=r.get("weight_mode") or "",
-                ratio=r.get("ratio"),
-                world_size=r.get("world_size"),
-                seed=0 if seed is None else seed,
-                kept_fraction=r.get("kept_fraction"),
-                n_selected=r.get("n_selected"),
-                n_pool=r.get("n_pool"),
-                costs={c: r.get(c) for c in cost_columns()},
-                lm_eval=versions.get("lm_eval"),
-                versions=versions,
-                git_sha=r.get("git_sha") or "",
-                attempts=r.get("attempts"),
-                resumed_from_step=r.get("resumed_from_step"),
-                alloc_params=_mapping(r.get("allocation_params"), where, "allocation_params"),
-                columns={c.name: r.get(c.name) for c in schema.columns(scope="run")},
+# Config keys that are not part of a run's cell: where it lives and what it is called, how it
+# is evaluated and launched, its seeds, and the keys its cell label shows itself (method, params,
+# budget, allocation, world size, model and data names).
+_NOT_IN_REST = (
+    "name",
+    "output_dir",
+    "data_dir",
+    "launch",
+    "eval",
+    "train.report_to",
+    "seed",
+    "selection_seed",
+    "training_seed",
+    "world_size",
+    "selection.method",
+    "selection.params",
+    "selection.n",
+    "selection.fraction",
+    "selection.matched",
+    "allocation",
+    "model.name_or_path",
+)
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    if isinstance(d, list):
+        out = {}
+        for i, v in enumerate(d):
+            out.update(_flat(v, f"{prefix[:-1]}[{i}]."))
+        return out or {prefix[:-1]: []}
+    return {prefix[:-1]: d}
+
+
+def _rest(config: dict[str, Any]) -> dict[str, Any]:
+    """The config's settings outside the cell label, flattened (`train.lr`, ...)."""
+    flat = _flat(config)
+    return {
+        k: v
+        for k, v in flat.items()
+        if not any(k == x or k.startswith(x + ".") or k.startswith(x + "[") for x in _NOT_IN_REST)
+    }
+
+
+def _settings_of(stored: StoredRun) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(the run's settings as result columns, the rest of its config flattened, its config as
+    the mapping the run ran with) from the stored config (kind run) or its eval record."""
+    from repro.core.config import from_dict
+    from repro.core.store import run_settings
+
+    if stored.kind == MODEL_EVAL:
+        rec = stored.record
+        settings = {
+            "method": rec.get("method") or "base",
+            "model": rec.get("model") or "",
+            "name": rec.get("name"),
+        }
+        return settings, {}, {}
+    where = stored.folder / "config.yaml" if stored.folder else f"the stored config of {stored.run_id}"
+    try:
+        cfg = from_dict(stored.config, source=str(where))
+    except UserError as e:
+        raise ReportInputError(f"{where}: the run's stored config does not load here: {e}") from None
+    config = cfg.to_dict()
+    return run_settings(cfg), _rest(config), config
+
+
+def _variant(r: dict[str, Any]) -> str:
+    """The settings a score was made with, as one canonical string (from the row's versions)."""
+    v = r.get("versions") if isinstance(r.get("versions"), dict) else {}
+    keys = ("eval_source", "eval_limit", "eval_items", "num_fewshot", "eval_max_gen_toks", "eval_template")
+    keys += ("evalplus_dataset",)
+    return json.dumps({k: v.get(k) for k in keys if v.get(k) is not None}, sort_keys=True)
+
+
+def _pick(candidates: list[dict[str, Any]]) -> dict[str, Any]:
+    """The measurement a run's score is taken from, among its evaluations of one benchmark and
+    metric: its own eval stage's, else the one with the most items, then the newest."""
+    own = [c for c in candidates if c.get("written_by") == "results"]
+    if own:
+        return own[0]
+    return max(candidates, key=lambda c: (c.get("n") or 0, c.get("timestamp") or "", c.get("eval_id") or ""))
+
+
+def build_runs(store: Store) -> tuple[list[Run], list[str]]:
+    """The runs of the store that have results (done or diverged), each with its settings from its
+    stored config, its costs from its own results stage, and one measurement per benchmark and
+    metric; and notes (runs evaluated more than once for a benchmark: which one is used)."""
+    runs: list[Run] = []
+    notes: list[str] = []
+    for stored in sorted(store.runs.values(), key=lambda r: r.run_id):
+        if stored.status.state not in (DONE, DIVERGED):
+            continue
+        settings, rest, config = _settings_of(stored)
+        typed = [(w, _parse(raw, w)) for w, raw in stored.rows]
+        own = [(w, r) for w, r in typed if stored.kind == MODEL_EVAL or r.get("written_by") == "results"]
+        if not own:
+            raise ReportInputError(
+                f"run {stored.run_id} ({stored.folder}) is {stored.status.state} but has no rows of its "
+                "own results stage; delete its stages/results.json and run it again"
             )
-            run = runs[rid]
-            for col in ("selection_seed", "training_seed"):
-                v = r.get(col)
-                setattr(run, col, run.seed if v is None else v)
-        run = runs[rid]
+        first = own[0][1]
+        where = own[0][0]
+        versions = _mapping(first.get("versions"), where, "versions")
+        seed = settings.get("seed")
+        run = Run(
+            run_id=stored.run_id,
+            config_hash=stored.config_hash,
+            name=stored.name or str(settings.get("name") or ""),
+            dataset=settings.get("dataset") or "",
+            model=settings.get("model") or "",
+            method=settings["method"],
+            params=_mapping(settings.get("selection_params"), where, "selection_params"),
+            allocator=settings.get("allocator") or "",
+            weight_mode=settings.get("weight_mode") or "",
+            ratio=settings.get("ratio"),
+            world_size=settings.get("world_size"),
+            seed=0 if seed is None else seed,
+            kept_fraction=first.get("kept_fraction"),
+            n_selected=first.get("n_selected"),
+            n_pool=first.get("n_pool"),
+            costs={c: first.get(c) for c in cost_columns()},
+            lm_eval=versions.get("lm_eval"),
+            versions=versions,
+            git_sha=first.get("git_sha") or "",
+            attempts=first.get("attempts"),
+            resumed_from_step=first.get("resumed_from_step"),
+            alloc_params=_mapping(settings.get("allocation_params"), where, "allocation_params"),
+            columns={
+                **{c.name: first.get(c.name) for c in schema.columns(scope="run")},
+                **{k: v for k, v in settings.items() if k in schema.BY_NAME},
+            },
+        )
+        run.selection_seed = settings.get("selection_seed", run.seed)
+        run.training_seed = settings.get("training_seed", run.seed)
+        run.matched = settings.get("matched")
+        run.rest = rest
+        run.config = config
+        run.folder = stored.folder
+        run.rows = [raw for _, raw in stored.rows]
+        if stored.status.state == DIVERGED:
+            run.status = "diverged"
+            run.diverged_step = stored.status.diverged_step
+        _measurements(run, typed, notes)
+        if stored.folder is not None:
+            run.items = load_items(stored.folder)
+            run.step_tokens = load_step_tokens(stored.folder)
+        runs.append(run)
+    return runs, notes
+
+
+def _measurements(run: Run, typed: list[tuple[str, dict[str, Any]]], notes: list[str]) -> None:
+    """Fill the run's scores, missing benchmarks, diagnostics and kinds from its rows: one
+    measurement per (benchmark key, metric) (`_pick`)."""
+    candidates: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for where, r in typed:
         b, m = r["benchmark"], r["metric"]
         if r.get("eval_protocol") not in (None, "", "lm-eval") and not is_diagnostic(b):
             b = f"{b}@{r['eval_protocol']}"  # never averaged with another protocol's rows
-        if r.get("status") == "diverged":
-            run.status = "diverged"
         if m == "diverged":
-            run.diverged_step = None if r["value"] is None else int(r["value"])
             continue
-        if not is_diagnostic(b):
-            kind = _mapping(r.get("versions"), where, "versions").get("benchmark_kind")
-            if kind:
-                run.kinds[b] = run.kinds[split_protocol(b)[0]] = str(kind)
-        if m == "missing":
-            run.missing.add(b)
-            continue
-        value = r["value"]
-        n = r.get("n")
         if is_diagnostic(b):
-            if value is not None:
-                run.diag[(b, m)] = value
-                if n is not None:
-                    run.diag_n[(b, m)] = n
-        else:
-            run.scores[(b, m)] = value
-            if n is not None:
-                run.n_items[b] = n
-    out = sorted(runs.values(), key=lambda x: x.run_id)
-    if root is not None:
-        for run in out:
-            run.items = load_items(root / run.name / run.config_hash)
-            run.step_tokens = load_step_tokens(root / run.name / run.config_hash)
-    return out
+            if r.get("written_by") == "results":
+                if r["value"] is not None:
+                    run.diag[(b, m)] = r["value"]
+                    if r.get("n") is not None:
+                        run.diag_n[(b, m)] = r["n"]
+            continue
+        if run.status == "diverged":
+            continue
+        kind = _mapping(r.get("versions"), where, "versions").get("benchmark_kind")
+        if kind:
+            run.kinds[b] = run.kinds[split_protocol(b)[0]] = str(kind)
+        candidates.setdefault((b, m if m != "missing" else "\0missing"), []).append(r)
+    measured = {b for (b, m) in candidates if m != "\0missing"}
+    for (b, m), cands in sorted(candidates.items()):
+        if m == "\0missing":
+            if b not in measured:
+                run.missing.add(b)
+            continue
+        chosen = _pick(cands)
+        if len({c.get("eval_id") for c in cands}) > 1:
+            why = "its own eval stage" if chosen.get("written_by") == "results" else "most items, then newest"
+            notes.append(
+                f"run {run.run_id}: {b} {m} was evaluated {len(cands)} times (eval ids "
+                f"{', '.join(sorted(str(c.get('eval_id')) for c in cands))}); the report uses "
+                f"{chosen.get('eval_id')} ({why})"
+            )
+        run.scores[(b, m)] = chosen["value"]
+        run.variants[b] = _variant(chosen)
+        run.eval_ids[b] = str(chosen.get("eval_id") or "")
+        if chosen.get("n") is not None:
+            run.n_items[b] = chosen["n"]
 
 
 def load_step_tokens(run_dir: Path) -> list[list[int]] | None:
@@ -360,6 +403,9 @@ class Cell:
 
     key: tuple
     runs: list[Run]
+    # What tells this cell from another of the same label and setting (their configs differ in
+    # keys the label does not show): e.g. "train.lr=0.0001"; empty when the label is unique.
+    distinct: str = ""
 
     @property
     def first(self) -> Run:
@@ -370,7 +416,8 @@ class Cell:
         return [r.seed for r in self.runs]
 
     def label(self) -> str:
-        """method, the paper's r, any non-default selection params, and the budget of baselines."""
+        """method, the paper's r, any non-default selection params, the budget of baselines, and
+        what tells it from a cell of the same label."""
         r = self.first
         out = r.method
         if r.ratio is not None:
@@ -381,6 +428,8 @@ class Cell:
             out += " (" + ", ".join(f"{k}={v}" for k, v in extra.items()) + ")"
         if r.budget:
             out += f" @{r.budget}"
+        if self.distinct:
+            out += f" [{self.distinct}]"
         return out
 
 
@@ -388,19 +437,33 @@ def _params_key(params: dict[str, Any]) -> str:
     return json.dumps(params, sort_keys=True)
 
 
+def _ratio_label(ratio: float | None) -> str:
+    return "" if ratio is None else f"r={ratio / 100:g}"
+
+
 def assign_budgets(runs: list[Run]) -> None:
-    """Budget label of each baseline run without a ratio (other than full): 'r=0.5' when its kept
-    count equals a ratio run's (same dataset, model, workers, seed), else 'n=<kept>'."""
-    by_count: dict[tuple, list[float]] = {}
+    """Budget label of each baseline run without a ratio (other than full and the base model),
+    from its config: a run matched to another's kept count is 'r=<its ratio>' (the run it
+    matched, by the match record's run id), one matched in compute 'compute of <that run>', and
+    any other 'n=<selection.n>' or 'f=<selection.fraction>' as configured."""
+    by_id = {r.run_id: r for r in runs}
     for r in runs:
-        if r.ratio is not None and r.n_selected is not None:
-            by_count.setdefault((r.dataset, r.model, r.world_size, r.seed, r.n_selected), []).append(r.ratio)
-    for r in runs:
-        if r.ratio is not None or r.method in ("full", "base"):
+        if r.ratio is not None or r.method in ("full", "base", "adapter", "oracle"):
             r.budget = ""
             continue
-        ratios = by_count.get((r.dataset, r.model, r.world_size, r.seed, r.n_selected))
-        r.budget = f"r={min(ratios) / 100:g}" if ratios else f"n={r.n_selected}"
+        rec = r.matched if isinstance(r.matched, dict) else None
+        if rec is not None:
+            ref = by_id.get(str(rec.get("run_id")))
+            ref_name = (_ratio_label(ref.ratio) if ref is not None else "") or str(rec.get("of"))
+            r.budget = f"compute of {ref_name}" if rec.get("by") == "compute" else ref_name
+            continue
+        sel = (r.config or {}).get("selection") or {}
+        if sel.get("n") is not None:
+            r.budget = f"n={sel['n']}"
+        elif sel.get("fraction") is not None:
+            r.budget = f"f={sel['fraction']:g}"
+        else:
+            r.budget = ""
 
 
 METHOD_ORDER = {"base": -1, "full": 0, "cluster": 1, "random": 9}
@@ -411,17 +474,17 @@ def place_base_runs(runs: list[Run]) -> list[Run]:
 
     `cluster-repro eval --model M` writes rows with method 'base' and no dataset: M before any
     fine-tuning. Such a run becomes a 'base' line in every setting (dataset, model, workers) that
-    fine-tunes M, with the scores of the benchmarks that setting's runs report on the same number
-    of items (so a full-set base score never sits beside scores on a `limit`). A base run that
-    no setting takes stays a line of its own.
+    fine-tunes M, with the scores of the benchmarks that setting's runs report made the same way
+    (the same items and settings: Run.variants), so a full-set base score never sits beside
+    scores on a `limit`. A base run that no setting takes stays a line of its own.
     """
-    settings: dict[tuple, dict[str, set[int | None]]] = {}
+    settings: dict[tuple, dict[str, set[str]]] = {}
     for r in runs:
         if r.method == "base" and not r.dataset:
             continue
         benches = settings.setdefault((r.dataset, r.model, r.world_size), {})
         for b, _m in r.scores:
-            benches.setdefault(b, set()).add(r.n_items.get(b))
+            benches.setdefault(b, set()).add(r.variants.get(b, ""))
     out = []
     for r in runs:
         if r.method != "base" or r.dataset:
@@ -432,7 +495,9 @@ def place_base_runs(runs: list[Run]) -> list[Run]:
             if model != r.model:
                 continue
             keep = {
-                k: v for k, v in r.scores.items() if k[0] in benches and r.n_items.get(k[0]) in benches[k[0]]
+                k: v
+                for k, v in r.scores.items()
+                if k[0] in benches and r.variants.get(k[0], "") in benches[k[0]]
             }
             if keep:
                 out.append(
@@ -451,6 +516,10 @@ def place_base_runs(runs: list[Run]) -> list[Run]:
     return out
 
 
+def _rest_key(r: Run) -> str:
+    return json.dumps(r.rest, sort_keys=True, default=str)
+
+
 def cell_key(r: Run) -> tuple:
     return (
         r.dataset,
@@ -464,12 +533,30 @@ def cell_key(r: Run) -> tuple:
         r.allocator,
         _params_key(r.alloc_params),
         r.weight_mode,
+        _rest_key(r),
     )
+
+
+def _distinct(cells: list[Cell]) -> None:
+    """Cells that share a setting and a label but differ in other config keys: name the keys."""
+    groups: dict[tuple, list[Cell]] = {}
+    for c in cells:
+        groups.setdefault((c.key[:3], c.label()), []).append(c)
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        keys = sorted({k for c in group for k in c.first.rest})
+        differ = [k for k in keys if len({json.dumps(c.first.rest.get(k), default=str) for c in group}) > 1]
+        for c in group:
+            c.distinct = ", ".join(f"{k}={c.first.rest.get(k)}" for k in differ[:3]) + (
+                f" +{len(differ) - 3} more" if len(differ) > 3 else ""
+            )
 
 
 def group_cells(runs: list[Run]) -> list[Cell]:
     """Cells in a fixed order: dataset, model, workers, the base model, full, CluSTER by ratio,
-    random last."""
+    random last. Two runs of one config (the same config hash under two names: the same run
+    twice) are refused: a cell counts seeds, not copies."""
     runs = place_base_runs(runs)
     assign_budgets(runs)
     cells: dict[tuple, list[Run]] = {}
@@ -477,7 +564,20 @@ def group_cells(runs: list[Run]) -> list[Cell]:
         cells.setdefault(cell_key(r), []).append(r)
     out = []
     for key in sorted(cells):  # every key position has one type, so tuples compare
-        out.append(Cell(key, sorted(cells[key], key=lambda r: (r.seed, r.run_id))))
+        members = sorted(cells[key], key=lambda r: (r.seed, r.run_id))
+        seen: dict[tuple, Run] = {}
+        for r in members:
+            ident = (r.config_hash, r.seed) if r.config_hash else (r.run_id, r.seed)
+            if ident in seen:
+                raise ReportInputError(
+                    f"runs {seen[ident].run_id} ({seen[ident].folder}) and {r.run_id} ({r.folder}) "
+                    f"are the same config (config_hash {r.config_hash}, seed {r.seed}) under two "
+                    "names: a cell counts seeds, not copies of one run. Remove one of the folders "
+                    "from the results (or give the runs different seeds)"
+                )
+            seen[ident] = r
+        out.append(Cell(key, members))
+    _distinct(out)
     return out
 
 
@@ -528,20 +628,18 @@ def _read_pool(path: Path) -> dict[str, str | None]:
     return dict(rows)
 
 
-def load_kept(runs: list[Run], root: Path | None) -> list[Kept]:
+def load_kept(runs: list[Run]) -> list[Kept]:
     """The selections of the runs whose folders hold selection.json and pool.jsonl (not full
     data, not the base model), one per (pool, label, kept count): a run that repeats another's
     selection (another training seed, allocator or world size of the same selection) is left
     out."""
-    if root is None:
-        return []
     out: list[Kept] = []
     seen: set[tuple] = set()
     pools: dict[Path, dict[str, str | None]] = {}
     for r in sorted(runs, key=lambda x: x.run_id):
-        if r.method in ("full", "base"):  # a diverged run's selection still counts
+        if r.method in ("full", "base") or r.folder is None:  # a diverged run's selection counts
             continue
-        d = root / r.name / r.config_hash
+        d = r.folder
         sel_path, pool_path = d / "selection.json", d / "pool.jsonl"
         if not sel_path.is_file() or not pool_path.is_file():
             continue

@@ -32,7 +32,9 @@ MISSING_MD, MISSING_TEX = "—", "--"
 LEGEND = (
     "— missing (no result, or the benchmark could not be run); blank: not evaluated in this "
     "setting; diverged: training stopped on a non-finite loss or gradient norm (no "
-    "scores); † single seed (no interval); [low, high]: 95% bootstrap interval."
+    "scores); mixed eval settings: the seeds' scores were made with different eval settings "
+    "(limit, items, shots), so no mean is shown; † single seed (no interval); [low, high]: 95% "
+    "bootstrap interval."
 )
 
 

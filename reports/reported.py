@@ -232,7 +232,7 @@ def protocol_gap_table(rep: Report) -> Table:
             va, vb = getattr(a, "value", None), getattr(b, "value", None)
             if va is None or vb is None:
                 continue
-            rows.append([f"{c.first.dataset} · {c.first.model}", c.label, name, a, b, vb - va])
+            rows.append([f"{c.first.dataset} · {c.first.model}", c.label(), name, a, b, vb - va])
     return Table(
         "protocol_gap",
         "One model, two scoring protocols",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from repro.core import schema
@@ -106,12 +107,23 @@ class Run:
     alloc_params: dict[str, Any] = field(default_factory=dict)  # allocation.params (balance)
     # steps x workers token sums, from the run folder's step_tokens.json when it is there
     step_tokens: list[list[int]] | None = None
-    # The seeds its select/schedule and train stages used (older rows: the run's seed)
+    # The seeds its select/schedule and train stages used
     selection_seed: int | None = None
     training_seed: int | None = None
     # Every run-scope column of the schema, typed (repro/core/schema.py): the runs table shows
     # them all, so a column added to the schema reaches the report with no other edit.
     columns: dict[str, Any] = field(default_factory=dict)
+    # From the stored config (reports/load.py): how its budget was matched to another run
+    # (`selection.matched`), the rest of its config flattened (`train.lr`, ...: what tells two
+    # cells of one label apart), and the whole config as it ran.
+    matched: dict[str, Any] | None = None
+    rest: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    folder: Path | None = None  # its run folder, where the store has it
+    rows: list[dict[str, str]] = field(default_factory=list)  # every row of it, as text
+    # benchmark key -> the settings (limit, items, shots, ...) and the eval id its score is from
+    variants: dict[str, str] = field(default_factory=dict)
+    eval_ids: dict[str, str] = field(default_factory=dict)
 
     def score(self, benchmark: str, metric: str) -> float | None:
         return self.scores.get((benchmark, metric))

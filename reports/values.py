@@ -22,6 +22,9 @@ from reports.stats import Estimate, mean_ci, paired_diff
 MISSING = None
 NOT_EVALUATED = ""
 DIVERGED = "diverged"
+# A cell whose runs scored a benchmark with different eval settings (limit, items, shots, ...):
+# their mean would mix two measurements, so none is shown.
+MIXED = "mixed eval settings"
 
 
 @dataclass
@@ -132,11 +135,18 @@ class Report:
         """Whether a run of the cell diverged: it has no scores, so its cells say so."""
         return any(r.status == "diverged" for r in c.runs)
 
+    @staticmethod
+    def same_settings(runs: list[Run], benchmarks: list[str]) -> bool:
+        """Whether every run that scored each benchmark did so with the same eval settings."""
+        return all(len({r.variants[b] for r in runs if b in r.variants}) <= 1 for b in benchmarks)
+
     def quality_cell(self, c: Cell, key: QualityKey) -> Any:
         if key[0] not in self.expected.get((c.first.dataset, c.first.model), set()):
             return NOT_EVALUATED
         if self.diverged(c):
             return DIVERGED
+        if not self.same_settings(c.runs, [key[0]]):
+            return MIXED
         return mean_ci([self.run_value(r, key) for r in c.runs], f"{c.key}|{key}")
 
     def domain_cell(self, c: Cell, domain: str) -> Any:
@@ -144,6 +154,8 @@ class Report:
             return NOT_EVALUATED
         if self.diverged(c):
             return DIVERGED
+        if not self.same_settings(c.runs, [b for b, _ in self.domain_keys(c.first, domain)]):
+            return MIXED
         return mean_ci([self.run_domain_avg(r, domain) for r in c.runs], f"{c.key}|avg|{domain}")
 
     def run_counts(self, c: Cell) -> tuple[int | None, int | None]:
@@ -206,10 +218,13 @@ class Report:
     def paired(self, c: Cell, which: str, keys: list[QualityKey]) -> Estimate | None:
         """Mean difference of c minus its reference over keys' (average), paired on items where
         both runs have per-item scores for every key, else on seeds."""
+        benches = [b for b, _ in keys]
         pairs = [
             (r, ref)
             for r in c.runs
-            if (ref := self.reference_run(r, which)) is not None and ref.run_id != r.run_id
+            if (ref := self.reference_run(r, which)) is not None
+            and ref.run_id != r.run_id
+            and self.same_settings([r, ref], benches)  # scores made alike, or no pair
         ]
         if not pairs or not keys:
             return None

@@ -6,7 +6,7 @@ cluster-repro select CONFIG [k=v ...]         stages up to the schedule (selecti
 cluster-repro grid RUNS_FILE [k=v ...]        every run of a run list (configs/runs/)
 cluster-repro validate CONFIG [k=v ...]       load and preflight-check a config, print its hash
 cluster-repro ls selectors|allocators|configs|formats|benchmarks|columns   what is available
-cluster-repro results [--runs-dir DIR]        merge result part files into results.csv/.parquet
+cluster-repro results [--results DIR]        merge every run's results into one set (--migrate: older ones)
 cluster-repro bench ddp [--world-sizes 1,4,8] DDP throughput and all-reduce wait
 cluster-repro bench paper-step --shape S      the paper's step on a model shape: MFU, memory
 cluster-repro bench stragglers                predicted straggler idle at the paper's step shape

@@ -35,7 +35,7 @@ def run_demo(
     quick: bool = False, overrides: list[str] = (), force: bool = False, runs_file: Path | None = None
 ) -> tuple[list[Path], Path]:
     """Run every run of the demo's run list; return the run directories and the merged results."""
-    from repro.core.results import merge_results
+    from repro.core.store import merge_results
     from repro.experiments.runlists import load_run_list, run_list
 
     rl = load_run_list(runs_file or DEMO_RUNS)
@@ -65,14 +65,27 @@ def _label(row: dict[str, Any]) -> str:
     return out
 
 
-def summary_table(run_dirs: list[Path]) -> str:
-    """Markdown tables built from the runs' result part files (the numbers the store holds)."""
-    from repro.core.results import PART_NAME, read_rows
+def _run_ids(run_dirs: list[Path]) -> set[str]:
+    from repro.core.io import read_json
+    from repro.core.store import RUN_RECORD
 
+    return {str(read_json(d / RUN_RECORD)["run_id"]) for d in run_dirs}
+
+
+def _stored(run_dirs: list[Path]) -> list[Any]:
+    """The demo's runs as the results store holds them (repro/core/store.py), in run order."""
+    from repro.core.store import open_store
+
+    store = open_store(run_dirs[0].parent.parent).only(_run_ids(run_dirs))
+    by_folder = {r.folder: r for r in store.runs.values()}
+    return [by_folder[d] for d in run_dirs if d in by_folder]
+
+
+def summary_table(run_dirs: list[Path]) -> str:
+    """Markdown tables built from the runs' own result rows (the numbers the store holds)."""
     runs = []
-    for d in run_dirs:
-        rows = read_rows(d / PART_NAME)
-        runs.append({(r["benchmark"], r["metric"]): r for r in rows})
+    for stored in _stored(run_dirs):
+        runs.append({(r["benchmark"], r["metric"]): r for _, r in stored.training_rows()})
     many_seeds = len({next(iter(r.values()))["seed"] for r in runs}) > 1
     head = [
         "method",
@@ -159,23 +172,12 @@ def seeds_table(run_dirs: list[Path]) -> str | None:
     loss and the held-out loss per category; then, for each method at a budget (CluSTER at a
     ratio), its paired difference minus random at the same kept count and seed (over items where
     both runs have per-item scores, else over seeds). None unless some method has two seeds."""
-    from reports.load import build_runs, group_cells, load_items
+    from reports.load import group_cells, load
     from reports.names import cell_method_name
     from reports.render import fmt
     from reports.tables import Column, Report, at_a_budget
-    from repro.core.results import PART_NAME, read_rows
 
-    rows: list[tuple[str, dict[str, str]]] = []
-    dir_of: dict[str, Path] = {}
-    for d in run_dirs:
-        part = d / PART_NAME
-        for i, r in enumerate(read_rows(part), start=2):
-            rows.append((f"{part}:{i}", r))
-            dir_of[r["run_id"]] = d
-    runs = build_runs(rows, None)
-    for run in runs:  # per-item demo scores, to pair the demo differences on items
-        run.items = load_items(dir_of[run.run_id])
-    cells = group_cells(runs)
+    cells = group_cells(load(run_dirs[0].parent.parent, run_ids=_run_ids(run_dirs)).runs)
     if not any(len(c.runs) > 1 for c in cells):
         return None
     rep = Report(cells)
@@ -214,9 +216,8 @@ def demo_claims(run_dirs: list[Path], merged: Path) -> str:
     from reports.claims import evaluate, load_claims
     from reports.claims_cli import load_rep, write_claims
     from reports.claims_output import compact_markdown
-    from repro.core.results import PART_NAME, read_rows
 
-    run_ids = {r["run_id"] for d in run_dirs for r in read_rows(d / PART_NAME)}
+    run_ids = _run_ids(run_dirs)
     # No figure here: the demo's report draws the same one (demo-report/figures/claims.png).
     path, _ = write_claims(merged.parent, merged.parent / "demo-claims", figure=False, run_ids=run_ids)
     verdicts = evaluate(load_rep(merged.parent, run_ids), load_claims(), str(merged.parent))
@@ -236,7 +237,6 @@ def write_demo_report(run_dirs: list[Path], merged: Path) -> Path:
     """The demo's report (reports/): every table and figure for the demo's own runs, in
     `<output_dir>/demo-report/`; returns its index page."""
     from reports.build import build_report
-    from repro.core.results import PART_NAME, read_rows
 
-    run_ids = {r["run_id"] for d in run_dirs for r in read_rows(d / PART_NAME)}
+    run_ids = _run_ids(run_dirs)
     return build_report(merged.parent, merged.parent / "demo-report", run_ids=run_ids)

@@ -68,8 +68,6 @@ from repro.run_rows import (  # the run files' readers and the result rows (re-e
     hub_commits,  # noqa: F401
     load_selection,
     result_rows,
-    schedule_diagnostics,  # noqa: F401
-    selection_or_marker,  # noqa: F401
     stage_seconds,  # noqa: F401
 )
 
@@ -462,7 +460,11 @@ def run_experiment(
 
 
 def _run_stages(cfg: ExperimentConfig, run_dir: Path, force: bool, until: str, leader: bool) -> None:
+    from repro.core.store import write_run_record
+
     save_config(cfg, run_dir / "config.yaml")
+    if leader:  # the folder's identity and schema version (repro/core/store.py)
+        write_run_record(run_dir, f"{cfg.name}-{cfg.hash()}", cfg.hash(), cfg.name)
     logger.info(
         f"run {cfg.name} ({cfg.selection.method} + {cfg.allocation.method}, "
         f"world size {cfg.world_size}) -> {run_dir}"

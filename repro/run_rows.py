@@ -16,7 +16,6 @@ from typing import Any
 
 from repro.core import rundir
 from repro.core.config import ExperimentConfig
-from repro.core.config_schema import canonical_params
 from repro.core.io import read_json, read_jsonl
 from repro.core.log import get_logger
 from repro.core.rundir import (
@@ -56,23 +55,10 @@ def load_selection(run_dir: Path) -> Selection:
     return read_selection(run_dir / "selection.json")
 
 
-def selection_or_marker(run_dir: Path, marker: dict[str, Any]) -> Selection:
-    """The run's selection.json; a folder made without one (by hand, or by a test that writes
-    the stage markers) is read from the select marker's info, as selection.json files from before
-    typed diagnostics are."""
-    if (run_dir / "selection.json").is_file():
-        return load_selection(run_dir)
-    return Selection.from_dict({"ids": [], "info": marker.get("info") or {}}, str(run_dir / "selection.json"))
-
-
-def schedule_diagnostics(run_dir: Path, marker: dict[str, Any]) -> ScheduleDiagnostics:
-    """The schedule's typed diagnostics (schedule.json); a folder written before they existed has
-    them in the schedule stage's marker only."""
+def schedule_diagnostics(run_dir: Path) -> ScheduleDiagnostics:
+    """The schedule's typed diagnostics (schedule.json)."""
     path = run_dir / "schedule.json"
-    d = read_json(path).get("diagnostics") if path.is_file() else None
-    if d is None:
-        d = {k: marker.get(k) for k in ("allocation_s", "predicted_idle_share", "worker_idle_shares")}
-    return ScheduleDiagnostics.from_dict(d, str(run_dir / "schedule.json"))
+    return ScheduleDiagnostics.from_dict(read_json(path).get("diagnostics"), str(path))
 
 
 # ----------------------------------------------------------------------------- rows
@@ -96,7 +82,7 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
     )
     diverged = train.get("status") == "diverged"
     ev = None if diverged else read_json(stage_marker(run_dir, "eval"))
-    selection, sched_diag = selection_or_marker(run_dir, sel), schedule_diagnostics(run_dir, sch)
+    selection, sched_diag = load_selection(run_dir), schedule_diagnostics(run_dir)
     n_steps = (sch.get("derived") or {}).get("total_steps")
     selection_s = stage_seconds(run_dir, "select", sel) + stage_seconds(run_dir, "schedule", sch)
     end_to_end = (
@@ -105,36 +91,18 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         + stage_seconds(run_dir, "train", train, "train_stage_s")
         + (stage_seconds(run_dir, "eval", ev) if ev else 0.0)
     )
-    sel_params, alloc_params = canonical_params(cfg)
+    from repro.core.config import eval_hash
+    from repro.core.store import WRITTEN_BY_RESULTS, run_settings
+
     base = {
-        "run_id": f"{cfg.name}-{cfg.hash()}",
-        "config_hash": cfg.hash(),
-        "name": cfg.name,
-        "method": cfg.selection.method,
-        # selection.params and allocation.params in their canonical form (typed, defaults left
-        # out: repro/core/params.py), as the config hash takes them: reports tell ablation
-        # settings (prune, variant) apart, and two spellings of one setting are one.
-        "selection_params": sel_params,
+        **run_settings(cfg),
         # The eval settings the scores were made with (the run folder is keyed by training only).
         "eval_settings": json.dumps(
             (ev or {}).get("eval_settings", asdict(cfg.eval)), sort_keys=True, separators=(",", ":")
         ),
-        "allocator": cfg.allocation.method,
-        "allocation_params": alloc_params,
-        "weight_mode": cfg.allocation.weight_mode,
-        "ratio": sel["info"].get("ratio", sel_params.get("ratio")),
         "kept_fraction": sel["kept_fraction"],
         "n_selected": sel["n_selected"],
         "n_pool": sel["n_pool"],
-        # match_compute_of's record (repro/experiments/compute.py): to which run, measured or planned
-        "matched": cfg.selection.matched,
-        "model": cfg.model.name_or_path,
-        "dataset": "+".join(Path(s.path).stem for s in cfg.data.sources),
-        "world_size": cfg.world_size,
-        "seed": cfg.seed,
-        # What the select/schedule and train stages were seeded with (seed where unset).
-        "selection_seed": cfg.seed_for_selection(),
-        "training_seed": cfg.seed_for_training(),
         "selection_s": round(selection_s, 3),
         "train_s": round(train["train_s"], 3),
         "eval_s": round(ev["eval_s"], 3) if ev else None,  # a diverged run is not evaluated
@@ -151,10 +119,13 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
             round(sched_diag.predicted_idle_share, 4) if sched_diag.predicted_idle_share is not None else None
         ),
         "peak_mem_mb": round(max(train["peak_mem_mb"], sel.get("peak_mem_mb", 0)), 1),
+        "written_by": WRITTEN_BY_RESULTS,
         **provenance(),
     }
     if commits := hub_commits(run_dir):  # which version of each hub input (provenance)
         base["versions"] = json.dumps({**json.loads(base["versions"]), **commits}, sort_keys=True)
+    # The pipeline eval's identity on every score it made (diagnostic rows have none).
+    scored = {**base, "eval_id": eval_hash(cfg)}
     if diverged:
         return [
             {
@@ -172,7 +143,7 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         h = scores["heldout"]
         rows.append(
             {
-                **base,
+                **scored,
                 "benchmark": "heldout",
                 "metric": "loss",
                 "value": h["loss"],
@@ -182,7 +153,7 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         )
         rows.append(
             {
-                **base,
+                **scored,
                 "benchmark": "heldout",
                 "metric": "perplexity",
                 "value": h["perplexity"],
@@ -195,7 +166,7 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         for cat, c in h.get("by_category", {}).items():
             rows.append(
                 {
-                    **base,
+                    **scored,
                     "benchmark": f"heldout/{cat}",
                     "metric": "loss",
                     "value": c["loss"],
@@ -207,7 +178,7 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         metric = "exact_or_exec"
         rows.append(
             {
-                **base,
+                **scored,
                 "benchmark": f"demo/{cat}",
                 "metric": metric,
                 "value": s["value"],
@@ -220,7 +191,7 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
     if ev.get("benchmarks"):
         from evals.run import entries_to_rows
 
-        rows += entries_to_rows(ev["benchmarks"], base)
+        rows += entries_to_rows(ev["benchmarks"], scored)
     rows += diagnostic_rows(base, run_dir, selection, sched_diag, n_steps, train)
     return rows
 

@@ -64,6 +64,7 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
         "status",
         help="each cell of a launched grid: done, pending, running, failed (+ log)",
         description="Show each cell's state: done (its results exist, for its eval settings), "
+        "diverged (its training stopped on a non-finite loss: no result), "
         "pending, running, failed (with the path of its log and the reason), outdated (its job "
         "finished, but the eval settings changed since: launch re-evaluates it), or not "
         "launched. Asks SLURM's accounting "
@@ -125,7 +126,7 @@ def _profile(args: argparse.Namespace, required: bool):
 
 
 def format_plan(ctx, jobs, done) -> str:
-    from slurm.launcher import bucket, waves
+    from slurm.launcher import bucket, cell_config, waves
     from slurm.plan import estimate_cell, estimate_features, fmt_num
 
     prof = ctx.profile
@@ -163,7 +164,7 @@ def format_plan(ctx, jobs, done) -> str:
             scale_lines.append(_scale_line(ctx, pj, est))
         else:
             cell = ctx.by_id[pj.name]
-            est = estimate_cell(cell, ctx.by_id, ctx.grid.estimate, prof)
+            est = estimate_cell(cell, ctx.by_id, ctx.grid.estimate, prof, lambda c: cell_config(ctx, c))
             kept = f"{est.kept_fraction:.2f}" if est.kept_fraction is not None else "?"
             what = (pj.after or "") + (f" [{est.note}]" if est.note else "")
         if est.gpu_hours is None:
@@ -257,7 +258,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from repro.preflight import MISSING_BENCHMARK, report
     from slurm.launcher import (
         cell_statuses,
-        has_marker,
+        is_diverged,
+        is_done,
         load_context,
         plan_jobs,
         preflight_cells,
@@ -269,7 +271,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     ctx = load_context(args.grid, args.overrides, args.only, prof, args.output_dir)
     # Every cell that would run is checked before anything is planned or submitted: a problem
     # found now costs nothing; found by a job, it costs the GPU-hours of everything before it.
-    found = preflight_cells(ctx, [c for c in ctx.cells if not has_marker(c, ctx.by_id, "results")])
+    found = preflight_cells(ctx, [c for c in ctx.cells if not is_done(ctx, c) and not is_diverged(ctx, c)])
     if args.force:  # --force: a cell over the GPU's memory goes anyway (the plan may be wrong)
         found = {
             w: [replace(p, blocking=False) if p.kind == "memory" else p for p in problems]
@@ -377,6 +379,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             extra += f"  {r.log}"
         elif r.state == "outdated":
             extra += f"  ({r.detail})"
+        elif r.state == "diverged":
+            extra += f"  {r.log}  ({r.detail}; change the config and launch again)"
+        elif r.state == "incomplete":
+            extra += f"  {r.log}  ({r.detail})"
         elif r.state in ("pending", "running") and r.log:
             extra += f"  log: {r.log}" + (f" ({r.detail})" if r.detail else "")
         print(f"{r.cell:{width}s}  {r.state:12s}{extra}")

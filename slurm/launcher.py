@@ -65,6 +65,9 @@ class Context:
     by_id: dict[str, Cell]
     output_dir: Path
     profile: ClusterProfile
+    # Each cell's final config, resolved once per plan (a matched cell's from its reference's
+    # selection or costs): every question a launch or status asks of a cell gets one answer.
+    resolved: dict[str, ExperimentConfig | None] = field(default_factory=dict)
 
     @property
     def launch_dir(self) -> Path:
@@ -89,42 +92,83 @@ def load_context(
     return Context(grid, cells, {c.id: c for c in grid.cells}, out_abs, profile)
 
 
-def cell_config(cell: Cell, by_id: dict[str, Cell]) -> ExperimentConfig | None:
+def cell_config(ctx: Context, cell: Cell) -> ExperimentConfig | None:
     """The final config, or None for a matched cell whose reference has not selected yet (or,
-    matched in compute, not trained yet)."""
+    matched in compute, not trained yet); resolved once per plan (`Context.resolved`)."""
+    if cell.id in ctx.resolved:
+        return ctx.resolved[cell.id]
     if cell.match_of is None:
-        return cell.config()
-    ref = by_id[cell.match_of]
-    ref_cfg = ref.config()
-    return resolve_match(
-        cell.check_config(),
-        cell.match_by,
-        ref_cfg,
-        ref_cfg.run_dir(),
-        str(ref.axes.get("label") or ref.id),
-        f"cell {cell.id}",
-    )
+        cfg: ExperimentConfig | None = cell.config()
+    else:
+        ref = ctx.by_id[cell.match_of]
+        ref_cfg = cell_config(ctx, ref)
+        cfg = (
+            None
+            if ref_cfg is None
+            else resolve_match(
+                cell.check_config(),
+                cell.match_by,
+                ref_cfg,
+                ref_cfg.run_dir(),
+                str(ref.axes.get("label") or ref.id),
+                f"cell {cell.id}",
+            )
+        )
+    ctx.resolved[cell.id] = cfg
+    return cfg
 
 
-def has_marker(cell: Cell, by_id: dict[str, Cell], stage: str) -> bool:
+def has_marker(ctx: Context, cell: Cell, stage: str) -> bool:
     """The cell's stage is done for its current config: for eval and results, with the cell's
     eval settings (a cell whose benchmarks changed is not done: it re-evaluates, not retrains)."""
     from repro.core.rundir import stage_current
 
-    cfg = cell_config(cell, by_id)
+    cfg = cell_config(ctx, cell)
     return cfg is not None and stage_current(cfg, cfg.run_dir(), stage)
 
 
-def results_outdated(cell: Cell, by_id: dict[str, Cell]) -> bool:
-    """The cell has results, but made with other eval settings than its config's now."""
-    from repro.core.rundir import stage_marker
+def cell_run_status(ctx: Context, cell: Cell):  # noqa: ANN201 (repro.core.store.RunStatus | None)
+    """The status of the cell's run folder (repro/core/store.py), or None while its config is
+    not known yet (a matched cell before its reference) or it has no folder."""
+    from repro.core.store import run_status
 
-    cfg = cell_config(cell, by_id)
+    cfg = cell_config(ctx, cell)
+    if cfg is None or not cfg.run_dir().is_dir():
+        return None
+    return run_status(cfg.run_dir())
+
+
+def is_done(ctx: Context, cell: Cell) -> bool:
+    """Finished for its current config and eval settings (a diverged run is never done)."""
+    from repro.core.store import DONE
+
+    st = cell_run_status(ctx, cell)
+    return st is not None and st.state == DONE and has_marker(ctx, cell, "results")
+
+
+def is_diverged(ctx: Context, cell: Cell) -> bool:
+    from repro.core.store import DIVERGED
+
+    st = cell_run_status(ctx, cell)
+    return st is not None and st.state == DIVERGED
+
+
+def diverged_message(ctx: Context, cell: Cell) -> str:
+    st = cell_run_status(ctx, cell)
+    cfg = cell_config(ctx, cell)
     return (
-        cfg is not None
-        and stage_marker(cfg.run_dir(), "results").is_file()
-        and not has_marker(cell, by_id, "results")
+        f"{cell.id}: {st.describe() if st else 'diverged'}; not submitted: the same config diverges "
+        "again. Change it (e.g. train.lr, train.warmup_steps), or remove its run folder "
+        f"{cfg.run_dir() if cfg else ''} to run it again as it is"
     )
+
+
+def results_outdated(ctx: Context, cell: Cell) -> bool:
+    """The cell finished, but its results were made with other eval settings than its config's now."""
+    from repro.core.store import DONE
+
+    st = cell_run_status(ctx, cell)
+    return st is not None and st.state == DONE and not has_marker(ctx, cell, "results")
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -147,8 +191,11 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
     `active` (queued or running from an earlier launch) are left alone."""
     timeout_s = ctx.profile.time_limit_min * 60.0
     state_dir = str(ctx.launch_dir / "state")
-    done = [c for c in ctx.cells if has_marker(c, ctx.by_id, "results")]
-    todo = [c for c in ctx.cells if c not in done and c.id not in active]
+    done = [c for c in ctx.cells if is_done(ctx, c)]
+    diverged = [c for c in ctx.cells if is_diverged(ctx, c)]
+    for c in diverged:  # never submitted as if new, never counted as done
+        logger.warning(diverged_message(ctx, c))
+    todo = [c for c in ctx.cells if c not in done and c not in diverged and c.id not in active]
     keys: dict[str, str | None] = {}  # cell id -> its shared-feature key (None: shares none)
 
     def key_of(c: Cell) -> str | None:
@@ -161,7 +208,7 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
 
     groups: dict[str, list[Cell]] = {}
     for c in todo:
-        if key_of(c) is not None and not has_marker(c, ctx.by_id, "select"):
+        if key_of(c) is not None and not has_marker(ctx, c, "select"):
             groups.setdefault(key_of(c), []).append(c)
     for c in todo:  # a matched cell's reference must select even when the reference is done
         ref = ctx.by_id.get(c.match_of) if c.match_of else None
@@ -169,7 +216,7 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
             ref is not None
             and key_of(ref) is not None
             and ref.id not in active
-            and not has_marker(ref, ctx.by_id, "select")
+            and not has_marker(ctx, ref, "select")
         ):
             grp = groups.setdefault(key_of(ref), [])
             if ref not in grp:
@@ -229,7 +276,12 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
         if c.match_of and c.match_by == "compute":  # waits for its reference's training
             ref = ctx.by_id[c.match_of]
             match_cfg = ref.config().to_dict()
-            if not has_marker(ref, ctx.by_id, "train"):
+            if is_diverged(ctx, ref):
+                raise ConfigError(
+                    f"cell {c.id} takes the compute of {ref.id}, whose training diverged: a "
+                    "diverged run's cost is not a finished run's. Fix that cell first"
+                )
+            if not has_marker(ctx, ref, "train"):
                 after = ref.id if (ref in todo or ref.id in active) else None
                 if after is None:
                     raise ConfigError(
@@ -239,7 +291,7 @@ def plan_jobs(ctx: Context, active: set[str] = frozenset()) -> tuple[list[Planne
         elif c.match_of:
             ref = ctx.by_id[c.match_of]
             match_cfg = ref.config().to_dict()
-            if not has_marker(ref, ctx.by_id, "select"):
+            if not has_marker(ctx, ref, "select"):
                 after = feature_of.get(ref.id) or (ref.id if ref in todo else None)
                 if after is None and ref.id in active:  # its reference is queued from before
                     fname = f"features-{key_of(ref)}"
@@ -476,7 +528,8 @@ def slurm_states(job_ids: list[str]) -> dict[str, str]:
 @dataclass
 class CellStatus:
     cell: str
-    state: str  # done, pending, running, failed, outdated (other eval settings), not launched
+    # done, diverged, pending, running, failed, outdated (other eval settings), not launched
+    state: str
     job_id: str | None
     log: str | None
     detail: str = ""
@@ -494,12 +547,25 @@ def cell_statuses(ctx: Context) -> list[CellStatus]:
         j = jobs.get(c.id)
         st_file = ctx.launch_dir / "state" / f"{c.id}.json"
         note = read_json(st_file) if st_file.is_file() else {}
-        if has_marker(c, ctx.by_id, "results"):
-            cfg = cell_config(c, ctx.by_id)
+        st = cell_run_status(ctx, c)
+        if is_done(ctx, c):
+            cfg = cell_config(ctx, c)
             out.append(CellStatus(c.id, "done", j and j["job_id"], str(cfg.run_dir()) if cfg else None))
             continue
-        if j is None:
-            out.append(CellStatus(c.id, "not launched", None, None))
+        if st is not None and st.state == "diverged":  # finished, with no result: said so
+            cfg = cell_config(ctx, c)
+            out.append(
+                CellStatus(
+                    c.id, "diverged", j and j["job_id"], str(cfg.run_dir()) if cfg else None, st.detail
+                )
+            )
+            continue
+        if j is None:  # not launched from here: its run folder may still say where it stands
+            cfg = cell_config(ctx, c)
+            if st is not None and st.state in ("failed", "incomplete") and cfg is not None:
+                out.append(CellStatus(c.id, st.state, None, str(cfg.run_dir()), st.detail))
+            else:
+                out.append(CellStatus(c.id, "not launched", None, None))
             continue
         log = j.get("stderr") or None
         if note.get("job_id") != j["job_id"]:  # written by an earlier launch's job
@@ -509,9 +575,7 @@ def cell_statuses(ctx: Context) -> list[CellStatus]:
             out.append(CellStatus(c.id, "pending", j["job_id"], log, sl))
         elif sl in RUNNING:
             out.append(CellStatus(c.id, "running", j["job_id"], log, sl))
-        elif (sl == "COMPLETED" or (sl is None and note.get("state") == "done")) and results_outdated(
-            c, ctx.by_id
-        ):
+        elif (sl == "COMPLETED" or (sl is None and note.get("state") == "done")) and results_outdated(ctx, c):
             # Its job finished, but the eval settings changed since: a launch re-evaluates it.
             out.append(
                 CellStatus(

@@ -25,6 +25,7 @@ no estimate ("n/a"), never a made-up one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,11 +93,16 @@ def kept_fraction(
 
 
 def compute_match(
-    cell: Cell, cells: dict[str, Cell], grid_estimate: dict[str, Any], profile: ClusterProfile
+    cell: Cell,
+    cells: dict[str, Cell],
+    grid_estimate: dict[str, Any],
+    profile: ClusterProfile,
+    resolved: Callable[[Cell], Any] | None = None,
 ) -> tuple[Any, str]:
     """The config a compute-matched cell would run with (selection.n set, `selection.matched` its
-    record) and a note: from its reference's measured costs where that cell has trained, else
-    from planned ones; (None, why) where neither is known."""
+    record) and a note: from its reference's measured costs where that cell has trained (the
+    launch's own resolution, `resolved(cell)`, where given: one answer per plan), else from
+    planned ones; (None, why) where neither is known."""
     from repro.experiments.compute import Costs, at_compute, compute_matched_config, planned_per_token_s
 
     ref = cells[cell.match_of or ""]
@@ -106,12 +112,16 @@ def compute_match(
         ref_cfg = ref.config()
     except Exception:  # noqa: BLE001 - a reference that is itself matched: no plan for it
         return None, f"compute of {label}: unknown (it is matched itself)"
-    measured = compute_matched_config(cfg, ref_cfg, ref_cfg.run_dir(), label, f"cell {cell.id}")
+    measured = (
+        resolved(cell)
+        if resolved is not None
+        else compute_matched_config(cfg, ref_cfg, ref_cfg.run_dir(), label, f"cell {cell.id}")
+    )
     if measured is not None:
         return measured, f"compute of {label} (measured): n={measured.selection.n}"
     n_pool = _pool_rows(ref, ref_cfg)
     tpe, pb = ref.estimate.get("tokens_per_example"), ref.estimate.get("params_b")
-    ref_est = estimate_cell(ref, cells, grid_estimate, profile)
+    ref_est = estimate_cell(ref, cells, grid_estimate, profile, resolved)
     if n_pool is None or tpe is None or pb is None or ref_est.gpu_hours is None:
         return None, f"compute of {label}: n/a (no rows, tokens_per_example or params_b)"
     per_token = planned_per_token_s(ref_cfg, float(pb), profile.gpu.peak_tflops, profile.gpu.mfu_used)
@@ -126,12 +136,18 @@ def compute_match(
 
 
 def estimate_cell(
-    cell: Cell, cells: dict[str, Cell], grid_estimate: dict[str, Any], profile: ClusterProfile
+    cell: Cell,
+    cells: dict[str, Cell],
+    grid_estimate: dict[str, Any],
+    profile: ClusterProfile,
+    resolved: Callable[[Cell], Any] | None = None,
 ) -> Estimate:
+    """A cell's tokens and GPU-hours; `resolved(cell)`: the launch's own final config of a matched
+    cell (None while unknown), so the plan shows the count the launch submits."""
     cfg = cell.check_config()
     n_pool = _pool_rows(cell, cfg)
     if cell.match_of is not None and cell.match_by == "compute":
-        matched, note = compute_match(cell, cells, grid_estimate, profile)
+        matched, note = compute_match(cell, cells, grid_estimate, profile, resolved)
         frac = None
         if matched is not None:
             frac = matched.selection.n / matched.selection.matched["n_pool"]

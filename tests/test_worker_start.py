@@ -137,18 +137,20 @@ def test_a_group_that_did_not_form_is_started_again_and_any_other_failure_is_not
     for k, v in group_start_failure_env(hook).items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("CLUSTER_REPRO_START_METHOD", "forkserver")
-    monkeypatch.setattr(D, "GROUP_START_ATTEMPTS", 2)
+    # Three attempts: the injected failure, and room for one real gloo flake after it (seen on a
+    # loaded machine), so the test checks the restart, not the machine's luck.
+    monkeypatch.setattr(D, "GROUP_START_ATTEMPTS", 3)
     (hook / "times").write_text("1")
     with caplog.at_level("WARNING", logger="repro.core.distributed"):
         ws = _launch(tmp_path, "once")
     assert {w["world"] for w in ws} == {2} and len(list(hook.glob("failed-*"))) == 1
-    (msg,) = [r.getMessage() for r in caplog.records if "did not form" in r.getMessage()]
-    assert "attempt 1 of 2" in msg and "rank 1 of 2" in msg and "starting it again" in msg
+    msg = [r.getMessage() for r in caplog.records if "did not form" in r.getMessage()][0]
+    assert "attempt 1 of 3" in msg and "rank 1 of 2" in msg and "starting it again" in msg
     # Failing every attempt: the last failure is raised, naming the rank and gloo's error.
-    (hook / "times").write_text("3")
+    (hook / "times").write_text("4")
     with pytest.raises(D.mp.ProcessRaisedException, match="GroupStartError: rank 1 of 2"):
         _launch(tmp_path, "always")
-    assert len(list(hook.glob("failed-*"))) == 3  # 1 before, 2 attempts now
+    assert len(list(hook.glob("failed-*"))) == 4  # 1 before, 3 attempts now
     assert not (tmp_path / "always" / "0.json").exists()  # no worker function ran
     # A worker function that fails, in a group that formed: raised at the first attempt.
     caplog.clear()

@@ -12,7 +12,6 @@ does not exist (a package left out of the install) is left out of the command li
 from __future__ import annotations
 
 import argparse
-import sys
 
 COMMAND_MODULES = (
     "repro.commands.experiment",  # demo, run, select, grid, validate
@@ -23,19 +22,6 @@ COMMAND_MODULES = (
     "reports.cli",  # report
     "reports.claims_cli",  # claims
 )
-
-
-class DeprecatedAlias(argparse.Action):
-    """An old spelling of an option, kept so existing scripts run: it stores into the new
-    option's `dest` and prints a one-line note naming the new spelling (`new`)."""
-
-    def __init__(self, option_strings: list[str], dest: str, new: str, **kwargs) -> None:
-        super().__init__(option_strings, dest, **kwargs)
-        self.new = new
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
-        print(f"note: {option_string} is deprecated; use {self.new}", file=sys.stderr)
-        setattr(namespace, self.dest, values)
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from repro.commands import DeprecatedAlias
-
 
 def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG001 (no overrides)
     p = sub.add_parser(
@@ -32,21 +30,24 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
 
     p.set_defaults(func=lambda args: _cmd_ls(args.what, args.task_path))
 
-    p = sub.add_parser("results", help="merge every run's result part file into one CSV + Parquet")
+    p = sub.add_parser(
+        "results",
+        help="merge every run's results into one set (CSV, Parquet, runs index); --migrate "
+        "rebuilds results written by an older version",
+        description="Merge the results of every run folder under --results (each run's "
+        "results.part.csv and its `cluster-repro eval` folders) into one set: results.csv, "
+        "results.parquet and results.runs.jsonl (each run's stored config and status), under "
+        "one manifest (docs/files.md). Every file is checked first (checksums, schema version). "
+        "--migrate instead rewrites what an older version of the suite wrote, from the run "
+        "folders' own stage files (no retraining), and names what it cannot rebuild.",
+    )
     p.add_argument(
-        "--runs-dir",
+        "--results",
         default="runs",
-        help="the folder the runs wrote to, i.e. their config's output_dir, read here (default: runs)",
+        metavar="DIR",
+        help="the folder the runs wrote to, i.e. their config's output_dir (default: runs)",
     )
-    p.add_argument(
-        "--output-dir",
-        dest="runs_dir",
-        action=DeprecatedAlias,
-        new="--runs-dir",
-        default=argparse.SUPPRESS,
-        help=argparse.SUPPRESS,
-    )
-    p.add_argument("--out", default=None, help="merged CSV path (default: RUNS_DIR/results.csv)")
+    p.add_argument("--out", default=None, help="merged CSV path (default: DIR/results.csv)")
     p.add_argument(
         "--allow-damaged",
         action="store_true",
@@ -54,17 +55,26 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
         "matching their checksum), naming each; without it a damaged part stops "
         "the merge with exit status 2",
     )
-
+    p.add_argument(
+        "--migrate",
+        action="store_true",
+        help="rebuild every run folder and results file of DIR written by an older version of "
+        "the suite (then merge as usual)",
+    )
     p.set_defaults(func=_results)
 
 
 def _results(args: argparse.Namespace) -> int:
-    from repro.core.results import merge_results
+    from repro.core.store import merge_results
 
+    if args.migrate:
+        from repro.migrate import migrate_store
+
+        migrate_store(Path(args.results))
     path, n = merge_results(
-        Path(args.runs_dir), Path(args.out) if args.out else None, allow_damaged=args.allow_damaged
+        Path(args.results), Path(args.out) if args.out else None, allow_damaged=args.allow_damaged
     )
-    print(f"{path} ({n} rows); also {path.with_suffix('.parquet')}")
+    print(f"{path} ({n} rows); also {path.with_suffix('.parquet')} and {path.stem}.runs.jsonl")
     return 0
 
 

@@ -1,9 +1,9 @@
-"""The results store: tidy rows, one per (run, benchmark, metric), with provenance and costs.
+"""Result files: tidy rows, one per measurement, with provenance and costs; their checksums.
 
-Each run writes its own part file (`<run_dir>/results.part.csv`), so parallel jobs never write the
-same file. `merge_results` gathers every part under an output directory into results.csv and
-results.parquet. The reports read these rows, and from a run folder only the files docs/reports.md
-names (each checked as it is read).
+Each run writes its own part file (`<run_dir>/results.part.csv`; a `cluster-repro eval` of it,
+`<run_dir>/evals/<eval_id>/results.part.csv`), so parallel jobs never write the same file. This
+module writes and checks single files and merged output sets; repro/core/store.py reads them as a
+store of runs (identity, status, measurements) and merges them (`merge_results`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -128,7 +127,13 @@ def write_csv_with_sidecar(path: Path, text: str, rows: int) -> None:
     atomic_write(path, lambda fh: fh.write(data), mode="wb")
     atomic_write_json(
         sidecar_path(path),
-        {"format": SIDECAR_FORMAT, "rows": rows, "bytes": len(data), "sha256": _digest(data)},
+        {
+            "format": SIDECAR_FORMAT,
+            "schema": schema.VERSION,
+            "rows": rows,
+            "bytes": len(data),
+            "sha256": _digest(data),
+        },
     )
 
 
@@ -206,8 +211,7 @@ def read_checked(path: Path, require_sidecar: bool) -> list[dict[str, str]]:
         raise DamagedResultFile(
             path,
             f"has no checksum file {side.name}, so a cut cannot be ruled "
-            "out (every part this suite writes has one; this one may "
-            "predate checksums)",
+            "out (every part this suite writes has one)",
         )
     rows = _parse_csv(path, data)
     if expected_rows is not None and len(rows) != expected_rows:  # a writer's bug, not a cut
@@ -252,49 +256,6 @@ def _parse_csv(path: Path, data: bytes) -> list[dict[str, str]]:
     return rows
 
 
-def read_result_files(
-    files: list[Path], root: Path | None = None
-) -> tuple[list[tuple[str, dict[str, str]]], list[DamagedResultFile]]:
-    """Every row of the files that are intact, labelled 'file:line', with identical duplicates
-    (the same row in two files: a copied run folder) kept once; and the damaged files. Part
-    files must have their checksum sidecar; another CSV (a merged results.csv, one made by hand)
-    is checked against its sidecar when it has one.
-
-    ConflictingRowsError when two rows for one (run_id, benchmark, metric) differ, naming both
-    places: which one is right cannot be told from the files.
-    """
-    out: list[tuple[str, dict[str, str]]] = []
-    damaged: list[DamagedResultFile] = []
-    seen: dict[tuple[str, ...], tuple[str, dict[str, str]]] = {}
-    for f in files:
-        try:
-            rows = read_checked(f, require_sidecar=f.name == PART_NAME)
-            if f.name != PART_NAME:
-                check_output_set(f)  # a merged CSV: its set must be whole too
-        except DamagedResultFile as e:
-            damaged.append(e)
-            continue
-        name = f.relative_to(root) if root is not None and f.is_relative_to(root) else f
-        for i, row in enumerate(rows, start=2):
-            label = f"{name}:{i}"
-            # A benchmark scored under two protocols (eval_protocol) is two rows, no conflict.
-            key = (row["run_id"], row["benchmark"], row["metric"], row.get("eval_protocol") or "lm-eval")
-            if key in seen:
-                first, other = seen[key]
-                if other != row:
-                    diff = sorted(c for c in set(row) | set(other) if row.get(c) != other.get(c))
-                    raise ConflictingRowsError(
-                        f"two different rows for run_id {key[0]!r}, benchmark {key[1]!r}, metric "
-                        f"{key[2]!r}: {first} and {label} (they differ in {', '.join(diff[:6])}"
-                        f"{' ...' if len(diff) > 6 else ''}); remove the one that is wrong (or "
-                        "move it out of the results folder) and rerun"
-                    )
-                continue
-            seen[key] = (label, row)
-            out.append((label, row))
-    return out, damaged
-
-
 def damaged_message(damaged: list[DamagedResultFile], allowed: bool) -> str:
     """The lines naming each damaged file and what was done about it."""
     head = (
@@ -327,9 +288,15 @@ def manifest_path(csv_path: Path) -> Path:
 
 
 def output_set(csv_path: Path) -> list[Path]:
-    """The files of the set a merged CSV belongs to: the CSV, its sidecar, its parquet."""
+    """The files of the set a merged CSV belongs to: the CSV, its sidecar, its parquet and its
+    runs index (each run's record, stored config and status: repro/core/store.py)."""
     csv_path = Path(csv_path)
-    return [csv_path, sidecar_path(csv_path), csv_path.with_suffix(".parquet")]
+    return [
+        csv_path,
+        sidecar_path(csv_path),
+        csv_path.with_suffix(".parquet"),
+        csv_path.with_name(csv_path.stem + ".runs.jsonl"),
+    ]
 
 
 def begin_output_set(csv_path: Path) -> None:
@@ -344,17 +311,19 @@ def finish_output_set(csv_path: Path, rows: int) -> Path:
         data = f.read_bytes()
         files[f.name] = {"bytes": len(data), "sha256": _digest(data)}
     path = manifest_path(csv_path)
-    atomic_write_json(path, {"format": MANIFEST_FORMAT, "rows": rows, "files": files})
+    atomic_write_json(
+        path, {"format": MANIFEST_FORMAT, "schema": schema.VERSION, "rows": rows, "files": files}
+    )
     return path
 
 
 def check_output_set(csv_path: Path) -> None:
     """DamagedResultFile unless the set of the merged CSV at `csv_path` is whole: its manifest
-    exists and every file matches it. A CSV with neither a manifest nor a sidecar (one made by
-    hand, or by an older version) is not a set and passes; its own checks still apply."""
+    exists and every file matches it. A CSV with neither a manifest nor a sidecar is not a set
+    and passes here (the store then refuses it as no set of this version)."""
     csv_path = Path(csv_path)
     man = manifest_path(csv_path)
-    fix = f"rerun `cluster-repro results --runs-dir {csv_path.parent}` to write the set again"
+    fix = f"rerun `cluster-repro results --results {csv_path.parent}` to write the set again"
     if not man.is_file():
         if sidecar_path(csv_path).is_file() or csv_path.with_suffix(".parquet").is_file():
             raise DamagedResultFile(
@@ -383,38 +352,6 @@ def check_output_set(csv_path: Path) -> None:
             raise DamagedResultFile(
                 f, f"does not match the set's manifest {man.name} (changed or from another merge); {fix}"
             )
-
-
-def merge_results(
-    output_dir: Path, out_csv: Path | None = None, allow_damaged: bool = False
-) -> tuple[Path, int]:
-    """Merge every results.part.csv under output_dir into results.csv (+ .parquet, + the CSV's
-    checksum sidecar). -> (path, rows). A damaged part raises DamagedResultsError naming each,
-    unless `allow_damaged`: then it is left out and named on stderr."""
-    import pandas as pd
-
-    parts = sorted(Path(output_dir).rglob(PART_NAME))
-    if not parts:
-        raise FileNotFoundError(
-            f"no {PART_NAME} files under {output_dir}; run an experiment first "
-            "(cluster-repro run CONFIG or cluster-repro demo)"
-        )
-    rows, damaged = read_result_files(parts, root=Path(output_dir))
-    if damaged and not allow_damaged:
-        raise DamagedResultsError(damaged_message(damaged, allowed=False))
-    if damaged:
-        print(f"warning: {damaged_message(damaged, allowed=True)}", file=sys.stderr, flush=True)
-    if not rows:
-        raise DamagedResultsError(f"no intact result rows under {output_dir}")
-    extra = sorted({c for _, r in rows for c in r} - set(COLUMNS))  # from a newer writer
-    df = pd.DataFrame([r for _, r in rows], columns=COLUMNS + extra, dtype=str).fillna("")
-    df = df.sort_values(["name", "method", "run_id", "benchmark", "metric"], kind="stable")
-    out_csv = out_csv or Path(output_dir) / "results.csv"
-    begin_output_set(out_csv)  # from here until the manifest is written the set reads unfinished
-    write_csv_with_sidecar(out_csv, df.to_csv(index=False), len(df))
-    atomic_write(pq_path(out_csv), lambda fh: typed_frame(df).to_parquet(fh, index=False), mode="wb")
-    finish_output_set(out_csv, len(df))
-    return out_csv, len(df)
 
 
 def pq_path(csv_path: Path) -> Path:

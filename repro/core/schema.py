@@ -28,6 +28,11 @@ ColumnType = Literal["str", "int", "float", "json"]
 Scope = Literal["run", "row"]
 Role = Literal["id", "setting", "measure", "cost", "outcome", "provenance"]
 
+# The version of the results this suite writes: result files (their checksum sidecar), run folders
+# (run.json), model evaluations (eval.json) and merged sets (their manifest and runs.jsonl) state
+# it. Readers refuse another one with the command that rebuilds it (repro/core/store.py).
+VERSION = 2
+
 # pandas dtype of each column type in results.parquet.
 PARQUET_DTYPES: dict[str, str] = {"str": "string", "json": "string", "int": "Int64", "float": "float64"}
 
@@ -138,7 +143,21 @@ SCHEMA: list[Column] = [
     _c("seed", "int", "the config's seed", required=True),
     _c("selection_seed", "int", "the seed of select and schedule (seed where unset)"),
     _c("training_seed", "int", "the seed of the schedule's deal and the trainer (seed where unset)"),
-    _c("eval_settings", "json", "the eval section the scores were made with"),
+    _c("eval_settings", "json", "the eval settings the scores were made with"),
+    _c(
+        "eval_id",
+        "str",
+        "the evaluation's identity: the eval_hash of the run's eval stage, or of one `cluster-repro "
+        "eval` (its folder <run>/evals/<eval_id>/); empty for diagnostic rows",
+        scope="row",
+        role="measure",
+    ),
+    _c(
+        "written_by",
+        "str",
+        "results (the run's results stage) or eval (a `cluster-repro eval` of it)",
+        role="provenance",
+    ),
     _c(
         "eval_protocol",
         "str",

@@ -78,10 +78,19 @@ def _k(cfg: ExperimentConfig) -> float:
 def measured_costs(ref_cfg: ExperimentConfig, ref_run_dir: Path) -> Costs | None:
     """The named run's measured costs (None before it has trained): its select + schedule seconds
     and its training seconds over every attempt, times its workers; per token: its training
-    device-seconds over the tokens it trained."""
+    device-seconds over the tokens it trained. ConfigError for a run whose training diverged: its
+    cost is not a finished run's."""
+    from repro.core.store import DIVERGED, run_status
+
     markers = {s: stage_marker(ref_run_dir, s) for s in ("select", "schedule", "train")}
     if not all(m.is_file() for m in markers.values()):
         return None
+    status = run_status(ref_run_dir)
+    if status.state == DIVERGED:
+        raise ConfigError(
+            f"{COMPUTE_KEY}: the run in {ref_run_dir} {status.detail}: a diverged run's cost is not a "
+            "finished run's, so no kept count can match it. Fix that run first (e.g. train.lr)"
+        )
     sel, sch, train = (read_json(markers[s]) for s in ("select", "schedule", "train"))
     tokens = float(train.get("tokens") or 0)
     if tokens <= 0 or not train.get("train_s"):
@@ -201,13 +210,14 @@ def at_compute(
     tokens = budget / costs.per_token_device_s
     kept = int(math.floor(tokens / (epochs * mean_tokens)))
     capped = kept > n_pool
-    if capped and (source, round(target, 3)) not in _SAID:  # once per run, not per lookup
-        _SAID.add((source, round(target, 3)))
-        print(
-            f"note: {source}: {COMPUTE_KEY} {reference['label']!r}: its cost ({target:,.1f} device-s) "
-            f"buys {kept} examples, more than the pool's {n_pool}: capped at the whole pool",
-            file=sys.stderr,
-        )
+    if capped:  # the cap applies at every lookup; only the note is said once per process
+        if (source, round(target, 3)) not in _SAID:
+            _SAID.add((source, round(target, 3)))
+            print(
+                f"note: {source}: {COMPUTE_KEY} {reference['label']!r}: its cost ({target:,.1f} "
+                f"device-s) buys {kept} examples, more than the pool's {n_pool}: capped at the whole pool",
+                file=sys.stderr,
+            )
         kept = n_pool
     if kept < 1:
         raise ConfigError(

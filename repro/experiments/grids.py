@@ -104,7 +104,7 @@ class Cell:
             raise ConfigError(
                 f"cell {self.id}: its kept count comes from {self.match_of}, whose selection has not run yet"
             )
-        return at_kept_count(cfg, kept_count, f"cell {self.id}")
+        return at_kept_count(cfg, kept_count, f"cell {self.id}", {"label": self.match_of, "run_id": None})
 
     def check_config(self) -> ExperimentConfig:
         """The config as far as it is known before anything runs: the final one, or for a matched

@@ -4,7 +4,10 @@ A baseline is compared with CluSTER at the same budget, but CluSTER's kept count
 once its clusters are (the soft cap and the balanced budget decide it). So a run list's run or a
 grid's method says `match_kept_count_of: <run label or method>`; its config selects from the whole
 pool until the run it matches has selected, and then gets `selection.n` = that run's kept count
-(unique examples, from its select-stage marker) and no `selection.fraction`.
+(unique examples, from its select-stage marker), no `selection.fraction`, and the record of the
+match in `selection.matched` ({"by": "kept_count", "of": label, "run_id", "kept"}): it enters the
+config hash, and the reports place the run by it (the cell of random at CluSTER's count, whatever
+count each seed got).
 
 The local runner (`runlists.py`), the grid's cells (`grids.py`), the launcher and its jobs
 (`slurm/launcher.py`, `slurm/jobs.py`) all match through the functions below; `resolve_match`
@@ -55,20 +58,34 @@ def kept_count_of(run_dir: Path) -> int | None:
     return int(read_json(marker)["n_unique"]) if marker.is_file() else None
 
 
-def at_kept_count(cfg: ExperimentConfig, kept: int, source: str) -> ExperimentConfig:
-    """`cfg` selecting exactly `kept` examples: selection.n = kept, no fraction (validated again;
+def at_kept_count(
+    cfg: ExperimentConfig, kept: int, source: str, reference: dict[str, Any]
+) -> ExperimentConfig:
+    """`cfg` selecting exactly `kept` examples: selection.n = kept, no fraction, and the match
+    recorded (`reference`: the run's label and run_id) in selection.matched (validated again;
     errors start with `source`)."""
     data = cfg.to_dict()
     data["selection"]["n"] = int(kept)
     data["selection"]["fraction"] = None
+    data["selection"]["matched"] = {
+        "by": "kept_count",
+        "of": reference["label"],
+        "run_id": reference.get("run_id"),
+        "kept": int(kept),
+    }
     return from_dict(data, source=source)
 
 
-def matched_config(cfg: ExperimentConfig, reference_run_dir: Path, source: str) -> ExperimentConfig | None:
-    """`cfg` at the kept count of the run in `reference_run_dir`; None while that run has not
-    selected yet."""
-    kept = kept_count_of(reference_run_dir)
-    return None if kept is None else at_kept_count(cfg, kept, source)
+def matched_config(
+    cfg: ExperimentConfig, ref_cfg: ExperimentConfig, ref_run_dir: Path, ref_label: str, source: str
+) -> ExperimentConfig | None:
+    """`cfg` at the kept count of the run in `ref_run_dir` (config `ref_cfg`, called
+    `ref_label`); None while that run has not selected yet."""
+    kept = kept_count_of(ref_run_dir)
+    if kept is None:
+        return None
+    ref = {"label": ref_label, "run_id": f"{ref_cfg.name}-{ref_cfg.hash()}"}
+    return at_kept_count(cfg, kept, source, ref)
 
 
 def resolve_match(
@@ -84,4 +101,4 @@ def resolve_match(
     (compute.py; None before it has trained)."""
     if by == "compute":
         return compute_matched_config(cfg, ref_cfg, ref_run_dir, ref_label, source)
-    return matched_config(cfg, ref_run_dir, source)
+    return matched_config(cfg, ref_cfg, ref_run_dir, ref_label, source)
