@@ -71,8 +71,12 @@ def time_rows(rep: Report, results: str = "RESULTS") -> list[dict[str, Any]]:
     for c in rep.cells:
         if c.first.method != "cluster":
             continue
-        pairs = [(r, x) for r in c.runs if (x := reference_run(rep, r, full_ref)) is not None]
-        if not pairs:
+        pairs = [
+            (r, x)
+            for r in c.runs
+            if (x := reference_run(rep, r, full_ref)) is not None and "diverged" not in (r.status, x.status)
+        ]
+        if not pairs:  # a diverged run's time is not a finished run's
             continue
         tag = f"claims-time|{c.key}"
         tok = _ratio(pairs, _tokens, tag + "|tok")
@@ -169,7 +173,12 @@ def _balanced(rep: Report, c: Cell, tag: str) -> Estimate | None:
             and f.ratio == r0.ratio
             and f.alloc_params.get("balance") == "tokens"
         ):
-            pairs = [(r, x) for r in o.runs if (x := reference_run(rep, r, {"method": "full"})) is not None]
+            pairs = [
+                (r, x)
+                for r in o.runs
+                if (x := reference_run(rep, r, {"method": "full"})) is not None
+                and "diverged" not in (r.status, x.status)
+            ]
             return _ratio(pairs, lambda r: r.costs.get("train_s"), tag + "|bal")
     return None
 

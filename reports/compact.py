@@ -16,6 +16,7 @@ from typing import Any
 from reports.load import RAW_METRICS, Cell, norm_benchmark, split_protocol
 from reports.names import benchmark_name, cell_method_name, method_name, setting_name
 from reports.reported import PROTOCOL_DIFFERS, PaperCell, paper_cells
+from reports.stats import Estimate
 from reports.tables import DIVERGED, MISSING, NOT_EVALUATED, Column, QualityKey, Report, Table, quality_column
 
 OURS, PAPER = "ours", "paper (reported)"
@@ -144,7 +145,7 @@ def compact_table(rep: Report, domain: str, cells: list[Cell], paper: list[Paper
     keys = _keys(rep, cells, domain)
     settings = list(dict.fromkeys(_setting_key(c) for c in cells))
     lines = {s: [p for p in paper if (p.dataset, p.model, p.world_size) == s] for s in settings}
-    ours_s = [e.value for c in cells if (e := rep.cost_cell(c, "train_s")) is not None]
+    ours_s = [e.value for c in cells if isinstance(e := rep.cost_cell(c, "train_s"), Estimate)]
     paper_s = [p.values["train_time"] * 3600 for ps in lines.values() for p in ps if "train_time" in p.values]
     unit, scale, kind = time_unit(ours_s or paper_s)
 

@@ -216,11 +216,14 @@ def _settings_of(stored: StoredRun) -> tuple[dict[str, Any], dict[str, Any], dic
 
 
 def _variant(r: dict[str, Any]) -> str:
-    """The settings a score was made with, as one canonical string (from the row's versions)."""
+    """The settings a score was made with, as one canonical string: the eval settings its row's
+    versions state, and the number of items it was scored on (the same settings on another
+    copy of the data would score another number)."""
     v = r.get("versions") if isinstance(r.get("versions"), dict) else {}
     keys = ("eval_source", "eval_limit", "eval_items", "num_fewshot", "eval_max_gen_toks", "eval_template")
     keys += ("evalplus_dataset",)
-    return json.dumps({k: v.get(k) for k in keys if v.get(k) is not None}, sort_keys=True)
+    said = {k: v.get(k) for k in keys if v.get(k) is not None}
+    return json.dumps({**said, "n": r.get("n")}, sort_keys=True)
 
 
 def _pick(candidates: list[dict[str, Any]]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from reports.load import RAW_METRICS, Cell, Run, norm_benchmark
 from reports.names import benchmark_name
-from reports.stats import mean_ci
+from reports.stats import Estimate, mean_ci
 from reports.values import (
     DIVERGED,
     MISSING,
@@ -206,7 +206,13 @@ def overhead_table(rep: Report) -> Table:
                 rep.diag_cell(c, "cost/selection", "seconds"),
                 rep.diag_cell(c, "cost/allocation", "seconds"),
                 sel,
-                100 * sel.value / e2e.value if sel and e2e and e2e.value > 0 else MISSING,
+                (
+                    100 * sel.value / e2e.value
+                    if isinstance(sel, Estimate) and isinstance(e2e, Estimate) and e2e.value > 0
+                    else DIVERGED
+                    if e2e == DIVERGED
+                    else MISSING
+                ),
                 rep.cost_cell(c, "peak_mem_mb"),
                 rep.diag_cell(c, "cost/features", "peak_mem_mb"),
                 rep.diag_cell(c, "cost/clustering", "peak_mem_mb"),
@@ -256,6 +262,9 @@ def balance_table(rep: Report) -> Table:
     ]
     rows = []
     for c in rep.cells:
+        if rep.diverged(c):  # its training stopped early: no per-worker balance to show
+            rows.append(_ident(c) + [MISSING, MISSING] + [DIVERGED] * 5 + [MISSING])
+            continue
         workers = sorted(
             {
                 int(b.split("/")[1])

@@ -25,6 +25,8 @@ DIVERGED = "diverged"
 # A cell whose runs scored a benchmark with different eval settings (limit, items, shots, ...):
 # their mean would mix two measurements, so none is shown.
 MIXED = "mixed eval settings"
+# The cost columns a training measures (a diverged run's are not a finished run's).
+TRAINING_COSTS = ("train_s", "end_to_end_s", "eval_s", "tokens_per_s", "allreduce_wait_share", "peak_mem_mb")
 
 
 @dataclass
@@ -164,11 +166,18 @@ class Report:
         res = [r.resumed_from_step for r in c.runs if r.resumed_from_step is not None]
         return (max(att) if att else None), (max(res) if res else None)
 
-    def cost_cell(self, c: Cell, col: str, scale: float = 1.0) -> Estimate | None:
+    def cost_cell(self, c: Cell, col: str, scale: float = 1.0) -> Estimate | str | None:
+        """Mean over seeds of a cost column; DIVERGED for what training measures in a cell with a
+        diverged run (its training stopped early: never a finished run's cost)."""
+        if col in TRAINING_COSTS and self.diverged(c):
+            return DIVERGED
         vals = [r.costs.get(col) for r in c.runs]
         return mean_ci([None if v is None else v * scale for v in vals], f"{c.key}|{col}")
 
-    def diag_cell(self, c: Cell, bench: str, metric: str, scale: float = 1.0) -> Estimate | None:
+    def diag_cell(self, c: Cell, bench: str, metric: str, scale: float = 1.0) -> Estimate | str | None:
+        trained = bench == "cost/train" or (bench.startswith("worker/") and metric != "predicted_idle_share")
+        if trained and self.diverged(c):
+            return DIVERGED
         vals = [r.diag.get((bench, metric)) for r in c.runs]
         return mean_ci([None if v is None else v * scale for v in vals], f"{c.key}|{bench}|{metric}")
 
@@ -177,9 +186,11 @@ class Report:
         wait (the pipeline's `cost/train` `fsdp` row is 1): its wait cells say so, never 0."""
         return any(r.diag.get(("cost/train", "fsdp")) == 1 for r in c.runs)
 
-    def per_step_cell(self, c: Cell, bench: str, metric: str) -> Estimate | None:
+    def per_step_cell(self, c: Cell, bench: str, metric: str) -> Estimate | str | None:
         """A per-worker total divided by the run's optimizer steps (the row's n), mean over
         seeds: seconds per step, so runs of different lengths compare. Missing without n."""
+        if self.diverged(c):
+            return DIVERGED
         vals = []
         for r in c.runs:
             v, n = r.diag.get((bench, metric)), r.diag_n.get((bench, metric))
@@ -257,6 +268,6 @@ class Report:
         full = self.full_cell(c)
         ours = self.cost_cell(c, col)
         ref = self.cost_cell(full, col) if full else None
-        if ours is None or ref is None or ref.value <= 0:
-            return MISSING
+        if not isinstance(ours, Estimate) or not isinstance(ref, Estimate) or ref.value <= 0:
+            return DIVERGED if ref == DIVERGED else MISSING
         return 100 * (1 - ours.value / ref.value)

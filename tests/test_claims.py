@@ -2,14 +2,14 @@
 results store built to give it, the "not run" command that runs what is missing, and a malformed
 claims file named by entry and key.
 
-The store is written with repro's own row writer (repro/core/results.py write_rows): synthetic,
-seeded numbers shaped like the pipeline's rows, chosen so each check lands on a known side of its
-threshold; no training (the quick demo's real output is checked in tests/test_demo.py).
+The store is real run folders written through the suite's own writers (tests/store_helpers.py:
+configs, stage markers, rows by the results stage) with synthetic numbers, chosen so each check
+lands on a known side of its threshold; no training (the quick demo's real output is checked in
+tests/test_demo.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -20,57 +20,45 @@ from reports.claims_cli import load_rep
 from reports.claims_time import time_rows
 from repro.cli import main
 from repro.core.config import SHIPPED_CONFIGS
-from repro.core.results import PART_NAME, write_rows
 
 N_POOL = 96
 SEEDS = (0, 1, 2)
 
 
 def _run(root: Path, method: str, seed: int, n: int, loss: float, train_s: float, **kw) -> str:
-    """One run's rows in <root>/demo-quick/<hash>/results.part.csv; returns its run id."""
+    """One run of the quick demo's config (fake_run: real run folder, real rows; synthetic
+    numbers); returns its run id. `match`: the CluSTER run (id) a random run takes the count of."""
+    from repro.core.config import load_config
+    from repro.experiments.matching import at_kept_count
+    from tests.store_helpers import fake_run, run_id_of
+
     ratio = kw.get("ratio")
-    params = {"ratio": ratio} if ratio is not None else {}
-    label = json.dumps([method, seed, n, kw.get("weight_mode"), ratio], sort_keys=True)
-    h = hashlib.sha256(label.encode()).hexdigest()[:12]
-    steps = max(1, n // 8)
-    tokens = kw.get("tokens_per_step", 400.0)
-    base = {
-        "run_id": f"demo-quick-{h}",
-        "config_hash": h,
-        "name": "demo-quick",
-        "method": method,
-        "selection_params": json.dumps(params, sort_keys=True, separators=(",", ":")),
-        "allocator": "cluster-interleave" if method == "cluster" else "uniform-shuffle",
-        "allocation_params": "{}",
-        "weight_mode": kw.get("weight_mode", "rank" if method == "cluster" else "none"),
-        "ratio": ratio,
-        "kept_fraction": n / N_POOL,
-        "n_selected": n,
-        "n_pool": N_POOL,
-        "model": "tiny-random-llama",
-        "dataset": "demo",
-        "world_size": 4,
-        "seed": seed,
-        "selection_s": 3.0 if method == "cluster" else 0.1,
-        "train_s": train_s,
-        "eval_s": 5.0,
-        "end_to_end_s": train_s + 10.0,
-        "predicted_idle_share": kw.get("idle", 0.1),
-        "allreduce_wait_share": 0.2,
-        "git_sha": "0" * 40,
-        "versions": json.dumps({"lm_eval": "0.4.13"}),
-        "hardware": "cpu",
-        "timestamp": "2026-12-01T00:00:00+00:00",
-    }
-    rows = [{**base, "benchmark": "heldout", "metric": "loss", "value": loss, "n": 24}]
-    for k in range(4):
-        rows.append(
-            {**base, "benchmark": f"worker/{k}", "metric": "tokens_per_step", "value": tokens, "n": steps}
-        )
-    if "purity" in kw:
-        rows.append({**base, "benchmark": "cluster/agreement", "metric": "purity", "value": kw["purity"]})
-    write_rows(root / "demo-quick" / h / PART_NAME, rows)
-    return base["run_id"]
+    ov = [f"selection.method={method}"]
+    if method == "cluster":
+        ov += [
+            f"selection.params.ratio={ratio:g}",
+            "allocation.method=cluster-interleave",
+            f"allocation.weight_mode={kw.get('weight_mode', 'rank')}",
+        ]
+    cfg = None
+    if "match" in kw:
+        base = load_config("demo-quick", [f"output_dir={root}", f"seed={seed}", *ov])
+        cfg = at_kept_count(base, n, "test", {"label": "cluster-r0.5", "run_id": kw["match"]})
+    run_dir = fake_run(
+        root,
+        ov,
+        seed=seed,
+        n_selected=n,
+        n_pool=N_POOL,
+        loss=loss,
+        train_s=train_s,
+        selection_s=3.0 if method == "cluster" else 0.1,
+        tokens_per_step=kw.get("tokens_per_step", 400.0),
+        idle=kw.get("idle", 0.1),
+        purity=kw.get("purity"),
+        cfg=cfg,
+    )
+    return run_id_of(run_dir)
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +81,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
             ratio=100.0,
             purity=0.86 + 0.02 * s,
         )
-        _run(root, "cluster", s, 40, full + 0.30 + 0.01 * s, 4.5, ratio=50.0, purity=0.50 + 0.05 * s)
-        _run(root, "random", s, 40, full + 0.30 + 0.01 * s + (0.02, -0.03, 0.01)[s], 4.4)
+        c50 = _run(root, "cluster", s, 40, full + 0.30 + 0.01 * s, 4.5, ratio=50.0, purity=0.50 + 0.05 * s)
+        _run(root, "random", s, 40, full + 0.30 + 0.01 * s + (0.02, -0.03, 0.01)[s], 4.4, match=c50)
     return root
 
 

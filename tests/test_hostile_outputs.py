@@ -1,13 +1,11 @@
-"""Issue 26, classes 4-6: output sets are whole or marked; run-folder files a later stage reads are
-checked, naming the file; an old results file never changes a report silently.
+"""Output sets are whole or marked; run-folder files a later stage reads are checked, naming the
+file. (Results of an older version: tests/test_store.py.)
 
 The kills are real: a child process SIGKILLs itself at the named point (between the files of a
-set, before a report folder is swapped in)."""
+set, before a report or claims folder is swapped in)."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import subprocess
@@ -17,35 +15,26 @@ from pathlib import Path
 import pytest
 
 from repro.cli import main
-from repro.core.results import (
-    DamagedResultFile,
-    check_output_set,
-    manifest_path,
-    merge_results,
-    write_csv_with_sidecar,
-)
+from repro.core.results import DamagedResultFile, check_output_set, manifest_path
+from repro.core.store import merge_results
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURE = REPO / "tests" / "data" / "reports" / "results.csv"
 
 
-def _fixture_rows() -> list[dict[str, str]]:
-    with open(FIXTURE, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+def _store(root: Path, shift: float = 0.0) -> Path:
+    """Full data and CluSTER r = 0.5, two seeds each: real run folders with synthetic numbers
+    (tests/store_helpers.py), held-out loss moved by `shift`."""
+    from tests.store_helpers import fake_run
 
-
-def _parts(root: Path, rows: list[dict[str, str]]) -> None:
-    """The fixture's rows as one part file per run (with sidecars), under root/<run_id>/."""
-    by_run: dict[str, list[dict]] = {}
-    for r in rows:
-        by_run.setdefault(r["run_id"], []).append(r)
-    for rid, rs in by_run.items():
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=list(rs[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rs)
-        (root / rid).mkdir(parents=True, exist_ok=True)
-        write_csv_with_sidecar(root / rid / "results.part.csv", buf.getvalue(), len(rs))
+    cluster = [
+        "selection.method=cluster",
+        "allocation.method=cluster-interleave",
+        "allocation.weight_mode=rank",
+    ]
+    for s in (0, 1):
+        fake_run(root, ["selection.method=full"], seed=s, loss=2.0 + shift)
+        fake_run(root, cluster, seed=s, n_selected=16, loss=2.2 + shift, train_s=4.0, purity=0.6)
+    return root
 
 
 def _run_child(code: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -57,21 +46,22 @@ def _run_child(code: str, env_extra: dict[str, str] | None = None) -> subprocess
 
 
 def test_a_results_set_killed_between_its_files_is_refused_by_readers(tmp_path):
-    _parts(tmp_path, _fixture_rows())
+    _store(tmp_path)
     out, n = merge_results(tmp_path)
     check_output_set(out)  # whole
     assert json.loads(manifest_path(out).read_text())["rows"] == n
     # kill -9 after the new CSV and its sidecar, before the parquet (a real SIGKILL in a child)
     code = f"""
 import os, signal
-import repro.core.results as R
-real = R.atomic_write
+import repro.core.io as IO
+import repro.core.store as S
+real = IO.atomic_write
 def killing(path, write, mode="w"):
     if str(path).endswith(".parquet"):
         os.kill(os.getpid(), signal.SIGKILL)
     return real(path, write, mode)
-R.atomic_write = killing
-R.merge_results(__import__("pathlib").Path({str(tmp_path)!r}))
+IO.atomic_write = killing
+S.merge_results(__import__("pathlib").Path({str(tmp_path)!r}))
 """
     assert _run_child(code).returncode == -9
     assert not manifest_path(out).exists()
@@ -95,15 +85,15 @@ R.merge_results(__import__("pathlib").Path({str(tmp_path)!r}))
 def test_a_report_killed_before_it_is_in_place_leaves_the_old_one_whole(tmp_path):
     from reports.build import build_report
 
-    _parts(tmp_path / "runs", _fixture_rows())
+    _store(tmp_path / "runs")
     rep = tmp_path / "report"
     build_report(tmp_path / "runs", rep, figures=False)
     before = {p.relative_to(rep): p.read_bytes() for p in rep.rglob("*") if p.is_file()}
     # new rows, then a report killed after writing every file but before the swap
-    rows = _fixture_rows()
-    for r in rows:
-        r["value"] = str(float(r["value"]) + 1) if r["value"] else r["value"]
-    _parts(tmp_path / "runs", rows)
+    import shutil
+
+    shutil.rmtree(tmp_path / "runs")
+    _store(tmp_path / "runs", shift=1.0)
     code = f"""
 import os, signal
 import reports.build as B
@@ -119,8 +109,35 @@ B.build_report({str(tmp_path / "runs")!r}, {str(rep)!r}, figures=False)
     assert (rep / "index.md").read_bytes() != before[Path("index.md")]
 
 
+def test_claims_killed_before_they_are_in_place_leave_the_old_ones_whole(tmp_path):
+    """kill -9 during `claims` over an existing folder: the old claims.md, tables and claims.json
+    stay together (the set is swapped in whole), never an old claims.md beside new tables."""
+    from reports.claims_cli import write_claims
+
+    _store(tmp_path / "runs")
+    out = tmp_path / "claims"
+    write_claims(tmp_path / "runs", out, figure=False)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    import shutil
+
+    shutil.rmtree(tmp_path / "runs")
+    _store(tmp_path / "runs", shift=1.0)
+    code = f"""
+import os, signal
+import reports.build as B
+B.publish_report = lambda staging, final: os.kill(os.getpid(), signal.SIGKILL)
+from reports.claims_cli import write_claims
+write_claims({str(tmp_path / "runs")!r}, {str(out)!r}, figure=False)
+"""
+    assert _run_child(code).returncode == -9
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    write_claims(tmp_path / "runs", out, figure=False)  # the next run cleans up and swaps in
+    assert not list(tmp_path.glob(".claims.*"))
+    assert (out / "claims.json").read_bytes() != before[Path("claims.json")]
+
+
 def test_report_out_that_is_not_a_report_folder_is_never_replaced(tmp_path, capsys):
-    _parts(tmp_path / "runs", _fixture_rows())
+    _store(tmp_path / "runs")
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
     assert main(["report", "--results", str(tmp_path / "runs"), "--out", str(tmp_path / "mine")]) == 2
@@ -185,41 +202,3 @@ def test_a_run_folder_file_changed_after_its_stage_is_named(selected, tmp_path, 
     assert rc == 2, err
     assert str(f) in err and ("gone" in err if damage == "gone" else "cut, edited or replaced" in err)
     assert "--force" in err
-
-
-# ----------------------------------------------------------------------------- class 6
-
-
-def _drop(rows: list[dict[str, str]], *cols: str) -> list[dict[str, str]]:
-    return [{k: v for k, v in r.items() if k not in cols} for r in rows]
-
-
-def _csv(path: Path, rows: list[dict[str, str]]) -> Path:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
-    w.writeheader()
-    w.writerows(rows)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(buf.getvalue())
-    return path
-
-
-@pytest.mark.parametrize("col", ["world_size", "n_selected", "dataset", "selection_params"])
-def test_an_old_file_without_a_grouping_column_is_refused(tmp_path, col):
-    from reports.build import build_report
-    from reports.load import ReportInputError
-
-    f = _csv(tmp_path / "old" / "results.csv", _drop(_fixture_rows(), col))
-    with pytest.raises(ReportInputError, match=rf"(?s)results.csv: lacks {col}.*--allow-old-schema"):
-        build_report(f, tmp_path / "rep", figures=False)
-    index = build_report(f, tmp_path / "rep", figures=False, allow_old_schema=True).read_text()
-    assert "migration: " in index and f"predates the column(s) {col}" in index
-
-
-def test_missing_optional_columns_get_one_note(tmp_path):
-    from reports.build import build_report
-
-    f = _csv(tmp_path / "old" / "results.csv", _drop(_fixture_rows(), "tokens_per_s", "peak_mem_mb"))
-    index = build_report(f, tmp_path / "rep", figures=False).read_text()
-    notes = [line for line in index.splitlines() if "optional column(s)" in line]
-    assert len(notes) == 1 and "peak_mem_mb" in notes[0] and "tokens_per_s" in notes[0]

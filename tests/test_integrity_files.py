@@ -3,9 +3,9 @@ check, so a cut or changed part is named and skipped loudly, never silently merg
 duplicate rows are an error naming both files; every file and folder follows the umask; a temp
 file orphaned by a kill is removed by the next write into its folder.
 
-The result rows are the fixed report fixture's (tests/data/reports/results.csv), written per run
-with the suite's own writer. Damage is made by cutting or editing the written bytes, as a kill, a
-full disk or a stopped copy would.
+The runs are real run folders with synthetic numbers (tests/store_helpers.py), their rows written
+by the results stage. Damage is made by cutting or editing the written bytes, as a kill, a full
+disk or a stopped copy would.
 """
 
 from __future__ import annotations
@@ -30,34 +30,25 @@ from repro.core.results import (
     PART_NAME,
     ConflictingRowsError,
     DamagedResultsError,
-    merge_results,
     read_checked,
+    read_rows,
     sidecar_path,
     write_rows,
 )
+from repro.core.store import StoreError, merge_results
 from tests.conftest import REPO
+from tests.store_helpers import fake_run, run_id_of
 
-FIXTURE = REPO / "tests" / "data" / "reports" / "results.csv"
-RUNS = 3  # runs of the fixture written as parts
-
-
-def _fixture_runs() -> dict[str, list[dict[str, str]]]:
-    with open(FIXTURE, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    by: dict[str, list[dict[str, str]]] = {}
-    for r in rows:
-        by.setdefault(r["run_id"], []).append(r)
-    return dict(list(by.items())[:RUNS])
+RUNS = 3
 
 
 def _store(root: Path) -> tuple[list[Path], int]:
-    """Part files of RUNS runs under root/<name>/<hash>/ (as runs write them); -> parts, rows."""
+    """RUNS finished runs under root/<name>/<hash>/; -> their part files, their rows in all."""
     parts, total = [], 0
-    for i, (_rid, rows) in enumerate(_fixture_runs().items()):
-        part = root / rows[0]["name"] / f"{rows[0]['config_hash']}{i}" / PART_NAME
-        write_rows(part, rows)
-        parts.append(part)
-        total += len(rows)
+    for seed in range(RUNS):
+        run = fake_run(root, ["selection.method=full"], seed=seed, loss=2.0 + seed / 10)
+        parts.append(run / PART_NAME)
+        total += len(read_rows(run / PART_NAME))
     return parts, total
 
 
@@ -67,8 +58,9 @@ def _cut_mid_row(data: bytes) -> bytes:
 
 
 def _cut_in_quotes(data: bytes) -> bytes:
-    q = data.rfind(b'"{""lm_eval')
-    return data[: q + 8]  # inside the versions JSON, a quoted field
+    q = data.rfind(b'"{""')
+    assert q > data.find(b"\n")  # a JSON field in a row, not the header
+    return data[: q + 8]  # inside a JSON column's quoted field
 
 
 def _cut_in_header(data: bytes) -> bytes:
@@ -127,7 +119,7 @@ def test_a_damaged_part_is_named_and_skipped_only_when_allowed(
     path, n = merge_results(tmp_path, allow_damaged=True)
     assert n == total - lost and str(victim) in capsys.readouterr().err
     with open(path, newline="") as fh:
-        assert {r["run_id"] for r in csv.DictReader(fh)} == set(list(_fixture_runs())[::2])
+        assert {r["run_id"] for r in csv.DictReader(fh)} == {run_id_of(p.parent) for p in parts[::2]}
     # report: the same.
     with pytest.raises(ReportInputError, match="damaged results file"):
         build_report(tmp_path, tmp_path / "report", figures=False)
@@ -153,8 +145,9 @@ def test_a_damaged_part_is_named_and_skipped_only_when_allowed(
 def test_a_csv_without_a_sidecar_is_still_checked_for_cuts(damage, reason: str, tmp_path: Path) -> None:
     """A merged or hand-made CSV has no sidecar to compare against, but every cut that the CSV
     shape shows is still caught (what a header cut used to turn into a KeyError traceback)."""
+    parts, _ = _store(tmp_path / "runs")
     src = tmp_path / "mine.csv"
-    write_rows(src, next(iter(_fixture_runs().values())))
+    write_rows(src, read_rows(parts[0]))
     sidecar_path(src).unlink()
     src.write_bytes(damage(src.read_bytes()))
     with pytest.raises(ReportInputError, match="damaged results file") as e:
@@ -162,26 +155,27 @@ def test_a_csv_without_a_sidecar_is_still_checked_for_cuts(damage, reason: str, 
     assert f"{src}: {reason}" in str(e.value)
 
 
-def test_identical_duplicates_collapse_and_conflicting_ones_name_both_files(tmp_path: Path) -> None:
-    parts, total = _store(tmp_path)
-    copy = tmp_path / "backup" / "run" / PART_NAME  # a copied run folder: the same rows
-    copy.parent.mkdir(parents=True)
-    shutil.copy(parts[0], copy)
-    shutil.copy(sidecar_path(parts[0]), sidecar_path(copy))
-    assert merge_results(tmp_path)[1] == total
-    rows = read_checked(parts[0], require_sidecar=True)
-    rows[3]["value"] = "0.123"
-    write_rows(copy, rows)
-    first = parts[0].relative_to(tmp_path)
-    with pytest.raises(ConflictingRowsError) as e:
+def test_a_copied_run_folder_is_refused_naming_both_and_conflicting_rows_name_both_lines(
+    tmp_path: Path,
+) -> None:
+    """A run is its folder: a copy of a run folder inside the results folder (a backup) is the
+    same run twice, refused naming both folders. Two different rows for one measurement (one run,
+    eval, protocol, benchmark and metric) are refused naming both lines."""
+    parts, _ = _store(tmp_path)
+    run = parts[0].parent
+    shutil.copytree(run, tmp_path / "backup" / run.parent.name / run.name)
+    with pytest.raises(StoreError, match=rf"two run folders are both run {run_id_of(run)}: .*backup"):
         merge_results(tmp_path)
-    assert (
-        f"two different rows for run_id '{rows[3]['run_id']}', benchmark "
-        f"'{rows[3]['benchmark']}', metric '{rows[3]['metric']}': backup/run/results.part.csv:5 "
-        f"and {first}:5 (they differ in value)" in str(e.value)
-    )
-    with pytest.raises(ReportInputError, match=r"two different rows .*backup/run"):
+    with pytest.raises(ReportInputError, match=r"two run folders are both run .*backup"):
         build_report(tmp_path, tmp_path / "report", figures=False)
+    shutil.rmtree(tmp_path / "backup")
+    rows = read_checked(parts[0], require_sidecar=True)
+    rows.append({**rows[3], "value": "0.123"})  # the same measurement twice, another value
+    write_rows(parts[0], rows)
+    with pytest.raises(
+        ConflictingRowsError, match=r"two different rows for run .*:5 and .*they differ in value"
+    ):
+        merge_results(tmp_path)
 
 
 def test_cli_results_and_report_exit_2_naming_the_part_unless_allowed(
@@ -192,7 +186,7 @@ def test_cli_results_and_report_exit_2_naming_the_part_unless_allowed(
     parts, total = _store(tmp_path)
     parts[2].write_bytes(_cut_in_header(parts[2].read_bytes()))
     for cmd in (
-        ["results", "--runs-dir", str(tmp_path)],
+        ["results", "--results", str(tmp_path)],
         ["report", "--results", str(tmp_path), "--out", str(tmp_path / "r")],
     ):
         assert main(cmd) == 2
@@ -202,12 +196,6 @@ def test_cli_results_and_report_exit_2_naming_the_part_unless_allowed(
         assert main([*cmd, "--allow-damaged"]) == 0
         assert "skipped" in capsys.readouterr().err
     assert (tmp_path / "results.csv").is_file() and (tmp_path / "r" / "index.md").is_file()
-    # The old spelling still reads the same folder, and says once that it is deprecated.
-    (tmp_path / "results.csv").unlink()
-    assert main(["results", "--output-dir", str(tmp_path), "--allow-damaged"]) == 0
-    err = capsys.readouterr().err
-    assert err.count("--output-dir is deprecated; use --runs-dir") == 1
-    assert (tmp_path / "results.csv").is_file()
 
 
 def test_merged_results_carry_a_checksum_that_the_report_checks(tmp_path: Path) -> None:
@@ -216,7 +204,7 @@ def test_merged_results_carry_a_checksum_that_the_report_checks(tmp_path: Path) 
     assert json.loads(sidecar_path(merged).read_text())["rows"] == n
     build_report(merged, tmp_path / "ok", figures=False)
     merged.write_bytes(_cut_at_row_boundary(merged.read_bytes()))
-    with pytest.raises(ReportInputError, match=r"results\.csv: does not match its checksum"):
+    with pytest.raises(ReportInputError, match=r"results\.csv: does not match the set's manifest"):
         build_report(merged, tmp_path / "bad", figures=False)
 
 

@@ -1,8 +1,11 @@
-"""`cluster-repro report` from a small fixed results file (tests/data/reports, written by its
-make_fixture.py: synthetic, seeded rows shaped like the pipeline's, plus per-item scores).
+"""`cluster-repro report` from a small fixed results set (tests/data/reports, written by its
+make_fixture.py: synthetic, seeded rows shaped like the pipeline's, each run with its config in
+the set's runs index, plus per-item scores).
 
 Numbers in the tables are checked against values computed here straight from the CSV rows with
-the csv module (not through reports/), so a wrong grouping, scale or average fails.
+the csv module (not through reports/), so a wrong grouping, scale or average fails. A test that
+changes rows writes them as a new set with the store's own writer (`_report_of`), the runs it
+adds with their configs.
 """
 
 from __future__ import annotations
@@ -100,14 +103,65 @@ def _find(rows, **match) -> dict[str, str]:
     return hits[0]
 
 
-def _report_of(rows: list[dict[str, str]], tmp_path: Path, figures: bool = False) -> Path:
-    """Write rows as one results CSV and build its report; -> the report folder."""
-    src = tmp_path / "in" / "results.csv"
-    src.parent.mkdir()
-    with open(src, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+def _index() -> dict[str, dict]:
+    """The fixture set's runs index: run_id -> its entry (record, config, status, folder)."""
+    lines = (FIXTURE / "results.runs.jsonl").read_text().splitlines()
+    return {e["run_id"]: e for e in map(json.loads, lines)}
+
+
+def _model_eval_entry(run_id: str, model: str) -> dict:
+    """The index entry of `cluster-repro eval --model MODEL` (a model evaluated alone)."""
+    from repro.core.schema import VERSION
+
+    record = {"schema": VERSION, "run_id": run_id, "model": model, "method": "base", "name": "base"}
+    status = {"state": "done", "detail": "", "stage": None, "diverged_step": None, "total_steps": None}
+    return {
+        "schema": VERSION,
+        "run_id": run_id,
+        "kind": "model-eval",
+        "record": record,
+        "config": None,
+        "status": {**status, "eval_hash": None},
+        "folder": None,
+    }
+
+
+def _entry_like(run_id: str, new_id: str, **changes) -> dict:
+    """A copy of a fixture run's entry under another run id, its config changed by dotted keys."""
+    e = json.loads(json.dumps(_index()[run_id]))
+    e["run_id"] = e["record"]["run_id"] = new_id
+    e["folder"] = None  # its own run: not the other's per-item files
+    for dotted, value in changes.items():
+        *parents, last = dotted.split("__")
+        d = e["config"]
+        for k in parents:
+            d = d[k]
+        d[last] = value
+    return e
+
+
+def _set_of(rows: list[dict[str, str]], path: Path, extra: dict[str, dict] | None = None) -> Path:
+    """Write rows as a results set (the store's writer), with the index entries of their runs:
+    the fixture's, and `extra` for runs a test adds. -> the set's CSV."""
+    from repro.core.store import write_set
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    index = {**_index(), **(extra or {})}
+    ids = {r["run_id"] for r in rows}
+    entries = [
+        {**e, "folder": str(FIXTURE / e["folder"]) if e.get("folder") else None}
+        for rid, e in sorted(index.items())
+        if rid in ids
+    ]
+    write_set(path, rows, entries)
+    return path
+
+
+def _report_of(
+    rows: list[dict[str, str]], tmp_path: Path, figures: bool = False, extra: dict[str, dict] | None = None
+) -> Path:
+    """Write rows as one results set and build its report; -> the report folder."""
+    src = _set_of(rows, tmp_path / "in" / "results.csv", extra)
     build_report(src, tmp_path / "out", figures=figures)
     return tmp_path / "out"
 
@@ -139,7 +193,8 @@ def test_table_numbers_equal_the_rows(report: Path) -> None:
     cl = _runs(
         rows,
         method="cluster",
-        selection_params='{"ratio":50}',
+        selection_params="{}",
+        ratio="50.0",
         allocator="cluster-interleave",
         weight_mode="rank",
         **demo4,
@@ -317,11 +372,7 @@ def test_mixed_lm_eval_versions_warn(tmp_path: Path) -> None:
             v = json.loads(r["versions"])
             v["lm_eval"] = "0.4.2"
             r["versions"] = json.dumps(v, sort_keys=True)
-    src = tmp_path / "results.csv"
-    with open(src, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    src = _set_of(rows, tmp_path / "results.csv")
     with pytest.warns(MixedVersionsWarning, match=r"0\.4\.13.*0\.4\.2|0\.4\.2.*0\.4\.13"):
         index = build_report(src, tmp_path / "out", figures=False)
     assert "different lm-eval versions" in index.read_text()
@@ -329,19 +380,23 @@ def test_mixed_lm_eval_versions_warn(tmp_path: Path) -> None:
 
 
 def test_bad_input_names_file_row_and_column(tmp_path: Path) -> None:
-    src = tmp_path / "results.csv"
-    shutil.copy(FIXTURE / "results.csv", src)
-    lines = src.read_text().splitlines()
-    head = next(csv.reader([lines[0]]))
-    bad = next(csv.reader([lines[5]]))
-    bad[head.index("train_s")] = "fast"
+    """A part file another tool wrote with a value of the wrong type (its checksum file made to
+    match: the suite's own writer refuses such a value)."""
     import io
 
+    from repro.core.results import PART_NAME, read_rows, write_csv_with_sidecar
+    from tests.store_helpers import fake_run
+
+    src = tmp_path / "runs"
+    part = fake_run(src, ["selection.method=full"]) / PART_NAME
+    rows = read_rows(part)
+    rows[3]["train_s"] = "fast"
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow(bad)
-    lines[5] = buf.getvalue().rstrip("\n")
-    src.write_text("\n".join(lines) + "\n")
-    with pytest.raises(ReportInputError, match=r"results\.csv:6: column 'train_s' = 'fast'"):
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\r\n")
+    w.writeheader()
+    w.writerows(rows)
+    write_csv_with_sidecar(part, buf.getvalue(), len(rows))
+    with pytest.raises(ReportInputError, match=r"results\.part\.csv:5: column 'train_s' = 'fast'"):
         build_report(src, tmp_path / "out", figures=False)
     # Through the CLI: a clear message and exit status 2, no traceback.
     p = subprocess.run(
@@ -427,7 +482,8 @@ def test_base_model_rows_are_the_reference_line_of_each_setting(tmp_path: Path) 
         base(code["model"], "medqa", 0.4, 1273),  # a benchmark the setting never runs
         base("other-model", "medqa", 0.3, 1273),
     ]  # no setting fine-tunes it: its own line
-    out = _report_of(rows + extra, tmp_path, figures=True)
+    evals = {r["run_id"]: _model_eval_entry(r["run_id"], r["model"]) for r in extra}
+    out = _report_of(rows + extra, tmp_path, figures=True, extra=evals)
     main = _table_csv(out, "main")
     b = _find(main, setting=f"Magicoder-OSS-Instruct-75K · {code['model']}", method="base")
     assert float(b["humaneval pass@1 (%)"]) == pytest.approx(25.0)
@@ -452,14 +508,15 @@ def test_a_baseline_at_a_budget_is_compared_with_random_at_that_budget(tmp_path:
         if v[0]["n_selected"] in ("40", "44")
     }
     assert len(rnd) == 2
-    extra = []
-    for rid, rr in rnd.items():
+    extra, entries = [], {}
+    for rid, rr in rnd.items():  # the loss selector at random's matched count: its config says so
+        entries[f"loss-{rid}"] = _entry_like(rid, f"loss-{rid}", selection__method="loss")
         for r in rr:
             shifted = dict(r, run_id=f"loss-{rid}", name="loss", method="loss", config_hash="f" * 12)
             if r["benchmark"].startswith("demo/") and r["metric"] != "missing":
                 shifted["value"] = str(float(r["value"]) + 0.1)
             extra.append(shifted)
-    out = _report_of(rows + extra, tmp_path)
+    out = _report_of(rows + extra, tmp_path, extra=entries)
     main = _table_csv(out, "main")
     loss = _find(main, setting="demo · tiny-random-llama", method="loss @r=0.5", workers="4")
     assert float(loss["Δ demo avg vs random"]) == pytest.approx(10.0, abs=1e-9)
@@ -472,15 +529,6 @@ def test_a_baseline_at_a_budget_is_compared_with_random_at_that_budget(tmp_path:
         vs="random",
     )
     assert diff["paired on"] == "seeds (n=2)"
-
-
-def _write_rows(rows: list[dict[str, str]], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    return path
 
 
 def test_compact_main_table_is_the_papers_shape_with_its_reported_rows(report: Path) -> None:
@@ -639,7 +687,23 @@ def test_wait_per_step_does_not_grow_with_the_number_of_steps(tmp_path: Path) ->
     rows = _rows()
     long = _worker_run(rows, "long", 20, 0.05, 0.3)
     short = _worker_run(rows, "short", 4, 0.05, 0.3)
-    out = _report_of(long + short, tmp_path)
+    source = {
+        "path": "",
+        "format": "alpaca",
+        "split": "train",
+        "limit": None,
+        "revision": None,
+        "exclude_ids_file": None,
+    }
+    entries = {  # the same run on other data (its config's sources name it)
+        r["run_id"]: _entry_like(
+            r["run_id"].split("-", 1)[1],
+            r["run_id"],
+            data__sources=[{**source, "path": f"{r['dataset']}.jsonl"}],
+        )
+        for r in long + short
+    }
+    out = _report_of(long + short, tmp_path, extra=entries)
     bal = _table_csv(out, "balance")
     for k in range(8):
         a = _find(bal, setting="long · tiny-random-llama", worker=str(k))
@@ -684,7 +748,7 @@ def test_fsdp_runs_show_the_wait_as_not_measured_never_zero(
             r["selection_params"],
             r["allocator"],
             r["weight_mode"],
-        ) == ("demo", "4", "cluster", '{"ratio":50}', "cluster-interleave", "rank")
+        ) == ("demo", "4", "cluster", "{}", "cluster-interleave", "rank")
         if fsdp and r["metric"] == "allreduce_wait_s":
             continue
         if fsdp:
@@ -714,11 +778,11 @@ def test_fsdp_runs_show_the_wait_as_not_measured_never_zero(
     import matplotlib
 
     import reports.figures as figures
-    from reports.load import build_runs, group_cells, read_result_rows
+    from reports.load import group_cells, load
     from reports.tables import Report
 
     src = tmp_path / "report" / "in" / "results.csv"
-    rep = Report(group_cells(build_runs(read_result_rows([src], src.parent), src.parent)))
+    rep = Report(group_cells(load(src).runs))
     drawn = {}
     monkeypatch.setattr(figures, "_save", lambda fig, d, name: drawn.setdefault(name, fig))
     matplotlib.use("Agg", force=True)

@@ -1,4 +1,5 @@
-"""The results store: part files merge into one CSV and Parquet; empty cells stay empty."""
+"""Result files: every run's rows merge into one set (CSV, Parquet, runs index); empty cells
+stay empty; every column has its schema type."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from repro.core.results import COLUMNS, PART_NAME, merge_results, package_versions, write_rows
+from repro.core.results import COLUMNS, PART_NAME, package_versions, read_rows, write_rows
+from repro.core.store import merge_results
+from tests.store_helpers import entry, fake_run, run_id_of
 
 
 def _row(**kw):
@@ -28,21 +31,36 @@ def _row(**kw):
     return base
 
 
+def _rewrite(run_dir: Path, rows: list[dict]) -> None:
+    """The run's part rewritten with `rows` (each with the run's identity), by the real writer."""
+    first = read_rows(run_dir / PART_NAME)[0]
+    ident = {k: first[k] for k in ("run_id", "config_hash", "name", "written_by")}
+    write_rows(run_dir / PART_NAME, [{**r, **ident} for r in rows])
+
+
 def test_parts_merge_and_missing_stays_missing(tmp_path: Path) -> None:
-    write_rows(tmp_path / "a" / "x" / PART_NAME, [_row(run_id="a", value=0.25)])
-    write_rows(tmp_path / "b" / "y" / PART_NAME, [_row(run_id="b", value=None, metric="missing")])
+    a = fake_run(tmp_path, ["selection.method=full"], loss=0.25)
+    b = fake_run(
+        tmp_path,
+        ["selection.method=random", "selection.fraction=0.5"],
+        n_selected=48,
+        benchmarks=[entry("medqa", 0.0, status="missing")],
+    )
     path, n = merge_results(tmp_path)
-    assert n == 2
+    assert n == len(read_rows(a / PART_NAME)) + len(read_rows(b / PART_NAME))
     df = pd.read_csv(path, dtype=str, keep_default_na=False)
     assert list(df.columns) == COLUMNS
-    assert df.set_index("run_id").loc["b", "value"] == ""  # not 0
+    missing = df[(df["run_id"] == run_id_of(b)) & (df["benchmark"] == "medqa")]
+    assert list(missing["value"]) == [""] and list(missing["metric"]) == ["missing"]  # not 0
     pq = pd.read_parquet(path.with_suffix(".parquet"))
-    assert pq["value"].isna().sum() == 1 and pq["value"].max() == 0.25
+    assert pq["value"].isna().sum() == 1
     assert str(pq["world_size"].dtype) == "Int64"
+    index = pd.read_json(path.with_name("results.runs.jsonl"), lines=True)
+    assert sorted(index["run_id"]) == sorted([run_id_of(a), run_id_of(b)])
 
 
-def test_no_parts_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="no results.part.csv"):
+def test_no_runs_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no run folders"):
         merge_results(tmp_path)
 
 
@@ -72,7 +90,8 @@ def test_every_parquet_column_has_its_schema_dtype(tmp_path: Path) -> None:
             if c.name not in ("run_id", "benchmark", "metric")
         },
     )
-    write_rows(tmp_path / "a" / PART_NAME, [full, _row(run_id="a", benchmark="c", value=None)])
+    run = fake_run(tmp_path, ["selection.method=full"])
+    _rewrite(run, [full, _row(benchmark="c", value=None)])
     path, _ = merge_results(tmp_path)
     pq = pd.read_parquet(path.with_suffix(".parquet"))
     assert list(pq.columns) == COLUMNS
@@ -116,18 +135,18 @@ def gpu_hours_column():
 
 def test_a_new_schema_column_flows_to_csv_parquet_and_report(tmp_path: Path, gpu_hours_column) -> None:
     from reports.build import build_report
-    from reports.load import build_runs, read_result_rows
+    from reports.load import load
 
     runs = tmp_path / "runs"
-    write_rows(runs / "n" / "h" / PART_NAME, [_row(run_id="n-h", gpu_hours=1.25)])
+    run_dir = fake_run(runs, ["selection.method=full"])
+    rows = read_rows(run_dir / PART_NAME)
+    _rewrite(run_dir, [{**r, "gpu_hours": "1.25"} for r in rows])
     path, _ = merge_results(runs)
     df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    assert df.loc[0, "gpu_hours"] == "1.25"
+    assert set(df["gpu_hours"]) == {"1.25"}
     assert str(pd.read_parquet(path.with_suffix(".parquet"))["gpu_hours"].dtype) == "float64"
-    (run,) = build_runs(read_result_rows([path], tmp_path), None)
+    (run,) = load(path).runs
     assert run.costs["gpu_hours"] == 1.25 and run.columns["gpu_hours"] == 1.25
     index = build_report(runs, tmp_path / "report", figures=False)
-    table = (index.parent / "tables" / "runs.csv").read_text(encoding="utf-8")
-    header, first = table.splitlines()[:2]
-    assert "gpu_hours" in header.split(",")
-    assert first.split(",")[header.split(",").index("gpu_hours")] == "1.25"
+    table = pd.read_csv(index.parent / "tables" / "runs.csv", dtype=str)
+    assert list(table["gpu_hours"]) == ["1.25"]

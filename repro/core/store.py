@@ -273,6 +273,16 @@ def _record(path: Path, what: str, root: Path) -> dict[str, Any]:
     return rec
 
 
+def _states_no_schema(part: Path) -> bool:
+    """Its checksum file is readable and states no schema: written by an older version. (An
+    unreadable or missing one is damage, which reading the part reports.)"""
+    try:
+        meta = read_json(sidecar_path(part))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and "schema" not in meta
+
+
 def part_schema(path: Path) -> int | None:
     """The schema version its checksum sidecar states (None: none stated, an older file)."""
     side = sidecar_path(path)
@@ -435,7 +445,7 @@ def _scan(root: Path) -> tuple[list[Path], list[Path], list[Path], list[str]]:
                     "the results folder"
                 )
             continue
-        if part_schema(part) is None and sidecar_path(part).is_file():
+        if _states_no_schema(part):
             old.append(f"{part}: a results file of an older version (its checksum file states no schema)")
             continue
         parts.append(part)
@@ -496,14 +506,18 @@ def _open_folder(
     damaged: list[DamagedResultFile] = []
     seen: dict[tuple[str, ...], Row] = {}
     by_folder = {v: k for k, v in where.items()}
+    lost: set[str] = set()  # runs whose own results file is damaged: no run without it
     for part in parts:
         owner = _owner(part.parent, set(by_folder))
         assert owner is not None  # _scan kept only owned parts
         run = runs[by_folder[owner]]
         try:
             rows = read_checked(part, require_sidecar=True)
+            _check_columns(part, rows)
         except DamagedResultFile as e:
             damaged.append(e)
+            if part.parent == owner:
+                lost.add(run.run_id)
             continue
         label_root = part.relative_to(root)
         for i, row in enumerate(rows, start=2):
@@ -513,6 +527,7 @@ def _open_folder(
     for run in runs.values():  # a finished run whose part is gone is damaged, not missing
         if run.kind == RUN and run.status.state in (DONE, DIVERGED) and run.folder is not None:
             if not (run.folder / PART_NAME).is_file():
+                lost.add(run.run_id)
                 damaged.append(
                     DamagedResultFile(
                         run.folder / PART_NAME,
@@ -522,6 +537,8 @@ def _open_folder(
                 )
     if damaged and not allow_damaged:
         raise DamagedResultsError(damaged_message(damaged, allowed=False))
+    for run_id in lost:  # left out whole (with its evaluations), as its file is named
+        del runs[run_id]
     return Store(root, runs, damaged, parts)
 
 
@@ -533,6 +550,22 @@ def _stored_config(path: Path, root: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise StoreError(f"{path}: expected the run's config (a mapping); the run folder is damaged")
     return data
+
+
+def _check_columns(path: Path, rows: list[dict[str, str]]) -> None:
+    """A file of this schema version has every column of the schema (a reader never fills in a
+    column that a file lacks): DamagedResultFile naming the columns otherwise."""
+    from repro.core.results import COLUMNS
+
+    if rows:
+        lacking = [c for c in COLUMNS if c not in rows[0]]
+        if lacking:
+            raise DamagedResultFile(
+                path,
+                f"lacks the column(s) {', '.join(lacking)} of schema version {schema.VERSION}: "
+                "not written by this suite's writer; rewrite it (delete the run's "
+                "stages/results.json and run it again)",
+            )
 
 
 def _check_row_identity(row: dict[str, str], run: StoredRun, label: str, folder: Path) -> None:
@@ -562,7 +595,8 @@ def _add_row(run: StoredRun, row: Row, seen: dict[tuple[str, ...], Row]) -> None
 
 
 def _open_merged(csv_path: Path, allow_damaged: bool) -> Store:
-    """A merged set (cluster-repro results): results.csv, its runs.jsonl, both checked."""
+    """A merged set (cluster-repro results): results.csv, its runs.jsonl, both checked: cuts
+    first, then the set's version, then its columns."""
     root = csv_path.parent
     fix = f"rerun `cluster-repro results --results {root}` to write the set again"
     try:
@@ -578,6 +612,10 @@ def _open_merged(csv_path: Path, allow_damaged: bool) -> Store:
             f"holds {index.name} and a manifest stating its schema; this one was written by "
             f"an older version or by hand); {fix}"
         )
+    try:
+        _check_columns(csv_path, rows)
+    except DamagedResultFile as e:
+        raise DamagedResultsError(damaged_message([e], allowed=False)) from None
     runs: dict[str, StoredRun] = {}
     with open(index, encoding="utf-8") as fh:
         for i, line in enumerate(fh, start=1):
@@ -586,7 +624,7 @@ def _open_merged(csv_path: Path, allow_damaged: bool) -> Store:
             try:
                 e = json.loads(line)
                 st = RunStatus(**e["status"])
-                folder = Path(e["folder"]) if e.get("folder") else None
+                folder = (root / e["folder"]) if e.get("folder") else None  # relative: to the set
                 runs[e["run_id"]] = StoredRun(
                     e["run_id"], e["kind"], st, e.get("config"), e["record"], folder
                 )
@@ -620,9 +658,31 @@ def _manifest(csv_path: Path) -> dict[str, Any] | None:
 def merge_results(
     output_dir: Path, out_csv: Path | None = None, allow_damaged: bool = False
 ) -> tuple[Path, int]:
-    """Merge every run's rows under output_dir into one set: results.csv (+ its checksum
-    sidecar), results.parquet and results.runs.jsonl (each run's record, stored config and
-    status), under one manifest. -> (path, rows)."""
+    """Merge every run's rows under output_dir into one set (`write_set`): results.csv (+ its
+    checksum sidecar), results.parquet and results.runs.jsonl (each run's record, stored config
+    and status), under one manifest. -> (path, rows)."""
+    store = open_store(Path(output_dir), allow_damaged=allow_damaged)
+    if store.damaged:
+        import sys
+
+        print(f"warning: {damaged_message(store.damaged, allowed=True)}", file=sys.stderr, flush=True)
+    out_csv = Path(out_csv or Path(output_dir) / "results.csv")
+    runs = sorted(store.runs.values(), key=lambda r: r.run_id)
+    entries = []
+    for r in runs:
+        e = r.index_entry()
+        if r.folder is not None:  # relative to the set, so a set moved with its folders still finds them
+            folder = Path(r.folder).resolve()
+            base = out_csv.parent.resolve()
+            e["folder"] = str(folder.relative_to(base)) if folder.is_relative_to(base) else str(folder)
+        entries.append(e)
+    return out_csv, write_set(out_csv, [row for _, row in store.rows()], entries)
+
+
+def write_set(out_csv: Path, rows: list[dict[str, str]], entries: list[dict[str, Any]]) -> int:
+    """Write a merged set at `out_csv`: the rows (sorted), their Parquet, the runs index (one
+    entry per run: `StoredRun.index_entry`), each file atomic and the manifest last (a set
+    without it reads unfinished). -> rows written."""
     import pandas as pd
 
     from repro.core.io import atomic_write
@@ -635,26 +695,15 @@ def merge_results(
         write_csv_with_sidecar,
     )
 
-    store = open_store(Path(output_dir), allow_damaged=allow_damaged)
-    if store.damaged:
-        import sys
-
-        print(f"warning: {damaged_message(store.damaged, allowed=True)}", file=sys.stderr, flush=True)
-    rows = store.rows()
-    if not rows and not store.runs:
-        raise DamagedResultsError(f"no intact result rows under {output_dir}")
-    extra = sorted({c for _, r in rows for c in r} - set(COLUMNS))  # from a newer writer
-    df = pd.DataFrame([r for _, r in rows], columns=COLUMNS + extra, dtype=str).fillna("")
+    extra = sorted({c for r in rows for c in r} - set(COLUMNS))  # from a newer writer
+    df = pd.DataFrame(rows, columns=COLUMNS + extra, dtype=str).fillna("")
     df = df.sort_values(["name", "method", "run_id", "eval_id", "benchmark", "metric"], kind="stable")
-    out_csv = Path(out_csv or Path(output_dir) / "results.csv")
+    out_csv = Path(out_csv)
     index = out_csv.with_name(out_csv.stem + "." + RUNS_INDEX)
-    lines = [
-        json.dumps(r.index_entry(), sort_keys=True)
-        for r in sorted(store.runs.values(), key=lambda r: r.run_id)
-    ]
+    lines = "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries)
     begin_output_set(out_csv)  # from here until the manifest is written the set reads unfinished
     write_csv_with_sidecar(out_csv, df.to_csv(index=False), len(df))
     atomic_write(pq_path(out_csv), lambda fh: typed_frame(df).to_parquet(fh, index=False), mode="wb")
-    atomic_write(index, lambda fh: fh.write("".join(x + "\n" for x in lines)))
+    atomic_write(index, lambda fh: fh.write(lines))
     finish_output_set(out_csv, len(df))
-    return out_csv, len(df)
+    return len(df)

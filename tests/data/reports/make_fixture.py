@@ -1,5 +1,8 @@
-"""Writes the fixed results file the report tests read (results.csv + a few run folders' per-item
-scores). Synthetic, seeded numbers shaped like the pipeline's rows: not measurements.
+"""Writes the fixed results set the report tests read (results.csv with its runs index, Parquet,
+checksum and manifest, written by the store's own writer, repro/core/store.py write_set; plus a
+few run folders' per-item scores). Every run has a real config (the demo-quick or paper recipe
+with the spec's overrides), so the cells come from configs as they do for real runs. Synthetic,
+seeded numbers shaped like the pipeline's rows: not measurements.
 
 Rerun only to change the fixture on purpose:  .venv/bin/python tests/data/reports/make_fixture.py
 
@@ -30,9 +33,11 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
+from repro.core import schema  # noqa: E402
+from repro.core.config import eval_hash, load_config  # noqa: E402
 from repro.core.io import atomic_write_json, atomic_write_jsonl  # noqa: E402
-from repro.core.results import write_rows  # noqa: E402
 from repro.core.steps import idle_share, worker_idle_shares  # noqa: E402
+from repro.core.store import run_settings, write_set  # noqa: E402
 
 VERSIONS = json.dumps(
     {"lm_eval": "0.4.13", "torch": "2.13.0", "transformers": "5.24.0", "python": "3.11.9"}, sort_keys=True
@@ -47,48 +52,64 @@ def step_tokens(label: str, seed: int, ws: int, steps: int = 6) -> np.ndarray:
     return rng.integers(600, 1000, size=(steps, ws))
 
 
+def config_of(spec: dict, ref_id: str | None) -> object:
+    """The run's config: the demo-quick config, or the paper recipe, with the spec's settings;
+    a random run at a CluSTER run's count records that match (selection.matched), as
+    match_kept_count_of does."""
+    ov = [
+        f"seed={spec['seed']}",
+        f"world_size={spec['ws']}",
+        f"selection.method={spec['method']}",
+        f"allocation.method={spec['allocator']}",
+        f"allocation.weight_mode={spec['weight_mode']}",
+        "output_dir=runs",
+    ]
+    ov += [f"selection.params.{k}={v}" for k, v in spec["params"].items()]
+    ov += [f"allocation.params.{k}={v}" for k, v in (spec.get("alloc_params") or {}).items()]
+    if spec["dataset"] == "demo":
+        cfg = load_config("demo-quick", [*ov, f"train.global_batch_size={2 * spec['ws']}"])
+    else:
+        cfg = load_config("paper/recipe", [*ov, "name=paper-code"])
+    if spec["method"] != "random":
+        return cfg
+    data = cfg.to_dict()
+    data["selection"]["n"] = spec["n_sel"]
+    data["selection"]["matched"] = {
+        "by": "kept_count",
+        "of": spec["match_of"],
+        "run_id": ref_id,
+        "kept": spec["n_sel"],
+    }
+    from repro.core.config import from_dict
+
+    return from_dict(data)
+
+
 def run_rows(
+    cfg,
     label: str,
-    name: str,
-    dataset: str,
-    model: str,
-    method: str,
-    params: dict,
-    allocator: str,
-    weight_mode: str,
-    ws: int,
-    seed: int,
     n_sel: int,
     n_pool: int,
     quality: float,
     benches: list[str],
     missing: tuple[str, ...] = (),
     items: bool = False,
-    alloc_params: dict | None = None,
+    **_: object,
 ) -> tuple[list[dict], list[dict], str, str, np.ndarray]:
+    seed, ws, method = cfg.seed, cfg.world_size, cfg.selection.method
+    dataset = run_settings(cfg)["dataset"]
     rng = np.random.default_rng(int(hashlib.sha256(f"{label}|{seed}".encode()).hexdigest()[:8], 16))
-    h = hashlib.sha256(f"{label}|{ws}|{seed}".encode()).hexdigest()[:12]
+    name, h = cfg.name, cfg.hash()
     sums = step_tokens(label, seed, ws)
     frac = n_sel / n_pool
     sel_s = 0.2 if method in ("full", "random") else round(3.0 + rng.uniform(0, 1), 3)
     train_s = round(40 * frac * (1 + 0.1 * (ws == 8)) + rng.uniform(0, 2), 3)
     eval_s = round(10 + rng.uniform(0, 1), 3)
     base = {
-        "run_id": f"{name}-{h}",
-        "config_hash": h,
-        "name": name,
-        "method": method,
-        "selection_params": json.dumps(params, sort_keys=True, separators=(",", ":")),
-        "allocator": allocator,
-        "weight_mode": weight_mode,
-        "ratio": params.get("ratio"),
+        **run_settings(cfg),
         "kept_fraction": round(frac, 6),
         "n_selected": n_sel,
         "n_pool": n_pool,
-        "model": model,
-        "dataset": dataset,
-        "world_size": ws,
-        "seed": seed,
         "selection_s": sel_s,
         "train_s": train_s,
         "eval_s": eval_s,
@@ -96,12 +117,12 @@ def run_rows(
         "tokens_per_s": round(9000 + rng.uniform(0, 500), 2),
         "allreduce_wait_share": round(0.2 + rng.uniform(0, 0.05), 4),
         "predicted_idle_share": round(idle_share(sums), 4),
-        "allocation_params": json.dumps(alloc_params or {}, sort_keys=True, separators=(",", ":")),
         "peak_mem_mb": round(420 + rng.uniform(0, 20), 1),
         "git_sha": "0" * 40,
         "versions": VERSIONS,
         "hardware": "cpu:x86_64 cores=2",
         "timestamp": "2026-11-30T12:00:00+00:00",
+        "written_by": "results",
     }
     rows, samples = [], []
     if dataset == "demo":
@@ -237,6 +258,9 @@ def run_rows(
                 "n": len(sums),
             }
         )
+    score_id = eval_hash(cfg)
+    for r in rows:  # the pipeline eval's identity on its scores; diagnostics have none
+        r["eval_id"] = "" if r["benchmark"].startswith(("cost/", "cluster/", "worker/")) else score_id
     return rows, (samples if items else []), name, h, sums
 
 
@@ -422,18 +446,40 @@ def main() -> None:
             **paper,
         ),
     ]
-    all_rows = []
-    for s in specs:
-        rows, samples, name, h, sums = run_rows(**s)
+    all_rows, entries, ids = [], [], {}
+    for sp in specs:  # a matched random run after the CluSTER run it matches (same seed, workers)
+        if sp["method"] == "random":
+            sp["match_of"] = sp["label"].replace("rnd", "c")
+        ref = ids.get((sp.get("match_of"), sp["seed"], sp["ws"]))
+        cfg = config_of(sp, ref)
+        ids[(sp["label"], sp["seed"], sp["ws"])] = f"{cfg.name}-{cfg.hash()}"
+        rows, samples, name, h, sums = run_rows(cfg, **sp)
         all_rows += rows
+        folder = None
         if samples:
+            folder = f"{name}/{h}"
             atomic_write_jsonl(HERE / name / h / "eval_samples.jsonl", samples)
             atomic_write_json(
                 HERE / name / h / "step_tokens.json",
                 {"step_tokens": sums.tolist(), "world_size": int(sums.shape[1])},
             )
-    write_rows(HERE / "results.csv", all_rows)
-    print(f"{HERE / 'results.csv'}: {len(all_rows)} rows")
+        rid = f"{name}-{h}"
+        record = {"schema": schema.VERSION, "run_id": rid, "config_hash": h, "name": name}
+        status = {"state": "done", "detail": "", "stage": None, "diverged_step": None, "total_steps": None}
+        entries.append(
+            {
+                "schema": schema.VERSION,
+                "run_id": rid,
+                "kind": "run",
+                "record": record,
+                "config": cfg.to_dict(),
+                "status": {**status, "eval_hash": eval_hash(cfg)},
+                "folder": folder,
+            }
+        )
+    text = [{k: schema.BY_NAME[k].format(v) for k, v in r.items()} for r in all_rows]
+    n = write_set(HERE / "results.csv", text, sorted(entries, key=lambda e: e["run_id"]))
+    print(f"{HERE / 'results.csv'}: {n} rows, {len(entries)} runs")
 
 
 if __name__ == "__main__":
