@@ -181,9 +181,10 @@ def _slug(s: str) -> str:
 
 
 def _run_config(args: argparse.Namespace):  # noqa: ANN202 (ExperimentConfig)
-    """The stored config of --run's run folder, checked to be a finished run of this version."""
+    """The stored config of --run's run folder, checked to be a run of this version whose
+    training finished (its model exists; a diverged one has none)."""
     from repro.core.config import load_config
-    from repro.core.store import DONE, RUN_RECORD, migrate_command, run_status
+    from repro.core.store import DIVERGED, RUN_RECORD, migrate_command, run_status
 
     run_dir = Path(args.run)
     if not (run_dir / "config.yaml").is_file():
@@ -196,9 +197,9 @@ def _run_config(args: argparse.Namespace):  # noqa: ANN202 (ExperimentConfig)
             f"`{migrate_command(run_dir.parent.parent)}` first"
         )
     status = run_status(run_dir)
-    if status.state != DONE:
+    if status.state == DIVERGED or not (run_dir / "stages" / "train.json").is_file():
         raise UserValueError(
-            f"--run {run_dir}: the run is {status.describe()}: it has no finished model to evaluate"
+            f"--run {run_dir}: the run is {status.describe()}: it has no trained model to evaluate"
         )
     return load_config(run_dir / "config.yaml")
 

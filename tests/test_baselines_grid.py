@@ -210,7 +210,7 @@ def test_the_seed_axes_reach_the_stages_and_the_rows(analysis_grid) -> None:
 
 
 def test_the_report_holds_every_analysis_of_the_quick_grid(analysis_grid) -> None:
-    from reports.load import build_runs, find_result_files, load_kept, read_results
+    from reports.load import load, load_kept
     from reports.stats import jaccard, spearman
 
     out, report = analysis_grid
@@ -235,8 +235,7 @@ def test_the_report_holds_every_analysis_of_the_quick_grid(analysis_grid) -> Non
 
     # Overlap: the methods at 12 kept (the sel-seed run is its own budget group), against the
     # kept sets themselves; a selection overlaps itself fully.
-    files, root = find_result_files(out)
-    kept = {k.label: k for k in load_kept(build_runs(read_results(files, root)[0], root), root)}
+    kept = {k.label: k for k in load_kept(load(out).runs)}
     at_count = ("random", "loss", "perplexity", RDS, "clusterclip", "deita-ifd")
     assert {*at_count, "random sel-seed=1"} <= set(kept)
     assert jaccard(kept["loss"].kept, kept["loss"].kept) == 1.0

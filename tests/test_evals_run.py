@@ -84,6 +84,7 @@ def test_cli_evaluates_the_tiny_model_on_every_local_benchmark(shared_data, tmp_
     assert rc == 3  # HumanEval+ has no offline copy: missing, so not every benchmark ran
     captured = capsys.readouterr()
     assert "NOT EVALUATED: humaneval_plus (missing)" in captured.err
+    (out,) = (out / "evals").iterdir()  # this evaluation's folder, named by its eval_id
     rows = list(csv.DictReader(open(out / PART_NAME, newline="")))
     assert list(rows[0]) == COLUMNS
     got = {(r["benchmark"], r["metric"]): r for r in rows}
@@ -208,6 +209,7 @@ def _finished_run(
     fine-tuned tiny model), with eval settings; -> (config, run dir, tokenizer)."""
     from repro.core.io import atomic_write_json
     from repro.core.models import save_finetuned
+    from repro.core.store import write_run_record
     from repro.pipeline import stage_marker
 
     mcfg, model_dir, model, tok = _tiny(tmp_path, lora=lora)
@@ -220,6 +222,8 @@ def _finished_run(
         setattr(cfg.eval, key, value)
     run_dir = cfg.run_dir()
     atomic_write_json(stage_marker(run_dir, "model"), {"model_dir": str(model_dir)})
+    atomic_write_json(stage_marker(run_dir, "train"), {"status": "ok"})
+    write_run_record(run_dir, f"{cfg.name}-{cfg.hash()}", cfg.hash(), cfg.name)
     (run_dir / "pool.jsonl").write_text("")
     (run_dir / "heldout.jsonl").write_text("")
     save_finetuned(model, tok, run_dir / "model")
@@ -256,8 +260,13 @@ def test_pipeline_eval_stage_runs_the_configured_benchmarks(shared_data, tmp_pat
         for x in (run_dir / "eval_benchmarks" / "samples" / "humaneval_local.jsonl").read_text().splitlines()
     ]
     assert len(humaneval) == 2 and all(_n_tokens(tok, s) <= 3 for s in humaneval)
-    # The results stage turns them into rows (other stages' markers written as a finished run
-    # would have them).
+    # The results stage turns them into rows (other stages' markers and files written as a
+    # finished run would have them).
+    from repro.core.types import Schedule, ScheduleDiagnostics, Selection
+
+    atomic_write_json(run_dir / "selection.json", Selection(ids=["x"]).to_dict("full"))
+    sched = Schedule(order=[[["x"]]], worker_weights=[1.0], diagnostics=ScheduleDiagnostics())
+    atomic_write_json(run_dir / "schedule.json", sched.to_dict())
     for name, info in {
         "pool": {},
         "select": {"info": {}, "kept_fraction": 1.0, "n_selected": 1, "n_pool": 1},
@@ -442,29 +451,17 @@ def test_cli_evaluates_a_run_with_its_own_data_dir(one_process, tmp_path):
 
     cfg, run_dir, _, one, _ = one_process
     save_config(cfg, run_dir / "config.yaml")
-    assert (
-        main(
-            [
-                "eval",
-                "--run",
-                str(run_dir),
-                "--benchmarks",
-                "medqa",
-                "--limit",
-                "5",
-                "--output-dir",
-                str(tmp_path),
-            ]
-        )
-        == 0
-    )
-    rows = list(csv.DictReader(open(tmp_path / PART_NAME, newline="")))
+    assert main(["eval", "--run", str(run_dir), "--benchmarks", "medqa", "--limit", "5"]) == 0
+    (out,) = (run_dir / "evals").iterdir()  # the run's own folder of this evaluation
+    rows = list(csv.DictReader(open(out / PART_NAME, newline="")))
     assert [(r["benchmark"], r["metric"], float(r["value"])) for r in rows] == [
         (e["benchmark"], e["metric"], e["value"]) for e in one if e["benchmark"] == "medqa"
     ]
-    assert rows[0]["run_id"] == f"{cfg.name}-{cfg.hash()}"
-    saved = json.loads((tmp_path / "benchmarks.json").read_text())
+    assert rows[0]["run_id"] == f"{cfg.name}-{cfg.hash()}" and rows[0]["eval_id"] == out.name
+    saved = json.loads((out / "benchmarks.json").read_text())
     assert saved["settings"]["data_dir"] == cfg.data_dir
+    # It belongs to the run: --output-dir and --name are the model's, refused with --run.
+    assert main(["eval", "--run", str(run_dir), "--benchmarks", "medqa", "--output-dir", str(tmp_path)]) == 2
 
 
 def test_generation_limit_task_names_are_checked_by_preflight():

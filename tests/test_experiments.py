@@ -88,25 +88,35 @@ def test_the_runner_the_cells_and_the_jobs_match_the_same_way(tmp_path: Path) ->
     ref = by_id[cell.match_of]
     pool_wide = cell.check_config()
     assert pool_wide.selection.n is None
-    assert cell_config(cell, by_id) is None  # the reference has not selected
+    prof = load_profile(CONFIGS / "clusters" / "local.yaml")
+    assert cell_config(Context(grid, grid.cells, by_id, tmp_path, prof), cell) is None  # not selected yet
     job = CellJob(cell.id, cell.data, ref.config().to_dict(), None, None, 1.0)
     with pytest.raises(RuntimeError, match="has no selection yet"):
         job.resolve()
 
     _selected(ref.config(), 37)
-    via_launcher = cell_config(cell, by_id)
+    via_launcher = cell_config(Context(grid, grid.cells, by_id, tmp_path, prof), cell)
     assert via_launcher.selection.n == 37 and via_launcher.selection.fraction is None
-    assert job.resolve() == via_launcher == cell.config(kept_count=37)
+    assert job.resolve() == via_launcher
+    # The match is recorded in the config (and so in its hash): which run, by count, how many.
+    rec = via_launcher.selection.matched
+    assert rec == {
+        "by": "kept_count",
+        "of": ref.id,
+        "run_id": f"{ref.config().name}-{ref.config().hash()}",
+        "kept": 37,
+    }
     # A fraction in the base config gives way to the count (n wins in the pipeline anyway; here
     # it leaves the config, so it does not name a different run folder).
     with_fraction = from_dict(pool_wide.to_dict(), ["selection.fraction=0.5"])
-    assert matched_config(with_fraction, ref.config().run_dir(), "x") == via_launcher
+    ref_cfg = ref.config()
+    assert matched_config(with_fraction, ref_cfg, ref_cfg.run_dir(), ref.id, "x") == via_launcher
 
     rl = load_run_list(_file(tmp_path, RUNS, "runs.yaml"))
     c_cfg = load_config(rl.base, [*rl.runs[0].overrides, out])
     _selected(c_cfg, 11)
     r_cfg = load_config(rl.base, [*rl.runs[1].overrides, out])
-    assert matched_config(r_cfg, c_cfg.run_dir(), "x").selection.n == 11
+    assert matched_config(r_cfg, c_cfg, c_cfg.run_dir(), "c", "x").selection.n == 11
 
 
 # ----------------------------------------------------------------------------- shared-feature keys
@@ -300,7 +310,7 @@ def test_match_compute_of_plans_the_count_of_equal_cost(
     assert jobs[cell.id].after == ref.id  # measured costs: after the reference's job
     with pytest.raises(RuntimeError, match="has no training costs yet"):
         jobs[cell.id].job.resolve()
-    assert cell_config(cell, by_id) is None
+    assert cell_config(Context(grid, grid.cells, by_id, tmp_path / "o", prof), cell) is None
     local = str(CONFIGS / "clusters" / "local.yaml")
     assert (
         main(

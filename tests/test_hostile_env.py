@@ -76,17 +76,12 @@ def test_paths_below_a_file(tmp_path, capsys):
     f.write_text("x")
     p = _cli("select", "demo-quick", f"output_dir={f}/runs")
     assert p.returncode == 2 and "is a file, not a folder" in _one_error_line(p) and str(f) in p.stderr
-    parts = tmp_path / "runs" / "a"
-    parts.mkdir(parents=True)
-    from repro.core.results import write_rows
+    from tests.store_helpers import fake_run
 
-    write_rows(
-        parts / "results.part.csv",
-        [{"run_id": "a", "method": "m", "seed": 0, "benchmark": "b", "metric": "x", "value": 1}],
-    )
+    fake_run(tmp_path / "runs", ["selection.method=full"])
     from repro.cli import main
 
-    assert main(["results", "--runs-dir", str(tmp_path / "runs"), "--out", str(f / "r.csv")]) == 2
+    assert main(["results", "--results", str(tmp_path / "runs"), "--out", str(f / "r.csv")]) == 2
     err = capsys.readouterr().err
     assert "a part of the path is a file" in err and str(f) in err and "Traceback" not in err
     assert main(["report", "--results", str(tmp_path / "runs"), "--out", str(f)]) == 2

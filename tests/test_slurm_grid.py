@@ -35,7 +35,7 @@ def test_every_shipped_grid_expands_and_says_how_to_run_it(path: Path) -> None:
     assert grid.cells and len({c.id for c in grid.cells}) == len(grid.cells)
     assert "cluster-repro launch" in path.read_text().split("\n\n")[0]
     for c in grid.cells:
-        cfg = c.config(kept_count=7 if c.match_of else None)
+        cfg = c.check_config()
         assert cfg.world_size == c.axes["world_size"] and cfg.seed == c.axes["seed"]
         assert cfg.name == c.id  # the run folder's name: shared by grids that hold the same cell
 
@@ -77,9 +77,12 @@ def test_baselines_grid_matches_cluster_kept_counts_and_shares_cluster_cells() -
     by_id = {c.id: c for c in base.cells}
     rnd = by_id["magicoder.codellama-python-7b.random-r50.ws4.s42"]
     assert rnd.match_of == "magicoder.codellama-python-7b.cluster-r50.ws4.s42"
-    assert rnd.config(kept_count=1234).selection.n == 1234
-    assert "ratio" not in rnd.config(kept_count=5).selection.params
-    with pytest.raises(ConfigError, match="whose selection has not run yet"):
+    from repro.experiments.matching import at_kept_count
+
+    ref = {"label": rnd.match_of, "run_id": "x"}
+    assert at_kept_count(rnd.check_config(), 1234, "t", ref).selection.n == 1234
+    assert "ratio" not in at_kept_count(rnd.check_config(), 5, "t", ref).selection.params
+    with pytest.raises(ConfigError, match="its budget comes from .*cluster-r50.ws4.s42's run"):
         rnd.config()
     assert {c.axes["method"] for c in base.cells} == {"cluster", "uniform", "random", "ifd", "less", "s2l"}
     # The same CluSTER cell in both grids is the same experiment: same hash, same run folder.

@@ -60,7 +60,7 @@ from repro.core.config import (
 )
 from repro.experiments.compute import COMPUTE_KEY, compute_reference_of
 from repro.experiments.files import GRID_FILE, read_mapping
-from repro.experiments.matching import MATCH_KEY, at_kept_count, reference_of
+from repro.experiments.matching import MATCH_KEY, reference_of
 from repro.experiments.sharing import feature_key as config_feature_key
 from repro.experiments.sharing import feature_pass
 
@@ -95,16 +95,15 @@ class Cell:
     estimate: dict[str, Any] = field(default_factory=dict)  # rows, tokens_per_example, params_b
     match_by: str = "kept_count"  # or "compute" (match_compute_of: compute.py)
 
-    def config(self, kept_count: int | None = None) -> ExperimentConfig:
-        """The validated config; a matched cell needs the kept count of the cell it matches."""
-        cfg = self.check_config()
-        if self.match_of is None:
-            return cfg
-        if kept_count is None:
+    def config(self) -> ExperimentConfig:
+        """The validated config of a cell that matches no other (a matched cell's final config
+        comes from its reference's run: repro/experiments/matching.py resolve_match)."""
+        if self.match_of is not None:
             raise ConfigError(
-                f"cell {self.id}: its kept count comes from {self.match_of}, whose selection has not run yet"
+                f"cell {self.id}: its budget comes from {self.match_of}'s run (resolve_match), not "
+                "from its own config"
             )
-        return at_kept_count(cfg, kept_count, f"cell {self.id}", {"label": self.match_of, "run_id": None})
+        return self.check_config()
 
     def check_config(self) -> ExperimentConfig:
         """The config as far as it is known before anything runs: the final one, or for a matched
