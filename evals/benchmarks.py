@@ -21,6 +21,7 @@ from typing import Any
 from evals import plugins
 from evals.plugins import Benchmark
 from repro.core.errors import UserValueError
+from repro.core.protocols import DEFAULT_PROTOCOL, PROTOCOLS
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 
@@ -49,12 +50,7 @@ SOURCES = ("local", "hub")
 # Local variants with a split (or fixed examples) for few-shot prompts.
 LOCAL_SHOT_SOURCES = ("mmlu_medical", "mbpp", "mbpp_plus")
 
-# How a benchmark is scored (`eval.protocol`, `--protocol`; docs/benchmarks.md "Protocols"):
-# lm-eval: the lm-eval task of evals/tasks (every benchmark); evalplus: EvalPlus's problems in an
-# instruction template with Magicoder's response prefix, greedy, EvalPlus's sanitizer and its
-# differential tests (evals/evalplus_protocol.py; the four code benchmarks, local files only).
-PROTOCOLS = ("lm-eval", "evalplus")
-DEFAULT_PROTOCOL = "lm-eval"
+# How a benchmark is scored (`eval.protocol`, `--protocol`): repro/core/protocols.py.
 EVALPLUS_BENCHMARKS = CODE_BENCHMARKS
 # The instruction templates the evalplus protocol can render a problem in (a run's training
 # format, data.sources[].format; chat: the tokenizer's chat template, data.chat_template: true).

@@ -21,6 +21,7 @@ the training time taken apart reports/claims_time.py.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -404,17 +405,29 @@ def _spec_label(spec: dict[str, Any]) -> str:
 
 
 def _overrides(spec: dict[str, Any]) -> list[str]:
+    """The overrides that make a run the spec names: every setting it gives, and for CluSTER the
+    main setting where it leaves one open (as cell_matches reads it)."""
     m = spec["method"]
     out = [f"selection.method={m}"]
-    if m == "cluster":
+    cluster = m == "cluster"
+    if "ratio" in spec or cluster:
         out.append(f"selection.params.ratio={spec.get('ratio', 50):g}")
+    if "allocator" in spec or cluster:
         out.append(f"allocation.method={spec.get('allocator', 'cluster-interleave')}")
+    if "weight_mode" in spec or cluster:
         out.append(f"allocation.weight_mode={spec.get('weight_mode', 'rank')}")
     for k, v in sorted((spec.get("selection_params") or {}).items()):
-        out.append(f"selection.params.{k}={v}")
+        out.append(_override(f"selection.params.{k}", v))
     for k, v in sorted((spec.get("allocation_params") or {}).items()):
-        out.append(f"allocation.params.{k}={v}")
+        out.append(_override(f"allocation.params.{k}", v))
     return out
+
+
+def _override(key: str, value: Any) -> str:
+    """`key=value` as an item of the snippet's YAML list: the value as YAML reads it back (null,
+    true, [1, 2]), the whole quoted where YAML would split or fold it."""
+    text = f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+    return text if re.fullmatch(r"[\w.=+/-]+", text) else json.dumps(text)
 
 
 def _base_for(

@@ -5,8 +5,10 @@ id), the key and what was expected. reports/claims.py evaluates the checks.
 
 from __future__ import annotations
 
+import difflib
 import functools
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,12 @@ import numpy as np
 import yaml
 
 from reports.load import ReportInputError
+from reports.runs import DOMAINS
+from repro.core.builder import ConfigError
+from repro.core.config_schema import AllocationConfig
+from repro.core.params import build_params, params_class
+from repro.core.protocols import PROTOCOLS
+from repro.core.registry import ALLOCATORS, SELECTORS, Registry
 
 CLAIMS_FILE = Path(__file__).resolve().parent / "claims.yaml"
 VERDICTS = ("consistent", "not reproduced", "inconclusive", "diverged", "not run")
@@ -52,6 +60,12 @@ TOP_KEYS = {"source", "shared", "claims"}
 CLUSTER_DEFAULTS = {"prune": "close"}
 CPU_NOTE = "CPU scale: evidence about the mechanism, not the 7B result"
 HELDOUT = ("heldout", "loss")
+# The method of `cluster-repro eval --model M` rows: the model before fine-tuning (no selector).
+BASE_METHOD = "base"
+WEIGHT_MODES = typing.get_args(typing.get_type_hints(AllocationConfig)["weight_mode"])
+# A reference found by its setting and seed alone (full data, the base model) or by the cell's
+# kept count or cost (`match`): any other key would be ignored, so it is refused.
+PLAIN_REF_KEYS = {"method", "match"}
 
 
 class ClaimsFileError(ReportInputError):
@@ -101,6 +115,77 @@ def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and bool(np.isfinite(v))
 
 
+def _known(value: Any, known: list[str] | tuple[str, ...], where: str, key: str, what: str) -> None:
+    """ClaimsFileError naming the key, what is known and the nearest name, unless value is known."""
+    if value in known:
+        return
+    near = difflib.get_close_matches(str(value), [str(k) for k in known], n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    raise ClaimsFileError(f"{where}: key {key!r}: expected {what} ({', '.join(known)}), got {value!r}{hint}")
+
+
+def _resolved(registry: Registry, name: str, where: str, key: str) -> type:
+    """The class `name` names (a registered or entry-point name, or module:Class)."""
+    if ":" not in name:
+        _known(name, registry.names(), where, key, f"a known {registry.kind[:-1]}")
+    try:
+        return registry.get(name)
+    except ConfigError as e:
+        raise ClaimsFileError(f"{where}: key {key!r}: {e}") from None
+
+
+def _params_checked(cls: type, params: dict[str, Any], where: str, key: str) -> set[str] | None:
+    """The names of cls's parameters (None: its older keyword interface, checked at run time),
+    after checking `params` against them as a config's are (names, types, ranges)."""
+    p_cls = params_class(cls)
+    if p_cls is None:
+        return None
+    try:
+        build_params(p_cls, params, key)
+    except ConfigError as e:
+        raise ClaimsFileError(f"{where}: {e}") from None
+    return {f.name for f in fields(p_cls)}
+
+
+def _names_known(d: dict[str, Any], where: str, key: str) -> None:
+    """The spec's method, allocator, weight mode and parameters are what the suite knows: a typo
+    would match no run, and the check would read `not run` forever."""
+    method = d["method"]
+    if method == BASE_METHOD:
+        extra = sorted(set(d) - {"method", "world_size"})
+        _need(not extra, where, f"{key}.{extra[0] if extra else ''}", "no settings for the base model", d)
+        return
+    if ":" not in method:
+        _known(method, [*SELECTORS.names(), BASE_METHOD], where, f"{key}.method", "a known method")
+    cls = _resolved(SELECTORS, method, where, f"{key}.method")
+    takes = _params_checked(cls, d.get("selection_params") or {}, where, f"{key}.selection_params")
+    if "ratio" in d and takes is not None:
+        _need("ratio" in takes, where, f"{key}.ratio", f"no ratio ({method} has none)", d["ratio"])
+    if "match" in d:  # a run at the cell's kept count or cost: its selector takes a budget
+        _need(
+            bool(getattr(cls, "takes_budget", True)),
+            where,
+            f"{key}.method",
+            f"a method that takes a budget (selection.n) to be matched; {method} sets its own kept count",
+            method,
+        )
+    elif method != "full" and takes is not None:  # found as a cell is: by its ratio
+        _need(
+            "ratio" in takes,
+            where,
+            f"{key}.method",
+            "full, base or a method with a ratio: the report keys other methods' runs by their kept "
+            f"count, which a spec does not name; compare {method} as a reference with `match: count`",
+            method,
+        )
+    if "weight_mode" in d:
+        _known(d["weight_mode"], WEIGHT_MODES, where, f"{key}.weight_mode", "a weight mode")
+    allocator = d.get("allocator", "cluster-interleave" if method == "cluster" else None)
+    if allocator is not None:
+        a_cls = _resolved(ALLOCATORS, allocator, where, f"{key}.allocator")
+        _params_checked(a_cls, d.get("allocation_params") or {}, where, f"{key}.allocation_params")
+
+
 def _spec(d: Any, where: str, key: str, allowed: set[str]) -> dict[str, Any]:
     _need(isinstance(d, dict), where, key, "a mapping of cell settings", d)
     unknown = sorted(set(d) - allowed)
@@ -122,7 +207,24 @@ def _spec(d: Any, where: str, key: str, allowed: set[str]) -> dict[str, Any]:
             _need(isinstance(d[k], dict), where, f"{key}.{k}", "a mapping", d[k])
     if "match" in d:
         _need(d["match"] in MATCHES, where, f"{key}.match", f"one of {list(MATCHES)}", d["match"])
-        _need(d["method"] != "full", where, f"{key}.match", "no match for full data", d["match"])
+        _need(
+            d["method"] not in ("full", BASE_METHOD),
+            where,
+            f"{key}.match",
+            "no match for full data or the base model",
+            d["match"],
+        )
+    if key == "reference" and ("match" in d or d["method"] in ("full", BASE_METHOD)):
+        extra = sorted(set(d) - PLAIN_REF_KEYS)
+        _need(
+            not extra,
+            where,
+            f"{key}.{extra[0] if extra else ''}",
+            "only method and match: full data, the base model and a matched run are found by the "
+            "cell's setting and seed (and kept count or cost), so other settings would be ignored",
+            d,
+        )
+    _names_known(d, where, key)
     return dict(d)
 
 
@@ -192,6 +294,10 @@ def _check(c: Any, path: Path, claim: str, i: int) -> Check:
                 "text (how / which benchmark average the paper scored)",
                 c.get(k),
             )
+    if c.get("protocol") is not None:
+        _known(c["protocol"], PROTOCOLS, where, "protocol", "a protocol")
+    if c.get("domain") is not None:
+        _known(c["domain"], tuple(DOMAINS), where, "domain", "a domain")
     return Check(
         claim=claim,
         id=cid,

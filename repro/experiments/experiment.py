@@ -39,7 +39,7 @@ from typing import Any
 
 from repro.core.config import ConfigError, load_config, read_yaml_file, resolve_config_path
 from repro.experiments.files import _GRID_AXES, CONFIG, RUN_LIST, kind_of, read_mapping
-from repro.experiments.grids import Cell, Grid, grid_from_mapping
+from repro.experiments.grids import Cell, Grid, declared, grid_cell_name, grid_from_mapping, refuse_repeats
 from repro.experiments.inline import run_in_order
 from repro.experiments.runlists import run_list_from_mapping
 
@@ -85,13 +85,15 @@ def load_experiment(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -
         )
         cells += g.cells
         estimate = g.estimate
-    if "runs" in data:
-        cells += run_cells_of(data, p, extra)
-    ids = [c.id for c in cells]
+    runs = run_cells_of(data, p, extra) if "runs" in data else []
+    ids = [c.id for c in cells + runs]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise ConfigError(f"{p}: {dup} name both a run and a grid cell: give the run another label")
-    return Grid(str(name), p, cells, estimate)
+    if runs:  # one experiment, one cell, across the runs and the grid (grid_from_mapping checked the grid)
+        named = [declared(c, grid_cell_name(c)) for c in cells]
+        refuse_repeats(named + [declared(c, f"runs[{i}] ({c.id})") for i, c in enumerate(runs)], p)
+    return Grid(str(name), p, cells + runs, estimate)
 
 
 def run_cells_of(data: dict[str, Any], p: Path, extra: list[str] | tuple[str, ...] = ()) -> list[Cell]:

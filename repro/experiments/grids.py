@@ -131,6 +131,48 @@ class Grid:
     estimate: dict[str, Any]
 
 
+Declared = tuple[str, str, ExperimentConfig, str | None, str]
+
+
+def declared(c: Cell, named: str) -> Declared:
+    """A cell as `refuse_repeats` takes it; `named`: how a message names it."""
+    return (c.id, named, c.check_config(), c.match_of, c.match_by)
+
+
+def grid_cell_name(c: Cell) -> str:
+    return f"grid cell {c.id} (methods.{c.axes['method']})"
+
+
+def refuse_repeats(entries: list[Declared], path: Path) -> None:
+    """ConfigError naming both declarations when two entries are one experiment. An entry: (id,
+    how a message names it, its config before any match, the id of the entry it is matched to or
+    None, "kept_count" or "compute"). Unmatched entries are one experiment when their config
+    hashes are (the run folder's key: what trains); matched ones, whose final config is known
+    only once their reference has run, when their configs before the match are and they match
+    the same experiment the same way."""
+    by_id = {e[0]: e for e in entries}
+    keys: dict[str, tuple] = {}
+
+    def key_of(eid: str) -> tuple:
+        if eid not in keys:
+            _, _, cfg, ref, by = by_id[eid]
+            keys[eid] = (cfg.hash(),) if ref is None else (cfg.hash(), by, key_of(ref))
+        return keys[eid]
+
+    first: dict[tuple, Declared] = {}
+    for e in entries:
+        k = key_of(e[0])
+        if k in first:
+            how = " before the match, matched to the same reference" if e[3] is not None else ""
+            raise ConfigError(
+                f"{path}: {first[k][1]} and {e[1]} are the same experiment (config hash "
+                f"{k[0]}{how}): one config trains once, and its seeds are its replicates. Names, "
+                "paths and eval settings are not part of what trains; remove one, or make them "
+                "differ in what they train"
+            )
+        first[k] = e
+
+
 def _overrides_and_set(entry: dict[str, Any], where: str) -> tuple[list[str], dict[str, Any]]:
     ov = entry.get("overrides") or []
     st = entry.get("set") or {}
@@ -246,6 +288,11 @@ def grid_from_mapping(g: dict[str, Any], p: Path, extra: list[str] | tuple[str, 
     }
     match_key = {name: COMPUTE_KEY if m.get(COMPUTE_KEY) else MATCH_KEY for name, m in methods.items()}
     for name, m in methods.items():
+        if "ratios" in m and (not isinstance(m["ratios"], list) or not m["ratios"]):
+            raise ConfigError(
+                f"{p}: methods.{name}.ratios: expected a non-empty list of percents, got "
+                f"{m['ratios']!r}; leave the key out for one cell at the config's own ratio"
+            )
         if isinstance(m.get("ratios"), list):
             _no_repeats(m["ratios"], f"{p}: methods.{name}.ratios")
         for r in m.get("ratios") or []:
@@ -368,6 +415,7 @@ def grid_from_mapping(g: dict[str, Any], p: Path, extra: list[str] | tuple[str, 
                 ids[cid] = axes
     if not cells:
         raise ConfigError(f"{p}: the exclusions leave no cell")
+    refuse_repeats([declared(c, grid_cell_name(c)) for c in cells], p)
     estimate = g.get("estimate") or {}
     if not isinstance(estimate, dict):
         raise ConfigError(f"{p}: 'estimate' must be a mapping of dry-run assumptions, got {estimate!r}")

@@ -83,8 +83,12 @@ def run_list_from_mapping(data: dict, p: Path) -> RunList:
     unknown = set(data) - _TOP
     if unknown:
         raise ConfigError(f"{p}: unknown keys {sorted(unknown)} (allowed: base, overrides, runs)")
-    if "base" not in data or not data.get("runs"):
-        raise ConfigError(f"{p}: needs 'base' (a config file) and a non-empty 'runs' list")
+    if "base" not in data:
+        raise ConfigError(f"{p}: needs 'base' (a config file, relative to this file)")
+    if not data.get("runs"):
+        raise ConfigError(
+            f"{p}: runs: expected a non-empty list of runs (label, overrides), got {data.get('runs')!r}"
+        )
     if not isinstance(data["base"], str) or not isinstance(data["runs"], list):
         raise ConfigError(
             f"{p}: 'base' must be a config file name and 'runs' a list of runs, "
@@ -134,8 +138,10 @@ def run_configs(rl: RunList, extra: list[str] = ()) -> list[tuple[RunSpec, Exper
 
 
 def preflight_run_list(rl: RunList, extra: list[str] = ()) -> dict[str, list]:
-    """Preflight every run (repro/preflight.py); PreflightError naming each run with a problem."""
+    """Preflight every run (repro/preflight.py); PreflightError naming each run with a problem,
+    ConfigError naming two runs that are one experiment (grids.refuse_repeats)."""
     from repro.contracts import unmatchable
+    from repro.experiments.grids import refuse_repeats
     from repro.preflight import require_clean
 
     where = f"{rl.path} " if rl.path else ""
@@ -149,7 +155,16 @@ def preflight_run_list(rl: RunList, extra: list[str] = ()) -> dict[str, list]:
             ref = r.match_compute_of
             same_inputs_or_error(cfg, by_label[ref], f"{where}run {r.label}", ref)
             check_compute_matchable(cfg, f"{where}run {r.label}")
-    return require_clean([(f"{where}run {r.label}", cfg) for r, cfg in configs])
+    notes = require_clean([(f"{where}run {r.label}", cfg) for r, cfg in configs])
+    by = {r.label: "compute" if r.match_compute_of else "kept_count" for r in rl.runs}
+    refuse_repeats(  # one experiment, one run: after each run's own problems are named
+        [
+            (r.label, f"runs[{i}] ({r.label})", cfg, r.match_ref, by[r.label])
+            for i, (r, cfg) in enumerate(configs)
+        ],
+        rl.path or Path("run list"),
+    )
+    return notes
 
 
 def run_list(rl: RunList, extra: list[str] = (), force: bool = False) -> list[Path]:

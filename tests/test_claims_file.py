@@ -1,0 +1,277 @@
+"""The claims file names only what the suite knows, and a `not run` row's snippet runs exactly
+the cells it says are missing.
+
+A typo in a claims file (a method, a protocol, a domain, a parameter) would match nothing and
+read as `not run` forever: load_claims refuses it, naming the file, the check and the key, with
+a "did you mean". The snippets are checked end to end: each check's snippet goes through the
+real run-list loader and config builder, the configs it yields become result rows (the columns
+repro/run_rows.py writes from a config; synthetic losses and times, nothing trains), and the
+check, evaluated on those rows, finds its cell and its reference instead of `not run` again."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reports.claims import Check, Claim, _spec_label, cell_matches, evaluate, not_run_command
+from reports.claims_cli import load_rep
+from reports.claims_file import CLAIMS_FILE, ClaimsFileError, load_claims
+from repro.cli import main
+from repro.core.config import SHIPPED_CONFIGS, ExperimentConfig
+from repro.core.config_schema import canonical_params
+from repro.core.results import PART_NAME, write_rows
+from repro.experiments.matching import at_kept_count
+from repro.experiments.runlists import load_run_list, run_configs
+
+CHECK = {
+    "id": "x",
+    "cell": {"method": "cluster", "ratio": 50},
+    "reference": {"method": "full"},
+    "metric": "quality",
+    "direction": "not_worse",
+    "tolerance": {"points": 1.7, "loss_share": 0.03, "reason": "why"},
+    "protocol": "lm-eval",
+    "domain": "code",
+}
+
+
+def _claims(tmp_path: Path, check: dict) -> Path:
+    path = tmp_path / "claims.yaml"
+    claim = {"id": "C9", "title": "t", "words": "w", "paper": "p", "checks": [check]}
+    path.write_text(yaml.safe_dump({"claims": [claim]}))
+    return path
+
+
+@pytest.mark.parametrize(
+    "change, key, got, hint",
+    [
+        (lambda c: c["cell"].update(method="clustr"), "cell.method", "'clustr'", "did you mean 'cluster'?"),
+        (
+            lambda c: c.update(reference={"method": "randm", "match": "count"}),
+            "reference.method",
+            "'randm'",
+            "did you mean 'random'?",
+        ),
+        (lambda c: c.update(protocol="lmeval"), "protocol", "'lmeval'", "did you mean 'lm-eval'?"),
+        (lambda c: c.update(domain="cooking"), "domain", "'cooking'", "code, medical"),
+        (
+            lambda c: c["cell"].update(allocator="cluster-interleaf"),
+            "cell.allocator",
+            "",
+            "'cluster-interleave'",
+        ),
+        (lambda c: c["cell"].update(weight_mode="ranked"), "cell.weight_mode", "'ranked'", "'rank'"),
+        (
+            lambda c: c["cell"].update(selection_params={"prunee": "far"}),
+            "cell.selection_params.prunee",
+            "",
+            "did you mean 'cell.selection_params.prune'?",
+        ),
+        (
+            lambda c: c.update(reference={"method": "random", "ratio": 50}),
+            "reference.ratio",
+            "",
+            "random has none",
+        ),
+        (lambda c: c.update(cell={"method": "random"}), "cell.method", "'random'", "match: count"),
+        (
+            lambda c: c.update(reference={"method": "uniform", "match": "count"}),
+            "reference.method",
+            "'uniform'",
+            "sets its own kept count",
+        ),
+        (lambda c: c.update(cell={"method": "uniform"}), "cell.method", "'uniform'", "match: count"),
+        (
+            lambda c: c.update(reference={"method": "full", "weight_mode": "rank"}),
+            "reference.weight_mode",
+            "",
+            "only method",
+        ),
+    ],
+)
+def test_a_name_the_suite_does_not_know_is_refused_with_a_suggestion(
+    tmp_path: Path, change, key, got, hint, capsys
+) -> None:
+    check = copy.deepcopy(CHECK)
+    change(check)
+    path = _claims(tmp_path, check)
+    with pytest.raises(ClaimsFileError) as e:
+        load_claims(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: claim C9, check x: "), msg
+    assert "expected" in msg or "unknown key" in msg, msg  # (the latter: the config builder's words)
+    assert key in msg and got in msg and hint in msg, msg
+    capsys.readouterr()
+    assert main(["claims", "--claims-file", str(path), "--results", str(tmp_path)]) == 2
+    assert key in capsys.readouterr().err
+
+
+def test_known_names_pass_full_and_base_and_plugins_included(tmp_path: Path, monkeypatch) -> None:
+    """Every registered selector, one an installed package adds (a real .dist-info on sys.path,
+    what pip leaves), `full`, `base` (the model before fine-tuning), every protocol and domain."""
+    import importlib
+    import sys
+
+    from repro.core.registry import SELECTORS
+
+    (tmp_path / "acme_claims").mkdir()
+    (tmp_path / "acme_claims" / "__init__.py").write_text(
+        "class Pick:\n    def select(self, pool, budget, ctx):\n        return None\n"
+    )
+    dist = tmp_path / "acme_claims-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-claims\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[cluster_repro.selectors]\nacme-pick = acme_claims:Pick\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    refs = [{"method": m, "match": "count"} for m in ("acme-pick", "random")]
+    refs += [{"method": "full"}, {"method": "base"}, {"method": "cluster", "weight_mode": "none"}]
+    try:
+        for i, ref in enumerate(refs):
+            for protocol, domain in (("lm-eval", "medical"), ("evalplus", "code")):
+                check = {**copy.deepcopy(CHECK), "protocol": protocol, "domain": domain, "reference": ref}
+                folder = tmp_path / f"{i}-{protocol}"
+                folder.mkdir()
+                (claim,) = load_claims(_claims(folder, check))
+                chk = claim.checks[0]
+                assert (chk.reference, chk.protocol, chk.domain) == (ref, protocol, domain)
+    finally:
+        SELECTORS._items.pop("acme-pick", None)
+        SELECTORS._from_entry_point.discard("acme-pick")
+        sys.modules.pop("acme_claims", None)
+
+
+# ----------------------------------------------------------------------------- "not run" snippets
+
+EXTRA_CHECKS = [  # specs the shipped file does not hold, each naming something a snippet could drop
+    {
+        "id": "balanced",
+        "cell": {"method": "cluster", "ratio": 75, "allocation_params": {"balance": "tokens"}},
+        "reference": {"method": "cluster", "ratio": 75, "weight_mode": "none"},
+    },
+    {
+        "id": "far-other-allocator",
+        "cell": {
+            "method": "cluster",
+            "ratio": 12.5,
+            "selection_params": {"prune": "far"},
+            "allocator": "uniform-shuffle",
+            "weight_mode": "none",
+            "world_size": 2,
+        },
+        "reference": {"method": "random", "match": "compute"},
+    },
+    {
+        "id": "full-other-allocator",
+        "cell": {"method": "full", "allocator": "cluster-interleave", "weight_mode": "rank"},
+        "reference": {"method": "cluster", "ratio": 100, "allocation_params": {"balance": "tokens"}},
+    },
+]
+
+
+def _checks() -> list[Check]:
+    shipped = [chk for claim in load_claims(CLAIMS_FILE) for chk in claim.checks]
+    extra = []
+    for e in EXTRA_CHECKS:
+        d = {**CHECK, **e}
+        extra.append(
+            Check(
+                claim="X",
+                id=e["id"],
+                cell=d["cell"],
+                reference=d["reference"],
+                metric="quality",
+                direction="not_worse",
+                tolerance=d["tolerance"],
+                protocol="lm-eval",
+                domain="code",
+            )
+        )
+    return shipped + extra
+
+
+def _row(cfg: ExperimentConfig, n: int, loss: float, **extra) -> list[dict]:
+    """The rows of a run of `cfg`: its settings as repro/run_rows.py writes them from the config,
+    a held-out loss, a training time and a purity row (synthetic numbers)."""
+    sel, alloc = canonical_params(cfg)
+    ratio = cfg.selection.params.get("ratio", 50.0) if cfg.selection.method == "cluster" else None
+    base = {
+        "run_id": f"{cfg.name}-{cfg.hash()}",
+        "config_hash": cfg.hash(),
+        "name": cfg.name,
+        "method": cfg.selection.method,
+        "selection_params": json.dumps(sel, sort_keys=True, separators=(",", ":")),
+        "allocator": cfg.allocation.method,
+        "allocation_params": json.dumps(alloc, sort_keys=True, separators=(",", ":")),
+        "weight_mode": cfg.allocation.weight_mode,
+        "ratio": ratio,
+        "kept_fraction": n / 96,
+        "n_selected": n,
+        "n_pool": 96,
+        "model": cfg.model.name_or_path,
+        "dataset": "+".join(Path(s.path).stem for s in cfg.data.sources),
+        "world_size": cfg.world_size,
+        "seed": cfg.seed,
+        "selection_s": 1.0,
+        "train_s": 2.0 * n / 96,
+        "end_to_end_s": 3.0,
+        "git_sha": "0" * 40,
+        "versions": json.dumps({"lm_eval": "0.4.13"}),
+        "hardware": "cpu",
+        "timestamp": "2026-12-01T00:00:00+00:00",
+        **extra,
+    }
+    return [
+        {**base, "benchmark": "heldout", "metric": "loss", "value": loss, "n": 24},
+        {**base, "benchmark": "cluster/agreement", "metric": "purity", "value": 0.8},
+    ]
+
+
+@pytest.mark.parametrize("chk", _checks(), ids=lambda c: c.name)
+def test_the_not_run_snippet_runs_exactly_the_missing_cells(tmp_path: Path, chk: Check) -> None:
+    empty = tmp_path / "empty"
+    write_rows(empty / "x" / "y" / PART_NAME, _row(_config("demo-quick.yaml"), 96, 1.0))
+    rep = load_rep(empty)
+    command = not_run_command(rep, chk, str(tmp_path / "store"), None)
+    cmd, snippet = command.split("\n# missing.yaml:\n")
+    assert "issue" not in command  # it speaks to users
+    base = cmd.split("--base ")[1].split()[0]
+    (tmp_path / "missing.yaml").write_text(snippet)
+    rl = load_run_list(tmp_path / "missing.yaml")
+    # What --base does. 8 workers need a base whose global batch divides among 8 (demo-quick's
+    # 8 examples at 2 per device do not): the snippet keeps the store's recipe as it is.
+    rl.base = SHIPPED_CONFIGS / ("mini/code.yaml" if chk.cell.get("world_size") == 8 else Path(base).name)
+    rows: list[dict] = []
+    cells: dict[str, ExperimentConfig] = {}
+    for spec, cfg in run_configs(rl, [f"output_dir={tmp_path / 'store'}"]):
+        extra: dict = {}
+        if spec.match_kept_count_of:  # the kept count of its cell, as the runner gives it
+            cfg = at_kept_count(cfg, 40, "test")
+        if spec.match_compute_of:  # match_compute_of's record (repro/experiments/compute.py)
+            ref = cells[spec.match_compute_of]
+            cfg = at_kept_count(cfg, 60, "test")
+            extra["matched"] = json.dumps({"by": "compute", "run_id": f"{ref.name}-{ref.hash()}"})
+        n = cfg.selection.n or (40 if cfg.selection.method != "full" else 96)
+        rows += _row(cfg, n, 1.0 + 0.01 * len(cells), **extra)
+        cells[spec.label] = cfg
+    write_rows(tmp_path / "store" / "runs" / PART_NAME, rows)
+    rep = load_rep(tmp_path / "store")
+    # The snippet's cell is the check's cell, in the report's own terms ...
+    matching = [c for c in rep.cells if cell_matches(c, chk.cell)]
+    assert matching, f"no cell of the snippet matches {_spec_label(chk.cell)}:\n{snippet}"
+    # ... and, with it, the check finds its reference: no `not run` left.
+    (v, *_) = evaluate(rep, [Claim("X", "t", "w", "p", (chk,))], "R")
+    assert v.verdict != "not run", (v.missing, snippet)
+    assert v.run_ids and all(r in {f"{c.name}-{c.hash()}" for c in cells.values()} for r in v.run_ids)
+    if chk.reference and chk.reference.get("match") == "count":
+        assert v.compute is not None and v.compute.verdict == "not run"  # no compute-matched run
+
+
+def _config(name: str) -> ExperimentConfig:
+    from repro.core.config import load_config
+
+    return load_config(SHIPPED_CONFIGS / name)
