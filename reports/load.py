@@ -48,6 +48,7 @@ from reports.runs import (
     split_protocol,
 )
 from repro.core import schema
+from repro.core.fingerprints import verify_run_file
 from repro.core.results import PART_NAME
 from repro.core.types import RunFileError, read_selection
 
@@ -551,6 +552,8 @@ def load_kept(runs: list[Run], root: Path | None) -> list[Kept]:
             continue
         seen.add(key)
         try:
+            for name in ("selection.json", "pool.jsonl"):  # as their stages wrote them
+                verify_run_file(d, name)
             sel = read_selection(sel_path)
         except RunFileError as e:
             raise ReportInputError(str(e)) from None
