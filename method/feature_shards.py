@@ -20,11 +20,14 @@ Files, under `<run dir>/features/`:
     shard-NNNNN.npy        rows x H float32: the features of the shard's rows, in shard order
     shard-NNNNN.ids.json   the shard's pool rows (indices) and example ids, in the same order
     shard-NNNNN.json       the completion marker, written last: shards, shard, rows, batches,
-                           the pool's fingerprint, batch size, max length, model, seconds
+                           the pool's fingerprint, batch size, max length, model, seconds, and
+                           `outputs`: the sha256 and size of the shard's two files
 
 A shard whose marker matches (same pool fingerprint, shards, batch size, max length, model) is
 done and is never recomputed; a shard killed midway left no marker (every file is written to a
-temp name and renamed), so it alone is computed again. The merge (`merge_shards`) writes one
+temp name and renamed), so it alone is computed again. The merge (`merge_shards`) checks each
+shard's files against its marker's record first (repro/core/fingerprints.py `verify_run_file`:
+a shard cut, edited or replaced after it was written is refused, naming it), then writes one
 preallocated N x H memmap by row index, shard by shard in row chunks: memory is one chunk, never
 a second full copy.
 """
@@ -83,6 +86,7 @@ def _lengths(
     """Tokens of every pool row, computed once per pool (the first shard to start; the others
     wait on the lock and read the file)."""
     from method.features import feature_item
+    from repro.core.fingerprints import file_record, verify_run_file
     from repro.core.io import atomic_write, atomic_write_json, file_lock, read_json
     from repro.core.types import Example
 
@@ -94,6 +98,7 @@ def _lengths(
                 max_length,
                 fml,
             ]:
+                verify_run_file(folder, path.name)
                 return np.load(path)
         n = np.array(
             [len(feature_item(Example.from_dict(r), tok, max_length, fml)["input_ids"]) for r in rows],
@@ -102,7 +107,13 @@ def _lengths(
         atomic_write(path, lambda fh: np.save(fh, n), mode="wb")
         atomic_write_json(
             meta,
-            {"pool_fingerprint": fp, "max_length": max_length, "feature_max_length": fml, "n": len(rows)},
+            {
+                "pool_fingerprint": fp,
+                "max_length": max_length,
+                "feature_max_length": fml,
+                "n": len(rows),
+                "outputs": {path.name: file_record(path)},
+            },
         )
         return n
 
@@ -128,7 +139,8 @@ def _is_done(folder: Path, s: int, want: dict[str, Any]) -> bool:
     from repro.core.io import read_json
 
     m = _marker(folder, s)
-    if not (m.is_file() and (folder / f"shard-{s:05d}.npy").is_file()):
+    files = (m, folder / f"shard-{s:05d}.npy", folder / f"shard-{s:05d}.ids.json")
+    if not all(f.is_file() for f in files):
         return False
     meta = read_json(m)
     return all(meta.get(k) == v for k, v in want.items())
@@ -153,6 +165,7 @@ def compute_shard(
     from method.features import feature_item, gradient_proxy_features
     from repro.core.data import collate
     from repro.core.distributed import worker_device
+    from repro.core.fingerprints import file_record
     from repro.core.io import atomic_write_json, read_jsonl, remove_stale_temps, temp_path
     from repro.core.lmhead import HeadWorkspace
     from repro.core.models import load_model_and_tokenizer
@@ -205,13 +218,13 @@ def compute_shard(
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
-    atomic_write_json(
-        folder / f"shard-{shard:05d}.ids.json", {"rows": order, "ids": [rows[i]["id"] for i in order]}
-    )
+    ids = folder / f"shard-{shard:05d}.ids.json"
+    atomic_write_json(ids, {"rows": order, "ids": [rows[i]["id"] for i in order]})
     atomic_write_json(
         _marker(folder, shard),
         {
             **want,
+            "outputs": {p.name: file_record(p) for p in (out, ids)},  # checked before a merge reads them
             "shard": shard,
             "rows": len(order),
             "batches": len(mine),
@@ -241,6 +254,7 @@ def merge_shards(run_dir: Path, shards: int, out_path: Path, folder: Path | None
     """The S shards into one N x H float32 .npy at `out_path` (pool order), written by row index
     into a preallocated memmap, MERGE_CHUNK rows at a time; then out_path.with_suffix('.json').
     Refuses shards of different pools or settings, and a pool row covered twice or never."""
+    from repro.core.fingerprints import file_record, verify_run_file
     from repro.core.io import atomic_write_json, read_json, read_jsonl, remove_stale_temps, temp_path
 
     run_dir, out_path = Path(run_dir), Path(out_path)
@@ -271,8 +285,10 @@ def merge_shards(run_dir: Path, shards: int, out_path: Path, folder: Path | None
     try:
         mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, dim))
         for s in range(shards):
+            verify_run_file(folder, f"shard-{s:05d}.ids.json")
+            verify_run_file(folder, f"shard-{s:05d}.npy")
             idx = np.asarray(read_json(folder / f"shard-{s:05d}.ids.json")["rows"], dtype=np.int64)
-            sh = np.load(folder / f"shard-{s:05d}.npy", mmap_mode="r")
+            sh = _open_shard(folder, s)
             if sh.shape != (idx.size, dim) or seen[idx].any():
                 raise UserValueError(
                     f"{folder}: shard {s} has shape {sh.shape} for {idx.size} rows, or rows "
@@ -310,9 +326,23 @@ def merge_shards(run_dir: Path, shards: int, out_path: Path, folder: Path | None
             "device": metas[0]["device"],
             "bf16": metas[0]["bf16"],
             "per_shard": [{k: m[k] for k in ("shard", "rows", "batches", "seconds")} for m in metas],
+            "outputs": {out_path.name: file_record(out_path)},  # checked before the file is reused
         },
     )
     return out_path
+
+
+def _open_shard(folder: Path, s: int) -> np.ndarray:
+    """Shard s's array as a memmap; UserValueError naming the file when it cannot be read (a
+    shard whose marker holds no record, cut or damaged after it was written)."""
+    path = folder / f"shard-{s:05d}.npy"
+    try:
+        return np.load(path, mmap_mode="r")
+    except (ValueError, OSError, EOFError) as e:
+        raise UserValueError(
+            f"{path}: cannot be read as a shard (cut short or damaged after it was written: {e}). "
+            "Delete it so the shard is computed again"
+        ) from None
 
 
 def sharded_features_to_file(

@@ -272,6 +272,7 @@ def _features_worker(
     import torch.distributed as dist
 
     from repro.core.distributed import set_worker_threads, spawned_here, worker_device
+    from repro.core.fingerprints import file_record
     from repro.core.io import atomic_write_json, read_jsonl
     from repro.core.models import load_model_and_tokenizer
     from repro.core.runtime import peak_memory_mb
@@ -403,6 +404,8 @@ def _features_worker(
                 "device": device.type,
                 "bf16": bf16,
                 "per_worker": gathered,
+                # what a reuse checks first (repro/core/fingerprints.py verify_run_file)
+                "outputs": {Path(out_path).name: file_record(Path(out_path))},
             },
         )
     if world_size > 1:
@@ -451,7 +454,8 @@ def features_to_file(
     Timing and peak memory go to out_path.with_suffix(".json"): "seconds" (rank 0, from worker
     start to file written), "wall_s" (this call, spawn included), "peak_mem_mb" (max over
     processes; MiB), "n", "dim", "workers" (processes that computed), "world_size" (processes in
-    the group), "per_worker" (rows, batches, compute_s, peak_mem_mb of each). Returns out_path.
+    the group), "per_worker" (rows, batches, compute_s, peak_mem_mb of each), "outputs" (the
+    file's sha256 and size, which a reuse checks). Returns out_path.
     """
     from repro.core.distributed import run_group
     from repro.core.io import atomic_write_json, read_json, remove_stale_temps, temp_path

@@ -22,6 +22,7 @@ import numpy as np
 
 from method.clustering import KMEANS_MODES, NORM_MODES, PRUNE_MODES
 from repro.core.config import ConfigError, ExperimentConfig
+from repro.core.errors import UserError
 from repro.core.extras import require_extra
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.params import Parameterized, param
@@ -214,6 +215,7 @@ class ClusterSelector(Parameterized):
                 and meta.get("feature_max_length") == self.feature_max_length
                 and (model_dir is None or meta.get("model", str(model_dir)) == str(model_dir))
             ):
+                _check_unchanged(out)
                 return _load_features(out, len(pool)), {**meta, "reused": True}
         if ctx.model_dir is None:
             raise SelectionError("selector 'cluster' needs the target model (ctx.model_dir)")
@@ -226,16 +228,19 @@ class ClusterSelector(Parameterized):
             if self.feature_shards > 1:
                 from method.feature_shards import sharded_features_to_file
 
-                sharded_features_to_file(
-                    Path(ctx.workdir),
-                    self.feature_shards,
-                    model_dir,
-                    model_cfg,
-                    cfg.data.max_length,
-                    self.feature_batch_size,
-                    out,
-                    self.feature_max_length,
-                )
+                try:
+                    sharded_features_to_file(
+                        Path(ctx.workdir),
+                        self.feature_shards,
+                        model_dir,
+                        model_cfg,
+                        cfg.data.max_length,
+                        self.feature_batch_size,
+                        out,
+                        self.feature_max_length,
+                    )
+                except UserError as e:  # a shard changed, cut or of another pool: named, not a bug
+                    raise SelectionError(str(e)) from None
                 meta = json.loads(meta_path.read_text())
                 return np.load(out, mmap_mode="r"), meta
             features_to_file(
@@ -278,16 +283,22 @@ class ClusterSelector(Parameterized):
     @staticmethod
     def _half(X: np.ndarray, ctx: SelectionContext) -> np.ndarray:
         """The features as float16, in <run dir>/features.f16.npy (converted in row blocks; made
-        again when features.npy is newer)."""
+        again when features.npy is newer, or when it no longer matches the record that
+        features.json holds of it)."""
         from method.clustering import ROW_CHUNK
-        from repro.core.io import temp_path
+        from repro.core.fingerprints import RunFileChanged, file_record, verify_run_file
+        from repro.core.io import atomic_write_json, read_json, temp_path
 
         src = Path(ctx.workdir) / "features.npy"
         out = Path(ctx.workdir) / "features.f16.npy"
         if out.is_file() and out.stat().st_mtime_ns >= src.stat().st_mtime_ns:
-            half = np.load(out, mmap_mode="r")
-            if half.shape == X.shape:
-                return half
+            try:
+                verify_run_file(out.parent, out.name)
+                half = np.load(out, mmap_mode="r")
+                if half.shape == X.shape:
+                    return half
+            except (RunFileChanged, ValueError, OSError):  # not the copy made here: made again
+                pass
         tmp = temp_path(out)
         try:
             mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=X.shape)
@@ -298,6 +309,11 @@ class ClusterSelector(Parameterized):
             tmp.replace(out)
         finally:
             tmp.unlink(missing_ok=True)
+        meta_path = src.with_suffix(".json")
+        if meta_path.is_file():  # its record, beside features.npy's
+            meta = read_json(meta_path)
+            meta["outputs"] = {**meta.get("outputs", {}), out.name: file_record(out)}
+            atomic_write_json(meta_path, meta)
         return np.load(out, mmap_mode="r")
 
     @staticmethod
@@ -315,6 +331,7 @@ class ClusterSelector(Parameterized):
 
         from method.lora_grads import lora_gradient_features
         from repro.core.data import TokenizedPool
+        from repro.core.fingerprints import file_record
         from repro.core.io import atomic_write, atomic_write_json
         from repro.core.models import load_model_and_tokenizer
         from repro.core.runtime import peak_memory_mb, seed_everything
@@ -343,6 +360,7 @@ class ClusterSelector(Parameterized):
                 "workers": 1,
                 "world_size": 1,
                 "feature_type": "lora-grad",
+                "outputs": {out.name: file_record(out)},  # checked before the file is reused
             },
         )
 
@@ -533,6 +551,17 @@ class ClusterSelector(Parameterized):
             },
             diagnostics=SelectionDiagnostics(cluster_sizes_before_cap=[n], cluster_sizes_after_cap=[n]),
         )
+
+
+def _check_unchanged(path: Path) -> None:
+    """SelectionError naming the features file when it no longer matches the record its pass
+    wrote beside it (repro/core/fingerprints.py verify_run_file): the user's to fix, not a bug."""
+    from repro.core.fingerprints import RunFileChanged, verify_run_file
+
+    try:
+        verify_run_file(path.parent, path.name)
+    except RunFileChanged as e:
+        raise SelectionError(str(e)) from None
 
 
 def _load_features(path: Path, n: int) -> np.ndarray:

@@ -21,6 +21,7 @@ the training time taken apart reports/claims_time.py.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path

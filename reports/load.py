@@ -53,6 +53,7 @@ from reports.runs import (
 )
 from repro.core import schema
 from repro.core.errors import UserError
+from repro.core.fingerprints import verify_run_file
 from repro.core.store import DIVERGED, DONE, MODEL_EVAL, Store, StoredRun, open_store
 from repro.core.types import RunFileError, read_selection
 
@@ -353,6 +354,10 @@ def load_step_tokens(run_dir: Path) -> list[list[int]] | None:
     if not path.is_file():
         return None
     try:
+        verify_run_file(run_dir, "step_tokens.json")  # as the schedule stage wrote it
+    except RunFileError as e:
+        raise ReportInputError(str(e)) from None
+    try:
         steps = json.loads(path.read_text(encoding="utf-8"))["step_tokens"]
         return [[int(x) for x in row] for row in steps]
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
@@ -652,6 +657,8 @@ def load_kept(runs: list[Run]) -> list[Kept]:
             continue
         seen.add(key)
         try:
+            for name in ("selection.json", "pool.jsonl"):  # as their stages wrote them
+                verify_run_file(d, name)
             sel = read_selection(sel_path)
         except RunFileError as e:
             raise ReportInputError(str(e)) from None

@@ -452,6 +452,8 @@ def run_experiment(
         if leader:
             if force:
                 rundir.reset(run_dir)
+                for p in fingerprints.remove_changed_reused_files(run_dir):
+                    logger.info(f"{p}: changed since it was written, removed (computed again)")
             else:
                 rundir.close_killed(run_dir)
                 check_inputs(cfg, run_dir)

@@ -525,6 +525,9 @@ def run_training(run_dir: Path, world_size: int, master_port: int | None = None)
     """Train with `world_size` workers: this process's SLURM/torchrun group when it was launched
     into one of that size (every task calls this), else as many processes spawned here."""
     from repro.core.distributed import run_group
+    from repro.core.fingerprints import verify_run_file
 
+    for name in ("schedule.json", "derived.json", "pool.jsonl"):  # what _setup reads
+        verify_run_file(run_dir, name)
     run_group(train_worker, world_size, (str(run_dir),), join_size=world_size, master_port=master_port)
     return read_json(run_dir / "train.json")

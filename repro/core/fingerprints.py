@@ -1,5 +1,6 @@
 """Fingerprints of the inputs a run read from outside its run folder, so a finished stage is
-reused only for the inputs it was made from.
+reused only for the inputs it was made from; and of the files inside it, so a file is read after
+its stage only while it is the one its writer wrote (`verify_run_file`, "run-folder files" below).
 
 The run folder is named by the config hash, which leaves out where the data lives (`data_dir`),
 so the same config over other data would land in the same folder. Each stage that reads an
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.core import stages
+from repro.core.types import RunFileError
 
 BIG_FILE_BYTES = 64 * 2**20  # bigger model files are identified by size + hub id or mtime
 SELECTION_FILES = ("features.npy",)  # files in the run folder a selection was computed from
@@ -216,11 +218,31 @@ def selection_fingerprint(run_dir: Path) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- run-folder files
-
-# The run-folder files each stage writes that a later stage reads (repro/core/stages.py): the
-# stage's marker records their fingerprints (`outputs`), and a rerun compares them before anything
-# trusts the files, so a pool.jsonl cut short or a schedule.json edited by hand is named, not used.
+#
+# Every run-folder file that something reads after the stage that wrote it has a record,
+# {"sha256", "size"}, written with it into `outputs` of a JSON beside it:
+#   - a stage's files that later stages read (repro/core/stages.py OUTPUTS): the stage's marker,
+#     stages/<stage>.json (compared by a rerun's check_inputs too);
+#   - the feature pass's files (select stage): the JSON named by the file's stem in its folder,
+#     features.npy in features.json, features/shard-00003.npy and .ids.json in
+#     features/shard-00003.json, features/lengths.npy in features/lengths.json.
+# A reader calls `verify_run_file` first, so a file cut, edited or replaced after it was written
+# is named, never used.
 STAGE_OUTPUTS = stages.OUTPUTS
+FEATURE_PASS = "the select stage (its feature pass)"
+# Files a rerun with --force reuses while they match their record (the feature pass's): one that
+# no longer matches is removed by `remove_changed_reused_files` and computed again.
+REUSED_FILES = ("features.npy", "features/shard-*.npy", "features/shard-*.ids.json", "features/lengths.npy")
+
+
+class RunFileChanged(RunFileError):
+    """A run-folder file that no longer matches the record its writer made of it (cut, edited,
+    replaced or gone); the message names the file, its writer, what changed and the fix."""
+
+
+def file_record(path: Path) -> dict[str, Any]:
+    """{"sha256", "size" (bytes)} of a run-folder file: what its writer records."""
+    return {"sha256": sha256_file(path), "size": path.stat().st_size}
 
 
 def run_file_fingerprints(run_dir: Path, stage: str) -> dict[str, Any]:
@@ -229,8 +251,81 @@ def run_file_fingerprints(run_dir: Path, stage: str) -> dict[str, Any]:
     for name in STAGE_OUTPUTS.get(stage, ()):
         p = Path(run_dir) / name
         if p.is_file():
-            out[name] = {"sha256": sha256_file(p), "size": p.stat().st_size}
+            out[name] = file_record(p)
     return out
+
+
+def _record_place(relpath: str) -> tuple[str, str, str]:
+    """(the JSON holding the file's record, relative to the folder; the file's key in its
+    `outputs`; who wrote the file) for a run-folder file."""
+    for stage, names in STAGE_OUTPUTS.items():
+        if relpath in names:
+            return f"stages/{stage}.json", relpath, f"the {stage} stage"
+    p = Path(relpath)
+    return str(p.with_name(p.name.split(".")[0] + ".json")), p.name, FEATURE_PASS
+
+
+def _what_changed(old: dict[str, Any], path: Path) -> str | None:
+    """How `path` differs from its record `old` (None: the same bytes); hashed only when the
+    size is unchanged."""
+    size = path.stat().st_size
+    if size < old.get("size", size):
+        return f"{old['size']} -> {size} bytes: cut short or rewritten"
+    if size > old.get("size", size):
+        return f"{old['size']} -> {size} bytes: grew, appended to or rewritten"
+    now = sha256_file(path)
+    if now == old.get("sha256"):
+        return None
+    was = _short(old.get("sha256"))
+    return f"same size ({size} bytes), sha256 {was} -> {_short(now)}: edited or replaced"
+
+
+def verify_run_file(run_dir: Path, relpath: str) -> None:
+    """Raise RunFileChanged when `run_dir/relpath` is gone or differs from the record its writer
+    made (see above). Nothing to check, so nothing raised, where no record exists: the writer has
+    not finished, or the folder was written before records existed. Reads the whole file when its
+    size is unchanged (sha256)."""
+    run_dir = Path(run_dir)
+    marker_rel, key, writer = _record_place(relpath)
+    marker = run_dir / marker_rel
+    if marker_rel == relpath or not marker.is_file():
+        return
+    try:
+        record = json.loads(marker.read_text(encoding="utf-8")).get("outputs", {}).get(key)
+    except (OSError, ValueError, AttributeError):
+        return  # a damaged marker: its own readers name it
+    if not isinstance(record, dict) or "sha256" not in record:
+        return
+    path = run_dir / relpath
+    if writer == FEATURE_PASS:
+        fix = "Delete it so it is computed again, or rerun with --force"
+    else:
+        fix = (
+            "Rerun the run with --force to make it again from the run's inputs (or put the "
+            "original file back)"
+        )
+    if not path.is_file():
+        raise RunFileChanged(f"{path}: is gone; {writer} wrote it and recorded it in {marker}. {fix}.")
+    what = _what_changed(record, path)
+    if what is not None:
+        raise RunFileChanged(
+            f"{path}: changed since {writer} wrote it ({what}; its record: {marker}), so it was "
+            f"not used. {fix}."
+        )
+
+
+def remove_changed_reused_files(run_dir: Path) -> list[Path]:
+    """For a rerun with --force: remove the REUSED_FILES that no longer match their record, so
+    that they are computed again instead of refused. Returns the files removed."""
+    removed = []
+    for pattern in REUSED_FILES:
+        for p in sorted(Path(run_dir).glob(pattern)):
+            try:
+                verify_run_file(run_dir, str(p.relative_to(run_dir)))
+            except RunFileChanged:
+                p.unlink()
+                removed.append(p)
+    return removed
 
 
 def run_file_changes(old: dict[str, Any], run_dir: Path, stage: str) -> list[str]:
@@ -241,7 +336,7 @@ def run_file_changes(old: dict[str, Any], run_dir: Path, stage: str) -> list[str
         if not p.is_file():
             out.append(f"{p} is gone (the {stage} stage wrote it and later stages read it)")
             continue
-        n = {"sha256": sha256_file(p), "size": p.stat().st_size}
+        n = file_record(p)
         if n != {k: o.get(k) for k in n}:
             out.append(
                 _describe_file_change(f"{p} (written by the {stage} stage, read by later ones)", o, n)
