@@ -11,7 +11,6 @@ check, evaluated on those rows, finds its cell and its reference instead of `not
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,6 @@ from reports.claims_cli import load_rep
 from reports.claims_file import CLAIMS_FILE, ClaimsFileError, load_claims
 from repro.cli import main
 from repro.core.config import SHIPPED_CONFIGS, ExperimentConfig
-from repro.core.config_schema import canonical_params
-from repro.core.results import PART_NAME, write_rows
-from repro.experiments.matching import at_kept_count
 from repro.experiments.runlists import load_run_list, run_configs
 
 CHECK = {
@@ -194,47 +190,13 @@ def _checks() -> list[Check]:
     return shipped + extra
 
 
-def _row(cfg: ExperimentConfig, n: int, loss: float, **extra) -> list[dict]:
-    """The rows of a run of `cfg`: its settings as repro/run_rows.py writes them from the config,
-    a held-out loss, a training time and a purity row (synthetic numbers)."""
-    sel, alloc = canonical_params(cfg)
-    ratio = cfg.selection.params.get("ratio", 50.0) if cfg.selection.method == "cluster" else None
-    base = {
-        "run_id": f"{cfg.name}-{cfg.hash()}",
-        "config_hash": cfg.hash(),
-        "name": cfg.name,
-        "method": cfg.selection.method,
-        "selection_params": json.dumps(sel, sort_keys=True, separators=(",", ":")),
-        "allocator": cfg.allocation.method,
-        "allocation_params": json.dumps(alloc, sort_keys=True, separators=(",", ":")),
-        "weight_mode": cfg.allocation.weight_mode,
-        "ratio": ratio,
-        "kept_fraction": n / 96,
-        "n_selected": n,
-        "n_pool": 96,
-        "model": cfg.model.name_or_path,
-        "dataset": "+".join(Path(s.path).stem for s in cfg.data.sources),
-        "world_size": cfg.world_size,
-        "seed": cfg.seed,
-        "selection_s": 1.0,
-        "train_s": 2.0 * n / 96,
-        "end_to_end_s": 3.0,
-        "git_sha": "0" * 40,
-        "versions": json.dumps({"lm_eval": "0.4.13"}),
-        "hardware": "cpu",
-        "timestamp": "2026-12-01T00:00:00+00:00",
-        **extra,
-    }
-    return [
-        {**base, "benchmark": "heldout", "metric": "loss", "value": loss, "n": 24},
-        {**base, "benchmark": "cluster/agreement", "metric": "purity", "value": 0.8},
-    ]
-
-
 @pytest.mark.parametrize("chk", _checks(), ids=lambda c: c.name)
 def test_the_not_run_snippet_runs_exactly_the_missing_cells(tmp_path: Path, chk: Check) -> None:
+    from repro.core.config import from_dict
+    from tests.store_helpers import fake_run
+
     empty = tmp_path / "empty"
-    write_rows(empty / "x" / "y" / PART_NAME, _row(_config("demo-quick.yaml"), 96, 1.0))
+    fake_run(empty, ["selection.method=full"], loss=1.0, purity=0.8)
     rep = load_rep(empty)
     command = not_run_command(rep, chk, str(tmp_path / "store"), None)
     cmd, snippet = command.split("\n# missing.yaml:\n")
@@ -245,20 +207,26 @@ def test_the_not_run_snippet_runs_exactly_the_missing_cells(tmp_path: Path, chk:
     # What --base does. 8 workers need a base whose global batch divides among 8 (demo-quick's
     # 8 examples at 2 per device do not): the snippet keeps the store's recipe as it is.
     rl.base = SHIPPED_CONFIGS / ("mini/code.yaml" if chk.cell.get("world_size") == 8 else Path(base).name)
-    rows: list[dict] = []
     cells: dict[str, ExperimentConfig] = {}
     for spec, cfg in run_configs(rl, [f"output_dir={tmp_path / 'store'}"]):
-        extra: dict = {}
-        if spec.match_kept_count_of:  # the kept count of its cell, as the runner gives it
-            cfg = at_kept_count(cfg, 40, "test")
-        if spec.match_compute_of:  # match_compute_of's record (repro/experiments/compute.py)
-            ref = cells[spec.match_compute_of]
-            cfg = at_kept_count(cfg, 60, "test")
-            extra["matched"] = json.dumps({"by": "compute", "run_id": f"{ref.name}-{ref.hash()}"})
+        ref_of = spec.match_kept_count_of or spec.match_compute_of
+        if ref_of:  # the match record the runner writes (repro/experiments/matching.py, compute.py)
+            ref = cells[ref_of]
+            data = cfg.to_dict()
+            by = "kept_count" if spec.match_kept_count_of else "compute"
+            data["selection"].update(n=40 if by == "kept_count" else 60, fraction=None)
+            data["selection"]["matched"] = {"by": by, "of": ref_of, "run_id": f"{ref.name}-{ref.hash()}"}
+            cfg = from_dict(data)
         n = cfg.selection.n or (40 if cfg.selection.method != "full" else 96)
-        rows += _row(cfg, n, 1.0 + 0.01 * len(cells), **extra)
+        fake_run(
+            tmp_path / "store",
+            cfg=cfg,
+            n_selected=n,
+            loss=1.0 + 0.01 * len(cells),
+            train_s=2.0 * n / 96,
+            purity=0.8,
+        )
         cells[spec.label] = cfg
-    write_rows(tmp_path / "store" / "runs" / PART_NAME, rows)
     rep = load_rep(tmp_path / "store")
     # The snippet's cell is the check's cell, in the report's own terms ...
     matching = [c for c in rep.cells if cell_matches(c, chk.cell)]
