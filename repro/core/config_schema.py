@@ -134,6 +134,10 @@ class TrainConfig:
     weight_decay: float = 0.0
     warmup_steps: int = 0
     schedule: Literal["linear", "constant"] = "linear"
+    # How many steps the linear schedule spans: kept (the run's own steps, decaying to 0 at its
+    # end) or pool (the steps the whole pool would take, as the authors' trainer sizes it: a run
+    # keeping a fraction f ends at about (1 - f) of the peak; repro/trainer.py lr_schedule_steps).
+    schedule_steps: Literal["kept", "pool"] = "kept"
     per_device_batch_size: int = 1
     global_batch_size: int = 8  # = per_device_batch_size * world_size * grad_accum
     grad_clip: float | None = None
@@ -278,6 +282,8 @@ def config_hash(cfg: ExperimentConfig) -> str:
     for key in _HASH_EXCLUDED_WHEN_NULL:
         if d.get(key) is None:
             d.pop(key, None)
+    if d["train"].get("schedule_steps") == "kept":  # added later, left out at its default
+        d["train"].pop("schedule_steps")
     if d["selection"].get("matched") is None:  # added later, left out while null as above
         d["selection"].pop("matched", None)
     # revision (model, data sources): added later, left out while null like the keys above.
