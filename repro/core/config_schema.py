@@ -184,6 +184,9 @@ class EvalConfig:
     # (data.sources[].format). Another one is a preflight error unless allow_other_template.
     template: str | None = None
     allow_other_template: bool = False
+    # MBPP+'s version, under both protocols: v0.1.x (399 tasks, <data_dir>/evalplus/MbppPlus.jsonl)
+    # or v0.2.0 (378, evalplus 0.3.1's default, MbppPlus-v0.2.0.jsonl); null: the file as found.
+    evalplus_version: str | None = None
     # Processes that evaluate the benchmarks, each with its own GPU and share of the items:
     # null = one per visible GPU (1 on CPU). Inside a SLURM job the job's own tasks evaluate
     # (one per GPU, as they trained) and this key is not used.
@@ -317,4 +320,7 @@ def canonical_params(cfg: ExperimentConfig) -> tuple[dict[str, Any], dict[str, A
 
 def eval_hash(cfg: ExperimentConfig) -> str:
     """The evaluation's identity: 12 hex digits of the canonical JSON of the `eval` section."""
-    return _short_hash(dataclasses.asdict(cfg.eval))
+    d = dataclasses.asdict(cfg.eval)
+    if d.get("evalplus_version") is None:  # added later, left out while null (its default)
+        d.pop("evalplus_version", None)
+    return _short_hash(d)
