@@ -42,7 +42,7 @@ logger = get_logger("eval")
 
 # Magicoder's generation limit for HumanEval(+) and MBPP(+) (experiments/README.md: --max_new_tokens 512).
 MAX_NEW_TOKENS = 512
-TASK_VERSION = "1.0"  # bump when a prompt, the scoring or the data mapping changes
+TASK_VERSION = "1.1"  # bump when a prompt, the scoring or the data mapping changes
 # Magicoder's instruction for an MBPP task (experiments/text2code.py MBPP_INSTRUCTION).
 MBPP_INSTRUCTION = (
     "{description} Your code should satisfy the following assertion:\n```python\n{assertion}\n```\n"
