@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from evals import plugins
+from evals.local_data import EVALPLUS_VERSIONS  # MBPP+'s versions (MBPP_PLUS_FILES there)
 from evals.plugins import Benchmark
 from repro.core.errors import UserValueError
 from repro.core.protocols import DEFAULT_PROTOCOL, PROTOCOLS
@@ -155,6 +156,9 @@ class EvalSettings:
     protocol: dict[str, str] = field(default_factory=dict)
     # The instruction template of the evalplus protocol (EVAL_TEMPLATES): a run's training format.
     template: str = "magicoder"
+    # MBPP+'s version (EVALPLUS_VERSIONS: v0.1.x, v0.2.0), for both protocols: which file is
+    # read (evals/evalplus_data.py mbpp_plus_file); None: the file as found.
+    evalplus_version: str | None = None
 
     def __post_init__(self) -> None:
         if self.data_dir is not None:  # a Path (a run's data_dir) too; saved as JSON
@@ -209,6 +213,11 @@ class EvalSettings:
                     f"protocol.{b}: the evalplus protocol reads EvalPlus's release files from the "
                     "data directory (source local); use source local, or the lm-eval protocol"
                 )
+        if self.evalplus_version is not None and self.evalplus_version not in EVALPLUS_VERSIONS:
+            raise UserValueError(
+                f"evalplus_version: {self.evalplus_version!r} is not an MBPP+ version (expected one "
+                f"of {', '.join(EVALPLUS_VERSIONS)}, or null: the file as found)"
+            )
         if self.template not in EVAL_TEMPLATES:
             raise UserValueError(
                 f"template: {self.template!r} is no instruction template of the evalplus protocol "

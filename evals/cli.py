@@ -84,6 +84,14 @@ def register(subparsers: Any, epilog: str) -> None:
         "HumanEvalPlus.jsonl[.gz]); there is no offline copy otherwise",
     )
     p.add_argument(
+        "--evalplus-version",
+        choices=["v0.1.x", "v0.2.0"],
+        default=None,
+        help="MBPP+'s version, under both protocols (as eval.evalplus_version): v0.1.x reads "
+        "<data-dir>/evalplus/MbppPlus.jsonl (399 tasks), v0.2.0 MbppPlus-v0.2.0.jsonl (378, evalplus "
+        "0.3.1's default); default: the file as found",
+    )
+    p.add_argument(
         "--limit", type=int, default=None, help="first N items of each task (each MMLU subject); default: all"
     )
     p.add_argument(
@@ -359,6 +367,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     EvalSettings(
         protocol=protocol,
         template=template,
+        evalplus_version=args.evalplus_version,
         source=args.source,
         num_fewshot=fewshot,
         items=items,
@@ -390,6 +399,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         task_paths=args.task_path,
         protocol=protocol,
         template=template,
+        evalplus_version=args.evalplus_version,
     )
     eval_id = eval_identity(benchmarks, settings)
     out_dir = _eval_folder(args, base, eval_id)

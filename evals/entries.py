@@ -25,10 +25,39 @@ def _task_score(
 ) -> tuple[float, float | None, int]:
     """(mean, its standard error, n) of one metric over a task's items, in doc order, with
     lm-eval's own functions (mean, mean_stderr: the sample standard deviation / sqrt(n)); no
-    stderr for one item or with bootstrap_iters 0, as lm-eval."""
-    values = [s[metric] for s in samples]
+    stderr for one item or with bootstrap_iters 0, as lm-eval. Items scored NaN (a code task
+    whose canonical solution never finished, evals/task_functions.py) are left out."""
+    values = [s[metric] for s in samples if _num(s[metric]) is not None]
+    if not values:
+        return math.nan, None, 0
     value, stderr = harness.mean_and_stderr(values, len(values) > 1 and bootstrap_iters > 0)
     return value, _num(stderr), len(values)
+
+
+def _unscored_tasks(samples: list[dict[str, Any]], metric: str) -> list[str]:
+    """The task ids of the items a metric left out (scored NaN)."""
+    return [
+        str((s.get("doc") or {}).get("task_id", s.get("doc_id")))
+        for s in samples
+        if metric in s and _num(s[metric]) is None
+    ]
+
+
+def data_entry_fields(bench: Benchmark, settings: EvalSettings) -> dict[str, Any]:
+    """A code benchmark's data file as its entry records it (`data`: file, version, tasks,
+    sha256; evals/evalplus_data.py), or nothing for other benchmarks and the hub's data (whose
+    version is the hub dataset the lm-eval task names)."""
+    from evals.benchmarks import CODE_BENCHMARKS
+
+    if bench.name not in CODE_BENCHMARKS or settings.source != "local":
+        return {}
+    from evals.evalplus_data import code_data_info
+
+    return {
+        "data": code_data_info(
+            bench.name, settings.data_dir, settings.humaneval_plus_file, settings.evalplus_version
+        )
+    }
 
 
 def entries_from_items(
@@ -61,7 +90,12 @@ def entries_from_items(
         "reason": None,
         "harness_task": bench.harness_task,
         "protocol": settings.protocol_of(bench.name),
+        **data_entry_fields(bench, settings),
     }
+    if not bench.group and task in samples:
+        from evals.evalplus_check import excluded_tasks_note
+
+        common.update(excluded_tasks_note(_unscored_tasks(samples[task], bench.metrics[0])))
     leaf = {
         t: {m: _task_score(samples[t], m, settings.bootstrap_iters) for m in bench.metrics} for t in order
     }
@@ -154,6 +188,11 @@ def entries_to_rows(entries: list[dict[str, Any]], base: dict[str, Any]) -> list
         for key in ("evalplus_version", "evalplus_dataset", "template", "oracle_failed_tasks"):
             if e.get(key) is not None:  # the evalplus protocol's package, problems and template
                 v[f"eval_{key}" if not key.startswith("evalplus") else key] = e[key]
+        if e.get("data"):  # a code benchmark's data file: name, version, task count, sha256
+            v.update({f"eval_data_{k}": x for k, x in e["data"].items()})
+        for key in ("excluded_tasks", "note"):  # tasks left out of the score, and why
+            if e.get(key):
+                v[f"eval_{key}"] = e[key]
         if e.get("kind"):  # not on mmlu_medical/<subject> rows: a subject is no benchmark
             v["benchmark_kind"] = e["kind"]
         if e["reason"]:

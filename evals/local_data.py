@@ -18,10 +18,10 @@ import functools
 import gzip
 import importlib.util
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from evals.code_tests import io_test_program
 from repro.core.config import resolve_data_dir
 from repro.core.errors import UserValueError
 from repro.core.extras import install_hint
@@ -42,9 +42,20 @@ LOCAL_FILES: dict[str, list[str]] = {
     "pubmedqa": ["pubmedqa/ori_pqal.json", "pubmedqa/test_ground_truth.json"],
     "mmlu_medical": ["medagents/mmlu/test.jsonl"] + [f"mmlu_dev/{s}_dev.csv" for s in MMLU_MEDICAL_SUBJECTS],
     "mbpp": ["evalplus/MbppBase.jsonl"],
-    "mbpp_plus": ["evalplus/MbppPlus.jsonl"],
+    "mbpp_plus": ["evalplus/MbppPlus.jsonl"],  # or another version's: mbpp_plus_file
 }
 HUMANEVAL_PLUS_NAMES = ("evalplus/HumanEvalPlus.jsonl", "evalplus/HumanEvalPlus.jsonl.gz")
+# eval.evalplus_version -> the MBPP+ file under the data directory. v0.2.0: the name evalplus
+# 0.3.1 caches that release under (~/.cache/evalplus/MbppPlus-v0.2.0.jsonl, the release asset
+# MbppPlus.jsonl.gz of github.com/evalplus/mbppplus_release, unpacked); v0.1.x and null (the file
+# as found): the local copy's name. $MBPP_OVERRIDE_PATH, EvalPlus's own switch, names the file
+# instead.
+MBPP_PLUS_FILES = {
+    None: "evalplus/MbppPlus.jsonl",
+    "v0.1.x": "evalplus/MbppPlus.jsonl",
+    "v0.2.0": "evalplus/MbppPlus-v0.2.0.jsonl",
+}
+EVALPLUS_VERSIONS = tuple(v for v in MBPP_PLUS_FILES if v)
 
 
 class MissingDataError(FileNotFoundError):
@@ -104,12 +115,54 @@ def humaneval_plus_file(data_dir: Any, explicit: str | None = None) -> Path:
     )
 
 
-def locate(benchmark: str, data_dir: Any = None, humaneval_plus: str | None = None) -> list[Path]:
-    """The local files `benchmark` needs; raises MissingDataError naming the first one missing."""
+def mbpp_plus_file(data_dir: Any, version: str | None = None) -> Path:
+    """The MBPP+ file for `version` (eval.evalplus_version; None: the file as found):
+    $MBPP_OVERRIDE_PATH when set (EvalPlus's convention), else MBPP_PLUS_FILES[version] under the
+    data directory. MissingDataError names the file expected and where to get it."""
+    if version not in MBPP_PLUS_FILES:
+        raise UserValueError(
+            f"eval.evalplus_version: {version!r} is not an MBPP+ version the suite knows "
+            f"(expected one of {', '.join(EVALPLUS_VERSIONS)}, or null: the file as found)"
+        )
+    override = os.environ.get("MBPP_OVERRIDE_PATH")
+    if override:
+        path = Path(override)
+        if not path.is_file():
+            raise MissingDataError(
+                f"mbpp_plus: MBPP_OVERRIDE_PATH={override!r} is no file; point it at an MBPP+ "
+                "release file (MbppPlus.jsonl), or unset it"
+            )
+        return path
+    d = _need_dir("mbpp_plus", data_dir)
+    path = d / MBPP_PLUS_FILES[version]
+    if not path.is_file():
+        where = (
+            "; it is EvalPlus's release asset MbppPlus.jsonl.gz of github.com/evalplus/mbppplus_release "
+            f"{version}, unpacked (evalplus 0.3.1 caches it as ~/.cache/evalplus/MbppPlus-{version}.jsonl), "
+            "or set MBPP_OVERRIDE_PATH to the file"
+            if version
+            else ""
+        )
+        raise MissingDataError(
+            f"mbpp_plus (eval.evalplus_version {version or 'null'}): expected {str(path)!r}{where}"
+        )
+    return path
+
+
+def locate(
+    benchmark: str,
+    data_dir: Any = None,
+    humaneval_plus: str | None = None,
+    evalplus_version: str | None = None,
+) -> list[Path]:
+    """The local files `benchmark` needs; raises MissingDataError naming the first one missing
+    (`evalplus_version`: MBPP+'s, evals/evalplus_data.py mbpp_plus_file)."""
     if benchmark == "humaneval":
         return [humaneval_file()]
     if benchmark == "humaneval_plus":
         return [humaneval_plus_file(data_dir, humaneval_plus)]
+    if benchmark == "mbpp_plus":
+        return [mbpp_plus_file(data_dir, evalplus_version)]
     if benchmark not in LOCAL_FILES:
         raise KeyError(benchmark)
     d = _need_dir(benchmark, data_dir)
@@ -152,6 +205,10 @@ def _dataset(splits: dict[str, list[dict[str, Any]]]):
     return datasets.DatasetDict({k: datasets.Dataset.from_list(v) for k, v in splits.items()})
 
 
+# The task metadata a loader is given (evals/harness.py task_manager): what it reads.
+_LOADER_KEYS = ("subject", "humaneval_plus_file", "evalplus_version")
+
+
 def _cached(fn):
     """Reuse a loader's DatasetDict while its files are unchanged (same paths, sizes, mtimes):
     each benchmark run builds its task afresh, and the conversion is the slow part."""
@@ -159,11 +216,11 @@ def _cached(fn):
 
     @functools.wraps(fn)
     def wrapper(data_dir: Any = None, **kwargs: Any):
-        keep = {k: v for k, v in kwargs.items() if k in ("subject", "humaneval_plus_file")}
+        keep = {k: v for k, v in kwargs.items() if k in _LOADER_KEYS}
         try:
             name = fn.__name__[len("load_") :]
             bench = "mmlu_medical" if name == "mmlu" else name
-            files = locate(bench, data_dir, keep.get("humaneval_plus_file"))
+            files = locate(bench, data_dir, keep.get("humaneval_plus_file"), keep.get("evalplus_version"))
         except KeyError:
             files = []
         stamp = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
@@ -317,16 +374,10 @@ def load_humaneval_plus(data_dir: Any = None, humaneval_plus_file: str | None = 
     for i, r in enumerate(_read_jsonl(path)):
         row = {k: _field(r, k, path, i) for k in ("task_id", "prompt", "canonical_solution", "entry_point")}
         if "test" in r:
-            row["test"] = r["test"]
+            row.update(test=r["test"], evalplus_inputs=None, atol=0.0)
         else:
             inputs = list(_field(r, "base_input", path, i)) + list(r.get("plus_input") or [])
-            body = io_test_program(
-                row["entry_point"],
-                row["prompt"] + row["canonical_solution"],
-                inputs,
-                float(r.get("atol") or 0),
-            )
-            row["test"] = body + "\ndef check(candidate):\n    pass\n"
+            row.update(differential_test(row["entry_point"], inputs, float(r.get("atol") or 0)))
         rows.append(row)
     return _dataset({"test": rows})
 
@@ -361,12 +412,27 @@ def load_mbpp(data_dir: Any = None, **_: Any):
     return _dataset({"test": rows})
 
 
+def differential_test(entry_point: str, inputs: list[Any], atol: float) -> dict[str, Any]:
+    """The fields of a row scored by EvalPlus's differential test (evals/evalplus_check.py): the
+    entry point, the inputs (JSON: a column of mixed types does not fit a dataset), atol, and a
+    `test` that says what is run."""
+    return {
+        "entry_point": entry_point,
+        "evalplus_inputs": json.dumps(inputs),
+        "atol": atol,
+        "test": f"# EvalPlus's differential test of {entry_point} against the canonical solution on "
+        f"{len(inputs)} inputs (evals/evalplus_check.py)",
+    }
+
+
 @_cached
-def load_mbpp_plus(data_dir: Any = None, **_: Any):
-    """evalplus MbppPlus.jsonl (v0.1.x, 399 tasks) -> evalplus/mbppplus schema (prompt,
-    test_list, test_imports, test): the prompt shows the base assertions; the scored test runs
-    the candidate against the canonical solution on base_input + plus_input."""
-    (path,) = locate("mbpp_plus", data_dir)
+def load_mbpp_plus(data_dir: Any = None, evalplus_version: str | None = None, **_: Any):
+    """An evalplus MbppPlus release file (evals/evalplus_data.py mbpp_plus_file: v0.1.x, 399
+    tasks, unless `evalplus_version` names another) -> evalplus/mbppplus schema (prompt,
+    test_list, test_imports, test) plus the fields of EvalPlus's differential test: the prompt
+    shows the base assertions; the candidate is scored against the canonical solution on
+    base_input + plus_input."""
+    (path,) = locate("mbpp_plus", data_dir, evalplus_version=evalplus_version)
     rows = []
     for i, r in enumerate(_read_jsonl(path)):
         entry = _field(r, "entry_point", path, i)
@@ -380,7 +446,7 @@ def load_mbpp_plus(data_dir: Any = None, **_: Any):
                 "code": canon,
                 "test_list": asserts,
                 "test_imports": [],
-                "test": io_test_program(entry, canon, inputs, float(r.get("atol") or 0)),
+                **differential_test(entry, inputs, float(r.get("atol") or 0)),
             }
         )
     return _dataset({"test": rows})

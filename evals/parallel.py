@@ -93,6 +93,7 @@ def job_for_run(cfg: ExperimentConfig, run_dir: Path) -> EvalJob:
         ),
         protocol=protocol,
         template=template,
+        evalplus_version=cfg.eval.evalplus_version,
     )
     return EvalJob(
         model_dir=str(run_dir / "model"),

@@ -314,6 +314,10 @@ def run_benchmarks(
     the entries, the others return []."""
     procs = procs or Processes()
     lead = procs.rank == 0
+    # EvalPlus's time limits come from the reference's times measured in this evaluation.
+    from evals.evalplus_check import clear_reference_timings
+
+    clear_reference_timings()
     known = known_benchmarks(settings.task_paths)
     names = expand_benchmarks(benchmarks, settings.task_paths)
     tm = task_manager(settings, [known[n] for n in names])
@@ -356,7 +360,9 @@ def run_benchmarks(
                 if bench.plugin:
                     plugins.locate(bench)
                 else:
-                    local_data.locate(name, settings.data_dir, settings.humaneval_plus_file)
+                    local_data.locate(
+                        name, settings.data_dir, settings.humaneval_plus_file, settings.evalplus_version
+                    )
             except local_data.MissingDataError as e:
                 if lead:
                     _loud(f"MISSING benchmark {name}: {e}")

@@ -8,6 +8,8 @@ mmlu, humaneval, mbpp), so scores compare with numbers published from the harnes
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from typing import Any
 
@@ -122,9 +124,30 @@ def _timeout(default: float) -> float:
     return float(os.environ.get("CLUSTER_REPRO_CODE_TIMEOUT", default))
 
 
+def _differential_pass(doc: dict[str, Any], solutions: list[str], reference: str, dataset: str) -> float:
+    """pass@1 of `solutions` (the share that passes EvalPlus's differential test on the row's
+    inputs, evals/evalplus_check.py; inputs on which the canonical solution raises are skipped,
+    as these JSON inputs were not deserialized); NaN when the canonical solution never finished
+    (reference_timeout: the entry leaves the item out of the score, evals/entries.py)."""
+    from evals.evalplus_check import REFERENCE_TIMEOUT, check_solution
+
+    inputs, atol = json.loads(doc["evalplus_inputs"]), float(doc.get("atol") or 0)
+    verdicts = [
+        check_solution(s, reference, doc["entry_point"], inputs, atol, dataset, skip_reference_errors=True)
+        for s in solutions
+    ]
+    if any(r.status == REFERENCE_TIMEOUT for r in verdicts):
+        return math.nan
+    return sum(r.passed for r in verdicts) / len(verdicts)
+
+
 def humaneval_process_results(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
-    """pass@1 of the greedy completion: prompt + completion, then the tests, in the sandbox."""
+    """pass@1 of the greedy completion: prompt + completion, then the tests, in the sandbox (a
+    HumanEval+ release row: EvalPlus's differential test)."""
     cands = [doc["prompt"] + r for r in _flat(results)]
+    if doc.get("evalplus_inputs") is not None:
+        reference = doc["prompt"] + doc["canonical_solution"]
+        return {"pass@1": _differential_pass(doc, cands, reference, "humaneval")}
     return {
         "pass@1": pass_at_k_per_problem(humaneval_test_program(doc), cands, 1, timeout=_timeout(10.0))[
             "pass@k"
@@ -133,7 +156,10 @@ def humaneval_process_results(doc: dict[str, Any], results: list[str]) -> dict[s
 
 
 def mbpp_process_results(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
-    """pass@1 of the greedy completion (the code between [BEGIN] and [DONE]) in the sandbox."""
+    """pass@1 of the greedy completion (the code between [BEGIN] and [DONE]) in the sandbox (an
+    MBPP+ release row: EvalPlus's differential test)."""
+    if doc.get("evalplus_inputs") is not None:
+        return {"pass@1": _differential_pass(doc, _flat(results), doc["code"], "mbpp")}
     return {
         "pass@1": pass_at_k_per_problem(mbpp_test_program(doc), _flat(results), 1, timeout=_timeout(20.0))[
             "pass@k"

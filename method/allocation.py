@@ -20,7 +20,10 @@ budget trim), so DDP's average of worker gradients follows the original cluster 
 `cluster-interleave` with `order: authors` uses the authors' random streams instead of the suite's
 (method.md step 7, "The authors' exact order"; `authors_order` below), so that a run trains in the
 authors' order for the same seed and selection. It is one switch for the user: the `cluster`
-selector's `order: authors` records itself in the selection and the allocator follows it.
+selector's `order: authors` records itself in the selection and the allocator follows it. It also
+deals as the authors' loader does at any per-device batch B: batch j of the epoch's order to
+worker j mod K, so at B > 1 a worker trains several clusters, while the rank weight w_k stays
+with worker k. The suite's own order keeps cluster k on worker k at every B.
 
 `cluster-interleave` with `balance: tokens` (allocation.params): cluster k still trains on worker
 k, but each optimizer step is balanced in tokens rather than in examples. Every worker's list
@@ -139,34 +142,48 @@ def resolve_order(order: str | None, selection: Selection) -> str:
     return order
 
 
-def authors_order(groups: list[list[str]], seed: int, epochs: int) -> list[list[list[str]]]:
-    """The authors' training order (method.md step 7), as order[epoch][worker].
+def authors_order(
+    groups: list[list[str]], seed: int, epochs: int, per_device_batch: int = 1
+) -> tuple[list[list[list[str]]], int]:
+    """The authors' training order (method.md step 7), as (order[epoch][worker], padded ids per
+    epoch).
 
     Kept list c (the cluster's label) is shuffled with Python's `random.Random(seed + c)`; the
-    lists are interleaved by label (c0[0], c1[0], ..., c0[1], ...), position i going to worker
-    i mod K. Epoch e (epoch 0 included) reshuffles the positions of each residue r mod K with
-    `random.Random(seed + e + 12345 + r)`, so a worker keeps its positions. With one worker the
-    authors keep the pool order: no shuffle at all. The tail of unequal clusters is dropped so
-    that every worker has the same count (lockstep DDP; the balanced budget leaves none)."""
-    k = len(groups)
+    lists are interleaved by label (c0[0], c1[0], ..., c0[1], ...). Epoch e (epoch 0 included)
+    reshuffles the positions of each residue r mod K with `random.Random(seed + e + 12345 + r)`.
+    The epoch's order is then dealt as the authors' loader deals it (method.md "Per-device batch
+    B > 1"): global batch j, positions jB .. jB + B - 1, goes to worker j mod K, so at B = 1
+    position i goes to worker i mod K (cluster k on worker k) and at B > 1 a worker trains
+    several clusters. An incomplete last round of K batches is completed by wrapping around to
+    the epoch's first positions, as accelerate's batch sharding does with even batches (the
+    authors' loader keeps incomplete batches): every worker gets the same count, and the
+    balanced budget needs no padding when B divides m_adj. With one worker the authors keep the
+    pool order: no shuffle at all."""
+    k, b = len(groups), per_device_batch
+    if b < 1:
+        raise SelectionError(f"authors_order: per-device batch must be >= 1, got {b}")
     if k == 1:
-        return [[list(groups[0])] for _ in range(epochs)]
+        return [[list(groups[0])] for _ in range(epochs)], 0
     shuffled = []
     for c, members in enumerate(groups):
         members = list(members)
         random.Random(seed + c).shuffle(members)
         shuffled.append(members)
     flat = interleave(shuffled)
-    usable = len(flat) // k * k
+    n = len(flat)
+    round_size = k * b  # one batch for every worker
+    total = -(-n // round_size) * round_size
     order = []
     for e in range(epochs):
-        lists = []
+        out = list(flat)
         for r in range(k):
-            ids = flat[r:usable:k]
+            ids = out[r::k]
             random.Random(seed + e + 12345 + r).shuffle(ids)
-            lists.append(ids)
-        order.append(lists)
-    return order
+            out[r::k] = ids
+        out = (out * -(-total // n))[:total]  # wrap around to complete the last round
+        batches = [out[j : j + b] for j in range(0, total, b)]
+        order.append([[i for batch in batches[w::k] for i in batch] for w in range(k)])
+    return order, total - n
 
 
 def token_balanced_split(lengths: list[int], steps: int, min_size: int) -> list[int]:
@@ -196,7 +213,8 @@ class ClusterInterleaveAllocator(Parameterized):
 
     order: null (follow the selection: the authors' order when the `cluster` selector ran with
     `order: authors`, else the suite's), suite (the suite's numpy streams) or authors (the
-    authors' Python `random` streams, `authors_order`).
+    authors' Python `random` streams and their loader's deal of batch j to worker j mod K,
+    `authors_order`; cluster k is on worker k only at per-device batch 1).
     balance: none (steps of per-device batch x accumulation examples) or tokens (steps of about
     equal tokens on each worker; needs the token lengths, `ctx`)."""
 
@@ -246,14 +264,12 @@ class ClusterInterleaveAllocator(Parameterized):
                 "choose one"
             )
         groups = [list(by_cluster[c]) for c in range(k)]
-        n_selected = sum(len(g) for g in groups)
+        padded = 0
         if order_name == "authors":
-            usable = n_selected // k * k  # equal per-worker lengths for lockstep DDP
-            if usable == 0:
-                raise SelectionError(
-                    f"cluster-interleave: {n_selected} selected examples cannot give each of {k} workers one"
-                )
-            order, dropped = authors_order(groups, seed, epochs), n_selected - usable
+            # Without ctx (a direct call), the paper's per-device batch 1.
+            batch = ctx.per_device_batch if ctx is not None else 1
+            order, padded = authors_order(groups, seed, epochs, batch)
+            dropped = 0
         else:
             for c, members in enumerate(groups):
                 np.random.default_rng([seed, c]).shuffle(members)
@@ -281,6 +297,7 @@ class ClusterInterleaveAllocator(Parameterized):
             "allocator": "cluster-interleave",
             "order": order_name,
             "dropped_tail": dropped,
+            "padded": padded,
             "cluster_sizes": {c: len(g) for c, g in enumerate(groups)},
         }
         step_sizes = None
@@ -303,7 +320,9 @@ class ClusterInterleaveAllocator(Parameterized):
                 )
             worker_weights = [float(selection.group_weights[c]) for c in range(k)]
             pure = all(clusters[i] == w for w, ids in enumerate(base) for i in ids)
-            if not pure:  # unequal clusters (prune 'none'): weights follow the example's cluster
+            # Unequal clusters (prune 'none'): the suite's weights follow the example's cluster.
+            # The authors' w_k multiplies worker k's loss whatever it trains (B > 1 included).
+            if not pure and order_name != "authors":
                 example_weights = {i: float(selection.group_weights[c]) for i, c in clusters.items()}
         return Schedule(
             order=order,

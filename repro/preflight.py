@@ -172,6 +172,26 @@ def check_protocols(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     return out
 
 
+@check
+def check_evalplus_version(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
+    """eval.evalplus_version: a version the suite knows, and the MBPP+ file found for it holds
+    that version (a missing file is a note of check_benchmarks: a 'missing' row)."""
+    version = cfg.eval.evalplus_version
+    if version is None:
+        return []
+    from evals import evalplus_data, local_data
+
+    data_dir, _ = ctx.data_dir(cfg)
+    try:
+        path = evalplus_data.mbpp_plus_file(str(data_dir) if data_dir else None, version)
+        evalplus_data.check_version(path, local_data._read_jsonl(path), version)
+    except local_data.MissingDataError:
+        return []
+    except ValueError as e:  # FormatError: an unknown version, or another version's file
+        return [Problem("eval.evalplus_version", str(e))]
+    return []
+
+
 def _humaneval_plus_format(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     """The local HumanEval+ file, where there is one, is in EvalPlus's release format."""
     from evals import evalplus_data, local_data
@@ -200,7 +220,8 @@ def _benchmark_data_notes(cfg: ExperimentConfig, ctx: CheckContext, names: list[
     out = []
     for name in names:
         try:
-            local_data.locate(name, str(data_dir) if data_dir else None)
+            version = cfg.eval.evalplus_version
+            local_data.locate(name, str(data_dir) if data_dir else None, evalplus_version=version)
         except local_data.MissingDataError as e:
             out.append(
                 Problem(

@@ -119,9 +119,30 @@ def make_optimizer(cfg: ExperimentConfig, params: list[torch.nn.Parameter]) -> t
     return build(cfg.train.optimizer, params, cfg.train.lr, cfg.train.weight_decay)
 
 
+def lr_schedule_steps(cfg: ExperimentConfig, derived: Derived) -> int:
+    """The optimizer steps the learning-rate schedule spans (`train.schedule_steps`).
+
+    kept: the run's own steps (derived.total_steps), so the linear schedule reaches 0 at the last
+    step. pool: the steps the whole pool would take (method.md "The learning-rate schedule spans
+    the full pool"): the pool dealt to the K workers, ceil(n_pool / K) examples each, in steps of
+    per-device batch x accumulation rounded as train.drop_last, times the epochs (capped by
+    train.max_steps), never fewer than the run's own steps. A run keeping a fraction f of the
+    pool then ends at about (1 - f) of the peak learning rate."""
+    if cfg.train.schedule_steps == "kept":
+        return derived.total_steps
+    per_worker = -(-derived.n_pool // derived.world_size)
+    per_step = derived.per_worker_batch * derived.grad_accum
+    per_epoch = per_worker // per_step if cfg.train.drop_last else -(-per_worker // per_step)
+    pool_steps = per_epoch * cfg.train.epochs
+    if cfg.train.max_steps is not None:
+        pool_steps = min(pool_steps, cfg.train.max_steps)
+    return max(pool_steps, derived.total_steps)
+
+
 def make_scheduler(
     cfg: ExperimentConfig, opt: torch.optim.Optimizer, total_steps: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
+    """The learning-rate schedule over `total_steps` (lr_schedule_steps)."""
     from repro.core.optim import make_scheduler as build
 
     return build(opt, cfg.train.warmup_steps, cfg.train.schedule == "linear", total_steps)
@@ -259,7 +280,7 @@ def _setup(rank: int, world_size: int, run_dir: Path) -> _Worker:
         wrapped.register_comm_hook(timer, timed_allreduce_hook)
     params = [p for p in wrapped.parameters() if p.requires_grad]
     opt = make_optimizer(cfg, params)
-    sched = make_scheduler(cfg, opt, derived.total_steps)
+    sched = make_scheduler(cfg, opt, lr_schedule_steps(cfg, derived))
     return _Worker(
         t_start=t_start,
         rank=rank,
@@ -425,6 +446,7 @@ def _finish(
                 "steps_run": gathered[0]["steps"],
                 "resumed_from_step": start_step,
                 "total_steps": w.derived.total_steps,
+                "lr_schedule_steps": lr_schedule_steps(w.cfg, w.derived),
                 "tokens": tok,
                 "tokens_per_s": tok / train_s if train_s > 0 else None,
                 "allreduce_wait_share": (

@@ -23,7 +23,7 @@ import pytest
 from sklearn.cluster import KMeans
 
 from repro.core.config import ConfigError, from_dict
-from repro.core.interfaces import SelectionContext, SelectionError
+from repro.core.interfaces import AllocationContext, SelectionContext, SelectionError
 from repro.core.registry import ALLOCATORS, SELECTORS
 from repro.core.types import Example, Pool, Selection
 
@@ -87,46 +87,68 @@ def reference(X: np.ndarray, k: int, seed: int, ratio: float, prune: str, epochs
         members.sort(key=lambda i: d[i, c])  # stable, ascending distance
         kept[c] = members[-m_adj:] if prune == "close" else members[:m_adj]
     weights = [k * s / n for s in sizes]
+    order = [[out[w::k] for w in range(k)] for out in epoch_orders(kept, k, seed, epochs)]
+    return labels, kept, weights, order
+
+
+def epoch_orders(kept: dict[int, list[int]], k: int, seed: int, epochs: int) -> list[list[int]]:
+    """Each epoch's whole order (method.md step 7): kept list c shuffled with random.Random(seed
+    + c), interleaved by label, then the positions of residue r mod K shuffled with
+    random.Random(seed + e + 12345 + r)."""
     lists = []
     for c in range(k):
         lst = list(kept[c])
         random.Random(seed + c).shuffle(lst)
         lists.append(lst)
-    flat = [lists[c][j] for j in range(m_adj) for c in range(k)]
-    order = []
+    flat = [lists[c][j] for j in range(len(lists[0])) for c in range(k)]
+    out_epochs = []
     for e in range(epochs):
         out = list(flat)
         for r in range(k):
             vals = out[r::k]
             random.Random(seed + e + 12345 + r).shuffle(vals)
             out[r::k] = vals
-        order.append([out[w::k] for w in range(k)])
-    return labels, kept, weights, order
+        out_epochs.append(out)
+    return out_epochs
+
+
+def dealt_in_batches(order: list[int], k: int, b: int) -> list[list[int]]:
+    """method.md "Per-device batch B > 1": global batch j, the positions jB .. jB+B-1 of the
+    epoch's order, goes to worker j mod K. The last round of K batches, if incomplete, is
+    completed from the epoch's first positions onwards (docs/method.md: the authors' loader,
+    accelerate's even batches)."""
+    rounds = -(-len(order) // (k * b))
+    workers: list[list[int]] = [[] for _ in range(k)]
+    for position in range(rounds * k * b):
+        workers[(position // b) % k].append(order[position % len(order)])
+    return workers
 
 
 def _pool(n: int) -> Pool:
     return Pool([Example(id=f"x{i:04d}", prompt=f"p{i}", response=f"r{i}", source="t") for i in range(n)])
 
 
-def _ctx(tmp_path: Path, X: np.ndarray, k: int, seed: int, drop_last: bool = True):
+def _ctx(tmp_path: Path, X: np.ndarray, k: int, seed: int, drop_last: bool = True, batch: int = BATCH):
     np.save(tmp_path / "features.npy", X)
     (tmp_path / "features.json").write_text(json.dumps({"n": len(X), "feature_type": "gradient-proxy"}))
     cfg = from_dict(
         {},
         [
             f"world_size={k}",
-            f"train.per_device_batch_size={BATCH}",
-            f"train.global_batch_size={BATCH * k}",
+            f"train.per_device_batch_size={batch}",
+            f"train.global_batch_size={batch * k}",
             f"train.drop_last={drop_last}",
         ],
     )
     return SelectionContext(config=cfg, seed=seed, world_size=k, workdir=tmp_path)
 
 
-def _run_suite(pool: Pool, ctx: SelectionContext, params: dict):
+def _run_suite(pool: Pool, ctx: SelectionContext, params: dict, per_device_batch: int = 1):
+    """The selection, and the schedule the pipeline deals at `per_device_batch`."""
     sel = SELECTORS.create("cluster", params, "selection.params").select(pool, None, ctx)
+    step = AllocationContext({}, per_device_batch=per_device_batch, grad_accum=1)
     sched = ALLOCATORS.create("cluster-interleave", {}, "allocation.params").allocate(
-        sel, ctx.world_size, ctx.seed, epochs=EPOCHS, weight_mode="rank"
+        sel, ctx.world_size, ctx.seed, epochs=EPOCHS, weight_mode="rank", ctx=step
     )
     return sel, sched
 
@@ -162,6 +184,58 @@ def test_the_suite_replays_the_authors_selection_and_training_order(
             assert sched.order[e][w] == [ids[r] for r in order[e][w]]
             assert {sched.clusters[i] for i in sched.order[e][w]} == {w}
     assert sched.order[0] != sched.order[1]  # epoch e reshuffles
+
+
+@pytest.mark.parametrize("batch", [1, 2, 4])
+def test_the_authors_loader_deals_batch_j_to_worker_j_mod_k_at_any_batch(tmp_path: Path, batch: int) -> None:
+    """Per-device batch B = 1, 2, 4 at K = 4: every worker's epoch-0 and epoch-1 order equals
+    the reference's deal of the authors' order in batches (method.md "Per-device batch B > 1"),
+    the worker weights stay w_k, and the clusters on each worker are method.md's: at B = 2
+    workers 0 and 2 train clusters {0, 1}, 1 and 3 {2, 3}; at B = 4 every worker trains all."""
+    k, seed = 4, 42
+    X = skewed_features(30 * k + 3, k, seed)
+    pool = _pool(len(X))
+    params = {"ratio": 55, "prune": "close", "order": "authors", "round_budget_to_batch": False}
+    sel, sched = _run_suite(pool, _ctx(tmp_path, X, k, seed, batch=batch), params, per_device_batch=batch)
+    labels, kept, weights, _ = reference(X, k, seed, 55, "close", EPOCHS)
+    ids = pool.ids
+    m_adj = len(kept[0])
+    assert batch == 1 or m_adj % batch, "the tail must not divide evenly: the wrap is part of the test"
+    for e, order in enumerate(epoch_orders(kept, k, seed, EPOCHS)):
+        for w, rows in enumerate(dealt_in_batches(order, k, batch)):
+            assert sched.order[e][w] == [ids[r] for r in rows], (e, w)
+    assert sched.order[0] != sched.order[1]
+    assert sched.info["padded"] == -(-k * m_adj // (k * batch)) * k * batch - k * m_adj
+    assert sched.worker_weights == pytest.approx(weights, rel=1e-12)
+    assert sched.example_weights == {}  # w_k multiplies worker k's loss, whatever it trains
+    expected = {1: [{0}, {1}, {2}, {3}], 2: [{0, 1}, {2, 3}, {0, 1}, {2, 3}], 4: [set(range(k))] * k}[batch]
+    for e in range(EPOCHS):
+        assert [{sched.clusters[i] for i in ids_w} for ids_w in sched.order[e]] == expected
+
+
+@pytest.mark.parametrize("batch", [1, 2, 4])
+def test_the_authors_deal_equals_accelerates_batch_sharding(batch: int) -> None:
+    """The deal, tail included, is what accelerate (the authors' loader's sharding) gives each
+    process for the same epoch order: `BatchSamplerShard` with even batches over the order in
+    batches of B, on unequal clusters so that the last round is incomplete."""
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler
+
+    from method.allocation import authors_order
+
+    k, seed = 4, 3
+    groups = [[f"c{c}-{j}" for j in range(5 + c)] for c in range(k)]  # 26 ids
+    order, padded = authors_order(groups, seed, 2, batch)
+    plain, _ = authors_order(groups, seed, 2, 1)
+    for e in range(2):
+        # The epoch's order is the B = 1 deal read back position by position (its tail included).
+        width = max(len(w) for w in plain[e])
+        flat = [plain[e][p % k][p // k] for p in range(width * k)][:26]
+        batches = BatchSampler(flat, batch, drop_last=False)
+        for w in range(k):
+            shard = BatchSamplerShard(batches, k, w, split_batches=False, even_batches=True)
+            assert order[e][w] == [i for b in shard for i in b]
+    assert padded == -(-26 // (k * batch)) * k * batch - 26
 
 
 def test_one_worker_the_authors_way_keeps_every_example_in_pool_order(tmp_path: Path) -> None:

@@ -14,11 +14,10 @@ import pytest
 from evals import evalplus_protocol, local_data
 from evals.benchmarks import EvalSettings
 from evals.entries import entries_to_rows
-from evals.evalplus_check import check_program
+from evals.evalplus_check import check_solution
 from evals.evalplus_data import FormatError, Problem, check_release_rows
 from evals.harness import make_oracle_lm
 from evals.run import run_benchmarks
-from evals.sandbox import run_program
 from repro.core.config import load_config
 from repro.preflight import CheckContext, preflight
 from tests.conftest import CONFIGS
@@ -82,7 +81,7 @@ def test_oracles_score_everything_or_nothing_on_the_four_code_benchmarks(
 
 
 def _check(solution: str, reference: str, entry: str, inputs: list, dataset: str = "mbpp", atol=0.0):
-    return run_program(check_program(solution, reference, entry, inputs, atol, dataset)).passed
+    return check_solution(solution, reference, entry, inputs, atol, dataset).passed
 
 
 def test_the_differential_test_follows_evalplus_rules() -> None:

@@ -338,3 +338,38 @@ def test_optimizers_and_schedule() -> None:
     # Warm-up to the peak over 2 steps, then linear decay to zero at the end.
     assert lrs[:2] == [0.5, 1.0]
     assert lrs[2] > lrs[3] > lrs[4] > lrs[5] > 0 and abs(lrs[2] - 1.0) < 1e-9
+
+
+@pytest.mark.parametrize("schedule_steps", ["kept", "pool"])
+def test_the_schedule_spans_the_kept_steps_or_the_whole_pools(tmp_path: Path, schedule_steps: str) -> None:
+    """train.schedule_steps: a run keeping a fraction f of the pool ends its linear schedule at 0
+    (kept) or at (1 - f) of the peak learning rate (pool: sized from the whole pool, as the
+    authors' trainer), within one step's rounding; the logged lr is the one after each step."""
+    peak, k = 0.01, 2
+    cfg = _tiny_cfg(
+        tmp_path,
+        f"world_size={k}",
+        "selection.method=random",
+        "selection.fraction=0.4",
+        "train.optimizer=sgd",
+        f"train.lr={peak}",
+        "train.warmup_steps=0",
+        "train.schedule=linear",
+        "train.per_device_batch_size=1",
+        f"train.global_batch_size={k}",
+        f"train.schedule_steps={schedule_steps}",
+    )
+    run_dir = run_experiment(cfg, until="train")
+    derived = read_json(run_dir / "derived.json")
+    f = derived["n_selected"] / derived["n_pool"]
+    rows = [json.loads(line) for line in (run_dir / "train_log" / "rank0.jsonl").read_text().splitlines()]
+    assert len(rows) == derived["total_steps"] > 1
+    lrs = [r["lr"] for r in rows]
+    assert all(a > b for a, b in zip(lrs, lrs[1:]))  # decaying at every step
+    pool_steps = read_json(run_dir / "train.json")["lr_schedule_steps"]
+    if schedule_steps == "kept":
+        assert pool_steps == derived["total_steps"] and lrs[-1] == 0.0
+    else:
+        assert pool_steps == -(-derived["n_pool"] // k)  # the pool's steps at one example a step
+        assert lrs[-1] == pytest.approx((1 - f) * peak, abs=peak / pool_steps)
+        assert lrs[-1] == pytest.approx(peak * (pool_steps - derived["total_steps"]) / pool_steps)

@@ -134,6 +134,10 @@ class TrainConfig:
     weight_decay: float = 0.0
     warmup_steps: int = 0
     schedule: Literal["linear", "constant"] = "linear"
+    # How many steps the linear schedule spans: kept (the run's own steps, decaying to 0 at its
+    # end) or pool (the steps the whole pool would take, as the authors' trainer sizes it: a run
+    # keeping a fraction f ends at about (1 - f) of the peak; repro/trainer.py lr_schedule_steps).
+    schedule_steps: Literal["kept", "pool"] = "kept"
     per_device_batch_size: int = 1
     global_batch_size: int = 8  # = per_device_batch_size * world_size * grad_accum
     grad_clip: float | None = None
@@ -180,6 +184,9 @@ class EvalConfig:
     # (data.sources[].format). Another one is a preflight error unless allow_other_template.
     template: str | None = None
     allow_other_template: bool = False
+    # MBPP+'s version, under both protocols: v0.1.x (399 tasks, <data_dir>/evalplus/MbppPlus.jsonl)
+    # or v0.2.0 (378, evalplus 0.3.1's default, MbppPlus-v0.2.0.jsonl); null: the file as found.
+    evalplus_version: str | None = None
     # Processes that evaluate the benchmarks, each with its own GPU and share of the items:
     # null = one per visible GPU (1 on CPU). Inside a SLURM job the job's own tasks evaluate
     # (one per GPU, as they trained) and this key is not used.
@@ -278,6 +285,8 @@ def config_hash(cfg: ExperimentConfig) -> str:
     for key in _HASH_EXCLUDED_WHEN_NULL:
         if d.get(key) is None:
             d.pop(key, None)
+    if d["train"].get("schedule_steps") == "kept":  # added later, left out at its default
+        d["train"].pop("schedule_steps")
     if d["selection"].get("matched") is None:  # added later, left out while null as above
         d["selection"].pop("matched", None)
     # revision (model, data sources): added later, left out while null like the keys above.
@@ -311,4 +320,7 @@ def canonical_params(cfg: ExperimentConfig) -> tuple[dict[str, Any], dict[str, A
 
 def eval_hash(cfg: ExperimentConfig) -> str:
     """The evaluation's identity: 12 hex digits of the canonical JSON of the `eval` section."""
-    return _short_hash(dataclasses.asdict(cfg.eval))
+    d = dataclasses.asdict(cfg.eval)
+    if d.get("evalplus_version") is None:  # added later, left out while null (its default)
+        d.pop("evalplus_version", None)
+    return _short_hash(d)
