@@ -89,7 +89,7 @@ def register(subparsers: Any, epilog: str) -> None:
         default=None,
         help="MBPP+'s version, under both protocols (as eval.evalplus_version): v0.1.x reads "
         "<data-dir>/evalplus/MbppPlus.jsonl (399 tasks), v0.2.0 MbppPlus-v0.2.0.jsonl (378, evalplus "
-        "0.3.1's default); default: the file as found",
+        "0.3.1's default); default: the run's eval.evalplus_version with --run, else the file as found",
     )
     p.add_argument(
         "--limit", type=int, default=None, help="first N items of each task (each MMLU subject); default: all"
@@ -270,6 +270,7 @@ def eval_identity(benchmarks: list[str], settings: Any) -> str:
             "protocol": settings.protocol,
             "template": settings.template,
             "humaneval_plus_file": settings.humaneval_plus_file,
+            "evalplus_version": settings.evalplus_version,
             "task_paths": sorted(settings.task_paths),
         }
     )
@@ -352,7 +353,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 "--name and --output-dir go with --model: a run's evaluation carries the run's name "
                 f"and lives in its folder ({Path(args.run) / 'evals'}/<eval_id>/)"
             )
-        _run_config(args)
+        run_cfg = _run_config(args)
+        if args.evalplus_version is None:  # the run's own MBPP+ version, unless the flag says
+            args.evalplus_version = run_cfg.eval.evalplus_version
     args.task_path = _task_paths(args)
     benchmarks = expand_benchmarks(args.benchmarks, args.task_path)
     fewshot = _parse_fewshot(args.num_fewshot)
