@@ -132,9 +132,14 @@ def build_report(
     tables += analyses
     out = _staging(final)  # written whole, then renamed into place (publish_report)
     tdir, fdir = out / "tables", out / "figures"
+    data_versions = sorted({(b, v) for r in runs for b, v in r.data_versions.items()})
     for t in tables:
         if notes and (t.name == "main" or t.name.startswith("main_compact_")):
             t.notes = t.notes + [f"WARNING: {n}" for n in notes]
+        if data_versions and (t.name == "main" or t.name.startswith("main_compact_")):
+            t.notes = t.notes + [
+                "Benchmark data versions: " + "; ".join(f"{b} {v}" for b, v in data_versions)
+            ]
         atomic_write_text(tdir / f"{t.name}.md", to_markdown(t))
         atomic_write_text(tdir / f"{t.name}.tex", to_latex(t))
         atomic_write_text(tdir / f"{t.name}.csv", to_csv(t))

@@ -222,7 +222,7 @@ def _variant(r: dict[str, Any]) -> str:
     copy of the data would score another number)."""
     v = r.get("versions") if isinstance(r.get("versions"), dict) else {}
     keys = ("eval_source", "eval_limit", "eval_items", "num_fewshot", "eval_max_gen_toks", "eval_template")
-    keys += ("evalplus_dataset",)
+    keys += ("evalplus_dataset", "eval_data_version", "eval_data_sha256")
     said = {k: v.get(k) for k in keys if v.get(k) is not None}
     return json.dumps({**said, "n": r.get("n")}, sort_keys=True)
 
@@ -342,6 +342,9 @@ def _measurements(run: Run, typed: list[tuple[str, dict[str, Any]]], notes: list
             )
         run.scores[(b, m)] = chosen["value"]
         run.variants[b] = _variant(chosen)
+        said = chosen.get("versions") if isinstance(chosen.get("versions"), dict) else {}
+        if said.get("eval_data_version"):  # the benchmark file's version (MBPP+, HumanEval+)
+            run.data_versions[b] = f"{said['eval_data_version']} ({said.get('eval_data_tasks')} tasks)"
         run.eval_ids[b] = str(chosen.get("eval_id") or "")
         if chosen.get("n") is not None:
             run.n_items[b] = chosen["n"]

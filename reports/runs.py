@@ -124,6 +124,8 @@ class Run:
     # benchmark key -> the settings (limit, items, shots, ...) and the eval id its score is from
     variants: dict[str, str] = field(default_factory=dict)
     eval_ids: dict[str, str] = field(default_factory=dict)
+    # benchmark key -> the version of its data file, where the rows state one (MBPP+, HumanEval+)
+    data_versions: dict[str, str] = field(default_factory=dict)
 
     def score(self, benchmark: str, metric: str) -> float | None:
         return self.scores.get((benchmark, metric))

@@ -413,12 +413,14 @@ def _scan(root: Path) -> tuple[list[Path], list[Path], list[Path], list[str]]:
     folders: list[Path] = []
     model_evals: list[Path] = []
     old: list[str] = []
+    old_folders: set[Path] = set()
     for cfg in sorted(root.rglob("config.yaml")):
         d = cfg.parent
         if _skipped(d, root) or not (d / "stages").is_dir():
             continue
         if not (d / RUN_RECORD).is_file():
             old.append(f"{d}: a run folder without {RUN_RECORD} (written by an older version)")
+            old_folders.add(d)
             continue
         folders.append(d)
     for rec in sorted(root.rglob(EVAL_RECORD)):
@@ -431,6 +433,8 @@ def _scan(root: Path) -> tuple[list[Path], list[Path], list[Path], list[str]]:
         if _skipped(d, root):
             continue
         owner = _owner(d, run_set)
+        if owner is None and _owner(d, old_folders) is not None:
+            continue  # the folder is named as older already
         if owner is None:
             if d.name == "eval-cli" or (d.parent.name == "eval" and not (d / EVAL_RECORD).is_file()):
                 old.append(
