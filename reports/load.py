@@ -31,6 +31,8 @@ lists them (`Loaded.unfinished`), and no table counts them.
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import json
 import math
@@ -196,22 +198,26 @@ def _rest(config: dict[str, Any]) -> dict[str, Any]:
 def _settings_of(stored: StoredRun) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """(the run's settings as result columns, the rest of its config flattened, its config as
     the mapping the run ran with) from the stored config (kind run) or its eval record."""
+    if stored.kind == MODEL_EVAL:
+        rec = stored.record
+        method = rec.get("method") or "base"
+        return {"method": method, "model": rec.get("model") or "", "name": rec.get("name")}, {}, {}
+    where = stored.folder / "run.json" if stored.folder else f"the stored config of {stored.run_id}"
+    try:
+        made = _settings_of_config(json.dumps(stored.config, sort_keys=True))
+    except UserError as e:
+        raise ReportInputError(f"{where}: the run's stored config does not load here: {e}") from None
+    return copy.deepcopy(made)
+
+
+@functools.lru_cache(maxsize=4096)
+def _settings_of_config(config_json: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """`_settings_of` for one config (its canonical JSON): built and validated once per process,
+    since building a config is most of a store's reading time."""
     from repro.core.config import from_dict
     from repro.core.store import run_settings
 
-    if stored.kind == MODEL_EVAL:
-        rec = stored.record
-        settings = {
-            "method": rec.get("method") or "base",
-            "model": rec.get("model") or "",
-            "name": rec.get("name"),
-        }
-        return settings, {}, {}
-    where = stored.folder / "config.yaml" if stored.folder else f"the stored config of {stored.run_id}"
-    try:
-        cfg = from_dict(stored.config, source=str(where))
-    except UserError as e:
-        raise ReportInputError(f"{where}: the run's stored config does not load here: {e}") from None
+    cfg = from_dict(json.loads(config_json), source="the stored config")
     config = cfg.to_dict()
     return run_settings(cfg), _rest(config), config
 

@@ -77,7 +77,7 @@ def migrate_run_folder(run_dir: Path) -> str | None:
         write_rows(part, rows)
         write_lm_eval_results(run_dir / LM_EVAL_NAME, rows)
         done.append(f"results rebuilt ({len(rows)} rows)")
-    write_run_record(run_dir, f"{cfg.name}-{cfg.hash()}", cfg.hash(), cfg.name)
+    write_run_record(run_dir, cfg)
     done.append(f"{RUN_RECORD} written")
     return ", ".join(done)
 

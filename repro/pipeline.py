@@ -466,7 +466,7 @@ def _run_stages(cfg: ExperimentConfig, run_dir: Path, force: bool, until: str, l
 
     save_config(cfg, run_dir / "config.yaml")
     if leader:  # the folder's identity and schema version (repro/core/store.py)
-        write_run_record(run_dir, f"{cfg.name}-{cfg.hash()}", cfg.hash(), cfg.name)
+        write_run_record(run_dir, cfg)
     logger.info(
         f"run {cfg.name} ({cfg.selection.method} + {cfg.allocation.method}, "
         f"world size {cfg.world_size}) -> {run_dir}"

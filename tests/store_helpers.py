@@ -108,7 +108,7 @@ def fake_run(
     run_dir = cfg.run_dir()
     (run_dir / "stages").mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
-    write_run_record(run_dir, f"{cfg.name}-{cfg.hash()}", cfg.hash(), cfg.name)
+    write_run_record(run_dir, cfg)
     ws = cfg.world_size
     n = n_pool if n_selected is None else n_selected
     ids = [f"ex{i:04d}" for i in range(n_pool)]

@@ -99,7 +99,8 @@ def test_quick_seed_ablation_prints_per_category_loss_and_intervals(tmp_path: Pa
         overall = float(rows[("heldout", "loss")]["value"])
         assert math.isclose(pooled, overall, rel_tol=1e-6)
         first = next(iter(rows.values()))
-        key = (first["method"] + ("-compute" if first["matched"] else ""), int(first["seed"]))
+        by = (json.loads(first["matched"] or "null") or {}).get("by")
+        key = (first["method"] + ("-compute" if by == "compute" else ""), int(first["seed"]))
         loss[key] = overall
         by_run[key] = {"row": first, "dir": d}
     assert sorted(loss) == [
@@ -131,14 +132,20 @@ def test_quick_seed_ablation_prints_per_category_loss_and_intervals(tmp_path: Pa
     # The pool's mean tokens per example is what the trainer counts: 1 epoch of the whole pool.
     trained = read_json(comp["dir"] / "train.json")["tokens"]
     assert math.isclose(m["mean_tokens_per_example"] * n_pool, trained, rel_tol=1e-4)
-    assert json.loads(c_row["matched"] or "null") is None  # the others were not matched in compute
+    assert json.loads(c_row["matched"] or "null") is None  # CluSTER sets its own count
+    rnd = json.loads(by_run[("random", 0)]["row"]["matched"])  # random at its count: recorded too
+    assert (rnd["by"], rnd["run_id"], rnd["kept"]) == (
+        "kept_count",
+        c_row["run_id"],
+        int(c_row["n_selected"]),
+    )
 
     assert "Held-out loss per category" in printed
     table = printed[printed.index("Over seeds:") :].splitlines()
     head = next(line for line in table if line.startswith("| score"))
     assert "CluSTER (r = 0.5) (2 seeds)" in head and "Random (r = 0.5) (2 seeds)" in head
     assert "CluSTER (r = 0.5) − random" in head
-    assert f"Random (n = {n_pool}) (1 seeds)" in head  # random at CluSTER's compute: its own column
+    assert "Random (compute of r = 0.5) (1 seeds)" in head  # random at CluSTER's compute: its own column
     cols = [c.strip() for c in head.strip("| ").split(" | ")]
     pick = [
         cols.index(c)

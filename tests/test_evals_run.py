@@ -223,7 +223,7 @@ def _finished_run(
     run_dir = cfg.run_dir()
     atomic_write_json(stage_marker(run_dir, "model"), {"model_dir": str(model_dir)})
     atomic_write_json(stage_marker(run_dir, "train"), {"status": "ok"})
-    write_run_record(run_dir, f"{cfg.name}-{cfg.hash()}", cfg.hash(), cfg.name)
+    write_run_record(run_dir, cfg)
     (run_dir / "pool.jsonl").write_text("")
     (run_dir / "heldout.jsonl").write_text("")
     save_finetuned(model, tok, run_dir / "model")

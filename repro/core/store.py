@@ -3,8 +3,8 @@ command that reads results (report, claims, status, launch, results, the matcher
 
 Identity (docs/files.md, "The results store"):
 
-- A **run** is one run folder `<root>/<name>/<config_hash>/`: its stored config (`config.yaml`)
-  and its record `run.json` (the folder's schema version, its run id and config hash). Which
+- A **run** is one run folder `<root>/<name>/<config_hash>/` and its record `run.json`: the
+  folder's schema version, its run id and config hash, and its stored config. Which
   cell of a table a run belongs to is decided from its stored config (reports/load.py), never
   from the columns of a result row.
 - A **measurement** is (run, eval identity, protocol, benchmark, metric). The eval identity
@@ -44,7 +44,7 @@ from repro.core.results import (
     sidecar_path,
 )
 
-RUN_RECORD = "run.json"  # in a run folder: {"schema", "run_id", "config_hash", "name"}
+RUN_RECORD = "run.json"  # in a run folder: {"schema", "run_id", "config_hash", "name", "config"}
 EVAL_RECORD = "model-eval.json"  # in a model evaluation's folder: {"schema", "run_id", "model", ...}
 EVALS_DIR = "evals"  # <run>/evals/<eval_id>/: one `cluster-repro eval --run` each
 RUNS_INDEX = "runs.jsonl"  # in a merged set: one line per run (its record, config and status)
@@ -240,10 +240,18 @@ def _lock_holder(run_dir: Path) -> str:
 # ----------------------------------------------------------------------------- records and versions
 
 
-def write_run_record(run_dir: Path, run_id: str, config_hash: str, name: str) -> None:
-    """The run folder's record, written when the run starts: its identity and schema version."""
+def write_run_record(run_dir: Path, cfg: Any) -> None:
+    """The run folder's record, written when the run starts: its schema version, its identity
+    (run id, config hash, name) and its config as it runs (what the store places it by;
+    config.yaml beside it is the same config for people)."""
     path = Path(run_dir) / RUN_RECORD
-    record = {"schema": schema.VERSION, "run_id": run_id, "config_hash": config_hash, "name": name}
+    record = {
+        "schema": schema.VERSION,
+        "run_id": f"{cfg.name}-{cfg.hash()}",
+        "config_hash": cfg.hash(),
+        "name": cfg.name,
+        "config": cfg.to_dict(),
+    }
     if path.is_file():
         try:
             if read_json(path) == record:
@@ -497,8 +505,11 @@ def _open_folder(
                 f"two run folders are both run {run_id}: {where[run_id]} and {d}; one results "
                 "folder holds a run once (move one of them out)"
             )
-        cfg = _stored_config(d / "config.yaml", root)
-        runs[run_id] = StoredRun(run_id, RUN, run_status(d), cfg, rec, d)
+        cfg = rec.get("config")
+        if not isinstance(cfg, dict):
+            raise StoreError(f"{d / RUN_RECORD}: no config (a mapping); {migrate_command(root)}")
+        record = {k: v for k, v in rec.items() if k != "config"}
+        runs[run_id] = StoredRun(run_id, RUN, run_status(d), cfg, record, d)
         where[run_id] = d
     for d in model_evals:
         rec = _record(d / EVAL_RECORD, "evaluation record", root)
@@ -544,16 +555,6 @@ def _open_folder(
     for run_id in lost:  # left out whole (with its evaluations), as its file is named
         del runs[run_id]
     return Store(root, runs, damaged, parts)
-
-
-def _stored_config(path: Path, root: Path) -> dict[str, Any]:
-    """The stored config as its mapping (built into a config by the readers that need one)."""
-    from repro.core.builder import read_yaml_file
-
-    data = read_yaml_file(path, "stored config")
-    if not isinstance(data, dict):
-        raise StoreError(f"{path}: expected the run's config (a mapping); the run folder is damaged")
-    return data
 
 
 def _check_columns(path: Path, rows: list[dict[str, str]]) -> None:
