@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import os
 import re
 import subprocess
 import sys
@@ -147,3 +149,80 @@ def test_a_bench_module_run_as_a_script_checks_its_flags_too() -> None:
     assert p.returncode == 2, p.stderr
     assert "argument --n: expected an integer >= 1, got '0'" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+# ----------------------------------------------------------------------------- the debug backend
+
+
+RAN: list[str] = []
+
+
+def _fails(what: str) -> None:
+    from repro.core.data import DataError
+
+    RAN.append(what)
+    raise DataError(f"{what}: line 2: not JSON")
+
+
+def _adds(a: int, b: int) -> int:
+    return a + b
+
+
+def test_a_failing_debug_job_is_an_error_never_a_debugger_prompt(tmp_path: Path) -> None:
+    """submitit's DebugJob enters pdb.post_mortem on any exception; under pytest that reads the
+    captured stdin and fails, in a terminal it waits at a (Pdb) prompt."""
+    from repro.core.data import DataError
+    from slurm.executors import make_executor
+    from slurm.profile import ClusterProfile
+
+    ex = make_executor("debug", tmp_path, ClusterProfile(), 1, "t")
+    RAN.clear()
+    job = ex.submit(_fails, "pool.jsonl")
+    assert job.done()
+    assert isinstance(job.exception(), DataError)
+    with pytest.raises(DataError, match="pool.jsonl: line 2: not JSON"):
+        job.result()
+    with pytest.raises(DataError):
+        job.results()
+    assert RAN == ["pool.jsonl"], "the job ran once; its error is kept, not made again"
+    assert job.state == "FAILED"
+    ok = ex.submit(_adds, 1, 2)
+    assert ok.result() == 3 and ok.done() and ok.exception() is None and ok.state == "DONE"
+
+
+def test_launch_with_the_debug_backend_reports_a_failed_cell_and_exits_1(tmp_path: Path) -> None:
+    good = {"instruction": "Say hi.", "output": "hi"}
+    (tmp_path / "pool.jsonl").write_text(json.dumps(good) + "\n{not json\n")
+    grid = _grid(
+        tmp_path,
+        seeds="[1]",
+        extra="overrides: ['data.sources=[{path: pool.jsonl, format: alpaca}]', "
+        f"'data_dir={tmp_path}', 'launch.torch_threads=1']\n",
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "repro",
+            "launch",
+            str(grid),
+            "--cluster",
+            "debug",
+            "--output-dir",
+            str(tmp_path / "o"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    text = p.stdout + p.stderr
+    assert "(Pdb)" not in text, text[-3000:]
+    assert p.returncode == 1, text[-3000:]
+    assert re.search(r"demo\.tiny\.full\.ws1\.s1: failed: DataError: .*pool\.jsonl.*line 2", p.stdout), text[
+        -3000:
+    ]
+    assert "please report it" not in text
