@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from repro.core.argtypes import IntListType, NumberType
-from repro.preflight import Problem
+from repro.core.config import ConfigError, load_config
+from repro.preflight import Problem, preflight
 from tests.conftest import CONFIGS, REPO
 
 QUICK = str(CONFIGS / "demo-quick.yaml")
@@ -149,6 +150,139 @@ def test_a_bench_module_run_as_a_script_checks_its_flags_too() -> None:
     assert p.returncode == 2, p.stderr
     assert "argument --n: expected an integer >= 1, got '0'" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+# ----------------------------------------------------------------------------- output_dir
+
+
+def test_an_output_dir_that_is_a_file_is_refused_alike_by_validate_run_dry_run_and_launch(
+    tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder\n")
+    grid = _grid(tmp_path)
+    line = f"output_dir: {str(afile)!r} is a file, not a folder"
+
+    rc, out, _ = cli("launch", str(grid), "--dry-run", "--output-dir", str(afile))
+    assert rc == 2 and line in out, out[-2000:]
+    assert "passed every check" not in out
+    rc, _, err = cli("launch", str(grid), "--cluster", "local", "--output-dir", str(afile))
+    assert rc == 2 and line in err and "nothing was submitted" in err, err[-2000:]
+    for cmd in (["validate", QUICK, "--quiet"], ["run", QUICK]):
+        rc, _, err = cli(*cmd, f"output_dir={afile}")
+        assert rc == 2 and line in err, err[-2000:]
+    monkeypatch.chdir(tmp_path)  # relative: resolved against the current folder before the check
+    rc, _, err = cli("validate", QUICK, "--quiet", "output_dir=afile")
+    assert rc == 2 and line in err, err
+    rc, _, err = cli("validate", QUICK, "--quiet", "output_dir=afile/runs")
+    assert rc == 2 and f"output_dir: {str(afile / 'runs')!r}: {str(afile)!r} is a file, not a folder" in err
+    assert afile.read_text() == "not a folder\n"
+    rc, out, _ = cli("validate", QUICK, "--quiet", f"output_dir={tmp_path / 'new' / 'runs'}")
+    assert rc == 0 and out.startswith("config_hash: ")  # a folder that can be made is fine
+    assert not (tmp_path / "new").exists(), "a check makes nothing"
+
+
+# ----------------------------------------------------------------------------- model paths
+
+
+def test_a_revision_of_a_local_model_dir_is_refused_relative_or_absolute(
+    tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    said = "model.revision: 'main' pins a hub model, but model.name_or_path"
+    for name in ("models/tiny", str(tmp_path / "models" / "tiny")):
+        with pytest.raises(ConfigError, match=said):
+            load_config(QUICK, [f"model.name_or_path={name}", "model.revision=main"])
+        rc, _, err = cli("validate", QUICK, "--quiet", f"model.name_or_path={name}", "model.revision=main")
+        assert rc == 2 and said in err, err
+        args = ("--output-dir", str(tmp_path / "o"), f"model.name_or_path={name}", "model.revision=main")
+        rc, _, err = cli("launch", str(_grid(tmp_path)), "--dry-run", *args)
+        assert rc == 2 and said in err, err
+        rc, _, err = cli("launch", str(_grid(tmp_path)), "--cluster", "local", *args)
+        assert rc == 2 and said in err, err
+    # a hub id (no such folder here) keeps its revision
+    assert (
+        load_config(QUICK, ["model.name_or_path=owner/model", "model.revision=main"]).model.revision == "main"
+    )
+
+
+def test_a_local_model_dir_that_cannot_load_is_named_before_any_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "models" / "empty").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+
+    def said(name: str) -> list[str]:
+        return [
+            e for e in _errors(preflight(load_config(QUICK, [f"model.name_or_path={name}"]))) if "model" in e
+        ]
+
+    empty = str(tmp_path / "models" / "empty")
+    assert (
+        said("models/empty")
+        == said(empty)
+        == [
+            f"model.name_or_path: {empty!r} has no config.json: expected a Hugging Face model folder "
+            "(config.json, weights, tokenizer), a hub id (owner/name) or a builtin "
+            "(tiny-random-llama, smollm2-135m-instruct)"
+        ]
+    )
+    missing = str(tmp_path / "models" / "none")
+    assert (
+        said("./models/none")
+        == said(missing)
+        == [
+            f"model.name_or_path: {missing!r} not found (a local model folder: absolute, or relative to "
+            "the current folder); expected a Hugging Face model folder (config.json, weights, "
+            "tokenizer), a hub id (owner/name) or a builtin (tiny-random-llama, smollm2-135m-instruct)"
+        ]
+    )
+    assert said("owner/model") == []  # a hub id: fetched (and checked) by the model stage
+
+
+# ----------------------------------------------------------------------------- feature shards
+
+
+def test_more_feature_shards_than_the_pool_has_batches_is_refused_before_any_stage(cli) -> None:
+    def errors(*overrides: str) -> list[str]:
+        cfg = load_config(QUICK, ["selection.method=cluster", *overrides])
+        return [e for e in _errors(preflight(cfg)) if "feature_shards" in e]
+
+    assert errors("selection.params.feature_shards=96") == [
+        "selection.params.feature_shards: 96 shards, but the feature pass has at most 12 batches "
+        "(at most 96 pool rows from data.sources, selection.params.feature_batch_size 8); use at "
+        "most 12"
+    ]
+    assert errors("selection.params.feature_shards=13") and not errors("selection.params.feature_shards=12")
+    assert not errors("selection.params.feature_shards=24", "selection.params.feature_batch_size=4")
+    assert errors("selection.params.feature_shards=12", "selection.params.feature_batch_size=9")
+    rc, _, err = cli("validate", QUICK, "selection.method=cluster", "selection.params.feature_shards=96")
+    assert rc == 2 and "selection.params.feature_shards: 96 shards" in err
+
+
+def test_too_many_feature_shards_for_a_file_pool_is_a_clear_error_at_select(tmp_path: Path, cli) -> None:
+    """A file pool without a `limit`: its size is known only to the pool stage; the error then names
+    the key, the pool and the fix, and never blames the selector's code."""
+    rows = [{"instruction": f"Say {i}.", "output": f"{i} " * (1 + i % 5)} for i in range(20)]
+    (tmp_path / "pool.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rc, _, err = cli(
+        "select",
+        QUICK,
+        f"output_dir={tmp_path / 'runs'}",
+        f"data_dir={tmp_path}",
+        "data.sources=[{path: pool.jsonl, format: alpaca}]",
+        "data.heldout_fraction=0",
+        "selection.method=cluster",
+        "selection.params.feature_shards=5",
+        "launch.torch_threads=1",
+    )
+    assert rc == 2, err[-3000:]
+    assert re.search(
+        r"selection\.params\.feature_shards = 5 is more than the pass's 3 batches \(N = 20\b", err
+    ), err[-3000:]
+    assert "use at most 3" in err
+    assert "selector's code" not in err
 
 
 # ----------------------------------------------------------------------------- the debug backend
