@@ -18,7 +18,7 @@ import pytest
 
 from repro.core.argtypes import IntListType, NumberType
 from repro.core.config import ConfigError, load_config
-from repro.preflight import Problem, preflight
+from repro.preflight import Problem, preflight, report
 from tests.conftest import CONFIGS, REPO
 
 QUICK = str(CONFIGS / "demo-quick.yaml")
@@ -182,6 +182,21 @@ def test_an_output_dir_that_is_a_file_is_refused_alike_by_validate_run_dry_run_a
     assert not (tmp_path / "new").exists(), "a check makes nothing"
 
 
+def test_a_dry_run_says_what_the_launch_would_still_need(tmp_path: Path, cli) -> None:
+    """A dry run plans with the default profile on any machine; what stops the real launch then
+    (no --profile for --cluster slurm) is said as a note, with the same words."""
+    grid = _grid(tmp_path)
+    rc, out, _ = cli("launch", str(grid), "--dry-run", "--output-dir", str(tmp_path / "o"))
+    assert rc == 0, out[-2000:]
+    assert "  note   --cluster slurm needs --profile PROFILE.yaml" in out
+    rc, _, err = cli("launch", str(grid), "--output-dir", str(tmp_path / "o"))
+    assert rc == 2 and "config error: --cluster slurm needs --profile PROFILE.yaml" in err
+    rc, out, _ = cli(
+        "launch", str(grid), "--dry-run", "--cluster", "local", "--output-dir", str(tmp_path / "o")
+    )
+    assert rc == 0 and "needs --profile" not in out
+
+
 # ----------------------------------------------------------------------------- model paths
 
 
@@ -239,6 +254,28 @@ def test_a_local_model_dir_that_cannot_load_is_named_before_any_stage(
         ]
     )
     assert said("owner/model") == []  # a hub id: fetched (and checked) by the model stage
+
+
+def test_data_files_under_a_relative_or_absolute_data_dir_are_checked_and_named_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "ok.jsonl").write_text('{"instruction": "Say hi.", "output": "hi"}\n')
+    monkeypatch.chdir(tmp_path)
+
+    def said(data_dir: str, path: str) -> list[str]:
+        cfg = load_config(QUICK, [f"data_dir={data_dir}", f"data.sources=[{{path: {path}, format: alpaca}}]"])
+        return [e for e in _errors(preflight(cfg)) if e.startswith("data.sources")]
+
+    assert said("d", "ok.jsonl") == said(str(tmp_path / "d"), "ok.jsonl") == []
+    assert (
+        said("d", "no.jsonl")
+        == said(str(tmp_path / "d"), "no.jsonl")
+        == [
+            f"data.sources[0].path: file '{tmp_path / 'd' / 'no.jsonl'}' not found ('no.jsonl' relative to "
+            "the data directory from data_dir)"
+        ]
+    )
 
 
 # ----------------------------------------------------------------------------- feature shards
@@ -360,3 +397,46 @@ def test_launch_with_the_debug_backend_reports_a_failed_cell_and_exits_1(tmp_pat
         -3000:
     ]
     assert "please report it" not in text
+
+
+# ----------------------------------------------------------------------------- one line per problem
+
+
+def test_the_same_problem_in_many_cells_is_one_line_with_the_cells_counted() -> None:
+    missing = Problem("eval.benchmarks", "local data not found here: pubmedqa")
+    five = {f"cell c{i}": [missing] for i in range(5)}
+    assert report(five).splitlines() == [
+        "  error  eval.benchmarks: local data not found here: pubmedqa (5 cells: c0, c1, c2 and 2 more)"
+    ]
+    two = {f"cell c{i}": [Problem("selection.n", f"cell c{i} keeps 3, too few")] for i in range(2)}
+    assert report(two).splitlines() == ["  error  selection.n: this cell keeps 3, too few (2 cells: c0, c1)"]
+    assert (
+        report({"a.yaml": [missing]})
+        == "  error  a.yaml: eval.benchmarks: local data not found here: pubmedqa"
+    )
+    note = Problem("data.sources[0].path", "hf:x: a hub dataset, not checked here", blocking=False)
+    mixed = {"cell a": [note], "cell b": [note, missing], "cell c": [note]}
+    assert report(mixed).splitlines() == [
+        "  error  cell b: eval.benchmarks: local data not found here: pubmedqa",
+        "  note   data.sources[0].path: hf:x: a hub dataset, not checked here (3 cells: a, b, c)",
+    ]
+    runs = {f"{d}/r.yaml run {x}": [missing] for d, x in (("/p", "a"), ("/p", "b"))}
+    assert report(runs).splitlines() == [
+        "  error  eval.benchmarks: local data not found here: pubmedqa (2 runs: /p/r.yaml run a, "
+        "/p/r.yaml run b)"
+    ]
+
+
+def test_a_dry_run_prints_a_problem_of_every_cell_once(tmp_path: Path, cli) -> None:
+    grid = _grid(tmp_path, seeds="[1, 2, 3, 4, 5]")
+    args = ("--output-dir", str(tmp_path / "o"), "eval.benchmarks=[pubmedqa]", f"data_dir={tmp_path}")
+    rc, out, _ = cli("launch", str(grid), "--dry-run", *args)
+    assert rc == 2
+    errors = [x for x in out.splitlines() if x.startswith("  error")]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("  error  eval.benchmarks: local data not found here: pubmedqa")
+    assert errors[0].endswith(
+        "(5 cells: demo.tiny.full.ws1.s1, demo.tiny.full.ws1.s2, demo.tiny.full.ws1.s3 and 2 more)"
+    )
+    rc, _, err = cli("launch", str(grid), "--cluster", "local", *args)
+    assert rc == 2 and [x for x in err.splitlines() if x.startswith("  error")] == errors
