@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from repro.core.argtypes import positive_int
 from repro.core.errors import UserValueError
 
 _DESCRIPTION = (
@@ -92,7 +93,10 @@ def register(subparsers: Any, epilog: str) -> None:
         "0.3.1's default); default: the run's eval.evalplus_version with --run, else the file as found",
     )
     p.add_argument(
-        "--limit", type=int, default=None, help="first N items of each task (each MMLU subject); default: all"
+        "--limit",
+        type=positive_int,
+        default=None,
+        help="first N items of each task (each MMLU subject); default: all",
     )
     p.add_argument(
         "--items",
@@ -123,7 +127,7 @@ def register(subparsers: Any, epilog: str) -> None:
         action="store_true",
         help="with --run: evaluate in a template other than the run's training one, on purpose",
     )
-    p.add_argument("--batch-size", type=int, default=8, help="default 8")
+    p.add_argument("--batch-size", type=positive_int, default=8, help="default 8")
     p.add_argument(
         "--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available, else cpu)"
     )
@@ -135,14 +139,14 @@ def register(subparsers: Any, epilog: str) -> None:
     )
     p.add_argument(
         "--max-gen-toks",
-        type=int,
+        type=positive_int,
         default=None,
         help="limit on generated tokens for the code benchmarks (default: the task's, "
         "1024 HumanEval / 256 MBPP); the rows record it (eval_max_gen_toks)",
     )
     p.add_argument(
         "--threads",
-        type=int,
+        type=positive_int,
         default=None,
         help="torch CPU threads (default: torch's choice). On a CPU shared with other "
         "jobs, 1 avoids thread oversubscription (several times faster there)",

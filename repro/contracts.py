@@ -33,7 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import ConfigError, ExperimentConfig
+from repro.core.config import ExperimentConfig
+from repro.core.errors import UserError
 from repro.core.interfaces import SelectionError
 from repro.core.io import atomic_write_text
 from repro.core.types import Pool, Schedule, Selection
@@ -46,13 +47,14 @@ class PluginFailed(SelectionError):
 
 
 def call_plugin(kind: str, method: str, run_dir: Path, fn: Callable[[], Any]) -> tuple[Any, float]:
-    """`fn()` (a plugin's select or allocate) and its seconds. The suite's own refusals
-    (SelectionError, ConfigError: their messages name the key) pass unchanged; any other exception
-    becomes PluginFailed "<kind> <method> failed: ...", its traceback written to the run folder."""
+    """`fn()` (a plugin's select or allocate) and its seconds. A UserError (SelectionError,
+    ConfigError, UserValueError: the message names the key and the fix, e.g. more feature shards
+    than the pool has batches) passes unchanged; any other exception becomes PluginFailed
+    "<kind> <method> failed: ...", its traceback written to the run folder."""
     t0 = time.perf_counter()
     try:
         out = fn()
-    except (SelectionError, ConfigError):
+    except UserError:
         raise
     except Exception as e:
         log = run_dir / PLUGIN_ERROR_LOG

@@ -3,9 +3,12 @@
 Loading a config (repro/core/config.py) already checks keys, types and ranges. What it cannot check
 needs the rest of the suite or the file system: benchmark names (evals/), selector and allocator
 names and parameters (the registries), the optional extras they and the model need
-(repro/core/extras.py), data files, and settings that are valid values but almost surely a slip
+(repro/core/extras.py), data files, the output folder and a local model folder (those two in
+repro/preflight_paths.py; every path resolved as the stages resolve it), feature shards against
+the pool, and settings that are valid values but almost surely a slip
 (`selection.params.ratio: 0.5`, a percentage). Those checks live here, as small
-functions run before the first stage by `validate`, `run`, `select`, `grid` and `launch`:
+functions run before the first stage by `validate`, `run`, `select`, `grid` and `launch`
+(its `--dry-run` too: one set of checks, one verdict):
 
     problems = preflight(cfg)                      # every check, in order
     errors = [p for p in problems if p.blocking]   # these stop a run or a launch
@@ -26,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from repro.core.config import ConfigError, ExperimentConfig
+
+# The checks of output_dir and a local model folder (paths resolved as the stages resolve them).
+from repro.preflight_paths import check_model_path, check_output_dir  # noqa: F401 (registers them)
 
 # The machinery (Problem, the registry, running and reporting) is in repro/problems.py; its names
 # stay importable from here, and importing this module registers the checks below.
@@ -455,6 +461,35 @@ def check_batches(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
             )
         )
     return out
+
+
+@check
+def check_feature_shards(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
+    """selection.params.feature_shards (a selector that shards its feature pass, CluSTER's): at
+    most one shard per batch of the pass, which has ceil(N / feature_batch_size) batches of the
+    pool's N rows. Known here when the config bounds the pool (demo, or every source with a
+    `limit`); otherwise the pass says so when it starts, after the pool stage."""
+    from repro.core.registry import SELECTORS
+
+    s = cfg.selection
+    if "feature_shards" not in s.params or (bound := _pool_upper_bound(cfg)) is None:
+        return []
+    try:
+        sel = SELECTORS.create(s.method, s.params, "selection.params")
+        shards, batch = int(sel.feature_shards), int(sel.feature_batch_size)
+    except Exception:  # noqa: BLE001 - check_selector names a selector or parameter that is wrong
+        return []
+    most = -(-bound // batch)
+    if shards <= most:
+        return []
+    return [
+        Problem(
+            "selection.params.feature_shards",
+            f"{shards} shards, but the feature pass has at most {most} batches (at most {bound} "
+            f"pool rows from data.sources, selection.params.feature_batch_size {batch}); use at "
+            f"most {most}",
+        )
+    ]
 
 
 def _pool_upper_bound(cfg: ExperimentConfig) -> int | None:

@@ -8,6 +8,7 @@ Import these from repro.preflight, which re-exports them: importing it registers
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,14 +44,19 @@ class CheckContext:
     def data_dir(self, cfg: ExperimentConfig) -> tuple[Path | None, str]:
         """Where relative data paths resolve for `cfg`, and where that came from: data_dir,
         else the profile's `env` CLUSTER_REPRO_DATA (what a launched job sees), else this
-        process's $CLUSTER_REPRO_DATA."""
+        process's $CLUSTER_REPRO_DATA. Absolute (a relative one against the current folder, as
+        the stages read it), so a relative and an absolute spelling are checked and named alike."""
         env = getattr(self.profile, "env", None) or {}
         if cfg.data_dir:
-            return Path(cfg.data_dir).expanduser(), "data_dir"
+            return _absolute(cfg.data_dir), "data_dir"
         if env.get("CLUSTER_REPRO_DATA"):
-            return Path(env["CLUSTER_REPRO_DATA"]).expanduser(), "the profile's env"
+            return _absolute(env["CLUSTER_REPRO_DATA"]), "the profile's env"
         d = cfg.resolved_data_dir()
-        return d, "CLUSTER_REPRO_DATA"
+        return (_absolute(d) if d else None), "CLUSTER_REPRO_DATA"
+
+
+def _absolute(path: str | Path) -> Path:
+    return Path(os.path.abspath(Path(path).expanduser()))
 
 
 Check = Callable[[ExperimentConfig, CheckContext], "list[Problem]"]
@@ -91,20 +97,41 @@ def preflight_all(
 
 
 def report(found: dict[str, list[Problem]]) -> str:
-    """Every finding, grouped by config; a note said by many configs is printed once."""
-    lines, notes = [], {}
+    """Every finding, errors first, one line per distinct problem: a problem said by one config
+    names it (`  error  <where>: <key>: <message>`); one said by many (after each config's own
+    name is taken out of its message) is printed once with them counted:
+    `  error  <key>: <message> (<k> cells: a, b, c and <k - 3> more)`."""
+    groups: dict[tuple[bool, str], list[tuple[str, str]]] = {}  # (error?, text) -> (where, own text)
     for where, problems in found.items():
-        errors = [p for p in problems if p.blocking]
-        if errors:
-            lines.append(format_problems(errors, where))
         for p in problems:
-            if not p.blocking:
-                notes.setdefault(str(p), []).append(where)
-    for text, wheres in notes.items():
-        noun = "cells" if all(w.startswith("cell ") for w in wheres) else "configs"
-        who = wheres[0] if len(wheres) == 1 else f"{len(wheres)} {noun} ({wheres[0]}, ...)"
-        lines.append(f"  note   {who}: {text}")
+            generic = str(p).replace(where, f"this {_noun(where)}")
+            groups.setdefault((p.blocking, generic), []).append((where, str(p)))
+    lines = []
+    for (blocking, generic), said in sorted(groups.items(), key=lambda kv: not kv[0][0]):
+        label = "error" if blocking else "note "
+        wheres = list(dict.fromkeys(w for w, _ in said))
+        if len(wheres) == 1:
+            lines.append(f"  {label}  {wheres[0]}: {said[0][1]}")
+        else:
+            lines.append(f"  {label}  {generic} ({_counted(wheres)})")
     return "\n".join(lines)
+
+
+def _noun(where: str) -> str:
+    """What a `where` of preflight names: a grid cell ("cell <id>"), a run of a run list
+    ("<file> run <label>") or a config file."""
+    if where.startswith("cell ") or " cell " in where:
+        return "cell"
+    return "run" if " run " in where else "config"
+
+
+def _counted(wheres: list[str], shown: int = 3) -> str:
+    """'5 cells: a, b, c and 2 more' (a cell by its id)."""
+    nouns = {_noun(w) for w in wheres}
+    noun = nouns.pop() if len(nouns) == 1 else "config"
+    names = [w.removeprefix("cell ") for w in wheres]
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"{len(names)} {noun}s: {', '.join(names[:shown])}{more}"
 
 
 def require_clean(

@@ -25,8 +25,9 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
         "features job per (model, pool) that CluSTER cells wait for. Finished cells are skipped, "
         "so launching again resumes a grid; a timed-out or preempted job requeues itself and "
         "training resumes from its checkpoint. Every cell to run is preflight-checked first "
-        "(benchmark, selector and allocator names, data files, batches, ratio; "
-        "repro/preflight.py): a launch submits nothing while any cell has a problem. --dry-run "
+        "(benchmark, selector and allocator names, data files, the output and model folders, "
+        "batches, feature shards, ratio; repro/preflight.py): a launch submits nothing while any "
+        "cell has a problem. --dry-run "
         "prints the jobs, GPUs, an estimate of GPU-hours (from tokens, parameter count and the "
         "profile's MFU) and each cell's problems, and submits nothing (exit 2 on a problem).",
         epilog="Grids: configs/grids/. Profiles: configs/clusters/ (example.yaml documents every "
@@ -112,16 +113,19 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
+NEEDS_PROFILE = (
+    "--cluster slurm needs --profile PROFILE.yaml (your partition, account, GPUs per node...; "
+    "copy configs/clusters/example.yaml)"
+)
+
+
 def _profile(args: argparse.Namespace, required: bool):
     from slurm.profile import ClusterProfile, load_profile
 
     if args.profile:
         return load_profile(args.profile)
     if required:
-        raise ConfigError(
-            "--cluster slurm needs --profile PROFILE.yaml (your partition, account, "
-            "GPUs per node...; copy configs/clusters/example.yaml)"
-        )
+        raise ConfigError(NEEDS_PROFILE)
     return ClusterProfile()  # the defaults of slurm/profile.py (no partition, no output_dir)
 
 
@@ -327,6 +331,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
             else f"Preflight: the {len(found)} cells to run passed every check"
         )
         print(f"\n{summary}" + (f":\n{checks}" if checks else "."))
+        for line in _launch_needs(args):
+            print(f"  note   {line}")
         return 2 if bad else 0
     if checks:
         print(f"Preflight notes:\n{checks}", file=sys.stderr)
@@ -335,14 +341,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if not jobs:
         print(f"nothing to submit: {len(done)} cells done, {len(active)} queued or running")
         return 0
-    if args.cluster == "slurm":
-        import shutil
-
-        if shutil.which("sbatch") is None:
-            raise ConfigError(
-                "--cluster slurm: no `sbatch` on PATH (not a SLURM login node?); "
-                "use --cluster local to run here"
-            )
+    needs = _launch_needs(args)  # (a missing --profile stopped it above)
+    if needs:
+        raise ConfigError(needs[0])
     try:
         submitted = submit(ctx, jobs, args.cluster)
     except RuntimeError as e:  # a features job failed before its cells could go (local/debug)
@@ -360,6 +361,23 @@ def cmd_launch(args: argparse.Namespace) -> int:
     for name, v in outcome.items():
         print(f"{name}: {v}")
     return 1 if failed else 0
+
+
+def _launch_needs(args: argparse.Namespace) -> list[str]:
+    """What a launch with --cluster slurm needs beyond the cells' checks (a dry run says it as
+    notes, since it plans with the default profile on any machine; the launch stops on it)."""
+    import shutil
+
+    if args.cluster != "slurm":
+        return []
+    out = []
+    if not args.profile:
+        out.append(f"{NEEDS_PROFILE}; this plan used the defaults")
+    if shutil.which("sbatch") is None:
+        out.append(
+            "--cluster slurm: no `sbatch` on PATH (not a SLURM login node?); use --cluster local to run here"
+        )
+    return out
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -6,10 +6,13 @@ re-exports these names.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
+
+from submitit.local.debug import DebugExecutor, DebugJob
 
 from repro.core.config import check_text
 from slurm.profile import ClusterProfile
@@ -109,7 +112,7 @@ def make_executor(
     import submitit
 
     if backend == "debug":
-        return submitit.DebugExecutor(folder)
+        return InProcessExecutor(folder)
     if backend == "local":
         ex = submitit.LocalExecutor(folder, max_num_timeout=profile.max_requeues)
         ex.update_parameters(timeout_min=profile.time_limit_min, tasks_per_node=world_size, gpus_per_node=0)
@@ -118,3 +121,66 @@ def make_executor(
     ex = submitit.SlurmExecutor(folder, max_num_timeout=profile.max_requeues)
     ex.update_parameters(**slurm_parameters(profile, world_size, job_name, dependency))
     return ex
+
+
+# ----------------------------------------------------------------------------- debug backend
+
+
+class InProcessJob(DebugJob):
+    """A `debug` job without the debugger. submitit's DebugJob.results() calls pdb.post_mortem()
+    on any exception of the job (ipdb where $PYTHONBREAKPOINT names it), which leaves a user's
+    command waiting at a (Pdb) prompt. This one runs once, in this process, with the environment
+    it was submitted with (submitit's job id variable among it), when first asked about; its
+    exception is kept and raised by result(), as a failed job's is on the other backends."""
+
+    def __init__(self, folder: Path, submission: Any) -> None:
+        super().__init__(folder, submission)
+        self._error: Exception | None = None
+
+    def _run(self) -> None:
+        if self._submission.done() or self._error is not None:
+            return
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(self.environ)
+        try:
+            self._submission.result()
+        except Exception as e:  # noqa: BLE001 - kept; results() raises it, as any backend's
+            self._error = e
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+    def results(self) -> list[Any]:
+        self._check_not_cancelled()
+        self._run()
+        if self._error is not None:
+            raise self._error
+        return [self._submission.result()]
+
+    def exception(self) -> Exception | None:  # type: ignore[override]
+        self._check_not_cancelled()
+        self._run()
+        return self._error
+
+    def done(self, force_check: bool = False) -> bool:  # noqa: ARG002 - submitit's signature
+        if not self.cancelled:
+            self._run()
+        return True
+
+    @property
+    def state(self) -> str:
+        if self.cancelled:
+            return "CANCELLED"
+        if self._error is not None:
+            return "FAILED"
+        return "DONE" if self._submission.done() else "QUEUED"
+
+
+class InProcessExecutor(DebugExecutor):
+    """The `debug` backend: submitit's DebugExecutor, its jobs InProcessJob."""
+
+    job_class = InProcessJob
+
+    def _internal_process_submissions(self, delayed_submissions: list[Any]) -> list[Any]:
+        return [InProcessJob(self.folder, ds) for ds in delayed_submissions]

@@ -54,28 +54,42 @@ def test_a_full_disk_names_the_file_and_the_fix(tmp_path):
     assert "run the same command again to resume" in line
 
 
+def _preflight_line(p: subprocess.CompletedProcess) -> str:
+    """The one problem preflight found (an output_dir this user cannot write is refused before any
+    stage, by every command alike: repro/preflight_paths.py)."""
+    assert "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.startswith("config error: 1 problem(s)"), p.stderr
+    lines = [line for line in p.stderr.splitlines() if line.startswith("  error  ")]
+    assert len(lines) == 1, p.stderr
+    return lines[0]
+
+
 def test_a_read_only_output_dir_names_it(tmp_path):
     mnt = tmp_path / "ro"
     mnt.mkdir()
     sh = f'mount -t tmpfs -o ro tmpfs {mnt} && exec "$@"'
     p = _cli("select", "demo-quick", f"output_dir={mnt}/runs", wrap=["unshare", "-m", "sh", "-c", sh, "sh"])
-    line = _one_error_line(p)
-    assert p.returncode == 2 and f"{mnt}/runs" in line and "read-only" in line and "writable folder" in line
+    line = _preflight_line(p)
+    assert p.returncode == 2 and f"output_dir: '{mnt}/runs': '{mnt}' is on a read-only filesystem" in line
+    assert "choose a writable folder as output_dir" in line
 
 
 def test_permission_denied_names_the_folder(tmp_path):
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o555)
     p = _cli("select", "demo-quick", f"output_dir={locked}/runs", wrap=["unshare", "-U"])
-    line = _one_error_line(p)
-    assert p.returncode == 2 and f"{locked}/runs" in line and "permission denied" in line and "chmod" in line
+    line = _preflight_line(p)
+    assert p.returncode == 2 and f"output_dir: '{locked}/runs': '{locked}': permission denied" in line
+    assert "chmod" in line
 
 
 def test_paths_below_a_file(tmp_path, capsys):
     f = tmp_path / "afile"
     f.write_text("x")
     p = _cli("select", "demo-quick", f"output_dir={f}/runs")
-    assert p.returncode == 2 and "is a file, not a folder" in _one_error_line(p) and str(f) in p.stderr
+    assert p.returncode == 2 and f"output_dir: '{f}/runs': '{f}' is a file, not a folder" in _preflight_line(
+        p
+    )
     from tests.store_helpers import fake_run
 
     fake_run(tmp_path / "runs", ["selection.method=full"])

@@ -501,14 +501,15 @@ def test_random_seed_offset_must_be_a_seed(tmp_path: Path) -> None:
 
 
 def test_cli_run_with_a_missing_model_folder_says_so(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """ModelLoadError (not a ValueError) used to end `run` with a traceback."""
+    """ModelLoadError (not a ValueError) used to end `run` with a traceback; preflight now names
+    the folder before any stage runs."""
     from repro.cli import main
 
-    rc = main(
-        ["run", str(QUICK), f"output_dir={tmp_path}", f"model.name_or_path={tmp_path / 'no-such-model'}"]
-    )
+    missing = tmp_path / "no-such-model"
+    rc = main(["run", str(QUICK), f"output_dir={tmp_path / 'runs'}", f"model.name_or_path={missing}"])
     err = capsys.readouterr().err
-    assert rc == 2 and "error: model " in err and "no-such-model" in err and "is not a directory" in err
+    assert rc == 2 and f"model.name_or_path: '{missing}' not found" in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_a_range_applies_to_the_number_side_of_a_union() -> None:

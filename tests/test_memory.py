@@ -235,5 +235,5 @@ def test_bench_paper_step_runs_the_recipe_step_on_a_cut_shape_and_reports_json(t
         text=True,
         timeout=60,
     )
-    assert bad.returncode == 2 and "--world-size: expected an integer >= 1, got 0" in bad.stderr
+    assert bad.returncode == 2 and "argument --world-size: expected an integer >= 1, got '0'" in bad.stderr
     assert "Traceback" not in bad.stderr

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from repro.core.argtypes import percent
 from repro.core.config import ConfigError, load_config
 from repro.core.interfaces import SelectionError
 from repro.core.io import atomic_write_json, atomic_write_text, read_json
@@ -129,20 +130,24 @@ def format_balance(rows: list[dict[str, Any]]) -> str:
     return computed_table(cols, rows)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cluster-repro bench balance",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", default="configs/demo.yaml", help="the base config")
-    p.add_argument("--ratio", type=float, default=50, help="CluSTER's ratio in percent (50)")
+    p.add_argument(
+        "--ratio", type=percent, default=50, help="CluSTER's ratio in percent (50: the paper's r = 0.5)"
+    )
     p.add_argument("--output-dir", default="runs/bench-balance")
     p.add_argument("--force", action="store_true", help="redo every run from the start")
     p.add_argument("overrides", nargs="*", metavar="key.sub=value")
-    a = p.parse_args(argv)
-    if not 0 < a.ratio <= 100:
-        p.error(f"--ratio {a.ratio}: a percentage in 1..100 (50 for the paper's r = 0.5)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     try:
         rows = bench_balance(a.config, a.ratio, Path(a.output_dir), a.overrides, a.force)
     except (ConfigError, SelectionError, FileNotFoundError) as e:

@@ -32,6 +32,7 @@ import numpy as np
 
 from method import clustering as C
 from reports.render import plain_table
+from repro.core.argtypes import int_range, positive_int, rng_seed
 
 
 def _unit_vectors(n: int, d: int, seed: int) -> np.ndarray:
@@ -350,20 +351,33 @@ def format_cluster(rows: list[dict]) -> str:
     return plain_table(cols, rows)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=75197)
-    ap.add_argument("--d", type=int, default=4096)
-    ap.add_argument("--ks", type=int, nargs="+", default=[4, 8])
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="cluster-repro bench cluster", description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=positive_int, default=75197, help="rows (pool size)")
+    ap.add_argument("--d", type=int_range(2, note="unit vectors in 1 dim are only +-1"), default=4096)
+    ap.add_argument("--ks", type=positive_int, nargs="+", default=[4, 8], help="K: clusters = workers")
     ap.add_argument("--modes", nargs="+", default=["exact", "fast"], choices=C.KMEANS_MODES)
-    ap.add_argument("--growth", type=int, nargs="*", default=[10000, 25000, 75197])
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--growth", type=positive_int, nargs="*", default=[10000, 25000, 75197])
+    ap.add_argument("--seed", type=rng_seed, default=0)
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--scale", action="store_true", help="the bounded-memory path over a features file")
     ap.add_argument("--folder", help="--scale: where the N x D features file is written (deleted after)")
-    ap.add_argument("--agree-n", type=int, help="--scale: compare in memory vs over the file at this N")
+    ap.add_argument(
+        "--agree-n", type=positive_int, help="--scale: compare in memory vs over the file at this N"
+    )
     ap.add_argument("--keep", action="store_true", help="--scale: keep the features file")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = parser()
     a = ap.parse_args(argv)
+    # K-means needs at least K rows at every N this bench runs
+    for flag, n in (("--n", a.n), *(("--growth", g) for g in ([] if a.scale else a.growth))):
+        if n < max(a.ks):
+            ap.error(f"{flag} {n}: fewer rows than the --ks {max(a.ks)} clusters; use at least {max(a.ks)}")
+    if a.agree_n is not None and a.agree_n > a.n:
+        ap.error(f"--agree-n {a.agree_n}: more rows than --n {a.n}")
     if a.scale:
         if not a.folder:
             ap.error("--scale needs --folder (an N x D x 4-byte file is written there)")

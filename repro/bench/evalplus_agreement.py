@@ -25,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from repro.core.argtypes import positive_int
+
 _RUN = """
 import sys
 from evalplus.evaluate import evaluate
@@ -58,14 +60,19 @@ def evalplus_verdicts(
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("samples", type=Path, help="the suite's samples/evalplus_mbpp_plus.jsonl")
     ap.add_argument(
         "--data-dir", default=os.environ.get("CLUSTER_REPRO_DATA"), help="holds evalplus/MbppPlus.jsonl"
     )
-    ap.add_argument("--parallel", type=int, default=1, help="evalplus's worker processes")
+    ap.add_argument("--parallel", type=positive_int, default=1, help="evalplus's worker processes")
     ap.add_argument("--json", type=Path, help="write the per-task verdicts here")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     if not args.data_dir:
         ap.error("--data-dir (or $CLUSTER_REPRO_DATA) is needed")

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from method.features import gradient_proxy_features, gradient_proxy_features_naive
+from repro.core.argtypes import int_list, int_range, positive_int
 from repro.core.lmhead import HeadWorkspace
 
 FORMS = ("efficient", "naive", "plain")
@@ -340,21 +341,25 @@ def _resolve_model(name: str) -> str:
     return name  # a directory, or a shape name of _SHAPES
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--batch-sizes", default="8,16")
-    ap.add_argument("--max-length", type=int, default=256)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--n-batches", type=int, default=3)
+    ap.add_argument("--batch-sizes", type=int_list(lo=1), default="8,16", help="comma-separated")
+    ap.add_argument("--max-length", type=int_range(8, note="tokens"), default=256)
+    ap.add_argument("--repeats", type=positive_int, default=5)
+    ap.add_argument("--n-batches", type=positive_int, default=3)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     ap.add_argument("--out", type=Path, help="also write the rows as JSON here")
     ap.add_argument("--mem-form", choices=FORMS, help=argparse.SUPPRESS)  # the memory subprocess
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parser().parse_args(argv)
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     model = _resolve_model(a.model)
-    sizes = tuple(int(s) for s in a.batch_sizes.split(","))
+    sizes = tuple(a.batch_sizes)
     if a.mem_form:
         m, tok, _ = _load(model, "cpu", dtype)
         vocab = m.get_output_embeddings().weight.shape[0]

@@ -59,6 +59,7 @@ import numpy as np
 from method import clustering as C
 from method.packing import pack_clusters, split_budget
 from reports.render import computed_table
+from repro.core.argtypes import int_range, positive_int, rng_seed
 from repro.core.interfaces import SelectionError
 
 KS = (4, 8, 16, 32, 64, 128, 256)
@@ -391,7 +392,7 @@ def _title(summ: list[dict], name: str) -> str:
 # ----------------------------------------------------------------------------- command line
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="cluster-repro bench k-scaling", description=__doc__.splitlines()[0].split(": ", 1)[1]
     )
@@ -408,15 +409,17 @@ def main(argv: list[str] | None = None) -> int:
         default=Path("runs/bench-k-scaling"),
         help="where k_scaling.json, k_scaling.md and the figures go",
     )
-    ap.add_argument("--ks", type=int, nargs="+", default=list(KS))
-    ap.add_argument("--cs", type=int, nargs="+", default=list(CS), help="clusters per worker")
+    ap.add_argument("--ks", type=positive_int, nargs="+", default=list(KS))
+    ap.add_argument("--cs", type=positive_int, nargs="+", default=list(CS), help="clusters per worker")
     ap.add_argument(
-        "--seeds", type=int, nargs="+", default=[0, 1, 2], help="k-means seeds for the real features"
+        "--seeds", type=rng_seed, nargs="+", default=[0, 1, 2], help="k-means seeds for the real features"
     )
-    ap.add_argument("--synthetic-n", type=int, default=75197)
-    ap.add_argument("--synthetic-d", type=int, default=4096)
+    ap.add_argument("--synthetic-n", type=positive_int, default=75197)
+    ap.add_argument(
+        "--synthetic-d", type=int_range(2, note="unit vectors in 1 dim are only +-1"), default=4096
+    )
     ap.add_argument("--synthetic-mode", choices=C.KMEANS_MODES, default="fast")
-    ap.add_argument("--synthetic-seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--synthetic-seeds", type=rng_seed, nargs="+", default=[0])
     ap.add_argument(
         "--pools",
         nargs="+",
@@ -435,17 +438,14 @@ def main(argv: list[str] | None = None) -> int:
         help="measure nothing: the tables and figures of rows saved by earlier runs "
         "(their k_scaling.json files, e.g. one per feature set)",
     )
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     a = ap.parse_args(argv)
     if a.rows:
         return _write(sum((_read_rows(p) for p in a.rows), []), a.out)
-    for flag, values in (
-        ("--ks", a.ks),
-        ("--cs", a.cs),
-        ("--synthetic-n", [a.synthetic_n]),
-        ("--synthetic-d", [a.synthetic_d]),
-    ):
-        if min(values) < 1:
-            ap.error(f"{flag} must be >= 1, got {values}")
     if not a.no_real and a.features_dir is None:
         ap.error("--features-dir is needed for the mini pools' features (or give --no-real)")
     if a.no_real and a.no_synthetic:

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from repro.core.argtypes import int_range, non_negative_int, positive_float, positive_int
 from repro.core.errors import UserValueError
 
 # Dense bf16 tensor-core peaks (TFLOP/s per GPU), from the vendors' data sheets (SXM parts).
@@ -310,7 +311,7 @@ def bench_paper_step(
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     from repro.core.memory import SHAPES
 
     p = argparse.ArgumentParser(
@@ -321,19 +322,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shape", required=True, choices=sorted(SHAPES))
     p.add_argument("--strategy", choices=["ddp", "fsdp"], default="fsdp")
     p.add_argument("--activation-checkpointing", action="store_true")
-    p.add_argument("--steps", type=int, default=4, help="optimizer steps (the first is a warm-up)")
-    p.add_argument("--grad-accum", type=int, default=8, help="micro-batches per optimizer step")
-    p.add_argument("--world-size", type=int, default=1, help="workers (spawned processes)")
-    p.add_argument("--seq-len", type=int, default=1216, help="tokens per sequence (the recipe's)")
-    p.add_argument("--batch", type=int, default=1, help="sequences per micro-batch and worker")
+    p.add_argument(
+        "--steps",
+        type=int_range(2, note="the first is a warm-up, not timed"),
+        default=4,
+        help="optimizer steps (the first is a warm-up)",
+    )
+    p.add_argument("--grad-accum", type=positive_int, default=8, help="micro-batches per optimizer step")
+    p.add_argument("--world-size", type=positive_int, default=1, help="workers (spawned processes)")
+    p.add_argument("--seq-len", type=positive_int, default=1216, help="tokens per sequence (the recipe's)")
+    p.add_argument("--batch", type=positive_int, default=1, help="sequences per micro-batch and worker")
     p.add_argument("--optimizer", choices=["adafactor", "adamw", "sgd"], default="adafactor")
     p.add_argument("--lora", action="store_true", help="LoRA r=8 on q,v instead of full fine-tuning")
-    p.add_argument("--layers", type=int, default=None, help="keep the width, cut the depth (CPU checks)")
-    p.add_argument("--feature-batch", type=int, default=8)
-    p.add_argument("--feature-examples", type=int, default=16, help="0 skips the feature pass")
+    p.add_argument(
+        "--layers", type=positive_int, default=None, help="keep the width, cut the depth (CPU checks)"
+    )
+    p.add_argument("--feature-batch", type=positive_int, default=8)
+    p.add_argument("--feature-examples", type=non_negative_int, default=16, help="0 skips the feature pass")
     p.add_argument(
         "--peak-tflops",
-        type=float,
+        type=positive_float,
         default=None,
         help="the device's dense bf16 peak (default: known GPUs; none on CPU)",
     )
@@ -344,14 +352,11 @@ def main(argv: list[str] | None = None) -> int:
         "retained free blocks); by default blocks >= 128 KiB are mmapped",
     )
     p.add_argument("--out", default=None, help="also write the JSON here")
-    a = p.parse_args(argv)
-    for name in ("steps", "grad_accum", "world_size", "seq_len", "batch", "feature_batch"):
-        if getattr(a, name) < 1:
-            p.error(f"--{name.replace('_', '-')}: expected an integer >= 1, got {getattr(a, name)}")
-    if a.steps < 2:
-        p.error("--steps: at least 2 (the first step is a warm-up, not timed)")
-    if a.layers is not None and a.layers < 1:
-        p.error(f"--layers: expected an integer >= 1, got {a.layers}")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     res = bench_paper_step(
         a.shape,
         a.strategy,

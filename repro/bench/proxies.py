@@ -28,6 +28,7 @@ import numpy as np
 
 from method import clustering as C
 from reports.render import plain_table
+from repro.core.argtypes import int_range, positive_int
 
 
 def _kept(chosen: dict) -> set[int]:
@@ -127,17 +128,22 @@ def format_proxies(rows: list[dict]) -> str:
     return plain_table(cols, rows)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config", nargs="?")
     ap.add_argument("--rows", help="redraw the table from this saved JSON (no run)")
     ap.add_argument("overrides", nargs="*")
-    ap.add_argument("--limit", type=int, default=200, help="rows per source")
-    ap.add_argument("--lengths", type=int, nargs="*", default=[64, 128, 256])
-    ap.add_argument("--proj-dims", type=int, nargs="*", default=[64, 128, 256])
-    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--limit", type=positive_int, default=200, help="rows per source")
+    ap.add_argument("--lengths", type=int_range(8, note="tokens"), nargs="*", default=[64, 128, 256])
+    ap.add_argument("--proj-dims", type=positive_int, nargs="*", default=[64, 128, 256])
+    ap.add_argument("--k", type=positive_int, default=4)
     ap.add_argument("--out-dir", default="runs/bench-proxies")
     ap.add_argument("--json")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = parser()
     a = ap.parse_args(argv)
     if a.rows:
         print(format_proxies(json.loads(Path(a.rows).read_text())))

@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from repro.core.argtypes import fraction
+
 SELF_COUNTED = {"full", "cluster", "uniform"}
 DEFAULT_METHODS = (
     "random",
@@ -139,19 +141,23 @@ def format_rows(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("config")
     ap.add_argument("overrides", nargs="*", metavar="key.sub=value")
     ap.add_argument("--methods", default=",".join(DEFAULT_METHODS))
-    ap.add_argument("--fraction", type=float, default=0.5, help="budget fraction (default 0.5)")
+    ap.add_argument("--fraction", type=fraction, default=0.5, help="budget fraction (default 0.5)")
     ap.add_argument(
         "--params", default=None, help='JSON {"method": ["selection.params.x=1", ...]} of extra overrides'
     )
     ap.add_argument("--out", default=None, help="also write the rows as JSON here")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     extra = json.loads(args.params) if args.params else None
     rows = bench_selectors(args.config, args.methods.split(","), args.overrides, args.fraction, extra)
     print(format_rows(rows))

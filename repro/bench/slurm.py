@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from repro.core.argtypes import positive_int
 from repro.core.io import atomic_write_json, read_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,13 +140,17 @@ def run_once(world_size: int, profile: str, how: str) -> dict[str, float]:
         }
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--world-size", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--world-size", type=positive_int, default=4)
+    ap.add_argument("--repeats", type=positive_int, default=3)
     ap.add_argument("--profile", default=str(ROOT / "configs" / "clusters" / "local.yaml"))
     ap.add_argument("--out", default="runs/bench_slurm.json")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     rows: dict[str, list[dict[str, float]]] = {"direct": [], "slurm": []}
     for i in range(args.repeats):
         for how in ("direct", "slurm") if i % 2 == 0 else ("slurm", "direct"):

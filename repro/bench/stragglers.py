@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.render import markdown_grid
+from repro.core.argtypes import int_list, positive_int
 from repro.core.config import ConfigError, ExperimentConfig, derive, load_config
 from repro.core.interfaces import AllocationContext, SelectionContext, SelectionError
 from repro.core.registry import ALLOCATORS, SELECTORS
@@ -416,29 +417,21 @@ def bench_stragglers(
     return rows, text
 
 
-def _ints(flag: str, text: str) -> list[int]:
-    try:
-        vals = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise SystemExit(f"{flag} {text!r}: expected comma-separated integers") from None
-    if min(vals) < 1:
-        raise SystemExit(f"{flag} {text!r}: every value must be >= 1")
-    return vals
-
-
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cluster-repro bench stragglers",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--pools", default=DEFAULT_POOLS, help="comma-separated pool configs")
-    p.add_argument("--world-sizes", default="4,8", help="K values (default 4,8)")
-    p.add_argument("--ratios", default="100,75,50", help="CluSTER ratios in percent")
-    p.add_argument("--accum", type=int, default=128, help="accumulation steps (the paper's 128)")
+    p.add_argument("--world-sizes", type=int_list(lo=1), default="4,8", help="K values (default 4,8)")
+    p.add_argument(
+        "--ratios", type=int_list(lo=1, hi=100), default="100,75,50", help="CluSTER ratios in percent"
+    )
+    p.add_argument("--accum", type=positive_int, default=128, help="accumulation steps (the paper's 128)")
     p.add_argument(
         "--feature-workers",
-        type=int,
+        type=positive_int,
         default=2,
         help="processes of the one feature pass per pool (default 2)",
     )
@@ -456,13 +449,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="key.sub=value",
         help="config overrides for every pool, e.g. data_dir=DATA_DIR",
     )
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     if a.rows is not None:
         return _redraw(a.rows, Path(a.output_dir))
-    ks = _ints("--world-sizes", a.world_sizes)
-    ratios = [float(x) for x in _ints("--ratios", a.ratios)]
-    if max(ratios) > 100 or a.accum < 1 or a.feature_workers < 1:
-        p.error("--ratios are percentages in 1..100; --accum and --feature-workers >= 1")
+    ks, ratios = a.world_sizes, [float(x) for x in a.ratios]
     try:
         _, text = bench_stragglers(
             a.pools.split(","), ks, ratios, a.accum, a.feature_workers, Path(a.output_dir), a.overrides

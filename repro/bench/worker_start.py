@@ -20,6 +20,8 @@ import sys
 import time
 from typing import Any
 
+from repro.core.argtypes import positive_int
+
 
 def _worker(rank: int, world_size: int) -> None:
     import torch
@@ -89,14 +91,16 @@ def format_worker_start(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m repro.bench.worker_start", description=__doc__)
-    ap.add_argument("--world-size", type=int, default=4)
-    ap.add_argument("--launches", type=int, default=3, help="launches per start method (default 3)")
+    ap.add_argument("--world-size", type=positive_int, default=4)
+    ap.add_argument("--launches", type=positive_int, default=3, help="launches per start method (default 3)")
     ap.add_argument("--json", default=None, help="also write the rows here")
-    a = ap.parse_args(argv)
-    if a.world_size < 1 or a.launches < 1:
-        ap.error("--world-size and --launches must be >= 1")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     rows = bench_worker_start(a.world_size, a.launches)
     print(format_worker_start(rows))
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

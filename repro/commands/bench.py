@@ -7,9 +7,12 @@ paper-step, stragglers, balance, k-scaling and cluster with flags parse their ow
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from repro.core.errors import UserValueError
+from repro.core.argtypes import int_list, positive_int
+from repro.core.config import ConfigError
+from repro.core.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG001 (own flags)
@@ -34,9 +37,11 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
         "workers, with clusters_per_worker C = 1, 2, 4 (`... bench k-scaling --help`)",
     )
     p.add_argument("--config", default=None, help="config to train (default: the demo config)")
-    p.add_argument("--world-sizes", default="1,4,8", help="comma-separated (default 1,4,8)")
-    p.add_argument("--steps", type=int, default=6, help="optimizer steps per run (default 6)")
-    p.add_argument("--per-device-batch", type=int, default=4, help="per-worker batch (default 4)")
+    p.add_argument(
+        "--world-sizes", type=int_list(lo=1), default="1,4,8", help="comma-separated (default 1,4,8)"
+    )
+    p.add_argument("--steps", type=positive_int, default=6, help="optimizer steps per run (default 6)")
+    p.add_argument("--per-device-batch", type=positive_int, default=4, help="per-worker batch (default 4)")
     p.add_argument("--output-dir", default="runs/bench", help="where runs and bench_ddp.json go")
     p.add_argument("overrides", nargs="*", metavar="key.sub=value")
 
@@ -44,7 +49,17 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
 
 
 def raw(argv: list[str]) -> int | None:
-    """The benches with their own flags: their exit status, or None for any other command line."""
+    """The benches with their own flags: their exit status, or None for any other command line.
+    Their flags' ranges are checked by their parsers (exit 2); a user's mistake found later (a
+    config key, a data file) is one line, exit 2, as for every other command."""
+    try:
+        return _raw(argv)
+    except UserError as e:
+        print(f"{'config ' if isinstance(e, ConfigError) else ''}error: {e}", file=sys.stderr)
+        return 2
+
+
+def _raw(argv: list[str]) -> int | None:
     if argv[:2] == ["bench", "paper-step"]:  # its own flags (repro/bench/paper_step.py)
         from repro.bench.paper_step import main as paper_step
 
@@ -85,16 +100,13 @@ def _bench(args: argparse.Namespace) -> int:
         return 0
     from repro.bench.ddp import bench_ddp, format_ddp
 
-    try:
-        sizes = [int(x) for x in args.world_sizes.split(",")]
-    except ValueError:
-        raise UserValueError(
-            f"--world-sizes {args.world_sizes!r}: expected comma-separated integers, e.g. 1,4,8"
-        ) from None
-    if min(sizes) < 1 or args.steps < 1 or args.per_device_batch < 1:
-        raise UserValueError("--world-sizes, --steps and --per-device-batch must be >= 1")
     rows = bench_ddp(
-        args.config, sizes, args.steps, args.per_device_batch, Path(args.output_dir), args.overrides
+        args.config,
+        args.world_sizes,
+        args.steps,
+        args.per_device_batch,
+        Path(args.output_dir),
+        args.overrides,
     )
     print(format_ddp(rows))
     print(f"\n{Path(args.output_dir) / 'bench_ddp.json'}")

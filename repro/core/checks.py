@@ -5,6 +5,7 @@ the stages and repro/preflight.py.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from repro.core.builder import ConfigError, Range, check_name, check_numbers, check_texts
@@ -100,8 +101,13 @@ def _validate_revisions(cfg: ExperimentConfig) -> None:
     m = cfg.model
     check(m.revision, "model.revision")
     name = m.name_or_path
+    # A path that exists here is a local folder, relative (to the current folder, as the model
+    # stage reads it) or absolute: either spelling is refused alike.
     if m.revision is not None and (
-        name in _LOCAL_MODELS or name.startswith(("/", ".", "~")) or name.count("/") != 1
+        name in _LOCAL_MODELS
+        or name.startswith(("/", ".", "~"))
+        or name.count("/") != 1
+        or Path(name).expanduser().exists()
     ):
         raise ConfigError(
             f"model.revision: {m.revision!r} pins a hub model, but model.name_or_path {name!r} is a "
