@@ -627,11 +627,11 @@ def _open_merged(csv_path: Path, allow_damaged: bool) -> Store:
             if not line.strip():
                 continue
             try:
-                e = json.loads(line)
-                st = RunStatus(**e["status"])
-                folder = (root / e["folder"]) if e.get("folder") else None  # relative: to the set
-                runs[e["run_id"]] = StoredRun(
-                    e["run_id"], e["kind"], st, e.get("config"), e["record"], folder
+                entry = json.loads(line)
+                st = RunStatus(**entry["status"])
+                folder = (root / entry["folder"]) if entry.get("folder") else None  # relative: to the set
+                runs[entry["run_id"]] = StoredRun(
+                    entry["run_id"], entry["kind"], st, entry.get("config"), entry["record"], folder
                 )
             except (ValueError, KeyError, TypeError) as err:
                 raise StoreError(f"{index}:{i}: expected a run entry of the set ({err}); {fix}") from None
