@@ -41,9 +41,10 @@ def _hex40(s: str | None) -> bool:
 
 
 def hub_offline() -> bool:
-    """Whether the hub may not be asked: HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE, which
-    huggingface_hub also reads) set now, or when huggingface_hub was imported (it then refuses)."""
-    if any((os.environ.get(v) or "").upper() in _TRUE for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
+    """Whether the hub may not be asked: HF_HUB_OFFLINE (else TRANSFORMERS_OFFLINE, as
+    huggingface_hub reads them) set now, or when huggingface_hub was imported (it then refuses)."""
+    flag = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    if flag.upper() in _TRUE:
         return True
     try:
         from huggingface_hub import constants
