@@ -12,12 +12,13 @@ new commit on it is a new hub revision (`commit_files`).
                                              dataset's columns
 
 The benchmark rows are the first rows of the local copies (CLUSTER_REPRO_DATA), in their order,
-so `--limit N` scores the same items from either source. The hub tasks read their `train` and
-`validation` splits too (lm-eval builds its few-shot sampler from them even at 0 shots), which the
-local copies do not have: those splits hold later rows of the same files (PubMedQA: labeled rows
-outside the official test set), and no test draws shots from them. The MBPP+ `test` programs are
-made from the release's inputs by evals.code_tests.io_test_program (the hub's own rows embed
-precomputed outputs instead); what the tests check is the hub path: ids, splits, fields, HTTP.
+so `--limit N` scores the same items from either source. The hub tasks read their `train` split
+too (lm-eval builds its few-shot sampler from it even at 0 shots), and their YAMLs name a
+`validation` split, which the local copies do not have: those splits hold later rows of the same
+files (PubMedQA: labeled rows outside the official test set), and no test draws shots from them.
+The MBPP+ `test` programs are made from the release's inputs by evals.code_tests.io_test_program
+(the hub's own rows embed precomputed outputs instead); what the tests check is the hub path: ids,
+splits, fields, HTTP.
 """
 
 from __future__ import annotations
