@@ -188,8 +188,12 @@ def hub_env(server: HubServer, hf_home: Path) -> dict[str, str]:
         "HF_HUB_OFFLINE": "0",
         "HF_DATASETS_OFFLINE": "0",
         "TRANSFORMERS_OFFLINE": "0",
+        # the cache folders themselves too: a user's HF_HUB_CACHE would win over HF_HOME
         "HF_HOME": str(hf_home),
+        "HF_HUB_CACHE": str(hf_home / "hub"),
+        "HF_DATASETS_CACHE": str(hf_home / "datasets"),
         "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1",  # a user's token is not sent to the test server
         "CLUSTER_REPRO_NO_PROGRESS": "1",
         "PYTHONPATH": str(REPO),
         **no_proxy_env(),
