@@ -204,22 +204,30 @@ def _settings_of(stored: StoredRun) -> tuple[dict[str, Any], dict[str, Any], dic
         return {"method": method, "model": rec.get("model") or "", "name": rec.get("name")}, {}, {}
     where = stored.folder / "run.json" if stored.folder else f"the stored config of {stored.run_id}"
     try:
-        made = _settings_of_config(json.dumps(stored.config, sort_keys=True))
+        made, config_hash = _settings_of_config(json.dumps(stored.config, sort_keys=True))
     except UserError as e:
         raise ReportInputError(f"{where}: the run's stored config does not load here: {e}") from None
+    if config_hash != stored.config_hash or stored.run_id != f"{made[0]['name']}-{config_hash}":
+        raise ReportInputError(
+            f"{where}: its config hashes to {made[0]['name']}-{config_hash}, but the record says run "
+            f"{stored.run_id} (config_hash {stored.config_hash}): the record was changed after the "
+            "run wrote it. Rerun the run, or restore its run.json"
+        )
     return copy.deepcopy(made)
 
 
 @functools.lru_cache(maxsize=4096)
-def _settings_of_config(config_json: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """`_settings_of` for one config (its canonical JSON): built and validated once per process,
-    since building a config is most of a store's reading time."""
+def _settings_of_config(
+    config_json: str,
+) -> tuple[tuple[dict[str, Any], dict[str, Any], dict[str, Any]], str]:
+    """`_settings_of` for one config (its canonical JSON), and its config hash: built and
+    validated once per process, since building a config is most of a store's reading time."""
     from repro.core.config import from_dict
     from repro.core.store import run_settings
 
     cfg = from_dict(json.loads(config_json), source="the stored config")
     config = cfg.to_dict()
-    return run_settings(cfg), _rest(config), config
+    return (run_settings(cfg), _rest(config), config), cfg.hash()
 
 
 def _variant(r: dict[str, Any]) -> str:

@@ -126,10 +126,12 @@ def _model_eval_entry(run_id: str, model: str) -> dict:
     }
 
 
-def _entry_like(run_id: str, new_id: str, **changes) -> dict:
-    """A copy of a fixture run's entry under another run id, its config changed by dotted keys."""
+def _entry_like(run_id: str, **changes) -> dict:
+    """The entry of a run like a fixture run, its config changed by dotted keys (`a__b=v` for
+    a.b); its run id and config hash are the changed config's own."""
+    from repro.core.config import from_dict
+
     e = json.loads(json.dumps(_index()[run_id]))
-    e["run_id"] = e["record"]["run_id"] = new_id
     e["folder"] = None  # its own run: not the other's per-item files
     for dotted, value in changes.items():
         *parents, last = dotted.split("__")
@@ -137,6 +139,9 @@ def _entry_like(run_id: str, new_id: str, **changes) -> dict:
         for k in parents:
             d = d[k]
         d[last] = value
+    cfg = from_dict(e["config"])
+    e["run_id"] = e["record"]["run_id"] = f"{cfg.name}-{cfg.hash()}"
+    e["record"]["config_hash"] = cfg.hash()
     return e
 
 
@@ -510,9 +515,11 @@ def test_a_baseline_at_a_budget_is_compared_with_random_at_that_budget(tmp_path:
     assert len(rnd) == 2
     extra, entries = [], {}
     for rid, rr in rnd.items():  # the loss selector at random's matched count: its config says so
-        entries[f"loss-{rid}"] = _entry_like(rid, f"loss-{rid}", selection__method="loss")
+        e = _entry_like(rid, selection__method="loss")
+        entries[e["run_id"]] = e
         for r in rr:
-            shifted = dict(r, run_id=f"loss-{rid}", name="loss", method="loss", config_hash="f" * 12)
+            ident = {"run_id": e["run_id"], "config_hash": e["record"]["config_hash"]}
+            shifted = dict(r, **ident, method="loss")
             if r["benchmark"].startswith("demo/") and r["metric"] != "missing":
                 shifted["value"] = str(float(r["value"]) + 0.1)
             extra.append(shifted)
@@ -695,14 +702,15 @@ def test_wait_per_step_does_not_grow_with_the_number_of_steps(tmp_path: Path) ->
         "revision": None,
         "exclude_ids_file": None,
     }
-    entries = {  # the same run on other data (its config's sources name it)
-        r["run_id"]: _entry_like(
-            r["run_id"].split("-", 1)[1],
-            r["run_id"],
-            data__sources=[{**source, "path": f"{r['dataset']}.jsonl"}],
+    entries = {}
+    for rows_of in (long, short):  # the same run on other data (its config's sources name it)
+        first = rows_of[0]
+        e = _entry_like(
+            first["run_id"].split("-", 1)[1], data__sources=[{**source, "path": f"{first['dataset']}.jsonl"}]
         )
-        for r in long + short
-    }
+        entries[e["run_id"]] = e
+        for r in rows_of:
+            r["run_id"], r["config_hash"] = e["run_id"], e["record"]["config_hash"]
     out = _report_of(long + short, tmp_path, extra=entries)
     bal = _table_csv(out, "balance")
     for k in range(8):

@@ -302,3 +302,14 @@ def test_the_store_states_and_the_runs_without_results(tmp_path: Path) -> None:
     loaded = load(tmp_path)
     assert len(loaded.runs) == 1 and len(loaded.unfinished) == 2
     assert any("have no results yet" in n and "failed" in n for n in loaded.notes)
+
+
+def test_a_run_record_changed_by_hand_is_refused(tmp_path: Path) -> None:
+    """The record is the run's identity: a config edited in it (so that it no longer hashes to
+    its run id) would move the run to another cell silently."""
+    run = fake_run(tmp_path, ["selection.method=full"])
+    rec = json.loads((run / "run.json").read_text())
+    rec["config"]["train"]["lr"] = 0.5
+    (run / "run.json").write_text(json.dumps(rec))
+    with pytest.raises(ReportInputError, match=r"run\.json: its config hashes to .* the record was changed"):
+        load(tmp_path)
