@@ -16,7 +16,7 @@ so `--limit N` scores the same items from either source. The hub tasks read thei
 too (lm-eval builds its few-shot sampler from it even at 0 shots), and their YAMLs name a
 `validation` split, which the local copies do not have: those splits hold later rows of the same
 files (PubMedQA: labeled rows outside the official test set), and no test draws shots from them.
-The MBPP+ `test` programs are made from the release's inputs by evals.code_tests.io_test_program
+The MBPP+ `test` programs are made from the release's inputs by `_io_test_program` below
 (the hub's own rows embed precomputed outputs instead); what the tests check is the hub path: ids,
 splits, fields, HTTP.
 """
@@ -277,10 +277,48 @@ def _docstring_text(prompt: str) -> str:
     return s.strip()
 
 
+# The mirror's own `test` programs (the hub's are EvalPlus's): run the canonical solution and the
+# candidate on every input and require equal outputs (floats within atol).
+_TEMPLATE = """
+import copy as _cr_copy, json as _cr_json, math as _cr_math
+_cr_inputs = _cr_json.loads({inputs!r})
+_cr_ns = {{"__name__": "_cr_reference"}}
+exec({reference!r}, _cr_ns)
+_cr_ref = _cr_ns[{entry!r}]
+
+
+def _cr_close(out, exp, atol):
+    if isinstance(exp, (list, tuple)) and isinstance(out, (list, tuple)):
+        return type(out) is type(exp) and len(out) == len(exp) and all(
+            _cr_close(o, e, atol) for o, e in zip(out, exp))
+    num = (int, float)
+    if isinstance(exp, float) and isinstance(out, num) and not isinstance(out, bool):
+        if _cr_math.isnan(exp):
+            return isinstance(out, float) and _cr_math.isnan(out)
+        return _cr_math.isclose(out, exp, rel_tol=1e-7, abs_tol=atol or 1e-6)
+    return out == exp
+
+
+for _cr_i, _cr_inp in enumerate(_cr_inputs):
+    try:
+        _cr_exp = _cr_ref(*_cr_copy.deepcopy(_cr_inp))
+    except Exception:
+        continue
+    _cr_out = {entry}(*_cr_copy.deepcopy(_cr_inp))
+    assert _cr_close(_cr_out, _cr_exp, {atol!r}), "wrong output on input %d" % _cr_i
+"""
+
+
+def _io_test_program(entry_point: str, reference_source: str, inputs: list, atol: float = 0.0) -> str:
+    if not entry_point.isidentifier():
+        raise ValueError(f"entry_point {entry_point!r} is not a Python identifier")
+    return _TEMPLATE.format(
+        inputs=json.dumps(inputs), reference=reference_source, entry=entry_point, atol=float(atol)
+    )
+
+
 def build_mbpp_plus_repo(mirrors: Path, data_dir: Path) -> str:
     """evalplus/mbppplus (the id of the mbpp_plus hub task) from the local MBPP+ release file."""
-    from evals.code_tests import io_test_program
-
     rows = []
     for r in _read_jsonl(Path(data_dir) / "evalplus/MbppPlus.jsonl")[:MBPP_PLUS_ROWS]:
         inputs = list(r["base_input"]) + list(r.get("plus_input") or [])
@@ -292,7 +330,7 @@ def build_mbpp_plus_repo(mirrors: Path, data_dir: Path) -> str:
                 "source_file": "",
                 "test_imports": [],
                 "test_list": [ln.strip() for ln in r["assertion"].splitlines() if ln.strip()],
-                "test": io_test_program(
+                "test": _io_test_program(
                     r["entry_point"], r["canonical_solution"], inputs, float(r.get("atol") or 0)
                 ),
             }

@@ -132,10 +132,21 @@ def test_a_qwen_cell_runs_end_to_end_with_the_tiny_model_standing_in(
     Adafactor, activation checkpointing, the chat template), with the tiny chat model for
     Qwen2.5-7B, 64 CodeAlpaca rows in Magicoder's format for the hub's Magicoder-OSS-Instruct, one
     optimizer step and no benchmarks."""
+    import yaml
+
     from repro.pipeline import run_experiment
 
+    # The grid with Qwen2.5-7B on Magicoder alone: with the tiny model and CodeAlpaca standing in
+    # for every model and dataset, the other cells would be this cell's config again (the grid
+    # refuses one config twice).
+    data = yaml.safe_load(GRID.read_text())
+    data["base"] = str((GRID.parent / data["base"]).resolve())
+    data["models"] = {"qwen25-7b": data["models"]["qwen25-7b"]}
+    data["datasets"] = {"magicoder": data["datasets"]["magicoder"]}  # (the data is overridden too)
+    one = tmp_path / "newer-models-qwen7b.yaml"
+    one.write_text(yaml.safe_dump(data))
     grid = load_grid(
-        GRID,
+        one,
         [
             f"output_dir={tmp_path}",
             f"model.name_or_path={chat_model}",

@@ -242,14 +242,16 @@ def test_a_run_killed_after_its_features_counts_them_and_locks_out_a_second_run(
 # ----------------------------------------------------------------------------- divergence
 
 
-def _merged_csv(path: Path, *sources: Path) -> Path:
-    """One CSV of every row of `sources` (columns: the union, empty where a file lacks one)."""
-    rows = [r for s in sources for r in read_rows(s)]
-    cols = list(dict.fromkeys(c for r in rows for c in r))
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=cols, restval="")
-        w.writeheader()
-        w.writerows(rows)
+def _merged_set(path: Path, fixture: Path, store: Path) -> Path:
+    """One results set (the store's writer) of the report fixture's runs and the runs of `store`."""
+    from repro.core.store import open_store, write_set
+
+    entries = [json.loads(line) for line in fixture.with_name("results.runs.jsonl").read_text().splitlines()]
+    for e in entries:  # the fixture's folders are relative to it
+        e["folder"] = str(fixture.parent / e["folder"]) if e.get("folder") else None
+    runs = open_store(store)
+    rows = read_rows(fixture) + [r for _, r in runs.rows()]
+    write_set(path, rows, entries + [r.index_entry() for r in runs.runs.values()])
     return path
 
 
@@ -297,7 +299,7 @@ def test_a_diverging_training_stops_with_a_diverged_row(
     from reports.build import build_report
 
     fixture = REPO / "tests" / "data" / "reports" / "results.csv"
-    src = _merged_csv(tmp_path / "results.csv", fixture, run_dir / PART_NAME)
+    src = _merged_set(tmp_path / "results.csv", fixture, tmp_path / "runs")
     build_report(src, tmp_path / "report", figures=False)
     with open(tmp_path / "report" / "tables" / "main.csv", newline="") as fh:
         (ours,) = [r for r in csv.DictReader(fh) if r["method"] == "full" and r["workers"] == "2"]
