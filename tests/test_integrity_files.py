@@ -178,7 +178,7 @@ def test_a_copied_run_folder_is_refused_naming_both_and_conflicting_rows_name_bo
         merge_results(tmp_path)
 
 
-def test_cli_results_and_report_exit_2_naming_the_part_unless_allowed(
+def test_cli_results_report_and_claims_exit_2_naming_the_part_unless_allowed(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     from repro.cli import main
@@ -188,6 +188,7 @@ def test_cli_results_and_report_exit_2_naming_the_part_unless_allowed(
     for cmd in (
         ["results", "--results", str(tmp_path)],
         ["report", "--results", str(tmp_path), "--out", str(tmp_path / "r")],
+        ["claims", "--results", str(tmp_path), "--out", str(tmp_path / "c"), "--no-figure"],
     ):
         assert main(cmd) == 2
         err = capsys.readouterr().err
