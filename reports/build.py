@@ -240,8 +240,8 @@ def check_report_out(out: Path) -> None:
             raise ReportInputError(f"--out {out}: {parent} is a file, not a folder; give a folder path")
     if out.is_dir() and any(out.iterdir()) and not (out / REPORT_MARK).is_file():
         raise ReportInputError(
-            f"--out {out}: the folder exists and is not a report folder (no {REPORT_MARK}); the "
-            "report replaces its folder whole, so give a new or empty folder"
+            f"--out {out}: the folder exists and is not a report or claims folder (no {REPORT_MARK}); "
+            "its folder is replaced whole, so give a new or empty folder"
         )
 
 

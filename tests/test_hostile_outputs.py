@@ -141,7 +141,7 @@ def test_report_out_that_is_not_a_report_folder_is_never_replaced(tmp_path, caps
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
     assert main(["report", "--results", str(tmp_path / "runs"), "--out", str(tmp_path / "mine")]) == 2
-    assert "is not a report folder" in capsys.readouterr().err
+    assert "is not a report or claims folder" in capsys.readouterr().err
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
     (tmp_path / "afile").write_text("x")
     assert main(["report", "--results", str(tmp_path / "runs"), "--out", str(tmp_path / "afile")]) == 2
