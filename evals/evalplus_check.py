@@ -174,10 +174,13 @@ except BaseException as _e:
 
 for _k, _i in enumerate(_scored):
     _inp = _P["inputs"][_i]
+    # The solution gets a deep copy as the reference did: the same objects, built the same way
+    # (a list's allocated size, which sys.getsizeof reports, depends on how it was built).
+    _args = _copy.deepcopy(_inp)
     try:
         _arm(min(_P["limits"][_k], _left()))
         with _Quiet():
-            _out = _fn(*_inp)
+            _out = _fn(*_args)
         _disarm()
         _cmp.check(_out, _expected[_k], _inp)
     except _CheckTimeout:

@@ -86,6 +86,18 @@ def test_the_comparator_passes_the_canonical_solution_of_the_not_none_tasks_and_
     assert verdict.status == "failed" and "not equal" in verdict.stderr_tail
 
 
+def test_a_solution_that_measures_its_input_sees_it_built_as_the_references(shared_data: Path) -> None:
+    """Mbpp/596 returns sys.getsizeof of its input list: the size depends on how the list was
+    built, so the solution gets a deep copy of each input as the reference did (its canonical
+    solution failed the lm-eval protocol's check on JSON lists otherwise; EvalPlus's own inputs
+    there are tuples)."""
+    row = _rows(shared_data)["Mbpp/596"]
+    assert "getsizeof" in row["canonical_solution"]
+    doc = next(d for d in local_data.load_mbpp_plus(str(shared_data))["test"] if d["task_id"] == "Mbpp/596")
+    assert mbpp_process_results(doc, [row["canonical_solution"]]) == {"pass@1": 1.0}
+    assert mbpp_process_results(doc, ["def tuple_size(t):\n    return 0\n"]) == {"pass@1": 0.0}
+
+
 def _oracle_entry(data_dir: Path, protocol: str, kind: str = "canonical", **settings) -> dict:
     (entry,) = run_benchmarks(
         make_oracle_lm(kind),
