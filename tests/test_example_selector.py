@@ -2,7 +2,7 @@
 
 The example package under examples/ is installed with pip (into a temporary target folder, so the
 test environment is not changed for later tests) and used by a fresh `python -m repro` process
-that finds it only through its entry point: no change to this repository. The README's "Add your
+that finds it only through its entry point: no change to this repository. The README's "Compare your
 selection method" code is extracted and run the same way a reader would use it.
 """
 
@@ -123,8 +123,8 @@ def test_the_installed_package_runs_through_the_whole_pipeline(installed: Path, 
 
 def _readme_section() -> str:
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    m = re.search(r"^## Add your selection method\n(.*?)(?=^## )", text, re.S | re.M)
-    assert m, "README.md has no '## Add your selection method' section"
+    m = re.search(r"^## Compare your selection method\n(.*?)(?=^## )", text, re.S | re.M)
+    assert m, "README.md has no '## Compare your selection method' section"
     return m.group(1)
 
 

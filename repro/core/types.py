@@ -306,7 +306,7 @@ class Schedule:
     epoch (DDP steps in lockstep). With `step_sizes[e][k][s]` (an allocator that balances steps
     in tokens), step s of epoch e takes that many of worker k's ids, next in order: workers may
     take different numbers per step, but every worker has the same number of steps and the
-    sizes add up to its list (repro/core/stragglers.py forms the steps either way).
+    sizes add up to its list (repro/core/steps.py forms the steps either way).
     """
 
     order: list[list[list[str]]]
