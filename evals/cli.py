@@ -8,7 +8,7 @@ Every evaluation has an identity, its eval_id (12 hex digits of the settings tha
 scores: benchmarks, protocol, template, source, limit, items, shots, generation limits), and
 writes into a folder of its own: `<run>/evals/<eval_id>/` with --run (the run's evaluations stay
 in its run folder, beside its training rows, whatever protocol or settings: several coexist),
-`<output-dir>/evals/<eval_id>/` with --model (the folder's model-eval.json says which model). Each holds
+`<out>/evals/<eval_id>/` with --model (the folder's model-eval.json says which model). Each holds
 results.part.csv (tidy rows, merged by `cluster-repro results`), benchmarks.json (every entry with
 its status, lm-eval and task versions, settings), samples/<task>.jsonl (per-sample prompts,
 outputs and scores) and lm_eval_results.json. The same call again resumes or reuses it.
@@ -152,7 +152,7 @@ def register(subparsers: Any, epilog: str) -> None:
         "jobs, 1 avoids thread oversubscription (several times faster there)",
     )
     p.add_argument(
-        "--output-dir",
+        "--out",
         default=None,
         help="with --model: the folder of this model's evaluations (default runs/eval/<name>); "
         "each evaluation goes into its evals/<eval_id>/. With --run the evaluation always goes "
@@ -281,14 +281,14 @@ def eval_identity(benchmarks: list[str], settings: Any) -> str:
 
 
 def _eval_folder(args: argparse.Namespace, base: dict[str, Any], eval_id: str) -> Path:
-    """Where this evaluation goes: RUN/evals/<eval_id>, or for a model <output-dir>/evals/<eval_id>
+    """Where this evaluation goes: RUN/evals/<eval_id>, or for a model <out>/evals/<eval_id>
     with the model's model-eval.json beside (a folder of another model's evaluations is refused)."""
     from repro.core.io import read_json
     from repro.core.store import EVAL_RECORD, EVALS_DIR, write_eval_record
 
     if args.run:
         return Path(args.run) / EVALS_DIR / eval_id
-    folder = Path(args.output_dir) if args.output_dir else Path("runs") / "eval" / base["name"]
+    folder = Path(args.out) if args.out else Path("runs") / "eval" / base["name"]
     record = {"model": base["model"], "method": base["method"], "name": base["name"]}
     path = folder / EVAL_RECORD
     if path.is_file():
@@ -296,7 +296,7 @@ def _eval_folder(args: argparse.Namespace, base: dict[str, Any], eval_id: str) -
         if {k: old.get(k) for k in (*record, "run_id")} != {**record, "run_id": base["run_id"]}:
             raise UserValueError(
                 f"{folder} holds the evaluations of {old.get('model')!r} (run {old.get('run_id')}), "
-                f"not of {base['model']!r} as {base['run_id']}: give another --name or --output-dir"
+                f"not of {base['model']!r} as {base['run_id']}: give another --name or --out"
             )
     else:
         write_eval_record(folder, base["run_id"], record)
@@ -352,9 +352,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.adapter and not args.model:
         raise UserValueError("--adapter goes with --model (the base model)")
     if args.run:  # a finished run of this version, checked before anything loads
-        if args.name or args.output_dir:
+        if args.name or args.out:
             raise UserValueError(
-                "--name and --output-dir go with --model: a run's evaluation carries the run's name "
+                "--name and --out go with --model: a run's evaluation carries the run's name "
                 f"and lives in its folder ({Path(args.run) / 'evals'}/<eval_id>/)"
             )
         run_cfg = _run_config(args)

@@ -23,7 +23,7 @@ def _samples(d: Path) -> dict[str, list[dict[str, Any]]]:
         ]
     if not out:
         raise FileNotFoundError(
-            f"{d}/samples/*.jsonl: no per-sample logs (run cluster-repro eval with --output-dir first)"
+            f"{d}/samples/*.jsonl: no per-sample logs (run cluster-repro eval with --out first)"
         )
     return out
 

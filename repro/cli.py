@@ -7,11 +7,9 @@ cluster-repro grid RUNS_FILE [k=v ...]        every run of a run list (configs/r
 cluster-repro validate CONFIG [k=v ...]       load and preflight-check a config, print its hash
 cluster-repro ls selectors|allocators|configs|formats|benchmarks|columns   what is available
 cluster-repro results [--results DIR]        merge every run's results into one set (--migrate: older ones)
-cluster-repro bench ddp [--world-sizes 1,4,8] DDP throughput and all-reduce wait
-cluster-repro bench paper-step --shape S      the paper's step on a model shape: MFU, memory
-cluster-repro bench stragglers                predicted straggler idle at the paper's step shape
-cluster-repro bench balance [--config C]      token budgets and balance, trained side by side
-cluster-repro bench k-scaling --features-dir D CluSTER's kept fraction as K grows to 256
+cluster-repro bench BENCH [flags]             a benchmark (`cluster-repro bench --help` lists them)
+cluster-repro eval --run RUN | --model M      a run's model, or any model, on the benchmarks
+cluster-repro launch GRID [--results DIR]     a grid's cells as jobs (SLURM or here); status: theirs
 cluster-repro report [--results DIR] [--out DIR] every table and figure from the results
 cluster-repro claims [--results DIR] [--out DIR] each paper claim against the results: a verdict
 
@@ -200,18 +198,13 @@ def _internal_error(e: BaseException) -> int:
 
 def _dispatch(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    for mod in _command_modules():  # a command with its own flags (the benches) takes them first
-        raw = getattr(mod, "raw", None)
-        code = raw(argv) if raw is not None else None
-        if code is not None:
-            return code
     parser = build_parser()
     # Overrides may come before or after flags (`validate CONFIG --quiet k=v`): argparse stops
     # filling a trailing nargs="*" positional at the first flag, so collect the rest here.
     args, extra = parser.parse_known_args(argv)
     bad = [x for x in extra if x.startswith("-") or "=" not in x or not hasattr(args, "overrides")]
     if bad:
-        parser.error(f"unrecognized arguments: {' '.join(bad)}")
+        parser.error(f"unrecognized arguments: {' '.join(bad)}{_renamed_hint(bad)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
     try:
@@ -226,6 +219,24 @@ def _dispatch(argv: list[str] | None = None) -> int:
         # ConfigError, DataError, SelectionError, ...: messages that name the file or key.
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+# Flags of earlier versions -> the name that says the same thing now (one name per idea).
+RENAMED_FLAGS = {
+    "--output-dir": "--out (launch and status: --results)",
+    "--out-dir": "--out",
+    "--features-dir": "--results",
+    "--json": "--out",
+}
+
+
+def _renamed_hint(bad: list[str]) -> str:
+    """A hint for an unrecognized flag that was renamed, or for a list given as several words."""
+    old = [x.split("=")[0] for x in bad if x.split("=")[0] in RENAMED_FLAGS]
+    notes = [f"{x} is now {RENAMED_FLAGS[x]}" for x in old]
+    if any(not x.startswith("-") and "=" not in x for x in bad):
+        notes.append("a list is one comma-separated value, e.g. --ks 4,8,16")
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

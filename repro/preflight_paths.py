@@ -47,8 +47,8 @@ def folder_problem(path: Path, key: str) -> str | None:
 @check
 def check_output_dir(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     """output_dir: a folder this user can write in, or one that can be made (no part of its path
-    a file); launch's --output-dir and the profile's output_dir arrive here as the cell's."""
-    key = "output_dir (launch: --output-dir, or the profile's output_dir)"
+    a file); launch's --results and the profile's output_dir arrive here as the cell's."""
+    key = "output_dir (launch: --results, or the profile's output_dir)"
     problem = folder_problem(resolved(cfg.output_dir), key)
     return [Problem("output_dir", problem)] if problem else []
 

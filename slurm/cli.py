@@ -1,7 +1,7 @@
 """`cluster-repro launch` and `cluster-repro status`: a grid on SLURM (or locally), and where it stands.
 
-    cluster-repro launch GRID --cluster slurm --profile PROFILE [--dry-run] [--only axis=v] [--wait]
-    cluster-repro status GRID [--profile PROFILE] [--only axis=v]
+    cluster-repro launch GRID --cluster slurm --profile PROFILE [--results DIR] [--dry-run] [--only axis=v] [--wait]
+    cluster-repro status GRID [--profile PROFILE] [--results DIR] [--only axis=v]
 
 Registered into the main CLI by `repro/cli.py` (it calls `register`).
 """
@@ -99,9 +99,11 @@ def _common(p: argparse.ArgumentParser) -> None:
         "MFU 0.40, the config's output_dir",
     )
     p.add_argument(
-        "--output-dir",
+        "--results",
         default=None,
-        help="where runs go (default: the profile's output_dir, else the config's)",
+        metavar="DIR",
+        help="where the runs go: their output_dir (default: the profile's output_dir, else the "
+        "config's)",
     )
     p.add_argument(
         "--only",
@@ -272,7 +274,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     )
 
     prof = _profile(args, required=args.cluster == "slurm" and not args.dry_run)
-    ctx = load_context(args.grid, args.overrides, args.only, prof, args.output_dir)
+    ctx = load_context(args.grid, args.overrides, args.only, prof, args.results)
     # Every cell that would run is checked before anything is planned or submitted: a problem
     # found now costs nothing; found by a job, it costs the GPU-hours of everything before it.
     found = preflight_cells(ctx, [c for c in ctx.cells if not is_done(ctx, c) and not is_diverged(ctx, c)])
@@ -352,7 +354,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     print(f"submitted {len(submitted)} jobs; record: {ctx.launch_dir / 'jobs.json'}")
     print(
         f"follow with: cluster-repro status {args.grid}"
-        + (f" --output-dir {ctx.output_dir}" if args.output_dir else "")
+        + (f" --results {ctx.output_dir}" if args.results else "")
     )
     if not args.wait and args.cluster == "slurm":
         return 0
@@ -384,7 +386,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from slurm.launcher import cell_statuses, load_context
 
     prof = _profile(args, required=False)
-    ctx = load_context(args.grid, args.overrides, args.only, prof, args.output_dir)
+    ctx = load_context(args.grid, args.overrides, args.only, prof, args.results)
     rows = cell_statuses(ctx)
     width = max(len(r.cell) for r in rows)
     counts: dict[str, int] = {}

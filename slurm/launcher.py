@@ -80,7 +80,7 @@ class Context:
 def load_context(
     grid_path: str, extra: list[str], only: list[str], profile: ClusterProfile, output_dir: str | None
 ) -> Context:
-    """The grid's cells with one absolute output directory: --output-dir, else the profile's,
+    """The grid's cells with one absolute output directory: --results, else the profile's,
     else the base config's (relative paths resolve against the current directory)."""
     grid = load_experiment(grid_path, extra)
     out = output_dir or profile.output_dir or grid.cells[0].check_config().output_dir

@@ -2,7 +2,7 @@
 examples or in tokens, and random allocation of its examples, trained side by side in one run.
 
     cluster-repro bench balance [--config configs/demo.yaml] [--ratio 50] [--force]
-        [--output-dir runs/bench-balance] [key.sub=value ...]
+        [--out runs/bench-balance] [key.sub=value ...]
 
 Five runs of the config (each through every stage, pool and features shared with the first):
 
@@ -15,7 +15,7 @@ Five runs of the config (each through every stage, pool and features shared with
 For each: the kept examples and tokens, optimizer steps, the predicted idle share (from the
 schedule, before training), the measured all-reduce wait share, the training time (and its ratio
 to plain CluSTER's) and the held-out loss. Writes bench_balance.json and bench_balance.md to
---output-dir. The times are wall-clock measurements: run it on an otherwise idle machine, e.g.
+--out. The times are wall-clock measurements: run it on an otherwise idle machine, e.g.
 with configs/demo.yaml, configs/mini/code.yaml and configs/mini/medical.yaml (data_dir=...).
 """
 
@@ -136,20 +136,27 @@ def parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default="configs/demo.yaml", help="the base config")
     p.add_argument(
         "--ratio", type=percent, default=50, help="CluSTER's ratio in percent (50: the paper's r = 0.5)"
     )
-    p.add_argument("--output-dir", default="runs/bench-balance")
+    p.add_argument("--out", default="runs/bench-balance", help="where the runs and bench_balance.json go")
     p.add_argument("--force", action="store_true", help="redo every run from the start")
     p.add_argument("overrides", nargs="*", metavar="key.sub=value")
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
+    return run(parser().parse_args(argv))
+
+
+def run(a: argparse.Namespace) -> int:
     try:
-        rows = bench_balance(a.config, a.ratio, Path(a.output_dir), a.overrides, a.force)
+        rows = bench_balance(a.config, a.ratio, Path(a.out), a.overrides, a.force)
     except (ConfigError, SelectionError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -157,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
     print(format_balance(rows))
-    print(f"\n{Path(a.output_dir) / 'bench_balance.json'}")
+    print(f"\n{Path(a.out) / 'bench_balance.json'}")
     return 0
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from method import clustering as C
 from reports.render import plain_table
-from repro.core.argtypes import int_range, positive_int, rng_seed
+from repro.core.argtypes import int_list, int_range, positive_int, rng_seed, str_list
 
 
 def _unit_vectors(n: int, d: int, seed: int) -> np.ndarray:
@@ -351,36 +351,52 @@ def format_cluster(rows: list[dict]) -> str:
     return plain_table(cols, rows)
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="cluster-repro bench cluster", description=__doc__.splitlines()[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--n", type=positive_int, default=75197, help="rows (pool size)")
     ap.add_argument("--d", type=int_range(2, note="unit vectors in 1 dim are only +-1"), default=4096)
-    ap.add_argument("--ks", type=positive_int, nargs="+", default=[4, 8], help="K: clusters = workers")
-    ap.add_argument("--modes", nargs="+", default=["exact", "fast"], choices=C.KMEANS_MODES)
-    ap.add_argument("--growth", type=positive_int, nargs="*", default=[10000, 25000, 75197])
+    ap.add_argument(
+        "--ks", type=int_list(lo=1), default="4,8", help="K: clusters = workers, comma-separated (default 4,8)"
+    )
+    ap.add_argument(
+        "--modes",
+        type=str_list(C.KMEANS_MODES),
+        default=",".join(("exact", "fast")),
+        help="k-means modes, comma-separated (default exact,fast)",
+    )
+    ap.add_argument(
+        "--growth",
+        type=int_list(lo=1, empty_ok=True),
+        default="10000,25000,75197",
+        help="the fast mode again at these N, comma-separated ('' for none)",
+    )
     ap.add_argument("--seed", type=rng_seed, default=0)
-    ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--out", help="also write the rows here (JSON)")
     ap.add_argument("--scale", action="store_true", help="the bounded-memory path over a features file")
     ap.add_argument("--folder", help="--scale: where the N x D features file is written (deleted after)")
     ap.add_argument(
         "--agree-n", type=positive_int, help="--scale: compare in memory vs over the file at this N"
     )
     ap.add_argument("--keep", action="store_true", help="--scale: keep the features file")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="cluster-repro bench cluster", description=" ".join(__doc__.split("\n\n")[0].split())
+    )
+    add_arguments(ap)
     return ap
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = parser()
-    a = ap.parse_args(argv)
+def run(a: argparse.Namespace) -> int:
     # K-means needs at least K rows at every N this bench runs
     for flag, n in (("--n", a.n), *(("--growth", g) for g in ([] if a.scale else a.growth))):
         if n < max(a.ks):
-            ap.error(f"{flag} {n}: fewer rows than the --ks {max(a.ks)} clusters; use at least {max(a.ks)}")
+            parser().error(f"{flag} {n}: fewer rows than the --ks {max(a.ks)} clusters; use at least {max(a.ks)}")
     if a.agree_n is not None and a.agree_n > a.n:
-        ap.error(f"--agree-n {a.agree_n}: more rows than --n {a.n}")
+        parser().error(f"--agree-n {a.agree_n}: more rows than --n {a.n}")
     if a.scale:
         if not a.folder:
-            ap.error("--scale needs --folder (an N x D x 4-byte file is written there)")
+            parser().error("--scale needs --folder (an N x D x 4-byte file is written there)")
         from pathlib import Path
 
         try:
@@ -391,16 +407,18 @@ def main(argv: list[str] | None = None) -> None:
             if not a.keep:
                 (Path(a.folder) / "features.npy").unlink(missing_ok=True)
         print(format_scale(rows), flush=True)
-        if a.json:
-            with open(a.json, "w") as fh:
-                json.dump(rows, fh, indent=1)
-        return
-    rows = bench_cluster(a.n, a.d, tuple(a.ks), tuple(a.modes), a.seed, tuple(a.growth))
-    print(format_cluster(rows), flush=True)
-    if a.json:
-        with open(a.json, "w") as fh:
+    else:
+        rows = bench_cluster(a.n, a.d, tuple(a.ks), tuple(a.modes), a.seed, tuple(a.growth))
+        print(format_cluster(rows), flush=True)
+    if a.out:
+        with open(a.out, "w") as fh:
             json.dump(rows, fh, indent=1)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parser().parse_args(argv))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,6 +1,9 @@
-"""Benchmarks (not tests): measured side by side in one run and reported as ratios.
+"""`cluster-repro bench ddp`: DDP throughput and all-reduce wait as the world size grows.
 
-`cluster-repro bench ddp` trains the same config at several world sizes (weak scaling: the
+    cluster-repro bench ddp [--config C] [--world-sizes 1,4,8] [--steps 6] [--per-device-batch 4]
+        [--out runs/bench] [key.sub=value ...]
+
+It trains the same config at several world sizes (weak scaling: the
 per-worker batch is fixed, so the global batch grows with the world size) and reports tokens/s,
 its ratio to world size 1, and the share of step time spent waiting at the gradient all-reduce.
 The first `warmup` steps of each run are left out (allocator warm-up, lazy initialization).
@@ -8,13 +11,14 @@ The first `warmup` steps of each run are left out (allocator warm-up, lazy initi
 
 from __future__ import annotations
 
-import json
+import argparse
 import statistics
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from repro.core.argtypes import int_list, positive_int
 from repro.core.io import atomic_write_json, read_jsonl
 
 
@@ -100,5 +104,40 @@ def format_ddp(rows: list[dict[str, Any]]) -> str:
     return computed_table(cols, rows)
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=None, help="config to train (default: the demo config)")
+    p.add_argument(
+        "--world-sizes", type=int_list(lo=1), default="1,4,8", help="comma-separated (default 1,4,8)"
+    )
+    p.add_argument("--steps", type=positive_int, default=6, help="optimizer steps per run (default 6)")
+    p.add_argument("--per-device-batch", type=positive_int, default=4, help="per-worker batch (default 4)")
+    p.add_argument("--out", default="runs/bench", help="where the runs and bench_ddp.json go")
+    p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides for every run")
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    rows = bench_ddp(args.config, args.world_sizes, args.steps, args.per_device_batch, out, args.overrides)
+    print(format_ddp(rows))
+    print(f"\n{out / 'bench_ddp.json'}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cluster-repro bench ddp",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parser().parse_args(argv))
+
+
 if __name__ == "__main__":  # pragma: no cover
-    print(json.dumps(step_stats(Path(".")), indent=2))
+    import sys
+
+    sys.exit(main())

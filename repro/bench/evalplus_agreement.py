@@ -1,7 +1,7 @@
 """Item-by-item agreement of the suite's evalplus protocol with evalplus's own evaluator.
 
     cluster-repro eval --model oracle:canonical --protocol evalplus --benchmarks mbpp_plus \\
-        --data-dir DATA_DIR --output-dir runs/eval/oracle-evalplus
+        --data-dir DATA_DIR --out runs/eval/oracle-evalplus
     python -m repro.bench.evalplus_agreement runs/eval/oracle-evalplus/samples/evalplus_mbpp_plus.jsonl \\
         --data-dir DATA_DIR
 
@@ -61,21 +61,29 @@ def evalplus_verdicts(
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m repro.bench.evalplus_agreement", description=__doc__.split("\n\n")[0]
+    )
+    add_arguments(ap)
+    return ap
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("samples", type=Path, help="the suite's samples/evalplus_mbpp_plus.jsonl")
     ap.add_argument(
         "--data-dir", default=os.environ.get("CLUSTER_REPRO_DATA"), help="holds evalplus/MbppPlus.jsonl"
     )
     ap.add_argument("--parallel", type=positive_int, default=1, help="evalplus's worker processes")
-    ap.add_argument("--json", type=Path, help="write the per-task verdicts here")
-    return ap
+    ap.add_argument("--out", type=Path, help="write the per-task verdicts here (JSON)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser()
-    args = ap.parse_args(argv)
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     if not args.data_dir:
-        ap.error("--data-dir (or $CLUSTER_REPRO_DATA) is needed")
+        parser().error("--data-dir (or $CLUSTER_REPRO_DATA) is needed")
     ours = {}
     for line in args.samples.read_text(encoding="utf-8").splitlines():
         d = json.loads(line)
@@ -100,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             if r["ours"][i] != r["evalplus"][i]:
                 word = {True: "pass", False: "fail"}
                 print(f"  {t}: ours {word[r['ours'][i]]}, evalplus {word[r['evalplus'][i]]}")
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1), encoding="utf-8")
     return 0
 
 

@@ -341,8 +341,7 @@ def _resolve_model(name: str) -> str:
     return name  # a directory, or a shape name of _SHAPES
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--batch-sizes", type=int_list(lo=1), default="8,16", help="comma-separated")
     ap.add_argument("--max-length", type=int_range(8, note="tokens"), default=256)
@@ -352,11 +351,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     ap.add_argument("--out", type=Path, help="also write the rows as JSON here")
     ap.add_argument("--mem-form", choices=FORMS, help=argparse.SUPPRESS)  # the memory subprocess
-    return ap
 
 
-def main(argv: list[str] | None = None) -> None:
-    a = parser().parse_args(argv)
+def run(a: argparse.Namespace) -> int:
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     model = _resolve_model(a.model)
     sizes = tuple(a.batch_sizes)
@@ -365,10 +362,21 @@ def main(argv: list[str] | None = None) -> None:
         vocab = m.get_output_embeddings().weight.shape[0]
         batches = _batches(tok, vocab, sizes[0], a.n_batches, a.max_length)
         print(json.dumps({"mem_mb": _measure_memory_here(a.mem_form, m, batches, "cpu", False)}))
-        return
+        return 0
     rows = bench_features(model, sizes, a.max_length, a.repeats, a.n_batches, a.device, dtype, a.out)
     print(format_features(rows))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="cluster-repro bench features", description=__doc__.split("\n\n")[0])
+    add_arguments(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parser().parse_args(argv))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

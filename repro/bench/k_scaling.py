@@ -1,10 +1,10 @@
 """`cluster-repro bench k-scaling`: CluSTER's selection as the number of workers K grows.
 
-    cluster-repro bench k-scaling --features-dir DIR [--out DIR] [--ks 4 8 16 32 64 128 256]
-        [--cs 1 2 4] [--seeds 0 1 2] [--pools code medical] [--synthetic-n 75197]
+    cluster-repro bench k-scaling --results DIR [--out DIR] [--ks 4,8,16,32,64,128,256]
+        [--cs 1,2,4] [--seeds 0,1,2] [--pools code,medical] [--synthetic-n 75197]
         [--synthetic-d 4096] [--synthetic-mode fast] [--synthetic-seeds 0] [--no-real]
         [--no-synthetic]
-    cluster-repro bench k-scaling --rows A/k_scaling.json B/k_scaling.json --out DIR
+    cluster-repro bench k-scaling --rows A/k_scaling.json,B/k_scaling.json --out DIR
 
 K is the number of data-parallel workers, and CluSTER clusters the pool into K clusters, each of
 which keeps m_adj = r x the smallest cluster. The smallest of K clusters shrinks faster than N / K,
@@ -15,7 +15,7 @@ totals; this measures whether that keeps the kept fraction up.
 Feature sets:
 - "code" and "medical": the mini pools (configs/mini/code.yaml, configs/mini/medical.yaml) with
   SmolLM2-135M-Instruct's gradient-proxy features, made by the pipeline's own stages up to `select`
-  into --features-dir (minutes of CPU the first time; reused after, as any run folder is). The data
+  into --results (minutes of CPU the first time; reused after, as any run folder is). The data
   come from data_dir or $CLUSTER_REPRO_DATA;
 - "synthetic": seeded random unit vectors of the paper's size (N = 75,197 as Magicoder-OSS-Instruct,
   D = 4,096 as a 7B model's hidden size; repro/bench/cluster.py's generator). Exact (scikit-learn)
@@ -59,7 +59,7 @@ import numpy as np
 from method import clustering as C
 from method.packing import pack_clusters, split_budget
 from reports.render import computed_table
-from repro.core.argtypes import int_range, positive_int, rng_seed
+from repro.core.argtypes import int_list, int_range, positive_int, str_list
 from repro.core.interfaces import SelectionError
 
 KS = (4, 8, 16, 32, 64, 128, 256)
@@ -396,11 +396,18 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="cluster-repro bench k-scaling", description=__doc__.splitlines()[0].split(": ", 1)[1]
     )
+    add_arguments(ap)
+    return ap
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
-        "--features-dir",
+        "--results",
         type=Path,
         default=None,
-        help="where the mini pools' features are made and kept (a run output_dir); needed unless --no-real",
+        metavar="DIR",
+        help="where the mini pools' runs make and keep their features (the runs' output_dir); "
+        "needed unless --no-real",
     )
     ap.add_argument("--data-dir", default=None, help="the data directory (default: $CLUSTER_REPRO_DATA)")
     ap.add_argument(
@@ -409,47 +416,55 @@ def parser() -> argparse.ArgumentParser:
         default=Path("runs/bench-k-scaling"),
         help="where k_scaling.json, k_scaling.md and the figures go",
     )
-    ap.add_argument("--ks", type=positive_int, nargs="+", default=list(KS))
-    ap.add_argument("--cs", type=positive_int, nargs="+", default=list(CS), help="clusters per worker")
     ap.add_argument(
-        "--seeds", type=rng_seed, nargs="+", default=[0, 1, 2], help="k-means seeds for the real features"
+        "--ks", type=int_list(lo=1), default=",".join(map(str, KS)), help="K values, comma-separated"
+    )
+    ap.add_argument(
+        "--cs", type=int_list(lo=1), default=",".join(map(str, CS)), help="clusters per worker, comma-separated"
+    )
+    ap.add_argument(
+        "--seeds",
+        type=int_list(0, 2**32 - 1),
+        default="0,1,2",
+        help="k-means seeds for the real features, comma-separated",
     )
     ap.add_argument("--synthetic-n", type=positive_int, default=75197)
     ap.add_argument(
         "--synthetic-d", type=int_range(2, note="unit vectors in 1 dim are only +-1"), default=4096
     )
     ap.add_argument("--synthetic-mode", choices=C.KMEANS_MODES, default="fast")
-    ap.add_argument("--synthetic-seeds", type=rng_seed, nargs="+", default=[0])
+    ap.add_argument(
+        "--synthetic-seeds", type=int_list(0, 2**32 - 1), default="0", help="comma-separated"
+    )
     ap.add_argument(
         "--pools",
-        nargs="+",
-        choices=list(MINI_CONFIGS),
-        default=list(MINI_CONFIGS),
-        help="which mini pools (default: both)",
+        type=str_list(list(MINI_CONFIGS)),
+        default=",".join(MINI_CONFIGS),
+        help=f"which mini pools, comma-separated (default: {','.join(MINI_CONFIGS)})",
     )
     ap.add_argument("--no-real", action="store_true", help="only the synthetic features")
     ap.add_argument("--no-synthetic", action="store_true", help="only the mini pools")
     ap.add_argument(
         "--rows",
-        type=Path,
-        nargs="+",
+        type=str_list(),
         default=None,
-        metavar="JSON",
+        metavar="JSON[,JSON]",
         help="measure nothing: the tables and figures of rows saved by earlier runs "
-        "(their k_scaling.json files, e.g. one per feature set)",
+        "(their k_scaling.json files, comma-separated, e.g. one per feature set)",
     )
-    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser()
-    a = ap.parse_args(argv)
+    return run(parser().parse_args(argv))
+
+
+def run(a: argparse.Namespace) -> int:
     if a.rows:
-        return _write(sum((_read_rows(p) for p in a.rows), []), a.out)
-    if not a.no_real and a.features_dir is None:
-        ap.error("--features-dir is needed for the mini pools' features (or give --no-real)")
+        return _write(sum((_read_rows(Path(p)) for p in a.rows), []), a.out)
+    if not a.no_real and a.results is None:
+        parser().error("--results is needed for the mini pools' features (or give --no-real)")
     if a.no_real and a.no_synthetic:
-        ap.error("--no-real and --no-synthetic leave nothing to measure")
+        parser().error("--no-real and --no-synthetic leave nothing to measure")
 
     from repro.bench.cluster import _unit_vectors
     from repro.core.config import SHIPPED_CONFIGS
@@ -458,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not a.no_real:
             for name in a.pools:
-                X = mini_features(SHIPPED_CONFIGS / MINI_CONFIGS[name], a.features_dir, a.data_dir)
+                X = mini_features(SHIPPED_CONFIGS / MINI_CONFIGS[name], a.results, a.data_dir)
                 rows += scaling_rows(X, name, a.ks, a.cs, a.seeds, "exact")
         if not a.no_synthetic:
             X = _unit_vectors(a.synthetic_n, a.synthetic_d, 0)

@@ -312,13 +312,18 @@ def bench_paper_step(
 
 
 def parser() -> argparse.ArgumentParser:
-    from repro.core.memory import SHAPES
-
     p = argparse.ArgumentParser(
         prog="cluster-repro bench paper-step",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from repro.core.memory import SHAPES
+
     p.add_argument("--shape", required=True, choices=sorted(SHAPES))
     p.add_argument("--strategy", choices=["ddp", "fsdp"], default="fsdp")
     p.add_argument("--activation-checkpointing", action="store_true")
@@ -352,11 +357,13 @@ def parser() -> argparse.ArgumentParser:
         "retained free blocks); by default blocks >= 128 KiB are mmapped",
     )
     p.add_argument("--out", default=None, help="also write the JSON here")
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
+    return run(parser().parse_args(argv))
+
+
+def run(a: argparse.Namespace) -> int:
     res = bench_paper_step(
         a.shape,
         a.strategy,

@@ -12,7 +12,7 @@ capped labels and the kept-set Jaccard against the full features, the mean featu
 the mean training tokens (r), and the predicted cost of selection as a share of a 2-epoch
 full-data training at paper scale: 2 P T_features / (2 epochs x 6 P T) = r / 6 from the tokens,
 and (measured cost ratio) / 6 from the seconds (the full pass at equal efficiency: 1/6, the
-plan's 17%). `--rows JSON` redraws the table from saved rows.
+plan's 17%). The rows go to OUT/bench_proxies.json; `--rows` that file redraws the table.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 
 from method import clustering as C
 from reports.render import plain_table
-from repro.core.argtypes import int_range, positive_int
+from repro.core.argtypes import int_list, positive_int
 
 
 def _kept(chosen: dict) -> set[int]:
@@ -129,32 +129,51 @@ def format_proxies(rows: list[dict]) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("config", nargs="?")
-    ap.add_argument("--rows", help="redraw the table from this saved JSON (no run)")
-    ap.add_argument("overrides", nargs="*")
-    ap.add_argument("--limit", type=positive_int, default=200, help="rows per source")
-    ap.add_argument("--lengths", type=int_range(8, note="tokens"), nargs="*", default=[64, 128, 256])
-    ap.add_argument("--proj-dims", type=positive_int, nargs="*", default=[64, 128, 256])
-    ap.add_argument("--k", type=positive_int, default=4)
-    ap.add_argument("--out-dir", default="runs/bench-proxies")
-    ap.add_argument("--json")
+    ap = argparse.ArgumentParser(prog="python -m repro.bench.proxies", description=__doc__.splitlines()[0])
+    add_arguments(ap)
     return ap
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = parser()
-    a = ap.parse_args(argv)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("config", nargs="?")
+    ap.add_argument("--rows", help="redraw the table from this saved bench_proxies.json (no run)")
+    ap.add_argument("overrides", nargs="*", metavar="key.sub=value")
+    ap.add_argument("--limit", type=positive_int, default=200, help="rows per source")
+    ap.add_argument(
+        "--lengths",
+        type=int_list(lo=8, empty_ok=True),
+        default="64,128,256",
+        help="truncated feature passes at these token lengths, comma-separated",
+    )
+    ap.add_argument(
+        "--proj-dims",
+        type=int_list(lo=1, empty_ok=True),
+        default="64,128,256",
+        help="random projections to these dimensions, comma-separated",
+    )
+    ap.add_argument("--k", type=positive_int, default=4)
+    ap.add_argument(
+        "--out", default="runs/bench-proxies", help="where the runs, the features and bench_proxies.json go"
+    )
+
+
+def run(a: argparse.Namespace) -> int:
     if a.rows:
         print(format_proxies(json.loads(Path(a.rows).read_text())))
-        return
+        return 0
     if not a.config:
-        ap.error("a config is needed (or --rows)")
-    rows = bench_proxies(a.config, a.overrides, a.limit, a.lengths, a.proj_dims, a.k, a.out_dir)
+        parser().error("a config is needed (or --rows)")
+    rows = bench_proxies(a.config, a.overrides, a.limit, a.lengths, a.proj_dims, a.k, a.out)
     print(format_proxies(rows), flush=True)
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
+    path = Path(a.out) / "bench_proxies.json"
+    path.write_text(json.dumps(rows, indent=1))
+    print(f"\n{path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parser().parse_args(argv))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from repro.core.argtypes import fraction
+from repro.core.argtypes import fraction, str_list
 
 SELF_COUNTED = {"full", "cluster", "uniform"}
 DEFAULT_METHODS = (
@@ -143,23 +143,34 @@ def format_rows(rows: list[dict]) -> str:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m repro.bench.selectors",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_arguments(ap)
+    return ap
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("config")
     ap.add_argument("overrides", nargs="*", metavar="key.sub=value")
-    ap.add_argument("--methods", default=",".join(DEFAULT_METHODS))
+    ap.add_argument(
+        "--methods", type=str_list(), default=",".join(DEFAULT_METHODS), help="selectors, comma-separated"
+    )
     ap.add_argument("--fraction", type=fraction, default=0.5, help="budget fraction (default 0.5)")
     ap.add_argument(
         "--params", default=None, help='JSON {"method": ["selection.params.x=1", ...]} of extra overrides'
     )
     ap.add_argument("--out", default=None, help="also write the rows as JSON here")
-    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     extra = json.loads(args.params) if args.params else None
-    rows = bench_selectors(args.config, args.methods.split(","), args.overrides, args.fraction, extra)
+    rows = bench_selectors(args.config, args.methods, args.overrides, args.fraction, extra)
     print(format_rows(rows))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

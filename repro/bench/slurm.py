@@ -124,7 +124,7 @@ def run_once(world_size: int, profile: str, how: str) -> dict[str, float]:
             if p.returncode:
                 raise RuntimeError(p.stderr[-3000:])
             return {"wall_s": wall, "cpu_s": cpu}
-        launch = ["launch", str(grid), "--cluster", "slurm", "--profile", profile, "--output-dir", str(out)]
+        launch = ["launch", str(grid), "--cluster", "slurm", "--profile", profile, "--results", str(out)]
         p, wall, launcher_cpu = _timed_cli([*launch, "--wait"], env)
         if p.returncode:
             raise RuntimeError(p.stdout[-2000:] + p.stderr[-3000:])
@@ -141,16 +141,23 @@ def run_once(world_size: int, profile: str, how: str) -> dict[str, float]:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--world-size", type=positive_int, default=4)
-    ap.add_argument("--repeats", type=positive_int, default=3)
-    ap.add_argument("--profile", default=str(ROOT / "configs" / "clusters" / "local.yaml"))
-    ap.add_argument("--out", default="runs/bench_slurm.json")
+    ap = argparse.ArgumentParser(prog="python -m repro.bench.slurm", description=__doc__.split("\n\n")[0])
+    add_arguments(ap)
     return ap
 
 
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--world-size", type=positive_int, default=4)
+    ap.add_argument("--repeats", type=positive_int, default=3)
+    ap.add_argument("--profile", default=str(ROOT / "configs" / "clusters" / "local.yaml"))
+    ap.add_argument("--out", default="runs/bench_slurm.json", help="where the JSON goes")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     rows: dict[str, list[dict[str, float]]] = {"direct": [], "slurm": []}
     for i in range(args.repeats):
         for how in ("direct", "slurm") if i % 2 == 0 else ("slurm", "direct"):

@@ -3,8 +3,8 @@ other at the paper's step shape, from real token lengths and real clusters.
 
     cluster-repro bench stragglers [--pools configs/mini/code.yaml,configs/mini/medical.yaml]
         [--world-sizes 4,8] [--ratios 100,75,50] [--accum 128] [--feature-workers 2]
-        [--output-dir runs/bench-stragglers] [key.sub=value ...]
-    cluster-repro bench stragglers --rows runs/bench-stragglers/bench_stragglers.json --output-dir DIR
+        [--out runs/bench-stragglers] [key.sub=value ...]
+    cluster-repro bench stragglers --rows runs/bench-stragglers/bench_stragglers.json --out DIR
 
 No training and no timing: every number comes from a schedule and token counts
 (repro/core/steps.py), so it is the same on any machine and under any load.
@@ -34,7 +34,7 @@ training time is the sum over its steps of the max worker token sum. A variant's
 reduction is 1 - its time / full data's time: training only (the selection's features and
 clustering and the evaluation are not in it); a third table gives the tokens each variant
 trains. Writes bench_stragglers.json, bench_stragglers.md (the tables in docs/stragglers.md) and
-the figure bench_stragglers.png/.pdf (predicted idle share per variant) to --output-dir;
+the figure bench_stragglers.png/.pdf (predicted idle share per variant) to --out;
 `--rows bench_stragglers.json` redraws the tables and the figure of a saved run.
 """
 
@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.render import markdown_grid
-from repro.core.argtypes import int_list, positive_int
+from repro.core.argtypes import int_list, positive_int, str_list
 from repro.core.config import ConfigError, ExperimentConfig, derive, load_config
 from repro.core.interfaces import AllocationContext, SelectionContext, SelectionError
 from repro.core.registry import ALLOCATORS, SELECTORS
@@ -423,7 +423,12 @@ def parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--pools", default=DEFAULT_POOLS, help="comma-separated pool configs")
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pools", type=str_list(), default=DEFAULT_POOLS, help="comma-separated pool configs")
     p.add_argument("--world-sizes", type=int_list(lo=1), default="4,8", help="K values (default 4,8)")
     p.add_argument(
         "--ratios", type=int_list(lo=1, hi=100), default="100,75,50", help="CluSTER ratios in percent"
@@ -435,13 +440,13 @@ def parser() -> argparse.ArgumentParser:
         default=2,
         help="processes of the one feature pass per pool (default 2)",
     )
-    p.add_argument("--output-dir", default="runs/bench-stragglers")
+    p.add_argument("--out", default="runs/bench-stragglers", help="where the runs, tables and figure go")
     p.add_argument(
         "--rows",
         type=Path,
         default=None,
         metavar="JSON",
-        help="measure nothing: the tables and figure of a saved bench_stragglers.json, into --output-dir",
+        help="measure nothing: the tables and figure of a saved bench_stragglers.json, into --out",
     )
     p.add_argument(
         "overrides",
@@ -449,23 +454,25 @@ def parser() -> argparse.ArgumentParser:
         metavar="key.sub=value",
         help="config overrides for every pool, e.g. data_dir=DATA_DIR",
     )
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
+    return run(parser().parse_args(argv))
+
+
+def run(a: argparse.Namespace) -> int:
     if a.rows is not None:
-        return _redraw(a.rows, Path(a.output_dir))
+        return _redraw(a.rows, Path(a.out))
     ks, ratios = a.world_sizes, [float(x) for x in a.ratios]
     try:
         _, text = bench_stragglers(
-            a.pools.split(","), ks, ratios, a.accum, a.feature_workers, Path(a.output_dir), a.overrides
+            a.pools, ks, ratios, a.accum, a.feature_workers, Path(a.out), a.overrides
         )
     except (ConfigError, SelectionError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(text)
-    print(f"\n{Path(a.output_dir) / 'bench_stragglers.json'}")
+    print(f"\n{Path(a.out) / 'bench_stragglers.json'}")
     return 0
 
 

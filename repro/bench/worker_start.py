@@ -7,7 +7,7 @@ The two start methods are measured side by side in one run, alternating, each la
 one process (as a run's stages launch theirs); the first fork-server launch also starts the
 server, so it is reported apart from the later ones.
 
-    python -m repro.bench.worker_start --world-size 4 --launches 3 [--json out.json]
+    python -m repro.bench.worker_start --world-size 4 --launches 3 [--out out.json]
 """
 
 from __future__ import annotations
@@ -92,22 +92,33 @@ def format_worker_start(rows: list[dict[str, Any]]) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m repro.bench.worker_start", description=__doc__)
-    ap.add_argument("--world-size", type=positive_int, default=4)
-    ap.add_argument("--launches", type=positive_int, default=3, help="launches per start method (default 3)")
-    ap.add_argument("--json", default=None, help="also write the rows here")
+    ap = argparse.ArgumentParser(
+        prog="python -m repro.bench.worker_start",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(ap)
     return ap
 
 
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--world-size", type=positive_int, default=4)
+    ap.add_argument("--launches", type=positive_int, default=3, help="launches per start method (default 3)")
+    ap.add_argument("--out", default=None, help="also write the rows here (JSON)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
+    return run(parser().parse_args(argv))
+
+
+def run(a: argparse.Namespace) -> int:
     rows = bench_worker_start(a.world_size, a.launches)
     print(format_worker_start(rows))
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    if a.json:
+    if a.out:
         from repro.core.io import atomic_write_json
 
-        atomic_write_json(a.json, {"rows": rows, "loadavg": os.getloadavg()})
+        atomic_write_json(a.out, {"rows": rows, "loadavg": os.getloadavg()})
     return 0
 
 

@@ -1,7 +1,6 @@
 """The subcommands of `cluster-repro` (repro/cli.py), one module per group. Each module's
-`register(subparsers, epilog)` adds its parsers and sets `func(args) -> int` on each; a module may
-also have `raw(argv) -> int | None`, which takes a command line with its own flags before argparse
-(the benches with their own options). repro/cli.py registers every module of COMMAND_MODULES, in
+`register(subparsers, epilog)` adds its parsers and sets `func(args) -> int` on each.
+repro/cli.py registers every module of COMMAND_MODULES, in
 order (`cluster-repro --help` lists the commands in it), and calls the parsed command's func.
 
 A package's own commands register the same way (evals.cli, slurm.cli, reports.cli,

@@ -8,6 +8,10 @@ status 2, before anything runs:
     p.add_argument("--steps", type=positive_int, default=6)
     p.add_argument("--fraction", type=fraction, default=0.5)
     p.add_argument("--world-sizes", type=int_list(lo=1), default="1,4,8")   # -> [1, 4, 8]
+    p.add_argument("--modes", type=str_list(choices=("exact", "fast")), default="exact,fast")
+
+Every list flag is one comma-separated value (`--ks 4,8,16`), never `nargs="+"`
+(tests/test_cli_checks.py checks that too).
 
 The ranges are `repro.core.builder.Range`, the same that config keys use. Every numeric flag of
 every command takes one of these (tests/test_cli_checks.py walks every parser for a bare int or
@@ -48,16 +52,20 @@ class NumberType:
 
 
 class IntListType:
-    """A `type=` for comma-separated integers, each in `rng` -> list[int] (at least one)."""
+    """A `type=` for comma-separated integers, each in `rng` -> list[int] (at least one, unless
+    `empty_ok`: then "" is the empty list)."""
 
-    def __init__(self, rng: Range) -> None:
+    def __init__(self, rng: Range, empty_ok: bool = False) -> None:
         self.item = NumberType(rng, integer=True)
+        self.empty_ok = empty_ok
         self.__name__ = "integer list"
 
     def describe(self) -> str:
         return f"comma-separated integers, each {self.item.describe().removeprefix('an integer ')}"
 
     def __call__(self, text: str) -> list[int]:
+        if self.empty_ok and not str(text).strip():
+            return []
         parts = [x.strip() for x in str(text).split(",")]
         try:
             if not all(parts):
@@ -65,6 +73,29 @@ class IntListType:
             return [int(self.item(x)) for x in parts]
         except argparse.ArgumentTypeError:
             raise argparse.ArgumentTypeError(f"expected {self.describe()}, got {text!r}") from None
+
+    def __repr__(self) -> str:
+        return f"<{self.describe()}>"
+
+
+class StrListType:
+    """A `type=` for comma-separated words -> list[str] (at least one), each one of `choices`
+    when given."""
+
+    def __init__(self, choices: tuple[str, ...] | None = None) -> None:
+        self.choices = tuple(choices) if choices is not None else None
+        self.__name__ = "list"
+
+    def describe(self) -> str:
+        if self.choices is None:
+            return "a comma-separated list"
+        return f"a comma-separated list of {', '.join(self.choices)}"
+
+    def __call__(self, text: str) -> list[str]:
+        parts = [x.strip() for x in str(text).split(",")]
+        if not all(parts) or (self.choices is not None and not set(parts) <= set(self.choices)):
+            raise argparse.ArgumentTypeError(f"expected {self.describe()}, got {text!r}")
+        return parts
 
     def __repr__(self) -> str:
         return f"<{self.describe()}>"
@@ -86,9 +117,14 @@ def float_range(
     return NumberType(Range(lo, hi, lo_incl, hi_incl, note), integer=False)
 
 
-def int_list(lo: int | None = None, hi: int | None = None) -> IntListType:
-    """'1,4,8' -> [1, 4, 8], every value in [lo, hi]."""
-    return IntListType(Range(lo, hi))
+def int_list(lo: int | None = None, hi: int | None = None, empty_ok: bool = False) -> IntListType:
+    """'1,4,8' -> [1, 4, 8], every value in [lo, hi] ('' -> [] when `empty_ok`)."""
+    return IntListType(Range(lo, hi), empty_ok)
+
+
+def str_list(choices: tuple[str, ...] | list[str] | None = None) -> StrListType:
+    """'exact,fast' -> ['exact', 'fast'], every word one of `choices` (any word when None)."""
+    return StrListType(tuple(choices) if choices is not None else None)
 
 
 positive_int = int_range(1)
