@@ -1,6 +1,7 @@
 """`cluster-repro launch` and `cluster-repro status`: a grid on SLURM (or locally), and where it stands.
 
-    cluster-repro launch GRID --cluster slurm --profile PROFILE [--results DIR] [--dry-run] [--only axis=v] [--wait]
+    cluster-repro launch GRID --cluster slurm --profile PROFILE [--results DIR] [--dry-run]
+        [--only axis=v] [--wait]
     cluster-repro status GRID [--profile PROFILE] [--results DIR] [--only axis=v]
 
 Registered into the main CLI by `repro/cli.py` (it calls `register`).
@@ -102,8 +103,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--results",
         default=None,
         metavar="DIR",
-        help="where the runs go: their output_dir (default: the profile's output_dir, else the "
-        "config's)",
+        help="where the runs go: their output_dir (default: the profile's output_dir, else the config's)",
     )
     p.add_argument(
         "--only",

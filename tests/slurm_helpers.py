@@ -177,7 +177,7 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> 
 
 def launch_args(grid: Path | str, out: Path, *extra: str) -> list[str]:
     """`launch` of `grid` on this SLURM cluster (PROFILE) into `out`, then `extra`."""
-    return ["launch", str(grid), "--cluster", "slurm", "--profile", PROFILE, "--output-dir", str(out), *extra]
+    return ["launch", str(grid), "--cluster", "slurm", "--profile", PROFILE, "--results", str(out), *extra]
 
 
 def launch(
@@ -212,7 +212,7 @@ def sacct(job_id: str, fields: str = "JobID,State,NTasks,AllocTRES") -> list[dic
 
 
 def status(grid: Path | str, out: Path) -> dict[str, list[str]]:
-    p = cli("status", str(grid), "--output-dir", str(out))
+    p = cli("status", str(grid), "--results", str(out))
     assert p.returncode == 0, p.stderr[-3000:]
     rows = {}
     for line in p.stdout.splitlines()[:-1]:

@@ -285,7 +285,7 @@ def fake_eval(
 def fake_model_eval(
     root: Path, name: str, model: str, entries: list[dict[str, Any]], limit: int | None = None
 ) -> Path:
-    """`cluster-repro eval --model MODEL --name NAME --output-dir ROOT/eval/NAME` of `entries`."""
+    """`cluster-repro eval --model MODEL --name NAME --out ROOT/eval/NAME` of `entries`."""
     from evals.cli import eval_identity, write_evaluation
 
     folder = root / "eval" / name

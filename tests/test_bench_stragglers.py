@@ -45,9 +45,9 @@ def test_rows_agree_with_their_schedules_and_record_provenance(tmp_path: Path) -
     assert (tmp_path / "bench_stragglers.pdf").stat().st_size > 0
     # --rows: the same tables and figure from the saved JSON, nothing measured
     again = tmp_path / "again"
-    assert main(["--rows", str(tmp_path / "bench_stragglers.json"), "--output-dir", str(again)]) == 0
+    assert main(["--rows", str(tmp_path / "bench_stragglers.json"), "--out", str(again)]) == 0
     assert (again / "bench_stragglers.md").read_text() == (tmp_path / "bench_stragglers.md").read_text()
     assert (again / "bench_stragglers.png").read_bytes() == (tmp_path / "bench_stragglers.png").read_bytes()
     (tmp_path / "bad.json").write_text("[]")
     with pytest.raises(SystemExit, match="expected a bench_stragglers.json with rows and accum"):
-        main(["--rows", str(tmp_path / "bad.json"), "--output-dir", str(again)])
+        main(["--rows", str(tmp_path / "bad.json"), "--out", str(again)])

@@ -98,7 +98,8 @@ def test_every_numeric_flag_of_every_command_is_range_checked_by_its_parser() ->
     [
         (["bench", "cluster", "--n", "0"], "--n", "an integer >= 1"),
         (["bench", "cluster", "--d", "0"], "--d", "an integer >= 2"),
-        (["bench", "cluster", "--ks", "4", "0"], "--ks", "an integer >= 1"),
+        (["bench", "cluster", "--ks", "4,0"], "--ks", "comma-separated integers, each >= 1"),
+        (["bench", "cluster", "--modes", "exact,slow"], "--modes", "a comma-separated list of exact, fast"),
         (["bench", "ddp", "--steps", "0"], "--steps", "an integer >= 1"),
         (["bench", "ddp", "--world-sizes", "1,0"], "--world-sizes", "comma-separated integers, each >= 1"),
         (
@@ -107,7 +108,12 @@ def test_every_numeric_flag_of_every_command_is_range_checked_by_its_parser() ->
             "comma-separated integers, each in [1, 100]",
         ),
         (["bench", "balance", "--ratio", "0"], "--ratio", "a finite number in (0, 100]"),
-        (["bench", "k-scaling", "--no-real", "--cs", "0"], "--cs", "an integer >= 1"),
+        (["bench", "k-scaling", "--no-real", "--cs", "0"], "--cs", "comma-separated integers, each >= 1"),
+        (
+            ["bench", "k-scaling", "--pools", "code,dental"],
+            "--pools",
+            "a comma-separated list of code, medical",
+        ),
         (["bench", "paper-step", "--shape", "llama-2-7b", "--steps", "1"], "--steps", "an integer >= 2"),
         (["eval", "--model", "tiny-random-llama", "--limit", "0"], "--limit", "an integer >= 1"),
         (["eval", "--model", "tiny-random-llama", "--batch-size", "-1"], "--batch-size", "an integer >= 1"),
@@ -163,10 +169,10 @@ def test_an_output_dir_that_is_a_file_is_refused_alike_by_validate_run_dry_run_a
     grid = _grid(tmp_path)
     line = f"output_dir: {str(afile)!r} is a file, not a folder"
 
-    rc, out, _ = cli("launch", str(grid), "--dry-run", "--output-dir", str(afile))
+    rc, out, _ = cli("launch", str(grid), "--dry-run", "--results", str(afile))
     assert rc == 2 and line in out, out[-2000:]
     assert "passed every check" not in out
-    rc, _, err = cli("launch", str(grid), "--cluster", "local", "--output-dir", str(afile))
+    rc, _, err = cli("launch", str(grid), "--cluster", "local", "--results", str(afile))
     assert rc == 2 and line in err and "nothing was submitted" in err, err[-2000:]
     for cmd in (["validate", QUICK, "--quiet"], ["run", QUICK]):
         rc, _, err = cli(*cmd, f"output_dir={afile}")
@@ -186,14 +192,12 @@ def test_a_dry_run_says_what_the_launch_would_still_need(tmp_path: Path, cli) ->
     """A dry run plans with the default profile on any machine; what stops the real launch then
     (no --profile for --cluster slurm) is said as a note, with the same words."""
     grid = _grid(tmp_path)
-    rc, out, _ = cli("launch", str(grid), "--dry-run", "--output-dir", str(tmp_path / "o"))
+    rc, out, _ = cli("launch", str(grid), "--dry-run", "--results", str(tmp_path / "o"))
     assert rc == 0, out[-2000:]
     assert "  note   --cluster slurm needs --profile PROFILE.yaml" in out
-    rc, _, err = cli("launch", str(grid), "--output-dir", str(tmp_path / "o"))
+    rc, _, err = cli("launch", str(grid), "--results", str(tmp_path / "o"))
     assert rc == 2 and "config error: --cluster slurm needs --profile PROFILE.yaml" in err
-    rc, out, _ = cli(
-        "launch", str(grid), "--dry-run", "--cluster", "local", "--output-dir", str(tmp_path / "o")
-    )
+    rc, out, _ = cli("launch", str(grid), "--dry-run", "--cluster", "local", "--results", str(tmp_path / "o"))
     assert rc == 0 and "needs --profile" not in out
 
 
@@ -211,7 +215,7 @@ def test_a_revision_of_a_local_model_dir_is_refused_relative_or_absolute(
             load_config(QUICK, [f"model.name_or_path={name}", "model.revision=main"])
         rc, _, err = cli("validate", QUICK, "--quiet", f"model.name_or_path={name}", "model.revision=main")
         assert rc == 2 and said in err, err
-        args = ("--output-dir", str(tmp_path / "o"), f"model.name_or_path={name}", "model.revision=main")
+        args = ("--results", str(tmp_path / "o"), f"model.name_or_path={name}", "model.revision=main")
         rc, _, err = cli("launch", str(_grid(tmp_path)), "--dry-run", *args)
         assert rc == 2 and said in err, err
         rc, _, err = cli("launch", str(_grid(tmp_path)), "--cluster", "local", *args)
@@ -380,7 +384,7 @@ def test_launch_with_the_debug_backend_reports_a_failed_cell_and_exits_1(tmp_pat
             str(grid),
             "--cluster",
             "debug",
-            "--output-dir",
+            "--results",
             str(tmp_path / "o"),
         ],
         cwd=tmp_path,
@@ -429,7 +433,7 @@ def test_the_same_problem_in_many_cells_is_one_line_with_the_cells_counted() -> 
 
 def test_a_dry_run_prints_a_problem_of_every_cell_once(tmp_path: Path, cli) -> None:
     grid = _grid(tmp_path, seeds="[1, 2, 3, 4, 5]")
-    args = ("--output-dir", str(tmp_path / "o"), "eval.benchmarks=[pubmedqa]", f"data_dir={tmp_path}")
+    args = ("--results", str(tmp_path / "o"), "eval.benchmarks=[pubmedqa]", f"data_dir={tmp_path}")
     rc, out, _ = cli("launch", str(grid), "--dry-run", *args)
     assert rc == 2
     errors = [x for x in out.splitlines() if x.startswith("  error")]

@@ -77,7 +77,7 @@ def test_cli_evaluates_the_tiny_model_on_every_local_benchmark(shared_data, tmp_
             "4",
             "--data-dir",
             str(shared_data),
-            "--output-dir",
+            "--out",
             str(out),
         ]
     )
@@ -460,8 +460,8 @@ def test_cli_evaluates_a_run_with_its_own_data_dir(one_process, tmp_path):
     assert rows[0]["run_id"] == f"{cfg.name}-{cfg.hash()}" and rows[0]["eval_id"] == out.name
     saved = json.loads((out / "benchmarks.json").read_text())
     assert saved["settings"]["data_dir"] == cfg.data_dir
-    # It belongs to the run: --output-dir and --name are the model's, refused with --run.
-    assert main(["eval", "--run", str(run_dir), "--benchmarks", "medqa", "--output-dir", str(tmp_path)]) == 2
+    # It belongs to the run: --out and --name are the model's, refused with --run.
+    assert main(["eval", "--run", str(run_dir), "--benchmarks", "medqa", "--out", str(tmp_path)]) == 2
 
 
 def test_generation_limit_task_names_are_checked_by_preflight():

@@ -136,14 +136,14 @@ seeds: [0]
 def test_launch_refuses_a_grid_whose_benchmarks_cannot_be_found(tmp_path, capsys):
     g = _grid(tmp_path)
     out = tmp_path / "runs"
-    assert main(["launch", str(g), "--cluster", "local", "--output-dir", str(out)]) == 2
+    assert main(["launch", str(g), "--cluster", "local", "--results", str(out)]) == 2
     err = capsys.readouterr().err
     assert "nothing was submitted" in err and "medqa" in err and "--allow-missing-benchmarks" in err
     assert not out.exists() or not any(out.rglob("*.json"))
-    assert main(["launch", str(g), "--dry-run", "--output-dir", str(out)]) == 2
+    assert main(["launch", str(g), "--dry-run", "--results", str(out)]) == 2
     text = capsys.readouterr().out
     assert any(line.strip().startswith("error") and "medqa" in line for line in text.splitlines())
-    ok = main(["launch", str(g), "--dry-run", "--output-dir", str(out), "--allow-missing-benchmarks"])
+    ok = main(["launch", str(g), "--dry-run", "--results", str(out), "--allow-missing-benchmarks"])
     text = capsys.readouterr().out
     assert ok == 0 and any(line.strip().startswith("note") and "medqa" in line for line in text.splitlines())
 

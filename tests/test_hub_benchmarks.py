@@ -29,7 +29,7 @@ def _evaluate(tmp: Path, server: HubServer, data_dir: Path, model: str, benchmar
     """(hub evaluation's folder, local one's) of the same evaluation from either source."""
     flags = ["--model", model, "--benchmarks", benchmarks, "--limit", str(limit)]
     hub = subprocess.run(
-        [sys.executable, "-m", "repro", "eval", *flags, "--source", "hub", "--output-dir", str(tmp / "hub")],
+        [sys.executable, "-m", "repro", "eval", *flags, "--source", "hub", "--out", str(tmp / "hub")],
         cwd=REPO,
         env={**os.environ, **hub_env(server, tmp / "hf-home")},
         capture_output=True,
@@ -38,7 +38,7 @@ def _evaluate(tmp: Path, server: HubServer, data_dir: Path, model: str, benchmar
     )
     assert hub.returncode == 0, hub.stderr[-3000:]
     local = ["eval", *flags, "--source", "local", "--data-dir", str(data_dir)]
-    assert main([*local, "--output-dir", str(tmp / "local")]) == 0
+    assert main([*local, "--out", str(tmp / "local")]) == 0
     # the hub variant read the datasets over HTTP, into its own cache
     assert list((tmp / "hf-home" / "hub").glob("datasets--*")), "nothing came from the hub"
     (hub_eval,) = (tmp / "hub" / "evals").iterdir()  # each evaluation: a folder named by its eval_id

@@ -454,7 +454,7 @@ def test_a_file_that_is_not_utf8_text_names_the_file(tmp_path: Path) -> None:
 
 def test_a_raw_control_character_in_an_override_is_refused_not_folded_by_yaml() -> None:
     """YAML folds a raw newline in a plain scalar into a space: `output_dir=a<newline>b` would
-    silently become 'a b' (this is how `launch --output-dir` passes its folder on)."""
+    silently become 'a b' (this is how `launch --results` passes its folder on)."""
     import yaml
 
     assert yaml.safe_load("a\nb") == "a b"  # what used to happen

@@ -93,11 +93,9 @@ def test_command_line_on_a_small_synthetic_set(tmp_path: Path, capsys) -> None:
                 "--synthetic-d",
                 "16",
                 "--ks",
-                "2",
-                "4",
+                "2,4",
                 "--cs",
-                "1",
-                "2",
+                "1,2",
                 "--out",
                 str(out),
             ]

@@ -61,7 +61,7 @@ def test_dry_run_plans_memory_and_gpu_hours(tmp_path: Path, capsys) -> None:
             "--dry-run",
             "--profile",
             str(CONFIGS / "clusters" / "example.yaml"),
-            "--output-dir",
+            "--results",
             str(tmp_path),
             "--only",
             "seed=42",

@@ -336,7 +336,7 @@ def test_launch_lists_each_cells_problems_and_submits_nothing(tmp_path: Path, cl
         "world_sizes: [1]\nseeds: [1]\n"
     )
     out = tmp_path / "out"
-    rc, out_text, err = cli("launch", str(grid), "--dry-run", "--output-dir", str(out))
+    rc, out_text, err = cli("launch", str(grid), "--dry-run", "--results", str(out))
     assert rc == 2, err[-2000:]
     assert "Preflight: 2 of 4 cells to run have problems; a launch refuses to submit" in out_text
     assert (
@@ -349,7 +349,7 @@ def test_launch_lists_each_cells_problems_and_submits_nothing(tmp_path: Path, cl
         "mean 50?" in out_text
     )
     assert "demo.tiny.full.ws1.s1" in out_text.split("Preflight:")[0]  # the plan is still shown
-    rc, _, err = cli("launch", str(grid), "--cluster", "local", "--output-dir", str(out))
+    rc, _, err = cli("launch", str(grid), "--cluster", "local", "--results", str(out))
     assert rc == 2
     assert "2 of 4 cells to run have problems; nothing was submitted" in err
     assert "cell demo.tiny.mine.ws1.s1: selection.method" in err

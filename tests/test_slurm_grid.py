@@ -218,7 +218,7 @@ def test_dry_run_prints_jobs_gpus_and_gpu_hours(tmp_path: Path) -> None:
             "launch",
             str(GRIDS / "paper.yaml"),
             "--dry-run",
-            "--output-dir",
+            "--results",
             str(tmp_path),
             "--only",
             "seed=42",

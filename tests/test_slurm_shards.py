@@ -30,7 +30,7 @@ seeds: [1]
 """
     )
     out = tmp_path / "runs"
-    args = ["launch", str(grid), "--cluster", "slurm", "--profile", str(profile), "--output-dir", str(out)]
+    args = ["launch", str(grid), "--cluster", "slurm", "--profile", str(profile), "--results", str(out)]
     p = cli(*args, "--wait", timeout=540)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-5000:]
     jobs = read_json(out / "_launch" / "shards" / "jobs.json")["jobs"]

@@ -355,7 +355,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--n", type=positive_int, default=75197, help="rows (pool size)")
     ap.add_argument("--d", type=int_range(2, note="unit vectors in 1 dim are only +-1"), default=4096)
     ap.add_argument(
-        "--ks", type=int_list(lo=1), default="4,8", help="K: clusters = workers, comma-separated (default 4,8)"
+        "--ks",
+        type=int_list(lo=1),
+        default="4,8",
+        help="K: clusters = workers, comma-separated (default 4,8)",
     )
     ap.add_argument(
         "--modes",
@@ -391,7 +394,9 @@ def run(a: argparse.Namespace) -> int:
     # K-means needs at least K rows at every N this bench runs
     for flag, n in (("--n", a.n), *(("--growth", g) for g in ([] if a.scale else a.growth))):
         if n < max(a.ks):
-            parser().error(f"{flag} {n}: fewer rows than the --ks {max(a.ks)} clusters; use at least {max(a.ks)}")
+            parser().error(
+                f"{flag} {n}: fewer rows than the --ks {max(a.ks)} clusters; use at least {max(a.ks)}"
+            )
     if a.agree_n is not None and a.agree_n > a.n:
         parser().error(f"--agree-n {a.agree_n}: more rows than --n {a.n}")
     if a.scale:

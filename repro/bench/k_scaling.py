@@ -420,7 +420,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "--ks", type=int_list(lo=1), default=",".join(map(str, KS)), help="K values, comma-separated"
     )
     ap.add_argument(
-        "--cs", type=int_list(lo=1), default=",".join(map(str, CS)), help="clusters per worker, comma-separated"
+        "--cs",
+        type=int_list(lo=1),
+        default=",".join(map(str, CS)),
+        help="clusters per worker, comma-separated",
     )
     ap.add_argument(
         "--seeds",
@@ -433,9 +436,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "--synthetic-d", type=int_range(2, note="unit vectors in 1 dim are only +-1"), default=4096
     )
     ap.add_argument("--synthetic-mode", choices=C.KMEANS_MODES, default="fast")
-    ap.add_argument(
-        "--synthetic-seeds", type=int_list(0, 2**32 - 1), default="0", help="comma-separated"
-    )
+    ap.add_argument("--synthetic-seeds", type=int_list(0, 2**32 - 1), default="0", help="comma-separated")
     ap.add_argument(
         "--pools",
         type=str_list(list(MINI_CONFIGS)),

@@ -465,9 +465,7 @@ def run(a: argparse.Namespace) -> int:
         return _redraw(a.rows, Path(a.out))
     ks, ratios = a.world_sizes, [float(x) for x in a.ratios]
     try:
-        _, text = bench_stragglers(
-            a.pools, ks, ratios, a.accum, a.feature_workers, Path(a.out), a.overrides
-        )
+        _, text = bench_stragglers(a.pools, ks, ratios, a.accum, a.feature_workers, Path(a.out), a.overrides)
     except (ConfigError, SelectionError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
