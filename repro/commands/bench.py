@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from typing import Any
 
 # name -> (module, its one line in `cluster-repro bench --help`)
 BENCHES: dict[str, tuple[str, str]] = {
@@ -53,7 +54,13 @@ class _Benches(argparse._SubParsersAction):
     """The bench subcommands: the named bench's parser is built (its module imported) when the
     command line reaches it; until then each is a placeholder with its one line of help."""
 
-    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         if values and values[0] in BENCHES:
             self._name_parser_map[values[0]] = bench_parser(values[0])
         super().__call__(parser, namespace, values, option_string)
