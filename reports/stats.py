@@ -32,6 +32,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -78,6 +79,7 @@ class Estimate:
         return float(2 * _st.t.sf(gap / self.se, self.df))
 
 
+@lru_cache(maxsize=4096)
 def t_quantile(df: float) -> float:
     """The two-sided LEVEL quantile of Student's t with df degrees of freedom."""
     return float(_st.t.ppf((1 + LEVEL) / 2, df))
@@ -111,11 +113,21 @@ def problem_of(benchmark: str, item_id: str) -> tuple[str, str]:
     (humaneval and humaneval_plus, mbpp and mbpp_plus, under one protocol) are one family; the id
     drops a leading name ('HumanEval/0' -> '0', 'Mbpp/11' -> '11', so lm-eval's MBPP id 11 meets
     MBPP+'s Mbpp/11)."""
+    return _family(benchmark), _problem_id(str(item_id))
+
+
+@lru_cache(maxsize=1024)
+def _family(benchmark: str) -> str:
     name, _, proto = benchmark.partition("@")
     fam = re.sub(r"[^a-z0-9/]", "", name.lower())
     if fam.endswith("plus"):
         fam = fam[: -len("plus")]
-    return f"{fam}@{proto}", _NAME_PREFIX.sub("", str(item_id))
+    return f"{fam}@{proto}"
+
+
+@lru_cache(maxsize=1 << 16)
+def _problem_id(item_id: str) -> str:
+    return _NAME_PREFIX.sub("", item_id)
 
 
 @dataclass(frozen=True)
@@ -141,8 +153,9 @@ def item_diff(benchmarks: dict[str, dict[str, float]]) -> SeedDiff | None:
     nb = len(benchmarks)
     for b, d in benchmarks.items():
         w = 1.0 / (nb * len(d))
+        fam = _family(b)
         for iid, x in d.items():
-            u = problem_of(b, iid)
+            u = (fam, _problem_id(str(iid)))
             units[u] = units.get(u, 0.0) + w * float(x)
     c = np.fromiter(units.values(), dtype=np.float64, count=len(units))
     u = c.size

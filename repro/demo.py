@@ -170,8 +170,9 @@ def seeds_table(run_dirs: list[Path]) -> str | None:
     """Markdown: per method (runs that differ only in their seed, grouped as reports/ groups
     them), the mean over seeds with its 95% Student-t interval of the demo score (%), the held-out
     loss and the held-out loss per category; then, for each method at a budget (CluSTER at a
-    ratio), its paired difference minus random at the same kept count and seed (over items where
-    both runs have per-item scores, else over seeds). None unless some method has two seeds."""
+    ratio), its paired difference minus random at the same kept count and seed (one difference
+    per seed, from items where both runs have per-item scores). None unless some method has two
+    seeds."""
     from reports.load import group_cells, load
     from reports.names import cell_method_name
     from reports.render import fmt
@@ -192,7 +193,7 @@ def seeds_table(run_dirs: list[Path]) -> str | None:
     lines = [
         "Over seeds: mean [95% Student-t interval]; demo in %, losses in nats per response token "
         "(lower is better); − random: paired difference against random at the same kept count "
-        "and seed (on items, else seeds)",
+        "and seed (t-interval over seeds; one seed: over its items, item noise only)",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),

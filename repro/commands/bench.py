@@ -1,6 +1,6 @@
 """`cluster-repro bench WHAT`: the benchmarks, measured side by side in one run, as ratios.
 
-paper-step, stragglers, balance, k-scaling and cluster with flags parse their own options
+paper-step, stragglers, balance, k-scaling, calibration and cluster with flags parse their own options
 (`raw`, before argparse); ddp, features and plain cluster are parsed here.
 """
 
@@ -26,7 +26,16 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
     )
     p.add_argument(
         "what",
-        choices=["ddp", "features", "cluster", "paper-step", "stragglers", "balance", "k-scaling"],
+        choices=[
+            "ddp",
+            "features",
+            "cluster",
+            "paper-step",
+            "stragglers",
+            "balance",
+            "k-scaling",
+            "calibration",
+        ],
         help="paper-step: the paper recipe's training step and feature pass on a "
         "published model shape, with MFU and peak memory vs the memory plan "
         "(`cluster-repro bench paper-step --help`). stragglers: the predicted idle "
@@ -34,7 +43,9 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
         "(`... bench stragglers --help`). balance: CluSTER with example vs token "
         "budgets and balance, and random allocation, trained side by side "
         "(`... bench balance --help`). k-scaling: CluSTER's selection at K = 4..256 "
-        "workers, with clusters_per_worker C = 1, 2, 4 (`... bench k-scaling --help`)",
+        "workers, with clusters_per_worker C = 1, 2, 4 (`... bench k-scaling --help`). "
+        "calibration: how often the claims' verdicts are wrong on simulated stores with known "
+        "effects, old rule vs new (`... bench calibration --help`)",
     )
     p.add_argument("--config", default=None, help="config to train (default: the demo config)")
     p.add_argument(
@@ -81,6 +92,10 @@ def _raw(argv: list[str]) -> int | None:
         from repro.bench.k_scaling import main as k_scaling
 
         return k_scaling(argv[2:])
+    if argv[:2] == ["bench", "calibration"]:  # its own flags (reports/calibration.py)
+        from reports.calibration import main as calibration
+
+        return calibration(argv[2:])
     return None
 
 
