@@ -2,14 +2,18 @@
 
 The claims are data (reports/claims.yaml, checked by `load_claims`). For every check and every
 setting of the store (dataset x model x world size) that holds its cell, the cell is paired with
-its reference on seeds (and on items where both runs have per-item scores), and the 95% bootstrap
-interval of the difference (reports/stats.py) is set against the check's threshold:
+its reference on seeds, and the 95% Student-t interval of the per-seed differences
+(reports/stats.py) is set against the check's threshold:
 
 - `consistent`: the whole interval is on the claim's side of the threshold;
 - `not reproduced`: the whole interval is on the other side;
-- `inconclusive`: the interval spans the threshold, or there is none (one seed, no items);
+- `inconclusive`: the interval spans the threshold, or it rests on one seed (its items' interval
+  covers item noise only: the row says where this run lies), or there is none;
 - `not run`: the store lacks the cell or its reference; the row names what is missing and the
   command (a run-list snippet) that runs it.
+
+Beside each verdict, `adjusted`: the family-wise reading, Holm over the rows of one claims run
+(`holm_adjust`).
 
 Every row cites its run ids, its scale (model, pool, seeds) and its protocol, and says when it is
 a CPU-scale verdict: evidence about the mechanism, not about the paper's 7B result. How verdicts
@@ -41,7 +45,7 @@ from reports.claims_file import (  # re-exported: the claims file's names
     load_claims,  # noqa: F401
 )
 from reports.load import Cell, Run, split_protocol
-from reports.stats import Estimate, mean_ci, paired_diff
+from reports.stats import ITEMS_ONLY, Estimate, SeedDiff, holm, item_diff, mean_ci, paired_diff
 from reports.tables import Report
 
 # ----------------------------------------------------------------------------- matching cells
@@ -150,25 +154,71 @@ class Verdict:
     command: str = ""
     compute: Verdict | None = None  # the same check against random at equal compute
     also: list[str] = field(default_factory=list)  # other check ids this CPU-scale row stands for
+    # The family-wise reading (Holm over every row of one claims run that can give a firm
+    # verdict, `holm_adjust`): the two-sided p of "the true value is the threshold", its Holm
+    # adjustment, and the verdict at that adjusted level (firm only where p_holm < 0.05).
+    p: float | None = None
+    p_holm: float | None = None
+    adjusted: str = ""
 
 
 def _decide(est: Estimate | None, thr: float, claim_above: bool) -> tuple[str, str]:
-    """(verdict, note) from the interval and the threshold; claim_above: the claim holds above."""
+    """(verdict, note) from the 95% interval and the threshold; claim_above: the claim holds above.
+
+    One seed never gives a firm verdict: its interval (per-item scores) covers item noise only, so
+    it says where this run lies, not whether the method's effect does (docs/claims.md: at the
+    suite's measured noise an item-only interval would give a firm verdict at the threshold more
+    often than 5%)."""
     if est is None:
         return "not run", ""
     if est.lo is None or est.hi is None:
-        return "inconclusive", f"no interval ({est.n} {est.unit}): run more seeds"
-    if claim_above:
-        if est.lo > thr:
-            return "consistent", ""
-        if est.hi < thr:
-            return "not reproduced", ""
-    else:
-        if est.hi < thr:
-            return "consistent", ""
-        if est.lo > thr:
-            return "not reproduced", ""
+        return "inconclusive", (
+            f"no interval ({est.n} seed{'s' * (est.n != 1)}, no per-item scores): one run cannot "
+            "show seed-to-seed variation; run more seeds"
+        )
+    good, bad = (est.lo > thr, est.hi < thr) if claim_above else (est.hi < thr, est.lo > thr)
+    if est.items_only:
+        where = (
+            "wholly on the claim's side of" if good else "wholly on the other side of" if bad else "across"
+        )
+        return "inconclusive", (
+            f"{ITEMS_ONLY}: it lies {where} the threshold, which is about this run only, "
+            "not a verdict on the claim; run more seeds"
+        )
+    if good:
+        return "consistent", ""
+    if bad:
+        return "not reproduced", ""
     return "inconclusive", "the interval spans the threshold"
+
+
+FIRM = ("consistent", "not reproduced")
+
+
+def _p_value(v: Verdict) -> float | None:
+    """The two-sided p of v's estimate against its threshold (None where no firm verdict can
+    come: no interval, one seed's items, not run). An "at least" threshold passes itself, as
+    `_decide` reads it."""
+    e = v.estimate
+    if e is None or v.threshold is None or e.items_only or v.verdict not in (*FIRM, "inconclusive"):
+        return None
+    return e.p_value(v.threshold - 1e-12 if v.side == ">=" else v.threshold)
+
+
+def holm_adjust(verdicts: list[Verdict]) -> list[Verdict]:
+    """The family-wise reading beside each verdict: every row of one claims run that can give a
+    firm verdict (and its equal-compute column) is one test of "the true value is the threshold";
+    Holm's step-down adjustment of their p-values holds the chance of any false firm verdict
+    among them at 5%. `adjusted` keeps a firm verdict whose adjusted p is below 0.05, else reads
+    inconclusive; rows that cannot be firm keep their verdict."""
+    rows = [w for v in verdicts for w in (v, v.compute) if w is not None]
+    for w in rows:
+        w.p = _p_value(w)
+    for w, q in zip(rows, holm([w.p for w in rows])):
+        w.p_holm = q
+        firm = w.verdict in FIRM and q is not None and q < 0.05
+        w.adjusted = w.verdict if firm or w.verdict not in FIRM else "inconclusive"
+    return verdicts
 
 
 def _domain_keys(rep: Report, r: Run, domain: str, protocol: str) -> list[tuple[str, str | None]]:
@@ -180,25 +230,33 @@ def _paired_quality(
     rep: Report, pairs: list[tuple[Run, Run]], keys: list[tuple[str, str | None]], tag: str, loss: bool
 ) -> Estimate | None:
     """Mean of cell minus reference over keys (reference minus cell for a loss: positive is
-    better either way), paired on items where both runs of every pair have per-item scores for
-    every key, else on seeds."""
+    better either way), one difference per seed (reports/stats.py paired_diff). Where both runs of
+    every pair have per-item scores for every key, each seed's difference is formed from its
+    items (`item_diff`: a problem of a benchmark and its plus variant is one unit), which is what
+    gives one seed an interval (item noise only)."""
     sign = -1.0 if loss else 1.0
     if not loss and all(b in r.items and b in x.items for r, x in pairs for (b, _) in keys):
-        groups = [
-            [
-                100 * (r.items[b][i] - x.items[b][i])
-                for r, x in pairs
-                for i in sorted(r.items[b].keys() & x.items[b].keys())
-            ]
-            for b, _ in keys
-        ]
-        return paired_diff(groups, tag, "items")
+        seeds: list[SeedDiff] = []
+        for r, x in pairs:
+            d = item_diff(
+                {
+                    b: {
+                        i: 100 * (r.items[b][i] - x.items[b][i])
+                        for i in sorted(r.items[b].keys() & x.items[b].keys())
+                    }
+                    for b, _ in keys
+                }
+            )
+            if d is None:
+                return None
+            seeds.append(d)
+        return paired_diff(seeds, tag)
     diffs = []
     for r, x in pairs:
         vals = [(rep.run_value(r, k), rep.run_value(x, k)) for k in keys]
         if vals and all(a is not None and b is not None for a, b in vals):
             diffs.append(sign * float(np.mean([a - b for a, b in vals])))  # type: ignore[operator]
-    return paired_diff([diffs], tag, "seeds") if diffs else None
+    return paired_diff(diffs, tag) if diffs else None
 
 
 def _scale(runs: list[Run]) -> str:
@@ -354,7 +412,7 @@ def evaluate(rep: Report, claims: list[Claim], results_hint: str = "RESULTS") ->
                 rows = [v]
             rows_claim.extend(rows)
         out.extend(_merge_same(rows_claim))
-    return out
+    return holm_adjust(out)
 
 
 def _collapse_not_run(rows: list[Verdict]) -> list[Verdict]:

@@ -21,8 +21,8 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
         help="check each of the paper's claims against the results: consistent, not reproduced, "
         "inconclusive or not run",
         description="For every claim of reports/claims.yaml (C1-C6 and the 8-GPU statement) and "
-        "every setting of the results that holds its cells: the 95%% bootstrap interval of the "
-        "difference (over seeds, and items where both runs have per-item scores) against the "
+        "every setting of the results that holds its cells: the 95%% Student-t interval of the "
+        "difference over seeds (one seed: over its items, no firm verdict) against the "
         "claim's threshold gives consistent / not reproduced / inconclusive; a claim whose cells "
         "are missing is 'not run', with the run-list snippet and command that run them. Each "
         "verdict names its run ids, scale, protocol, and whether it is a CPU-scale verdict. Also "

@@ -29,7 +29,19 @@ def _fmt_est(e: Estimate | None, digits: int) -> str:
     s = f"{e.value:+.{digits}f}"
     if e.lo is None or e.hi is None:
         return s + f" (no interval, n={e.n})"
-    return f"{s} [{e.lo:+.{digits}f}, {e.hi:+.{digits}f}] ({e.n} {e.unit})"
+    what = f"{e.n} items of one seed: item noise only" if e.items_only else f"{e.n} {e.unit}"
+    return f"{s} [{e.lo:+.{digits}f}, {e.hi:+.{digits}f}] ({what})"
+
+
+def _fmt_p(x: float | None) -> str:
+    return "" if x is None else "<0.001" if x < 0.001 else f"{x:.3f}"
+
+
+def _adjusted(v: Verdict) -> str:
+    """The Holm reading with its adjusted p, where the row is in the family."""
+    if v.p_holm is None:
+        return v.adjusted or v.verdict
+    return f"{v.adjusted} (p {_fmt_p(v.p)}, Holm {_fmt_p(v.p_holm)})"
 
 
 def _digits(v: Verdict) -> int:
@@ -43,6 +55,7 @@ def claims_table(verdicts: list[Verdict], claims: list[Claim], plan_notes: list[
         Column("claim"),
         Column("check"),
         Column("verdict"),
+        Column("adjusted (Holm)"),
         Column("paper"),
         Column("setting"),
         Column("cell"),
@@ -77,6 +90,8 @@ def claims_table(verdicts: list[Verdict], claims: list[Claim], plan_notes: list[
         if v.compute is not None:
             k = v.compute
             comp = k.verdict if k.estimate is None else f"{k.verdict}: {_fmt_est(k.estimate, _digits(k))}"
+            if k.adjusted and k.adjusted != k.verdict:
+                comp += f" (Holm: {k.adjusted})"
             if k.command:
                 comp += " (command below)"
         rows.append(
@@ -84,6 +99,7 @@ def claims_table(verdicts: list[Verdict], claims: list[Claim], plan_notes: list[
                 f"{c.id} {c.title}",
                 " = ".join([v.check.id, *v.also]),
                 v.verdict,
+                _adjusted(v),
                 v.check.paper_value,
                 v.setting,
                 v.cell,
@@ -99,10 +115,15 @@ def claims_table(verdicts: list[Verdict], claims: list[Claim], plan_notes: list[
             ]
         )
     notes = [
-        "consistent / not reproduced: the 95% bootstrap interval (over seeds, and over items where "
-        "both runs have per-item scores) lies wholly on the claim's / the other side of the "
-        "threshold; inconclusive: it spans the threshold, or there is none (one seed); not run: "
-        "the store lacks the cells named. docs/claims.md.",
+        "consistent / not reproduced: the 95% Student-t interval over the seeds' paired "
+        "differences lies wholly on the claim's / the other side of the threshold; inconclusive: "
+        "it spans the threshold, or there is only one seed (its interval over items covers item "
+        "noise only, so it says where this run lies, not the method: the note says which side); "
+        "not run: the store lacks the cells named. docs/claims.md.",
+        "adjusted (Holm): the same verdicts read family-wise over every row of this table that "
+        "can be firm (equal-compute column included): a firm verdict stays firm where Holm's "
+        'adjusted p (of "the true value is the threshold", two-sided) is below 0.05, else it '
+        "reads inconclusive; so the chance of any false firm verdict in the table is at most 5%.",
         "Quality differences are signed so that positive is better for the cell (held-out loss: "
         "reference minus cell). A CPU-scale verdict is evidence about the mechanism, not the "
         "paper's 7B result.",
@@ -139,12 +160,12 @@ def snippets_md(verdicts: list[Verdict]) -> list[str]:
 
 
 def compact_markdown(verdicts: list[Verdict]) -> str:
-    """A narrow table of the verdicts (what `cluster-repro demo` prints): check, verdict, cell vs
-    reference, estimate against threshold; the full table (runs, scale, protocol, commands) is
-    `cluster-repro claims`'s."""
+    """A narrow table of the verdicts (what `cluster-repro demo` prints): check, verdict, its
+    family-wise (Holm) reading, cell vs reference, estimate against threshold; the full table
+    (runs, scale, protocol, commands) is `cluster-repro claims`'s."""
     lines = [
-        "| check | verdict | cell vs reference | metric | estimate [95% CI] | threshold |",
-        "|---|---|---|---|---|---|",
+        "| check | verdict | Holm | cell vs reference | metric | estimate [95% CI] | threshold |",
+        "|---|---|---|---|---|---|---|",
     ]
     for v in verdicts:
         thr = "" if v.threshold is None else f"{v.side} {v.threshold:.3g}"
@@ -153,7 +174,7 @@ def compact_markdown(verdicts: list[Verdict]) -> str:
         verdict = v.verdict + (" (CPU scale)" if v.cpu_scale and v.verdict != "not run" else "")
         name = " = ".join([v.check.name, *v.also])
         lines.append(
-            f"| {name} | {verdict} | {v.cell}{ref}{where} | {v.metric or '—'} | "
+            f"| {name} | {verdict} | {v.adjusted or v.verdict} | {v.cell}{ref}{where} | {v.metric or '—'} | "
             f"{_fmt_est(v.estimate, _digits(v))} | {thr} |"
         )
     return "\n".join(lines)
@@ -180,6 +201,13 @@ def verdicts_json(verdicts: list[Verdict]) -> str:
                 "lo": None if e is None else e.lo,
                 "hi": None if e is None else e.hi,
                 "threshold": v.threshold,
+                "interval_over": None if e is None or e.lo is None else e.unit,
+                "n": None if e is None else e.n,
+                "df": None if e is None else e.df,
+                "p": v.p,
+                "p_holm": v.p_holm,
+                "adjusted": v.adjusted or v.verdict,
+                "note": v.note,
                 "run_ids": v.run_ids,
                 "cpu_scale": v.cpu_scale,
                 "missing": v.missing,

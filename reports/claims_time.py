@@ -1,7 +1,7 @@
 """Training time taken apart, for every CluSTER cell against full data in the same setting.
 
 Per cell (mean over seeds, each seed paired with full data of the same seed, with its 95%
-bootstrap interval): the token share (tokens trained over full data's), the measured
+Student-t interval over seeds): the token share (tokens trained over full data's), the measured
 training-time ratio, what the token share and the straggler idle predict for it (a step lasts as
 long as its busiest worker: time ~ tokens / (1 - idle)), the predicted idle share and the
 measured all-reduce wait share of both, the selection share of end to end (the paper leaves

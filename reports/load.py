@@ -3,8 +3,8 @@ The Run record and the benchmark-name helpers are in reports/runs.py (re-exporte
 
 Input: the results store (repro/core/store.py): every run folder under a results directory (its
 stored config, status and result rows, its `cluster-repro eval` folders), or one merged set; and,
-where a run's folder is present, its per-item scores (`eval_samples.jsonl`), used only to pair
-bootstrap intervals on items, its per-step token sums per worker (`step_tokens.json`), used only by
+where a run's folder is present, its per-item scores (`eval_samples.jsonl`), used only to form
+paired differences from items, its per-step token sums per worker (`step_tokens.json`), used only by
 the step-tokens figure, and, for the analyses, its selection.json and pool.jsonl (`load_kept`).
 Every file is checked before it is read (checksums and schema version; docs/files.md).
 

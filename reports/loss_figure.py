@@ -3,7 +3,7 @@ have held-out loss rows (the demo's, and any CPU-scale pool), since at that scal
 scores sit near the floor and the loss is what carries signal.
 
 One panel per setting (dataset x model x workers); rows: the pooled `heldout` loss, then every
-`heldout/<category>`; one marker per cell (mean over seeds, with its 95% bootstrap interval where
+`heldout/<category>`; one marker per cell (mean over seeds, with its 95% Student-t interval where
 there are seeds). Lower is better. Byte-identical for the same results (reports/figures.py's
 settings).
 """

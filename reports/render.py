@@ -34,7 +34,7 @@ LEGEND = (
     "setting; diverged: training stopped on a non-finite loss or gradient norm (no "
     "scores); mixed eval settings: the seeds' scores were made with different eval settings "
     "(limit, items, shots), so no mean is shown; † single seed (no interval); [low, high]: 95% "
-    "bootstrap interval."
+    "Student-t interval over seeds."
 )
 
 

@@ -166,8 +166,9 @@ def differences_table(rep: Report) -> Table:
         cols,
         rows,
         notes=[
-            "Paired bootstrap (2,000 resamples, 95% percentile interval) over items where "
-            "both runs have per-item scores, else over seeds; a single pair has no "
+            "95% Student-t interval over the seeds' paired differences (each seed's from its "
+            "items where both runs have per-item scores); one seed with per-item scores: over "
+            "its items, which covers item noise only (paired on items); one seed without: no "
             "interval.",
             "Scores and differences in percent / points; loss and perplexity in their "
             "own units (lower is better).",

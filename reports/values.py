@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from reports.load import RAW_METRICS, Cell, Run, domain_of
-from reports.stats import Estimate, mean_ci, paired_diff
+from reports.stats import Estimate, SeedDiff, item_diff, mean_ci, paired_diff
 
 MISSING = None
 NOT_EVALUATED = ""
@@ -227,8 +227,10 @@ class Report:
         return None
 
     def paired(self, c: Cell, which: str, keys: list[QualityKey]) -> Estimate | None:
-        """Mean difference of c minus its reference over keys' (average), paired on items where
-        both runs have per-item scores for every key, else on seeds."""
+        """Mean difference of c minus its reference over keys' (average), one difference per
+        seed (reports/stats.py paired_diff); each seed's formed from its items (a problem of a
+        benchmark and its plus variant one unit) where both runs have per-item scores for every
+        key, which gives a single seed an interval over its items (item noise only)."""
         benches = [b for b, _ in keys]
         pairs = [
             (r, ref)
@@ -241,23 +243,27 @@ class Report:
             return None
         tag = f"{c.key}|{which}|{keys}"
         if all(b in r.items and b in ref.items for r, ref in pairs for (b, _) in keys):
-            groups = []
-            for b, m in keys:
-                s = _scale(m)
-                groups.append(
-                    [
-                        s * (r.items[b][i] - ref.items[b][i])
-                        for r, ref in pairs
-                        for i in sorted(r.items[b].keys() & ref.items[b].keys())
-                    ]
+            seeds: list[SeedDiff] = []
+            for r, ref in pairs:
+                d = item_diff(
+                    {
+                        b: {
+                            i: _scale(m) * (r.items[b][i] - ref.items[b][i])
+                            for i in sorted(r.items[b].keys() & ref.items[b].keys())
+                        }
+                        for b, m in keys
+                    }
                 )
-            return paired_diff(groups, tag, "items")
+                if d is None:
+                    return None
+                seeds.append(d)
+            return paired_diff(seeds, tag)
         diffs = []
         for r, ref in pairs:
             vals = [(self.run_value(r, k), self.run_value(ref, k)) for k in keys]
             if all(a is not None and b is not None for a, b in vals):
                 diffs.append(float(np.mean([a - b for a, b in vals])))
-        return paired_diff([diffs], tag, "seeds") if diffs else None
+        return paired_diff(diffs, tag) if diffs else None
 
     def reduction(self, c: Cell, col: str) -> Any:
         """Percent less than full data (mean over seeds of each), or 'ref' for full itself."""

@@ -9,7 +9,7 @@ training and end-to-end seconds, and ends with the paper's claims checked on its
 pool (what the tests use). Every run is the same config plus a few overrides.
 
 Runs that differ only in their seed (configs/runs/demo-seeds.yaml) get one more table,
-`seeds_table`: the mean and 95% bootstrap interval over seeds per method, of the demo score, the
+`seeds_table`: the mean and 95% Student-t interval over seeds per method, of the demo score, the
 held-out loss and the held-out loss per category, and the paired difference of each method at a
 budget (CluSTER) minus random at the same kept count and seed (reports/stats.py).
 """
@@ -168,10 +168,11 @@ def summary_table(run_dirs: list[Path]) -> str:
 
 def seeds_table(run_dirs: list[Path]) -> str | None:
     """Markdown: per method (runs that differ only in their seed, grouped as reports/ groups
-    them), the mean over seeds with its 95% bootstrap interval of the demo score (%), the held-out
+    them), the mean over seeds with its 95% Student-t interval of the demo score (%), the held-out
     loss and the held-out loss per category; then, for each method at a budget (CluSTER at a
-    ratio), its paired difference minus random at the same kept count and seed (over items where
-    both runs have per-item scores, else over seeds). None unless some method has two seeds."""
+    ratio), its paired difference minus random at the same kept count and seed (one difference
+    per seed, from items where both runs have per-item scores). None unless some method has two
+    seeds."""
     from reports.load import group_cells, load
     from reports.names import cell_method_name
     from reports.render import fmt
@@ -190,9 +191,9 @@ def seeds_table(run_dirs: list[Path]) -> str | None:
     head = ["score"] + [f"{cell_method_name(c)} ({len(c.runs)} seeds)" for c in cells]
     head += [f"{cell_method_name(c)} − random" for c in at_budget]
     lines = [
-        "Over seeds: mean [95% bootstrap interval]; demo in %, losses in nats per response token "
+        "Over seeds: mean [95% Student-t interval]; demo in %, losses in nats per response token "
         "(lower is better); − random: paired difference against random at the same kept count "
-        "and seed (on items, else seeds)",
+        "and seed (t-interval over seeds; one seed: over its items, item noise only)",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),

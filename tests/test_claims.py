@@ -247,3 +247,81 @@ def test_agreement_labels_reach_from_categories_or_a_mixed_pools_sources() -> No
     assert Pool(one).category_labels() == [None, None]
     cat = [Example(id="0", prompt="p", response="r", source="a", category="x")] + one
     assert Pool(cat).category_labels() == ["x", None, None]
+
+
+def _run_with_items(run_id: str, seed: int, passed: set[int]):
+    """A Run of 164 HumanEval problems scored under evalplus, base and plus alike."""
+    from reports.runs import Run
+
+    items = {f"HumanEval/{i}": float(i in passed) for i in range(164)}
+    return Run(
+        run_id, "h", "n", "d", "m", "cluster", {}, "", "", 50.0, 4, seed, 0.5, 80, 160, {}, None, {}, "",
+        items={"humaneval@evalplus": items, "humaneval_plus@evalplus": dict(items)},
+    )  # fmt: skip
+
+
+def test_one_seed_gives_no_firm_verdict_and_says_what_one_run_can_show() -> None:
+    from reports.claims import _decide, _paired_quality
+
+    keys = [("humaneval@evalplus", "pass@1"), ("humaneval_plus@evalplus", "pass@1")]
+    cell = _run_with_items("c0", 0, set(range(0, 120)))
+    ref = _run_with_items("r0", 0, set(range(40, 100)))
+    one = _paired_quality(None, [(cell, ref)], keys, "t", loss=False)  # type: ignore[arg-type]
+    # +36.6 points over 164 problems (a problem's base and plus one unit): far above -1.7 ...
+    assert one.items_only and one.n == 164 and one.value == pytest.approx(100 * 60 / 164)
+    assert one.lo > -1.7
+    # ... but one run cannot show seed-to-seed variation: no firm verdict, and the row says so.
+    verdict, note = _decide(one, -1.7, True)
+    assert verdict == "inconclusive"
+    assert "item noise only" in note and "seed-to-seed" in note and "this run only" in note
+    assert "claim's side" in note and "run more seeds" in note
+    # Two seeds: the t-interval over the seeds' differences can be firm.
+    cell1, ref1 = _run_with_items("c1", 1, set(range(0, 118))), _run_with_items("r1", 1, set(range(40, 99)))
+    two = _paired_quality(None, [(cell, ref), (cell1, ref1)], keys, "t", loss=False)  # type: ignore[arg-type]
+    assert (two.unit, two.n, two.items) == ("seeds", 2, 164) and not two.items_only
+    assert _decide(two, -1.7, True)[0] == "consistent"
+
+
+def test_one_seed_of_the_store_is_inconclusive_everywhere_it_would_be_firm(store: Path) -> None:
+    from reports.claims_cli import load_rep as load
+
+    rep = load_rep(store)
+    seed0 = {r.run_id for c in rep.cells for r in c.runs if r.seed == 0}
+    verdicts = evaluate(load(store, seed0), load_claims(), str(store))
+    far = _by(verdicts, "C1/code-r0.5", "cluster r=0.5")
+    assert far.verdict == "inconclusive" and far.estimate.lo is None
+    assert "one run cannot show seed-to-seed variation" in far.note
+    assert far.p is None and far.adjusted == "inconclusive"
+
+
+def test_holm_reads_the_family_beside_each_verdict(store: Path, tmp_path: Path) -> None:
+    from reports.claims import Verdict, holm_adjust
+    from reports.stats import Estimate
+
+    verdicts = evaluate(load_rep(store), load_claims(), str(store))
+    tested = [v for v in verdicts if v.p is not None]
+    assert len(tested) >= 5
+    for v in tested:  # p < 0.05 exactly where the interval excludes the threshold
+        assert (v.p < 0.05) == (v.verdict in ("consistent", "not reproduced")), v.check.name
+        assert v.p_holm >= v.p
+        assert v.adjusted == (v.verdict if v.p_holm < 0.05 else "inconclusive")
+    assert all(v.adjusted == v.verdict for v in verdicts if v.p is None)
+    # Three checks with p = 0.01, 0.03, 0.20: one-by-one two are firm; Holm keeps only the first
+    # (0.03 x 2 = 0.06).
+    chk = load_claims()[0].checks[0]
+
+    def row(value: float) -> Verdict:
+        e = Estimate(value, value - 1.96, value + 1.96, n=30, se=1.0, df=1e9)
+        verdict = "consistent" if e.lo > 0 else "inconclusive"
+        return Verdict(chk, verdict, estimate=e, threshold=0.0, side=">")
+
+    rows = holm_adjust([row(2.5758), row(2.1701), row(1.2816)])
+    assert [round(v.p, 3) for v in rows] == [0.01, 0.03, 0.2]
+    assert [v.verdict for v in rows] == ["consistent", "consistent", "inconclusive"]
+    assert [v.adjusted for v in rows] == ["consistent", "inconclusive", "inconclusive"]
+    # The outputs carry it: a table column, and p / p_holm / adjusted in claims.json.
+    out = tmp_path / "claims"
+    assert main(["claims", "--results", str(store), "--out", str(out), "--no-figure"]) == 0
+    data = json.loads((out / "claims.json").read_text())
+    assert {"p", "p_holm", "adjusted"} <= set(data[0])
+    assert "adjusted (Holm)" in (out / "tables" / "claims.md").read_text()

@@ -249,7 +249,7 @@ def test_table_numbers_equal_the_rows(report: Path) -> None:
         benchmark="demo avg",
         vs="random",
     )
-    assert d["paired on"] == "items (n=16)"  # 2 seeds x 8 items per category
+    assert d["paired on"] == "seeds (n=2)"  # each seed's difference from its 8 items per category
 
     # Overhead and balance come from the diagnostic rows.
     over = _find(_table_csv(report, "overhead"), **CLUSTER_4)
@@ -437,26 +437,70 @@ def test_gpu_energy_reads_visible_devices_in_joules(monkeypatch: pytest.MonkeyPa
     assert gpu_energy_j() == pytest.approx(15.0)
 
 
-def test_bootstrap_intervals() -> None:
-    import numpy as np
+def test_student_t_intervals_over_seeds() -> None:
 
-    from reports.stats import mean_ci, paired_diff
+    from reports.stats import mean_ci, paired_diff, t_quantile
 
     assert mean_ci([], "k") is None and mean_ci([None], "k") is None
     one = mean_ci([0.5], "k")
-    assert one.value == 0.5 and one.single and one.lo is None
-    e = mean_ci([1.0, 2.0, 3.0, 10.0], "k")
-    assert e.value == 4.0 and 1.0 <= e.lo < e.value < e.hi <= 10.0
-    assert mean_ci([1.0, 2.0, 3.0, 10.0], "k") == e  # seeded by the key: reproducible
-    const = paired_diff([np.full(50, 0.25)], "k", "items")
-    assert (const.value, const.lo, const.hi, const.n) == (0.25, 0.25, 0.25, 50)
-    # Two groups (benchmarks) are averaged as a domain average is: mean of the group means.
-    two = paired_diff([np.ones(10), np.zeros(30)], "k", "items")
-    assert two.value == 0.5 and two.lo == two.hi == 0.5
+    assert one.value == 0.5 and one.single and one.lo is None and one.p_value(0.0) is None
+    # Three seeds: mean +- t(0.975, 2) x sd / sqrt(3), t = 4.303; never the range [min, max].
+    e = mean_ci([1.0, 2.0, 3.0], "k")
+    assert t_quantile(2) == pytest.approx(4.3027, abs=1e-4)
+    assert (e.lo, e.hi) == pytest.approx((2.0 - 4.3027 / 3**0.5, 2.0 + 4.3027 / 3**0.5), abs=1e-4)
+    assert e.lo < 1.0 and e.hi > 3.0 and (e.n, e.df) == (3, 2)
+    assert mean_ci([1.0, 2.0, 3.0], "k") == e  # deterministic
+    # The p-value inverts the interval: below 0.05 exactly where the threshold is outside it.
+    assert e.p_value(e.lo - 1e-6) < 0.05 < e.p_value(e.lo + 1e-6)
+    # Per-seed differences (plain numbers): the same t-interval; constant ones have zero width.
+    const = paired_diff([0.25, 0.25, 0.25], "k")
+    assert (const.value, const.lo, const.hi, const.n, const.unit) == (0.25, 0.25, 0.25, 3, "seeds")
+    assert paired_diff([], "k") is None
+    assert paired_diff([0.5], "k").lo is None  # one seed, no items: no interval
+
+
+def test_item_differences_pair_a_benchmark_with_its_plus_variant_by_problem() -> None:
+    import numpy as np
+
+    from reports.stats import item_diff, paired_diff, problem_of
+
+    assert problem_of("humaneval_plus@evalplus", "HumanEval/3") == problem_of(
+        "humaneval@evalplus", "HumanEval/3"
+    )
+    assert problem_of("mbpp_plus", "Mbpp/11") == problem_of("mbpp", "11")  # lm-eval's MBPP ids
+    assert problem_of("mbpp", "11") != problem_of("humaneval", "11")
+    assert problem_of("humaneval@evalplus", "HumanEval/3") != problem_of("humaneval", "HumanEval/3")
     rng = np.random.default_rng(0)
-    noisy = paired_diff([rng.normal(1.0, 1.0, 400)], "k", "items")
-    assert noisy.lo < 1.0 < noisy.hi and noisy.hi - noisy.lo < 0.4  # about 4 standard errors
-    assert paired_diff([np.ones(3), np.array([])], "k", "items") is None  # a missing benchmark
+    base = {f"HumanEval/{i}": float(x) for i, x in enumerate(rng.choice([-100.0, 0.0, 100.0], 164))}
+    # The plus variant gives every problem the same difference as the base: the average over both
+    # is as uncertain as one benchmark, not sqrt(2) times more certain.
+    same = item_diff({"humaneval": base, "humaneval_plus": dict(base)})
+    alone = item_diff({"humaneval": base})
+    assert same.problems == alone.problems == 164
+    assert same.value == pytest.approx(alone.value) and same.var == pytest.approx(alone.var)
+    # Two unrelated benchmarks of 164 items each: 328 units, half the variance of one.
+    other = {f"Mbpp/{i}": x for i, x in enumerate(base.values())}
+    two = item_diff({"humaneval": base, "mbpp": other})
+    assert two.problems == 328 and two.var == pytest.approx(alone.var / 2, rel=0.01)
+    assert item_diff({"humaneval": base, "mbpp": {}}) is None  # a missing benchmark
+    # One seed: an interval over its problems, marked item noise only.
+    one = paired_diff([alone], "k")
+    assert one.items_only and one.unit == "items" and one.n == 164 and one.df == 163
+    assert one.hi - one.lo == pytest.approx(2 * 1.9746 * alone.var**0.5, rel=1e-3)
+    # Seeds: the t-interval over the seeds' differences, whatever each seed's item variance.
+    seeds = [item_diff({"humaneval": {k: v + d for k, v in base.items()}}) for d in (0.0, 1.0, 2.0)]
+    three = paired_diff(seeds, "k")
+    assert not three.items_only and (three.n, three.unit, three.items, three.df) == (3, "seeds", 164, 2)
+    assert three.value == pytest.approx(alone.value + 1.0) and three.se == pytest.approx(1 / 3**0.5)
+
+
+def test_holm_adjusts_a_family_step_down() -> None:
+    from reports.stats import holm
+
+    # p sorted 0.01, 0.02, 0.04 of m = 3: 0.03, max(0.03, 0.04), max(0.04, 0.04); None left out.
+    assert holm([0.04, None, 0.01, 0.02]) == pytest.approx([0.04, None, 0.03, 0.04])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert holm([]) == []
 
 
 def test_base_model_rows_are_the_reference_line_of_each_setting(tmp_path: Path) -> None:
