@@ -15,12 +15,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--old-item-reps", type=positive_int, default=500, help="the old rule with items (default 500)"
     )
+    p.add_argument("--out", default=None, help="also write the table (Markdown) to this file")
 
 
 def run(args: argparse.Namespace) -> int:
     from reports.calibration import table
 
-    print(table(args.reps, args.old_reps, args.old_item_reps))
+    text = table(args.reps, args.old_reps, args.old_item_reps)
+    print(text)
+    if args.out:
+        from repro.core.io import atomic_write_text
+
+        atomic_write_text(args.out, text + "\n")
     return 0
 
 
