@@ -71,6 +71,22 @@ def stage_seconds(run_dir: Path, name: str, marker: dict[str, Any], field: str =
     return rundir.prior_seconds(run_dir, name) + marker[field]
 
 
+def _model_params(run_dir: Path) -> int | None:
+    """The base model's parameter count: the model stage's record, else counted from the model
+    directory it names where that is still there (a model stage older than the record); None
+    where neither says."""
+    from repro.core.fingerprints import count_parameters
+
+    marker = stage_marker(run_dir, "model")
+    if not marker.is_file():
+        return None
+    info = read_json(marker)
+    if info.get("model_params") is not None:
+        return int(info["model_params"])
+    model_dir = Path(str(info.get("model_dir") or ""))
+    return count_parameters(model_dir) if info.get("model_dir") and model_dir.is_dir() else None
+
+
 def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
     """Tidy rows from the run's stage files (one per benchmark and metric). A diverged training
     gives one row `train`/`diverged` (value: the step) instead of scores, every row with status
@@ -94,8 +110,10 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
     from repro.core.config import eval_hash
     from repro.core.store import WRITTEN_BY_RESULTS, run_settings
 
+    model_params = _model_params(run_dir)
     base = {
         **run_settings(cfg),
+        "model_params": model_params,
         # The eval settings the scores were made with (the run folder is keyed by training only).
         "eval_settings": json.dumps(
             (ev or {}).get("eval_settings", asdict(cfg.eval)), sort_keys=True, separators=(",", ":")
