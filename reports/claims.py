@@ -47,6 +47,8 @@ from repro.core.domains import PAPER_BENCHMARKS, config_domain, scale_of
 
 # C6: the cluster/agreement rows the verdict reads (method/clustering.py cluster_agreement), and
 # the permutation p above which a seed's purity counts as what random partitions reach.
+# The diagnostic row of the base model's parameter count (repro/run_rows.py diagnostic_rows).
+MODEL_PARAMS = ("cost/model", "params")
 # The shipped config that runs a check of a domain where the store holds no pool of it.
 DOMAIN_CONFIGS = {"code": "configs/demo.yaml", "medical": "configs/mini/medical-small.yaml"}
 AGREEMENT_ROWS = ("purity", "purity_chance_mean", "purity_p", "purity_max")
@@ -306,10 +308,11 @@ def run_domain(r: Run) -> str | None:
 
 def scale_label(runs: list[Run]) -> tuple[str, str]:
     """("paper" | "CPU" | "unknown", in words) of a cell's runs, from the model's parameter count
-    (the `model_params` column) and the pool size they record; unknown where any run lacks one."""
-    params = [r.columns.get("model_params") for r in runs]
+    (the `cost/model` `params` row) and the pool size they record; unknown where any run lacks
+    one."""
+    params = [r.diag.get(MODEL_PARAMS) for r in runs]
     pools = [r.n_pool for r in runs]
-    n_params = None if any(p is None for p in params) else min(params)  # type: ignore[type-var]
+    n_params = None if any(p is None for p in params) else int(min(params))  # type: ignore[type-var]
     n_pool = None if any(p is None for p in pools) else min(pools)  # type: ignore[type-var]
     return scale_of(n_params, n_pool, run_domain(runs[0]))
 

@@ -110,10 +110,8 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
     from repro.core.config import eval_hash
     from repro.core.store import WRITTEN_BY_RESULTS, run_settings
 
-    model_params = _model_params(run_dir)
     base = {
         **run_settings(cfg),
-        "model_params": model_params,
         # The eval settings the scores were made with (the run folder is keyed by training only).
         "eval_settings": json.dumps(
             (ev or {}).get("eval_settings", asdict(cfg.eval)), sort_keys=True, separators=(",", ":")
@@ -225,8 +223,10 @@ def diagnostic_rows(
     n_steps: int | None,
     train: dict[str, Any],
 ) -> list[dict[str, Any]]:
-    """Rows: cost/<step> seconds and peak_mem_mb; cluster/<c> size_before_cap, size_after_cap and
-    kept, cluster/agreement nmi, ari, purity; worker/<k> tokens_per_step, allreduce_wait_s,
+    """Rows: cost/<step> seconds and peak_mem_mb; cost/model params (the base model's parameter
+    count, where its model stage records it or its directory is still there); cluster/<c>
+    size_before_cap, size_after_cap and kept; cluster/agreement nmi, ari, purity and purity
+    against chance (method/clustering.py cluster_agreement); worker/<k> tokens_per_step, allreduce_wait_s,
     compute_s (n = steps; the wait only under ddp, fsdp does not measure it) and
     predicted_idle_share (from the schedule, n = steps; with more than one worker); cost/train
     fsdp (1 or 0) and energy_j only where the GPU reports energy."""
@@ -244,6 +244,7 @@ def diagnostic_rows(
         add(f"cost/{step}", "seconds", cost.seconds)
         add(f"cost/{step}", "peak_mem_mb", cost.peak_mem_mb)
     add("cost/allocation", "seconds", sched.allocation_s)
+    add("cost/model", "params", _model_params(run_dir))  # the base model's size: the claims' scale
     add("cost/train", "energy_j", train.get("energy_j"))
     if train.get("strategy"):  # 1: fsdp, where the all-reduce wait is not measured; 0: ddp
         add("cost/train", "fsdp", int(train["strategy"] == "fsdp"))

@@ -165,7 +165,7 @@ def test_the_scale_label_of_runs_reads_their_recorded_parameter_count(tmp_path: 
         )
         (cell,) = load_rep(root).cells
         assert scale_label(cell.runs)[0] == want
-        assert cell.first.columns.get("model_params") == params
+        assert cell.first.diag.get(("cost/model", "params")) == params
 
 
 def test_the_parameter_count_is_read_from_the_safetensors_headers(tmp_path: Path) -> None:

@@ -138,11 +138,6 @@ SCHEMA: list[Column] = [
         "(measured or planned), target_device_s, kept, ...; empty for every other run",
     ),
     _c("model", "str", "model.name_or_path"),
-    _c(
-        "model_params",
-        "int",
-        "the base model's parameter count (its safetensors headers); empty where unknown",
-    ),
     _c("dataset", "str", "the data sources' stems joined by '+'"),
     _c("world_size", "int", "data-parallel workers (= CluSTER's K)", unit="workers"),
     _c("seed", "int", "the config's seed", required=True),
