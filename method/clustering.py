@@ -333,9 +333,22 @@ def uniform_upsample(labels, k: int, seed: int) -> dict[int, np.ndarray]:
     return out
 
 
-def cluster_agreement(labels, categories) -> dict:
+# The chance correction of purity (docs/claims.md, C6): random partitions of the pool into
+# clusters of the same sizes, drawn PURITY_PERMS times (fewer for a large pool, at least 199:
+# about PERM_CELLS row draws in all), and the share of them at least as pure as the clusters.
+PURITY_PERMS = 999
+PURITY_PERMS_MIN = 199
+PERM_CELLS = 200_000_000
+
+
+def cluster_agreement(labels, categories, seed: int = 0) -> dict:
     """How well clusters match the pool's task categories (rows with category None left out):
-    {"nmi", "ari", "purity" (share of rows in their cluster's majority category), "n"}.
+    {"nmi", "ari", "purity" (share of rows in their cluster's majority category), "n"}, and
+    purity against chance: "purity_chance_mean" and "purity_chance_q95" (its mean and 95th
+    percentile over random partitions of the same rows into clusters of the same sizes, seeded),
+    "purity_p" (the permutation p-value: (1 + partitions at least as pure) / (1 + partitions)),
+    "purity_perms" (how many) and "purity_max" (the most any partition into this many clusters
+    can reach: the share of the largest categories, one per cluster).
     categories None -> {}."""
     if categories is None:
         return {}
@@ -351,9 +364,32 @@ def cluster_agreement(labels, categories) -> dict:
     _, cats = np.unique(np.array([str(categories[i]) for i in keep]), return_inverse=True)
     lab = labels[keep]
     table = contingency_matrix(lab, cats)  # clusters x categories
+    purity = float(table.max(axis=1).sum() / len(keep))
+    n_perm = int(min(PURITY_PERMS, max(PURITY_PERMS_MIN, PERM_CELLS // len(keep))))
+    chance = _chance_purity(lab, cats, n_perm, seed)
+    n_clusters, n_cats = table.shape
+    top = np.sort(np.bincount(cats))[::-1][:n_clusters]
     return {
         "nmi": float(normalized_mutual_info_score(cats, lab)),
         "ari": float(adjusted_rand_score(cats, lab)),
-        "purity": float(table.max(axis=1).sum() / len(keep)),
+        "purity": purity,
+        "purity_chance_mean": float(chance.mean()),
+        "purity_chance_q95": float(np.quantile(chance, 0.95)),
+        "purity_p": float((1 + np.sum(chance >= purity - 1e-12)) / (1 + n_perm)),
+        "purity_perms": n_perm,
+        "purity_max": float(min(1.0, top.sum() / len(keep))),
         "n": len(keep),
     }
+
+
+def _chance_purity(labels: np.ndarray, cats: np.ndarray, n_perm: int, seed: int) -> np.ndarray:
+    """Purity of n_perm random partitions with the clusters' sizes: the categories shuffled over
+    the rows (seeded by `seed`), each cluster keeping its rows' positions."""
+    _, lab = np.unique(labels, return_inverse=True)
+    k, c = int(lab.max()) + 1, int(cats.max()) + 1
+    rng = np.random.default_rng([seed, 6])  # 6: the paper's C6, a stream of its own
+    out = np.empty(n_perm)
+    for i in range(n_perm):
+        counts = np.bincount(lab * c + rng.permutation(cats), minlength=k * c).reshape(k, c)
+        out[i] = counts.max(axis=1).sum()
+    return out / lab.size

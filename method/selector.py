@@ -514,7 +514,7 @@ class ClusterSelector(Parameterized):
             cluster_sizes_before_cap=group_before.tolist(),
             cluster_sizes_after_cap=packing.sizes.tolist(),
             category_agreement=(
-                C.cluster_agreement(labels, cats) if any(c is not None for c in cats) else None
+                C.cluster_agreement(labels, cats, ctx.seed) if any(c is not None for c in cats) else None
             ),
             features_reused=bool(feat_meta.get("reused")),
         )

@@ -1,9 +1,12 @@
 """The paper's claims checked against the results store: one verdict per check and setting.
 
 The claims are data (reports/claims.yaml, checked by `load_claims`). For every check and every
-setting of the store (dataset x model x world size) that holds its cell, the cell is paired with
-its reference on seeds, and the 95% Student-t interval of the per-seed differences
-(reports/stats.py) is set against the check's threshold:
+setting of the store (dataset x model x world size) that holds its cell and whose pool is of the
+check's domain (`run_domain`), the cell is paired with its reference on seeds (and on items where
+both runs have per-item scores; the reference equal to the cell in every training setting but the
+selection: `training_differences`), and the 95% Student-t interval of the per-seed differences (reports/stats.py) is
+set against the check's threshold, read by the scale of the runs (`scale_label`: the model's
+parameter count and the pool size):
 
 - `consistent`: the whole interval is on the claim's side of the threshold;
 - `not reproduced`: the whole interval is on the other side;
@@ -28,12 +31,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from reports.claims_file import (  # re-exported: the claims file's names
+    BASE_METHOD,
     CLAIMS_FILE,  # noqa: F401
     CLUSTER_DEFAULTS,
     CPU_NOTE,  # noqa: F401
@@ -44,9 +47,19 @@ from reports.claims_file import (  # re-exported: the claims file's names
     ClaimsFileError,  # noqa: F401
     load_claims,  # noqa: F401
 )
-from reports.load import Cell, Run, split_protocol
+from reports.load import Cell, Run, norm_benchmark, split_protocol
 from reports.stats import ITEMS_ONLY, Estimate, SeedDiff, holm, item_diff, mean_ci, paired_diff
 from reports.tables import Report
+from repro.core.domains import PAPER_BENCHMARKS, config_domain, scale_of
+
+# C6: the cluster/agreement rows the verdict reads (method/clustering.py cluster_agreement), and
+# the permutation p above which a seed's purity counts as what random partitions reach.
+# The diagnostic row of the base model's parameter count (repro/run_rows.py diagnostic_rows).
+MODEL_PARAMS = ("cost/model", "params")
+# The shipped config that runs a check of a domain where the store holds no pool of it.
+DOMAIN_CONFIGS = {"code": "configs/demo.yaml", "medical": "configs/mini/medical-small.yaml"}
+AGREEMENT_ROWS = ("purity", "purity_chance_mean", "purity_p", "purity_max")
+PURITY_ALPHA = 0.05
 
 # ----------------------------------------------------------------------------- matching cells
 
@@ -93,42 +106,112 @@ def compute_matched(x: Run, r: Run) -> bool:
     return isinstance(rec, dict) and rec.get("by") == "compute" and rec.get("run_id") == r.run_id
 
 
-def reference_run(rep: Report, r: Run, ref: dict[str, Any]) -> Run | None:
-    """The run r is compared with at the same setting and seed."""
+# Config keys outside the selection that may differ between a cell and its reference without
+# changing what is trained: how many checkpoints are kept on disk.
+IMMATERIAL_KEYS = {"train.keep_checkpoints"}
+
+
+@dataclass
+class RefMatch:
+    """The reference of one run: `run` where exactly one run qualifies; `found`, every run that
+    does (two or more: none is taken, and the verdict says so); `refused`, the runs of the
+    reference's kind, setting and seed whose training settings differ from the cell's, each with
+    the keys in which it differs."""
+
+    run: Run | None
+    found: list[Run] = field(default_factory=list)
+    refused: list[tuple[Run, list[str]]] = field(default_factory=list)
+
+    def why_not(self) -> str:
+        """Why no reference was taken ("" when one was, or when no candidate exists)."""
+        if len(self.found) > 1:
+            ids = ", ".join(x.run_id for x in self.found)
+            return f"{len(self.found)} runs qualify as its reference ({ids}): none is taken"
+        return "; ".join(f"{x.run_id} refused: differs in {', '.join(keys)}" for x, keys in self.refused)
+
+
+def _keeps_all(r: Run) -> bool:
+    return r.method == "full" or (r.n_selected is not None and r.n_selected == r.n_pool)
+
+
+def _show(v: Any) -> str:
+    return "unset" if v is _UNSET else json.dumps(v, default=str)
+
+
+_UNSET = object()
+
+
+def training_differences(r: Run, x: Run) -> list[str]:
+    """The training settings in which x differs from r, each as `key (cell A, reference B)`: the
+    stored config outside the selection and allocation (Run.rest: data, model, train; dataset,
+    model name and workers are compared as the setting), the training seed and the pool size.
+    `train.schedule_steps` is left out where either run keeps the whole pool (there the two
+    rules give one schedule), and IMMATERIAL_KEYS always."""
+    out = []
+    for k in sorted(set(r.rest) | set(x.rest)):
+        a, b = r.rest.get(k, _UNSET), x.rest.get(k, _UNSET)
+        if k in IMMATERIAL_KEYS or _show(a) == _show(b):
+            continue
+        if k == "train.schedule_steps" and (_keeps_all(r) or _keeps_all(x)):
+            continue
+        out.append(f"{k} (cell {_show(a)}, reference {_show(b)})")
+    if r.training_seed != x.training_seed:
+        out.append(f"training_seed (cell {r.training_seed}, reference {x.training_seed})")
+    if r.n_pool is not None and x.n_pool is not None and r.n_pool != x.n_pool:
+        out.append(f"the pool size (cell {r.n_pool}, reference {x.n_pool})")
+    return out
+
+
+def reference_match(rep: Report, r: Run, ref: dict[str, Any]) -> RefMatch:
+    """The run r is compared with: the same setting and seed, of the kind `ref` names, and equal
+    to r in every training setting but the selection and allocation (`training_differences`;
+    the base model is not trained, so it is not compared)."""
+    found: list[Run] = []
+    refused: list[tuple[Run, list[str]]] = []
     for c in rep.cells:
         for x in c.runs:
             if x.run_id == r.run_id or _setting(x) != _setting(r) or x.seed != r.seed:
                 continue
-            if x.method != ref["method"]:
+            if x.method != ref["method"] or not _is_kind(c, x, r, ref):
                 continue
-            if ref["method"] == "full":
-                return x
-            match = ref.get("match")
-            if match == "count":
-                if x.n_selected == r.n_selected and x.ratio is None:
-                    return x
-                continue
-            if match == "compute":
-                if compute_matched(x, r):
-                    return x
-                continue
-            # another cell given like `cell`: r's settings where the reference leaves them open
-            spec = {
-                "method": ref["method"],
-                "ratio": ref.get("ratio", r.ratio),
-                "weight_mode": ref.get("weight_mode", r.weight_mode),
-                "allocator": ref.get("allocator", r.allocator),
-                "selection_params": {
-                    **{k: v for k, v in _params(r).items() if k != "ratio"},
-                    **(ref.get("selection_params") or {}),
-                },
-                "allocation_params": ref.get("allocation_params", r.alloc_params),
-            }
-            if spec["ratio"] is None:
-                del spec["ratio"]
-            if cell_matches(c, spec):
-                return x
-    return None
+            differs = [] if x.method == BASE_METHOD else training_differences(r, x)
+            if differs:
+                refused.append((x, differs))
+            else:
+                found.append(x)
+    return RefMatch(found[0] if len(found) == 1 else None, found, refused)
+
+
+def reference_run(rep: Report, r: Run, ref: dict[str, Any]) -> Run | None:
+    """The run r is compared with at the same setting and seed (`reference_match`), or None
+    where none or more than one qualifies."""
+    return reference_match(rep, r, ref).run
+
+
+def _is_kind(c: Cell, x: Run, r: Run, ref: dict[str, Any]) -> bool:
+    """Whether run x (of cell c) is of the kind `ref` names for the cell run r."""
+    if ref["method"] in ("full", BASE_METHOD):
+        return True
+    match = ref.get("match")
+    if match == "count":
+        return x.n_selected == r.n_selected and x.ratio is None
+    if match == "compute":
+        return compute_matched(x, r)
+    # another cell given like `cell`: r's settings where the reference leaves them open
+    spec = {
+        "method": ref["method"],
+        "ratio": ref.get("ratio", r.ratio),
+        "weight_mode": ref.get("weight_mode", r.weight_mode),
+        "allocator": ref.get("allocator", r.allocator),
+        "selection_params": {
+            **{k: v for k, v in _params(r).items() if k != "ratio"},
+            **(ref.get("selection_params") or {}),
+        },
+        "allocation_params": ref.get("allocation_params", r.alloc_params),
+    }
+    if spec["ratio"] is None:
+        del spec["ratio"]
+    return cell_matches(c, spec)
 
 
 # ----------------------------------------------------------------------------- verdicts
@@ -278,31 +361,118 @@ def _setting_name(s: tuple[str, str, int]) -> str:
     return f"{s[0]} · {s[1]} · {s[2]} workers"
 
 
+def run_domain(r: Run) -> str | None:
+    """The domain (code, medical) of the run's pool: its config's data.domain, else its sources'
+    by name (repro/core/domains.py), else None."""
+    return config_domain(r.config) if r.config else None
+
+
+def scale_label(runs: list[Run]) -> tuple[str, str]:
+    """("paper" | "CPU" | "unknown", in words) of a cell's runs, from the model's parameter count
+    (the `cost/model` `params` row) and the pool size they record; unknown where any run lacks
+    one."""
+    params = [r.diag.get(MODEL_PARAMS) for r in runs]
+    pools = [r.n_pool for r in runs]
+    n_params = None if any(p is None for p in params) else int(min(params))  # type: ignore[type-var]
+    n_pool = None if any(p is None for p in pools) else min(pools)  # type: ignore[type-var]
+    return scale_of(n_params, n_pool, run_domain(runs[0]))
+
+
+def _not_run_missing(v: Verdict, matches: list[tuple[Run, RefMatch]], s: tuple[str, str, int]) -> None:
+    """What a check without pairs lacks: its reference in the setting, and why each candidate
+    was not taken (a near match's differing keys; two that qualify)."""
+    why = sorted({m.why_not() for _, m in matches if m.why_not()})
+    seeds = ",".join(str(r.seed) for r, _ in matches)
+    v.missing = [f"{v.reference} at {_setting_name(s)}, seeds {seeds}", *why]
+
+
+def _purity_verdict(v: Verdict, chk: Check, cell: Cell, tag: str) -> Verdict:
+    """C6: purity x 100 against the threshold, and against chance: a seed whose clusters are no
+    purer than random partitions of the same sizes (permutation p above PURITY_ALPHA) keeps the
+    verdict from `consistent`, and a pool that no partition into this many clusters can bring
+    to the threshold makes it `inconclusive`."""
+    runs = cell.runs
+    agree = [{m: r.diag.get(("cluster/agreement", m)) for m in AGREEMENT_ROWS} for r in runs]
+    est = mean_ci([None if a["purity"] is None else 100 * a["purity"] for a in agree], tag)
+    thr = float(chk.threshold["value"])  # type: ignore[index]
+    v.metric, v.threshold, v.side, v.estimate = "purity (%)", thr, ">=", est
+    v.run_ids = [r.run_id for r, a in zip(runs, agree) if a["purity"] is not None]
+    v.scale, v.protocol = _scale(runs), "cluster/agreement rows"
+    if est is None:
+        v.missing = [f"cluster/agreement rows of {cell.label()} (the pool has no categories or sources)"]
+        v.note = "needs a pool with categories (a `category` field, or several sources)"
+        return v
+    lacking = sorted({m for a in agree for m in AGREEMENT_ROWS if a[m] is None})
+    if lacking:
+        v.missing = [
+            f"cluster/agreement {', '.join(lacking)} of {cell.label()}: the chance correction, "
+            "written by the select stage since it was added (a selection made before has none)"
+        ]
+        v.note = "purity without its chance distribution cannot be read: rerun the selection"
+        return v
+    verdict, note = _decide(est, thr - 1e-12, True)  # at least: the threshold itself passes
+    worst_p = max(float(a["purity_p"]) for a in agree)  # type: ignore[arg-type]
+    chance = 100 * float(np.mean([a["purity_chance_mean"] for a in agree]))
+    ceiling = 100 * min(float(a["purity_max"]) for a in agree)  # type: ignore[arg-type]
+    said = [f"chance (random partitions of the same cluster sizes): {chance:.1f}%, largest p {worst_p:.3g}"]
+    if ceiling < thr:
+        verdict = "inconclusive"
+        said.insert(0, f"no partition into this many clusters reaches {thr:g}% here (at most {ceiling:.1f}%)")
+    elif verdict == "consistent" and worst_p > PURITY_ALPHA:
+        verdict = "inconclusive"
+        said.insert(
+            0, "purity no higher than chance in a seed (p above 0.05): the categories' skew alone gives it"
+        )
+    v.verdict, v.note = verdict, "; ".join(x for x in (*said, note) if x)
+    return v
+
+
+def _gain(rep: Report, r: Run, keys: list[tuple[str, str | None]], loss: bool) -> float | None:
+    """The run's quality over keys, signed so that higher is better (minus the loss)."""
+    vals = [rep.run_value(r, k) for k in keys]
+    if not vals or any(x is None for x in vals):
+        return None
+    return (-1.0 if loss else 1.0) * float(np.mean(vals))  # type: ignore[arg-type]
+
+
+def _paper_rows_missing(
+    rep: Report, chk: Check, pairs: list[tuple[Run, Run]], keys: list[tuple[str, str | None]]
+) -> list[str]:
+    """At the paper's scale: the paper protocol's benchmarks (PAPER_BENCHMARKS) that a run of the
+    pairs lacks under the check's protocol, named per benchmark with the runs that lack it."""
+    want = PAPER_BENCHMARKS.get(chk.domain or "", ())
+    out = []
+    for b in want:
+        lack = [
+            r.run_id
+            for p in pairs
+            for r in p
+            if not any(_same_bench(bk, b) and rep.run_value(r, (bk, m)) is not None for bk, m in keys)
+        ]
+        if lack:
+            out.append(f"{b} under {chk.protocol} of {', '.join(sorted(set(lack)))}")
+    return out
+
+
+def _same_bench(key: str, name: str) -> bool:
+    got = norm_benchmark(split_protocol(key)[0])
+    want = norm_benchmark(name)
+    return got == want or {got, want} == {"medqa", "medqa4options"}
+
+
 def evaluate_check(rep: Report, chk: Check, cell: Cell) -> Verdict:
     """The verdict of one check on one cell that matches its `cell` spec."""
     runs = cell.runs
     s = _setting(cell.first)
-    paper = chk.paper_setting is not None and (s[0], s[1]) == (
-        chk.paper_setting["dataset"],
-        chk.paper_setting["model"],
-    )
-    v = Verdict(chk, "not run", setting=_setting_name(s), cell=cell.label(), cpu_scale=not paper)
+    scale, scale_text = scale_label(runs)
+    paper = scale == "paper"
+    v = Verdict(chk, "not run", setting=_setting_name(s), cell=cell.label(), cpu_scale=scale == "CPU")
     tag = f"claims|{chk.name}|{cell.key}"
     if chk.metric == "purity":
-        vals = [r.diag.get(("cluster/agreement", "purity")) for r in runs]
-        est = mean_ci([None if x is None else 100 * x for x in vals], tag)
-        thr = float(chk.threshold["value"])  # type: ignore[index]
-        v.metric, v.threshold, v.side, v.estimate = "purity (%)", thr, ">=", est
-        v.run_ids = [r.run_id for r in runs if r.diag.get(("cluster/agreement", "purity")) is not None]
-        v.scale, v.protocol = _scale(runs), "cluster/agreement rows"
-        if est is None:
-            v.missing = [f"cluster/agreement rows of {cell.label()} (the pool has no categories or sources)"]
-            v.note = "needs a pool with categories (a `category` field, or several sources)"
-            return v
-        v.verdict, v.note = _decide(est, thr - 1e-12, True)  # at least: the threshold itself passes
-        return v
+        return _purity_verdict(v, chk, cell, tag)
     assert chk.reference is not None
-    pairs = [(r, x) for r in runs if (x := reference_run(rep, r, chk.reference)) is not None]
+    matches = [(r, reference_match(rep, r, chk.reference)) for r in runs]
+    pairs = [(r, m.run) for r, m in matches if m.run is not None]
     v.reference = _ref_label(chk.reference)
     # A diverged run has no result and no finished cost: its pair is left out, and said.
     gone = [(r, x) for r, x in pairs if "diverged" in (r.status, x.status)]
@@ -317,10 +487,13 @@ def evaluate_check(rep: Report, chk: Check, cell: Cell) -> Verdict:
             v.missing = [f"a run of each seed that did not diverge ({v.note[len('left out, diverged: ') :]})"]
             return v
     if not pairs:
-        v.missing = [f"{v.reference} at {_setting_name(s)}, seeds {','.join(str(r.seed) for r in runs)}"]
+        _not_run_missing(v, matches, s)
         return v
+    unpaired = sorted({m.why_not() for _, m in matches if m.run is None and m.why_not()})
+    if unpaired:  # some seeds paired, others not: said beside the verdict
+        v.note = "; ".join(x for x in (v.note, "seeds left out: " + "; ".join(unpaired)) if x)
     v.run_ids = sorted({r.run_id for p in pairs for r in p})
-    v.scale = _scale([r for p in pairs for r in p])
+    v.scale = _scale([r for p in pairs for r in p]) + f" ({scale_text})"
     if chk.metric == "train_time_ratio":
         ratios = [
             r.costs["train_s"] / x.costs["train_s"]  # type: ignore[operator]
@@ -336,8 +509,28 @@ def evaluate_check(rep: Report, chk: Check, cell: Cell) -> Verdict:
         verdict, note = _decide(est, v.threshold, False)
         v.verdict, v.note = verdict, "; ".join(x for x in (v.note, note) if x)
         return v
+    scale_note = (
+        "" if scale != "unknown" else f"{scale_text}: read as evidence about the mechanism, not the 7B result"
+    )
     tol = chk.tolerance or {}
     keys = _domain_keys(rep, cell.first, chk.domain or "", chk.protocol or "lm-eval")
+    if paper:  # the paper's scale: the paper protocol's benchmarks, every one, or not run
+        keys = [
+            k for k in keys if any(_same_bench(k[0], b) for b in PAPER_BENCHMARKS.get(chk.domain or "", ()))
+        ]
+        lacking = _paper_rows_missing(rep, chk, pairs, keys)
+        if lacking:
+            v.missing = [f"the paper protocol's {chk.domain} benchmark rows: " + "; ".join(lacking)]
+            v.note = "; ".join(
+                x
+                for x in (
+                    v.note,
+                    f"at the paper's scale only the paper's benchmarks count (eval.protocol={chk.protocol} "
+                    "re-evaluates trained runs without training again)",
+                )
+                if x
+            )
+            return v
     have = keys and all(all(rep.run_value(r, k) is not None for k in keys) for p in pairs for r in p)
     loss = False
     if not have:
@@ -349,22 +542,79 @@ def evaluate_check(rep: Report, chk: Check, cell: Cell) -> Verdict:
                 "re-evaluates trained runs without training again), or held-out loss rows"
             ]
             return v
-        if paper:
-            v.note = f"the paper's benchmarks under {chk.protocol} are missing here: held-out loss stands in"
+    unit = "nats" if loss else "points"
+    what = "held-out loss" if loss else f"{chk.domain} average"
+    v.protocol = _protocol(runs, keys)
+    if not paper and "random_share" in tol:  # C1 below the paper's scale: against random's drop
+        return _drop_vs_random(rep, chk, v, pairs, keys, loss, tag, scale_note, what, unit)
     margin = float(tol.get("points", 0.0))
     if loss:  # a share of the reference's held-out loss (mean over the pairs)
         margin = float(tol.get("loss_share", 0.0)) * float(np.mean([x.score(*HELDOUT) for _, x in pairs]))
     est = _paired_quality(rep, pairs, keys, tag, loss)
     thr = -margin if chk.direction == "not_worse" else margin
-    v.metric = (
-        "held-out loss, reference − cell (nats)"
-        if loss
-        else f"{chk.domain} average, cell − reference (points)"
-    )
-    v.protocol = _protocol(runs, keys)
+    v.metric = f"{what}, reference − cell ({unit})" if loss else f"{what}, cell − reference ({unit})"
     v.threshold, v.side, v.estimate = thr, ">", est
     verdict, note = _decide(est, thr, True)
-    v.verdict, v.note = verdict, "; ".join(x for x in (v.note, note) if x)
+    v.verdict, v.note = verdict, "; ".join(x for x in (v.note, scale_note, note) if x)
+    return v
+
+
+def _drop_vs_random(
+    rep: Report,
+    chk: Check,
+    v: Verdict,
+    pairs: list[tuple[Run, Run]],
+    keys: list[tuple[str, str | None]],
+    loss: bool,
+    tag: str,
+    scale_note: str,
+    what: str,
+    unit: str,
+) -> Verdict:
+    """C1 below the paper's scale: per seed, the cell's gain over full data minus (1 + share) x
+    random's gain over full data at the cell's kept count (gains: higher is better; a drop is a
+    negative gain). Above 0: the cell lost less than (1 + share) times what random lost by
+    dropping as much data. The random run is found as `{method: random, match: count}`."""
+    share = float((chk.tolerance or {})["random_share"])
+    rnd_ref = {"method": "random", "match": "count"}
+    stats, cell_drops, rnd_drops, ids, why = [], [], [], set(v.run_ids), []
+    for r, f in pairs:
+        m = reference_match(rep, r, rnd_ref)
+        x = m.run
+        if x is None or x.status == "diverged":
+            why.append(f"seed {r.seed}: " + (m.why_not() or "no random run at its kept count"))
+            continue
+        g_c, g_f, g_r = (_gain(rep, y, keys, loss) for y in (r, f, x))
+        if g_c is None or g_f is None or g_r is None:
+            why.append(f"seed {r.seed}: {what} of {x.run_id}" if g_r is None else f"seed {r.seed}: {what}")
+            continue
+        stats.append((g_c - g_f) - (1 + share) * (g_r - g_f))
+        cell_drops.append(g_f - g_c)
+        rnd_drops.append(g_f - g_r)
+        ids.add(x.run_id)
+    v.reference = f"full data, against random at the same kept count (its drop x {1 + share:g})"
+    v.metric = f"{what}: cell's drop short of {1 + share:g} x random's ({unit})"
+    v.threshold, v.side = 0.0, ">"
+    if not stats:
+        v.missing = [
+            f"random at the cell's kept count, seeds {','.join(str(r.seed) for r, _ in pairs)}",
+            *why,
+        ]
+        v.note = "; ".join(
+            x
+            for x in (v.note, "below the paper's scale this check sets the cell's drop against random's")
+            if x
+        )
+        return v
+    v.run_ids = sorted(ids)
+    v.estimate = paired_diff(stats, tag)
+    drops = (
+        f"drop from full data: cell {np.mean(cell_drops):+.4g}, random {np.mean(rnd_drops):+.4g} {unit} "
+        f"(mean over {len(stats)} seeds)"
+    )
+    left = f"seeds left out: {'; '.join(why)}" if why else ""
+    verdict, note = _decide(v.estimate, 0.0, True)
+    v.verdict, v.note = verdict, "; ".join(x for x in (v.note, drops, left, scale_note, note) if x)
     return v
 
 
@@ -392,7 +642,14 @@ def evaluate(rep: Report, claims: list[Claim], results_hint: str = "RESULTS") ->
         rows_claim: list[Verdict] = []
         for chk in claim.checks:
             rows: list[Verdict] = []
+            dom = chk.applies_to
             for c in (c for c in rep.cells if cell_matches(c, chk.cell)):
+                pool_dom = run_domain(c.first)
+                if dom is not None and pool_dom is not None and pool_dom != dom:
+                    continue  # a check of another domain's pools: no row
+                if dom is not None and pool_dom is None:
+                    rows.append(_domain_unknown(chk, c))
+                    continue
                 v = evaluate_check(rep, chk, c)
                 if chk.reference and chk.reference.get("match") == "count":
                     alt = replace(chk, reference={**chk.reference, "match": "compute"})
@@ -406,13 +663,24 @@ def evaluate(rep: Report, claims: list[Claim], results_hint: str = "RESULTS") ->
             if not rows:
                 v = Verdict(chk, "not run", reference=_ref_label(chk.reference) if chk.reference else "")
                 v.cell = _spec_label(chk.cell)
-                v.setting = "any"
-                v.missing = [f"{v.cell} in every setting"]
+                v.setting = "any" if dom is None else f"any {dom} pool"
+                v.missing = [f"{v.cell} in every setting" if dom is None else f"{v.cell} on a {dom} pool"]
                 v.command = not_run_command(rep, chk, results_hint, None)
                 rows = [v]
             rows_claim.extend(rows)
         out.extend(_merge_same(rows_claim))
     return holm_adjust(out)
+
+
+def _domain_unknown(chk: Check, c: Cell) -> Verdict:
+    """`not run` for a check of one domain on a pool whose domain is unknown."""
+    v = Verdict(chk, "not run", setting=_setting_name(_setting(c.first)), cell=c.label())
+    v.reference = _ref_label(chk.reference) if chk.reference else ""
+    v.missing = [
+        f"the domain of the pool {c.first.dataset!r}: set data.domain (code or medical) in its config; "
+        f"this check applies to {chk.applies_to} pools only"
+    ]
+    return v
 
 
 def _collapse_not_run(rows: list[Verdict]) -> list[Verdict]:
@@ -499,12 +767,19 @@ def _base_for(
 
     runs = [r for c in rep.cells for r in c.runs]
     ps = chk.paper_setting
+    dom = chk.applies_to
     if setting is not None:
         pick = [r for r in runs if (r.dataset, r.model) == setting[:2]]
     else:
+        if dom is not None:  # a pool of the check's domain only
+            runs = [r for r in runs if run_domain(r) == dom]
         pick = [r for r in runs if ps and (r.dataset, r.model) == (ps["dataset"], ps["model"])] or runs
     if not pick:
-        return "configs/demo.yaml", [0], int(chk.cell.get("world_size", 4)), False
+        base = DOMAIN_CONFIGS.get(dom or "", "configs/demo.yaml")
+        from repro.core.config import load_config
+
+        cfg = load_config(base)
+        return base, [cfg.seed], int(chk.cell.get("world_size", cfg.world_size)), False
     first = pick[0]
     same = [r for r in pick if (r.dataset, r.model) == (first.dataset, first.model)]
     name = first.name
@@ -519,7 +794,7 @@ def not_run_command(rep: Report, chk: Check, results: str, setting: tuple[str, s
     first) with its seeds, and the command that runs it (runs already done are skipped: the
     same config is the same run folder). At the paper's scale, the paper grid to launch too."""
     base, seeds, ws, paper = _base_for(rep, chk, setting)
-    lines = [f"base: {Path(base).name}", "runs:"]
+    lines = [f"base: {base.split('configs/', 1)[-1]}", "runs:"]
     for s in seeds:
         extra = [f"seed={s}", f"world_size={ws}"]
         cell_label = f"{chk.claim}-{chk.id}-cell-s{s}".lower()
@@ -533,6 +808,12 @@ def not_run_command(rep: Report, chk: Check, results: str, setting: tuple[str, s
                 f"  - label: {ref_label}",
                 f"    overrides: [{', '.join(extra + ['selection.method=full'])}]",
             ]
+            if "random_share" in (chk.tolerance or {}):  # below the paper's scale: random's drop
+                lines += [
+                    f"  - label: {chk.claim}-{chk.id}-random-s{s}".lower(),
+                    f"    match_kept_count_of: {cell_label}",
+                    f"    overrides: [{', '.join(extra + ['selection.method=random'])}]",
+                ]
         elif ref.get("match") == "count":
             lines += [
                 f"  - label: {ref_label}",
@@ -554,6 +835,8 @@ def not_run_command(rep: Report, chk: Check, results: str, setting: tuple[str, s
             lines += [f"  - label: {ref_label}", f"    overrides: [{', '.join(extra + _overrides(spec))}]"]
     snippet = "\n".join(lines)
     cmd = f"cluster-repro grid missing.yaml --base {base} output_dir={results}"
+    if base.startswith("configs/mini/"):  # a mini pool: its data files
+        cmd += " data_dir=DATA_DIR"
     if paper:
         cmd += (
             "\n# at the paper's scale, on SLURM: cluster-repro launch configs/grids/paper.yaml "

@@ -19,6 +19,7 @@ from reports.load import ReportInputError
 from reports.runs import DOMAINS
 from repro.core.builder import ConfigError
 from repro.core.config_schema import AllocationConfig
+from repro.core.domains import dataset_domain, source_stem
 from repro.core.params import build_params, params_class
 from repro.core.protocols import PROTOCOLS
 from repro.core.registry import ALLOCATORS, SELECTORS, Registry
@@ -52,6 +53,9 @@ CHECK_KEYS = {
     "paper_value",
     "note",
 }
+TOLERANCE_KEYS = {"points", "loss_share", "random_share", "reason"}
+# A check's `domain: any`: it applies to a pool of any domain (C6: clusters against categories).
+ANY_DOMAIN = "any"
 CLAIM_KEYS = {"id", "title", "words", "paper", "checks"}
 TOP_KEYS = {"source", "shared", "claims"}
 # CluSTER's main setting, where a check's cell leaves it open: the default within-cluster choice
@@ -95,6 +99,19 @@ class Check:
     @property
     def name(self) -> str:
         return f"{self.claim}/{self.id}"
+
+    @property
+    def applies_to(self) -> str | None:
+        """The domain of the pools this check applies to: its `domain`, else its paper
+        setting's dataset's (repro/core/domains.py); None: any pool (`domain: any`, or a check
+        that names neither)."""
+        if self.domain == ANY_DOMAIN:
+            return None
+        if self.domain is not None:
+            return self.domain
+        if self.paper_setting is not None:
+            return dataset_domain(source_stem(self.paper_setting["dataset"]))
+        return None
 
 
 @dataclass(frozen=True)
@@ -254,9 +271,33 @@ def _check(c: Any, path: Path, claim: str, i: int) -> Check:
     if direction in ("not_worse", "better"):
         _need(metric == "quality", where, "direction", "below or at_least for a ratio or purity", direction)
         tol = c.get("tolerance")
-        _need(isinstance(tol, dict), where, "tolerance", "a mapping {points, loss_share, reason}", tol)
-        for k in ("points", "loss_share"):
-            _need(_num(tol.get(k)) and tol[k] >= 0, where, f"tolerance.{k}", "a number >= 0", tol.get(k))
+        _need(
+            isinstance(tol, dict),
+            where,
+            "tolerance",
+            "a mapping {points, reason} (and random_share or loss_share)",
+            tol,
+        )
+        unknown_tol = sorted(set(tol) - TOLERANCE_KEYS)
+        _need(
+            not unknown_tol,
+            where,
+            f"tolerance.{unknown_tol[0] if unknown_tol else ''}",
+            f"one of {sorted(TOLERANCE_KEYS)}",
+            tol,
+        )
+        for k in ("points", "loss_share", "random_share"):
+            if k == "points" or k in tol:
+                _need(_num(tol.get(k)) and tol[k] >= 0, where, f"tolerance.{k}", "a number >= 0", tol.get(k))
+        if "random_share" in tol:
+            _need(
+                direction == "not_worse" and ref is not None and ref["method"] == "full",
+                where,
+                "tolerance.random_share",
+                "only for a not_worse check against full data (its drop is set against random's "
+                "at the same kept count)",
+                tol["random_share"],
+            )
         _need(
             isinstance(tol.get("reason"), str) and bool(tol["reason"]),
             where,
@@ -297,7 +338,14 @@ def _check(c: Any, path: Path, claim: str, i: int) -> Check:
     if c.get("protocol") is not None:
         _known(c["protocol"], PROTOCOLS, where, "protocol", "a protocol")
     if c.get("domain") is not None:
-        _known(c["domain"], tuple(DOMAINS), where, "domain", "a domain")
+        _known(c["domain"], (*DOMAINS, ANY_DOMAIN), where, "domain", "a domain")
+        _need(
+            not (metric == "quality" and c["domain"] == ANY_DOMAIN),
+            where,
+            "domain",
+            "code or medical for quality (which benchmark average)",
+            c["domain"],
+        )
     return Check(
         claim=claim,
         id=cid,

@@ -179,7 +179,13 @@ def stage_model(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     hub = _hub_model(cfg, model_dir)
     if hub is not None:
         inputs["hub"] = hub
-    return {"model_dir": str(model_dir), "inputs": inputs}
+    # The base model's size (the claims' scale label, docs/claims.md): None where its files do
+    # not say (no safetensors), never guessed from its name.
+    return {
+        "model_dir": str(model_dir),
+        "inputs": inputs,
+        "model_params": fingerprints.count_parameters(model_dir),
+    }
 
 
 def _hub_model(cfg: ExperimentConfig, model_dir: Path | None = None) -> dict[str, Any] | None:

@@ -71,6 +71,22 @@ def stage_seconds(run_dir: Path, name: str, marker: dict[str, Any], field: str =
     return rundir.prior_seconds(run_dir, name) + marker[field]
 
 
+def _model_params(run_dir: Path) -> int | None:
+    """The base model's parameter count: the model stage's record, else counted from the model
+    directory it names where that is still there (a model stage older than the record); None
+    where neither says."""
+    from repro.core.fingerprints import count_parameters
+
+    marker = stage_marker(run_dir, "model")
+    if not marker.is_file():
+        return None
+    info = read_json(marker)
+    if info.get("model_params") is not None:
+        return int(info["model_params"])
+    model_dir = Path(str(info.get("model_dir") or ""))
+    return count_parameters(model_dir) if info.get("model_dir") and model_dir.is_dir() else None
+
+
 def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
     """Tidy rows from the run's stage files (one per benchmark and metric). A diverged training
     gives one row `train`/`diverged` (value: the step) instead of scores, every row with status
@@ -207,8 +223,10 @@ def diagnostic_rows(
     n_steps: int | None,
     train: dict[str, Any],
 ) -> list[dict[str, Any]]:
-    """Rows: cost/<step> seconds and peak_mem_mb; cluster/<c> size_before_cap, size_after_cap and
-    kept, cluster/agreement nmi, ari, purity; worker/<k> tokens_per_step, allreduce_wait_s,
+    """Rows: cost/<step> seconds and peak_mem_mb; cost/model params (the base model's parameter
+    count, where its model stage records it or its directory is still there); cluster/<c>
+    size_before_cap, size_after_cap and kept; cluster/agreement nmi, ari, purity and purity
+    against chance (method/clustering.py cluster_agreement); worker/<k> tokens_per_step, allreduce_wait_s,
     compute_s (n = steps; the wait only under ddp, fsdp does not measure it) and
     predicted_idle_share (from the schedule, n = steps; with more than one worker); cost/train
     fsdp (1 or 0) and energy_j only where the GPU reports energy."""
@@ -226,6 +244,7 @@ def diagnostic_rows(
         add(f"cost/{step}", "seconds", cost.seconds)
         add(f"cost/{step}", "peak_mem_mb", cost.peak_mem_mb)
     add("cost/allocation", "seconds", sched.allocation_s)
+    add("cost/model", "params", _model_params(run_dir))  # the base model's size: the claims' scale
     add("cost/train", "energy_j", train.get("energy_j"))
     if train.get("strategy"):  # 1: fsdp, where the all-reduce wait is not measured; 0: ddp
         add("cost/train", "fsdp", int(train["strategy"] == "fsdp"))

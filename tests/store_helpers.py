@@ -92,6 +92,10 @@ def fake_run(
     tokens_per_step: float = 400.0,
     idle: float = 0.1,
     purity: float | None = None,
+    purity_chance: float = 0.4,
+    purity_p: float = 0.001,
+    purity_max: float = 1.0,
+    model_params: int | None = 135_000_000,
     benchmarks: list[dict[str, Any]] = (),
     demo_items: dict[str, float] | None = None,
     diverged_at: int | None = None,
@@ -102,7 +106,11 @@ def fake_run(
 ) -> Path:
     """A finished (or, with `until`/`fail`/`diverged_at`, an unfinished, failed or diverged) run
     of `base` + overrides (output_dir=root, seed) with the given numbers; returns its folder.
-    `cfg`: the run's config as it is (e.g. from a matcher), instead of base + overrides."""
+    `cfg`: the run's config as it is (e.g. from a matcher), instead of base + overrides.
+    `purity`: the clusters' agreement with the categories, with its chance distribution's mean,
+    the permutation p and the most a partition can reach; `model_params`: the base model's
+    parameter count the model stage records (default: a 135M model's, below the paper's scale;
+    None: not recorded)."""
     if cfg is None:
         cfg = load_config(base, [f"output_dir={root}", f"seed={seed}", *overrides])
     run_dir = cfg.run_dir()
@@ -125,7 +133,8 @@ def fake_run(
 
     if stop("model"):
         return run_dir
-    _marker(run_dir, "model", {"model_dir": str(root / "no-model-dir"), "inputs": {}}, 0.01)
+    model_info = {"model_dir": str(root / "no-model-dir"), "inputs": {}, "model_params": model_params}
+    _marker(run_dir, "model", model_info, 0.01)
     if stop("pool"):
         return run_dir
     pool = [
@@ -143,7 +152,15 @@ def fake_run(
     clusters = [k % ws for k in range(n)] if method == "cluster" else None
     diag = SelectionDiagnostics(
         costs={"selection": StepCost(seconds=selection_s / 2, peak_mem_mb=100.0)},
-        category_agreement={"purity": purity, "nmi": 0.5, "ari": 0.3, "n": n_pool}
+        category_agreement={
+            "purity": purity,
+            "purity_chance_mean": purity_chance,
+            "purity_p": purity_p,
+            "purity_max": purity_max,
+            "nmi": 0.5,
+            "ari": 0.3,
+            "n": n_pool,
+        }
         if purity is not None
         else None,
         cluster_sizes_before_cap=[n_pool // ws] * ws if clusters else None,

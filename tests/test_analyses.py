@@ -79,6 +79,7 @@ def test_seed_axes_default_to_seed_and_keep_the_hash() -> None:
     d["train"].pop("schedule_steps")  # its default ("kept"): left out, as the seeds are
     d["model"].pop("revision")  # null: left out, as these two seeds are (repro/core/config_schema.py)
     d["selection"].pop("matched")  # null unless match_compute_of set it: left out likewise
+    d["data"].pop("domain")  # null unless a pool declares its domain: left out likewise
     for src in d["data"]["sources"]:
         src.pop("revision")
     assert base.hash() == _short_hash(d)

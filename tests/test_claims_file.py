@@ -206,7 +206,8 @@ def test_the_not_run_snippet_runs_exactly_the_missing_cells(tmp_path: Path, chk:
     rl = load_run_list(tmp_path / "missing.yaml")
     # What --base does. 8 workers need a base whose global batch divides among 8 (demo-quick's
     # 8 examples at 2 per device do not): the snippet keeps the store's recipe as it is.
-    rl.base = SHIPPED_CONFIGS / ("mini/code.yaml" if chk.cell.get("world_size") == 8 else Path(base).name)
+    shipped = base.removeprefix("configs/")  # a medical check: the medical mini pool's config
+    rl.base = SHIPPED_CONFIGS / ("mini/code.yaml" if chk.cell.get("world_size") == 8 else shipped)
     cells: dict[str, ExperimentConfig] = {}
     for spec, cfg in run_configs(rl, [f"output_dir={tmp_path / 'store'}"]):
         ref_of = spec.match_kept_count_of or spec.match_compute_of

@@ -105,9 +105,16 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert index_text.index("figures/heldout_loss.png") < index_text.index("figures/quality_vs_data.png")
     assert "## Claims" in index_text and out.index("The paper's claims on these runs") > out.index(f"{index}")
     verdicts = json.loads((tmp_path / "demo-claims" / "claims.json").read_text())
+    # C1 below the paper's scale sets CluSTER's drop from full data against random's at its count.
     c1 = next(v for v in verdicts if v["check"] == "C1/code-r0.5")
-    run_ids = {r["run_id"] for r in rows if r["method"] in ("full", "cluster")}
+    run_ids = {r["run_id"] for r in rows if r["method"] in ("full", "cluster", "random")}
     assert c1["cpu_scale"] and set(c1["run_ids"]) == run_ids and c1["verdict"] != "not run"
+    # The scale comes from the parameter count the model stage recorded (the tiny model's).
+    params = {r["value"] for r in rows if (r["benchmark"], r["metric"]) == ("cost/model", "params")}
+    assert len(params) == 1 and 0 < float(params.pop()) < 1e7
+    assert "below the paper's scale" in (tmp_path / "demo-claims" / "claims.md").read_text()
+    # The demo pool is a code pool: its medical checks are not run, never read from it.
+    assert {v["verdict"] for v in verdicts if "medical" in v["check"]} == {"not run"}
     assert next(v for v in verdicts if v["check"] == "C5/rank-vs-none")["command"].startswith(
         "cluster-repro grid"
     )

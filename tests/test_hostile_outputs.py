@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _store(root: Path, shift: float = 0.0) -> Path:
     """Full data and CluSTER r = 0.5, two seeds each: real run folders with synthetic numbers
-    (tests/store_helpers.py), held-out loss moved by `shift`."""
+    (tests/store_helpers.py), held-out loss and the clusters' purity moved by `shift`."""
     from tests.store_helpers import fake_run
 
     cluster = [
@@ -33,7 +33,8 @@ def _store(root: Path, shift: float = 0.0) -> Path:
     ]
     for s in (0, 1):
         fake_run(root, ["selection.method=full"], seed=s, loss=2.0 + shift)
-        fake_run(root, cluster, seed=s, n_selected=16, loss=2.2 + shift, train_s=4.0, purity=0.6)
+        purity = 0.6 + 0.2 * shift
+        fake_run(root, cluster, seed=s, n_selected=16, loss=2.2 + shift, train_s=4.0, purity=purity)
     return root
 
 

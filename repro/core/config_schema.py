@@ -93,6 +93,11 @@ class DataConfig:
     # demo_heldout_per_category per category.
     demo_min_share: float = 0.05
     demo_max_share: float = 0.30
+    # Which of the paper's domains the pool belongs to (code or medical): where the claims'
+    # checks apply (docs/claims.md). null: from the sources' names (repro/core/domains.py: the
+    # paper's sets and the mini pools; the demo is code), else unknown. Not part of the hash
+    # while null.
+    domain: Literal["code", "medical"] | None = None
 
 
 @dataclass
@@ -289,6 +294,8 @@ def config_hash(cfg: ExperimentConfig) -> str:
         d["train"].pop("schedule_steps")
     if d["selection"].get("matched") is None:  # added later, left out while null as above
         d["selection"].pop("matched", None)
+    if d["data"].get("domain") is None:  # added later, left out while null as above
+        d["data"].pop("domain", None)
     # revision (model, data sources): added later, left out while null like the keys above.
     if d["model"].get("revision") is None:
         d["model"].pop("revision", None)

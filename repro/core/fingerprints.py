@@ -151,6 +151,33 @@ def model_fingerprint(model_dir: Path) -> dict[str, Any]:
     return {"files": files}
 
 
+def count_parameters(model_dir: Path) -> int | None:
+    """The model's parameter count from its safetensors files' headers (every tensor's shape; no
+    weights are read), or None where the directory holds no safetensors file or one cannot be
+    read (a .bin-only model): unknown, never estimated from the model's name."""
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    try:
+        for f in files:
+            with open(f, "rb") as fh:
+                size = int.from_bytes(fh.read(8), "little")
+                if not 0 < size < 100_000_000:
+                    return None
+                header = json.loads(fh.read(size))
+            for name, t in header.items():
+                if name == "__metadata__":
+                    continue
+                n = 1
+                for d in t["shape"]:
+                    n *= int(d)
+                total += n
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return total
+
+
 # ----------------------------------------------------------------------------- selection
 
 
