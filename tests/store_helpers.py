@@ -98,11 +98,14 @@ def fake_run(
     until: str = "results",
     fail: str | None = None,
     step_tokens: list[list[int]] | None = None,
+    padding: float | None = 1.0,
     cfg: ExperimentConfig | None = None,
 ) -> Path:
     """A finished (or, with `until`/`fail`/`diverged_at`, an unfinished, failed or diverged) run
     of `base` + overrides (output_dir=root, seed) with the given numbers; returns its folder.
-    `cfg`: the run's config as it is (e.g. from a matcher), instead of base + overrides."""
+    `cfg`: the run's config as it is (e.g. from a matcher), instead of base + overrides.
+    `padding`: each step's padded tokens over its real ones in the training logs (None: logs
+    without padded tokens, as the trainer wrote them before it recorded them)."""
     if cfg is None:
         cfg = load_config(base, [f"output_dir={root}", f"seed={seed}", *overrides])
     run_dir = cfg.run_dir()
@@ -202,7 +205,14 @@ def fake_run(
         atomic_write_jsonl(
             run_dir / "train_log" / f"rank{k}.jsonl",
             [
-                {"step": s, "rank": k, "tokens": tokens[s][k], "allreduce_wait_s": 0.01, "compute_s": 0.1}
+                {
+                    "step": s,
+                    "rank": k,
+                    "tokens": tokens[s][k],
+                    **({} if padding is None else {"padded_tokens": round(tokens[s][k] * padding)}),
+                    "allreduce_wait_s": 0.01,
+                    "compute_s": 0.1,
+                }
                 for s in range(total_steps if diverged_at is None else diverged_at + 1)
             ],
         )
