@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
     )
     p.add_argument(
         "what",
-        choices=["ddp", "features", "cluster", "paper-step", "stragglers", "balance", "k-scaling"],
+        choices=["ddp", "features", "cluster", "paper-step", "stragglers", "balance", "k-scaling", "padding"],
         help="paper-step: the paper recipe's training step and feature pass on a "
         "published model shape, with MFU and peak memory vs the memory plan "
         "(`cluster-repro bench paper-step --help`). stragglers: the predicted idle "
@@ -34,7 +34,9 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
         "(`... bench stragglers --help`). balance: CluSTER with example vs token "
         "budgets and balance, and random allocation, trained side by side "
         "(`... bench balance --help`). k-scaling: CluSTER's selection at K = 4..256 "
-        "workers, with clusters_per_worker C = 1, 2, 4 (`... bench k-scaling --help`)",
+        "workers, with clusters_per_worker C = 1, 2, 4 (`... bench k-scaling --help`). "
+        "padding: a config's padded tokens per step shape, plain and length-grouped, no "
+        "training (`... bench padding --help`)",
     )
     p.add_argument("--config", default=None, help="config to train (default: the demo config)")
     p.add_argument(
@@ -77,6 +79,10 @@ def _raw(argv: list[str]) -> int | None:
 
         bench_cluster_main(argv[2:])
         return 0
+    if argv[:2] == ["bench", "padding"]:  # its own flags (repro/bench/padding.py)
+        from repro.bench.padding import main as padding
+
+        return padding(argv[2:])
     if argv[:2] == ["bench", "k-scaling"]:  # its own flags (repro/bench/k_scaling.py)
         from repro.bench.k_scaling import main as k_scaling
 
