@@ -289,3 +289,27 @@ def test_a_compute_matched_run_off_its_target_is_flagged_and_no_record_is_no_mat
         if v.check.name == "C3/vs-random-count"
     ]
     assert v.compute.verdict == "not run" and "match_compute_of:" in v.compute.command
+
+
+def test_bench_padding_counts_every_step_shape_of_a_config(tmp_path: Path, capsys) -> None:
+    """`cluster-repro bench padding`: for each per-device batch x accumulation of the config's
+    examples per step, the padded tokens plain and grouped; the config's shape is what the
+    schedule stage recorded, batch 1 pads nothing, and grouping saves only with several
+    micro-batches a step."""
+    from repro.cli import main
+
+    out = tmp_path / "bench"
+    args = ["bench", "padding", str(CONFIGS / "demo-quick.yaml"), "--output-dir", str(out)]
+    assert main([*args, "train.global_batch_size=16"]) == 0
+    rows = json.loads((out / "bench_padding.json").read_text())["rows"]
+    assert [(r["per_device_batch"], r["accum"]) for r in rows] == [(4, 1), (2, 2), (1, 4)]
+    (cfg_row,) = [r for r in rows if r["config_shape"]]
+    summary = read_json(next(out.glob("*/*/step_tokens.json")))
+    assert (cfg_row["per_device_batch"], cfg_row["padded_tokens"]) == (2, summary["padded_tokens"])
+    four, two, one = rows
+    assert one["padded_tokens"] == one["tokens"] == one["padded_tokens_grouped"]
+    assert (
+        four["padded_tokens_grouped"] == four["padded_tokens"] > two["padded_tokens"] > one["padded_tokens"]
+    )
+    assert two["padded_tokens_grouped"] < two["padded_tokens"]
+    assert "| 2 x 2 (the config's) |" in capsys.readouterr().out

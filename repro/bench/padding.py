@@ -105,12 +105,16 @@ def format_rows(rows: list[dict[str, Any]], title: str) -> str:
     return title + "\n\n" + "\n".join(markdown_grid(head, body)) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cluster-repro bench padding", description=__doc__.split("\n\n")[0])
     p.add_argument("config", help="the run's config (its selection and allocation decide the schedule)")
     p.add_argument("--output-dir", default="runs/bench-padding", help="where the run folder and tables go")
     p.add_argument("overrides", nargs="*", metavar="key.sub=value")
-    args = p.parse_intermixed_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_intermixed_args(argv)
     from repro.pipeline import run_experiment
 
     out = Path(args.output_dir)
