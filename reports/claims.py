@@ -326,7 +326,7 @@ TIME_METRICS: dict[str, tuple[Any, str, str]] = {
     ),
     "time_per_padded_token": (
         tm.per_padded_token_ratio,
-        "s per padded token, cell / reference",
+        "s per padded token ratio (cell / reference)",
         "worker/<k> padded_tokens_per_step rows and train_s of the runs (runs trained before padded "
         "tokens were recorded have none: train them again)",
     ),
