@@ -72,8 +72,9 @@ def train_log_totals(run_dir: Path) -> dict[str, Any]:
     rows = [r for log in logs for r in log]
     has_padded = bool(rows) and all("padded_tokens" in r for r in rows)
     by_step: dict[int, list[dict[str, Any]]] = {}
-    for r in rows:
-        by_step.setdefault(int(r["step"]), []).append(r)
+    for log in logs:
+        for i, r in enumerate(log):  # a row's step, or its place in the log
+            by_step.setdefault(int(r.get("step", i)), []).append(r)
     return {
         "tokens": sum(int(r["tokens"]) for r in rows),
         "padded_tokens": sum(int(r["padded_tokens"]) for r in rows) if has_padded else None,
