@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from reports import time_model as tm
 from reports.claims_file import (  # re-exported: the claims file's names
     BASE_METHOD,
     CLAIMS_FILE,  # noqa: F401
@@ -493,7 +494,9 @@ def evaluate_check(rep: Report, chk: Check, cell: Cell) -> Verdict:
     if unpaired:  # some seeds paired, others not: said beside the verdict
         v.note = "; ".join(x for x in (v.note, "seeds left out: " + "; ".join(unpaired)) if x)
     v.run_ids = sorted({r.run_id for p in pairs for r in p})
-    v.scale = _scale([r for p in pairs for r in p]) + f" ({scale_text})"
+        v.scale = _scale([r for p in pairs for r in p]) + f" ({scale_text})"
+    if chk.metric in TIME_METRICS:
+        return _time_check(v, chk, pairs, tag)
     if chk.metric == "train_time_ratio":
         ratios = [
             r.costs["train_s"] / x.costs["train_s"]  # type: ignore[operator]
@@ -550,6 +553,8 @@ def evaluate_check(rep: Report, chk: Check, cell: Cell) -> Verdict:
     margin = float(tol.get("points", 0.0))
     if loss:  # a share of the reference's held-out loss (mean over the pairs)
         margin = float(tol.get("loss_share", 0.0)) * float(np.mean([x.score(*HELDOUT) for _, x in pairs]))
+    if chk.reference.get("match") == "compute" and (flag := _matched_note(pairs)):
+        v.note = "; ".join(x for x in (v.note, flag) if x)
     est = _paired_quality(rep, pairs, keys, tag, loss)
     thr = -margin if chk.direction == "not_worse" else margin
     v.metric = f"{what}, reference − cell ({unit})" if loss else f"{what}, cell − reference ({unit})"
@@ -618,6 +623,62 @@ def _drop_vs_random(
     return v
 
 
+# C2's checks, on the time model that counts what the device computes (reports/time_model.py):
+# metric -> (the per-pair value, its label, what is missing without it).
+TIME_METRICS: dict[str, tuple[Any, str, str]] = {
+    "time_vs_predicted": (
+        tm.time_vs_predicted,
+        "train_s ratio / predicted from the busiest worker's padded tokens (cell / reference)",
+        "cost/train busiest_padded_tokens rows and train_s of the runs (runs trained before padded "
+        "tokens were recorded have none: train them again)",
+    ),
+    "time_per_padded_token": (
+        tm.per_padded_token_ratio,
+        "s per padded token ratio (cell / reference)",
+        "worker/<k> padded_tokens_per_step rows and train_s of the runs (runs trained before padded "
+        "tokens were recorded have none: train them again)",
+    ),
+}
+
+
+def _time_check(v: Verdict, chk: Check, pairs: list[tuple[Run, Run]], tag: str) -> Verdict:
+    """A C2 check: per seed, the measured time against what the padded tokens predict
+    (time_vs_predicted, against full data) or the seconds per padded token against random's at
+    the same count (time_per_padded_token); the note gives the plain time and padded-token
+    ratios beside, which alone are no verdict ("less data trains faster")."""
+    f, label, missing = TIME_METRICS[chk.metric]
+    est = mean_ci([f(r, x) for r, x in pairs], tag)
+    v.metric, v.protocol = label, "measured train_s, padded tokens from the training logs"
+    v.threshold, v.side, v.estimate = float(chk.threshold["value"]), "<", est  # type: ignore[index]
+    if est is None:
+        v.missing = [missing]
+        return v
+    time = [t for r, x in pairs if (t := tm.time_ratio(r, x)) is not None]
+    pred = [p for r, x in pairs if (p := tm.predicted_ratio(r, x)) is not None]
+    context = []
+    if time:
+        context.append(f"time ratio {np.mean(time):.3f}")
+    if pred:
+        context.append(f"busiest-worker padded tokens ratio {np.mean(pred):.3f}")
+    verdict, note = _decide(est, v.threshold, False)
+    v.verdict = verdict
+    v.note = "; ".join(
+        x for x in (v.note, note, ", ".join(context) + " (mean over seeds)" if context else "") if x
+    )
+    return v
+
+
+def _matched_note(pairs: list[tuple[Run, Run]]) -> str:
+    """For pairs against a compute-matched run: the runs whose achieved cost is more than 5% off
+    their target (the cost/matched rows, repro/run_rows.py), named; '' when none is."""
+    off = []
+    for _, x in pairs:
+        ratio = x.diag.get(("cost/matched", "achieved_ratio"))
+        if x.diag.get(("cost/matched", "off_target")) == 1 and ratio is not None:
+            off.append(f"{x.run_id} cost {ratio:.3f}x its target")
+    return "compute match more than 5% off: " + ", ".join(off) if off else ""
+
+
 def _ref_label(ref: dict[str, Any]) -> str:
     if ref["method"] == "full":
         return "full data"
@@ -651,7 +712,7 @@ def evaluate(rep: Report, claims: list[Claim], results_hint: str = "RESULTS") ->
                     rows.append(_domain_unknown(chk, c))
                     continue
                 v = evaluate_check(rep, chk, c)
-                if chk.reference and chk.reference.get("match") == "count":
+                if chk.reference and chk.reference.get("match") == "count" and chk.metric == "quality":
                     alt = replace(chk, reference={**chk.reference, "match": "compute"})
                     v.compute = evaluate_check(rep, alt, c)
                     if v.compute.verdict == "not run":

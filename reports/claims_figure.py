@@ -24,6 +24,10 @@ STYLE = {
 def _panel(v: Verdict) -> str:
     if "loss" in v.metric:
         return "held-out loss: reference − cell (nats; > 0 better)"
+    if "predicted from" in v.metric:
+        return "training time ratio / its padded-token prediction"
+    if "per padded token" in v.metric:
+        return "s per padded token: cell / random at the same count"
     if "ratio" in v.metric:
         return "training time ratio (cell / full)"
     if "purity" in v.metric:

@@ -26,7 +26,7 @@ from repro.core.registry import ALLOCATORS, SELECTORS, Registry
 
 CLAIMS_FILE = Path(__file__).resolve().parent / "claims.yaml"
 VERDICTS = ("consistent", "not reproduced", "inconclusive", "diverged", "not run")
-METRICS = ("quality", "train_time_ratio", "purity")
+METRICS = ("quality", "train_time_ratio", "time_vs_predicted", "time_per_padded_token", "purity")
 DIRECTIONS = ("not_worse", "better", "below", "at_least")
 CELL_KEYS = {
     "method",

@@ -175,7 +175,9 @@ class Report:
         return mean_ci([None if v is None else v * scale for v in vals], f"{c.key}|{col}")
 
     def diag_cell(self, c: Cell, bench: str, metric: str, scale: float = 1.0) -> Estimate | str | None:
-        trained = bench == "cost/train" or (bench.startswith("worker/") and metric != "predicted_idle_share")
+        trained = bench == "cost/train" or (
+            bench.startswith("worker/") and not metric.startswith("predicted_idle")
+        )
         if trained and self.diverged(c):
             return DIVERGED
         vals = [r.diag.get((bench, metric)) for r in c.runs]

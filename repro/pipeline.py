@@ -14,7 +14,7 @@ two stages are redone. Files (schemas in docs/files.md):
     selection.json       kept ids, groups           features.npy  (selectors with features)
     schedule.json        each worker's ids/epoch    selection.csv example_id,cluster,worker,position,weight
     derived.json         steps, batch, accumulation train.json    training timings, throughput
-    step_tokens.json     per-step worker tokens, predicted idle share
+    step_tokens.json     per-step worker tokens (real and padded), predicted idle share
     train_log/rank*.jsonl per step and worker       model/        the fine-tuned weights or adapter
     stages/eval.json     scores                     results.part.csv  tidy result rows
     stages/attempts.json every attempt of a stage   .lock  held by the run writing the folder
@@ -259,8 +259,9 @@ def load_schedule(run_dir: Path) -> Schedule:
 
 
 def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
-    """Deal the selection to the workers; record each optimizer step's per-worker token sums and
-    the predicted idle share (step_tokens.json, repro/core/steps.py): known before training."""
+    """Deal the selection to the workers; record each optimizer step's per-worker token sums, real
+    and padded, and the predicted idle share (step_tokens.json, repro/core/steps.py): known
+    before training."""
     from repro.core import steps
     from repro.core.config import grad_accum
     from repro.core.interfaces import AllocationContext
@@ -295,12 +296,20 @@ def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
         steps_per_epoch=sched.steps_per_epoch(),
     )
     stragglers = steps.straggler_summary(
-        sched, lengths, t.per_device_batch_size * accum, derived.steps_per_epoch, derived.total_steps
+        sched,
+        lengths,
+        t.per_device_batch_size * accum,
+        derived.steps_per_epoch,
+        derived.total_steps,
+        accum=accum,
+        grouped=t.length_grouped,
     )
     sched.diagnostics = ScheduleDiagnostics(
         allocation_s=seconds,
         predicted_idle_share=stragglers["predicted_idle_share"],
         worker_idle_shares=list(stragglers["worker_idle_shares"] or []),
+        predicted_idle_share_real=stragglers["predicted_idle_share_real"],
+        worker_idle_shares_real=list(stragglers["worker_idle_shares_real"] or []),
     )
     atomic_write_json(run_dir / "schedule.json", sched.to_dict())
     atomic_write_json(run_dir / "derived.json", derived.to_dict())
@@ -318,6 +327,7 @@ def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
         "info": sched.info,
         "predicted_idle_share": stragglers["predicted_idle_share"],
         "worker_idle_shares": stragglers["worker_idle_shares"],
+        "predicted_idle_share_real": stragglers["predicted_idle_share_real"],
     }
 
 

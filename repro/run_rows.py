@@ -3,7 +3,8 @@
 
 result_rows: the benchmark and held-out rows with the run's settings, costs and provenance.
 diagnostic_rows: the selection's and schedule's diagnostics (typed, from selection.json and
-schedule.json) as rows: cost/<step>, cluster/<k>, cluster/agreement, worker/<k>.
+schedule.json) as rows: cost/<step>, cluster/<k>, cluster/agreement, worker/<k>, and for a run
+matched in compute, cost/matched (its achieved cost beside the target).
 """
 
 from __future__ import annotations
@@ -59,6 +60,61 @@ def schedule_diagnostics(run_dir: Path) -> ScheduleDiagnostics:
     """The schedule's typed diagnostics (schedule.json)."""
     path = run_dir / "schedule.json"
     return ScheduleDiagnostics.from_dict(read_json(path).get("diagnostics"), str(path))
+
+
+def train_log_totals(run_dir: Path) -> dict[str, Any]:
+    """From the workers' training logs (train_log/rank*.jsonl, every step once, a resumed run's
+    earlier steps too): `tokens` and `padded_tokens` summed over workers and steps, `steps` (the
+    most any worker logged) and the sum over steps of the busiest worker's tokens and padded tokens
+    (`busiest_tokens`, `busiest_padded_tokens`: what a run's time is taken as proportional to).
+    The padded figures are None in logs written before they were recorded; all are 0 without logs."""
+    logs = [read_jsonl(p) for p in sorted((run_dir / "train_log").glob("rank*.jsonl"))]
+    rows = [r for log in logs for r in log]
+    has_padded = bool(rows) and all("padded_tokens" in r for r in rows)
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for log in logs:
+        for i, r in enumerate(log):  # a row's step, or its place in the log
+            by_step.setdefault(int(r.get("step", i)), []).append(r)
+    return {
+        "tokens": sum(int(r["tokens"]) for r in rows),
+        "padded_tokens": sum(int(r["padded_tokens"]) for r in rows) if has_padded else None,
+        "steps": max((len(log) for log in logs), default=0),
+        "busiest_tokens": sum(max(int(r["tokens"]) for r in g) for g in by_step.values()),
+        "busiest_padded_tokens": (
+            sum(max(int(r["padded_tokens"]) for r in g) for g in by_step.values()) if has_padded else None
+        ),
+    }
+
+
+MATCH_OFF = 0.05  # a compute-matched run whose achieved cost is further off its target is flagged
+
+
+def matched_rows(base: dict[str, Any], cfg: ExperimentConfig, train: dict[str, Any]) -> list[dict[str, Any]]:
+    """For a run matched in compute (selection.matched by compute): rows cost/matched
+    target_device_s (what it was to cost), achieved_device_s (what it cost: (selection_s +
+    train_s) x workers, as the target counts the run it matched), achieved_ratio (achieved /
+    target) and off_target (1 when more than 5% off, else 0). None for any other run."""
+    rec = cfg.selection.matched
+    if not isinstance(rec, dict) or rec.get("by") != "compute" or not rec.get("target_device_s"):
+        return []
+    achieved = (float(base["selection_s"]) + float(train["train_s"])) * cfg.world_size
+    ratio = achieved / float(rec["target_device_s"])
+    off = abs(ratio - 1) > MATCH_OFF
+    if off:
+        logger.warning(
+            f"compute-matched run {base.get('run_id', '')}: it cost {achieved:,.1f} device-s, "
+            f"{ratio:.3f}x its target ({float(rec['target_device_s']):,.1f}, from {rec.get('of')!r}): "
+            f"more than {100 * MATCH_OFF:.0f}% off"
+        )
+    return [
+        {**base, "benchmark": "cost/matched", "metric": m, "value": v, "stderr": None, "n": None}
+        for m, v in (
+            ("target_device_s", round(float(rec["target_device_s"]), 3)),
+            ("achieved_device_s", round(achieved, 3)),
+            ("achieved_ratio", round(ratio, 4)),
+            ("off_target", int(off)),
+        )
+    ]
 
 
 # ----------------------------------------------------------------------------- rows
@@ -209,6 +265,7 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
 
         rows += entries_to_rows(ev["benchmarks"], scored)
     rows += diagnostic_rows(base, run_dir, selection, sched_diag, n_steps, train)
+    rows += matched_rows(base, cfg, train)
     return rows
 
 
@@ -226,10 +283,13 @@ def diagnostic_rows(
     """Rows: cost/<step> seconds and peak_mem_mb; cost/model params (the base model's parameter
     count, where its model stage records it or its directory is still there); cluster/<c>
     size_before_cap, size_after_cap and kept; cluster/agreement nmi, ari, purity and purity
-    against chance (method/clustering.py cluster_agreement); worker/<k> tokens_per_step, allreduce_wait_s,
-    compute_s (n = steps; the wait only under ddp, fsdp does not measure it) and
-    predicted_idle_share (from the schedule, n = steps; with more than one worker); cost/train
-    fsdp (1 or 0) and energy_j only where the GPU reports energy."""
+    against chance (method/clustering.py cluster_agreement); worker/<k> tokens_per_step (real tokens),
+    padded_tokens_per_step (what the device computes: each micro-batch's rows x its longest),
+    allreduce_wait_s, compute_s (n = steps; the wait only under ddp, fsdp does not measure it),
+    predicted_idle_share (from the schedule's padded tokens, n = steps; with more than one worker)
+    and predicted_idle_share_real (the same from real tokens); cost/train busiest_tokens and
+    busiest_padded_tokens (the sum over steps of the busiest worker's, n = steps), fsdp (1 or 0)
+    and energy_j only where the GPU reports energy."""
     diag = selection.diagnostics
     rows: list[dict[str, Any]] = []
 
@@ -260,6 +320,12 @@ def diagnostic_rows(
             add(f"cluster/{c}", "kept", kept.get(c, 0))
     for k, share in enumerate(sched.worker_idle_shares):
         add(f"worker/{k}", "predicted_idle_share", round(share, 4), n_steps)
+    for k, share in enumerate(sched.worker_idle_shares_real):
+        add(f"worker/{k}", "predicted_idle_share_real", round(share, 4), n_steps)
+    totals = train_log_totals(run_dir)
+    if totals["steps"]:
+        add("cost/train", "busiest_tokens", totals["busiest_tokens"], totals["steps"])
+        add("cost/train", "busiest_padded_tokens", totals["busiest_padded_tokens"], totals["steps"])
     for log in sorted(
         (run_dir / "train_log").glob("rank*.jsonl"),
         key=lambda p: int(p.stem[4:]) if p.stem[4:].isdigit() else -1,
@@ -269,6 +335,13 @@ def diagnostic_rows(
             continue
         k = log.stem[4:]
         add(f"worker/{k}", "tokens_per_step", sum(r["tokens"] for r in steps) / len(steps), len(steps))
+        if all("padded_tokens" in r for r in steps):  # logs from before they were recorded: none
+            add(
+                f"worker/{k}",
+                "padded_tokens_per_step",
+                sum(r["padded_tokens"] for r in steps) / len(steps),
+                len(steps),
+            )
         waits = [r["allreduce_wait_s"] for r in steps]
         if None not in waits:  # fsdp logs null: not measured, so no row (never a 0)
             add(f"worker/{k}", "allreduce_wait_s", round(sum(waits), 4), len(steps))

@@ -26,7 +26,9 @@ first step where any is inf or NaN, before the optimizer applies it. train.json 
 Per step and worker it logs loss, learning rate, gradient norm (before clipping; under fsdp the
 norm of the worker's shards), compute seconds, seconds waiting at the gradient all-reduce (ddp:
 from the moment this worker's last gradient bucket was ready until the synchronized gradients
-were back; fsdp: null, its collectives run inside backward), tokens, tokens/s and peak memory, to
+were back; fsdp: null, its collectives run inside backward), tokens (real: attention_mask.sum()),
+padded tokens (what the device computes: every micro-batch's rows x its longest), tokens/s and
+peak memory, to
 train_log/rank{k}.jsonl; rank 0 also sends its loss, lr, gradient norm, tokens/s and wait to the
 experiment tracker `train.report_to` names (repro/core/tracking.py). train.json adds each
 worker's bytes of parameters, gradients, optimizer state and DDP buckets (`state_bytes`).
@@ -169,6 +171,7 @@ class _Worker:
     autocast: bool
     tokenizer: Any
     tokenized: Any  # repro.core.data.TokenizedPool of this worker's ids
+    lengths: dict[str, int]  # tokens of each of this worker's ids (for train.length_grouped)
     collate: Callable[..., dict[str, torch.Tensor]]
     wrapped: torch.nn.Module
     timer: AllReduceTimer
@@ -183,12 +186,15 @@ class _Worker:
     def micro_batch(self, step: int, micro: int) -> tuple[dict[str, torch.Tensor], list[str]]:
         """Micro-batch `micro` of optimizer step `step` on this worker, on its device. A schedule
         with step_sizes (steps balanced in tokens): this worker's steps may hold more or fewer ids
-        than per_step, in `accum` near-equal micro-batches, never empty (repro/core/steps.py)."""
+        than per_step, in `accum` near-equal micro-batches, never empty (repro/core/steps.py);
+        under train.length_grouped the step's ids ordered by length first."""
         d = self.derived
         b, accum = d.per_worker_batch, d.grad_accum
         epoch, s = divmod(step, d.steps_per_epoch)
-        ids = steps.step_ids(self.schedule, epoch, self.rank, s, b * accum)
-        chunk = steps.micro_batches(ids, accum, b, self.schedule.step_sizes is not None)[micro]
+        grouped = self.cfg.train.length_grouped
+        chunk = steps.step_micro_batches(
+            self.schedule, epoch, self.rank, s, b, accum, self.lengths if grouped else None, grouped
+        )[micro]
         batch = self.collate([self.tokenized[i] for i in chunk], self.tokenizer.pad_token_id)
         return {k: v.to(self.device) for k, v in batch.items()}, chunk
 
@@ -214,7 +220,7 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
         if rank == 0
         else NoTracker()
     )
-    totals: dict[str, Any] = {"tokens": 0, "compute_s": 0.0, "wait_s": 0.0, "steps": 0}
+    totals: dict[str, Any] = {"tokens": 0, "padded_tokens": 0, "compute_s": 0.0, "wait_s": 0.0, "steps": 0}
     diverged_at: int | None = None
     for step in range(start_step, total_steps):
         row = _train_step(w, step, step == start_step, totals)
@@ -269,6 +275,7 @@ def _setup(rank: int, world_size: int, run_dir: Path) -> _Worker:
     my_ids = {i for epoch in schedule.order for i in epoch[rank]}
     pool = Pool([Example.from_dict(r) for r in read_jsonl(run_dir / "pool.jsonl") if r["id"] in my_ids])
     tokenized = TokenizedPool(pool, tokenizer, cfg.data.max_length, on_bad_row="error")
+    lengths = {i: len(tokenized[i]["input_ids"]) for i in tokenized.ids}
 
     # Wrap first: under fsdp the optimizer must see the sharded parameters (DTensors).
     strategy = cfg.train.strategy
@@ -295,6 +302,7 @@ def _setup(rank: int, world_size: int, run_dir: Path) -> _Worker:
         autocast=sharding.autocast_enabled(strategy, bf16),
         tokenizer=tokenizer,
         tokenized=tokenized,
+        lengths=lengths,
         collate=collate,
         wrapped=wrapped,
         timer=timer,
@@ -340,11 +348,13 @@ def _train_step(w: _Worker, step: int, first: bool, totals: dict[str, Any]) -> d
     t0 = time.perf_counter()
     wait = 0.0
     tokens = 0
+    padded = 0  # positions the device computes: rows x the micro-batch's longest row
     loss_sum = 0.0
     for micro in range(accum):
         batch, chunk = w.micro_batch(step, micro)
         weights = torch.tensor([w.schedule.weight(i, rank) for i in chunk], device=w.device)
         tokens += int(batch["attention_mask"].sum())
+        padded += int(batch["attention_mask"].numel())
         sync = micro == accum - 1
         with sharding.gradient_sync(w.wrapped, strategy, sync):
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=w.autocast):
@@ -371,6 +381,7 @@ def _train_step(w: _Worker, step: int, first: bool, totals: dict[str, Any]) -> d
     w.opt.zero_grad(set_to_none=True)
     step_s = time.perf_counter() - t0
     totals["tokens"] += tokens
+    totals["padded_tokens"] += padded
     totals["compute_s"] += step_s - wait
     totals["wait_s"] += wait
     totals["steps"] += 1
@@ -385,6 +396,7 @@ def _train_step(w: _Worker, step: int, first: bool, totals: dict[str, Any]) -> d
         "compute_s": step_s - wait,
         "allreduce_wait_s": wait if strategy == "ddp" else None,
         "tokens": tokens,
+        "padded_tokens": padded,
         "tokens_per_s": tokens / step_s,
         "peak_mem_mb": peak_memory_mb(w.device),
     }
@@ -417,6 +429,7 @@ def _finish(
     """Gather every worker's totals; rank 0 saves the model (unless training diverged) and writes
     train.json."""
     from repro.core.models import save_finetuned
+    from repro.run_rows import train_log_totals
 
     strategy = w.strategy
     totals.update(peak_mem_mb=peak_memory_mb(w.device), threads=w.threads)
@@ -448,6 +461,9 @@ def _finish(
                 "total_steps": w.derived.total_steps,
                 "lr_schedule_steps": lr_schedule_steps(w.cfg, w.derived),
                 "tokens": tok,
+                # every step once, from the workers' logs (a resumed run's earlier steps too)
+                "padded_tokens": train_log_totals(w.run_dir)["padded_tokens"],
+                "length_grouped": w.cfg.train.length_grouped,
                 "tokens_per_s": tok / train_s if train_s > 0 else None,
                 "allreduce_wait_share": (
                     sum(g["wait_s"] for g in gathered) / step_time

@@ -102,6 +102,7 @@ def fake_run(
     until: str = "results",
     fail: str | None = None,
     step_tokens: list[list[int]] | None = None,
+    padding: float | None = 1.0,
     cfg: ExperimentConfig | None = None,
 ) -> Path:
     """A finished (or, with `until`/`fail`/`diverged_at`, an unfinished, failed or diverged) run
@@ -110,7 +111,9 @@ def fake_run(
     `purity`: the clusters' agreement with the categories, with its chance distribution's mean,
     the permutation p and the most a partition can reach; `model_params`: the base model's
     parameter count the model stage records (default: a 135M model's, below the paper's scale;
-    None: not recorded)."""
+    None: not recorded);
+    `padding`: each step's padded tokens over its real ones in the training logs (None: logs
+    without padded tokens, as the trainer wrote them before it recorded them)."""
     if cfg is None:
         cfg = load_config(base, [f"output_dir={root}", f"seed={seed}", *overrides])
     run_dir = cfg.run_dir()
@@ -219,7 +222,14 @@ def fake_run(
         atomic_write_jsonl(
             run_dir / "train_log" / f"rank{k}.jsonl",
             [
-                {"step": s, "rank": k, "tokens": tokens[s][k], "allreduce_wait_s": 0.01, "compute_s": 0.1}
+                {
+                    "step": s,
+                    "rank": k,
+                    "tokens": tokens[s][k],
+                    **({} if padding is None else {"padded_tokens": round(tokens[s][k] * padding)}),
+                    "allreduce_wait_s": 0.01,
+                    "compute_s": 0.1,
+                }
                 for s in range(total_steps if diverged_at is None else diverged_at + 1)
             ],
         )

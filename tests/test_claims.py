@@ -55,6 +55,7 @@ def _run(root: Path, method: str, seed: int, n: int, loss: float, train_s: float
         selection_s=3.0 if method == "cluster" else 0.1,
         tokens_per_step=kw.get("tokens_per_step", 400.0),
         idle=kw.get("idle", 0.1),
+        padding=kw.get("padding", 1.0),
         purity=kw.get("purity"),
         cfg=cfg,
     )
@@ -66,7 +67,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three seeds of: full; CluSTER r = 1.0 a hair worse than full, with random at its count
     worse by more (C1 below the paper's scale sets CluSTER's drop against random's); CluSTER r =
     0.5 clearly worse than random at its count (C3), by about what 0.25 x random's drop allows
-    (C1: on either side by seed); clusters pure at r = 1.0, mixed at 0.5. No weights-off cell, no
+    (C1: on either side by seed); clusters pure at r = 1.0, mixed at 0.5;
+    random at r = 0.5's count padded 1.3x where CluSTER's runs are not (its workers hold rows of
+    like length), in about the same time. No weights-off cell, no
     compute-matched random: those checks are not run. The demo pool is a code pool: no medical
     check has a verdict here."""
     root = tmp_path_factory.mktemp("claims-store")
@@ -95,7 +98,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
             ratio=50.0,
             purity=0.50 + 0.05 * s,
         )
-        _run(root, "random", s, 40, full + rnd_drop, 4.4, match=c50)
+        _run(root, "random", s, 40, full + rnd_drop, 4.4, match=c50, padding=1.3)
     return root
 
 
@@ -133,8 +136,25 @@ def test_each_verdict_kind_from_a_store_built_to_give_it(store: Path, tmp_path: 
     assert worse.compute is not None and worse.compute.verdict == "not run"
     assert "match_compute_of:" in worse.compute.command
     assert rnd.compute is None
-    # Time: 0.8 and 0.45 of full's train_s, below the 0.9 the check asks.
-    assert _by(verdicts, "C2/code-r1.0", "cluster r=1").verdict == "consistent"
+    # Time: r = 1.0 takes 0.80-0.82 of full's train_s where its busiest worker's padded tokens
+    # predict 10 / 12 steps = 0.833: 0.96-0.98 of the prediction, below 1.1.
+    t1 = _by(verdicts, "C2/code-r1.0", "cluster r=1")
+    assert t1.verdict == "consistent" and t1.metric.startswith("train_s ratio / predicted")
+    assert t1.estimate.value == pytest.approx(((8.0 + 8.1 + 8.2) / 3 / 10.0) / (10 / 12))
+    assert "time ratio 0.810" in t1.note and "padded tokens ratio 0.833" in t1.note
+    # r = 0.5: 0.45 of full's time against 5 / 12 = 0.417 predicted, 1.08 (code and medical: one row).
+    t5 = _by(verdicts, "C2/code-r0.5", "cluster r=0.5")
+    assert t5.verdict == "consistent" and t5.estimate.value == pytest.approx(0.45 / (5 / 12))
+    assert t5.also == ["medical-r0.5"]
+    # Per padded token against random at the same count: random pads 1.3x and takes 4.4 s, CluSTER
+    # pads nothing and takes 4.5 s, so CluSTER pays 1.3 x 4.5 / 4.4 = 1.33x per padded token: the
+    # waiting its allocation costs, not reproduced at the 1.1 the check allows.
+    ppt = _by(verdicts, "C2/code-r0.5-per-token", "cluster r=0.5")
+    assert ppt.verdict == "not reproduced" and ppt.estimate.value == pytest.approx(1.3 * 4.5 / 4.4)
+    assert ppt.compute is None  # a time check has no equal-compute column
+    # r = 1.0 against random at its count: 8.0-8.2 s against 8.0 s on the same padded tokens.
+    ppt1 = _by(verdicts, "C2/code-r1.0-per-token", "cluster r=1")
+    assert ppt1.verdict == "consistent" and ppt1.estimate.value == pytest.approx((8.0 + 8.1 + 8.2) / 3 / 8.0)
     # Purity: 86-90% is above 72%; 50-60% below it.
     assert _by(verdicts, "C6/purity", "cluster r=1").verdict == "consistent"
     assert _by(verdicts, "C6/purity", "cluster r=0.5").verdict == "not reproduced"
@@ -179,8 +199,16 @@ def test_claims_command_writes_tables_figure_and_the_time_apart(store: Path, tmp
     r1 = rows["cluster r=1"]
     assert r1["token_share"].value == pytest.approx((80 // 8) / (96 // 8))
     assert r1["adds_up"] is True and abs(r1["off"]) < 0.1
+    # The prediction is the busiest worker's padded tokens, 10 of 12 steps' (nothing padded here).
+    assert r1["padded_known"] and r1["predicted_ratio"].value == pytest.approx(10 / 12)
+    assert r1["padded_share"].value == pytest.approx(10 / 12) and r1["padding"].value == pytest.approx(1.0)
     # r = 0.5: 40 examples are 5 of 12 steps' tokens, 0.417; it took 0.45: within 10% (+8%).
     assert rows["cluster r=0.5"]["adds_up"] is True
+    # ... and per padded token it pays 1.33x random's at its count (random pads 1.3x).
+    r5 = rows["cluster r=0.5"]
+    assert (
+        r5["per_padded_token_vs_random"].value == pytest.approx(1.3 * 4.5 / 4.4) and r5["random_seeds"] == 3
+    )
     # Rows that add up say so in their own cell, and nothing in the table reads as a flag.
     md = [ln for ln in (out / "tables" / "claims_time.md").read_text().splitlines() if ln.startswith("|")]
     for cell in rows:
@@ -189,6 +217,22 @@ def test_claims_command_writes_tables_figure_and_the_time_apart(store: Path, tmp
     assert "NO:" not in (out / "tables" / "claims_time.md").read_text()
     assert "for s in 0 1 2; do cluster-repro run configs/demo-quick.yaml seed=$s" in r1["balanced_command"]
     assert "allocation.params.balance=tokens" in r1["balanced_command"]
+
+
+def test_runs_without_padded_tokens_get_no_padded_verdict_and_no_stand_in(tmp_path: Path) -> None:
+    """Training logs from before padded tokens were recorded: C2's checks are not run (naming the
+    rows), never read from real tokens; the time table keeps the real-token prediction and says
+    why the padded one is missing."""
+    for s in (0, 1):
+        _run(tmp_path, "full", s, 96, 2.0, 10.0, padding=None)
+        _run(tmp_path, "cluster", s, 40, 2.3, 4.5, ratio=50.0, padding=None)
+    rep = load_rep(tmp_path)
+    v = _by(evaluate(rep, load_claims(), str(tmp_path)), "C2/code-r0.5", "cluster r=0.5")
+    assert v.verdict == "not run" and "busiest_padded_tokens" in v.missing[0]
+    (row,) = time_rows(rep, str(tmp_path))
+    assert not row["padded_known"] and row["predicted_ratio"] is None and row["adds_up"] is None
+    # the real-token prediction: 5 of 12 steps' tokens, the same idle on both sides
+    assert row["predicted_ratio_real"].value == pytest.approx(5 / 12)
 
 
 MINIMAL = {

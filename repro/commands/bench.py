@@ -39,6 +39,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "repro.bench.k_scaling",
         "CluSTER's kept fraction as the workers K grow to 256, with C clusters per worker",
     ),
+    "padding": (
+        "repro.bench.padding",
+        "a config's real and padded tokens per step shape, plain and length-grouped (no training)",
+    ),
     "calibration": (
         "repro.bench.calibration",
         "how often the claims' verdicts err on simulated stores with known effects (no training)",

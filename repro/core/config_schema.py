@@ -154,6 +154,10 @@ class TrainConfig:
     strategy: Literal["ddp", "fsdp"] = "ddp"
     # Keep only each decoder layer's input in forward and recompute the layer in backward.
     activation_checkpointing: bool = False
+    # Order each worker's optimizer step by length before cutting it into micro-batches, so rows
+    # of like length share one and less is padded (repro/core/steps.py). The step's examples are
+    # unchanged, its micro-batches and their order are not: off by default (the training order).
+    length_grouped: bool = False
     # Per-step loss, lr, gradient norm, tokens/s and all-reduce wait (rank 0's) to an experiment
     # tracker, offline (repro/core/tracking.py): tensorboard writes <run_dir>/tb/. Not part of
     # the config hash: it changes what is recorded, not what is trained.
@@ -292,6 +296,8 @@ def config_hash(cfg: ExperimentConfig) -> str:
             d.pop(key, None)
     if d["train"].get("schedule_steps") == "kept":  # added later, left out at its default
         d["train"].pop("schedule_steps")
+    if d["train"].get("length_grouped") is False:  # added later, left out at its default
+        d["train"].pop("length_grouped")
     if d["selection"].get("matched") is None:  # added later, left out while null as above
         d["selection"].pop("matched", None)
     if d["data"].get("domain") is None:  # added later, left out while null as above

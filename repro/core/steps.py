@@ -1,7 +1,7 @@
 """How a schedule becomes optimizer steps, and what its stragglers are predicted to cost.
 
 One owner of step formation: the trainer, the pipeline's schedule stage and the benchmarks all
-take a worker's ids of a step from `step_ids`, its micro-batches from `micro_batches` and the
+take a worker's ids of a step from `step_ids`, its micro-batches from `step_micro_batches` and the
 loss normalization from `step_objective`, so the prediction below is made from exactly the
 steps the trainer runs.
 
@@ -14,12 +14,23 @@ number of forward/backward micro-steps and DDP's or FSDP's collectives match acr
 
 Straggler model: data-parallel workers meet at every optimizer step's gradient all-reduce, so a
 step lasts as long as its slowest worker. A worker's compute in a step is taken as proportional to
-the tokens it processes (prompt + response + eos, no padding: at per-device batch 1, the paper's,
-there is none), so the step lasts in proportion to the largest worker token sum and worker k sits
-idle for the share 1 - sum_k / max of it. The predicted idle share of a run is the mean over its
-optimizer steps of 1 - mean_k(sum_k) / max_k(sum_k), which is also the mean of the workers' own
-idle shares. It needs only the tokenizer and the schedule, so it is known before training; the
-trainer's all-reduce wait share (train.json) is what it predicts, measured.
+the tokens its device computes: its micro-batches are right-padded to their longest row
+(repro/core/tokens.py collate), so a micro-batch costs len(batch) x its longest row, its *padded*
+tokens (at per-device batch 1, the paper's, padded = real). The step lasts in proportion to the
+largest worker sum, and worker k sits idle for the share 1 - sum_k / max of it. The predicted
+idle share of a run is the mean over its optimizer steps of 1 - mean_k(sum_k) / max_k(sum_k),
+which is also the mean of the workers' own idle shares. The real tokens (prompt + response +
+eos, `attention_mask.sum()`) are kept beside: `step_tokens` and the `_real` figures of
+`straggler_summary`. It needs only the tokenizer and the schedule, so it is known before
+training; the trainer's all-reduce wait share (train.json) is what it predicts, measured.
+
+Length grouping (`train.length_grouped`, off by default): inside each worker's optimizer step the
+ids are ordered by length (shortest first, ties in schedule order) before they are cut into
+micro-batches, so rows of like length share a micro-batch and less is padded. The step's set of
+examples is unchanged; which examples share a micro-batch, and the order of the micro-steps, are
+not (under the fixed steps' per-micro-batch token mean that changes the update; under the
+balanced steps' per-example objective it does not, up to floating-point order). With one
+micro-batch per step (accumulation 1) there is nothing to regroup and it saves nothing.
 """
 
 from __future__ import annotations
@@ -61,6 +72,39 @@ def step_ids(schedule: Schedule, epoch: int, worker: int, step: int, per_step: i
     return ids[start : start + sizes[step]]
 
 
+def length_grouped(ids: list[str], lengths: dict[str, int]) -> list[str]:
+    """A step's ids ordered by length, shortest first (ties keep the schedule's order): the same
+    ids, so the step's examples are unchanged, in micro-batches of like length."""
+    return sorted(ids, key=lambda i: lengths[i])
+
+
+def step_micro_batches(
+    schedule: Schedule,
+    epoch: int,
+    worker: int,
+    step: int,
+    per_device_batch: int,
+    accum: int,
+    lengths: dict[str, int] | None = None,
+    grouped: bool = False,
+) -> list[list[str]]:
+    """The micro-batches `worker` runs in optimizer step `step` of `epoch`, in order: what the
+    trainer feeds and what the padded counts below are taken from. `grouped`
+    (train.length_grouped) orders the step's ids by `lengths` first."""
+    ids = step_ids(schedule, epoch, worker, step, per_device_batch * accum)
+    if grouped:
+        if lengths is None:
+            raise ValueError("length-grouped micro-batches need the examples' token lengths")
+        ids = length_grouped(ids, lengths)
+    return micro_batches(ids, accum, per_device_batch, schedule.step_sizes is not None)
+
+
+def padded_tokens(batch: list[str], lengths: dict[str, int]) -> int:
+    """Positions the device computes for one micro-batch: its rows x its longest row (collate
+    right-pads every row to the longest)."""
+    return len(batch) * max((lengths[i] for i in batch), default=0)
+
+
 def micro_batches(ids: list[str], accum: int, per_device_batch: int, even: bool) -> list[list[str]]:
     """A worker's step as its `accum` micro-batches, in order.
 
@@ -97,13 +141,34 @@ def step_objective(schedule: Schedule, epoch: int, worker: int, accum: int) -> t
 def step_token_sums(
     schedule: Schedule, lengths: dict[str, int], per_step: int, steps_per_epoch: int, total_steps: int
 ) -> np.ndarray:
-    """total_steps x K: the tokens each worker processes in each optimizer step the trainer runs."""
+    """total_steps x K: the real tokens each worker processes in each optimizer step the trainer runs."""
     k = schedule.world_size
     out = np.zeros((total_steps, k), dtype=np.int64)
     for step in range(total_steps):
         epoch, s = divmod(step, steps_per_epoch)
         for w in range(k):
             out[step, w] = sum(lengths[i] for i in step_ids(schedule, epoch, w, s, per_step))
+    return out
+
+
+def step_padded_token_sums(
+    schedule: Schedule,
+    lengths: dict[str, int],
+    per_device_batch: int,
+    accum: int,
+    steps_per_epoch: int,
+    total_steps: int,
+    grouped: bool = False,
+) -> np.ndarray:
+    """total_steps x K: the padded tokens each worker's device computes in each optimizer step
+    (per micro-batch its rows x its longest row, summed over the step's micro-batches)."""
+    k = schedule.world_size
+    out = np.zeros((total_steps, k), dtype=np.int64)
+    for step in range(total_steps):
+        epoch, s = divmod(step, steps_per_epoch)
+        for w in range(k):
+            mbs = step_micro_batches(schedule, epoch, w, s, per_device_batch, accum, lengths, grouped)
+            out[step, w] = sum(padded_tokens(mb, lengths) for mb in mbs if mb)
     return out
 
 
@@ -124,19 +189,44 @@ def idle_share(sums: np.ndarray) -> float:
 
 
 def straggler_summary(
-    schedule: Schedule, lengths: dict[str, int], per_step: int, steps_per_epoch: int, total_steps: int
+    schedule: Schedule,
+    lengths: dict[str, int],
+    per_step: int,
+    steps_per_epoch: int,
+    total_steps: int,
+    accum: int | None = None,
+    grouped: bool = False,
 ) -> dict[str, Any]:
     """What the schedule stage records (step_tokens.json): every step's per-worker token sums,
-    each worker's idle share and the run's predicted idle share (None with one worker: no one
-    to wait for)."""
+    real (`step_tokens`) and padded (`step_padded_tokens`: per micro-batch, rows x its longest
+    row; `accum` micro-batches of per_step / accum rows, `grouped` as train.length_grouped; with
+    accum None, per-device batch 1: padded = real), each worker's idle share and the run's
+    predicted idle share from the padded sums (what the device computes), with the real-token
+    ones beside (`_real`; None with one worker: no one to wait for), and the sum over steps of
+    the busiest worker's padded and real tokens (`busiest_padded_tokens`, `busiest_tokens`: what
+    a run's time is taken as proportional to)."""
     sums = step_token_sums(schedule, lengths, per_step, steps_per_epoch, total_steps)
+    if accum is None:
+        padded = sums.copy()
+    else:
+        padded = step_padded_token_sums(
+            schedule, lengths, per_step // accum, accum, steps_per_epoch, total_steps, grouped
+        )
     multi = schedule.world_size > 1
     return {
-        "predicted_idle_share": idle_share(sums) if multi else None,
-        "worker_idle_shares": worker_idle_shares(sums).tolist() if multi else None,
+        "predicted_idle_share": idle_share(padded) if multi else None,
+        "worker_idle_shares": worker_idle_shares(padded).tolist() if multi else None,
+        "predicted_idle_share_real": idle_share(sums) if multi else None,
+        "worker_idle_shares_real": worker_idle_shares(sums).tolist() if multi else None,
         "world_size": schedule.world_size,
         "steps": int(total_steps),
+        "length_grouped": bool(grouped),
+        "tokens": int(sums.sum()),
+        "padded_tokens": int(padded.sum()),
+        "busiest_tokens": int(sums.max(axis=1).sum()),
+        "busiest_padded_tokens": int(padded.max(axis=1).sum()),
         "step_tokens": sums.tolist(),
+        "step_padded_tokens": padded.tolist(),
     }
 
 

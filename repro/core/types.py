@@ -269,25 +269,34 @@ def read_selection(path: Any) -> Selection:
 @dataclass
 class ScheduleDiagnostics:
     """What the schedule stage measured and predicted, typed (schedule.json `diagnostics`): the
-    allocator's seconds, and the straggler idle share predicted from the steps' token sums, in all
-    and per worker (repro/core/steps.py; None with one worker)."""
+    allocator's seconds, and the straggler idle share predicted from the steps' padded token sums,
+    in all and per worker, with the real-token ones beside (repro/core/steps.py; None with one
+    worker)."""
 
     allocation_s: float | None = None
-    predicted_idle_share: float | None = None
+    predicted_idle_share: float | None = None  # from padded tokens (what the device computes)
     worker_idle_shares: list[float] = field(default_factory=list)
+    # The same from real tokens (no padding); None / empty in schedules made before they were kept.
+    predicted_idle_share_real: float | None = None
+    worker_idle_shares_real: list[float] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> ScheduleDiagnostics:
         if not isinstance(d, dict):
             raise RunFileError(f"{where}: diagnostics is {d!r}, expected a mapping")
-        shares = d.get("worker_idle_shares") or []
-        if not isinstance(shares, list):
-            raise RunFileError(f"{where}: diagnostics.worker_idle_shares is {shares!r}, expected a list")
+        lists = {}
+        for key in ("worker_idle_shares", "worker_idle_shares_real"):
+            shares = d.get(key) or []
+            if not isinstance(shares, list):
+                raise RunFileError(f"{where}: diagnostics.{key} is {shares!r}, expected a list")
+            lists[key] = [float(x) for x in shares]
         w = f"{where}: diagnostics"
         return cls(
             allocation_s=_num(d, "allocation_s", w),
             predicted_idle_share=_num(d, "predicted_idle_share", w),
-            worker_idle_shares=[float(x) for x in shares],
+            worker_idle_shares=lists["worker_idle_shares"],
+            predicted_idle_share_real=_num(d, "predicted_idle_share_real", w),
+            worker_idle_shares_real=lists["worker_idle_shares_real"],
         )
 
 
