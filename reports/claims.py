@@ -494,7 +494,7 @@ def evaluate_check(rep: Report, chk: Check, cell: Cell) -> Verdict:
     if unpaired:  # some seeds paired, others not: said beside the verdict
         v.note = "; ".join(x for x in (v.note, "seeds left out: " + "; ".join(unpaired)) if x)
     v.run_ids = sorted({r.run_id for p in pairs for r in p})
-        v.scale = _scale([r for p in pairs for r in p]) + f" ({scale_text})"
+    v.scale = _scale([r for p in pairs for r in p]) + f" ({scale_text})"
     if chk.metric in TIME_METRICS:
         return _time_check(v, chk, pairs, tag)
     if chk.metric == "train_time_ratio":

@@ -94,6 +94,7 @@ def test_a_code_only_store_gives_no_medical_verdict(tmp_path: Path) -> None:
     assert {v.check.name for v in medical} == {
         "C1/medical-r0.5",
         "C2/medical-r0.5",
+        "C2/medical-r0.5-per-token",
         "C3/vs-random-count-medical",
     }
     for v in medical:
