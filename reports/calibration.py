@@ -23,7 +23,6 @@ new rule to it.
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache

@@ -2,11 +2,11 @@
 
 The claims are data (reports/claims.yaml, checked by `load_claims`). For every check and every
 setting of the store (dataset x model x world size) that holds its cell and whose pool is of the
-check's domain (`run_domain`), the cell is paired with its reference on seeds (and on items where
-both runs have per-item scores; the reference equal to the cell in every training setting but the
-selection: `training_differences`), and the 95% Student-t interval of the per-seed differences (reports/stats.py) is
-set against the check's threshold, read by the scale of the runs (`scale_label`: the model's
-parameter count and the pool size):
+check's domain (`run_domain`), the cell is paired with its reference on seeds (the reference
+equal to the cell in every training setting but the selection: `training_differences`), and the
+95% Student-t interval of the per-seed differences (reports/stats.py; each seed's difference
+formed on items where both runs have per-item scores) is set against the check's threshold, read
+by the scale of the runs (`scale_label`: the model's parameter count and the pool size):
 
 - `consistent`: the whole interval is on the claim's side of the threshold;
 - `not reproduced`: the whole interval is on the other side;

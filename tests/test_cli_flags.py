@@ -92,7 +92,17 @@ def test_bench_help_lists_every_bench_with_one_line(capsys: pytest.CaptureFixtur
         main(["bench", "--help"])
     assert e.value.code == 0
     text = capsys.readouterr().out
-    assert list(BENCHES) == ["ddp", "features", "cluster", "paper-step", "stragglers", "balance", "k-scaling", "padding", "calibration"]
+    assert list(BENCHES) == [
+        "ddp",
+        "features",
+        "cluster",
+        "paper-step",
+        "stragglers",
+        "balance",
+        "k-scaling",
+        "padding",
+        "calibration",
+    ]
     for name, (_, line) in BENCHES.items():
         assert re.search(rf"^\s+{re.escape(name)}\b", text, re.M), name
         assert " ".join(line.split()[:4]) in " ".join(text.split()), name

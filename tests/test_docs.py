@@ -23,7 +23,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 TOP = tuple(
-    f"{p.name}/" for p in REPO.iterdir() if p.is_dir() and not p.name.startswith((".", "_")) and p.name != "runs"
+    f"{p.name}/"
+    for p in REPO.iterdir()
+    if p.is_dir() and not p.name.startswith((".", "_")) and p.name != "runs"
 ) + (".ci/",)
 MODULES = ("repro.", "method.", "baselines.", "evals.", "reports.", "slurm.")
 
@@ -56,7 +58,9 @@ def _resolves(dotted: str) -> bool:
 
 def _defines(path: Path, symbol: str) -> bool:
     text = path.read_text(encoding="utf-8")
-    return re.search(rf"^\s*(?:async\s+)?(?:def|class)\s+{symbol}\b|^\s*{symbol}\s*[:=]", text, re.M) is not None
+    return (
+        re.search(rf"^\s*(?:async\s+)?(?:def|class)\s+{symbol}\b|^\s*{symbol}\s*[:=]", text, re.M) is not None
+    )
 
 
 def docs_problems(pages: list[Path]) -> list[str]:
@@ -80,7 +84,10 @@ def docs_problems(pages: list[Path]) -> list[str]:
                 out.append(f"{rel}:{_line(text, m.start())}: `{path}` does not define `{symbol}`")
         for m in re.finditer(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", text):
             target = m.group(1)
-            if not target.startswith(("http://", "https://", "mailto:")) and not (page.parent / target).exists():
+            if (
+                not target.startswith(("http://", "https://", "mailto:"))
+                and not (page.parent / target).exists()
+            ):
                 out.append(f"{rel}:{_line(text, m.start())}: the link ({target}) leads nowhere")
     return out
 
