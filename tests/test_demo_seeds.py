@@ -15,6 +15,7 @@ import yaml
 from repro.core.io import read_json, read_jsonl
 from repro.core.results import PART_NAME, read_rows
 from repro.experiments.runlists import load_run_list, run_configs
+from repro.run_rows import train_log_totals
 from tests.conftest import CONFIGS
 
 SEEDS = CONFIGS / "runs" / "demo-seeds.yaml"
@@ -123,8 +124,13 @@ def test_quick_seed_ablation_prints_per_category_loss_and_intervals(tmp_path: Pa
     assert math.isclose(
         m["target_device_s"], (float(c_row["selection_s"]) + float(c_row["train_s"])) * ws, abs_tol=0.02
     )
-    c_train = read_json(clus["dir"] / "train.json")
-    assert math.isclose(m["per_token_device_s"], c_train["train_s"] * ws / c_train["tokens"], rel_tol=1e-4)
+    # The per-token cost is a trained run's of its own kind (random at CluSTER's count, seed 0),
+    # per padded token: what its device computed.
+    own = by_run[("random", 0)]["dir"]
+    assert m["token_unit"] == "padded" and f"a random run of this setting ({own.name})" == m["per_token_from"]
+    o_train, o_padded = read_json(own / "train.json"), train_log_totals(own)["padded_tokens"]
+    assert math.isclose(m["per_token_device_s"], o_train["train_s"] * ws / o_padded, rel_tol=1e-4)
+    assert math.isclose(m["padding_per_example"], o_padded / o_train["tokens"], rel_tol=1e-3)
     assert m["own_selection_device_s"] == 0.0  # random runs no model
     uncapped = m["target_device_s"] / m["per_token_device_s"] / m["mean_tokens_per_example"]
     n_pool = int(comp["row"]["n_pool"])
