@@ -238,6 +238,10 @@ class Verdict:
     command: str = ""
     compute: Verdict | None = None  # the same check against random at equal compute
     also: list[str] = field(default_factory=list)  # other check ids this CPU-scale row stands for
+    # Where the store holds the check under both learning-rate schedules (schedule_sensitivity):
+    # this row's (`kept` or `pool`), and whether the verdict differs between them.
+    schedule: str = ""
+    schedule_flips: bool | None = None
     # The family-wise reading (Holm over every row of one claims run that can give a firm
     # verdict, `holm_adjust`): the two-sided p of "the true value is the threshold", its Holm
     # adjustment, and the verdict at that adjusted level (firm only where p_holm < 0.05).
@@ -730,7 +734,46 @@ def evaluate(rep: Report, claims: list[Claim], results_hint: str = "RESULTS") ->
                 rows = [v]
             rows_claim.extend(rows)
         out.extend(_merge_same(rows_claim))
-    return holm_adjust(out)
+    return schedule_sensitivity(rep, holm_adjust(out))
+
+
+SCHEDULE_KEY = "train.schedule_steps"
+
+
+def _schedule(r: Run) -> str:
+    """The learning-rate schedule's length a run trained under: `kept` (the suite's default: the
+    kept steps) or `pool` (the authors': the whole pool's steps; docs/method.md)."""
+    return str((r.config.get("train") or {}).get("schedule_steps") or "kept")
+
+
+def schedule_sensitivity(rep: Report, rows: list[Verdict]) -> list[Verdict]:
+    """Where the store holds a check's cells under both schedules (`train.schedule_steps` kept and
+    pool) in one setting, each of those rows says the other's verdict, and says so plainly when
+    the verdict flips with the schedule. A row's schedule is that of its runs that select (full
+    data keeps the whole pool: its schedule is the same under both)."""
+    runs = {r.run_id: r for c in rep.cells for r in c.runs}
+    by_key: dict[tuple[str, str], dict[str, list[Verdict]]] = {}
+    for v in rows:
+        if v.verdict == "not run" or not v.run_ids:
+            continue
+        scheds = {_schedule(runs[i]) for i in v.run_ids if i in runs and runs[i].method != "full"}
+        if len(scheds) == 1:
+            by_key.setdefault((v.check.name, v.setting), {}).setdefault(scheds.pop(), []).append(v)
+    for group in by_key.values():
+        if set(group) != {"kept", "pool"}:
+            continue
+        said = {s: ", ".join(sorted({v.verdict for v in vs})) for s, vs in group.items()}
+        flips = said["kept"] != said["pool"]
+        text = (
+            f"schedule sensitivity: {SCHEDULE_KEY}=kept gives {said['kept']}, =pool gives {said['pool']}"
+            + ("; the verdict flips with the schedule" if flips else "; the same under both")
+        )
+        for s, vs in group.items():
+            for v in vs:
+                v.schedule = s
+                v.schedule_flips = flips
+                v.note = "; ".join(x for x in (v.note, text) if x)
+    return rows
 
 
 def _domain_unknown(chk: Check, c: Cell) -> Verdict:

@@ -208,6 +208,8 @@ def verdicts_json(verdicts: list[Verdict]) -> str:
                 "p_holm": v.p_holm,
                 "adjusted": v.adjusted or v.verdict,
                 "note": v.note,
+                "schedule": v.schedule or None,
+                "schedule_flips": v.schedule_flips,
                 "run_ids": v.run_ids,
                 "cpu_scale": v.cpu_scale,
                 "missing": v.missing,

@@ -337,3 +337,39 @@ def test_cluster_agreement_tests_purity_against_random_partitions() -> None:
     )
     two = cluster_agreement(np.arange(100) % 2, cats, seed=0)
     assert two["purity_max"] == pytest.approx(0.9)  # 2 clusters: at most the 2 largest categories
+
+
+# ----------------------------------------------------------------------------- schedule sensitivity
+
+
+def test_a_verdict_that_flips_with_the_learning_rate_schedule_says_so(tmp_path: Path) -> None:
+    """CluSTER r = 0.5 and random at its count under both schedules (train.schedule_steps kept and
+    pool), one full-data run per seed: under `kept` CluSTER beats random in every seed, under
+    `pool` random beats CluSTER. C3 has a row per schedule, each naming the other's verdict and
+    that it flips; C1 r = 0.5 holds under both and says so."""
+    root = tmp_path / "store"
+    for s in (0, 1, 2):
+        fake_run(root, ["selection.method=full"], seed=s, n_pool=96, loss=2.0)
+        for sched, gap in (("kept", -0.05), ("pool", +0.05)):
+            ov = [f"train.schedule_steps={sched}"]
+            c = fake_run(root, [*_cluster(50), *ov], seed=s, n_selected=40, n_pool=96, loss=2.3 + gap)
+            _random_at(root, c, 40, seed=s, n_pool=96, loss=2.3 + 0.002 * s, ov=ov)
+        fake_run(root, [*_cluster(100)], seed=s, n_selected=80, n_pool=96, loss=2.01)
+    verdicts = evaluate(load_rep(root), load_claims(), str(root))
+    c3 = {v.schedule: v for v in verdicts if v.check.name == "C3/vs-random-count"}
+    assert set(c3) == {"kept", "pool"}
+    assert c3["kept"].verdict == "consistent" and c3["pool"].verdict == "not reproduced"
+    for v in c3.values():
+        assert v.schedule_flips is True
+        assert "train.schedule_steps=kept gives consistent, =pool gives not reproduced" in v.note
+        assert "flips with the schedule" in v.note
+    # The pool-schedule CluSTER run is paired with the pool-schedule random run, never the kept one.
+    kept_ids, pool_ids = set(c3["kept"].run_ids), set(c3["pool"].run_ids)
+    assert not kept_ids & pool_ids
+    # C1 r = 0.5 below the paper's scale (CluSTER's drop against 1.25 x random's) holds under
+    # both: its rows say the schedule does not change it.
+    c1 = {v.schedule: v for v in verdicts if v.check.name == "C1/code-r0.5"}
+    assert set(c1) == {"kept", "pool"} and {v.verdict for v in c1.values()} == {"consistent"}
+    assert all(v.schedule_flips is False and "the same under both" in v.note for v in c1.values())
+    # A check under one schedule only (C1 r = 1.0: no random at its count here) says nothing of it.
+    assert all(v.schedule == "" for v in verdicts if v.check.name == "C1/code-r1.0")
