@@ -28,12 +28,14 @@ the training time taken apart reports/claims_time.py.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import yaml
 
 from reports import time_model as tm
 from reports.claims_file import (  # re-exported: the claims file's names
@@ -861,13 +863,33 @@ def _override(key: str, value: Any) -> str:
     return text if re.fullmatch(r"[\w.=+/-]+", text) else json.dumps(text)
 
 
+@functools.cache
+def shipped_config_of(name: str) -> str | None:
+    """`configs/<path>` of the shipped experiment config whose `name` is `name` (the demo's, a mini
+    pool's, the paper recipe's), or None: the command a `not run` row prints then says CONFIG.yaml."""
+    from repro.core.config import SHIPPED_CONFIGS
+
+    if not name:
+        return None
+    for path in sorted(SHIPPED_CONFIGS.rglob("*.yaml")):
+        rel = path.relative_to(SHIPPED_CONFIGS)
+        if rel.parts[0] in ("runs", "grids", "clusters"):  # experiment files and profiles
+            continue
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(data, dict) and data.get("name") == name:
+            return f"configs/{rel.as_posix()}"
+    return None
+
+
 def _base_for(
     rep: Report, chk: Check, setting: tuple[str, str, int] | None
 ) -> tuple[str, list[int], int, bool]:
     """(base config, seeds, world size, paper scale) for the missing runs: the store's runs of
     `setting`, else of the paper's setting when it has some, else of its first setting; the
     shipped demo config when the store is empty."""
-    from repro.core.config import SHIPPED_CONFIGS
 
     runs = [r for c in rep.cells for r in c.runs]
     ps = chk.paper_setting
@@ -886,8 +908,7 @@ def _base_for(
         return base, [cfg.seed], int(chk.cell.get("world_size", cfg.world_size)), False
     first = pick[0]
     same = [r for r in pick if (r.dataset, r.model) == (first.dataset, first.model)]
-    name = first.name
-    base = f"configs/{name}.yaml" if name and (SHIPPED_CONFIGS / f"{name}.yaml").is_file() else "CONFIG.yaml"
+    base = shipped_config_of(first.name) or "CONFIG.yaml"
     ws = int(chk.cell.get("world_size", setting[2] if setting else first.world_size or 4))
     paper = bool(ps) and (first.dataset, first.model) == (ps["dataset"], ps["model"])  # type: ignore[index]
     return base, sorted({r.seed for r in same}), ws, paper

@@ -373,3 +373,18 @@ def test_a_verdict_that_flips_with_the_learning_rate_schedule_says_so(tmp_path: 
     assert all(v.schedule_flips is False and "the same under both" in v.note for v in c1.values())
     # A check under one schedule only (C1 r = 1.0: no random at its count here) says nothing of it.
     assert all(v.schedule == "" for v in verdicts if v.check.name == "C1/code-r1.0")
+
+
+def test_a_not_run_command_names_the_shipped_config_a_run_came_from() -> None:
+    """The base of a `not run` command is the shipped config whose `name` the store's runs carry,
+    wherever it lives under configs/ (the cut-down medical pool's is configs/mini/...)."""
+    from reports.claims import shipped_config_of
+    from repro.core.config import SHIPPED_CONFIGS
+
+    assert shipped_config_of("mini-medical-small") == "configs/mini/medical-small.yaml"
+    assert shipped_config_of("demo-quick") == "configs/demo-quick.yaml"
+    assert shipped_config_of("paper") == "configs/paper/recipe.yaml"
+    assert shipped_config_of("my-own-experiment") is None
+    for name in ("mini-medical-small", "demo-quick", "paper"):
+        found = shipped_config_of(name)
+        assert found and (SHIPPED_CONFIGS / found.removeprefix("configs/")).is_file()
