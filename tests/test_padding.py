@@ -135,26 +135,17 @@ def test_the_trainer_logs_the_padded_tokens_the_schedule_predicts(tmp_path: Path
     """Real 2-worker gloo training, 2 micro-batches a step, length-grouped: each step's logged
     padded tokens (the collated tensors' size) equal the schedule stage's padded sums, its real
     tokens the real sums; train.json and the result rows' helper sum them."""
-    from repro.core.config import from_dict
     from repro.pipeline import run_experiment
     from repro.run_rows import train_log_totals
+    from tests.test_trainer import _tiny_cfg
 
-    cfg = from_dict(
-        {},
-        [
-            f"output_dir={tmp_path}",
-            "name=t",
-            "model.name_or_path=tiny-random-llama",
-            "data.demo_train_size=48",
-            "data.demo_heldout_per_category=1",
-            "data.max_length=256",
-            "eval.demo_tasks=false",
-            "world_size=2",
-            "train.per_device_batch_size=2",
-            "train.global_batch_size=8",
-            "train.max_steps=3",
-            "train.length_grouped=true",
-        ],
+    cfg = _tiny_cfg(
+        tmp_path,
+        "world_size=2",
+        "train.per_device_batch_size=2",
+        "train.global_batch_size=8",
+        "train.max_steps=3",
+        "train.length_grouped=true",
     )
     run_dir = run_experiment(cfg, until="train")
     summary = read_json(run_dir / "step_tokens.json")
