@@ -1,4 +1,5 @@
-"""Baseline selectors, one file each; importing this package registers them.
+"""Baseline selectors, one file each; the registry (repro/core/registry.py) imports every module
+here on first use, which registers them.
 
 full, random, uniform (the paper's Uniform), dedup-exact, dedup-minhash, semdedup, loss, grand,
 perplexity, ccs, ifd, less, s2l, rds (RDS+), clusterclip, deita-ifd and deita-perplexity.
@@ -6,22 +7,3 @@ perplexity, ccs, ifd, less, s2l, rds (RDS+), clusterclip, deita-ifd and deita-pe
 examples, pooled hidden-state embeddings, the target examples, the short training loop). See
 docs/baselines.md.
 """
-
-from baselines import (  # noqa: F401
-    ccs,
-    clusterclip,
-    dedup_exact,
-    dedup_minhash,
-    deita,
-    full,
-    grand,
-    ifd,
-    less,
-    loss,
-    perplexity,
-    random,
-    rds,
-    s2l,
-    semdedup,
-    uniform,
-)

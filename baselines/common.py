@@ -216,7 +216,7 @@ def tokenize_pool(
     leaves no response token is an error, unless `cut_prompt` (for a proxy model with another
     tokenizer, e.g. S2L's byte-level one): then the prompt keeps its last tokens and the response
     at least min(its length, max_length // 2) tokens."""
-    from repro.core.data import TokenizedPool, tokenize_example
+    from repro.core.tokens import TokenizedPool, tokenize_example
 
     if cut_prompt:
         items = []
@@ -267,8 +267,8 @@ def forward_stats(
     length; results do not depend on them. The model runs in its own dtype (no autocast)."""
     import torch
 
-    from repro.core.data import collate
     from repro.core.lmhead import head_chunks, labelled_positions
+    from repro.core.tokens import collate
 
     n = len(items)
     loss, el2n, tokens = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
@@ -328,8 +328,8 @@ def hidden_state_embeddings(
     position-weighted mean of RDS+: later tokens have read more of the example). No grad."""
     import torch
 
-    from repro.core.data import collate
     from repro.core.lmhead import core_model
+    from repro.core.tokens import collate
 
     check_choice(pooling, POOLINGS, "pooling")
     dec = getattr(core_model(model), "model", None)  # the body without the LM head (Llama-style)
@@ -370,7 +370,7 @@ def target_examples(method: str, key: str, ctx: SelectionContext, source: str, f
     on), a benchmark's name (its dev split, `evals.dev_split`), or a data file relative to
     data_dir in format `fmt`. `key` names the parameter in messages."""
     from evals.dev_split import dev_examples, is_benchmark
-    from repro.core.config import DataSource
+    from repro.core.config.schema import DataSource
     from repro.core.data import load_pool
     from repro.core.io import read_jsonl
     from repro.core.types import Example
@@ -435,8 +435,8 @@ def train_briefly(
     Returns the optimizer. Single process: these are short proxy/warm-up runs, not the experiment."""
     import torch
 
-    from repro.core.data import collate
     from repro.core.lmhead import weighted_lm_loss
+    from repro.core.tokens import collate
 
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:

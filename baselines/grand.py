@@ -33,7 +33,7 @@ from repro.core.types import Pool, Selection
 def lora_gradient_norms(model, items: list[dict], pad_token_id: int, batch_size: int) -> np.ndarray:
     """[N] L2 norms of each example's LoRA gradient (batched by length)."""
     from method.lora_grads import PerExampleLoraGrads
-    from repro.core.data import collate
+    from repro.core.tokens import collate
 
     out = np.zeros(len(items))
     order = sorted(range(len(items)), key=lambda i: -len(items[i]["input_ids"]))

@@ -30,7 +30,7 @@ from baselines.common import (
     tokenize_pool,
     unit_rows,
 )
-from repro.core.config import ConfigError
+from repro.core.config.builder import ConfigError
 from repro.core.interfaces import SelectionContext
 from repro.core.params import Parameterized, param
 from repro.core.registry import register_selector

@@ -14,7 +14,7 @@ import typing
 from typing import Any
 
 from method.selector import ClusterParams, ClusterSelector
-from repro.core.config import ExperimentConfig
+from repro.core.config.schema import ExperimentConfig
 from repro.core.interfaces import SelectionContext
 from repro.core.params import Parameterized
 from repro.core.registry import register_selector

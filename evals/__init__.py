@@ -3,7 +3,7 @@
     tasks/          lm-eval task YAMLs: <benchmark>_hub and <benchmark>_local, same prompt/metric
     local_data.py   where the local copies live; loaders into the hub datasets' schemas
     task_functions.py  prompts, targets and code scoring the YAMLs call
-    evalplus_check.py, evalplus_compare.py   EvalPlus's differential test and comparison rules
+    evalplus/       EvalPlus's protocol: its data, differential test and comparison rules
     sandbox.py      runs untrusted code contained (limits, no network, read-only fs, private uid)
     code_eval.py    unbiased pass@k; `compute_code_eval` with the hub code_eval's signature
     metrics/code_eval/  that metric as an `evaluate` module loadable from a local path

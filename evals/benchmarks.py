@@ -157,7 +157,7 @@ class EvalSettings:
     # The instruction template of the evalplus protocol (EVAL_TEMPLATES): a run's training format.
     template: str = "magicoder"
     # MBPP+'s version (EVALPLUS_VERSIONS: v0.1.x, v0.2.0), for both protocols: which file is
-    # read (evals/evalplus_data.py mbpp_plus_file); None: the file as found.
+    # read (evals/evalplus/data.py mbpp_plus_file); None: the file as found.
     evalplus_version: str | None = None
 
     def __post_init__(self) -> None:

@@ -195,7 +195,7 @@ def _slug(s: str) -> str:
 def _run_config(args: argparse.Namespace):  # noqa: ANN202 (ExperimentConfig)
     """The stored config of --run's run folder, checked to be a run of this version whose
     training finished (its model exists; a diverged one has none)."""
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
     from repro.core.store import DIVERGED, RUN_RECORD, migrate_command, run_status
 
     run_dir = Path(args.run)
@@ -218,7 +218,7 @@ def _run_config(args: argparse.Namespace):  # noqa: ANN202 (ExperimentConfig)
 
 def _load(args: argparse.Namespace, device: str):
     """-> (model, tokenizer, base row fields, data_dir from the run)."""
-    from repro.core.config import LoraConfig, ModelConfig
+    from repro.core.config.schema import LoraConfig, ModelConfig
     from repro.core.models import load_finetuned, load_model_and_tokenizer, materialize_model
     from repro.core.rundir import model_dir_of
 
@@ -261,7 +261,7 @@ def _model_base(args: argparse.Namespace) -> dict[str, Any]:
 def eval_identity(benchmarks: list[str], settings: Any) -> str:
     """The evaluation's eval_id: 12 hex digits of what decides its scores (not the batch size,
     the device or where the data lives)."""
-    from repro.core.config import _short_hash
+    from repro.core.config.schema import _short_hash
 
     return _short_hash(
         {
@@ -308,7 +308,7 @@ def _task_paths(args: argparse.Namespace) -> list[str]:
     benchmarks stay known), then the command line's."""
     paths = list(args.task_path)
     if args.run and (Path(args.run) / "config.yaml").is_file():
-        from repro.core.config import load_config
+        from repro.core.config.load import load_config
 
         run_paths = load_config(Path(args.run) / "config.yaml").eval.task_paths
         paths = [*run_paths, *(p for p in paths if p not in run_paths)]
@@ -323,7 +323,7 @@ def _protocol_and_template(args: argparse.Namespace, benchmarks: list[str]) -> t
 
     if not args.run or not (Path(args.run) / "config.yaml").is_file():
         return protocol_map(args.protocol, benchmarks), args.template or "magicoder"
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
 
     cfg = load_config(Path(args.run) / "config.yaml")
     protocol = protocol_map(args.protocol or cfg.eval.protocol, benchmarks)

@@ -34,7 +34,7 @@ def heldout_loss(
     category ({category: {"loss", "perplexity", "n", "tokens", "loss_stderr"}}, sorted by name),
     so a selection that starves a rare category shows there even when the pooled loss hides it.
     """
-    from repro.core.data import TokenizedPool, collate
+    from repro.core.tokens import TokenizedPool, collate
 
     tok = TokenizedPool(pool, tokenizer, max_length, on_bad_row="skip")
     ids = [e.id for e in pool.examples if e.id in tok]
@@ -159,7 +159,7 @@ def demo_task_scores(
 
     Returns ({category: {"value", "stderr", "n"}} plus "overall", per-sample log rows).
     """
-    from repro.core.demo_pool import score_generation
+    from repro.core.demo_score import score_generation
 
     items = [e for e in pool.examples if e.meta.get("check")]
     if limit is not None:

@@ -10,8 +10,9 @@ import math
 from typing import Any
 
 from evals import harness
-from evals.benchmarks import DEFAULT_PROTOCOL, EvalSettings
+from evals.benchmarks import EvalSettings
 from evals.plugins import Benchmark
+from repro.core.protocols import DEFAULT_PROTOCOL
 
 
 def _num(x: Any) -> float | None:
@@ -45,13 +46,13 @@ def _unscored_tasks(samples: list[dict[str, Any]], metric: str) -> list[str]:
 
 def data_entry_fields(bench: Benchmark, settings: EvalSettings) -> dict[str, Any]:
     """A code benchmark's data file as its entry records it (`data`: file, version, tasks,
-    sha256; evals/evalplus_data.py), or nothing for other benchmarks and the hub's data (whose
+    sha256; evals/evalplus/data.py), or nothing for other benchmarks and the hub's data (whose
     version is the hub dataset the lm-eval task names)."""
     from evals.benchmarks import CODE_BENCHMARKS
 
     if bench.name not in CODE_BENCHMARKS or settings.source != "local":
         return {}
-    from evals.evalplus_data import code_data_info
+    from evals.evalplus.data import code_data_info
 
     return {
         "data": code_data_info(
@@ -93,7 +94,7 @@ def entries_from_items(
         **data_entry_fields(bench, settings),
     }
     if not bench.group and task in samples:
-        from evals.evalplus_check import excluded_tasks_note
+        from evals.evalplus.check import excluded_tasks_note
 
         common.update(excluded_tasks_note(_unscored_tasks(samples[task], bench.metrics[0])))
     leaf = {

@@ -18,7 +18,7 @@ from typing import Any
 
 from evals.benchmarks import TASKS_DIR, EvalSettings
 from evals.plugins import Benchmark
-from repro.core.config import resolve_data_dir
+from repro.core.config.schema import resolve_data_dir
 from repro.core.errors import UserValueError
 from repro.core.log import get_logger, progress_bar
 

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import resolve_data_dir
+from repro.core.config.schema import resolve_data_dir
 from repro.core.errors import UserValueError
 from repro.core.extras import install_hint
 
@@ -156,7 +156,7 @@ def locate(
     evalplus_version: str | None = None,
 ) -> list[Path]:
     """The local files `benchmark` needs; raises MissingDataError naming the first one missing
-    (`evalplus_version`: MBPP+'s, evals/evalplus_data.py mbpp_plus_file)."""
+    (`evalplus_version`: MBPP+'s, evals/evalplus/data.py mbpp_plus_file)."""
     if benchmark == "humaneval":
         return [humaneval_file()]
     if benchmark == "humaneval_plus":
@@ -413,7 +413,7 @@ def load_mbpp(data_dir: Any = None, **_: Any):
 
 
 def differential_test(entry_point: str, inputs: list[Any], atol: float) -> dict[str, Any]:
-    """The fields of a row scored by EvalPlus's differential test (evals/evalplus_check.py): the
+    """The fields of a row scored by EvalPlus's differential test (evals/evalplus/check.py): the
     entry point, the inputs (JSON: a column of mixed types does not fit a dataset), atol, and a
     `test` that says what is run."""
     return {
@@ -421,13 +421,13 @@ def differential_test(entry_point: str, inputs: list[Any], atol: float) -> dict[
         "evalplus_inputs": json.dumps(inputs),
         "atol": atol,
         "test": f"# EvalPlus's differential test of {entry_point} against the canonical solution on "
-        f"{len(inputs)} inputs (evals/evalplus_check.py)",
+        f"{len(inputs)} inputs (evals/evalplus/check.py)",
     }
 
 
 @_cached
 def load_mbpp_plus(data_dir: Any = None, evalplus_version: str | None = None, **_: Any):
-    """An evalplus MbppPlus release file (evals/evalplus_data.py mbpp_plus_file: v0.1.x, 399
+    """An evalplus MbppPlus release file (evals/evalplus/data.py mbpp_plus_file: v0.1.x, 399
     tasks, unless `evalplus_version` names another) -> evalplus/mbppplus schema (prompt,
     test_list, test_imports, test) plus the fields of EvalPlus's differential test: the prompt
     shows the base assertions; the candidate is scored against the canonical solution on

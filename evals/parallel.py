@@ -42,7 +42,7 @@ from typing import Any
 from evals.benchmarks import EvalSettings, expand_benchmarks, protocol_map, resolve_template
 from evals.harness import make_lm
 from evals.run import Processes, run_benchmarks
-from repro.core.config import ExperimentConfig, ModelConfig
+from repro.core.config.schema import ExperimentConfig, ModelConfig
 from repro.core.distributed import preload_in_workers
 from repro.core.io import read_json
 from repro.core.log import get_logger

@@ -3,7 +3,7 @@
     entries = run_benchmarks(make_lm(model, tok), ["medqa", "humaneval"], EvalSettings(...), out_dir)
 
 The registry and settings live in evals/benchmarks.py, everything lm-eval in evals/harness.py,
-entries and rows in evals/entries.py; the old names stay importable from here.
+entries and rows in evals/entries.py.
 
 Each benchmark is evaluated on its own, so one failing benchmark never hides the others: data
 that cannot be found gives a `missing` entry and a loud banner on stderr, a crash an `error`
@@ -25,22 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from evals import harness, local_data, plugins
-from evals.benchmarks import (  # noqa: F401 - the old import paths (evals.run.X) stay valid
-    ALIASES,
-    BENCHMARKS,
-    CODE_BENCHMARKS,
-    LOCAL_SHOT_SOURCES,
-    SOURCES,
-    TASKS_DIR,
+from evals.benchmarks import (
     EvalSettings,
     expand_benchmarks,
     known_benchmarks,
 )
-from evals.entries import entries_from_items, entries_to_rows, status_entry  # noqa: F401
-from evals.harness import (  # noqa: F401
-    _harness_as_one_process,
-    lm_eval_version,
-    make_lm,
+from evals.entries import entries_from_items, status_entry
+from evals.harness import (
     task_manager,
 )
 from evals.plugins import Benchmark
@@ -270,7 +261,7 @@ def _evalplus_entries(
     lm: Any, bench: Benchmark, settings: EvalSettings, out_dir: Path | None, cache: dict[Any, Any]
 ) -> list[dict[str, Any]]:
     """One benchmark under the evalplus protocol, never raising (a missing file: `missing`)."""
-    from evals import evalplus_protocol
+    from evals.evalplus import protocol as evalplus_protocol
 
     t0 = time.perf_counter()
     task = f"evalplus_{bench.name}"
@@ -315,7 +306,7 @@ def run_benchmarks(
     procs = procs or Processes()
     lead = procs.rank == 0
     # EvalPlus's time limits come from the reference's times measured in this evaluation.
-    from evals.evalplus_check import clear_reference_timings
+    from evals.evalplus.check import clear_reference_timings
 
     clear_reference_timings()
     known = known_benchmarks(settings.task_paths)

@@ -126,10 +126,10 @@ def _timeout(default: float) -> float:
 
 def _differential_pass(doc: dict[str, Any], solutions: list[str], reference: str, dataset: str) -> float:
     """pass@1 of `solutions` (the share that passes EvalPlus's differential test on the row's
-    inputs, evals/evalplus_check.py; inputs on which the canonical solution raises are skipped,
+    inputs, evals/evalplus/check.py; inputs on which the canonical solution raises are skipped,
     as these JSON inputs were not deserialized); NaN when the canonical solution never finished
     (reference_timeout: the entry leaves the item out of the score, evals/entries.py)."""
-    from evals.evalplus_check import REFERENCE_TIMEOUT, check_solution
+    from evals.evalplus.check import REFERENCE_TIMEOUT, check_solution
 
     inputs, atol = json.loads(doc["evalplus_inputs"]), float(doc.get("atol") or 0)
     verdicts = [

@@ -2,8 +2,7 @@
 examples or tokens), the choice inside each cluster, the authors' list order, the rank weights,
 the uniform (up-sampling) variant and the clusters' agreement with the pool's categories.
 
-Steps 2 and 3 (normalization, k-means) live in method/rows.py and method/kmeans.py; their public
-names are re-exported here, so `method.clustering` stays the one import for every step.
+Steps 2 and 3 (normalization, k-means) are method/rows.py and method/kmeans.py.
 
 Conventions: X is N x D (float32; converted when not), indices are row indices into X, K is the
 number of clusters (= world size). Squared Euclidean distances are in squared feature units
@@ -16,41 +15,25 @@ import math
 
 import numpy as np
 
-from method.kmeans import KMEANS_MODES, exact_mode_fits, kmeans
 from method.rows import (
-    NORM_MODES,
-    ROW_CHUNK,
-    NormalizedRows,
     _check_labels,
     _matrix,
     _sq_norms,
-    normalize_features,
     pairwise_sq_distances,
-    project_features,
     sq_distances_to_own_center,
 )
 from repro.core.interfaces import SelectionError
 
-__all__ = [  # steps 2-3 live in method/rows.py and method/kmeans.py; their public names stay here
-    "KMEANS_MODES",
-    "NORM_MODES",
+__all__ = [
     "PRUNE_MODES",
-    "ROW_CHUNK",
-    "NormalizedRows",
     "authors_list_order",
     "balanced_budget",
     "choose_within_cluster",
     "cluster_agreement",
-    "exact_mode_fits",
     "explain_kept",
-    "kmeans",
     "member_order",
-    "normalize_features",
-    "pairwise_sq_distances",
-    "project_features",
     "rank_weights",
     "soft_cap_assign",
-    "sq_distances_to_own_center",
     "token_budget",
     "uniform_upsample",
 ]

@@ -46,7 +46,6 @@ from method.features import pool_fingerprint
 from repro.core.errors import UserValueError
 
 __all__ = [
-    "pool_fingerprint",
     "shard_batches",
     "compute_shard",
     "merge_shards",
@@ -163,13 +162,13 @@ def compute_shard(
     import torch
 
     from method.features import feature_item, gradient_proxy_features
-    from repro.core.data import collate
     from repro.core.distributed import worker_device
     from repro.core.fingerprints import file_record
     from repro.core.io import atomic_write_json, read_jsonl, remove_stale_temps, temp_path
     from repro.core.lmhead import HeadWorkspace
     from repro.core.models import load_model_and_tokenizer
     from repro.core.runtime import peak_memory_mb
+    from repro.core.tokens import collate
     from repro.core.types import Example
 
     if not 0 <= shard < shards:

@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from repro.core.data import IGNORE_INDEX, collate, tokenize_example
 from repro.core.distributed import preload_in_workers
 from repro.core.lmhead import HeadWorkspace, autocast, core_model, head_chunks, labelled_positions
 from repro.core.log import progress_bar
+from repro.core.tokens import IGNORE_INDEX, collate, tokenize_example
 
 preload_in_workers(__name__)  # feature workers start with this module imported
 

@@ -316,8 +316,8 @@ def lora_gradient_features(
     is put in eval mode (no dropout) for the call. Flat gradients are buffered up to BUFFER_BYTES
     (on the model's device) between projections. Not normalized: LESS takes cosine similarity.
     """
-    from repro.core.data import collate
     from repro.core.log import progress_bar
+    from repro.core.tokens import collate
 
     n = len(tokenized_examples)
     out = np.zeros((n, proj_dim), dtype=np.float32)

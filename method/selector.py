@@ -20,8 +20,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from method.clustering import KMEANS_MODES, NORM_MODES, PRUNE_MODES
-from repro.core.config import ConfigError, ExperimentConfig
+from method.clustering import PRUNE_MODES
+from method.kmeans import KMEANS_MODES
+from method.rows import NORM_MODES
+from repro.core.config.builder import ConfigError
+from repro.core.config.schema import ExperimentConfig
 from repro.core.errors import UserError
 from repro.core.extras import require_extra
 from repro.core.interfaces import SelectionContext, SelectionError
@@ -263,13 +266,13 @@ class ClusterSelector(Parameterized):
         LAZY_NORMALIZE_BYTES, as method.rows.NormalizedRows: each block of rows
         normalized when read from the features file, no N x D copy (the same rows bit for bit).
         A projection over LAZY_NORMALIZE_BYTES goes to a memmap next to the features."""
-        from method import clustering as C
+        from method.rows import NormalizedRows, normalize_features, project_features
 
         big = X.nbytes > self.LAZY_NORMALIZE_BYTES
         if (big and self.kmeans == "fast") or X.dtype != np.float32:
-            Xn = C.NormalizedRows(X, k, self.normalization)
+            Xn = NormalizedRows(X, k, self.normalization)
         else:
-            Xn = C.normalize_features(X, k, self.normalization)
+            Xn = normalize_features(X, k, self.normalization)
         if self.cluster_proj_dim is None:
             return Xn
         d = self.cluster_proj_dim
@@ -278,14 +281,14 @@ class ClusterSelector(Parameterized):
             path = Path(ctx.workdir) / "features.projected.npy"
             scratch.append(path)
             out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(X.shape[0], d))
-        return C.project_features(Xn, d, ctx.seed, out=out)
+        return project_features(Xn, d, ctx.seed, out=out)
 
     @staticmethod
     def _half(X: np.ndarray, ctx: SelectionContext) -> np.ndarray:
         """The features as float16, in <run dir>/features.f16.npy (converted in row blocks; made
         again when features.npy is newer, or when it no longer matches the record that
         features.json holds of it)."""
-        from method.clustering import ROW_CHUNK
+        from method.rows import ROW_CHUNK
         from repro.core.fingerprints import RunFileChanged, file_record, verify_run_file
         from repro.core.io import atomic_write_json, read_json, temp_path
 
@@ -330,11 +333,11 @@ class ClusterSelector(Parameterized):
         import torch
 
         from method.lora_grads import lora_gradient_features
-        from repro.core.data import TokenizedPool
         from repro.core.fingerprints import file_record
         from repro.core.io import atomic_write, atomic_write_json
         from repro.core.models import load_model_and_tokenizer
         from repro.core.runtime import peak_memory_mb, seed_everything
+        from repro.core.tokens import TokenizedPool
 
         cfg = ctx.config
         t0 = time.perf_counter()
@@ -390,7 +393,9 @@ class ClusterSelector(Parameterized):
     # -- steps 2-6, 8, 9 ----------------------------------------------------------------
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         from method import clustering as C
+        from method.kmeans import kmeans
         from method.packing import merge_by_worker, pack_clusters, split_budget
+        from method.rows import NormalizedRows
 
         if budget is not None:
             raise SelectionError(
@@ -411,7 +416,7 @@ class ClusterSelector(Parameterized):
         try:
             t0 = time.perf_counter()
             Xn = self._normalized(X, k, ctx, scratch)
-            labels, centers, inertia = C.kmeans(Xn, kc, ctx.seed, self.n_init, self.max_iter, self.kmeans)
+            labels, centers, inertia = kmeans(Xn, kc, ctx.seed, self.n_init, self.max_iter, self.kmeans)
             before = np.bincount(labels, minlength=kc)
             if self.cap is not None:
                 labels = C.soft_cap_assign(Xn, centers, labels, self.cap)
@@ -435,7 +440,7 @@ class ClusterSelector(Parameterized):
                 # clustered space.
                 space = X if self.prune == "big" else Xn
                 if space is X and X.dtype != np.float32:
-                    space = C.NormalizedRows(X, k, "none")  # float32 blocks, no full copy
+                    space = NormalizedRows(X, k, "none")  # float32 blocks, no full copy
                 if self.budget_unit == "tokens":  # no m_adj: each cluster keeps its own count
                     m, m_adj = int(after.min()), None
                     chosen, token_info = self._token_budget(pool, ctx, space, centers, labels)

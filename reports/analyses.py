@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from reports.load import RAW_METRICS, Kept, Run, is_diagnostic, load_kept
+from reports.load import Kept, load_kept
+from reports.runs import RAW_METRICS, Run, is_diagnostic
 from reports.stats import jaccard, spearman, variance_split
-from reports.tables import Column, Report, Table
+from reports.values import Column, Report, Table
 
 MIN_COMMON = 3  # fewest common scored examples a rank correlation is computed on
 

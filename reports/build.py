@@ -5,7 +5,7 @@ PDF) and an index page, deterministically (the same rows give byte-identical fil
     OUT/tables/<name>.{md,tex,csv}
     OUT/figures/<name>.{png,pdf}
 
-The claims (reports/claims.py: each of the paper's claims against these runs, and the training
+The claims (reports/claims/verdicts.py: each of the paper's claims against these runs, and the training
 time taken apart) follow the compact tables, under "Claims", with their figure.
 The analyses (reports/analyses.py: overlap, score ranks, coverage, seed variance, selection cost)
 come last on the index page, under "Analyses", their figures only where they have inputs.
@@ -22,21 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from reports.analyses import analysis_tables
-from reports.analysis_figures import ANALYSIS_FIGURES, analysis_figures
-from reports.claims_figure import claims_figure
-from reports.claims_output import snippets_md, verdict_counts
-from reports.claims_time import claims_tables
+from reports.claims.figure import claims_figure
+from reports.claims.output import snippets_md, verdict_counts
+from reports.claims.time import claims_tables
 from reports.compact import compact_tables
-from reports.figures import FIGURES, all_figures
-from reports.load import group_cells, input_digest, load, split_protocol
-from reports.loss_figure import NAME as LOSS_FIGURE
-from reports.loss_figure import heldout_loss_figure
+from reports.figures.analysis import ANALYSIS_FIGURES, analysis_figures
+from reports.figures.loss import NAME as LOSS_FIGURE
+from reports.figures.loss import heldout_loss_figure
+from reports.figures.main import all_figures
+from reports.figures.style import FIGURES
+from reports.load import group_cells, input_digest, load
 from reports.render import to_csv, to_latex, to_markdown
 from reports.reported import load_reported, protocol_gap_table, reported_table
+from reports.runs import split_protocol
 from reports.tables import (
     ABLATIONS,
-    Report,
-    Table,
     ablation_table,
     balance_table,
     differences_table,
@@ -45,6 +45,7 @@ from reports.tables import (
     overhead_table,
     runs_table,
 )
+from reports.values import Report, Table
 from repro.core.io import atomic_write_text
 
 
@@ -231,7 +232,7 @@ REPORT_MARK = ".cluster-repro-report"
 
 def check_report_out(out: Path) -> None:
     """ReportInputError unless `out` is new, empty, or a report folder this suite wrote."""
-    from reports.load import ReportInputError
+    from reports.runs import ReportInputError
 
     if out.is_file() or (out.exists() and not out.is_dir()):
         raise ReportInputError(f"--out {out}: is a file, not a folder; give a folder for the report")

@@ -1,5 +1,5 @@
 """How often the claims' verdicts are wrong: stores simulated with a known effect, read through the
-code the claims command uses (reports/stats.py `paired_diff` and `item_diff`, reports/claims.py
+code the claims command uses (reports/stats.py `paired_diff` and `item_diff`, reports/claims/verdicts.py
 `_decide`), against the rule they replaced (a 95% percentile bootstrap over seeds, items of all
 seeds pooled per benchmark, one seed's items enough for a firm verdict).
 
@@ -29,7 +29,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from reports.claims import _decide
+from reports.claims.verdicts import _decide
 from reports.stats import Estimate, SeedDiff, item_diff, paired_diff
 
 NOMINAL = 0.025  # each firm verdict's rate at the threshold under a two-sided 95% interval
@@ -92,7 +92,7 @@ def simulate(sc: Scenario, seeds: int, effect: float, rng: np.random.Generator) 
 
 
 def new_estimate(data: list) -> Estimate | None:
-    """What the claims command computes (reports/claims.py `_paired_quality`)."""
+    """What the claims command computes (reports/claims/verdicts.py `_paired_quality`)."""
     if data and isinstance(data[0], dict):
         seeds = [item_diff(d) for d in data]
         return paired_diff([s for s in seeds if isinstance(s, SeedDiff)])

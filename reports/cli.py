@@ -54,7 +54,7 @@ def default_out(results: Path) -> Path:
 
 def run_report(args: argparse.Namespace) -> int:
     from reports.build import MixedVersionsWarning, build_report
-    from reports.load import ReportInputError
+    from reports.runs import ReportInputError
 
     results = Path(args.results)
     out = Path(args.out) if args.out else default_out(results)

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.load import RAW_METRICS, Cell, norm_benchmark, split_protocol
+from reports.load import Cell
 from reports.names import benchmark_name, cell_method_name, method_name, setting_name
 from reports.reported import PROTOCOL_DIFFERS, PaperCell, paper_cells
+from reports.runs import RAW_METRICS, norm_benchmark, split_protocol
 from reports.stats import Estimate
-from reports.tables import DIVERGED, MISSING, NOT_EVALUATED, Column, QualityKey, Report, Table, quality_column
+from reports.tables import quality_column
+from reports.values import DIVERGED, MISSING, NOT_EVALUATED, Column, QualityKey, Report, Table
 
 OURS, PAPER = "ours", "paper (reported)"
 DOMAIN_TITLES = {"code": "code", "medical": "medical", "demo": "demo pool", "other": "other benchmarks"}

@@ -1,5 +1,5 @@
 """Read the results store into runs and cells: what every table and figure is built from.
-The Run record and the benchmark-name helpers are in reports/runs.py (re-exported here).
+The Run record and the benchmark-name helpers are in reports/runs.py.
 
 Input: the results store (repro/core/store.py): every run folder under a results directory (its
 stored config, status and result rows, its `cluster-repro eval` folders), or one merged set; and,
@@ -40,17 +40,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-# The run record and the benchmark-name helpers live in reports/runs.py; their names stay here.
 from reports.runs import (
-    DOMAINS,
-    RAW_METRICS,
-    REQUIRED,
     ReportInputError,
     Run,
     cost_columns,
-    domain_of,
     is_diagnostic,
-    norm_benchmark,
     split_protocol,
 )
 from repro.core import schema
@@ -60,31 +54,21 @@ from repro.core.store import DIVERGED, DONE, MODEL_EVAL, Store, StoredRun, open_
 from repro.core.types import RunFileError, read_selection
 
 __all__ = [
-    "DOMAINS",
-    "RAW_METRICS",
-    "REQUIRED",
     "Cell",
     "Kept",
     "Loaded",
-    "ReportInputError",
-    "Run",
     "assign_budgets",
     "build_runs",
     "cell_key",
-    "cost_columns",
-    "domain_of",
     "group_cells",
     "input_digest",
-    "is_diagnostic",
     "load",
     "load_items",
     "load_kept",
     "load_step_tokens",
-    "norm_benchmark",
     "place_base_runs",
     "read_jsonl",
     "selection_label",
-    "split_protocol",
 ]
 
 
@@ -222,7 +206,7 @@ def _settings_of_config(
 ) -> tuple[tuple[dict[str, Any], dict[str, Any], dict[str, Any]], str]:
     """`_settings_of` for one config (its canonical JSON), and its config hash: built and
     validated once per process, since building a config is most of a store's reading time."""
-    from repro.core.config import from_dict
+    from repro.core.config.load import from_dict
     from repro.core.store import run_settings
 
     cfg = from_dict(json.loads(config_json), source="the stored config")

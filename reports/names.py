@@ -7,7 +7,8 @@ entry here is shown as it is.
 
 from __future__ import annotations
 
-from reports.load import Cell, norm_benchmark
+from reports.load import Cell
+from reports.runs import norm_benchmark
 
 METHODS = {
     "base": "Base model",

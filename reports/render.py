@@ -13,7 +13,7 @@ import io
 from typing import Any
 
 from reports.stats import Estimate
-from reports.tables import Column, Table
+from reports.values import Column, Table
 
 DIGITS = {
     "pct": 1,

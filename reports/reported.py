@@ -13,8 +13,9 @@ from typing import Any
 
 import yaml
 
-from reports.load import Cell, ReportInputError, norm_benchmark, split_protocol
-from reports.tables import Column, Report, Table
+from reports.load import Cell
+from reports.runs import ReportInputError, norm_benchmark, split_protocol
+from reports.values import Column, Report, Table
 
 REPORTED_FILE = Path(__file__).resolve().parent / "reported.yaml"
 QUANTITIES = ("data_used", "avg_score", "train_time", "train_time_reduction", "category_agreement")

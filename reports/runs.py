@@ -1,7 +1,7 @@
 """What the report knows of a run before it reads any file: the `Run` record (its settings,
 costs, scores and diagnostic numbers), the benchmark-name helpers (normalized names, the protocol
 suffix, the paper's domains), which rows are diagnostics, the cost columns, and
-`ReportInputError`. reports/load.py reads the results store into these and re-exports them.
+`ReportInputError`. reports/load.py reads the results store into these.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The report's tables, built from cells (reports/load.py) as plain data; reports/render.py writes them.
 What a table is made of (Column, Table) and the values it shows (Report) live in
-reports/values.py and are re-exported here.
+reports/values.py.
 
 Units: quality scores in percent (fractions in the rows x 100), except loss and perplexity as they
 are; times in seconds; memory in MB; energy in joules; differences in points (percent units).
@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from reports.load import RAW_METRICS, Cell, Run, norm_benchmark
+from reports.load import Cell
 from reports.names import benchmark_name
+from reports.runs import RAW_METRICS, Run
 from reports.stats import Estimate, mean_ci
 from reports.values import (
     DIVERGED,
@@ -452,9 +453,6 @@ def drop_blank_columns(t: Table) -> Table:
         return t
     keep = [i for i in range(len(t.columns)) if any(row[i] != NOT_EVALUATED for row in t.rows)]
     return replace(t, columns=[t.columns[i] for i in keep], rows=[[row[i] for i in keep] for row in t.rows])
-
-
-__all__ = ["Column", "Table", "Report", "norm_benchmark"]
 
 
 # How a schema column type shows in the runs table.

@@ -9,12 +9,12 @@ the kept padded-token share with the straggler idle in it. The real-token figure
 are kept beside (`busiest_tokens`, `tokens_per_step`). Runs trained before padded tokens were
 recorded have no padded rows: every padded figure of theirs is None, never a real-token stand-in.
 
-Used by reports/claims.py (C2's checks) and reports/claims_time.py (the time taken apart).
+Used by reports/claims/verdicts.py (C2's checks) and reports/claims/time.py (the time taken apart).
 """
 
 from __future__ import annotations
 
-from reports.load import Run
+from reports.runs import Run
 
 
 def tokens(r: Run, padded: bool = False) -> float | None:

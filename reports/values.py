@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from reports.load import RAW_METRICS, Cell, Run, domain_of
+from reports.load import Cell
+from reports.runs import RAW_METRICS, Run, domain_of
 from reports.stats import Estimate, SeedDiff, item_diff, mean_ci, paired_diff
 
 MISSING = None

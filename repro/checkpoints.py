@@ -3,7 +3,7 @@ temporary name by all ranks together and renamed into place whole, so only compl
 found (`latest_checkpoint`). It holds every rank's RNG state, the trainable weights and optimizer
 state (ddp: rank 0's; fsdp: every rank's shards under dcp/), the scheduler and meta.json (step,
 world size, strategy, and the training seconds and tokens of every attempt so far). repro.trainer
-saves and resumes through it and re-exports these names.
+saves and resumes through it.
 """
 
 from __future__ import annotations

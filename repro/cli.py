@@ -23,9 +23,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from repro.commands import COMMAND_MODULES
-from repro.core.config import ConfigError
+from repro.core.config.builder import ConfigError
 from repro.core.rundir import RunStopped
+
+# The modules whose `register(subparsers, epilog)` adds subcommands, in the order --help lists them.
+COMMAND_MODULES = (
+    "repro.commands.experiment",  # demo, run, select, grid, validate
+    "repro.commands.info",  # ls, results
+    "repro.commands.bench",  # bench
+    "evals.cli",  # eval
+    "slurm.cli",  # launch, status
+    "reports.cli",  # report
+    "reports.claims.cli",  # claims
+)
 
 EPILOG = (
     "Overrides use dotted keys, e.g. train.lr=1e-4 selection.fraction=0.5 world_size=8. "
@@ -34,7 +44,7 @@ EPILOG = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser: every module of repro.commands.COMMAND_MODULES adds its own subcommands."""
+    """The parser: every module of COMMAND_MODULES adds its own subcommands."""
     ap = argparse.ArgumentParser(
         prog="cluster-repro",
         description="Reproduce and benchmark CluSTER (gradient-clustered data selection and "

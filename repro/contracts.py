@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import ExperimentConfig
+from repro.core.config.schema import ExperimentConfig
 from repro.core.errors import UserError
 from repro.core.interfaces import SelectionError
 from repro.core.io import atomic_write_text

@@ -20,7 +20,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import SHIPPED_CONFIGS, ExperimentConfig, load_config
+from repro.core.config.load import SHIPPED_CONFIGS, load_config
+from repro.core.config.schema import ExperimentConfig
 
 # The demo's runs (full, CluSTER r = 0.5, random at CluSTER's kept count): a run-list file.
 DEMO_RUNS = SHIPPED_CONFIGS / "runs" / "demo.yaml"
@@ -176,7 +177,8 @@ def seeds_table(run_dirs: list[Path]) -> str | None:
     from reports.load import group_cells, load
     from reports.names import cell_method_name
     from reports.render import fmt
-    from reports.tables import Column, Report, at_a_budget
+    from reports.tables import at_a_budget
+    from reports.values import Column, Report
 
     cells = group_cells(load(run_dirs[0].parent.parent, run_ids=_run_ids(run_dirs)).runs)
     if not any(len(c.runs) > 1 for c in cells):
@@ -211,12 +213,13 @@ def seeds_table(run_dirs: list[Path]) -> str | None:
 
 
 def demo_claims(run_dirs: list[Path], merged: Path) -> str:
-    """The paper's claims checked on the demo's own runs (reports/claims.py): a narrow verdict
+    """The paper's claims checked on the demo's own runs (reports/claims/verdicts.py): a narrow verdict
     table, and where the full one (run ids, scale, protocol, the commands of what was not run)
     was written (`<output_dir>/demo-claims/claims.md`)."""
-    from reports.claims import evaluate, load_claims
-    from reports.claims_cli import load_rep, write_claims
-    from reports.claims_output import compact_markdown
+    from reports.claims.cli import load_rep, write_claims
+    from reports.claims.file import load_claims
+    from reports.claims.output import compact_markdown
+    from reports.claims.verdicts import evaluate
 
     run_ids = _run_ids(run_dirs)
     # No figure here: the demo's report draws the same one (demo-report/figures/claims.png).

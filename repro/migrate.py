@@ -45,7 +45,7 @@ def _skipped(d: Path, root: Path) -> bool:
 def migrate_run_folder(run_dir: Path) -> str | None:
     """Bring one run folder to this version; returns what was done (None: nothing to do).
     StoreError naming the folder and the fix when it cannot be rebuilt."""
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
     from repro.core.lm_eval_json import LM_EVAL_NAME, write_lm_eval_results
     from repro.core.results import write_rows
     from repro.core.rundir import stage_marker

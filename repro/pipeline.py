@@ -40,8 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from repro import contracts
-from repro.core import fingerprints, rundir, stages
-from repro.core.config import ExperimentConfig, derive, save_config
+from repro.core import fingerprints, hub, rundir, stages
+from repro.core.config.load import save_config
+from repro.core.config.schema import ExperimentConfig
 from repro.core.distributed import preload_in_workers
 from repro.core.interfaces import SelectionContext, SelectionError, resolve_budget
 from repro.core.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_json, read_jsonl
@@ -55,7 +56,8 @@ from repro.core.rundir import (
     stage_key,
     stage_marker,
 )
-from repro.core.runtime import gpu_energy_j  # noqa: F401 (re-exported; tests patch it here)
+from repro.core.runtime import gpu_energy_j
+from repro.core.steps import derive
 from repro.core.types import (
     Example,
     Pool,
@@ -63,13 +65,7 @@ from repro.core.types import (
     ScheduleDiagnostics,
     Selection,
 )
-from repro.run_rows import (  # the run files' readers and the result rows (re-exported)
-    diagnostic_rows,  # noqa: F401
-    hub_commits,  # noqa: F401
-    load_selection,
-    result_rows,
-    stage_seconds,  # noqa: F401
-)
+from repro.run_rows import load_selection, result_rows
 
 STAGES = stages.NAMES  # the table in repro/core/stages.py; STAGE_FUNCTIONS below runs each
 
@@ -141,7 +137,8 @@ def stage_pool(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     token within data.max_length under the model's tokenizer, so later stages never meet them."""
     from transformers import AutoTokenizer
 
-    from repro.core.data import TokenizedPool, load_pool_report
+    from repro.core.data import load_pool_report
+    from repro.core.tokens import TokenizedPool
 
     # Fingerprint first: a file changed while it is read shows as changed at the next run.
     data_inputs = fingerprints.data_fingerprints(cfg)
@@ -199,7 +196,7 @@ def _hub_model(cfg: ExperimentConfig, model_dir: Path | None = None) -> dict[str
     commit = None
     if model_dir is not None and Path(model_dir).parent.name == "snapshots":
         commit = Path(model_dir).name
-    commit = commit or fingerprints.hub_commit("model", m.name_or_path, m.revision)
+    commit = commit or hub.hub_commit("model", m.name_or_path, m.revision)
     return {"repo": m.name_or_path, "revision": m.revision, "commit": commit}
 
 
@@ -263,8 +260,8 @@ def stage_schedule(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     and padded, and the predicted idle share (step_tokens.json, repro/core/steps.py): known
     before training."""
     from repro.core import steps
-    from repro.core.config import grad_accum
     from repro.core.interfaces import AllocationContext
+    from repro.core.steps import grad_accum
 
     sel = load_selection(run_dir)
     train, _ = load_pool_files(run_dir)
@@ -364,7 +361,7 @@ def stage_eval(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     import torch
 
     from evals.demo_task import demo_task_scores, heldout_loss
-    from repro.core.config import DEMO_MAX_NEW_TOKENS
+    from repro.core.config.schema import DEMO_MAX_NEW_TOKENS
     from repro.core.models import load_finetuned
 
     _, held = load_pool_files(run_dir)
@@ -561,10 +558,8 @@ def _model_changes(cfg: ExperimentConfig, run_dir: Path, info: dict[str, Any]) -
     marker then points to its new place)."""
     recorded_hub = info["inputs"].get("hub")
     if recorded_hub:  # a hub model: what its revision resolves to now, before any download
-        now = fingerprints.hub_commit("model", recorded_hub["repo"], cfg.model.revision)
-        found = fingerprints.hub_changes(
-            f"model {recorded_hub['repo']!r}", recorded_hub, now, "model.revision"
-        )
+        now = hub.hub_commit("model", recorded_hub["repo"], cfg.model.revision)
+        found = hub.hub_changes(f"model {recorded_hub['repo']!r}", recorded_hub, now, "model.revision")
         if found:
             return found
     model_dir = Path(info["model_dir"])

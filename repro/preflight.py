@@ -1,6 +1,6 @@
 """Preflight: check a config for mistakes that would otherwise surface only after training.
 
-Loading a config (repro/core/config.py) already checks keys, types and ranges. What it cannot check
+Loading a config (repro/core/config/load.py) already checks keys, types and ranges. What it cannot check
 needs the rest of the suite or the file system: benchmark names (evals/), selector and allocator
 names and parameters (the registries), the optional extras they and the model need
 (repro/core/extras.py), data files, the output folder and a local model folder (those two in
@@ -19,7 +19,8 @@ A check is a function `(cfg, ctx) -> list[Problem]`, registered with `@check`; a
 more (`ctx.profile` is the cluster profile when launching, for checks such as a GPU-memory plan).
 A Problem names the config key and says what is wrong and what is allowed; a note (not blocking)
 says what could not be checked here, e.g. a hub dataset while offline. The machinery (Problem,
-the registry, running and reporting) is in repro/problems.py; this module holds the checks.
+the registry, the report) is in repro/problems.py; this module holds the checks and runs them, so
+importing `preflight` or `require_clean` from here registers every check first.
 """
 
 from __future__ import annotations
@@ -28,43 +29,56 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import ConfigError, ExperimentConfig
-
-# The checks of output_dir and a local model folder (paths resolved as the stages resolve them).
-from repro.preflight_paths import check_model_path, check_output_dir  # noqa: F401 (registers them)
-
-# The machinery (Problem, the registry, running and reporting) is in repro/problems.py; its names
-# stay importable from here, and importing this module registers the checks below.
+# The checks of output_dir and a local model folder (paths resolved as the stages resolve them):
+# importing the module registers them, before the checks below.
+from repro import preflight_paths  # noqa: F401
+from repro.core.config.builder import ConfigError
+from repro.core.config.schema import ExperimentConfig
 from repro.problems import (
     CHECKS,
     MISSING_BENCHMARK,
-    Check,
     CheckContext,
     PreflightError,
     Problem,
     _did_you_mean,
     check,
-    format_problems,
-    preflight,
-    preflight_all,
     report,
-    require_clean,
 )
 
-__all__ = [
-    "CHECKS",
-    "MISSING_BENCHMARK",
-    "Check",
-    "CheckContext",
-    "PreflightError",
-    "Problem",
-    "check",
-    "format_problems",
-    "preflight",
-    "preflight_all",
-    "report",
-    "require_clean",
-]
+# ----------------------------------------------------------------------------- running the checks
+
+
+def preflight(cfg: ExperimentConfig, ctx: CheckContext | None = None) -> list[Problem]:
+    """Every problem (and note) that the registered checks find in `cfg`."""
+    ctx = ctx or CheckContext()
+    out: list[Problem] = []
+    for fn in CHECKS:
+        out += fn(cfg, ctx)
+    return out
+
+
+def preflight_all(
+    configs: list[tuple[str, ExperimentConfig]], ctx: CheckContext | None = None
+) -> dict[str, list[Problem]]:
+    """`where` -> its problems and notes, for each (where, config); `where` names the config file,
+    run or grid cell in messages."""
+    return {where: preflight(cfg, ctx) for where, cfg in configs}
+
+
+def require_clean(
+    configs: list[tuple[str, ExperimentConfig]], ctx: CheckContext | None = None
+) -> dict[str, list[Problem]]:
+    """Check every config before any runs; raise PreflightError listing every blocking problem
+    of every config, else return the findings (notes only)."""
+    found = preflight_all(configs, ctx)
+    n_err = sum(p.blocking for problems in found.values() for p in problems)
+    if n_err:
+        bad = sum(any(p.blocking for p in problems) for problems in found.values())
+        raise PreflightError(
+            f"{n_err} problem(s) in {bad} of {len(found)} config(s), found before "
+            f"anything ran:\n{report(found)}"
+        )
+    return found
 
 
 # ----------------------------------------------------------------------------- checks
@@ -185,11 +199,12 @@ def check_evalplus_version(cfg: ExperimentConfig, ctx: CheckContext) -> list[Pro
     version = cfg.eval.evalplus_version
     if version is None:
         return []
-    from evals import evalplus_data, local_data
+    from evals import local_data
+    from evals.evalplus import data as evalplus_data
 
     data_dir, _ = ctx.data_dir(cfg)
     try:
-        path = evalplus_data.mbpp_plus_file(str(data_dir) if data_dir else None, version)
+        path = local_data.mbpp_plus_file(str(data_dir) if data_dir else None, version)
         evalplus_data.check_version(path, local_data._read_jsonl(path), version)
     except local_data.MissingDataError:
         return []
@@ -200,7 +215,8 @@ def check_evalplus_version(cfg: ExperimentConfig, ctx: CheckContext) -> list[Pro
 
 def _humaneval_plus_format(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     """The local HumanEval+ file, where there is one, is in EvalPlus's release format."""
-    from evals import evalplus_data, local_data
+    from evals import local_data
+    from evals.evalplus import data as evalplus_data
 
     data_dir, _ = ctx.data_dir(cfg)
     try:

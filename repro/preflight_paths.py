@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from repro.core.config import ExperimentConfig
+from repro.core.config.schema import ExperimentConfig
 from repro.problems import CheckContext, Problem, check
 
 

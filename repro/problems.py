@@ -1,8 +1,8 @@
 """The preflight machinery (repro/preflight.py holds the checks themselves): a `Problem` (one
 finding about one config key, an error or a note), the `CheckContext` a check may use, the
-`@check` registry, running every registered check (`preflight`, `preflight_all`), the printed
-report, and `require_clean`, which raises `PreflightError` listing every blocking problem.
-Import these from repro.preflight, which re-exports them: importing it registers the checks.
+`@check` registry, `PreflightError`, and the printed report. Running the registered checks
+(`preflight`, `preflight_all`, `require_clean`) is repro/preflight.py's: importing it registers
+every check, so whoever runs them imports them from there.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import ConfigError, ExperimentConfig
+from repro.core.config.builder import ConfigError
+from repro.core.config.schema import ExperimentConfig
 
 # A benchmark whose data is not found: a note for a local run (a 'missing' row), an error for a
 # launch unless --allow-missing-benchmarks (the training's GPU-hours would buy no score).
@@ -73,27 +74,10 @@ class PreflightError(ConfigError):
     """A config has blocking problems; the message lists each with its key."""
 
 
-def preflight(cfg: ExperimentConfig, ctx: CheckContext | None = None) -> list[Problem]:
-    """Every problem (and note) that the registered checks find in `cfg`."""
-    ctx = ctx or CheckContext()
-    out: list[Problem] = []
-    for fn in CHECKS:
-        out += fn(cfg, ctx)
-    return out
-
-
 def format_problems(problems: list[Problem], where: str) -> str:
     """One line per problem, errors first: `  error  <where>: <key>: <message>`."""
     ordered = sorted(problems, key=lambda p: not p.blocking)
     return "\n".join(f"  {'error' if p.blocking else 'note '}  {where}: {p}" for p in ordered)
-
-
-def preflight_all(
-    configs: list[tuple[str, ExperimentConfig]], ctx: CheckContext | None = None
-) -> dict[str, list[Problem]]:
-    """`where` -> its problems and notes, for each (where, config); `where` names the config file,
-    run or grid cell in messages."""
-    return {where: preflight(cfg, ctx) for where, cfg in configs}
 
 
 def report(found: dict[str, list[Problem]]) -> str:
@@ -132,22 +116,6 @@ def _counted(wheres: list[str], shown: int = 3) -> str:
     names = [w.removeprefix("cell ") for w in wheres]
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
     return f"{len(names)} {noun}s: {', '.join(names[:shown])}{more}"
-
-
-def require_clean(
-    configs: list[tuple[str, ExperimentConfig]], ctx: CheckContext | None = None
-) -> dict[str, list[Problem]]:
-    """Check every config before any runs; raise PreflightError listing every blocking problem
-    of every config, else return the findings (notes only)."""
-    found = preflight_all(configs, ctx)
-    n_err = sum(p.blocking for problems in found.values() for p in problems)
-    if n_err:
-        bad = sum(any(p.blocking for p in problems) for problems in found.values())
-        raise PreflightError(
-            f"{n_err} problem(s) in {bad} of {len(found)} config(s), found before "
-            f"anything ran:\n{report(found)}"
-        )
-    return found
 
 
 def _did_you_mean(name: str, known: list[str]) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.core import rundir
-from repro.core.config import ExperimentConfig
+from repro.core.config.schema import ExperimentConfig
 from repro.core.io import read_json, read_jsonl
 from repro.core.log import get_logger
 from repro.core.rundir import (
@@ -163,7 +163,7 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
         + stage_seconds(run_dir, "train", train, "train_stage_s")
         + (stage_seconds(run_dir, "eval", ev) if ev else 0.0)
     )
-    from repro.core.config import eval_hash
+    from repro.core.config.schema import eval_hash
     from repro.core.store import WRITTEN_BY_RESULTS, run_settings
 
     base = {
@@ -261,7 +261,7 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
     # A benchmark without its data is an entry of metric "missing" (evals/run.py), so it comes
     # through here as a row like any other.
     if ev.get("benchmarks"):
-        from evals.run import entries_to_rows
+        from evals.entries import entries_to_rows
 
         rows += entries_to_rows(ev["benchmarks"], scored)
     rows += diagnostic_rows(base, run_dir, selection, sched_diag, n_steps, train)

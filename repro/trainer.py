@@ -49,7 +49,6 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from repro.checkpoints import (
-    CKPT_DIR,
     _rng_state,
     _set_rng_state,
     checkpoint_meta,
@@ -58,7 +57,8 @@ from repro.checkpoints import (
     save_checkpoint,
 )
 from repro.core import sharding, steps
-from repro.core.config import Derived, ExperimentConfig, load_config
+from repro.core.config.load import load_config
+from repro.core.config.schema import ExperimentConfig
 from repro.core.distributed import preload_in_workers
 from repro.core.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl
 from repro.core.lmhead import weighted_lm_loss
@@ -66,25 +66,21 @@ from repro.core.log import get_logger, progress_bar
 from repro.core.optim import optimizer_state_bytes
 from repro.core.runtime import peak_memory_mb, seed_everything
 from repro.core.sharding import enable_activation_checkpointing
+from repro.core.steps import Derived
 from repro.core.tracking import NoTracker, make_tracker
 from repro.core.types import Example, Pool, Schedule
 
 preload_in_workers(__name__)  # training workers start with this module imported
 
-__all__ = [  # checkpoint saving and loading live in repro/checkpoints.py; their names stay here
-    "CKPT_DIR",
+__all__ = [
     "TRACKED",
     "AllReduceTimer",
     "any_worker_diverged",
-    "checkpoint_meta",
     "diverged_summary",
-    "latest_checkpoint",
-    "load_checkpoint",
     "local_grad_norm",
     "make_optimizer",
     "make_scheduler",
     "run_training",
-    "save_checkpoint",
     "settle_ddp_buckets",
     "timed_allreduce_hook",
     "totals_so_far",
@@ -245,10 +241,10 @@ def train_worker(rank: int, world_size: int, run_dir_str: str) -> None:
 def _setup(rank: int, world_size: int, run_dir: Path) -> _Worker:
     """Read the run folder, load the model and this worker's examples, wrap the model for the
     strategy and make the optimizer and scheduler."""
-    from repro.core.data import TokenizedPool, collate
     from repro.core.distributed import set_worker_threads, worker_device
     from repro.core.models import load_model_and_tokenizer
     from repro.core.rundir import model_dir_of
+    from repro.core.tokens import TokenizedPool, collate
 
     t_start = time.perf_counter()  # startup_s: from here to the first step
     cfg = load_config(run_dir / "config.yaml")

@@ -13,7 +13,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-from repro.core.config import ConfigError
+from repro.core.config.builder import ConfigError
 
 
 def register(sub: argparse._SubParsersAction, epilog: str) -> None:
@@ -261,7 +261,7 @@ def _memory_column(cell, kind: str, memory_gb: float | None) -> str:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from repro.preflight import MISSING_BENCHMARK, report
+    from repro.problems import MISSING_BENCHMARK, report
     from slurm.launcher import (
         cell_statuses,
         is_diverged,

@@ -1,7 +1,6 @@
 """How a launch's jobs are submitted: the sbatch parameters a cluster profile and a cell's needs
 give (`slurm_parameters`, checked as sbatch would read them), the batch script they make, and
-the submitit executor of each backend (slurm, local, debug). slurm/launcher.py plans the jobs and
-re-exports these names.
+the submitit executor of each backend (slurm, local, debug). slurm/launcher.py plans the jobs.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from typing import Any
 
 from submitit.local.debug import DebugExecutor, DebugJob
 
-from repro.core.config import check_text
+from repro.core.config.builder import check_text
 from slurm.profile import ClusterProfile
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from repro.core import stages
-from repro.core.config import ConfigError
+from repro.core.config.builder import ConfigError
 from repro.core.io import atomic_write_json, read_json
 from repro.core.log import get_logger
 
@@ -304,7 +304,7 @@ class CellJob(_Requeueable):
         """The cell's config; a matched cell's at the kept count (or the measured compute) of the
         cell it matches (repro/experiments/matching.py, compute.py), which must have selected (or
         trained) by now."""
-        from repro.core.config import from_dict
+        from repro.core.config.load import from_dict
         from repro.experiments.matching import resolve_match
 
         cfg = from_dict(self.config, source=f"cell {self.cell_id}")
@@ -417,7 +417,7 @@ class FeatureShardJob(_Requeueable):
 
     def __call__(self) -> dict[str, Any]:
         from method.feature_shards import compute_shard
-        from repro.core.config import from_dict, save_config
+        from repro.core.config.load import from_dict, save_config
         from repro.pipeline import _stage, stage_model, stage_pool
 
         cfg = from_dict(self.config, source=f"features {self.key} shard {self.shard}")
@@ -483,7 +483,7 @@ class FeaturesJob(_Requeueable):
 
     def __call__(self) -> dict[str, Any]:
         from method.features import features_to_file
-        from repro.core.config import from_dict
+        from repro.core.config.load import from_dict
         from repro.pipeline import _stage, run_experiment, stage_model, stage_pool
 
         ident = job_identity()
@@ -505,7 +505,7 @@ class FeaturesJob(_Requeueable):
                 )
                 lock.enter_context(file_lock(shared / ".lock"))  # held until this job ends
                 with rdv.rank0() as note, single_process_env():
-                    from repro.core.config import save_config
+                    from repro.core.config.load import save_config
 
                     save_config(cfg, shared / "config.yaml")
                     _stage(shared, "model", False, lambda: stage_model(cfg, shared))

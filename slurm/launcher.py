@@ -22,18 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import ConfigError, ExperimentConfig
+from repro.core.config.builder import ConfigError
+from repro.core.config.schema import ExperimentConfig
 from repro.core.io import atomic_write_json, read_json
 from repro.core.log import get_logger, progress_bar
 from repro.experiments.experiment import load_experiment
 from repro.experiments.grids import Cell, Grid, select_cells
 from repro.experiments.matching import resolve_match
-from slurm.executors import (  # re-exported: the executors and sbatch parameters
-    check_sbatch_text,  # noqa: F401
-    make_executor,  # noqa: F401
-    sbatch_script,  # noqa: F401
-    slurm_parameters,  # noqa: F401
-)
+from slurm.executors import make_executor
 from slurm.jobs import CellJob, FeatureShardJob, FeaturesJob
 from slurm.profile import ClusterProfile
 
@@ -335,7 +331,8 @@ def preflight_cells(ctx: Context, cells: list[Cell]) -> dict[str, list]:
     """ "cell <id>" -> its preflight findings (repro/preflight.py: benchmark, selector and
     allocator names, data files, batches, ratio, the world size against the profile's nodes),
     each checked with this install's registries and the profile's job environment."""
-    from repro.preflight import CheckContext, preflight_all
+    from repro.preflight import preflight_all
+    from repro.problems import CheckContext
 
     return preflight_all(
         [(f"cell {c.id}", c.check_config()) for c in cells], CheckContext(profile=ctx.profile)

@@ -38,7 +38,7 @@ def _planned(method: str | None) -> Any:
     and Uniform do: their kept count follows from the clusters, unknown before they exist)."""
     if method in (None, "full"):
         return None
-    from repro.core.config import ConfigError
+    from repro.core.config.builder import ConfigError
     from repro.core.registry import SELECTORS
 
     try:

@@ -15,15 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import (
-    ConfigError,
-    Range,
-    build,
-    check_numbers,
-    check_texts,
-    read_yaml_file,
-    resolve_config_path,
-)
+from repro.core.config.builder import ConfigError, Range, build, check_numbers, check_texts, read_yaml_file
+from repro.core.config.load import resolve_config_path
 
 # The dry run's model-FLOPs utilization when a profile names none: the one figure measured for
 # the paper recipe so far (a fraction). Where it came from is printed beside it.
@@ -96,7 +89,7 @@ class ClusterProfile:
         return world_size // per, per
 
 
-# Numeric keys of a profile and what they allow (repro/core/config.py's Range); every numeric field
+# Numeric keys of a profile and what they allow (repro/core/config/load.py's Range); every numeric field
 # has an entry (tests/test_integrity_inputs.py checks it, as for the experiment config).
 RANGES: dict[str, Range] = {
     "gpus_per_node": Range(1),
@@ -137,7 +130,7 @@ def check_profile(prof: ClusterProfile) -> None:
 
 
 def load_profile(path: str | Path) -> ClusterProfile:
-    """Load and check a profile file, by the experiment config's rules (repro/core/config.py's
+    """Load and check a profile file, by the experiment config's rules (repro/core/config/load.py's
     `build`: the same types, Literal and null checks and the same wording); errors name the file
     and the key."""
     p = resolve_config_path(path, "cluster profile")

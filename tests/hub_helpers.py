@@ -216,7 +216,7 @@ def _data_dir() -> Path:
 def build_test_mirrors(root: Path, data_dir: Path) -> Path:
     """The hub tests' mirror repositories under `root`/mirrors (built once: a folder without its
     `.complete` mark is an interrupted build and is built again)."""
-    from repro.core.config import LoraConfig, ModelConfig
+    from repro.core.config.schema import LoraConfig, ModelConfig
     from repro.core.models import materialize_model
     from tests.hub_mirrors import build_mirrors
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from repro.core import rundir
-from repro.core.config import ExperimentConfig, eval_hash, load_config, save_config
+from repro.core.config.load import load_config, save_config
+from repro.core.config.schema import ExperimentConfig, eval_hash
 from repro.core.fingerprints import run_file_fingerprints
 from repro.core.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from repro.core.store import EVALS_DIR, write_eval_record, write_run_record
@@ -39,7 +40,7 @@ def entry(
     status: str = "ok",
 ) -> dict[str, Any]:
     """One benchmark entry as evals/entries.py makes them (what the eval stage records)."""
-    from evals.run import known_benchmarks
+    from evals.benchmarks import known_benchmarks
 
     known = known_benchmarks([])
     b = known.get(benchmark)

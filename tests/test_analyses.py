@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from reports.stats import average_ranks, jaccard, pooled_variance, spearman, variance_split
-from repro.core.config import ConfigError, load_config
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import load_config
 from tests.conftest import CONFIGS
 
 
@@ -71,14 +72,14 @@ def test_seed_axes_default_to_seed_and_keep_the_hash() -> None:
     d = base.to_dict()
     for k in ("selection_seed", "training_seed"):
         d.pop(k)
-    from repro.core.config import _short_hash  # the hash as it was before the two keys existed
+    from repro.core.config.schema import _short_hash  # the hash as it was before the two keys existed
 
     for k in ("name", "output_dir", "data_dir", "launch", "eval"):
         d.pop(k)
     d["train"].pop("report_to")
     d["train"].pop("schedule_steps")  # its default ("kept"): left out, as the seeds are
     d["train"].pop("length_grouped")  # its default (false): left out likewise
-    d["model"].pop("revision")  # null: left out, as these two seeds are (repro/core/config_schema.py)
+    d["model"].pop("revision")  # null: left out, as these two seeds are (repro/core/config/schema.py)
     d["selection"].pop("matched")  # null unless match_compute_of set it: left out likewise
     d["data"].pop("domain")  # null unless a pool declares its domain: left out likewise
     for src in d["data"]["sources"]:
@@ -109,7 +110,7 @@ def test_a_selection_seed_gets_its_own_feature_pass_and_an_unset_one_keeps_the_k
 
 
 def _run(method: str, n: int, seed: int = 0, **kw) -> object:
-    from reports.load import Run
+    from reports.runs import Run
 
     return Run(
         run_id=f"{method}-{n}-{seed}",
@@ -164,7 +165,8 @@ def test_overlap_pairs_only_selections_at_one_budget_and_coverage_falls_back_to_
 
 
 def test_a_bad_pool_line_names_the_file_the_line_and_what_was_expected(tmp_path) -> None:
-    from reports.load import ReportInputError, _read_pool
+    from reports.load import _read_pool
+    from reports.runs import ReportInputError
 
     pool = tmp_path / "pool.jsonl"
     pool.write_text('{"id": "a", "category": "add"}\n\n{"prompt": "no id"}\n')

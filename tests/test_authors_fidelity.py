@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 from sklearn.cluster import KMeans
 
-from repro.core.config import ConfigError, from_dict
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import from_dict
 from repro.core.interfaces import AllocationContext, SelectionContext, SelectionError
 from repro.core.registry import ALLOCATORS, SELECTORS
 from repro.core.types import Example, Pool, Selection
@@ -300,7 +301,7 @@ def test_the_paper_grids_run_cluster_the_authors_way() -> None:
     """Both paper grids' `cluster` entry, applied to the paper recipe as a grid cell is."""
     import yaml
 
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
     from tests.conftest import CONFIGS
 
     for name in ("paper.yaml", "paper-baselines.yaml"):

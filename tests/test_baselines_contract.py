@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.core.config import from_dict
+from repro.core.config.load import from_dict
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.io import atomic_write_jsonl
 from repro.core.registry import SELECTORS
@@ -55,8 +55,9 @@ def builtin_selectors() -> list[str]:
 def env(tmp_path_factory: pytest.TempPathFactory):
     """(pool, context factory): a 40-example demo pool, its run files, the tiny model, features."""
     from method.features import features_to_file
-    from repro.core.data import TokenizedPool, load_pool
+    from repro.core.data import load_pool
     from repro.core.models import load_model_and_tokenizer, materialize_model
+    from repro.core.tokens import TokenizedPool
 
     work = tmp_path_factory.mktemp("contract")
     cfg = from_dict(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.core.config import from_dict
+from repro.core.config.load import from_dict
 from repro.core.interfaces import SelectionError
 from repro.core.io import read_json
 from repro.core.registry import ALLOCATORS, SELECTORS

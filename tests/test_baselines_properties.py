@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from repro.core.config import from_dict
+from repro.core.config.load import from_dict
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.io import atomic_write_jsonl
 from repro.core.registry import SELECTORS
@@ -158,8 +158,8 @@ def test_semdedup_drops_semantic_near_duplicates_inside_clusters(tmp_path: Path,
 def _reference_losses(cfg, model_dir, pool: Pool, all_tokens: bool = False):
     """Batch-1 reference: each example alone through the model, the trainer's loss, plus EL2N."""
     from baselines.common import scoring_model
-    from repro.core.data import collate, tokenize_example
     from repro.core.lmhead import weighted_lm_loss
+    from repro.core.tokens import collate, tokenize_example
 
     model, tok = scoring_model(_ctx(cfg, Path("."), model_dir), "reference")  # no LoRA, eval
     losses, el2n = [], []
@@ -207,10 +207,10 @@ def test_perplexity_scores_the_whole_text_and_can_keep_the_middle(tmp_path: Path
 
 
 def test_grand_scores_are_per_example_lora_gradient_norms(tmp_path: Path, tiny) -> None:
-    from repro.core.data import collate, tokenize_example
     from repro.core.lmhead import weighted_lm_loss
     from repro.core.models import load_model_and_tokenizer
     from repro.core.runtime import seed_everything
+    from repro.core.tokens import collate, tokenize_example
 
     cfg, model_dir = tiny
     pool = _text_pool(12)
@@ -266,7 +266,7 @@ def test_spreading_a_budget_evenly_smallest_first() -> None:
 def _memorizing_model(tmp_path: Path, tiny, pairs: list[tuple[str, str]], steps: int = 60):
     """The tiny model, trained to give each response after its prompt (a real, small fit)."""
     from baselines.common import scoring_model, train_briefly
-    from repro.core.data import tokenize_example
+    from repro.core.tokens import tokenize_example
 
     cfg, model_dir = tiny
     model, tok = scoring_model(_ctx(cfg, tmp_path, model_dir), "memorize")  # all weights trained

@@ -20,7 +20,7 @@ import torch
 from baselines.clusterclip import balanced_quotas
 from baselines.common import scoring_model, target_examples, tokenize_pool
 from baselines.deita import diversity_filter
-from repro.core.config import from_dict
+from repro.core.config.load import from_dict
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.io import read_json
 from repro.core.registry import SELECTORS

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from evals.benchmarks import EvalSettings, expand_benchmarks, known_benchmarks
+from evals.entries import entries_to_rows
 from evals.plugins import BenchmarkPluginError, _entry_benchmark
-from evals.run import EvalSettings, entries_to_rows, expand_benchmarks, known_benchmarks, run_benchmarks
+from evals.run import run_benchmarks
 
 TASK = """task: {name}
 dataset_path: json
@@ -104,7 +106,7 @@ def test_names_aliases_and_what_makes_a_folder_unusable(tmp_path, capsys):
 
 
 def test_preflight_knows_plugin_benchmarks(tmp_path):
-    from repro.core.config import from_dict
+    from repro.core.config.load import from_dict
     from repro.preflight import preflight
 
     tasks = str(_task(tmp_path / "tasks").parent)
@@ -142,7 +144,7 @@ def test_entry_points_are_checked_and_named(tmp_path):
 
 
 def test_reports_group_a_benchmark_by_the_kind_its_rows_state():
-    from reports.load import domain_of
+    from reports.runs import domain_of
 
     assert domain_of("medq5", {"medq5": "medical"}) == "medical"
     assert domain_of("medq5", {"medq5": "other"}) is None  # a column of its own, in no average
@@ -156,7 +158,7 @@ def test_eval_of_a_run_knows_the_benchmarks_of_its_task_paths(tmp_path):
     import argparse
 
     from evals.cli import _task_paths
-    from repro.core.config import load_config, save_config
+    from repro.core.config.load import load_config, save_config
 
     tasks, more = tmp_path / "tasks", tmp_path / "more"
     _task(tasks)

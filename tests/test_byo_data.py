@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repro.core.config import from_dict
-from repro.core.data import IGNORE_INDEX, DataError, TokenizedPool, chat_template_of, load_pool_report
-from repro.core.prompts import FORMATS, RowError, detect_format, plain_chat_prompt, render
+from repro.core.config.load import from_dict
+from repro.core.data import chat_template_of, load_pool_report
+from repro.core.prompts import FORMATS, DataError, RowError, detect_format, plain_chat_prompt, render
+from repro.core.tokens import IGNORE_INDEX, TokenizedPool
 
 CHAT = [
     {"from": "system", "value": "Be brief."},
@@ -37,7 +38,7 @@ CHATML = (
 
 @pytest.fixture(scope="module")
 def tiny_tokenizer_dir() -> Path:
-    from repro.core.config import ModelConfig
+    from repro.core.config.schema import ModelConfig
     from repro.core.models import materialize_model
 
     return materialize_model(ModelConfig(name_or_path="tiny-random-llama"), 42)

@@ -1,4 +1,4 @@
-"""`cluster-repro claims` (reports/claims.py, claims_time.py): each verdict kind from a small
+"""`cluster-repro claims` (reports/claims/verdicts.py, time.py): each verdict kind from a small
 results store built to give it, the "not run" command that runs what is missing, and a malformed
 claims file named by entry and key.
 
@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from reports.claims import CLAIMS_FILE, ClaimsFileError, evaluate, load_claims
-from reports.claims_cli import load_rep
-from reports.claims_time import time_rows
+from reports.claims.cli import load_rep
+from reports.claims.file import CLAIMS_FILE, ClaimsFileError, load_claims
+from reports.claims.time import time_rows
+from reports.claims.verdicts import evaluate
 from repro.cli import main
-from repro.core.config import SHIPPED_CONFIGS
+from repro.core.config.load import SHIPPED_CONFIGS
 
 N_POOL = 96
 SEEDS = (0, 1, 2)
@@ -28,7 +29,7 @@ SEEDS = (0, 1, 2)
 def _run(root: Path, method: str, seed: int, n: int, loss: float, train_s: float, **kw) -> str:
     """One run of the quick demo's config (fake_run: real run folder, real rows; synthetic
     numbers); returns its run id. `match`: the CluSTER run (id) a random run takes the count of."""
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
     from repro.experiments.matching import at_kept_count
     from tests.store_helpers import fake_run, run_id_of
 
@@ -332,7 +333,7 @@ def _run_with_items(run_id: str, seed: int, passed: set[int]):
 
 
 def test_one_seed_gives_no_firm_verdict_and_says_what_one_run_can_show() -> None:
-    from reports.claims import _decide, _paired_quality
+    from reports.claims.verdicts import _decide, _paired_quality
 
     keys = [("humaneval@evalplus", "pass@1"), ("humaneval_plus@evalplus", "pass@1")]
     cell = _run_with_items("c0", 0, set(range(0, 120)))
@@ -354,7 +355,7 @@ def test_one_seed_gives_no_firm_verdict_and_says_what_one_run_can_show() -> None
 
 
 def test_one_seed_of_the_store_is_inconclusive_everywhere_it_would_be_firm(store: Path) -> None:
-    from reports.claims_cli import load_rep as load
+    from reports.claims.cli import load_rep as load
 
     rep = load_rep(store)
     seed0 = {r.run_id for c in rep.cells for r in c.runs if r.seed == 0}
@@ -366,7 +367,7 @@ def test_one_seed_of_the_store_is_inconclusive_everywhere_it_would_be_firm(store
 
 
 def test_holm_reads_the_family_beside_each_verdict(store: Path, tmp_path: Path) -> None:
-    from reports.claims import Verdict, holm_adjust
+    from reports.claims.verdicts import Verdict, holm_adjust
     from reports.stats import Estimate
 
     verdicts = evaluate(load_rep(store), load_claims(), str(store))

@@ -1,4 +1,4 @@
-"""Checks only where they apply (reports/claims.py, repro/core/domains.py): a check reads pools of
+"""Checks only where they apply (reports/claims/verdicts.py, repro/core/domains.py): a check reads pools of
 its own domain, its scale label comes from the model's parameter count and the pool's size, a
 paper-scale quality check without the paper protocol's benchmark rows is `not run`, a reference
 must equal its cell in every training setting but the selection, and C6 is read against chance.
@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reports.claims import evaluate, load_claims, scale_label
-from reports.claims_cli import load_rep
+from reports.claims.cli import load_rep
+from reports.claims.file import load_claims
+from reports.claims.verdicts import evaluate, scale_label
 from repro.core.domains import config_domain, scale_of
 from tests.store_helpers import entry, fake_run, run_id_of
 
@@ -28,7 +29,7 @@ def _cluster(ratio: float) -> list[str]:
 
 def _random_at(root: Path, cell_dir: Path, n: int, base: str = "demo-quick", **kw) -> Path:
     """Random at the kept count of the CluSTER run in cell_dir, as match_kept_count_of writes it."""
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
     from repro.experiments.matching import at_kept_count
 
     seed = kw.pop("seed", 0)
@@ -47,7 +48,7 @@ def _rows(verdicts, claim: str) -> list:
 
 
 def test_the_domain_map_and_a_declared_domain() -> None:
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
 
     def dom(name: str, *ov: str) -> str | None:
         return config_domain(load_config(name, list(ov)).to_dict())
@@ -68,8 +69,8 @@ def test_the_domain_map_and_a_declared_domain() -> None:
 
 
 def test_data_domain_is_validated_and_leaves_the_hash_alone_while_unset() -> None:
-    from repro.core.builder import ConfigError
-    from repro.core.config import load_config
+    from repro.core.config.builder import ConfigError
+    from repro.core.config.load import load_config
 
     plain = load_config("demo-quick")
     assert plain.data.domain is None
@@ -170,7 +171,7 @@ def test_the_scale_label_of_runs_reads_their_recorded_parameter_count(tmp_path: 
 
 
 def test_the_parameter_count_is_read_from_the_safetensors_headers(tmp_path: Path) -> None:
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
     from repro.core.fingerprints import count_parameters
     from repro.core.models import materialize_model
 
@@ -378,8 +379,8 @@ def test_a_verdict_that_flips_with_the_learning_rate_schedule_says_so(tmp_path: 
 def test_a_not_run_command_names_the_shipped_config_a_run_came_from() -> None:
     """The base of a `not run` command is the shipped config whose `name` the store's runs carry,
     wherever it lives under configs/ (the cut-down medical pool's is configs/mini/...)."""
-    from reports.claims import shipped_config_of
-    from repro.core.config import SHIPPED_CONFIGS
+    from reports.claims.verdicts import shipped_config_of
+    from repro.core.config.load import SHIPPED_CONFIGS
 
     assert shipped_config_of("mini-medical-small") == "configs/mini/medical-small.yaml"
     assert shipped_config_of("demo-quick") == "configs/demo-quick.yaml"

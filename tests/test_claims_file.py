@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reports.claims import Check, Claim, _spec_label, cell_matches, evaluate, not_run_command
-from reports.claims_cli import load_rep
-from reports.claims_file import CLAIMS_FILE, ClaimsFileError, load_claims
+from reports.claims.cli import load_rep
+from reports.claims.file import CLAIMS_FILE, Check, Claim, ClaimsFileError, load_claims
+from reports.claims.verdicts import _spec_label, cell_matches, evaluate, not_run_command
 from repro.cli import main
-from repro.core.config import SHIPPED_CONFIGS, ExperimentConfig
+from repro.core.config.load import SHIPPED_CONFIGS
+from repro.core.config.schema import ExperimentConfig
 from repro.experiments.runlists import load_run_list, run_configs
 
 CHECK = {
@@ -192,7 +193,7 @@ def _checks() -> list[Check]:
 
 @pytest.mark.parametrize("chk", _checks(), ids=lambda c: c.name)
 def test_the_not_run_snippet_runs_exactly_the_missing_cells(tmp_path: Path, chk: Check) -> None:
-    from repro.core.config import from_dict
+    from repro.core.config.load import from_dict
     from tests.store_helpers import fake_run
 
     empty = tmp_path / "empty"
@@ -243,6 +244,6 @@ def test_the_not_run_snippet_runs_exactly_the_missing_cells(tmp_path: Path, chk:
 
 
 def _config(name: str) -> ExperimentConfig:
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
 
     return load_config(SHIPPED_CONFIGS / name)

@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from repro.core.argtypes import IntListType, NumberType
-from repro.core.config import ConfigError, load_config
-from repro.preflight import Problem, preflight, report
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import load_config
+from repro.preflight import preflight
+from repro.problems import Problem, report
 from tests.conftest import CONFIGS, REPO
 
 QUICK = str(CONFIGS / "demo-quick.yaml")
@@ -333,7 +335,7 @@ RAN: list[str] = []
 
 
 def _fails(what: str) -> None:
-    from repro.core.data import DataError
+    from repro.core.prompts import DataError
 
     RAN.append(what)
     raise DataError(f"{what}: line 2: not JSON")
@@ -346,7 +348,7 @@ def _adds(a: int, b: int) -> int:
 def test_a_failing_debug_job_is_an_error_never_a_debugger_prompt(tmp_path: Path) -> None:
     """submitit's DebugJob enters pdb.post_mortem on any exception; under pytest that reads the
     captured stdin and fails, in a terminal it waits at a (Pdb) prompt."""
-    from repro.core.data import DataError
+    from repro.core.prompts import DataError
     from slurm.executors import make_executor
     from slurm.profile import ClusterProfile
 

@@ -9,11 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repro.core.config import ConfigError, from_dict
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import from_dict
 from repro.core.interfaces import SelectionError
 from repro.core.io import read_json
 from repro.core.registry import SELECTORS
-from repro.pipeline import run_experiment, stage_marker
+from repro.core.rundir import stage_marker
+from repro.pipeline import run_experiment
 
 
 def _cfg(tmp_path: Path, *extra: str):
@@ -113,7 +115,7 @@ def test_token_budget_keeps_equal_token_totals_per_cluster(default_run: Path) ->
     budget's choice and the tokens budget's are prefixes of one order. balance: tokens then gives
     every worker its own cluster and the same number of steps."""
     from method.allocation import ClusterInterleaveAllocator
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
     from repro.core.interfaces import AllocationContext, SelectionContext
     from repro.core.rundir import model_dir_of
     from repro.core.steps import token_lengths
@@ -219,7 +221,8 @@ def test_kmeans_faiss_is_reachable_from_config(default_run: Path, tmp_path: Path
     run's features are copied in (same model and pool), so only the clustering runs here."""
     import shutil
 
-    from method import clustering as C
+    from method.kmeans import kmeans
+    from method.rows import normalize_features
     from repro.core.interfaces import SelectionContext
     from repro.pipeline import load_pool_files
 
@@ -231,8 +234,8 @@ def test_kmeans_faiss_is_reachable_from_config(default_run: Path, tmp_path: Path
     sel = selector.select(train, None, SelectionContext(cfg, cfg.seed, 4, tmp_path))
     assert sel.info["kmeans"] == "faiss" and sel.diagnostics.features_reused
 
-    Xn = C.normalize_features(np.load(tmp_path / "features.npy"), 4, "auto")
-    labels, _, inertia = C.kmeans(Xn, 4, cfg.seed, mode="faiss")
+    Xn = normalize_features(np.load(tmp_path / "features.npy"), 4, "auto")
+    labels, _, inertia = kmeans(Xn, 4, cfg.seed, mode="faiss")
     assert sel.diagnostics.cluster_sizes_before_cap == np.bincount(labels, minlength=4).tolist()
     assert sel.info["inertia"] == pytest.approx(inertia, rel=1e-6)
 

@@ -15,6 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from method import clustering as C
+from method.kmeans import KMEANS_MODES, kmeans
+from method.rows import normalize_features, pairwise_sq_distances, sq_distances_to_own_center
 from repro.core.interfaces import SelectionError
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -61,14 +63,14 @@ def nearest(X, k, seed):
     """Centers on K random rows and every row labelled with its nearest one: the partition k-means
     hands the soft cap, with the natural imbalance of the data (the cap may or may not trigger)."""
     centers = X[np.random.default_rng(seed).choice(len(X), size=k, replace=False)]
-    return centers, C.pairwise_sq_distances(X, centers).argmin(axis=1)
+    return centers, pairwise_sq_distances(X, centers).argmin(axis=1)
 
 
 def soft_cap_assign_reference(
     X, centers, labels, cap_factor: float = 1.5, n_candidates: int = 8
 ) -> np.ndarray:
     """The rule of C.soft_cap_assign as plain loops. Uses the same distance matrix
-    (C.pairwise_sq_distances), so both see identical numbers."""
+    (pairwise_sq_distances), so both see identical numbers."""
     X = np.ascontiguousarray(X, dtype=np.float32)
     n, k = X.shape[0], np.asarray(centers).shape[0]
     labels = [int(v) for v in labels]
@@ -76,7 +78,7 @@ def soft_cap_assign_reference(
     if n == 0 or max(sizes) <= cap_factor * n / k:
         return np.array(labels, dtype=np.int64)
     cap = math.ceil(cap_factor * n / k)
-    d = C.pairwise_sq_distances(X, centers).tolist()
+    d = pairwise_sq_distances(X, centers).tolist()
     ranked = [sorted(range(k), key=lambda c: (d[i][c], c)) for i in range(n)]
     pairs = []
     for i in range(n):
@@ -154,10 +156,10 @@ def test_pairwise_distances_match_naive():
     X = rng.standard_normal((50, 7)).astype(np.float32)
     cen = rng.standard_normal((3, 7)).astype(np.float32)
     naive = ((X[:, None, :].astype(np.float64) - cen[None].astype(np.float64)) ** 2).sum(-1)
-    np.testing.assert_allclose(C.pairwise_sq_distances(X, cen), naive, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(pairwise_sq_distances(X, cen), naive, rtol=1e-5, atol=1e-5)
     lab = rng.integers(0, 3, 50)
     np.testing.assert_allclose(
-        C.sq_distances_to_own_center(X, cen, lab), naive[np.arange(50), lab], rtol=1e-5, atol=1e-5
+        sq_distances_to_own_center(X, cen, lab), naive[np.arange(50), lab], rtol=1e-5, atol=1e-5
     )
 
 
@@ -179,7 +181,7 @@ def test_choose_within_cluster_properties(data, mode, ratio):
     assert sorted(chosen) == list(range(k))
     kept = sum(len(v) for v in chosen.values())
     assert kept == (len(X) if mode == "none" else k * m_adj)
-    dist = C.sq_distances_to_own_center(X, centers, labels)
+    dist = sq_distances_to_own_center(X, centers, labels)
     for c, idx in chosen.items():
         assert np.all(labels[idx] == c) and len(set(idx.tolist())) == len(idx)
         assert len(idx) == (sizes[c] if mode == "none" else m_adj)  # every cluster keeps m_adj
@@ -201,7 +203,7 @@ def test_choose_mix_and_rand_seeds():
     rng = np.random.default_rng(1)
     X = rng.standard_normal((200, 4)).astype(np.float32)
     labels, centers = clustered(X, 2, 0)
-    dist = C.sq_distances_to_own_center(X, centers, labels)
+    dist = sq_distances_to_own_center(X, centers, labels)
     mix = C.choose_within_cluster(X, centers, labels, 5, "mix", 0)
     for c, idx in mix.items():
         ranked = np.flatnonzero(labels == c)[np.argsort(dist[labels == c], kind="stable")]
@@ -290,12 +292,12 @@ def test_cluster_agreement():
 def test_normalize(data):
     X, k, _ = data
     X = X + np.float32(0.01)  # no all-zero rows
-    l2 = C.normalize_features(X, k, "l2")
+    l2 = normalize_features(X, k, "l2")
     np.testing.assert_allclose(np.linalg.norm(l2, axis=1), 1, rtol=1e-5)
-    cen = C.normalize_features(X, 1)  # auto, K = 1: centering
+    cen = normalize_features(X, 1)  # auto, K = 1: centering
     np.testing.assert_allclose(cen.mean(axis=0), 0, atol=1e-5)
-    np.testing.assert_allclose(C.normalize_features(X, 2), l2)  # auto, K > 1: L2
-    assert C.normalize_features(X, 3, "none").dtype == np.float32
+    np.testing.assert_allclose(normalize_features(X, 2), l2)  # auto, K > 1: L2
+    assert normalize_features(X, 3, "none").dtype == np.float32
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
@@ -304,20 +306,20 @@ def test_normalize_rejects_non_finite(bad):
     X[7, 1] = bad
     X[9, 0] = bad
     with pytest.raises(SelectionError, match="2 feature row.*row index: 7"):
-        C.normalize_features(X, 2)
+        normalize_features(X, 2)
     with pytest.raises(SelectionError, match="row index: 7"):
-        C.kmeans(X, 2, 0)
+        kmeans(X, 2, 0)
 
 
 def test_normalize_rejects_zero_rows_and_keeps_large_values():
     X = np.ones((5, 3), dtype=np.float32)
     X[3] = 0
     with pytest.raises(SelectionError, match="row 3"):
-        C.normalize_features(X, 4)
+        normalize_features(X, 4)
     big = np.full((2, 4), 3e38, dtype=np.float32)  # |x|^2 overflows float32, not float64
-    np.testing.assert_allclose(C.normalize_features(big, 2), 0.5, rtol=1e-6)
+    np.testing.assert_allclose(normalize_features(big, 2), 0.5, rtol=1e-6)
     with pytest.raises(SelectionError, match="unknown normalization"):
-        C.normalize_features(X, 2, "unit")
+        normalize_features(X, 2, "unit")
 
 
 # -- step 3: k-means ----------------------------------------------------------------------------
@@ -326,7 +328,7 @@ def test_kmeans_exact_matches_sklearn():
 
     rng = np.random.default_rng(3)
     X = rng.standard_normal((400, 8)).astype(np.float32)
-    labels, centers, inertia = C.kmeans(X, 4, 42)
+    labels, centers, inertia = kmeans(X, 4, 42)
     ref = KMeans(n_clusters=4, init="k-means++", n_init=10, max_iter=300, random_state=42).fit(X)
     np.testing.assert_array_equal(labels, ref.labels_)
     np.testing.assert_array_equal(centers, ref.cluster_centers_)
@@ -336,19 +338,19 @@ def test_kmeans_exact_matches_sklearn():
 def test_kmeans_errors_and_duplicates():
     X = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
     with pytest.raises(SelectionError, match=r"K = world size = 6 is larger than the pool \(5\)"):
-        C.kmeans(X, 6, 0)
+        kmeans(X, 6, 0)
     with pytest.raises(SelectionError, match="positive"):
-        C.kmeans(X, 0, 0)
+        kmeans(X, 0, 0)
     same = np.ones((50, 4), dtype=np.float32)
-    for mode in C.KMEANS_MODES:
+    for mode in KMEANS_MODES:
         with pytest.raises(SelectionError, match="only 1 distinct feature rows"):
-            C.kmeans(same, 2, 0, mode=mode)
+            kmeans(same, 2, 0, mode=mode)
     # many duplicates but >= K distinct rows: fine, no empty cluster
     dup = np.repeat(np.eye(3, dtype=np.float32), 20, axis=0)
-    for mode in C.KMEANS_MODES:
+    for mode in KMEANS_MODES:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            labels, _, _ = C.kmeans(dup, 3, 0, mode=mode)
+            labels, _, _ = kmeans(dup, 3, 0, mode=mode)
         assert np.bincount(labels, minlength=3).min() >= 1
 
 
@@ -358,12 +360,10 @@ def test_kmeans_fast_every_cluster_nonempty(data):
     X, k, seed = data
     if np.unique(X, axis=0).shape[0] < k:
         return
-    labels, centers, inertia = C.kmeans(X, k, seed, mode="fast")
+    labels, centers, inertia = kmeans(X, k, seed, mode="fast")
     assert np.bincount(labels, minlength=k).min() >= 1 and centers.shape == (k, X.shape[1])
-    assert inertia == pytest.approx(
-        C.sq_distances_to_own_center(X, centers, labels).sum(), rel=1e-4, abs=1e-3
-    )
-    again = C.kmeans(X, k, seed, mode="fast")
+    assert inertia == pytest.approx(sq_distances_to_own_center(X, centers, labels).sum(), rel=1e-4, abs=1e-3)
+    again = kmeans(X, k, seed, mode="fast")
     np.testing.assert_array_equal(labels, again[0])
 
 
@@ -379,8 +379,8 @@ def test_kmeans_fast_reaches_exact_inertia(kind, k):
         X = rng.standard_normal((n, d))
         X /= np.linalg.norm(X, axis=1, keepdims=True)
     X = X.astype(np.float32)
-    _, _, exact = C.kmeans(X, k, 0)
-    _, _, fast = C.kmeans(X, k, 0, mode="fast", sample=2000)
+    _, _, exact = kmeans(X, k, 0)
+    _, _, fast = kmeans(X, k, 0, mode="fast", sample=2000)
     assert fast <= exact * 1.005
 
 
@@ -388,9 +388,9 @@ def test_kmeans_faiss_mode_is_seeded_nonempty_and_near_exact():
     rng = np.random.default_rng(5)
     means = rng.standard_normal((4, 32)) * 4
     X = (means[rng.integers(0, 4, 3000)] + rng.standard_normal((3000, 32))).astype(np.float32)
-    labels, centers, inertia = C.kmeans(X, 4, 1, mode="faiss", n_init=3, max_iter=25)
+    labels, centers, inertia = kmeans(X, 4, 1, mode="faiss", n_init=3, max_iter=25)
     assert np.bincount(labels, minlength=4).min() >= 1 and centers.shape == (4, 32)
-    assert inertia == pytest.approx(C.sq_distances_to_own_center(X, centers, labels).sum(), rel=1e-4)
-    np.testing.assert_array_equal(labels, C.kmeans(X, 4, 1, mode="faiss", n_init=3, max_iter=25)[0])
-    _, _, exact = C.kmeans(X, 4, 0)
+    assert inertia == pytest.approx(sq_distances_to_own_center(X, centers, labels).sum(), rel=1e-4)
+    np.testing.assert_array_equal(labels, kmeans(X, 4, 1, mode="faiss", n_init=3, max_iter=25)[0])
+    _, _, exact = kmeans(X, 4, 0)
     assert inertia <= exact * 1.005

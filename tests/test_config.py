@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from repro.core.config import ConfigError, derive, from_dict, load_config, parse_override
+from repro.core.config.builder import ConfigError, parse_override
+from repro.core.config.load import from_dict, load_config
+from repro.core.steps import derive
 from tests.conftest import CONFIGS
 
 # grids/ and clusters/ hold grid files and cluster profiles (slurm/), not experiment configs.
@@ -110,7 +112,7 @@ def test_report_to_is_not_part_of_the_training_identity() -> None:
 
 
 def test_eval_settings_are_not_part_of_the_training_identity() -> None:
-    from repro.core.config import eval_hash
+    from repro.core.config.schema import eval_hash
 
     a = load_config(CONFIGS / "demo.yaml")
     b = load_config(CONFIGS / "demo.yaml", ["eval.benchmarks=[medqa]", "eval.limit=5"])
@@ -125,7 +127,8 @@ def test_changing_eval_settings_reevaluates_without_retraining(tmp_path: Path, s
     import json
 
     from repro.core.results import PART_NAME, read_rows
-    from repro.pipeline import run_experiment, stage_marker
+    from repro.core.rundir import stage_marker
+    from repro.pipeline import run_experiment
 
     base = [
         f"output_dir={tmp_path}",

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from repro.core.config import from_dict
-from repro.core.data import (
-    IGNORE_INDEX,
+from repro.core.config.load import from_dict
+from repro.core.data import load_pool, load_pool_report
+from repro.core.prompts import (
+    ALPACA_PROMPT_NO_INPUT,
+    FORMATS,
+    MAGICODER_PROMPT,
     DataError,
-    TokenizedPool,
-    collate,
-    load_pool,
-    load_pool_report,
-    tokenize_example,
+    detect_format,
+    render,
 )
-from repro.core.prompts import ALPACA_PROMPT_NO_INPUT, FORMATS, MAGICODER_PROMPT, detect_format, render
+from repro.core.tokens import IGNORE_INDEX, TokenizedPool, collate, tokenize_example
 from repro.core.types import Example, Pool
 
 ROOT = Path(__file__).resolve().parents[1]

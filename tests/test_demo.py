@@ -127,8 +127,8 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
     # this size (4 vs 24 steps, under a second of training) the ratio moves with the machine's
     # load (docs/claims.md has the measurements: -1% to +28% off, once 6x under a stall), so the
     # test holds the decomposition's parts and its flag, not the 10%.
-    from reports.claims_cli import load_rep
-    from reports.claims_time import time_rows
+    from reports.claims.cli import load_rep
+    from reports.claims.time import time_rows
 
     (row,) = time_rows(load_rep(tmp_path))
 

@@ -10,13 +10,8 @@ from collections import Counter
 
 import pytest
 
-from repro.core.demo_pool import (
-    CATEGORIES,
-    category_counts,
-    category_shares,
-    generate_demo_pool,
-    score_generation,
-)
+from repro.core.demo_pool import CATEGORIES, category_counts, category_shares, generate_demo_pool
+from repro.core.demo_score import score_generation
 
 
 @pytest.fixture(scope="module")

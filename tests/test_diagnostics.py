@@ -17,7 +17,7 @@ from repro.core.types import (
     StepCost,
     read_selection,
 )
-from repro.pipeline import diagnostic_rows
+from repro.run_rows import diagnostic_rows
 
 BASE = {"run_id": "r", "method": "m"}
 

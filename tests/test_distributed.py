@@ -26,8 +26,8 @@ from repro.core.distributed import (
     slurm_env,
 )
 from repro.experiments.grids import load_grid
+from slurm.executors import sbatch_script, slurm_parameters
 from slurm.jobs import export_torch_env
-from slurm.launcher import sbatch_script, slurm_parameters
 from slurm.profile import load_profile
 from tests.conftest import CONFIGS, LAUNCH_VARS
 

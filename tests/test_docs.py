@@ -3,7 +3,7 @@
 - Every path of this repository a page names in backticks (`repro/core/steps.py`,
   `configs/grids/paper.yaml`) exists; every module or attribute named by its dotted name
   (`method.clustering.cluster_agreement`) imports; a file named with a symbol right after it
-  (`repro/core/checks.py` `NUMERIC_RANGES`) defines that symbol; every relative link resolves.
+  (`repro/core/config/checks.py` `NUMERIC_RANGES`) defines that symbol; every relative link resolves.
 - The README is at most 220 lines, opens with a table of contents that links each of its
   sections, and its Quick start has exactly two commands, `make demo` and `make test`.
 - Every command line of the README's bash blocks parses: `cluster-repro` lines with the CLI's own
@@ -101,8 +101,9 @@ def test_the_check_finds_a_wrong_path_module_symbol_and_link(tmp_path: Path) -> 
     page = REPO / "docs" / "_docs_check_probe.md"
     page.write_text(
         "`repro/core/nothing_here.py`, `repro.core.steps.no_such_function`, "
-        "`repro/core/config.py` `NUMERIC_RANGES`, [a page](no-such-page.md); "
-        "fine: `repro/core/checks.py` `NUMERIC_RANGES`, `repro.core.steps.step_ids`, [claims](claims.md)\n",
+        "`repro/core/config/load.py` `NUMERIC_RANGES`, [a page](no-such-page.md); "
+        "fine: `repro/core/config/checks.py` `NUMERIC_RANGES`, `repro.core.steps.step_ids`, "
+        "[claims](claims.md)\n",
         encoding="utf-8",
     )
     try:
@@ -112,7 +113,7 @@ def test_the_check_finds_a_wrong_path_module_symbol_and_link(tmp_path: Path) -> 
     assert len(problems) == 4, problems
     assert any("nothing_here.py" in p for p in problems)
     assert any("no_such_function" in p for p in problems)
-    assert any("does not define `NUMERIC_RANGES`" in p and "config.py" in p for p in problems)
+    assert any("does not define `NUMERIC_RANGES`" in p and "load.py" in p for p in problems)
     assert any("no-such-page.md" in p for p in problems)
 
 

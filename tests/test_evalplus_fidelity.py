@@ -1,4 +1,4 @@
-"""EvalPlus's own rules under both protocols (evals/evalplus_compare.py, evals/evalplus_check.py):
+"""EvalPlus's own rules under both protocols (evals/evalplus/compare.py, evals/evalplus/check.py):
 
 - the comparator: MBPP+'s "is not None" tasks (Mbpp/737, 787, 794, whose canonical solutions
   return an re.Match) pass the canonical solution and fail `return None`, through the comparator
@@ -23,16 +23,18 @@ from pathlib import Path
 
 import pytest
 
-from evals import evalplus_data, local_data
+from evals import local_data
 from evals.benchmarks import EvalSettings
 from evals.entries import entries_to_rows
-from evals.evalplus_check import check_solution, clear_reference_timings
-from evals.evalplus_compare import Comparator, expected_outputs
+from evals.evalplus import data as evalplus_data
+from evals.evalplus.check import check_solution, clear_reference_timings
+from evals.evalplus.compare import Comparator, expected_outputs
 from evals.harness import make_oracle_lm
 from evals.run import run_benchmarks
 from evals.task_functions import mbpp_process_results
-from repro.core.config import from_dict
-from repro.preflight import CheckContext, preflight
+from repro.core.config.load import from_dict
+from repro.preflight import preflight
+from repro.problems import CheckContext
 
 NOT_NONE_TASKS = ("Mbpp/737", "Mbpp/787", "Mbpp/794")
 PROTOCOLS = ("lm-eval", "evalplus")

@@ -1,4 +1,4 @@
-"""The evalplus protocol and the scorer checks (evals/evalplus_protocol.py, evals/harness.py's
+"""The evalplus protocol and the scorer checks (evals/evalplus/protocol.py, evals/harness.py's
 oracle models): the canonical solutions score 100% less the listed tasks and the empty answers 0%
 on all four code benchmarks under both protocols; EvalPlus's rules that differ from a plain
 equality (tuples back from JSON, float tolerance, special oracles); the instruction prompts; rows
@@ -11,15 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from evals import evalplus_protocol, local_data
+from evals import local_data
 from evals.benchmarks import EvalSettings
 from evals.entries import entries_to_rows
-from evals.evalplus_check import check_solution
-from evals.evalplus_data import FormatError, Problem, check_release_rows
+from evals.evalplus import protocol as evalplus_protocol
+from evals.evalplus.check import check_solution
+from evals.evalplus.data import FormatError, Problem, check_release_rows
 from evals.harness import make_oracle_lm
 from evals.run import run_benchmarks
-from repro.core.config import load_config
-from repro.preflight import CheckContext, preflight
+from repro.core.config.load import load_config
+from repro.preflight import preflight
+from repro.problems import CheckContext
 from tests.conftest import CONFIGS
 
 CODE = ["humaneval", "humaneval_plus", "mbpp", "mbpp_plus"]

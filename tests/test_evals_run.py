@@ -16,8 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from evals.run import EvalSettings, entries_to_rows, expand_benchmarks, make_lm, run_benchmarks
-from repro.core.config import ConfigError, ExperimentConfig, LoraConfig, ModelConfig, load_config
+from evals.benchmarks import EvalSettings, expand_benchmarks
+from evals.entries import entries_to_rows
+from evals.harness import make_lm
+from evals.run import run_benchmarks
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import load_config
+from repro.core.config.schema import ExperimentConfig, LoraConfig, ModelConfig
 from repro.core.results import COLUMNS, PART_NAME
 
 
@@ -209,8 +214,8 @@ def _finished_run(
     fine-tuned tiny model), with eval settings; -> (config, run dir, tokenizer)."""
     from repro.core.io import atomic_write_json
     from repro.core.models import save_finetuned
+    from repro.core.rundir import stage_marker
     from repro.core.store import write_run_record
-    from repro.pipeline import stage_marker
 
     mcfg, model_dir, model, tok = _tiny(tmp_path, lora=lora)
     cfg = ExperimentConfig(
@@ -234,7 +239,9 @@ def test_pipeline_eval_stage_runs_the_configured_benchmarks(shared_data, tmp_pat
     """The run's fine-tuned model (base + LoRA adapter) is evaluated and its rows written; the
     generation limit the config states is used and recorded in the rows."""
     from repro.core.io import atomic_write_json
-    from repro.pipeline import result_rows, stage_eval, stage_marker
+    from repro.core.rundir import stage_marker
+    from repro.pipeline import stage_eval
+    from repro.run_rows import result_rows
 
     cfg, run_dir, tok = _finished_run(
         tmp_path,
@@ -349,7 +356,8 @@ def test_rows_from_items_equal_the_harness_own_aggregation(one_process):
     mean and stderr) equal lm-eval's own results for the same items, to the last bit."""
     import lm_eval
 
-    from evals.run import EvalSettings, _harness_as_one_process, task_manager
+    from evals.benchmarks import EvalSettings
+    from evals.harness import _harness_as_one_process, task_manager
     from repro.core.models import load_finetuned
 
     cfg, run_dir, _, one, _ = one_process
@@ -415,7 +423,7 @@ def test_the_tasks_of_a_job_evaluate_together(one_process, tmp_path, monkeypatch
             sys.executable,
             "-c",
             "import json, sys; from pathlib import Path\n"
-            "from repro.core.config import from_dict\nfrom repro.pipeline import join_eval_stage\n"
+            "from repro.core.config.load import from_dict\nfrom repro.pipeline import join_eval_stage\n"
             "cfg = from_dict(json.loads(Path(sys.argv[1]).read_text()))\n"
             "join_eval_stage(cfg, cfg.run_dir())\n",
             str(tmp_path / "config.json"),
@@ -447,7 +455,7 @@ def test_cli_evaluates_a_run_with_its_own_data_dir(one_process, tmp_path):
     """`cluster-repro eval --run`: the run's config gives the data directory (a Path, saved in
     benchmarks.json's settings as text) and the rows carry the run's id."""
     from repro.cli import main
-    from repro.core.config import save_config
+    from repro.core.config.load import save_config
 
     cfg, run_dir, _, one, _ = one_process
     save_config(cfg, run_dir / "config.yaml")
@@ -467,7 +475,8 @@ def test_cli_evaluates_a_run_with_its_own_data_dir(one_process, tmp_path):
 def test_generation_limit_task_names_are_checked_by_preflight():
     """A per-task limit for a name that is no generation task is a preflight problem naming the
     key, with a did-you-mean (evals/ owns the task list; the config loads)."""
-    from repro.preflight import CheckContext, preflight
+    from repro.preflight import preflight
+    from repro.problems import CheckContext
 
     for override, message in [
         (
@@ -509,9 +518,9 @@ def test_generation_limits_are_checked_at_config_load():
 
 def test_the_paper_recipe_scores_code_as_magicoder_does():
     """configs/paper/recipe.yaml scores the four code benchmarks under the evalplus protocol, at
-    Magicoder's generation limit (evals/evalplus_protocol.py MAX_NEW_TOKENS, 512)."""
-    from evals.evalplus_protocol import MAX_NEW_TOKENS
-    from evals.run import CODE_BENCHMARKS
+    Magicoder's generation limit (evals/evalplus/protocol.py MAX_NEW_TOKENS, 512)."""
+    from evals.benchmarks import CODE_BENCHMARKS
+    from evals.evalplus.protocol import MAX_NEW_TOKENS
 
     recipe = load_config(Path(__file__).resolve().parent.parent / "configs" / "paper" / "recipe.yaml")
     assert recipe.eval.protocol == {b: "evalplus" for b in CODE_BENCHMARKS}

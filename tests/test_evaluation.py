@@ -6,7 +6,7 @@ import torch
 
 from evals.demo_task import FirstLineDone, generate
 from repro.core import models as M
-from repro.core.config import LoraConfig, ModelConfig
+from repro.core.config.schema import LoraConfig, ModelConfig
 
 
 def test_first_line_rule_marks_only_sequences_with_a_finished_line():
@@ -47,7 +47,7 @@ def test_heldout_loss_per_category_is_the_loss_of_that_category_alone():
     import math
 
     from evals.demo_task import heldout_loss
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
     from repro.core.data import load_pool
     from repro.core.types import Pool
     from tests.conftest import CONFIGS

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from repro.cli import main
-from repro.core.config import ConfigError
+from repro.core.config.builder import ConfigError
 from repro.experiments.experiment import load_experiment
 from repro.experiments.grids import load_grid
 from repro.experiments.runlists import load_run_list, preflight_run_list

@@ -12,7 +12,8 @@ import pytest
 
 from method.selector import ClusterSelector
 from repro.cli import main
-from repro.core.config import ConfigError, from_dict, load_config
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import from_dict, load_config
 from repro.core.io import atomic_write_json
 from repro.core.rundir import stage_marker
 from repro.experiments.grids import load_grid

@@ -26,10 +26,10 @@ from method.features import (
     gradient_proxy_features,
     gradient_proxy_features_naive,
 )
-from repro.core.config import LoraConfig, ModelConfig
-from repro.core.data import IGNORE_INDEX, collate, tokenize_example
+from repro.core.config.schema import LoraConfig, ModelConfig
 from repro.core.io import atomic_write_jsonl
 from repro.core.lmhead import HeadWorkspace
+from repro.core.tokens import IGNORE_INDEX, collate, tokenize_example
 from repro.core.types import Example
 
 CFG = ModelConfig(name_or_path="tiny-random-llama", lora=LoraConfig(enabled=False))

@@ -15,7 +15,8 @@ import pytest
 
 from repro.cli import main
 from repro.contracts import PLUGIN_ERROR_LOG, check_schedule, check_selection
-from repro.core.config import ConfigError, load_config, resolve_config_path
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import load_config, resolve_config_path
 from repro.core.interfaces import SelectionError
 from repro.core.types import Example, Pool, Schedule, Selection
 

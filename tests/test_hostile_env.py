@@ -172,8 +172,9 @@ def test_stop_workers_ends_spawned_children_quietly():
 
 @pytest.mark.parametrize("kind", ["fifo", "devzero", "folder"])
 def test_a_data_source_that_is_not_a_file_says_what_it_is(tmp_path, kind):
-    from repro.core.config import load_config
-    from repro.core.data import DataError, load_pool
+    from repro.core.config.load import load_config
+    from repro.core.data import load_pool
+    from repro.core.prompts import DataError
     from repro.preflight import preflight
 
     p = tmp_path / "x.jsonl"

@@ -2,7 +2,7 @@
 whose benchmarks cannot be found is not launched.
 
 There is no hub here, so what a revision resolves to comes from a fake resolver
-(`fingerprints.set_hub_resolver`) or a hub cache folder written by the test (`refs/<revision>`,
+(`hub.set_hub_resolver`) or a hub cache folder written by the test (`refs/<revision>`,
 the file every real download writes); the mechanics around it (fingerprints, the changed-input
 stop, the rows' provenance, the config checks) are the real code."""
 
@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from repro.cli import main
-from repro.core import fingerprints
-from repro.core.config import ConfigError, load_config, resolve_config_path
+from repro.core import fingerprints, hub
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import load_config, resolve_config_path
 
 A, B = "a" * 40, "b" * 40
 
@@ -22,9 +23,9 @@ A, B = "a" * 40, "b" * 40
 @pytest.fixture
 def fake_hub():
     commits: dict[tuple[str, str, str | None], str] = {}
-    old = fingerprints.set_hub_resolver(lambda kind, repo, rev: commits.get((kind, repo, rev)))
+    old = hub.set_hub_resolver(lambda kind, repo, rev: commits.get((kind, repo, rev)))
     yield commits
-    fingerprints.set_hub_resolver(old)
+    hub.set_hub_resolver(old)
 
 
 def test_revision_keys_are_checked_where_they_apply():
@@ -62,7 +63,8 @@ def test_a_hub_dataset_that_resolves_to_another_commit_is_a_changed_input(fake_h
 
 def test_a_hub_model_that_resolves_to_another_commit_stops_the_run(fake_hub, tmp_path):
     from repro.core.io import atomic_write_json
-    from repro.pipeline import InputsChanged, check_inputs, hub_commits
+    from repro.pipeline import InputsChanged, check_inputs
+    from repro.run_rows import hub_commits
 
     cfg = load_config(
         "demo-quick", [f"output_dir={tmp_path}", "model.name_or_path=org/m", "model.revision=main"]
@@ -97,9 +99,9 @@ def test_the_commit_comes_from_the_hub_cache_offline(tmp_path, monkeypatch):
     refs = tmp_path / "datasets--org--d" / "refs"
     refs.mkdir(parents=True)
     (refs / "main").write_text(A)
-    assert fingerprints.hub_commit("dataset", "org/d", None) == A
-    assert fingerprints.hub_commit("dataset", "org/d", "v9") is None  # not downloaded: unknown
-    assert fingerprints.hub_commit("model", "org/x", B) == B  # a commit is its own resolution
+    assert hub.hub_commit("dataset", "org/d", None) == A
+    assert hub.hub_commit("dataset", "org/d", "v9") is None  # not downloaded: unknown
+    assert hub.hub_commit("model", "org/x", B) == B  # a commit is its own resolution
 
 
 @pytest.mark.parametrize("grid", ["paper", "paper-baselines", "newer-models"])

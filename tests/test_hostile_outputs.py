@@ -72,7 +72,7 @@ S.merge_results(__import__("pathlib").Path({str(tmp_path)!r}))
         check_output_set(out)
     # a reader of the merged CSV (the report) refuses it too, naming the file and the fix
     from reports.build import build_report
-    from reports.load import ReportInputError
+    from reports.runs import ReportInputError
 
     with pytest.raises(ReportInputError, match="results.csv: its set has no manifest"):
         build_report(out, tmp_path / "rep", figures=False)
@@ -113,7 +113,7 @@ B.build_report({str(tmp_path / "runs")!r}, {str(rep)!r}, figures=False)
 def test_claims_killed_before_they_are_in_place_leave_the_old_ones_whole(tmp_path):
     """kill -9 during `claims` over an existing folder: the old claims.md, tables and claims.json
     stay together (the set is swapped in whole), never an old claims.md beside new tables."""
-    from reports.claims_cli import write_claims
+    from reports.claims.cli import write_claims
 
     _store(tmp_path / "runs")
     out = tmp_path / "claims"
@@ -127,7 +127,7 @@ def test_claims_killed_before_they_are_in_place_leave_the_old_ones_whole(tmp_pat
 import os, signal
 import reports.build as B
 B.publish_report = lambda staging, final: os.kill(os.getpid(), signal.SIGKILL)
-from reports.claims_cli import write_claims
+from reports.claims.cli import write_claims
 write_claims({str(tmp_path / "runs")!r}, {str(out)!r}, figure=False)
 """
     assert _run_child(code).returncode == -9

@@ -87,6 +87,6 @@ def test_mbpp_plus_through_the_hub_variant_equals_the_local_copy(hub_server, sha
     items = _items(hub, "hub")
     assert list(items) == ["mbpp_plus"] and len(items["mbpp_plus"]) == 10
     # The same items, prompts and scores; the targets differ in form: the hub rows hold a test
-    # program, the local copy is scored by EvalPlus's differential test (evals/evalplus_check.py).
+    # program, the local copy is scored by EvalPlus's differential test (evals/evalplus/check.py).
     same = lambda found: {t: [(i, a, s) for i, a, _, s in v] for t, v in found.items()}  # noqa: E731
     assert same(items) == same(_items(local, "local"))

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from reports.build import build_report
-from reports.load import ReportInputError
+from reports.runs import ReportInputError
 from repro.core.results import (
     COLUMNS,
     PART_NAME,
@@ -250,7 +250,7 @@ def test_files_and_folders_follow_the_umask(umask: int, tmp_path: Path) -> None:
 def test_the_saved_model_follows_the_umask(tmp_path: Path) -> None:
     """save_finetuned builds in a mkdtemp folder (0700) and safetensors writes 0600 files: a run
     under umask 002 left `model/` unreadable to the group before."""
-    from repro.core.config import LoraConfig, ModelConfig
+    from repro.core.config.schema import LoraConfig, ModelConfig
     from repro.core.models import load_model_and_tokenizer, materialize_model, save_finetuned
 
     cfg = ModelConfig(name_or_path="tiny-random-llama", lora=LoraConfig(r=2, alpha=4))
@@ -317,7 +317,7 @@ def test_an_orphaned_features_temp_is_removed_by_the_next_feature_pass(tmp_path:
     that folder removes it first thing, and leaves no temp of its own even when it fails (here
     it fails at once, on a model folder that does not exist: no model is needed to show it)."""
     from method.features import features_to_file
-    from repro.core.config import LoraConfig, ModelConfig
+    from repro.core.config.schema import LoraConfig, ModelConfig
     from repro.core.io import temp_path
     from repro.core.models import ModelLoadError
 

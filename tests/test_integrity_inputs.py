@@ -19,16 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from repro.core.config import (
-    NAME_MAX_BYTES,
-    NUMERIC_RANGES,
-    ConfigError,
-    ExperimentConfig,
-    from_dict,
-    load_config,
-    numeric_keys,
-    parse_override,
-)
+from repro.core.config.builder import NAME_MAX_BYTES, ConfigError, numeric_keys, parse_override
+from repro.core.config.checks import NUMERIC_RANGES
+from repro.core.config.load import from_dict, load_config
+from repro.core.config.schema import ExperimentConfig
 from tests.conftest import CONFIGS, REPO
 
 QUICK = CONFIGS / "demo-quick.yaml"
@@ -66,7 +60,7 @@ def _is_float(key: str) -> bool:
 
 def test_every_numeric_key_of_every_section_has_a_range() -> None:
     """A new int/float key cannot arrive without a guard: every field of every dataclass in
-    repro/core/config.py (and of a cluster profile) that takes a number is in NUMERIC_RANGES (RANGES),
+    repro/core/config/load.py (and of a cluster profile) that takes a number is in NUMERIC_RANGES (RANGES),
     and every shipped default is itself allowed."""
     from slurm.profile import RANGES, ClusterProfile
 
@@ -132,7 +126,7 @@ def test_the_issue_cases_name_the_right_key_and_what_is_allowed() -> None:
         with pytest.raises(ConfigError) as e:
             load_config(QUICK, [override])
         assert str(e.value) == f"{QUICK}: {message}", override
-    # eval.limit's wording is the eval stage's own (repro/core/config.py), the facts the same.
+    # eval.limit's wording is the eval stage's own (repro/core/config/load.py), the facts the same.
     with pytest.raises(
         ConfigError,
         match=r"demo-quick\.yaml: eval\.limit: expected .*>= 1.* "
@@ -363,7 +357,7 @@ def _grid(tmp_path: Path, name: str = "g", ratios: str = "[50]") -> Path:
 
 def test_a_newline_in_a_grid_name_never_becomes_an_sbatch_line(tmp_path: Path) -> None:
     from repro.experiments.grids import load_grid
-    from slurm.launcher import sbatch_script
+    from slurm.executors import sbatch_script
     from slurm.profile import load_profile
 
     grid = load_grid(_grid(tmp_path, "ok-grid"))
@@ -439,7 +433,7 @@ def test_a_key_given_twice_in_a_yaml_file_is_an_error_not_the_last_one_silently(
     with pytest.raises(ConfigError, match=r"line 4: key 'lr' is given twice \(first on line 2\)"):
         load_config(p)
     # A YAML merge key overriding an anchor's value is not a duplicate.
-    from repro.core.config import read_yaml_file
+    from repro.core.config.builder import read_yaml_file
 
     p.write_text("base: &b {lr: 1, epochs: 2}\ntrain:\n  <<: *b\n  lr: 3\n")
     assert read_yaml_file(p, "x")["train"] == {"lr": 3, "epochs": 2}
@@ -517,7 +511,7 @@ def test_a_range_applies_to_the_number_side_of_a_union() -> None:
     number; null and the mapping are left to the type check and the key's own validation."""
     import dataclasses
 
-    from repro.core.config import Range, check_numbers
+    from repro.core.config.builder import Range, check_numbers
 
     @dataclasses.dataclass
     class Section:

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from method import clustering as C
+from method.kmeans import kmeans
+from method.rows import normalize_features
 from repro.bench.cluster import _unit_vectors
 from repro.bench.k_scaling import figures, format_tables, main, scaling_rows, summarize
 
@@ -60,7 +61,7 @@ def test_the_same_seed_gives_the_same_rows(rows: list[dict]) -> None:
     first = next(r for r in rows if (r["k"], r["c"], r["seed"]) == (8, 2, 1))
     keys = ("smallest", "largest", "worker_smallest", "cap_moved", "kept_r100", "kept_r50")
     assert {k: again[0][k] for k in keys} == {k: first[k] for k in keys}
-    labels, _, _ = C.kmeans(C.normalize_features(X, 8), 16, 1, mode="fast")
+    labels, _, _ = kmeans(normalize_features(X, 8), 16, 1, mode="fast")
     assert first["cap_fired"] == bool(np.bincount(labels, minlength=16).max() > 1.5 * 300 / 16)
 
 

@@ -15,10 +15,10 @@ from method.lora_grads import (
     lora_gradient_features,
     per_example_loss,
 )
-from repro.core.config import ModelConfig
-from repro.core.data import collate
+from repro.core.config.schema import ModelConfig
 from repro.core.lmhead import weighted_lm_loss
 from repro.core.models import load_model_and_tokenizer, materialize_model, trainable_state_dict
+from repro.core.tokens import collate
 
 
 @pytest.fixture(scope="module")

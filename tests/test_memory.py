@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from repro.core.config import from_dict, load_config
+from repro.core.config.load import from_dict, load_config
 from repro.core.memory import GIB, SHAPES, model_shape, plan_for_config, plan_memory
-from repro.preflight import CheckContext, preflight
+from repro.preflight import preflight
+from repro.problems import CheckContext
 from slurm.profile import ClusterProfile, GpuSpec
 from tests.conftest import CONFIGS
 

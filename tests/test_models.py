@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from repro.core import models as M
-from repro.core.config import LoraConfig, ModelConfig
+from repro.core.config.schema import LoraConfig, ModelConfig
 
 
 def _tiny_cfg(lora: bool = True, **kw) -> ModelConfig:

@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from repro.core.config import LoraConfig, ModelConfig, from_dict
-from repro.core.data import DataError, chat_prompt, load_pool, tokenize_example
+from repro.core.config.load import from_dict
+from repro.core.config.schema import LoraConfig, ModelConfig
+from repro.core.data import chat_prompt, load_pool
 from repro.core.memory import model_shape
+from repro.core.prompts import DataError
+from repro.core.tokens import tokenize_example
 from repro.core.types import Example
 from repro.experiments.grids import load_grid
 from tests.conftest import CONFIGS

@@ -16,9 +16,9 @@ import pytest
 import tomllib
 
 from repro.core import extras
-from repro.core.config import (
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import (
     SHIPPED_CONFIGS,
-    ConfigError,
     from_dict,
     load_config,
     resolve_config_path,
@@ -133,7 +133,11 @@ def test_the_wheel_has_the_data_files_and_validates_demo_from_an_empty_directory
     shipped = {f"repro/configs/{n}.yaml" for n in shipped_configs()}
     tasks = {p.relative_to(REPO).as_posix() for p in (REPO / "evals" / "tasks").glob("*.yaml")}
     assert shipped <= names and tasks <= names and len(tasks) >= 16
-    assert {"reports/reported.yaml", "reports/claims.yaml", "evals/metrics/code_eval/code_eval.py"} <= names
+    assert {
+        "reports/reported.yaml",
+        "reports/claims/claims.yaml",
+        "evals/metrics/code_eval/code_eval.py",
+    } <= names
 
     site = tmp_path / "site"
     subprocess.run(
@@ -165,7 +169,7 @@ def test_the_wheel_has_the_data_files_and_validates_demo_from_an_empty_directory
 
     where = cli(
         "-c",
-        "import repro; from repro.core.config import resolve_config_path as r; "
+        "import repro; from repro.core.config.load import resolve_config_path as r; "
         "print(repro.__file__); print(r('runs/demo-grid'))",
     )
     assert where.returncode == 0, where.stderr

@@ -17,8 +17,11 @@ from hypothesis import strategies as st
 
 from method import clustering as C
 from method.allocation import ClusterInterleaveAllocator
+from method.kmeans import kmeans
 from method.packing import Packing, merge_by_worker, pack_clusters, split_budget
-from repro.core.config import ConfigError, from_dict
+from method.rows import normalize_features
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import from_dict
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.registry import SELECTORS
 from repro.core.types import Example, Pool
@@ -84,8 +87,8 @@ def _blobs(n: int, d: int, k: int, seed: int) -> np.ndarray:
 
 @pytest.mark.parametrize("mode", ["close", "far", "mix", "big", "rand"])
 def test_choice_with_per_cluster_counts_matches_the_single_count(mode: str) -> None:
-    X = C.normalize_features(_blobs(90, 5, 3, 1), 3)
-    labels, centers, _ = C.kmeans(X, 3, 0, n_init=2)
+    X = normalize_features(_blobs(90, 5, 3, 1), 3)
+    labels, centers, _ = kmeans(X, 3, 0, n_init=2)
     assert np.bincount(labels).min() >= 4
     by_count = {m: C.choose_within_cluster(X, centers, labels, m, mode, 7) for m in (1, 2, 4)}
     mixed = C.choose_within_cluster(X, centers, labels, [2, 4, 1], mode, 7)
@@ -139,8 +142,8 @@ def test_one_cluster_per_worker_is_the_methods_steps_as_before(features_run) -> 
     clusters_per_worker existed: K clusters, the cap, m_adj of each, weights from cluster sizes."""
     pool, _, X = features_run
     default, explicit = _select(features_run), _select(features_run, clusters_per_worker=1)
-    Xn = C.normalize_features(X, K)
-    labels, centers, _ = C.kmeans(Xn, K, 5)
+    Xn = normalize_features(X, K)
+    labels, centers, _ = kmeans(Xn, K, 5)
     capped = C.soft_cap_assign(Xn, centers, labels, 1.5)
     after = np.bincount(capped, minlength=K)
     _, m_adj = C.balanced_budget(after, 50, 1, True)
@@ -168,8 +171,8 @@ def test_more_clusters_per_worker_pack_balance_and_weight_per_worker(features_ru
     # Rank weights per worker from the worker's total: w_k = K n_k / N.
     assert sel.group_weights == pytest.approx({k: K * totals[k] / N for k in range(K)})
     # Every worker keeps m_adj, all from its own clusters, shared in proportion to their sizes.
-    Xn = C.normalize_features(X, K)
-    labels, centers, _ = C.kmeans(Xn, 3 * K, 5)
+    Xn = normalize_features(X, K)
+    labels, centers, _ = kmeans(Xn, 3 * K, 5)
     labels = C.soft_cap_assign(Xn, centers, labels, 1.5)
     assert np.bincount(labels, minlength=3 * K).tolist() == fine.tolist()
     row = {i: r for r, i in enumerate(pool.ids)}

@@ -26,11 +26,10 @@ def _direct_padded(run_dir: Path, grouped: bool) -> list[list[int]]:
     """Every optimizer step's padded tokens per worker, counted directly: the schedule's ids of
     the step (per-device batch x accumulation, consecutive), ordered by length when grouped,
     sliced into micro-batches of the per-device batch and collated as the trainer does."""
-    from repro.core.config import load_config
-    from repro.core.data import TokenizedPool
-    from repro.core.tokens import collate
+    from repro.core.config.load import load_config
+    from repro.core.rundir import model_dir_of
+    from repro.core.tokens import TokenizedPool, collate
     from repro.core.types import Example, Pool
-    from repro.pipeline import model_dir_of
 
     cfg = load_config(run_dir / "config.yaml")
     derived = read_json(run_dir / "derived.json")
@@ -124,7 +123,7 @@ def test_length_grouping_keeps_each_steps_examples_and_pads_less() -> None:
 
 
 def test_length_grouped_is_left_out_of_the_hash_at_its_default() -> None:
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
 
     base = load_config("demo-quick")
     assert load_config("demo-quick", ["train.length_grouped=false"]).hash() == base.hash()
@@ -176,7 +175,7 @@ def test_expected_padding_of_random_batches_is_exact() -> None:
 def _store(root: Path, *, random_count: bool, shared_s: float = 0.0):
     """A CluSTER r = 0.5 run (train 8 s, selection 4 s, 4 workers, padding 1.1), and with
     `random_count` a random run at its count (train 5 s, padding 1.5). -> (cluster cfg, dir)."""
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
     from repro.experiments.matching import at_kept_count
     from tests.store_helpers import fake_run, run_id_of
 
@@ -201,7 +200,7 @@ def _store(root: Path, *, random_count: bool, shared_s: float = 0.0):
 
 
 def _matched(root: Path, c_cfg, c_dir: Path, monkeypatch):
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
     from repro.experiments import compute
 
     monkeypatch.setattr(compute, "_lengths", lambda cfg, run_dir: (1000,) * 96)  # no tokenizer here
@@ -249,8 +248,9 @@ def test_a_compute_matched_run_off_its_target_is_flagged_and_no_record_is_no_mat
     """Once the compute-matched random run has trained, its rows put its cost beside the target;
     more than 5% off, the row and the claims' equal-compute column say so. A random run of a
     larger count without a `matched` record is never read as the match: `not run`."""
-    from reports.claims import evaluate, load_claims
-    from reports.claims_cli import load_rep
+    from reports.claims.cli import load_rep
+    from reports.claims.file import load_claims
+    from reports.claims.verdicts import evaluate
     from repro.core.results import PART_NAME, read_rows
     from tests.store_helpers import fake_run
 

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from repro.core.config import ConfigError, load_config
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import load_config
 from repro.core.params import params_class
 from repro.core.registry import ALLOCATORS, SELECTORS
 from repro.core.types import Schedule, Selection
@@ -114,7 +115,7 @@ def test_a_plugin_of_the_old_interface_works_or_is_told_what_to_change() -> None
 
 
 def test_result_rows_carry_the_canonical_params() -> None:
-    from repro.core.config_schema import canonical_params
+    from repro.core.config.schema import canonical_params
 
     cfg = load_config(
         QUICK, ["selection.method=cluster", "selection.params.ratio=50", "selection.params.cap=2"]

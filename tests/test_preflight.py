@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from repro.core.config import ConfigError, from_dict, load_config
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import from_dict, load_config
 from repro.core.registry import SELECTORS
 from repro.experiments.grids import load_grid
-from repro.preflight import CheckContext, PreflightError, Problem, preflight, require_clean
+from repro.preflight import preflight, require_clean
+from repro.problems import CheckContext, PreflightError, Problem
 from slurm.profile import ClusterProfile, load_profile
 from tests.conftest import CONFIGS
 
@@ -86,7 +88,7 @@ def test_every_shipped_config_passes_preflight(path: Path, data_env: Path) -> No
 
 
 def test_the_paper_grids_name_the_medical_benchmarks_as_the_suite_does(data_env: Path) -> None:
-    from evals.run import BENCHMARKS
+    from evals.benchmarks import BENCHMARKS
 
     for name in ("paper.yaml", "paper-baselines.yaml"):
         med = [c for c in load_grid(CONFIGS / "grids" / name).cells if c.axes["dataset"] == "medinstruct"]
@@ -235,7 +237,7 @@ def test_a_ratio_given_as_a_fraction_asks_for_the_percentage() -> None:
 
 def test_batches_budget_and_world_size_against_the_profile() -> None:
     with pytest.raises(ConfigError, match="eval.limit: expected a number of items >= 1"):
-        _quick("eval.limit=0")  # refused at load (repro/core/config.py)
+        _quick("eval.limit=0")  # refused at load (repro/core/config/load.py)
     errs = _errors(
         preflight(_quick("selection.method=random", "selection.n=500", "selection.params.seed_offset=1"))
     )

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from repro.core.config import ConfigError, from_dict
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import from_dict
 from repro.core.interfaces import Allocator, SelectionContext, SelectionError, Selector, resolve_budget
 from repro.core.registry import ALLOCATORS, SELECTORS
 from repro.core.types import Example, Pool, Selection

@@ -21,8 +21,8 @@ from statistics import mean
 import pytest
 
 from reports.build import MixedVersionsWarning, build_report
-from reports.figures import FIGURES
-from reports.load import ReportInputError
+from reports.figures.style import FIGURES
+from reports.runs import ReportInputError
 from tests.conftest import REPO
 
 FIXTURE = REPO / "tests" / "data" / "reports"
@@ -45,7 +45,7 @@ DRAWN: dict[str, object] = {}  # figure name -> the matplotlib Figure the fixtur
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The fixture's report; the figures it draws are kept in DRAWN for the figure tests."""
-    import reports.figures as figures
+    import reports.figures.main as figures
 
     out = tmp_path_factory.mktemp("report")
     save = figures._save
@@ -129,7 +129,7 @@ def _model_eval_entry(run_id: str, model: str) -> dict:
 def _entry_like(run_id: str, **changes) -> dict:
     """The entry of a run like a fixture run, its config changed by dotted keys (`a__b=v` for
     a.b); its run id and config hash are the changed config's own."""
-    from repro.core.config import from_dict
+    from repro.core.config.load import from_dict
 
     e = json.loads(json.dumps(_index()[run_id]))
     e["folder"] = None  # its own run: not the other's per-item files
@@ -420,7 +420,7 @@ def test_gpu_energy_reads_visible_devices_in_joules(monkeypatch: pytest.MonkeyPa
     energy is None (the report then says "not measured")."""
     import types
 
-    from repro.pipeline import gpu_energy_j
+    from repro.core.runtime import gpu_energy_j
 
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails: no NVML
     assert gpu_energy_j() is None
@@ -774,7 +774,7 @@ def test_fsdp_runs_show_the_wait_as_not_measured_never_zero(
     and a `cost/train fsdp` row of 1, and every wait cell says "n/a (fsdp)"."""
     from repro.core.io import atomic_write_jsonl
     from repro.core.types import ScheduleDiagnostics, Selection
-    from repro.pipeline import diagnostic_rows
+    from repro.run_rows import diagnostic_rows
 
     run_dir = tmp_path / "run"
     for k in range(2):
@@ -829,16 +829,17 @@ def test_fsdp_runs_show_the_wait_as_not_measured_never_zero(
     # The figure: no wait bars for the fsdp cell (not zero-height ones), and its label says so.
     import matplotlib
 
-    import reports.figures as figures
+    import reports.figures.main as figures
+    from reports.figures.style import RC
     from reports.load import group_cells, load
-    from reports.tables import Report
+    from reports.values import Report
 
     src = tmp_path / "report" / "in" / "results.csv"
     rep = Report(group_cells(load(src).runs))
     drawn = {}
     monkeypatch.setattr(figures, "_save", lambda fig, d, name: drawn.setdefault(name, fig))
     matplotlib.use("Agg", force=True)
-    with matplotlib.rc_context(figures.RC):
+    with matplotlib.rc_context(RC):
         figures.worker_balance(rep, tmp_path)
     tokens, wait = drawn["worker_balance"].axes
     labels = tokens.get_legend_handles_labels()[1]
@@ -854,7 +855,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 def test_figures_are_column_width_with_readable_fonts_honest_axes_and_the_papers_points(report: Path) -> None:
     from matplotlib.text import Text
 
-    from reports.figures import COLUMN_IN, DPI, PAGE_IN
+    from reports.figures.style import COLUMN_IN, DPI, PAGE_IN
 
     assert set(DRAWN) == set(FIGURES)
     for name, fig in DRAWN.items():

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from method.feature_shards import merge_shards
-from repro.core.config import load_config
+from repro.core.config.load import load_config
 from repro.core.errors import UserError
 from repro.core.fingerprints import RunFileChanged, file_record, sha256_file, verify_run_file
 from repro.core.io import read_json
@@ -140,7 +140,7 @@ def test_a_replaced_features_file_is_refused_where_the_selection_reuses_it(finis
 
 def test_the_analyses_refuse_a_pool_cut_by_a_line_or_an_edited_selection(finished_run, tmp_path):
     from reports.build import build_report
-    from reports.load import ReportInputError
+    from reports.runs import ReportInputError
 
     cfg, run_dir = _copy(finished_run, tmp_path)
     runs = tmp_path / "out"

@@ -34,11 +34,12 @@ import pytest
 
 from repro.cli import main as cli_main
 from repro.core import rundir
-from repro.core.config import from_dict, save_config
+from repro.core.config.load import from_dict, save_config
 from repro.core.io import read_json
 from repro.core.results import PART_NAME, read_rows
-from repro.core.rundir import RunLocked
-from repro.pipeline import InputsChanged, TrainingDiverged, run_experiment, stage_marker, stage_seconds
+from repro.core.rundir import RunLocked, stage_marker
+from repro.pipeline import InputsChanged, TrainingDiverged, run_experiment
+from repro.run_rows import stage_seconds
 from tests.conftest import REPO
 
 TINY = [
@@ -203,7 +204,8 @@ def test_a_run_killed_after_its_features_counts_them_and_locks_out_a_second_run(
     hold = tmp_path / "hold"
     hold.mkdir()
     code = (
-        "import sys\nfrom repro.core.config import from_dict\nfrom repro.pipeline import run_experiment\n"
+        "import sys\nfrom repro.core.config.load import from_dict\n"
+        "from repro.pipeline import run_experiment\n"
         "run_experiment(from_dict({}, sys.argv[1:]), until='schedule')\n"
     )
     env = {**os.environ, "CLUSTER_REPRO_TEST_HOLD": str(hold), "CLUSTER_REPRO_TEST_KILL_AFTER_FEATURES": "1"}

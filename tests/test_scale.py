@@ -22,7 +22,10 @@ import pytest
 from method import clustering as C
 from method.feature_shards import compute_shard, merge_shards, shard_batches, sharded_features_to_file
 from method.features import features_to_file
-from repro.core.config import ConfigError, load_config
+from method.kmeans import kmeans
+from method.rows import NormalizedRows, normalize_features, project_features
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import load_config
 from repro.core.interfaces import SelectionError
 from repro.core.io import read_json, read_jsonl, temp_path
 from repro.core.rundir import model_dir_of
@@ -165,12 +168,12 @@ def test_normalizing_into_a_memmap_is_bit_identical(tmp_path: Path) -> None:
     mm = np.load(tmp_path / "x.npy", mmap_mode="r")
     for mode, k in (("auto", 4), ("auto", 1), ("none", 3)):
         out = np.lib.format.open_memmap(tmp_path / "n.npy", mode="w+", dtype=np.float32, shape=X.shape)
-        got = C.normalize_features(mm, k, mode, out=out, chunk=97)
-        assert np.array_equal(np.asarray(got), C.normalize_features(X, k, mode)), (mode, k)
+        got = normalize_features(mm, k, mode, out=out, chunk=97)
+        assert np.array_equal(np.asarray(got), normalize_features(X, k, mode)), (mode, k)
     X[123, 5] = np.nan
     np.save(tmp_path / "x.npy", X)
     with pytest.raises(SelectionError, match=r"first bad row index: 26\).*in rows 97\.\.193"):
-        C.normalize_features(np.load(tmp_path / "x.npy", mmap_mode="r"), 4, out=out, chunk=97)
+        normalize_features(np.load(tmp_path / "x.npy", mmap_mode="r"), 4, out=out, chunk=97)
 
 
 def test_the_exact_mode_refuses_a_matrix_that_does_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -180,8 +183,8 @@ def test_the_exact_mode_refuses_a_matrix_that_does_not_fit(monkeypatch: pytest.M
     monkeypatch.setattr(method.kmeans, "_mem_available", lambda: 2**16)
     X = np.random.default_rng(0).standard_normal((2000, 64)).astype(np.float32)
     with pytest.raises(SelectionError, match="kmeans: fast"):
-        C.kmeans(X, 4, 0, mode="exact")
-    labels, _, _ = C.kmeans(X, 4, 0, mode="fast")  # the fast mode needs no copy
+        kmeans(X, 4, 0, mode="exact")
+    labels, _, _ = kmeans(X, 4, 0, mode="fast")  # the fast mode needs no copy
     assert np.bincount(labels, minlength=4).min() > 0
 
 
@@ -222,11 +225,11 @@ def test_every_step_over_normalized_rows_equals_the_in_memory_steps(tmp_path: Pa
     X = np.concatenate([rng.normal(3 * c, 1.0, (m, 24)) for c, m in enumerate(sizes)]).astype(np.float32)
     X *= rng.uniform(0.5, 2, (len(X), 1)).astype(np.float32)
     np.save(tmp_path / "x.npy", X)
-    lazy = C.NormalizedRows(np.load(tmp_path / "x.npy", mmap_mode="r"), 4, chunk=97)
-    Xn = C.normalize_features(X, 4)
+    lazy = NormalizedRows(np.load(tmp_path / "x.npy", mmap_mode="r"), 4, chunk=97)
+    Xn = normalize_features(X, 4)
     assert np.array_equal(lazy[0 : len(X)], Xn) and np.array_equal(lazy[np.array([5, 3])], Xn[[5, 3]])
-    a = C.kmeans(lazy, 4, 0, mode="fast")
-    b = C.kmeans(Xn, 4, 0, mode="fast")
+    a = kmeans(lazy, 4, 0, mode="fast")
+    b = kmeans(Xn, 4, 0, mode="fast")
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]
     centers = b[1]
     forced = np.zeros(len(X), dtype=np.int64)  # everything in one cluster: every row is reassigned
@@ -239,8 +242,8 @@ def test_every_step_over_normalized_rows_equals_the_in_memory_steps(tmp_path: Pa
         want = C.choose_within_cluster(Xn, centers, capped, m // 2, mode, 0)
         assert all(np.array_equal(got[c], want[c]) for c in range(4)), mode
     with pytest.raises(SelectionError, match="kmeans: fast"):
-        C.kmeans(lazy, 4, 0, mode="exact")
-    P = C.project_features(lazy, 8, 0)
+        kmeans(lazy, 4, 0, mode="exact")
+    P = project_features(lazy, 8, 0)
     assert np.allclose(
         P, Xn @ (np.random.default_rng([0, 11]).standard_normal((24, 8)) / np.sqrt(8)), atol=1e-4
     )

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.core.config import from_dict
+from repro.core.config.load import from_dict
 from repro.core.io import read_json
+from repro.core.rundir import model_dir_of
 from repro.core.types import Schedule
-from repro.pipeline import load_pool_files, model_dir_of, run_experiment
+from repro.pipeline import load_pool_files, run_experiment
 from tests.conftest import rewrite_stage_files
 from tests.crash_hook import STEP_VAR, crash_env
 
@@ -51,10 +52,10 @@ def _serial_update(
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(initial, expected) trainable weights after one plain-SGD step on sum_k (w_k/K) grad_k,
     computed in this process worker by worker, micro-batch by micro-batch."""
-    from repro.core.data import TokenizedPool, collate
     from repro.core.lmhead import weighted_lm_loss
     from repro.core.models import load_model_and_tokenizer
     from repro.core.runtime import seed_everything
+    from repro.core.tokens import TokenizedPool, collate
 
     K, b = cfg.world_size, cfg.train.per_device_batch_size
     accum = cfg.train.global_batch_size // (b * K)

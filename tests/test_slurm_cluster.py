@@ -15,7 +15,7 @@ import pytest
 
 from repro.core.distributed import master_port_for_job
 from repro.core.io import read_json
-from slurm.launcher import make_executor
+from slurm.executors import make_executor
 from slurm.profile import load_profile
 from tests.conftest import CONFIGS
 from tests.slurm_helpers import PROFILE, launch, run_dir_of, sacct, status

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from repro.core.config import ConfigError
+from repro.core.config.builder import ConfigError
 from repro.experiments.grids import Cell, load_grid, select_cells
-from slurm.launcher import PROJECT_ROOT, Context, plan_jobs, sbatch_script
+from slurm.executors import sbatch_script
+from slurm.launcher import PROJECT_ROOT, Context, plan_jobs
 from slurm.plan import estimate_cell
 from slurm.profile import load_profile
 from tests.conftest import CONFIGS, REPO
@@ -286,7 +287,8 @@ def test_a_cell_is_done_only_for_its_eval_settings_and_keeps_its_run_folder(tmp_
     a launch re-submits it (its stages then skip through training) and status says so.
     (`cluster-repro launch` refusing cells with problems: tests/test_preflight.py.)"""
     from repro.core.io import atomic_write_json
-    from repro.pipeline import STAGES, stage_key, stage_marker
+    from repro.core.rundir import stage_key, stage_marker
+    from repro.pipeline import STAGES
     from slurm.launcher import cell_statuses
 
     prof = load_profile(CONFIGS / "clusters" / "local.yaml")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from method.features import features_to_file
-from repro.core.config import load_config
+from repro.core.config.load import load_config
 from repro.core.io import read_json
 from repro.core.rundir import model_dir_of
 from tests.conftest import CONFIGS

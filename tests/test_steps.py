@@ -15,7 +15,7 @@ import pytest
 from method import clustering as C
 from method.allocation import ClusterInterleaveAllocator, UniformShuffleAllocator, token_balanced_split
 from repro.core import steps
-from repro.core.config import ConfigError
+from repro.core.config.builder import ConfigError
 from repro.core.interfaces import AllocationContext, SelectionError
 from repro.core.types import Schedule, Selection
 

@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 
 from reports.build import build_report
-from reports.claims import evaluate, load_claims
-from reports.claims_cli import load_rep
-from reports.load import ReportInputError, group_cells, load
+from reports.claims.cli import load_rep
+from reports.claims.file import load_claims
+from reports.claims.verdicts import evaluate
+from reports.load import group_cells, load
+from reports.runs import ReportInputError
 from repro.cli import main
-from repro.core.config import load_config
+from repro.core.config.load import load_config
 from repro.core.results import PART_NAME, read_rows, sidecar_path, write_csv_with_sidecar
 from repro.core.store import (
     DIVERGED,
@@ -143,7 +145,7 @@ def test_a_diverged_run_is_diverged_everywhere_and_never_a_result_or_a_cost(tmp_
 def test_status_and_launch_say_diverged_and_compute_matching_refuses_its_cost(tmp_path: Path) -> None:
     """`status` listed a diverged cell as done, `launch` skipped it as done, and
     match_compute_of took its one-step cost."""
-    from repro.core.config import ConfigError
+    from repro.core.config.builder import ConfigError
     from repro.experiments.compute import measured_costs
     from repro.experiments.grids import load_grid
     from slurm.launcher import Context, cell_statuses, plan_jobs

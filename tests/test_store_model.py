@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from reports.claims import reference_run
+from reports.claims.verdicts import reference_run
 from reports.load import group_cells, load
-from reports.tables import Report
-from repro.core.config import load_config
+from reports.values import Report
+from repro.core.config.load import load_config
 from repro.core.store import merge_results, open_store
 from repro.experiments.matching import at_kept_count
 from tests.store_helpers import entry, fake_eval, fake_run, run_id_of

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from repro.core.config import TrainConfig, from_dict
+from repro.core.config.load import from_dict
+from repro.core.config.schema import TrainConfig
 from repro.core.tracking import PACKAGES, NoTracker, TensorBoardTracker, make_tracker
 
 

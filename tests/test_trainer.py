@@ -25,11 +25,12 @@ import numpy as np
 import pytest
 import torch
 
-from repro.core.config import from_dict, load_config
+from repro.core.config.load import from_dict, load_config
 from repro.core.io import read_json
 from repro.core.results import PART_NAME, read_rows
+from repro.core.rundir import model_dir_of, stage_marker
 from repro.core.types import Schedule
-from repro.pipeline import load_pool_files, model_dir_of, run_experiment, stage_marker
+from repro.pipeline import load_pool_files, run_experiment
 from tests.conftest import CONFIGS, REPO, rewrite_stage_files
 from tests.crash_hook import crash_env
 from tests.test_tracking import tb_scalars
@@ -62,10 +63,10 @@ def _trainable(run_dir: Path, cfg) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("per_device", [2, 1], ids=["batch2-accum1", "batch1-accum2-checkpointing"])
 def test_weighted_ddp_step_equals_serial_weighted_update(tmp_path: Path, per_device: int) -> None:
     """(batch1-accum2 also recomputes its layers: activation checkpointing changes no gradient.)"""
-    from repro.core.data import TokenizedPool, collate
     from repro.core.lmhead import weighted_lm_loss
     from repro.core.models import load_model_and_tokenizer
     from repro.core.runtime import seed_everything
+    from repro.core.tokens import TokenizedPool, collate
 
     K, lr, global_batch = 4, 0.5, 8
     accum = global_batch // (per_device * K)
@@ -127,11 +128,11 @@ def test_balanced_steps_run_in_lockstep_with_the_per_example_objective(tmp_path:
     mean (computed one example at a time here) and m_k worker k's mean examples per step; and
     each worker's logged tokens are the step's token sum that the schedule stage predicts."""
     from repro.core import steps
-    from repro.core.config import derive
-    from repro.core.data import TokenizedPool, collate
     from repro.core.lmhead import weighted_lm_loss
     from repro.core.models import load_model_and_tokenizer
     from repro.core.runtime import seed_everything
+    from repro.core.steps import derive
+    from repro.core.tokens import TokenizedPool, collate
 
     K, lr, weights = 2, 0.5, [0.7, 1.3]
     cfg = _tiny_cfg(

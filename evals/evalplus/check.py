@@ -4,7 +4,7 @@ EvalPlus (evalplus==0.3.1) runs the canonical solution on every input (the expec
 how long each took), then the solution on the same inputs, each under a limit set from the
 canonical solution's time, stopping at the first failure. Both protocols score EvalPlus-format
 problems this way (the evalplus protocol and, for MBPP+ and HumanEval+ release files, the lm-eval
-protocol's `process_results`), with the rules of evals/evalplus_compare.py, whose source every
+protocol's `process_results`), with the rules of evals/evalplus/compare.py, whose source every
 program here embeds (standard library only: the sandbox's interpreter may have nothing else):
 
 1. `reference_timing`: the canonical solution alone, in the sandbox, on every input: its time on
@@ -15,7 +15,7 @@ program here embeds (standard library only: the sandbox's interpreter may have n
    counted as the model's timeout.
 2. `check_solution`: one program that recomputes the expected outputs with the canonical solution,
    then runs the solution on every input under max(1 s, 4 x the reference's time) each, the set
-   under the task's limit (evals/evalplus_compare.py task_budget), and exits 0 exactly when every
+   under the task's limit (evals/evalplus/compare.py task_budget), and exits 0 exactly when every
    input passes. Its sandbox limits follow from the same times.
 
 Inputs on which the canonical solution raises fail the task under EvalPlus (its inputs are the
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals import evalplus_compare as rules
+from evals.evalplus import compare as rules
 from evals.sandbox import ExecResult, Limits, run_program
 
 COMPARATOR_SOURCE = Path(rules.__file__).read_text(encoding="utf-8")

@@ -1,6 +1,6 @@
 """EvalPlus's rules for one task's differential test: how a solution's output is compared with the
 canonical solution's, and how long each input may take. Both protocols score EvalPlus-format
-problems with these rules (evals/evalplus_check.py puts this file's source into every program it
+problems with these rules (evals/evalplus/check.py puts this file's source into every program it
 runs in the sandbox), so it uses the standard library only and defines nothing at import time
 but constants, functions and one class.
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from evals import local_data
-from evals.local_data import EVALPLUS_VERSIONS, MBPP_PLUS_FILES, mbpp_plus_file  # noqa: F401
+from evals.local_data import mbpp_plus_file
 from repro.core.errors import UserError
 from repro.core.extras import install_hint
 

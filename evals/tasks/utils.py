@@ -1,5 +1,11 @@
-"""What the task YAMLs here call as `!function utils.<name>`. lm-eval loads this file by path,
-so it only re-exports; the code lives in evals/local_data.py and evals/task_functions.py."""
+"""What the task YAMLs here call as `!function utils.<name>`.
+
+The one module of the suite that passes on names it imports, because an outside tool's convention
+requires it: lm-eval resolves `!function utils.<name>` to the file `utils.py` beside the YAML
+(lm_eval.utils.import_function: the part before the last dot is a file name, loaded by path), so
+a function a task YAML calls must be reachable from this file. The code lives in
+evals/local_data.py and evals/task_functions.py; the suite's own modules import it from there.
+"""
 
 from evals.local_data import (  # noqa: F401
     load_humaneval,

@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
         "claims",
         help="check each of the paper's claims against the results: consistent, not reproduced, "
         "inconclusive or not run",
-        description="For every claim of reports/claims.yaml (C1-C6 and the 8-GPU statement) and "
+        description="For every claim of reports/claims/claims.yaml (C1-C6 and the 8-GPU statement) and "
         "every setting of the results that holds its cells: the 95%% Student-t interval of the "
         "difference over seeds (one seed: over its items, no firm verdict) against the "
         "claim's threshold gives consistent / not reproduced / inconclusive; a claim whose cells "
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
     p.add_argument("--results", default="runs", help="the output_dir the runs wrote to, or one results CSV")
     p.add_argument("--out", default=None, help="where to write (default: RESULTS/claims, or next to the CSV)")
     p.add_argument(
-        "--claims-file", default=None, help="a claims file of your own (default: reports/claims.yaml)"
+        "--claims-file", default=None, help="a claims file of your own (default: reports/claims/claims.yaml)"
     )
     p.add_argument("--no-figure", action="store_true", help="skip the figure")
     p.add_argument(
@@ -49,7 +49,7 @@ def load_rep(results: Path, run_ids: set[str] | None = None, allow_damaged: bool
     """The Report (cells) of a results folder or merged CSV, every file checked as the report
     reads it (reports/load.py)."""
     from reports.load import group_cells, load
-    from reports.tables import Report
+    from reports.values import Report
 
     loaded = load(Path(results), allow_damaged, run_ids)
     for note in loaded.notes:
@@ -58,7 +58,7 @@ def load_rep(results: Path, run_ids: set[str] | None = None, allow_damaged: bool
 
 
 def claims_markdown(tables: list, verdicts: list) -> str:
-    from reports.claims_output import snippets_md, verdict_counts
+    from reports.claims.output import snippets_md, verdict_counts
     from reports.render import to_markdown
 
     counts = ", ".join(f"{n} {k}" for k, n in verdict_counts(verdicts).items())
@@ -87,10 +87,10 @@ def write_claims(
     """Write the claims check of `results` into `out`, as one set (staged, then swapped in);
     returns (claims.md, its text)."""
     from reports.build import REPORT_MARK, _staging, check_report_out, publish_report
-    from reports.claims import CLAIMS_FILE, load_claims
-    from reports.claims_figure import claims_figure
-    from reports.claims_output import verdicts_json
-    from reports.claims_time import claims_tables
+    from reports.claims.figure import claims_figure
+    from reports.claims.file import CLAIMS_FILE, load_claims
+    from reports.claims.output import verdicts_json
+    from reports.claims.time import claims_tables
     from reports.render import to_csv, to_latex, to_markdown
     from repro.core.io import atomic_write_text
 
@@ -119,7 +119,7 @@ def write_claims(
 
 
 def run_claims(args: argparse.Namespace) -> int:
-    from reports.load import ReportInputError
+    from reports.runs import ReportInputError
 
     results = Path(args.results)
     out = Path(args.out) if args.out else (results.parent if results.is_file() else results) / "claims"

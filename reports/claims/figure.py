@@ -3,7 +3,7 @@
 One panel per kind of quantity (quality difference in points, held-out loss difference in nats,
 training-time ratio, purity in %), one line per check and cell; the threshold is a black tick on
 the line and the point's colour and marker say the verdict. Same inputs, same bytes (the report's
-figure settings, reports/figures.py).
+figure settings, reports/figures/main.py).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from reports.claims import Verdict
-from reports.figures import COLORS, LINE_IN, PAGE_IN, RC, _layout, _save
+from reports.claims.verdicts import Verdict
+from reports.figures.style import COLORS, LINE_IN, PAGE_IN, RC, _layout, _save
 
 STYLE = {
     "consistent": (COLORS[2], "o"),

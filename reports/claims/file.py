@@ -1,6 +1,6 @@
-"""The claims file (reports/claims.yaml): its keys, checked as it is loaded (`load_claims`), into
+"""The claims file (reports/claims/claims.yaml): its keys, checked as it is loaded (`load_claims`), into
 `Claim`s of `Check`s. A malformed entry raises ClaimsFileError naming the file, the claim (its
-id), the key and what was expected. reports/claims.py evaluates the checks.
+id), the key and what was expected. reports/claims/verdicts.py evaluates the checks.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from reports.load import ReportInputError
-from reports.runs import DOMAINS
-from repro.core.builder import ConfigError
-from repro.core.config_schema import AllocationConfig
+from reports.runs import DOMAINS, ReportInputError
+from repro.core.config.builder import ConfigError
+from repro.core.config.schema import AllocationConfig
 from repro.core.domains import dataset_domain, source_stem
 from repro.core.params import build_params, params_class
 from repro.core.protocols import PROTOCOLS

@@ -6,19 +6,10 @@ from __future__ import annotations
 
 import json
 
-from reports.claims import (
-    CLAIMS_FILE,
-    CPU_NOTE,
-    VERDICTS,
-    Check,
-    Claim,
-    ClaimsFileError,
-    Verdict,
-    evaluate,
-    load_claims,
-)
+from reports.claims.file import CPU_NOTE, VERDICTS, Claim
+from reports.claims.verdicts import Verdict
 from reports.stats import Estimate
-from reports.tables import Column, Table
+from reports.values import Column, Table
 
 # ----------------------------------------------------------------------------- tables
 
@@ -217,17 +208,3 @@ def verdicts_json(verdicts: list[Verdict]) -> str:
             }
         )
     return json.dumps(rows, indent=1, sort_keys=True) + "\n"
-
-
-__all__ = [
-    "CLAIMS_FILE",
-    "VERDICTS",
-    "Check",
-    "Claim",
-    "ClaimsFileError",
-    "Verdict",
-    "claims_table",
-    "evaluate",
-    "load_claims",
-    "verdict_counts",
-]

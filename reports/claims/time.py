@@ -16,7 +16,7 @@ it ran, or the command that runs it. A row whose measured ratio is more than 10%
 prediction is flagged, not hidden. Runs trained before padded tokens were recorded have no
 padded prediction: their row says so and flags nothing.
 
-`claims_tables` gives both of the claims section's tables (reports/claims.py's verdicts and this).
+`claims_tables` gives both of the claims section's tables (reports/claims/verdicts.py's verdicts and this).
 """
 
 from __future__ import annotations
@@ -25,22 +25,21 @@ from pathlib import Path
 from typing import Any
 
 from reports import time_model as tm
-from reports.claims import (
-    CLAIMS_FILE,
-    Check,
+from reports.claims.file import CLAIMS_FILE, Check, load_claims
+from reports.claims.output import PLAN_NOTES, claims_table
+from reports.claims.verdicts import (
     Verdict,
     _base_for,
     _overrides,
     _setting,
     _setting_name,
     evaluate,
-    load_claims,
     reference_run,
 )
-from reports.claims_output import PLAN_NOTES, claims_table
-from reports.load import Cell, Run
+from reports.load import Cell
+from reports.runs import Run
 from reports.stats import Estimate, mean_ci
-from reports.tables import Column, Report, Table
+from reports.values import Column, Report, Table
 
 TIME_TOLERANCE = 0.10  # a time row off its prediction by more than this is flagged
 

@@ -1,6 +1,6 @@
 """The paper's claims checked against the results store: one verdict per check and setting.
 
-The claims are data (reports/claims.yaml, checked by `load_claims`). For every check and every
+The claims are data (reports/claims/claims.yaml, checked by `load_claims`). For every check and every
 setting of the store (dataset x model x world size) that holds its cell and whose pool is of the
 check's domain (`run_domain`), the cell is paired with its reference on seeds (the reference
 equal to the cell in every training setting but the selection: `training_differences`), and the
@@ -22,8 +22,8 @@ Every row cites its run ids, its scale (model, pool, seeds) and its protocol, an
 a CPU-scale verdict: evidence about the mechanism, not about the paper's 7B result. How verdicts
 are decided and why each tolerance is what it is: docs/claims.md.
 
-The claims file's loader is reports/claims_file.py, the tables and outputs reports/claims_output.py,
-the training time taken apart reports/claims_time.py.
+The claims file's loader is reports/claims/file.py, the tables and outputs reports/claims/output.py,
+the training time taken apart reports/claims/time.py.
 """
 
 from __future__ import annotations
@@ -38,21 +38,11 @@ import numpy as np
 import yaml
 
 from reports import time_model as tm
-from reports.claims_file import (  # re-exported: the claims file's names
-    BASE_METHOD,
-    CLAIMS_FILE,  # noqa: F401
-    CLUSTER_DEFAULTS,
-    CPU_NOTE,  # noqa: F401
-    HELDOUT,
-    VERDICTS,  # noqa: F401
-    Check,
-    Claim,
-    ClaimsFileError,  # noqa: F401
-    load_claims,  # noqa: F401
-)
-from reports.load import Cell, Run, norm_benchmark, split_protocol
+from reports.claims.file import BASE_METHOD, CLUSTER_DEFAULTS, HELDOUT, Check, Claim
+from reports.load import Cell
+from reports.runs import Run, norm_benchmark, split_protocol
 from reports.stats import ITEMS_ONLY, Estimate, SeedDiff, holm, item_diff, mean_ci, paired_diff
-from reports.tables import Report
+from reports.values import Report
 from repro.core.domains import PAPER_BENCHMARKS, config_domain, scale_of
 
 # C6: the cluster/agreement rows the verdict reads (method/clustering.py cluster_agreement), and
@@ -867,7 +857,7 @@ def _override(key: str, value: Any) -> str:
 def shipped_config_of(name: str) -> str | None:
     """`configs/<path>` of the shipped experiment config whose `name` is `name` (the demo's, a mini
     pool's, the paper recipe's), or None: the command a `not run` row prints then says CONFIG.yaml."""
-    from repro.core.config import SHIPPED_CONFIGS
+    from repro.core.config.load import SHIPPED_CONFIGS
 
     if not name:
         return None
@@ -902,7 +892,7 @@ def _base_for(
         pick = [r for r in runs if ps and (r.dataset, r.model) == (ps["dataset"], ps["model"])] or runs
     if not pick:
         base = DOMAIN_CONFIGS.get(dom or "", "configs/demo.yaml")
-        from repro.core.config import load_config
+        from repro.core.config.load import load_config
 
         cfg = load_config(base)
         return base, [cfg.seed], int(chk.cell.get("world_size", cfg.world_size)), False

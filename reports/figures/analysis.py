@@ -1,6 +1,6 @@
 """The analyses' figures: heatmaps of kept-set overlap and score rank correlation, and the
 category coverage bars (reports/analyses.py makes the tables; docs/reports.md, "Analyses").
-Beside reports/figures.py rather than in it, which holds the main figures and would pass 600
+Beside reports/figures/main.py rather than in it, which holds the main figures and would pass 600
 lines with these."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _heatmap_figure(
     cmap: str,
     bar_label: str,
 ) -> list[Path]:
-    from reports.figures import COLUMN_IN, PAGE_IN, _figure, _layout, _save
+    from reports.figures.style import COLUMN_IN, PAGE_IN, _figure, _layout, _save
 
     n = len(panels)
     biggest = max(len(lab) for _, lab, _ in panels)
@@ -94,7 +94,7 @@ def spearman_figure(kept: list[Kept], out_dir: Path) -> list[Path]:
 
 def coverage_figure(kept: list[Kept], out_dir: Path) -> list[Path]:
     """Grouped bars for the first pool: the pool's share of each category and each selection's."""
-    from reports.figures import COLORS, PAGE_IN, _figure, _layout, _legend, _save
+    from reports.figures.style import COLORS, PAGE_IN, _figure, _layout, _legend, _save
 
     covs = [(k, cov) for k in kept if (cov := coverage(k)) is not None]
     if not covs:
@@ -135,7 +135,7 @@ def analysis_figures(kept: list[Kept], out_dir: Path) -> list[Path]:
     """The analysis figures that have inputs, as PNG and PDF; returns their paths."""
     import matplotlib
 
-    from reports.figures import RC
+    from reports.figures.style import RC
 
     matplotlib.use("Agg", force=True)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ scores sit near the floor and the loss is what carries signal.
 
 One panel per setting (dataset x model x workers); rows: the pooled `heldout` loss, then every
 `heldout/<category>`; one marker per cell (mean over seeds, with its 95% Student-t interval where
-there are seeds). Lower is better. Byte-identical for the same results (reports/figures.py's
+there are seeds). Lower is better. Byte-identical for the same results (reports/figures/main.py's
 settings).
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from reports.figures import COLORS, LINE_IN, MARKERS, PAGE_IN, RC, _layout, _legend, _save
+from reports.figures.style import COLORS, LINE_IN, MARKERS, PAGE_IN, RC, _layout, _legend, _save
 from reports.names import cell_method_name
-from reports.tables import Report
+from reports.values import Report
 
 NAME = "heldout_loss"
 

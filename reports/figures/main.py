@@ -25,36 +25,34 @@ from typing import Any
 import numpy as np
 
 from reports.compact import in_main, time_unit
-from reports.figure_style import (  # the style and helpers, re-exported here
-    COLORS,  # noqa: F401
-    COLUMN_IN,  # noqa: F401
-    DPI,  # noqa: F401
-    FIGURES,  # noqa: F401
-    FONT_PT,  # noqa: F401
-    JITTER,  # noqa: F401
-    LINE_IN,  # noqa: F401
-    MARKERS,  # noqa: F401
-    PAGE_IN,  # noqa: F401
-    PAPER_STYLE,  # noqa: F401
-    PDF_META,  # noqa: F401
-    PNG_META,  # noqa: F401
-    RC,  # noqa: F401
-    UNIT_WORDS,  # noqa: F401
-    _empty,  # noqa: F401
-    _err,  # noqa: F401
-    _figure,  # noqa: F401
-    _layout,  # noqa: F401
-    _legend,  # noqa: F401
-    _legend_rows,  # noqa: F401
-    _save,  # noqa: F401
-    _setting_title,  # noqa: F401
-    _settings,  # noqa: F401
-    _val,  # noqa: F401
+from reports.figures.style import (
+    COLORS,
+    COLUMN_IN,
+    DPI,
+    FONT_PT,
+    JITTER,
+    LINE_IN,
+    MARKERS,
+    PAGE_IN,
+    PAPER_STYLE,
+    RC,
+    UNIT_WORDS,
+    _empty,
+    _err,
+    _figure,
+    _layout,
+    _legend,
+    _legend_rows,
+    _save,
+    _setting_title,
+    _settings,
+    _val,
 )
-from reports.load import RAW_METRICS, Cell
+from reports.load import Cell
 from reports.names import cell_method_name, method_name, setting_name
 from reports.reported import PaperCell, paper_cells
-from reports.tables import Report
+from reports.runs import RAW_METRICS
+from reports.values import Report
 from repro.core.steps import idle_share
 
 # ----------------------------------------------------------------------------- quality vs data

@@ -1,8 +1,8 @@
-"""The figures' common style and drawing helpers (reports/figures.py and the analysis, claims
+"""The figures' common style and drawing helpers (reports/figures/main.py and the analysis, claims
 and loss figures use them): paper sizes (3.25 in and 6.75 in wide, 8 pt text), colours and
 markers, matplotlib's rc settings, the layout in inches, byte-identical saving (PNG and PDF with
 no timestamps or version strings), the legend above the axes, and the small helpers every figure
-shares. reports/figures.py re-exports every name.
+shares.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.names import setting_name
-from reports.tables import Report
+from reports.values import Report
 
 COLUMN_IN, PAGE_IN = 3.25, 6.75  # single- and double-column widths of a two-column paper
 DPI = 300

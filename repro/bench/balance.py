@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from repro.core.argtypes import percent
-from repro.core.config import ConfigError, load_config
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import load_config
 from repro.core.interfaces import SelectionError
 from repro.core.io import atomic_write_json, atomic_write_text, read_json
 from repro.core.results import PART_NAME, provenance, read_rows

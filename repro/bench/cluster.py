@@ -31,6 +31,14 @@ import time
 import numpy as np
 
 from method import clustering as C
+from method.kmeans import KMEANS_MODES, kmeans
+from method.rows import (
+    ROW_CHUNK,
+    NormalizedRows,
+    normalize_features,
+    project_features,
+    sq_distances_to_own_center,
+)
 from reports.render import plain_table
 from repro.core.argtypes import int_list, int_range, positive_int, rng_seed, str_list
 
@@ -44,9 +52,9 @@ def _unit_vectors(n: int, d: int, seed: int) -> np.ndarray:
 def _pipeline(X: np.ndarray, k: int, mode: str, seed: int) -> dict:
     """Steps 2-6 as the selector runs them (cap 1.5, prune close, ratio 50), timed per step (s)."""
     t0 = time.perf_counter()
-    Xn = C.normalize_features(X, k)
+    Xn = normalize_features(X, k)
     t1 = time.perf_counter()
-    labels, centers, inertia = C.kmeans(Xn, k, seed, mode=mode)
+    labels, centers, inertia = kmeans(Xn, k, seed, mode=mode)
     t2 = time.perf_counter()
     capped = C.soft_cap_assign(Xn, centers, labels)
     t3 = time.perf_counter()
@@ -91,7 +99,7 @@ def bench_cluster(
     import torch  # noqa: F401  (import and first-call costs are not the method's)
 
     X = _unit_vectors(max([n, *n_growth]), d, seed)
-    C.kmeans(X[:2000, :64], 4, 0, mode="fast")
+    kmeans(X[:2000, :64], 4, 0, mode="fast")
     rows = []
     for k in ks:
         exact = None
@@ -104,7 +112,7 @@ def bench_cluster(
                 exact = r["inertia"]
                 rand = np.random.default_rng(seed).integers(0, k, len(Xn))
                 means = np.stack([Xn[rand == c].mean(axis=0) for c in range(k)])
-                r["random_over_exact"] = float(C.sq_distances_to_own_center(Xn, means, rand).sum()) / exact
+                r["random_over_exact"] = float(sq_distances_to_own_center(Xn, means, rand).sum()) / exact
             rows.append(r)
             _progress(r)
             del Xn, labels
@@ -176,7 +184,7 @@ def write_mixture(path, n: int, d: int, seed: int, groups: int = 32, block: int 
 def _steps(Xn, X, k: int, seed: int) -> tuple[dict, dict[int, np.ndarray], np.ndarray]:
     """Steps 3-6 as the selector runs them (fast k-means, cap 1.5, prune close, ratio 50)."""
     t1 = time.perf_counter()
-    labels, centers, inertia = C.kmeans(Xn, k, seed, mode="fast")
+    labels, centers, inertia = kmeans(Xn, k, seed, mode="fast")
     t2 = time.perf_counter()
     capped = C.soft_cap_assign(Xn, centers, labels)
     t3 = time.perf_counter()
@@ -203,13 +211,13 @@ def bench_scale(n: int, d: int, k: int, folder: str, seed: int = 0, agree_n: int
     write_mixture(path, n, d, seed)
     write_s = time.perf_counter() - t0
     rows = []
-    C.kmeans(np.random.default_rng(0).standard_normal((2000, 64)).astype(np.float32), 4, 0, mode="fast")
+    kmeans(np.random.default_rng(0).standard_normal((2000, 64)).astype(np.float32), 4, 0, mode="fast")
     load = os.getloadavg()[0]
     X = np.load(path, mmap_mode="r")
     with _RssSampler() as rss:
         base = dict(rss.peak)
         t0 = time.perf_counter()
-        Xn = C.NormalizedRows(X, k)
+        Xn = NormalizedRows(X, k)
         t1 = time.perf_counter()
         r, chosen, capped = _steps(Xn, X, k, seed)
         total = time.perf_counter() - t0
@@ -251,17 +259,17 @@ def _agreement(head: np.ndarray, k: int, seed: int, folder) -> dict:
 
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    mem, mem_chosen, mem_lab = _steps(C.normalize_features(head, k), head, k, seed)
+    mem, mem_chosen, mem_lab = _steps(normalize_features(head, k), head, k, seed)
     mem_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    lazy, lazy_chosen, lazy_lab = _steps(C.NormalizedRows(head, k), head, k, seed)
+    lazy, lazy_chosen, lazy_lab = _steps(NormalizedRows(head, k), head, k, seed)
     lazy_s = time.perf_counter() - t0
     half_path = folder / "head16.npy"
     half = np.lib.format.open_memmap(half_path, mode="w+", dtype=np.float16, shape=head.shape)
-    for a in range(0, head.shape[0], C.ROW_CHUNK):
-        half[a : a + C.ROW_CHUNK] = head[a : a + C.ROW_CHUNK]
+    for a in range(0, head.shape[0], ROW_CHUNK):
+        half[a : a + ROW_CHUNK] = head[a : a + ROW_CHUNK]
     half.flush()
-    _, half_chosen, half_lab = _steps(C.NormalizedRows(half, k), half, k, seed)
+    _, half_chosen, half_lab = _steps(NormalizedRows(half, k), half, k, seed)
     del half
     half_path.unlink()
     row = {
@@ -283,7 +291,7 @@ def _agreement(head: np.ndarray, k: int, seed: int, folder) -> dict:
         "load1": load,
     }
     if head.shape[1] > 256:
-        P = C.project_features(C.NormalizedRows(head, k), 256, seed)
+        P = project_features(NormalizedRows(head, k), 256, seed)
         _, proj_chosen, proj_lab = _steps(P, P, k, seed)
         row["proj256_kept_jaccard"] = len(_kept(mem_chosen) & _kept(proj_chosen)) / len(
             _kept(mem_chosen) | _kept(proj_chosen)
@@ -362,7 +370,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument(
         "--modes",
-        type=str_list(C.KMEANS_MODES),
+        type=str_list(KMEANS_MODES),
         default=",".join(("exact", "fast")),
         help="k-means modes, comma-separated (default exact,fast)",
     )

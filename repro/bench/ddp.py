@@ -52,7 +52,7 @@ def bench_ddp(
     output_dir: Path,
     overrides: list[str],
 ) -> list[dict[str, Any]]:
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
     from repro.demo import demo_config
     from repro.pipeline import run_experiment
 

@@ -95,7 +95,7 @@ def _load(model_dir: Any, device: str, dtype: torch.dtype) -> tuple[Any, Any, st
         with torch.device(device):  # initialized on the device: no 28 GB fp32 detour on the host
             model = AutoModelForCausalLM.from_config(model_dir, dtype=dtype)
         return model.eval(), None, f"random {model_dir.model_type} h{model_dir.hidden_size}"
-    from repro.core.config import LoraConfig, ModelConfig
+    from repro.core.config.schema import LoraConfig, ModelConfig
     from repro.core.models import load_model_and_tokenizer
 
     cfg = ModelConfig(name_or_path=str(model_dir), lora=LoraConfig(enabled=False))
@@ -107,7 +107,7 @@ def _batches(
     tok: Any, vocab: int, batch_size: int, n_batches: int, max_length: int, seed: int = 0
 ) -> list[dict]:
     """Deterministic in the arguments (the memory subprocesses rebuild the very same batches)."""
-    from repro.core.data import IGNORE_INDEX, collate
+    from repro.core.tokens import IGNORE_INDEX, collate
 
     rng = random.Random(seed * 1000 + batch_size)
     if tok is not None:
@@ -335,7 +335,7 @@ def _resolve_model(name: str) -> str:
     from repro.core.models import BUILTIN_MODELS, materialize_model
 
     if name in BUILTIN_MODELS:
-        from repro.core.config import LoraConfig, ModelConfig
+        from repro.core.config.schema import LoraConfig, ModelConfig
 
         return str(materialize_model(ModelConfig(name_or_path=name, lora=LoraConfig(enabled=False)), seed=0))
     return name  # a directory, or a shape name of _SHAPES

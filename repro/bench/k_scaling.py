@@ -57,7 +57,9 @@ from typing import Any
 import numpy as np
 
 from method import clustering as C
+from method.kmeans import KMEANS_MODES, kmeans
 from method.packing import pack_clusters, split_budget
+from method.rows import normalize_features
 from reports.render import computed_table
 from repro.core.argtypes import int_list, int_range, positive_int, str_list
 from repro.core.interfaces import SelectionError
@@ -76,7 +78,7 @@ def mini_features(config: Path, features_dir: Path, data_dir: str | None = None)
     """The N x D gradient-proxy features of a mini config's pool: the pipeline's stages up to
     `select` (CluSTER, the config's model and data) run into features_dir, which keeps them for the
     next call. Returns the float32 features in pool order."""
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
     from repro.pipeline import run_experiment
 
     overrides = [f"output_dir={features_dir}", *FEATURE_OVERRIDES]
@@ -100,7 +102,7 @@ def select_at(
     n = Xn.shape[0]
     kc = k * c
     t0 = time.perf_counter()
-    labels, centers, _ = C.kmeans(Xn, kc, seed, n_init, max_iter, mode)
+    labels, centers, _ = kmeans(Xn, kc, seed, n_init, max_iter, mode)
     t1 = time.perf_counter()
     before = np.bincount(labels, minlength=kc)
     capped = C.soft_cap_assign(Xn, centers, labels, CAP)
@@ -144,7 +146,7 @@ def scaling_rows(
     for k in ks:
         if (k > 1) not in normalized:
             t = time.perf_counter()
-            normalized[k > 1] = (C.normalize_features(X, k), time.perf_counter() - t)
+            normalized[k > 1] = (normalize_features(X, k), time.perf_counter() - t)
         Xn, norm_s = normalized[k > 1]
         for c in cs:
             if k * c > X.shape[0]:
@@ -273,12 +275,12 @@ def figures(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
     """k_scaling_kept: the kept fraction vs K, one panel per feature set, a colour per C, r = 1.0
     solid and r = 0.5 dashed. k_scaling_skew: largest / smallest and the CV of the sizes vs K, a
     colour per feature set; solid: the C = 1 clusters (= workers), dashed: the worker totals at the
-    largest C. PNG and PDF, one paper column wide (reports/figures.py's sizes and fonts)."""
+    largest C. PNG and PDF, one paper column wide (reports/figures/main.py's sizes and fonts)."""
     import matplotlib
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
-    from reports.figures import COLORS, COLUMN_IN, LINE_IN, MARKERS, RC, _figure, _layout, _save
+    from reports.figures.style import COLORS, COLUMN_IN, LINE_IN, MARKERS, RC, _figure, _layout, _save
 
     summ = summarize(rows)
     names = list(dict.fromkeys(r["set"] for r in summ))
@@ -435,7 +437,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--synthetic-d", type=int_range(2, note="unit vectors in 1 dim are only +-1"), default=4096
     )
-    ap.add_argument("--synthetic-mode", choices=C.KMEANS_MODES, default="fast")
+    ap.add_argument("--synthetic-mode", choices=KMEANS_MODES, default="fast")
     ap.add_argument("--synthetic-seeds", type=int_list(0, 2**32 - 1), default="0", help="comma-separated")
     ap.add_argument(
         "--pools",
@@ -468,7 +470,7 @@ def run(a: argparse.Namespace) -> int:
         parser().error("--no-real and --no-synthetic leave nothing to measure")
 
     from repro.bench.cluster import _unit_vectors
-    from repro.core.config import SHIPPED_CONFIGS
+    from repro.core.config.load import SHIPPED_CONFIGS
 
     rows: list[dict[str, Any]] = []
     try:

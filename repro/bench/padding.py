@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.render import markdown_grid
-from repro.core.config import load_config
+from repro.core.config.load import load_config
 from repro.core.io import atomic_write_json, atomic_write_text
 
 
@@ -37,8 +37,8 @@ def padding_rows(run_dir: Path, max_length: int) -> list[dict[str, Any]]:
     """Per step shape: real and padded tokens, plain and length-grouped, of the run's schedule."""
     from repro.core import steps
     from repro.core.io import read_json, read_jsonl
+    from repro.core.rundir import model_dir_of
     from repro.core.types import Example, Schedule, read_selection
-    from repro.pipeline import model_dir_of
 
     sched = Schedule.from_dict(read_json(run_dir / "schedule.json"))
     derived = read_json(run_dir / "derived.json")

@@ -134,7 +134,7 @@ def _worker(rank: int, world_size: int, args: dict[str, Any], out: str) -> None:
     with torch.device(build_on):
         model = AutoModelForCausalLM.from_config(_model_config(shape, args["layers"]), dtype=torch.float32)
     if args["lora"]:
-        from repro.core.config import ModelConfig
+        from repro.core.config.schema import ModelConfig
         from repro.core.models import _wrap_lora
 
         model = _wrap_lora(model, ModelConfig())

@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from method import clustering as C
+from method.kmeans import kmeans
+from method.rows import normalize_features, project_features
 from reports.render import plain_table
 from repro.core.argtypes import int_list, positive_int
 
@@ -36,8 +38,8 @@ def _kept(chosen: dict) -> set[int]:
 
 
 def _select(X: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, set[int]]:
-    Xn = C.normalize_features(X, k)
-    labels, centers, _ = C.kmeans(Xn, k, seed, mode="fast")
+    Xn = normalize_features(X, k)
+    labels, centers, _ = kmeans(Xn, k, seed, mode="fast")
     capped = C.soft_cap_assign(Xn, centers, labels)
     _, m_adj = C.balanced_budget(np.bincount(capped, minlength=k), 50)
     return capped, _kept(C.choose_within_cluster(Xn, centers, capped, m_adj, "close", seed))
@@ -48,7 +50,7 @@ def bench_proxies(config: str, overrides: list[str], limit: int, lengths, proj_d
     from transformers import AutoTokenizer
 
     from method.features import feature_item, features_to_file
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
     from repro.core.io import read_jsonl
     from repro.core.rundir import model_dir_of
     from repro.core.types import Example
@@ -94,7 +96,7 @@ def bench_proxies(config: str, overrides: list[str], limit: int, lengths, proj_d
         )
         print(f"[bench_proxies] {out[-1]}", file=sys.stderr, flush=True)
     for d in proj_dims:
-        P = C.project_features(C.normalize_features(full["X"], k), d, cfg.seed)
+        P = project_features(normalize_features(full["X"], k), d, cfg.seed)
         labels, kept = _select(P, k, cfg.seed)
         out.append(
             {

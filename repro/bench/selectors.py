@@ -47,7 +47,7 @@ DEFAULT_PARAMS = {"cluster": ["selection.params.ratio=50"]}
 
 _STAGE = """
 import sys
-from repro.core.config import load_config
+from repro.core.config.load import load_config
 from repro.pipeline import run_experiment
 cfg = load_config(sys.argv[1], sys.argv[3:])
 run_experiment(cfg, until=sys.argv[2])
@@ -79,7 +79,7 @@ def bench_selectors(
         ov = [*overrides, f"selection.method={m}", *(DEFAULT_PARAMS.get(m, [])), *((extra or {}).get(m, []))]
         if m not in SELF_COUNTED:
             ov.append(f"selection.fraction={fraction}")
-        from repro.core.config import load_config
+        from repro.core.config.load import load_config
 
         run_dir = load_config(config, ov).run_dir()
         if not (run_dir / "stages" / "pool.json").is_file():

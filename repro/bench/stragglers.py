@@ -47,10 +47,12 @@ from typing import Any
 
 from reports.render import markdown_grid
 from repro.core.argtypes import int_list, positive_int, str_list
-from repro.core.config import ConfigError, ExperimentConfig, derive, load_config
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import load_config
+from repro.core.config.schema import ExperimentConfig
 from repro.core.interfaces import AllocationContext, SelectionContext, SelectionError
 from repro.core.registry import ALLOCATORS, SELECTORS
-from repro.core.steps import idle_share, step_token_sums, token_lengths
+from repro.core.steps import derive, idle_share, step_token_sums, token_lengths
 from repro.core.types import Schedule, Selection
 
 DEFAULT_POOLS = "configs/mini/code.yaml,configs/mini/medical.yaml"
@@ -333,10 +335,10 @@ def format_tables(rows: list[dict[str, Any]], accum: int) -> str:
 def figure(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
     """bench_stragglers.png/.pdf: the predicted idle share per variant, one panel per pool, a group
     of bars per (K, r), at the paper's size where the pool has one (else the pool's own). Cells
-    with no full optimizer step are left empty. Paper page width (reports/figures.py's style)."""
+    with no full optimizer step are left empty. Paper page width (reports/figures/main.py's style)."""
     import matplotlib
 
-    from reports.figures import COLORS, LINE_IN, PAGE_IN, RC, _figure, _layout, _save
+    from reports.figures.style import COLORS, LINE_IN, PAGE_IN, RC, _figure, _layout, _save
 
     pools = list(dict.fromkeys(r["pool"] for r in rows))
     if not pools:

@@ -6,8 +6,19 @@ import argparse
 import sys
 from pathlib import Path
 
-from repro.commands import add_config_args
-from repro.core.config import ConfigError, load_config, resolve_config_path
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import load_config, resolve_config_path
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "config",
+        help="a YAML config file, or a shipped config by name, e.g. demo or "
+        "mini/code (`cluster-repro ls configs`)",
+    )
+    p.add_argument(
+        "overrides", nargs="*", metavar="key.sub=value", help="override any config key, e.g. train.epochs=2"
+    )
 
 
 def register(sub: argparse._SubParsersAction, epilog: str) -> None:
@@ -146,7 +157,7 @@ def _run(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     import yaml
 
-    from repro.core.config import eval_hash
+    from repro.core.config.schema import eval_hash
 
     cfg = load_config(args.config, args.overrides)
     preflight(args.config, cfg)
@@ -167,7 +178,8 @@ def _validate(args: argparse.Namespace) -> int:
 def preflight(where: str, cfg) -> None:
     """Check the config before any stage runs (repro/preflight.py): a problem raises a
     ConfigError listing each with its key; notes (what cannot be checked here) go to stderr."""
-    from repro.preflight import report, require_clean
+    from repro.preflight import require_clean
+    from repro.problems import report
 
     found = require_clean([(where, cfg)])
     if any(found.values()):

@@ -94,7 +94,7 @@ def _cmd_ls(what: str, task_paths: list[str]) -> int:
         print(f"auto: the first of {', '.join(DETECT_ORDER)} whose required fields the first row has")
         return 0
     if what == "benchmarks":
-        from evals.run import known_benchmarks
+        from evals.benchmarks import known_benchmarks
 
         for b in known_benchmarks(task_paths).values():
             print(
@@ -103,7 +103,7 @@ def _cmd_ls(what: str, task_paths: list[str]) -> int:
             )
         return 0
     if what == "configs":  # every name works as CONFIG, RUNS_FILE, GRID or --profile anywhere
-        from repro.core.config import SHIPPED_CONFIGS, shipped_configs
+        from repro.core.config.load import SHIPPED_CONFIGS, shipped_configs
 
         for name in shipped_configs():
             first = (SHIPPED_CONFIGS / f"{name}.yaml").read_text(encoding="utf-8").splitlines()[:1]

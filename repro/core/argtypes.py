@@ -13,7 +13,7 @@ status 2, before anything runs:
 Every list flag is one comma-separated value (`--ks 4,8,16`), never `nargs="+"`
 (tests/test_cli_checks.py checks that too).
 
-The ranges are `repro.core.builder.Range`, the same that config keys use. Every numeric flag of
+The ranges are `repro.core.config.builder.Range`, the same that config keys use. Every numeric flag of
 every command takes one of these (tests/test_cli_checks.py walks every parser for a bare int or
 float).
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from repro.core.builder import Range
+from repro.core.config.builder import Range
 
 
 class NumberType:

@@ -19,8 +19,8 @@ With `data.chat_template: true`, an Example's prompt is the row's user turn (ins
 through the model tokenizer's chat template, with the assistant's turn opened (`chat_prompt`);
 the response follows and ends with the tokenizer's eos token, as with the datasets' own templates.
 
-`tokenize_example`, `TokenizedPool` and `collate` turn Examples into training tensors; they live in
-repro/core/tokens.py and are re-exported here.
+`tokenize_example`, `TokenizedPool` and `collate` (repro/core/tokens.py) turn Examples into
+training tensors.
 """
 
 from __future__ import annotations
@@ -33,25 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.core.config_schema import DataSource, ExperimentConfig
+from repro.core.config.schema import DataSource, ExperimentConfig
 from repro.core.log import get_logger
 from repro.core.prompts import FORMATS, ChatTemplate, DataError, RowError, detect_format, render
-from repro.core.tokens import IGNORE_INDEX, TokenizedPool, collate, tokenize_example
 from repro.core.types import Example, Pool
 
 logger = get_logger("data")
 
-__all__ = [
-    "DataError",
-    "SourceReport",
-    "load_pool",
-    "load_pool_report",
-    "chat_prompt",
-    "tokenize_example",
-    "TokenizedPool",
-    "collate",
-    "IGNORE_INDEX",
-]
+__all__ = ["SourceReport", "load_pool", "load_pool_report", "chat_prompt"]
 
 _ID_FIELDS = ("id", "task_id")
 _SKIP_HINT = "; set data.on_bad_row=skip to skip and count bad rows instead"

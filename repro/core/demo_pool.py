@@ -4,7 +4,7 @@
 rarest category is 5% of the pool and the commonest 30%: `category_shares`) and planted
 near/exact duplicates (so data selection has something to find), plus held-out rows that share no
 underlying problem with training (the same number per category, however rare it is in training).
-`score_generation` (repro/core/demo_score.py, re-exported here) checks a model's response:
+`score_generation` (repro/core/demo_score.py) checks a model's response:
 exact-match on the first line, or, for `python_function`, running the code against assert
 statements in a resource-limited subprocess.
 
@@ -22,19 +22,15 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from repro.core.demo_score import extract_code, run_python_tests, score_generation
 from repro.core.errors import UserValueError
 
-__all__ = [  # the scoring lives in repro/core/demo_score.py; its names stay importable from here
+__all__ = [
     "CATEGORIES",
     "DEFAULT_MAX_SHARE",
     "DEFAULT_MIN_SHARE",
     "category_counts",
     "category_shares",
-    "extract_code",
     "generate_demo_pool",
-    "run_python_tests",
-    "score_generation",
 ]
 
 CATEGORIES: tuple[str, ...] = (

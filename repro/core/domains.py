@@ -1,5 +1,5 @@
 """Which of the paper's domains (code, medical) a training pool belongs to, and how large the
-paper's own setting is: what decides where a claim's check applies (reports/claims.py) and
+paper's own setting is: what decides where a claim's check applies (reports/claims/verdicts.py) and
 whether a verdict speaks about the paper's scale.
 
 A pool's domain is its config's `data.domain` where the config declares one, else the domain of

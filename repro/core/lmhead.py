@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from repro.core.data import IGNORE_INDEX
+from repro.core.tokens import IGNORE_INDEX
 
 
 def weighted_lm_loss(

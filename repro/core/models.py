@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from repro.core.config import ModelConfig
+from repro.core.config.schema import ModelConfig
 from repro.core.errors import UserError
 from repro.core.log import get_logger
 

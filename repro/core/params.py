@@ -8,7 +8,7 @@
             batch_size: int = param(8, lo=1, help="examples per forward pass")
 
 The config's `selection.params` (or `allocation.params`) mapping is built into that dataclass by
-the config builder (repro/core/builder.py): the same type coercion (an int where a float is
+the config builder (repro/core/config/builder.py): the same type coercion (an int where a float is
 asked becomes a float), ranges, "did you mean" for an unknown key, and defaults in one place. A
 `check()` method on the dataclass states what types and ranges cannot (two keys together), raising
 ConfigError. The parameters read as the object's attributes (`self.score` is
@@ -32,7 +32,7 @@ import dataclasses
 import typing
 from typing import Any, ClassVar
 
-from repro.core.builder import ConfigError, Range, _build, _type_name, check_numbers
+from repro.core.config.builder import ConfigError, Range, _build, _type_name, check_numbers
 
 
 def param(

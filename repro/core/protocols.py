@@ -3,7 +3,7 @@ the layers that read scores (reports/, the claims file), which do not import eac
 
 lm-eval: the lm-eval task of evals/tasks (every benchmark); evalplus: EvalPlus's problems in an
 instruction template with Magicoder's response prefix, greedy, EvalPlus's sanitizer and its
-differential tests (evals/evalplus_protocol.py; the four code benchmarks, local files only).
+differential tests (evals/evalplus/protocol.py; the four code benchmarks, local files only).
 docs/benchmarks.md "Protocols".
 """
 

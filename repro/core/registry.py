@@ -17,16 +17,17 @@ import dataclasses
 import difflib
 import importlib
 import inspect
+import pkgutil
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from repro.core.builder import ConfigError
+from repro.core.config.builder import ConfigError
 from repro.core.params import build_params, canonical, describe, params_class
 
-# Modules whose import registers the built-in implementations. Imported on first use, so that
-# `import repro` stays light.
-_BUILTIN_MODULES = {
+# Packages whose modules register the built-in implementations (each with its own decorator):
+# every module of each is imported on first use, so that `import repro` stays light.
+_BUILTIN_PACKAGES = {
     "selectors": ["baselines", "method"],
     "allocators": ["method"],
 }
@@ -64,8 +65,10 @@ class Registry:
         if self._loaded_builtins:
             return
         self._loaded_builtins = True
-        for mod in _BUILTIN_MODULES[self.kind]:
-            importlib.import_module(mod)
+        for name in _BUILTIN_PACKAGES[self.kind]:
+            package = importlib.import_module(name)
+            for mod in pkgutil.iter_modules(package.__path__):
+                importlib.import_module(f"{name}.{mod.name}")
 
     def _entry_points(self) -> dict[str, Any]:
         return {ep.name: ep for ep in entry_points(group=self.group)}

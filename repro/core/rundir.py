@@ -42,7 +42,7 @@ from repro.core.io import atomic_write_json, read_json
 from repro.core.log import get_logger
 
 if TYPE_CHECKING:
-    from repro.core.config import ExperimentConfig
+    from repro.core.config.schema import ExperimentConfig
 
 LOCK_NAME = ".lock"
 LEDGER = Path("stages") / "attempts.json"
@@ -287,7 +287,7 @@ EVAL_STAGES = stages.EVAL_STAGES
 
 def stage_key(cfg: ExperimentConfig, name: str) -> dict[str, Any] | None:
     """The settings a stage's marker must match to count as done (None: its marker suffices)."""
-    from repro.core.config import eval_hash
+    from repro.core.config.schema import eval_hash
 
     return {"eval_hash": eval_hash(cfg)} if name in EVAL_STAGES else None
 

@@ -42,11 +42,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from repro.core.builder import ConfigError
+from repro.core.config.builder import ConfigError
 from repro.core.types import Example, Schedule
 
 if TYPE_CHECKING:
-    from repro.core.config_schema import ExperimentConfig
+    from repro.core.config.schema import ExperimentConfig
 
 
 def token_lengths(examples: list[Example], model_dir: Path, max_length: int) -> dict[str, int]:
@@ -54,7 +54,7 @@ def token_lengths(examples: list[Example], model_dir: Path, max_length: int) -> 
     the model's own tokenizer, as the pool stage and the trainer tokenize."""
     from transformers import AutoTokenizer
 
-    from repro.core.data import TokenizedPool
+    from repro.core.tokens import TokenizedPool
     from repro.core.types import Pool
 
     tok = AutoTokenizer.from_pretrained(model_dir)

@@ -83,7 +83,7 @@ def dataset_label(cfg: Any) -> str:
 def selection_ratio(cfg: Any) -> float | None:
     """The selector's `ratio` parameter as it runs with it (its default where the config leaves
     it out: CluSTER's r in percent), or None for a selector without one."""
-    from repro.core.builder import ConfigError
+    from repro.core.config.builder import ConfigError
     from repro.core.params import build_params, params_class
     from repro.core.registry import SELECTORS
 
@@ -103,7 +103,7 @@ def run_settings(cfg: Any) -> dict[str, Any]:
     """The run's settings as result columns, from its config: what every result row of the run
     states and what the reports place it by (reports/load.py reads the same from the stored
     config, never from a row)."""
-    from repro.core.config_schema import canonical_params
+    from repro.core.config.schema import canonical_params
 
     sel_params, alloc_params = canonical_params(cfg)
     return {

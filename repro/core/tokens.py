@@ -1,7 +1,7 @@
 """Tokenizing Examples for training: `tokenize_example` (one Example: prompt tokens, response
 tokens, eos; labels IGNORE_INDEX on the prompt), `TokenizedPool` (a Pool tokenized once, in
 batches, with bad rows stopped or skipped and counted) and `collate` (right-padded int64 tensors).
-repro.core.data (which loads the Pools) re-exports all of them.
+repro/core/data.py loads the Pools they tokenize.
 """
 
 from __future__ import annotations

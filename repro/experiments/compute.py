@@ -58,7 +58,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import ConfigError, ExperimentConfig, from_dict
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import from_dict
+from repro.core.config.schema import ExperimentConfig
 from repro.core.io import read_json
 from repro.core.rundir import prior_seconds, stage_marker
 
@@ -191,7 +193,7 @@ def measured_costs(ref_cfg: ExperimentConfig, ref_run_dir: Path) -> Costs | None
 def own_kind_run(cfg: ExperimentConfig, ref_cfg: ExperimentConfig, ref_run_dir: Path) -> Path | None:
     """A trained run of cfg's own kind beside the named one (the module's docstring says which),
     or None."""
-    from repro.core.config import load_config
+    from repro.core.config.load import load_config
 
     ref_id = f"{ref_cfg.name}-{ref_cfg.hash()}"
     best: tuple[int, str, Path] | None = None

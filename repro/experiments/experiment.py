@@ -37,7 +37,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import ConfigError, load_config, read_yaml_file, resolve_config_path
+from repro.core.config.builder import ConfigError, read_yaml_file
+from repro.core.config.load import load_config, resolve_config_path
 from repro.experiments.files import _GRID_AXES, CONFIG, RUN_LIST, kind_of, read_mapping
 from repro.experiments.grids import Cell, Grid, declared, grid_cell_name, grid_from_mapping, refuse_repeats
 from repro.experiments.inline import run_in_order
@@ -134,7 +135,8 @@ def run_cells_of(data: dict[str, Any], p: Path, extra: list[str] | tuple[str, ..
 def run_cells(grid: Grid, force: bool = False) -> list[Path]:
     """The inline executor: every cell in order, in this process (a matched cell after its
     reference, which the planner puts first). Preflight checks every cell before any runs."""
-    from repro.preflight import report, require_clean
+    from repro.preflight import require_clean
+    from repro.problems import report
 
     notes = require_clean([(f"{grid.path} cell {c.id}", c.check_config()) for c in grid.cells])
     if any(notes.values()):

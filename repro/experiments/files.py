@@ -12,7 +12,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import ConfigError, ExperimentConfig, read_yaml_file
+from repro.core.config.builder import ConfigError, read_yaml_file
+from repro.core.config.schema import ExperimentConfig
 
 RUN_LIST = "run list"
 GRID_FILE = "grid file"

@@ -1,6 +1,6 @@
 """Grid files: datasets x models x methods x ratios x world sizes x seeds, with exclusions.
 
-A grid expands into cells; a cell is one experiment config (`repro/core/config.py`), built from the
+A grid expands into cells; a cell is one experiment config (`repro/core/config/load.py`), built from the
 grid's base config plus the overrides of its dataset, model and method, and its ratio, world size
 and seed. `cluster-repro launch` submits a grid's cells (slurm/), `cluster-repro status` shows
 where they stand; run lists (runlists.py) are the small, sequential form `cluster-repro grid`
@@ -47,17 +47,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import (
+from repro.core.config.builder import (
     ConfigError,
-    ExperimentConfig,
     check_name,
     check_text,
-    from_dict,
     parse_override,
     read_yaml_file,
-    resolve_config_path,
     set_dotted,
 )
+from repro.core.config.load import from_dict, resolve_config_path
+from repro.core.config.schema import ExperimentConfig
 from repro.experiments.compute import COMPUTE_KEY, compute_reference_of
 from repro.experiments.files import GRID_FILE, read_mapping
 from repro.experiments.matching import MATCH_KEY, reference_of

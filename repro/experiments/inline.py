@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from repro.core.config import ExperimentConfig
+from repro.core.config.schema import ExperimentConfig
 from repro.experiments.matching import resolve_match
 
 

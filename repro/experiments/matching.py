@@ -19,7 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from repro.core.config import ConfigError, ExperimentConfig, from_dict
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import from_dict
+from repro.core.config.schema import ExperimentConfig
 from repro.core.io import read_json
 from repro.core.rundir import stage_marker
 from repro.experiments.compute import COMPUTE_KEY, compute_matched_config

@@ -28,7 +28,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from repro.core.config import ConfigError, ExperimentConfig, load_config, resolve_config_path
+from repro.core.config.builder import ConfigError
+from repro.core.config.load import load_config, resolve_config_path
+from repro.core.config.schema import ExperimentConfig
 from repro.experiments.compute import (
     COMPUTE_KEY,
     check_compute_matchable,
@@ -171,7 +173,7 @@ def run_list(rl: RunList, extra: list[str] = (), force: bool = False) -> list[Pa
     """Run every experiment of the list in order; returns their run directories (the inline
     executor, experiment.run_in_order, after every run's preflight)."""
     from repro.experiments.inline import run_in_order
-    from repro.preflight import report
+    from repro.problems import report
 
     notes = preflight_run_list(rl, extra)  # validate and check all first
     if any(notes.values()):

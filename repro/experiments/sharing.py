@@ -30,7 +30,7 @@ import hashlib
 import json
 from typing import Any
 
-from repro.core.config import ExperimentConfig
+from repro.core.config.schema import ExperimentConfig
 from repro.core.registry import SELECTORS
 
 

@@ -1,5 +1,5 @@
 """The experiment config's checks that types cannot state: every number's range, names, text,
-and the checks across keys. Run at load time by repro/core/config.py; run-time checks belong to
+and the checks across keys. Run at load time by repro/core/config/load.py; run-time checks belong to
 the stages and repro/preflight.py.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from repro.core.builder import ConfigError, Range, check_name, check_numbers, check_texts
-from repro.core.config_schema import EvalConfig, ExperimentConfig
+from repro.core.config.builder import ConfigError, Range, check_name, check_numbers, check_texts
+from repro.core.config.schema import EvalConfig, ExperimentConfig
 
 # What every int and float key may be. The key names a field by its dotted path; `[]` stands for
 # every item of a list (data.sources). tests/test_integrity_inputs.py checks that every numeric

@@ -1,14 +1,13 @@
-"""One typed config for every stage, loaded from YAML and `key.sub=value` overrides.
+"""Loading the one typed config: a YAML file or a shipped config by name, plus `key.sub=value`
+overrides, built and checked as it is read.
 
 Validation happens at load time: an unknown key gets a "did you mean", a wrong type or value
-names the key and what is allowed. The config is three modules with one job each, and this one
+names the key and what is allowed. The config package has one job per module, and this one
 loads it:
 
-    repro/core/config_schema.py   the sections (dataclasses) and the run's hash
-    repro/core/builder.py         building any dataclass from a mapping; YAML; overrides; ranges
-    repro/core/checks.py          the ranges of every number and the checks across keys
-
-Their names are importable from here, as before.
+    repro/core/config/schema.py    the sections (dataclasses) and the run's hash
+    repro/core/config/builder.py   building any dataclass from a mapping; YAML; overrides; ranges
+    repro/core/config/checks.py    the ranges of every number and the checks across keys
 """
 
 from __future__ import annotations
@@ -21,45 +20,14 @@ from typing import Any
 
 import yaml
 
-from repro.core.builder import (  # noqa: F401 (re-exported)
-    NAME_MAX_BYTES,
-    ConfigError,
-    Range,
-    build,
-    check_name,
-    check_numbers,
-    check_text,
-    check_texts,
-    numeric_keys,
-    parse_override,
-    read_yaml_file,
-    set_dotted,
-)
-from repro.core.checks import NUMERIC_RANGES, validate  # noqa: F401 (re-exported)
-from repro.core.config_schema import (  # noqa: F401 (re-exported)
-    DEMO_MAX_NEW_TOKENS,
-    AllocationConfig,
-    DataConfig,
-    DataSource,
-    EvalConfig,
-    ExperimentConfig,
-    LaunchConfig,
-    LoraConfig,
-    ModelConfig,
-    PromptFormatName,
-    SelectionConfig,
-    TrainConfig,
-    _short_hash,
-    config_hash,
-    eval_hash,
-    resolve_data_dir,
-)
-from repro.core.steps import Derived, derive, grad_accum  # noqa: F401 (re-exported)
+from repro.core.config.builder import ConfigError, build, parse_override, read_yaml_file, set_dotted
+from repro.core.config.checks import validate
+from repro.core.config.schema import ExperimentConfig
 
 # The configs the package ships (experiment configs, run lists, grids, cluster profiles). They live
 # inside the package so that an installed wheel has them; the repository's top-level `configs` is a
 # link to this folder, so the documented `configs/...` paths work in a checkout.
-SHIPPED_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+SHIPPED_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def shipped_configs() -> list[str]:

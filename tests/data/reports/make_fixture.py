@@ -34,7 +34,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
 from repro.core import schema  # noqa: E402
-from repro.core.config import eval_hash, load_config  # noqa: E402
+from repro.core.config.load import load_config  # noqa: E402
+from repro.core.config.schema import eval_hash  # noqa: E402
 from repro.core.io import atomic_write_json, atomic_write_jsonl  # noqa: E402
 from repro.core.steps import idle_share, worker_idle_shares  # noqa: E402
 from repro.core.store import run_settings, write_set  # noqa: E402
@@ -80,7 +81,7 @@ def config_of(spec: dict, ref_id: str | None) -> object:
         "run_id": ref_id,
         "kept": spec["n_sel"],
     }
-    from repro.core.config import from_dict
+    from repro.core.config.load import from_dict
 
     return from_dict(data)
 
