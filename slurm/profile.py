@@ -89,7 +89,7 @@ class ClusterProfile:
         return world_size // per, per
 
 
-# Numeric keys of a profile and what they allow (repro/core/config/load.py's Range); every numeric field
+# Numeric keys of a profile and what they allow (repro/core/config/builder.py's Range); every numeric field
 # has an entry (tests/test_integrity_inputs.py checks it, as for the experiment config).
 RANGES: dict[str, Range] = {
     "gpus_per_node": Range(1),
@@ -130,7 +130,7 @@ def check_profile(prof: ClusterProfile) -> None:
 
 
 def load_profile(path: str | Path) -> ClusterProfile:
-    """Load and check a profile file, by the experiment config's rules (repro/core/config/load.py's
+    """Load and check a profile file, by the experiment config's rules (repro/core/config/builder.py's
     `build`: the same types, Literal and null checks and the same wording); errors name the file
     and the key."""
     p = resolve_config_path(path, "cluster profile")

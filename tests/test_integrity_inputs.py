@@ -60,7 +60,7 @@ def _is_float(key: str) -> bool:
 
 def test_every_numeric_key_of_every_section_has_a_range() -> None:
     """A new int/float key cannot arrive without a guard: every field of every dataclass in
-    repro/core/config/load.py (and of a cluster profile) that takes a number is in NUMERIC_RANGES (RANGES),
+    repro/core/config/schema.py (and of a cluster profile) that takes a number is in NUMERIC_RANGES (RANGES),
     and every shipped default is itself allowed."""
     from slurm.profile import RANGES, ClusterProfile
 
@@ -126,7 +126,7 @@ def test_the_issue_cases_name_the_right_key_and_what_is_allowed() -> None:
         with pytest.raises(ConfigError) as e:
             load_config(QUICK, [override])
         assert str(e.value) == f"{QUICK}: {message}", override
-    # eval.limit's wording is the eval stage's own (repro/core/config/load.py), the facts the same.
+    # eval.limit's wording is the eval stage's own (repro/core/config/checks.py), the facts the same.
     with pytest.raises(
         ConfigError,
         match=r"demo-quick\.yaml: eval\.limit: expected .*>= 1.* "

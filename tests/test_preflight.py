@@ -237,7 +237,7 @@ def test_a_ratio_given_as_a_fraction_asks_for_the_percentage() -> None:
 
 def test_batches_budget_and_world_size_against_the_profile() -> None:
     with pytest.raises(ConfigError, match="eval.limit: expected a number of items >= 1"):
-        _quick("eval.limit=0")  # refused at load (repro/core/config/load.py)
+        _quick("eval.limit=0")  # refused at load (repro/core/config/checks.py)
     errs = _errors(
         preflight(_quick("selection.method=random", "selection.n=500", "selection.params.seed_offset=1"))
     )

@@ -1,6 +1,6 @@
 """Grid files: datasets x models x methods x ratios x world sizes x seeds, with exclusions.
 
-A grid expands into cells; a cell is one experiment config (`repro/core/config/load.py`), built from the
+A grid expands into cells; a cell is one experiment config (`repro/core/config/`), built from the
 grid's base config plus the overrides of its dataset, model and method, and its ratio, world size
 and seed. `cluster-repro launch` submits a grid's cells (slurm/), `cluster-repro status` shows
 where they stand; run lists (runlists.py) are the small, sequential form `cluster-repro grid`

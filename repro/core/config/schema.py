@@ -1,7 +1,8 @@
 """The experiment config's schema: one dataclass per section, and the run's identity (its hash).
 
-`repro/core/config/load.py` loads these from YAML and overrides (through repro/core/config/builder.py) and
-validates them (repro/core/config/checks.py); this module is what a config *is*. `config_hash` is stable:
+`repro/core/config/load.py` loads these from YAML and overrides (through
+repro/core/config/builder.py) and validates them (repro/core/config/checks.py); this module is
+what a config *is*. `config_hash` is stable:
 canonical JSON of the fields that change what is trained (paths, launch and eval settings and
 train.report_to are left out, so moving the data does not rerun work; the eval settings have their
 own `eval_hash`), with the selector's and allocator's parameters in their canonical form
