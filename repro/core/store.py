@@ -85,16 +85,13 @@ def selection_ratio(cfg: Any) -> float | None:
     """The selector's `ratio` parameter as it runs with it (its default where the config leaves
     it out: CluSTER's r in percent), or None for a selector without one."""
     from repro.core.builder import ConfigError
-    from repro.core.params import build_params, params_class
+    from repro.core.params import build_params
     from repro.core.registry import SELECTORS
 
     params = cfg.selection.params
     try:
-        p_cls = params_class(SELECTORS.get(cfg.selection.method))
-        if p_cls is not None:
-            value = getattr(build_params(p_cls, params, "selection.params"), "ratio", None)
-        else:
-            value = params.get("ratio")
+        p_cls = SELECTORS.params_class(cfg.selection.method)
+        value = getattr(build_params(p_cls, params, "selection.params"), "ratio", None)
     except ConfigError:  # a selector not installed here: the params as written
         value = params.get("ratio")
     return None if value is None else float(value)
@@ -676,10 +673,10 @@ def _open_merged(csv_path: Path, allow_damaged: bool) -> Store:
                 )
             except (ValueError, KeyError, TypeError) as err:
                 raise StoreError(f"{index}:{i}: expected a run entry of the set ({err}); {fix}") from None
-            run = runs[entry["run_id"]]
-            found = other_hash_version(run.record) if isinstance(run.record, dict) else None
-            if run.kind == RUN and found is not None:
-                other_hash.append(f"{index}:{i}: run {run.run_id}: {found}")
+            stored = runs[entry["run_id"]]
+            found = other_hash_version(stored.record) if isinstance(stored.record, dict) else None
+            if stored.kind == RUN and found is not None:
+                other_hash.append(f"{index}:{i}: run {stored.run_id}: {found}")
     if other_hash:
         raise StoreError(other_hash_message(other_hash, root))
     seen: dict[tuple[str, ...], Row] = {}
