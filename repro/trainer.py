@@ -49,7 +49,6 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from repro.checkpoints import (
-    CKPT_DIR,
     _rng_state,
     _set_rng_state,
     checkpoint_meta,
@@ -71,20 +70,15 @@ from repro.core.types import Example, Pool, Schedule
 
 preload_in_workers(__name__)  # training workers start with this module imported
 
-__all__ = [  # checkpoint saving and loading live in repro/checkpoints.py; their names stay here
-    "CKPT_DIR",
+__all__ = [  # checkpoint saving and loading: repro/checkpoints.py
     "TRACKED",
     "AllReduceTimer",
     "any_worker_diverged",
-    "checkpoint_meta",
     "diverged_summary",
-    "latest_checkpoint",
-    "load_checkpoint",
     "local_grad_norm",
     "make_optimizer",
     "make_scheduler",
     "run_training",
-    "save_checkpoint",
     "settle_ddp_buckets",
     "timed_allreduce_hook",
     "totals_so_far",
@@ -322,8 +316,8 @@ def _resume(w: _Worker) -> tuple[int, dict[str, Any], Path | None]:
         start_step = load_checkpoint(
             ckpt, sharding.unwrapped(w.wrapped), w.opt, w.sched, w.rank, w.world_size, w.strategy
         )
-        meta = checkpoint_meta(ckpt)  # older checkpoints carry no totals: this attempt's only
-        carried = {"train_s": float(meta.get("train_s", 0.0)), "tokens": int(meta.get("tokens", 0))}
+        meta = checkpoint_meta(ckpt)
+        carried = {"train_s": float(meta["train_s"]), "tokens": int(meta["tokens"])}
     else:
         seed_everything(w.cfg.seed_for_training() + w.rank)  # per-rank stream for dropout etc.
     return start_step, carried, ckpt

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from evals.benchmarks import EvalSettings, expand_benchmarks, known_benchmarks
+from evals.entries import entries_to_rows
 from evals.plugins import BenchmarkPluginError, _entry_benchmark
-from evals.run import EvalSettings, entries_to_rows, expand_benchmarks, known_benchmarks, run_benchmarks
+from evals.run import run_benchmarks
 
 TASK = """task: {name}
 dataset_path: json

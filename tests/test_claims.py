@@ -220,8 +220,8 @@ def test_claims_command_writes_tables_figure_and_the_time_apart(store: Path, tmp
 
 
 def test_runs_without_padded_tokens_get_no_padded_verdict_and_no_stand_in(tmp_path: Path) -> None:
-    """Training logs from before padded tokens were recorded: C2's checks are not run (naming the
-    rows), never read from real tokens; the time table keeps the real-token prediction and says
+    """Runs whose rows have no padded-token figures: C2's checks are not run (naming the rows),
+    never read from real tokens; the time table keeps the real-token prediction and says
     why the padded one is missing."""
     for s in (0, 1):
         _run(tmp_path, "full", s, 96, 2.0, 10.0, padding=None)

@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from evals.run import EvalSettings, entries_to_rows, expand_benchmarks, make_lm, run_benchmarks
+from evals.benchmarks import EvalSettings, expand_benchmarks
+from evals.entries import entries_to_rows
+from evals.harness import make_lm
+from evals.run import run_benchmarks
 from repro.core.config import ConfigError, ExperimentConfig, LoraConfig, ModelConfig, load_config
 from repro.core.results import COLUMNS, PART_NAME
 
@@ -349,7 +352,8 @@ def test_rows_from_items_equal_the_harness_own_aggregation(one_process):
     mean and stderr) equal lm-eval's own results for the same items, to the last bit."""
     import lm_eval
 
-    from evals.run import EvalSettings, _harness_as_one_process, task_manager
+    from evals.benchmarks import EvalSettings
+    from evals.harness import _harness_as_one_process, task_manager
     from repro.core.models import load_finetuned
 
     cfg, run_dir, _, one, _ = one_process
@@ -510,8 +514,8 @@ def test_generation_limits_are_checked_at_config_load():
 def test_the_paper_recipe_scores_code_as_magicoder_does():
     """configs/paper/recipe.yaml scores the four code benchmarks under the evalplus protocol, at
     Magicoder's generation limit (evals/evalplus_protocol.py MAX_NEW_TOKENS, 512)."""
+    from evals.benchmarks import CODE_BENCHMARKS
     from evals.evalplus_protocol import MAX_NEW_TOKENS
-    from evals.run import CODE_BENCHMARKS
 
     recipe = load_config(Path(__file__).resolve().parent.parent / "configs" / "paper" / "recipe.yaml")
     assert recipe.eval.protocol == {b: "evalplus" for b in CODE_BENCHMARKS}

@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from evals import local_data
-from evals.run import EvalSettings, entries_to_rows, run_benchmarks
+from evals.benchmarks import EvalSettings
+from evals.entries import entries_to_rows
+from evals.run import run_benchmarks
 
 LIMIT = 4
 
@@ -194,7 +196,7 @@ def test_hub_and_local_variants_share_prompt_extraction_and_metric():
     come from (the hub variants cannot be run here: no hub access)."""
     from lm_eval.tasks._yaml_loader import load_yaml
 
-    from evals.run import BENCHMARKS, TASKS_DIR
+    from evals.benchmarks import BENCHMARKS, TASKS_DIR
 
     source_keys = {
         "task",

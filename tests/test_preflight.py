@@ -92,7 +92,7 @@ def test_every_shipped_config_passes_preflight(path: Path, data_env: Path) -> No
 
 
 def test_the_paper_grids_name_the_medical_benchmarks_as_the_suite_does(data_env: Path) -> None:
-    from evals.run import BENCHMARKS
+    from evals.benchmarks import BENCHMARKS
 
     for name in ("paper.yaml", "paper-baselines.yaml"):
         med = [c for c in load_grid(CONFIGS / "grids" / name).cells if c.axes["dataset"] == "medinstruct"]

@@ -8,7 +8,7 @@ loads it:
     repro/core/builder.py         building any dataclass from a mapping; YAML; overrides; ranges
     repro/core/checks.py          the ranges of every number and the checks across keys
 
-Their names are importable from here, as before.
+Their names are importable from here.
 """
 
 from __future__ import annotations
