@@ -4,9 +4,10 @@ command that reads results (report, claims, status, launch, results, the matcher
 Identity (docs/files.md, "The results store"):
 
 - A **run** is one run folder `<root>/<name>/<config_hash>/` and its record `run.json`: the
-  folder's schema version, its run id and config hash, and its stored config. Which
-  cell of a table a run belongs to is decided from its stored config (reports/load.py), never
-  from the columns of a result row.
+  folder's schema version, its run id and config hash (with the version of the defaults the hash
+  was made under: a run of another is refused, `other_hash_version`), and its stored config.
+  Which cell of a table a run belongs to is decided from its stored config (reports/load.py),
+  never from the columns of a result row.
 - A **measurement** is (run, eval identity, protocol, benchmark, metric). The eval identity
   (`eval_id`, a result column) names the settings an evaluation ran with: the pipeline's eval
   stage (the config's eval_hash) or one `cluster-repro eval --run`, which writes into a folder
@@ -238,14 +239,13 @@ def _lock_holder(run_dir: Path) -> str:
 # ----------------------------------------------------------------------------- records and versions
 
 
-def write_run_record(run_dir: Path, cfg: Any) -> None:
-    """The run folder's record, written when the run starts: its schema version, its identity
-    (run id, config hash, name) and its config as it runs (what the store places it by;
-    config.yaml beside it is the same config for people)."""
+def run_record(cfg: Any) -> dict[str, Any]:
+    """A run's record: its schema version, its identity (run id, config hash and the version of
+    the defaults it was made under, name) and its config as it runs (what the store places it
+    by; config.yaml beside it is the same config for people)."""
     from repro.core.config_schema import CONFIG_HASH_VERSION
 
-    path = Path(run_dir) / RUN_RECORD
-    record = {
+    return {
         "schema": schema.VERSION,
         "run_id": f"{cfg.name}-{cfg.hash()}",
         "config_hash": cfg.hash(),
@@ -253,6 +253,12 @@ def write_run_record(run_dir: Path, cfg: Any) -> None:
         "name": cfg.name,
         "config": cfg.to_dict(),
     }
+
+
+def write_run_record(run_dir: Path, cfg: Any) -> None:
+    """The run folder's record (`run_record`), written when the run starts."""
+    path = Path(run_dir) / RUN_RECORD
+    record = run_record(cfg)
     if path.is_file():
         try:
             if read_json(path) == record:
