@@ -213,7 +213,14 @@ def _run_config(args: argparse.Namespace):  # noqa: ANN202 (ExperimentConfig)
         raise UserValueError(
             f"--run {run_dir}: the run is {status.describe()}: it has no trained model to evaluate"
         )
-    return load_config(run_dir / "config.yaml")
+    cfg = load_config(run_dir / "config.yaml")
+    if cfg.hash() != run_dir.name:  # its rows would name another run than the folder they are in
+        raise UserValueError(
+            f"--run {run_dir}: its config hashes to {cfg.hash()} here, not to the folder's name (a "
+            "run named by another version of the suite, or a renamed folder); rerun it "
+            f"(`cluster-repro run {run_dir / 'config.yaml'}`) and evaluate the new run"
+        )
+    return cfg
 
 
 def _load(args: argparse.Namespace, device: str):

@@ -2,8 +2,8 @@
 
     entries = run_benchmarks(make_lm(model, tok), ["medqa", "humaneval"], EvalSettings(...), out_dir)
 
-The registry and settings live in evals/benchmarks.py, everything lm-eval in evals/harness.py,
-entries and rows in evals/entries.py.
+The registry and settings live in evals/benchmarks.py, everything lm-eval in evals/harness.py
+(make_lm among it), entries and rows in evals/entries.py.
 
 Each benchmark is evaluated on its own, so one failing benchmark never hides the others: data
 that cannot be found gives a `missing` entry and a loud banner on stderr, a crash an `error`
@@ -25,15 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from evals import harness, local_data, plugins
-from evals.benchmarks import (
-    EvalSettings,
-    expand_benchmarks,
-    known_benchmarks,
-)
+from evals.benchmarks import EvalSettings, expand_benchmarks, known_benchmarks
 from evals.entries import entries_from_items, status_entry
-from evals.harness import (
-    task_manager,
-)
+from evals.harness import task_manager
 from evals.plugins import Benchmark
 from repro.core.io import atomic_write_json, atomic_write_jsonl
 from repro.core.log import get_logger

@@ -216,7 +216,7 @@ def feature_workers(k: int, requested: int | None = None, gpus: int | None = Non
     """How many processes compute the feature pass of a run with K clusters (K = world size).
 
     `requested` (selection.params.feature_workers) when set. Otherwise K on CPU (gloo runs any
-    number of processes on one machine: the behaviour before feature_workers existed) and
+    number of processes on one machine) and
     min(K, gpus) on GPU, since NCCL cannot put two ranks on one GPU. `gpus`: the visible CUDA GPUs
     (None: torch.cuda.device_count(), 0 without CUDA). The features do not depend on the answer
     (`_length_batches`); only the pass's time and memory do.

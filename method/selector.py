@@ -186,12 +186,12 @@ class ClusterSelector(Parameterized):
         feature_workers. None for lora-grad features: not shared."""
         if self.feature_type != "gradient-proxy":
             return None
-        key: dict[str, Any] = {"features": "gradient-proxy", "feature_batch_size": self.feature_batch_size}
-        if self.feature_max_length is not None:  # unset: the key as before these options
-            key["feature_max_length"] = self.feature_max_length
-        if self.proxy_model is not None:
-            key["proxy_model"] = self.proxy_model
-        return key
+        return {
+            "features": "gradient-proxy",
+            "feature_batch_size": self.feature_batch_size,
+            "feature_max_length": self.feature_max_length,
+            "proxy_model": self.proxy_model,
+        }
 
     def features(self, pool: Pool, ctx: SelectionContext) -> tuple[np.ndarray, dict[str, Any]]:
         """N x D float32 features in pool order, written to <run dir>/features.npy (reused if complete)."""
@@ -212,11 +212,10 @@ class ClusterSelector(Parameterized):
             meta = json.loads(meta_path.read_text())
             if (
                 meta.get("n") == len(pool)
-                and meta.get("feature_type", self.feature_type) == self.feature_type
+                and meta.get("feature_type") == self.feature_type
                 and self._same_pool(meta, pool)
-                # the same feature settings (files from before these keys: as before)
                 and meta.get("feature_max_length") == self.feature_max_length
-                and (model_dir is None or meta.get("model", str(model_dir)) == str(model_dir))
+                and (model_dir is None or meta.get("model") == str(model_dir))
             ):
                 _check_unchanged(out)
                 return _load_features(out, len(pool)), {**meta, "reused": True}
@@ -322,16 +321,15 @@ class ClusterSelector(Parameterized):
     @staticmethod
     def _same_pool(meta: dict[str, Any], pool: Pool) -> bool:
         """Features are reused only for the pool they were computed from: same example ids and
-        contents, in order (files written before the fingerprint existed: by their length)."""
-        if "pool_fingerprint" not in meta:
-            return True
+        contents, in order."""
         from method.features import pool_fingerprint
 
-        return meta["pool_fingerprint"] == pool_fingerprint(e.to_dict() for e in pool.examples)
+        return meta.get("pool_fingerprint") == pool_fingerprint(e.to_dict() for e in pool.examples)
 
     def _lora_features(self, pool: Pool, ctx: SelectionContext, out: Path) -> None:
         import torch
 
+        from method.features import pool_fingerprint
         from method.lora_grads import lora_gradient_features
         from repro.core.fingerprints import file_record
         from repro.core.io import atomic_write, atomic_write_json
@@ -363,6 +361,7 @@ class ClusterSelector(Parameterized):
                 "workers": 1,
                 "world_size": 1,
                 "feature_type": "lora-grad",
+                "pool_fingerprint": pool_fingerprint(e.to_dict() for e in pool.examples),
                 "outputs": {out.name: file_record(out)},  # checked before the file is reused
             },
         )

@@ -6,8 +6,8 @@ worker. A run's time is then taken as proportional to the sum over its steps of 
 worker's padded tokens (the `cost/train` `busiest_padded_tokens` row, from the training logs;
 repro/run_rows.py), and one run's time over another's is predicted by the ratio of those sums:
 the kept padded-token share with the straggler idle in it. The real-token figures (no padding)
-are kept beside (`busiest_tokens`, `tokens_per_step`). Runs trained before padded tokens were
-recorded have no padded rows: every padded figure of theirs is None, never a real-token stand-in.
+are kept beside (`busiest_tokens`, `tokens_per_step`). A run without padded rows (no training
+logs) has every padded figure None, never a real-token stand-in.
 
 Used by reports/claims/verdicts.py (C2's checks) and reports/claims/time.py (the time taken apart).
 """

@@ -92,8 +92,8 @@ def save_checkpoint(
 
 
 def checkpoint_meta(ckpt: Path) -> dict[str, Any]:
-    """meta.json of a checkpoint: step, world_size, strategy and (since they are recorded)
-    train_s and tokens, the totals of every attempt up to this checkpoint."""
+    """meta.json of a checkpoint: step, world_size, strategy, and train_s and tokens, the totals
+    of every attempt up to this checkpoint."""
     return json.loads((ckpt / "meta.json").read_text())
 
 

@@ -214,7 +214,7 @@ def _dispatch(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     bad = [x for x in extra if x.startswith("-") or "=" not in x or not hasattr(args, "overrides")]
     if bad:
-        parser.error(f"unrecognized arguments: {' '.join(bad)}{_renamed_hint(bad)}")
+        parser.error(f"unrecognized arguments: {' '.join(bad)}{_list_hint(bad)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
     try:
@@ -231,22 +231,11 @@ def _dispatch(argv: list[str] | None = None) -> int:
         return 2
 
 
-# Flags of earlier versions -> the name that says the same thing now (one name per idea).
-RENAMED_FLAGS = {
-    "--output-dir": "--out (launch and status: --results)",
-    "--out-dir": "--out",
-    "--features-dir": "--results",
-    "--json": "--out",
-}
-
-
-def _renamed_hint(bad: list[str]) -> str:
-    """A hint for an unrecognized flag that was renamed, or for a list given as several words."""
-    old = [x.split("=")[0] for x in bad if x.split("=")[0] in RENAMED_FLAGS]
-    notes = [f"{x} is now {RENAMED_FLAGS[x]}" for x in old]
+def _list_hint(bad: list[str]) -> str:
+    """A hint for a list given as several words."""
     if any(not x.startswith("-") and "=" not in x for x in bad):
-        notes.append("a list is one comma-separated value, e.g. --ks 4,8,16")
-    return f" ({'; '.join(notes)})" if notes else ""
+        return " (a list is one comma-separated value, e.g. --ks 4,8,16)"
+    return ""
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

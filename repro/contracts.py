@@ -8,8 +8,7 @@ traceback from the suite's own code. Every refusal names the plugin and the fiel
 
 Selection (`check_selection`):
 - a `repro.core.types.Selection`; ids are strings of the pool, once each unless
-  `diagnostics.with_replacement` (or, from an older selector, `info["with_replacement"]`), and at
-  least one;
+  `diagnostics.with_replacement`, and at least one;
 - at most the budget (when there is one), exactly the budget when the selector's class says
   `meets_budget = True`;
 - `clusters` (when given) one non-negative integer per id, below `info["k"]` when the selector
@@ -37,7 +36,7 @@ from repro.core.config.schema import ExperimentConfig
 from repro.core.errors import UserError
 from repro.core.interfaces import SelectionError
 from repro.core.io import atomic_write_text
-from repro.core.types import Pool, Schedule, Selection
+from repro.core.types import Pool, Schedule, Selection, SelectionDiagnostics
 
 PLUGIN_ERROR_LOG = "plugin_error.log"
 
@@ -141,13 +140,12 @@ def check_selection(
     info = sel.info if isinstance(sel.info, dict) else None
     if info is None:
         raise SelectionError(f"{who}: info must be a dict, got {type(sel.info).__name__}")
-    diag = getattr(sel, "diagnostics", None)
-    if diag is not None and not hasattr(diag, "with_replacement"):
+    diag = sel.diagnostics
+    if not isinstance(diag, SelectionDiagnostics):
         raise SelectionError(
             f"{who}: diagnostics must be a repro.core.types.SelectionDiagnostics, got {type(diag).__name__}"
         )
-    repeats = bool(getattr(diag, "with_replacement", False) or info.get("with_replacement"))
-    if not repeats and len(set(sel.ids)) != len(sel.ids):
+    if not diag.with_replacement and len(set(sel.ids)) != len(sel.ids):
         dup = len(sel.ids) - len(set(sel.ids))
         raise SelectionError(
             f"{who} returned {dup} duplicate ids; set diagnostics.with_replacement = True "

@@ -6,7 +6,8 @@ Every reader of results (repro/core/store.py) refuses files of another schema ve
 command; nothing else keeps a branch for them. From version 1 to 2 (schema.VERSION):
 
 - a run folder without `run.json`: the record is written from its stored config, which must still
-  hash to the folder's name (else the run is named, and rerunning it is the fix);
+  hash to the folder's name (else the run is named, and rerunning it is the fix: so is a run
+  whose `run.json` states another config hash version, repro/core/config/schema.py);
 - its `results.part.csv` (a checksum file that states no schema): rewritten by the results stage
   from the run folder's own stage files, as a rerun of that stage would, without training;
 - an evaluation by `cluster-repro eval` of version 1 (`<run>/eval-cli/`, or `runs/eval/<name>/`
@@ -24,12 +25,14 @@ import sys
 from pathlib import Path
 
 from repro.core import schema
+from repro.core.io import read_json
 from repro.core.results import PART_NAME, sidecar_path
 from repro.core.store import (
     EVAL_RECORD,
     NOT_RUNS,
     RUN_RECORD,
     StoreError,
+    other_hash_version,
     part_schema,
     write_run_record,
 )
@@ -40,6 +43,15 @@ V1_NAME = "results.v1.csv"
 def _skipped(d: Path, root: Path) -> bool:
     rel = d.relative_to(root).parts if d != root else ()
     return any(p in NOT_RUNS or p.startswith(".") for p in rel)
+
+
+def _current_record(path: Path) -> bool:
+    """A run record of this version's config hash (a missing or unreadable one is not)."""
+    try:
+        rec = read_json(path)
+    except (OSError, ValueError):
+        return False
+    return isinstance(rec, dict) and other_hash_version(rec) is None
 
 
 def migrate_run_folder(run_dir: Path) -> str | None:
@@ -53,7 +65,7 @@ def migrate_run_folder(run_dir: Path) -> str | None:
 
     part = run_dir / PART_NAME
     current_part = not part.is_file() or part_schema(part) == schema.VERSION
-    if (run_dir / RUN_RECORD).is_file() and current_part:
+    if _current_record(run_dir / RUN_RECORD) and current_part:
         return None
     try:
         cfg = load_config(run_dir / "config.yaml")

@@ -204,13 +204,6 @@ def validate_selection(
     sel: Selection, pool: Pool, method: str, budget: int | None = None, exact: bool = False
 ) -> None:
     """A selector's output must keep the contract (repro/contracts.py check_selection)."""
-    if (
-        isinstance(sel, Selection)
-        and sel.info.get("with_replacement")
-        and not sel.diagnostics.with_replacement
-    ):
-        # A selector written before typed diagnostics said so in its info: taken as said.
-        sel.diagnostics.with_replacement = True
     contracts.check_selection(sel, pool, method, budget, exact)
 
 

@@ -67,22 +67,19 @@ def train_log_totals(run_dir: Path) -> dict[str, Any]:
     earlier steps too): `tokens` and `padded_tokens` summed over workers and steps, `steps` (the
     most any worker logged) and the sum over steps of the busiest worker's tokens and padded tokens
     (`busiest_tokens`, `busiest_padded_tokens`: what a run's time is taken as proportional to).
-    The padded figures are None in logs written before they were recorded; all are 0 without logs."""
+    All are 0 without logs."""
     logs = [read_jsonl(p) for p in sorted((run_dir / "train_log").glob("rank*.jsonl"))]
     rows = [r for log in logs for r in log]
-    has_padded = bool(rows) and all("padded_tokens" in r for r in rows)
     by_step: dict[int, list[dict[str, Any]]] = {}
     for log in logs:
         for i, r in enumerate(log):  # a row's step, or its place in the log
             by_step.setdefault(int(r.get("step", i)), []).append(r)
     return {
         "tokens": sum(int(r["tokens"]) for r in rows),
-        "padded_tokens": sum(int(r["padded_tokens"]) for r in rows) if has_padded else None,
+        "padded_tokens": sum(int(r["padded_tokens"]) for r in rows),
         "steps": max((len(log) for log in logs), default=0),
         "busiest_tokens": sum(max(int(r["tokens"]) for r in g) for g in by_step.values()),
-        "busiest_padded_tokens": (
-            sum(max(int(r["padded_tokens"]) for r in g) for g in by_step.values()) if has_padded else None
-        ),
+        "busiest_padded_tokens": sum(max(int(r["padded_tokens"]) for r in g) for g in by_step.values()),
     }
 
 
@@ -128,19 +125,13 @@ def stage_seconds(run_dir: Path, name: str, marker: dict[str, Any], field: str =
 
 
 def _model_params(run_dir: Path) -> int | None:
-    """The base model's parameter count: the model stage's record, else counted from the model
-    directory it names where that is still there (a model stage older than the record); None
-    where neither says."""
-    from repro.core.fingerprints import count_parameters
-
+    """The base model's parameter count, from the model stage's record (None where it records
+    none)."""
     marker = stage_marker(run_dir, "model")
     if not marker.is_file():
         return None
-    info = read_json(marker)
-    if info.get("model_params") is not None:
-        return int(info["model_params"])
-    model_dir = Path(str(info.get("model_dir") or ""))
-    return count_parameters(model_dir) if info.get("model_dir") and model_dir.is_dir() else None
+    count = read_json(marker).get("model_params")
+    return None if count is None else int(count)
 
 
 def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
@@ -335,13 +326,8 @@ def diagnostic_rows(
             continue
         k = log.stem[4:]
         add(f"worker/{k}", "tokens_per_step", sum(r["tokens"] for r in steps) / len(steps), len(steps))
-        if all("padded_tokens" in r for r in steps):  # logs from before they were recorded: none
-            add(
-                f"worker/{k}",
-                "padded_tokens_per_step",
-                sum(r["padded_tokens"] for r in steps) / len(steps),
-                len(steps),
-            )
+        padded = sum(r["padded_tokens"] for r in steps)
+        add(f"worker/{k}", "padded_tokens_per_step", padded / len(steps), len(steps))
         waits = [r["allreduce_wait_s"] for r in steps]
         if None not in waits:  # fsdp logs null: not measured, so no row (never a 0)
             add(f"worker/{k}", "allreduce_wait_s", round(sum(waits), 4), len(steps))

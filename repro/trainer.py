@@ -318,8 +318,8 @@ def _resume(w: _Worker) -> tuple[int, dict[str, Any], Path | None]:
         start_step = load_checkpoint(
             ckpt, sharding.unwrapped(w.wrapped), w.opt, w.sched, w.rank, w.world_size, w.strategy
         )
-        meta = checkpoint_meta(ckpt)  # older checkpoints carry no totals: this attempt's only
-        carried = {"train_s": float(meta.get("train_s", 0.0)), "tokens": int(meta.get("tokens", 0))}
+        meta = checkpoint_meta(ckpt)
+        carried = {"train_s": float(meta["train_s"]), "tokens": int(meta["tokens"])}
     else:
         seed_everything(w.cfg.seed_for_training() + w.rank)  # per-rank stream for dropout etc.
     return start_step, carried, ckpt

@@ -16,20 +16,23 @@ import json
 import os
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from repro.core.interfaces import SelectionContext
 from repro.core.io import atomic_write, atomic_write_json
+from repro.core.params import Parameterized, param
 from repro.core.types import Pool, Selection
 
 
-class RecordedFeatures:
+class RecordedFeatures(Parameterized):
     """Keep every example; compute (or reuse) a small features file first."""
 
-    def __init__(self, dim: int = 4) -> None:
-        self.dim = dim
+    @dataclass
+    class Params:
+        dim: int = param(4, lo=1, help="feature dimensions")
 
     def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
         out = Path(ctx.workdir) / "features.npy"

@@ -103,7 +103,7 @@ def fake_run(
     until: str = "results",
     fail: str | None = None,
     step_tokens: list[list[int]] | None = None,
-    padding: float | None = 1.0,
+    padding: float = 1.0,
     cfg: ExperimentConfig | None = None,
 ) -> Path:
     """A finished (or, with `until`/`fail`/`diverged_at`, an unfinished, failed or diverged) run
@@ -113,8 +113,7 @@ def fake_run(
     the permutation p and the most a partition can reach; `model_params`: the base model's
     parameter count the model stage records (default: a 135M model's, below the paper's scale;
     None: not recorded);
-    `padding`: each step's padded tokens over its real ones in the training logs (None: logs
-    without padded tokens, as the trainer wrote them before it recorded them)."""
+    `padding`: each step's padded tokens over its real ones in the training logs."""
     if cfg is None:
         cfg = load_config(base, [f"output_dir={root}", f"seed={seed}", *overrides])
     run_dir = cfg.run_dir()
@@ -227,7 +226,7 @@ def fake_run(
                     "step": s,
                     "rank": k,
                     "tokens": tokens[s][k],
-                    **({} if padding is None else {"padded_tokens": round(tokens[s][k] * padding)}),
+                    "padded_tokens": round(tokens[s][k] * padding),
                     "allreduce_wait_s": 0.01,
                     "compute_s": 0.1,
                 }

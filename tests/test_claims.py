@@ -220,22 +220,6 @@ def test_claims_command_writes_tables_figure_and_the_time_apart(store: Path, tmp
     assert "allocation.params.balance=tokens" in r1["balanced_command"]
 
 
-def test_runs_without_padded_tokens_get_no_padded_verdict_and_no_stand_in(tmp_path: Path) -> None:
-    """Training logs from before padded tokens were recorded: C2's checks are not run (naming the
-    rows), never read from real tokens; the time table keeps the real-token prediction and says
-    why the padded one is missing."""
-    for s in (0, 1):
-        _run(tmp_path, "full", s, 96, 2.0, 10.0, padding=None)
-        _run(tmp_path, "cluster", s, 40, 2.3, 4.5, ratio=50.0, padding=None)
-    rep = load_rep(tmp_path)
-    v = _by(evaluate(rep, load_claims(), str(tmp_path)), "C2/code-r0.5", "cluster r=0.5")
-    assert v.verdict == "not run" and "busiest_padded_tokens" in v.missing[0]
-    (row,) = time_rows(rep, str(tmp_path))
-    assert not row["padded_known"] and row["predicted_ratio"] is None and row["adds_up"] is None
-    # the real-token prediction: 5 of 12 steps' tokens, the same idle on both sides
-    assert row["predicted_ratio_real"].value == pytest.approx(5 / 12)
-
-
 MINIMAL = {
     "claims": [
         {

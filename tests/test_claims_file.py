@@ -117,7 +117,11 @@ def test_known_names_pass_full_and_base_and_plugins_included(tmp_path: Path, mon
 
     (tmp_path / "acme_claims").mkdir()
     (tmp_path / "acme_claims" / "__init__.py").write_text(
-        "class Pick:\n    def select(self, pool, budget, ctx):\n        return None\n"
+        "from dataclasses import dataclass\n"
+        "from repro.core.params import Parameterized\n"
+        "class Pick(Parameterized):\n"
+        "    @dataclass\n    class Params:\n        pass\n"
+        "    def select(self, pool, budget, ctx):\n        return None\n"
     )
     dist = tmp_path / "acme_claims-0.1.dist-info"
     dist.mkdir()

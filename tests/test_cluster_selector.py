@@ -103,7 +103,7 @@ def test_fewer_feature_processes_than_k_give_the_same_selection(default_run: Pat
         and len(d["diagnostics"]["cluster_sizes_after_cap"]) == 4
         and sel["feature_workers"] == 2
     )
-    # On CPU the default is K = 4 processes, as before feature_workers existed.
+    # On CPU the default is K = 4 processes.
     assert read_json(default_run / "selection.json")["info"]["feature_workers"] == 4
     assert (run_dir / "selection.csv").read_bytes() == (default_run / "selection.csv").read_bytes()
 

@@ -60,18 +60,19 @@ def test_diagnostic_rows_come_from_the_typed_diagnostics(tmp_path: Path) -> None
     assert _rows(sel, tmp_path)[("cluster/0", "size_after_cap")] == (3, None)
 
 
-def test_a_selection_file_from_before_diagnostics_is_read_from_its_info(tmp_path: Path) -> None:
-    legacy = {
+def test_a_selection_file_without_diagnostics_is_refused_naming_it(tmp_path: Path) -> None:
+    """The diagnostics are read from `diagnostics` only, never from free `info` keys."""
+    d = {
         "method": "cluster",
         "ids": ["a", "b"],
         "clusters": [0, 1],
         "info": {"features_s": 2.0, "cluster_sizes_after_cap": [1, 1], "with_replacement": False},
     }
     path = tmp_path / "selection.json"
-    path.write_text(json.dumps(legacy))
-    sel = read_selection(path)
-    assert sel.diagnostics.costs["features"].seconds == 2.0
-    assert sel.diagnostics.cluster_sizes_after_cap == [1, 1]
+    path.write_text(json.dumps(d))
+    with pytest.raises(RunFileError, match="diagnostics is None, expected a mapping") as e:
+        read_selection(path)
+    assert str(path) in str(e.value)
 
 
 @pytest.mark.parametrize(
@@ -95,13 +96,13 @@ def test_a_malformed_selection_file_names_the_file_and_key(tmp_path: Path, chang
     assert str(path) in str(e.value)
 
 
-def test_a_plugin_that_says_with_replacement_in_info_is_taken_as_said() -> None:
+def test_repeats_are_said_in_the_diagnostics_not_in_info() -> None:
     from repro.core.types import Example, Pool
     from repro.pipeline import validate_selection
 
     pool = Pool([Example(id=i, prompt="p", response="r", source="s") for i in "ab"])
-    sel = Selection(ids=["a", "a", "b"], info={"with_replacement": True})
-    validate_selection(sel, pool, "plugin")
-    assert sel.diagnostics.with_replacement is True
-    with pytest.raises(ValueError, match="duplicate ids; set diagnostics.with_replacement"):
-        validate_selection(Selection(ids=["a", "a"]), pool, "plugin")
+    said = Selection(ids=["a", "a", "b"], diagnostics=SelectionDiagnostics(with_replacement=True))
+    validate_selection(said, pool, "plugin")
+    for sel in (Selection(ids=["a", "a"]), Selection(ids=["a", "a"], info={"with_replacement": True})):
+        with pytest.raises(ValueError, match="duplicate ids; set diagnostics.with_replacement"):
+            validate_selection(sel, pool, "plugin")

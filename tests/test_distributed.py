@@ -165,7 +165,7 @@ def test_torchrun_variables_win_over_slurm() -> None:
         29400,
         "torchrun",
     )
-    # torchrun's defaults, as before: local rank = rank, 127.0.0.1:29500.
+    # torchrun's defaults: local rank = rank, 127.0.0.1:29500.
     e = launch_env({"RANK": "0", "WORLD_SIZE": "1"})
     assert (e.local_rank, e.master_addr, e.master_port) == (0, "127.0.0.1", 29500)
 

@@ -141,13 +141,14 @@ def test_the_selector_owns_the_feature_key(tmp_path: Path, monkeypatch: pytest.M
     by_method = {c.axes["method"]: c for c in grid.cells}
     cluster, uniform = by_method["cluster"], by_method["uniform"]
     assert by_method["random"].feature_key() is None  # computes no features
-    assert cluster.feature_pass() == {"features": "gradient-proxy", "feature_batch_size": 8}
+    unset = {"feature_max_length": None, "proxy_model": None}
+    assert cluster.feature_pass() == {"features": "gradient-proxy", "feature_batch_size": 8, **unset}
     # `uniform` (the registry name) computes CluSTER's features: it shares them.
     assert uniform.feature_key() == cluster.feature_key() is not None
     before = cluster.feature_key()
 
     _set_default(monkeypatch, ClusterSelector.Params, "feature_batch_size", 16)
-    assert cluster.feature_pass() == {"features": "gradient-proxy", "feature_batch_size": 16}
+    assert cluster.feature_pass() == {"features": "gradient-proxy", "feature_batch_size": 16, **unset}
     assert cluster.feature_key() != before
     # The features job computes with the batch size the selector named, not one of its own.
     ctx = Context(

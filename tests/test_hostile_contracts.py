@@ -18,13 +18,22 @@ from repro.contracts import PLUGIN_ERROR_LOG, check_schedule, check_selection
 from repro.core.config.builder import ConfigError
 from repro.core.config.load import load_config, resolve_config_path
 from repro.core.interfaces import SelectionError
-from repro.core.types import Example, Pool, Schedule, Selection
+from repro.core.types import Example, Pool, Schedule, Selection, SelectionDiagnostics
 
 BASE = resolve_config_path("demo-quick", "base config")
 
 PLUGINS = """
 import math
+from dataclasses import dataclass
+
+from repro.core.params import Parameterized
 from repro.core.types import Selection, Schedule
+
+
+class Plugin(Parameterized):
+    @dataclass
+    class Params:
+        pass
 
 
 def _four(pool, n):
@@ -32,42 +41,42 @@ def _four(pool, n):
     return ids, [i % 4 for i in range(len(ids))]
 
 
-class NegWeight:
+class NegWeight(Plugin):
     def select(self, pool, budget, ctx):
         ids, cl = _four(pool, budget)
         return Selection(ids=ids, clusters=cl, group_weights={0: 1.0, 1: 1.0, 2: 1.0, 3: -1.0})
 
 
-class NaNWeight:
+class NaNWeight(Plugin):
     def select(self, pool, budget, ctx):
         ids, cl = _four(pool, budget)
         return Selection(ids=ids, clusters=cl, group_weights={0: math.nan, 1: 1.0, 2: 1.0, 3: 1.0})
 
 
-class AllIds:
+class AllIds(Plugin):
     def select(self, pool, budget, ctx):
         return Selection(ids=list(pool.ids))
 
 
-class Boom:
+class Boom(Plugin):
     def select(self, pool, budget, ctx):
         raise RuntimeError("boom inside the plugin")
 
 
-class ReturnsList:
+class ReturnsList(Plugin):
     def select(self, pool, budget, ctx):
         return list(pool.ids[:budget])
 
 
-class InitBoom:
-    def __init__(self):
+class InitBoom(Plugin):
+    def setup(self):
         raise RuntimeError("cannot start")
 
     def select(self, pool, budget, ctx):
         return None
 
 
-class NegWorker:
+class NegWorker(Plugin):
     def allocate(self, selection, world_size, seed, epochs=1, weight_mode="none", ctx=None):
         ids = selection.ids
         per = len(ids) // world_size
@@ -75,7 +84,7 @@ class NegWorker:
         return Schedule(order=order, worker_weights=[1.0] * (world_size - 1) + [-2.0])
 
 
-class AllocBoom:
+class AllocBoom(Plugin):
     def allocate(self, selection, world_size, seed, epochs=1, weight_mode="none", ctx=None):
         raise KeyError("worker")
 """
@@ -180,7 +189,12 @@ def test_selection_contract_field_by_field(pool):
     _bad(Selection(ids=ids[:2], group_weights={0: 1.0}), pool, "without clusters")
     _bad(Selection(ids=ids[:2], clusters=[0, 1], group_weights={0: 1.0, 1: True}), pool, "finite positive")
     # what keeps the contract passes: with_replacement repeats, fewer than the budget
-    check_selection(Selection(ids=[ids[0], ids[0]], info={"with_replacement": True}), pool, "m", 2)
+    repeats = SelectionDiagnostics(with_replacement=True)
+    check_selection(Selection(ids=[ids[0], ids[0]], diagnostics=repeats), pool, "m", 2)
+    said_in_info = Selection(ids=[ids[0], ids[0]], info={"with_replacement": True})
+    _bad(said_in_info, pool, "set diagnostics.with_replacement")
+    untyped = Selection(ids=ids[:2], diagnostics={"with_replacement": True})
+    _bad(untyped, pool, "must be a .*SelectionDiagnostics")
     check_selection(Selection(ids=ids[:3], clusters=[0, 1, 1], group_weights={0: 2, 1: 0.5}), pool, "m", 4)
 
 

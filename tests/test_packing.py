@@ -1,5 +1,5 @@
 """`selection.params.clusters_per_worker` (method/packing.py): C x K clusters packed onto K workers,
-the budget and the rank weights per worker; C = 1 is the method as before.
+the budget and the rank weights per worker; C = 1 is the paper's method.
 
 The selector runs here on features written to its cache file (what the feature pass writes), so
 no model runs: the feature pass itself is tested in test_cluster_selector.py and test_features.py.

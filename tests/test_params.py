@@ -14,7 +14,7 @@ from repro.core.config.builder import ConfigError
 from repro.core.config.load import load_config
 from repro.core.params import params_class
 from repro.core.registry import ALLOCATORS, SELECTORS
-from repro.core.types import Schedule, Selection
+from repro.core.types import Selection
 from tests.conftest import CONFIGS, REPO
 
 QUICK = CONFIGS / "demo-quick.yaml"
@@ -86,8 +86,8 @@ def test_types_ranges_and_cross_field_checks_come_from_the_params() -> None:
         LossSelector(keep="topp")
 
 
-class OldStyleSelector:
-    """A plugin of the older keyword interface: no Params."""
+class KeywordSelector:
+    """A class whose constructor takes its parameters as keywords, without a Params dataclass."""
 
     def __init__(self, k: int = 2) -> None:
         self.k = k
@@ -96,22 +96,22 @@ class OldStyleSelector:
         return Selection(ids=pool.ids[: self.k])
 
 
-class OldStyleAllocator:
-    """An allocator written before `ctx` was part of the protocol."""
+def test_a_plugin_without_params_is_refused_naming_what_to_add(capsys) -> None:
+    from repro import cli
 
-    def allocate(self, selection, world_size, seed, epochs=1, weight_mode="none"):  # noqa: ANN001, ANN201
-        return Schedule(order=[[selection.ids]], worker_weights=[1.0])
-
-
-def test_a_plugin_of_the_old_interface_works_or_is_told_what_to_change() -> None:
-    name = f"{__name__}:OldStyleSelector"
-    assert SELECTORS.create(name, {"k": 3}, "selection.params").k == 3
-    assert SELECTORS.canonical(name, {"k": 3}, "selection.params") == {"k": 3}
-    assert any("older keyword interface" in line for line in SELECTORS.parameters(name))
-    with pytest.raises(ConfigError, match=r"selection\.params\.kk: .* did you mean selection\.params\.k\?"):
-        SELECTORS.create(name, {"kk": 3}, "selection.params")
-    with pytest.raises(ConfigError, match=r"takes no `ctx`.*ctx: AllocationContext \| None = None"):
-        ALLOCATORS.get(f"{__name__}:OldStyleAllocator")
+    name = f"{__name__}:KeywordSelector"
+    for call in (
+        lambda: SELECTORS.create(name, {"k": 3}, "selection.params"),
+        lambda: SELECTORS.canonical(name, {}, "selection.params"),
+        lambda: SELECTORS.parameters(name),
+    ):
+        with pytest.raises(ConfigError) as e:
+            call()
+        assert f"selector {name!r} ({name}) declares no `Params` dataclass" in str(e.value)
+        assert "repro/core/params.py" in str(e.value) and "class Params" in str(e.value)
+    # its config is refused before any stage runs, naming the class
+    assert cli.main(["validate", str(QUICK), "--quiet", f"selection.method={name}"]) == 2
+    assert "declares no `Params` dataclass" in capsys.readouterr().err
 
 
 def test_result_rows_carry_the_canonical_params() -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import importlib
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from repro.core.config.builder import ConfigError
 from repro.core.config.load import from_dict, load_config
+from repro.core.params import Parameterized
 from repro.core.registry import SELECTORS
 from repro.experiments.grids import load_grid
 from repro.preflight import preflight, require_clean
@@ -33,8 +35,12 @@ def _quick(*overrides: str):
     return load_config(CONFIGS / "demo-quick.yaml", list(overrides))
 
 
-class GoodSelector:
+class GoodSelector(Parameterized):
     """A plugin selector named as module:Class (keeps everything)."""
+
+    @dataclass
+    class Params:
+        pass
 
     def select(self, pool, budget, ctx):  # pragma: no cover - only resolved, never run here
         raise AssertionError
@@ -162,7 +168,11 @@ def test_entry_point_plugins_count_and_are_checked(tmp_path: Path, monkeypatch) 
     pkg = tmp_path / "acme_pf"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(
-        "class Keep:\n    def select(self, pool, budget, ctx):\n"
+        "from dataclasses import dataclass\n"
+        "from repro.core.params import Parameterized\n"
+        "class Keep(Parameterized):\n"
+        "    @dataclass\n    class Params:\n        pass\n"
+        "    def select(self, pool, budget, ctx):\n"
         "        return None\n\ndef keep(pool, budget, ctx):\n"
         "    return None\n"
     )

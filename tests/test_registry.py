@@ -114,9 +114,15 @@ def test_a_third_party_selector_registers_through_its_entry_point(tmp_path: Path
     pkg = tmp_path / "acme_select"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(
+        "from dataclasses import dataclass\n"
         "from repro.core.types import Selection\n"
         "class FirstN:\n"
         "    '''Keeps the first `budget` examples.'''\n"
+        "    @dataclass\n"
+        "    class Params:\n"
+        "        pass\n"
+        "    def __init__(self, params):\n"
+        "        self.params = params\n"
         "    def select(self, pool, budget, ctx):\n"
         "        return Selection(ids=pool.ids[:budget])\n"
     )

@@ -780,7 +780,7 @@ def test_fsdp_runs_show_the_wait_as_not_measured_never_zero(
     for k in range(2):
         atomic_write_jsonl(
             run_dir / "train_log" / f"rank{k}.jsonl",
-            [{"tokens": 100, "compute_s": 0.5, "allreduce_wait_s": None}] * 3,
+            [{"tokens": 100, "padded_tokens": 120, "compute_s": 0.5, "allreduce_wait_s": None}] * 3,
         )
     made = diagnostic_rows({}, run_dir, Selection(ids=[]), ScheduleDiagnostics(), None, {"strategy": "fsdp"})
     got = {(r["benchmark"], r["metric"]): (r["value"], r["n"]) for r in made}

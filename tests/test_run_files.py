@@ -110,7 +110,7 @@ def test_a_cut_shard_is_named_as_cut_with_the_fix(finished_run, tmp_path):
     assert str(shard) in msg and f"{size} -> {size // 2} bytes: cut short" in msg
     assert "Delete it" in msg and "fault is in" not in msg and "mmap length" not in msg
 
-    # A marker written before markers held a fingerprint: the merge still names the cut shard.
+    # A marker without its record (edited by hand): the merge still names the cut shard.
     marker = feats / "shard-00002.json"
     old = read_json(marker)
     old.pop("outputs")
@@ -179,7 +179,7 @@ def test_the_trainer_refuses_an_edited_schedule(finished_run, tmp_path):
 
 def test_verify_run_file_checks_only_what_a_writer_recorded(tmp_path):
     (tmp_path / "pool.jsonl").write_text('{"id": "a"}\n')
-    verify_run_file(tmp_path, "pool.jsonl")  # no marker: a folder from before records
+    verify_run_file(tmp_path, "pool.jsonl")  # no marker: its stage has not finished
     (tmp_path / "stages").mkdir()
     (tmp_path / "stages" / "pool.json").write_text(json.dumps({"n_pool": 1}))
     verify_run_file(tmp_path, "pool.jsonl")  # a marker without outputs: nothing to compare

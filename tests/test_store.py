@@ -32,6 +32,7 @@ from repro.core.store import (
     merge_results,
     open_store,
     run_status,
+    write_set,
 )
 from repro.experiments.matching import at_kept_count
 from tests.store_helpers import entry, fake_eval, fake_run, run_id_of
@@ -243,6 +244,42 @@ def test_older_files_are_refused_by_every_reader_alike_and_migrate_rebuilds_them
 
 
 CONFIG_GRID = Path(__file__).resolve().parent.parent / "configs" / "grids" / "demo-quick.yaml"
+
+
+def test_runs_named_by_another_config_hash_version_are_refused_with_the_rerun(tmp_path: Path, capsys) -> None:
+    """A run folder whose run.json states no config hash version (or another one) was named under
+    other defaults: its config hashes to another folder here, so its rows would name a run no
+    config of this version names. Every reader refuses the store naming it and the rerun;
+    migrate cannot rename it and says so; a merged set of such runs is refused the same way."""
+    root = tmp_path / "runs"
+    runs = _three_seeds(root)
+    store = open_store(root)
+    entries = [r.index_entry() for r in store.runs.values()]
+    for e in entries:
+        del e["record"]["config_hash_version"]
+    old_set = tmp_path / "set" / "results.csv"
+    write_set(old_set, [row for _, row in store.rows()], entries)
+    run = runs["cluster", 0]
+    old = run.with_name("0123456789ab")  # the name its config had under the other version
+    run.rename(old)
+    rec = json.loads((old / "run.json").read_text())
+    del rec["config_hash_version"]
+    rec.update(config_hash=old.name, run_id=f"{rec['name']}-{old.name}")
+    (old / "run.json").write_text(json.dumps(rec))
+    for cmd in (
+        ["results", "--results", str(root)],
+        ["report", "--results", str(root), "--out", str(tmp_path / "rep")],
+        ["claims", "--results", str(root), "--out", str(tmp_path / "cl")],
+        ["report", "--results", str(old_set), "--out", str(tmp_path / "rep")],
+    ):
+        assert main(cmd) == 2, cmd
+        err = capsys.readouterr().err
+        assert "named by the config hash of another version of the suite" in err, err
+        assert "cluster-repro run <folder>/config.yaml" in err and "Traceback" not in err
+        assert (str(old) if cmd[2] == str(root) else "results.runs.jsonl:") in err
+    assert main(["results", "--results", str(root), "--migrate"]) == 2
+    err = capsys.readouterr().err
+    assert f"{old}: its config now hashes to" in err and "rerun it" in err
 
 
 def test_a_file_lacking_a_column_is_refused_never_filled_in(tmp_path: Path) -> None:

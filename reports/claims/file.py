@@ -150,12 +150,11 @@ def _resolved(registry: Registry, name: str, where: str, key: str) -> type:
         raise ClaimsFileError(f"{where}: key {key!r}: {e}") from None
 
 
-def _params_checked(cls: type, params: dict[str, Any], where: str, key: str) -> set[str] | None:
-    """The names of cls's parameters (None: its older keyword interface, checked at run time),
-    after checking `params` against them as a config's are (names, types, ranges)."""
+def _params_checked(cls: type, params: dict[str, Any], where: str, key: str) -> set[str]:
+    """The names of cls's parameters (its Params' fields), after checking `params` against them
+    as a config's are (names, types, ranges)."""
     p_cls = params_class(cls)
-    if p_cls is None:
-        return None
+    assert p_cls is not None, cls  # the registry refuses a class without Params
     try:
         build_params(p_cls, params, key)
     except ConfigError as e:
@@ -175,7 +174,7 @@ def _names_known(d: dict[str, Any], where: str, key: str) -> None:
         _known(method, [*SELECTORS.names(), BASE_METHOD], where, f"{key}.method", "a known method")
     cls = _resolved(SELECTORS, method, where, f"{key}.method")
     takes = _params_checked(cls, d.get("selection_params") or {}, where, f"{key}.selection_params")
-    if "ratio" in d and takes is not None:
+    if "ratio" in d:
         _need("ratio" in takes, where, f"{key}.ratio", f"no ratio ({method} has none)", d["ratio"])
     if "match" in d:  # a run at the cell's kept count or cost: its selector takes a budget
         _need(
@@ -185,7 +184,7 @@ def _names_known(d: dict[str, Any], where: str, key: str) -> None:
             f"a method that takes a budget (selection.n) to be matched; {method} sets its own kept count",
             method,
         )
-    elif method != "full" and takes is not None:  # found as a cell is: by its ratio
+    elif method != "full":  # found as a cell is: by its ratio
         _need(
             "ratio" in takes,
             where,

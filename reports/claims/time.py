@@ -13,8 +13,8 @@ count (what its allocation costs beyond the tokens); the selection share of end 
 paper leaves selection out), the end-to-end reduction, and the time ratio of the token-balanced
 counterpart (`selection.params.budget_unit: tokens`, `allocation.params.balance: tokens`) where
 it ran, or the command that runs it. A row whose measured ratio is more than 10% off the padded
-prediction is flagged, not hidden. Runs trained before padded tokens were recorded have no
-padded prediction: their row says so and flags nothing.
+prediction is flagged, not hidden. Runs without padded-token rows have no padded prediction:
+their row says so and flags nothing.
 
 `claims_tables` gives both of the claims section's tables (reports/claims/verdicts.py's verdicts and this).
 """
@@ -322,7 +322,7 @@ def time_table(rep: Report, results: str = "RESULTS") -> Table:
             "whose measured ratio is more than 10% off the prediction is flagged (NO, and how far "
             "off): fixed per-step costs (the all-reduce, the optimizer) or noise the token model "
             "leaves out. The prediction from real tokens is beside it, with how far the measured "
-            "ratio is off it; runs trained before padded tokens were recorded have only that one "
+            "ratio is off it; runs without padded-token rows have only that one "
             "(their real-token form: token share x (1 - full's idle) / (1 - the cell's)).",
             "s per padded token vs random: the cell's train_s per padded token over random's at "
             "the same kept count, per seed (above 1: CluSTER's allocation costs time beyond the "

@@ -625,14 +625,12 @@ TIME_METRICS: dict[str, tuple[Any, str, str]] = {
     "time_vs_predicted": (
         tm.time_vs_predicted,
         "train_s ratio / predicted from the busiest worker's padded tokens (cell / reference)",
-        "cost/train busiest_padded_tokens rows and train_s of the runs (runs trained before padded "
-        "tokens were recorded have none: train them again)",
+        "cost/train busiest_padded_tokens rows and train_s of the runs (from the runs' training logs)",
     ),
     "time_per_padded_token": (
         tm.per_padded_token_ratio,
         "s per padded token ratio (cell / reference)",
-        "worker/<k> padded_tokens_per_step rows and train_s of the runs (runs trained before padded "
-        "tokens were recorded have none: train them again)",
+        "worker/<k> padded_tokens_per_step rows and train_s of the runs (from the runs' training logs)",
     ),
 }
 

@@ -464,7 +464,7 @@ def _entry(
     # interpreter's teardown: gloo's C++ threads can outlive destroy_process_group, and a worker
     # whose work had finished then died at exit with "terminate called without an active
     # exception" (SIGABRT), failing the whole run (seen once in CI, in a 2-process training).
-    # A worker that raised does not get here: spawn reports its exception as before.
+    # A worker that raised does not get here: spawn reports its exception.
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

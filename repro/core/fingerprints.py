@@ -245,7 +245,7 @@ def _what_changed(old: dict[str, Any], path: Path) -> str | None:
 def verify_run_file(run_dir: Path, relpath: str) -> None:
     """Raise RunFileChanged when `run_dir/relpath` is gone or differs from the record its writer
     made (see above). Nothing to check, so nothing raised, where no record exists: the writer has
-    not finished, or the folder was written before records existed. Reads the whole file when its
+    not finished, or it wrote no such file. Reads the whole file when its
     size is unchanged (sha256)."""
     run_dir = Path(run_dir)
     marker_rel, key, writer = _record_place(relpath)

@@ -25,9 +25,7 @@ selector's `select` must reuse them. The shared features job computes one kind t
 "gradient-proxy" (method/features.py, with the mapping's feature_batch_size).
 
 Every allocator takes `ctx: AllocationContext` (the selected examples' token lengths and the shape
-of an optimizer step), which the pipeline always passes; one that deals by count ignores it. An
-allocator written before `ctx` was part of the contract is refused with a message naming the
-parameter to add.
+of an optimizer step), which the pipeline always passes; one that deals by count ignores it.
 """
 
 from __future__ import annotations

@@ -14,15 +14,13 @@ asked becomes a float), ranges, "did you mean" for an unknown key, and defaults 
 ConfigError. The parameters read as the object's attributes (`self.score` is
 `self.params.score`).
 
-The *canonical* form of a mapping is its built values with the defaults left out (JSON-able):
-`{ratio: 50}`, `{ratio: 50.0}` and `{}` are one canonical form when 50 is the default. The config
-hash and the result rows' `selection_params` / `allocation_params` take it, so two spellings of
-one experiment are one run, and a new parameter whose default keeps the old behaviour changes no
-run's hash.
+The *canonical* form of a mapping is its built values with the defaults left out (JSON-able;
+`canonical_form`, the config's sections' rule too, repro/core/config/schema.py): `{ratio: 50}`,
+`{ratio: 50.0}` and `{}` are one canonical form when 50 is the default. The config hash and the
+result rows' `selection_params` / `allocation_params` take it, so two spellings of one experiment
+are one run, and a new parameter whose default keeps the old behaviour changes no run's hash.
 
-A plugin written to the older interface (a class whose constructor takes the parameters as
-keywords, no `Params`) keeps working: the registry checks its keywords against the constructor's
-signature, and its canonical form is the mapping as written.
+A class without a `Params` dataclass is refused by the registry, naming what to add.
 """
 
 from __future__ import annotations
@@ -56,7 +54,7 @@ def param(
 
 
 def params_class(cls: Any) -> type | None:
-    """The class's `Params` dataclass, or None for a class of the older keyword interface."""
+    """The class's `Params` dataclass, or None where it declares none."""
     p = getattr(cls, "Params", None)
     return p if isinstance(p, type) and dataclasses.is_dataclass(p) else None
 
@@ -92,14 +90,32 @@ def _default(f: dataclasses.Field[Any]) -> Any:
     return dataclasses.MISSING
 
 
+def field_default(cls: type, name: str) -> Any:
+    """The default of the dataclass `cls`'s field `name`."""
+    return _default(next(f for f in dataclasses.fields(cls) if f.name == name))
+
+
+def canonical_form(obj: Any) -> Any:
+    """A dataclass instance (Params, a config section) as JSON-able data without the values at
+    their defaults: a nested dataclass, or a list of them (data.sources), in its own canonical
+    form, any other value as it is, and a field left out where that equals its default's (of
+    the same type)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = {}
+        for f in dataclasses.fields(obj):
+            value, default = getattr(obj, f.name), _default(f)
+            form = canonical_form(value)
+            if form != canonical_form(default) or type(value) is not type(default):
+                out[f.name] = form
+        return out
+    if isinstance(obj, list):
+        return [canonical_form(v) for v in obj]
+    return copy.deepcopy(obj)
+
+
 def canonical(obj: Any) -> dict[str, Any]:
     """A Params instance as a mapping without the fields at their defaults."""
-    out = {}
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        default = _default(f)
-        if value != default or type(value) is not type(default):
-            out[f.name] = value
+    out: dict[str, Any] = canonical_form(obj)
     return out
 
 

@@ -91,24 +91,29 @@ class Registry:
 
     def get(self, name: str) -> Any:
         """The class registered under `name`; raises ConfigError with suggestions if unknown, and
-        when the name resolves to something that is not a class with the protocol's method."""
-        cls = self._checked(name, self._resolve(name))
-        if self.method == "allocate":
-            _check_allocate_takes_ctx(name, cls)
-        return cls
+        when the name resolves to something that is not a class with the protocol's method and
+        a `Params` dataclass."""
+        return self._checked(name, self._resolve(name))
 
     def _checked(self, name: str, obj: Any) -> Any:
-        if inspect.isclass(obj) and callable(getattr(obj, self.method, None)):
-            return obj
         kind = self.kind[:-1]
 
         def a(word: str) -> str:
             return ("an " if word[0] in "aeiou" else "a ") + word
 
-        raise ConfigError(
-            f"{name!r} resolves to {obj!r}, not {a(kind)} class: expected a class "
-            f"with {a(self.method + '()')} method (repro/core/interfaces.py)"
-        )
+        if not (inspect.isclass(obj) and callable(getattr(obj, self.method, None))):
+            raise ConfigError(
+                f"{name!r} resolves to {obj!r}, not {a(kind)} class: expected a class "
+                f"with {a(self.method + '()')} method (repro/core/interfaces.py)"
+            )
+        if params_class(obj) is None:
+            raise ConfigError(
+                f"{kind} {name!r} ({obj.__module__}:{obj.__qualname__}) declares no `Params` "
+                f"dataclass: {a(kind)} declares its parameters as one, which the config builder "
+                "builds from the config (repro/core/params.py; `@dataclass class Params: pass` "
+                "when it takes none)"
+            )
+        return obj
 
     def _resolve(self, name: str) -> Any:
         self._load_builtins()
@@ -145,17 +150,13 @@ class Registry:
         )
 
     def create(self, name: str, params: dict[str, Any], key: str) -> Any:
-        """Instantiate `name` with `params`. A class with a `Params` dataclass
-        (repro/core/params.py) gets them built and checked by the config builder; a class of the
-        older keyword interface gets them as keywords, checked against its signature. Either
-        way a wrong parameter is a ConfigError naming the config key."""
+        """Instantiate `name` with `params`, built into its `Params` dataclass and checked by the
+        config builder (repro/core/params.py): a wrong parameter is a ConfigError naming the
+        config key."""
         cls = self.get(name)
-        p_cls = params_class(cls)
         self._check_keywords(cls, name, params, key)
-        if p_cls is not None:
-            built = build_params(p_cls, params, key)
-            return self._construct(name, key, params, lambda: cls(built))
-        return self._construct(name, key, params, lambda: cls(**params))
+        built = build_params(_params(cls), params, key)
+        return self._construct(name, key, params, lambda: cls(built))
 
     def _construct(self, name: str, key: str, params: dict[str, Any], make: Callable[[], Any]) -> Any:
         try:
@@ -170,13 +171,10 @@ class Registry:
             ) from e
 
     def _check_keywords(self, cls: Any, name: str, params: dict[str, Any], key: str) -> None:
-        """Every key must be a parameter: a field of the class's Params, or (the older interface)
-        a keyword of its constructor."""
+        """Every key must be a parameter: a field of the class's Params."""
         if not isinstance(params, dict):
             raise ConfigError(f"{key}: expected a mapping of parameter names to values, got {params!r}")
-        allowed = self._parameter_names(cls)
-        if allowed is None:
-            return
+        allowed = [f.name for f in dataclasses.fields(_params(cls))]
         for p in params:
             if p not in allowed:
                 hint = difflib.get_close_matches(p, allowed, n=1)
@@ -186,63 +184,27 @@ class Registry:
                     f"(it takes: {', '.join(allowed) or 'none'})"
                 )
 
-    @staticmethod
-    def _parameter_names(cls: Any) -> list[str] | None:
-        """The Params' fields, else the constructor's keywords; None where any keyword goes."""
-        p_cls = params_class(cls)
-        if p_cls is not None:
-            return [f.name for f in dataclasses.fields(p_cls)]
-        try:
-            sig = inspect.signature(cls)
-        except (TypeError, ValueError):
-            return None
-        if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
-            return None
-        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        return [p for p in sig.parameters if sig.parameters[p].kind in kinds]
-
     def canonical(self, name: str, params: dict[str, Any], key: str) -> dict[str, Any]:
         """The canonical form of `params` for `name` (repro/core/params.py): built, defaults left
-        out; the mapping as written for a class without `Params`. ConfigError as `create`."""
+        out. ConfigError as `create`."""
         cls = self.get(name)
-        p_cls = params_class(cls)
-        if p_cls is None:
-            return dict(params or {})
         self._check_keywords(cls, name, params, key)
-        return canonical(build_params(p_cls, params, key))
+        return canonical(build_params(_params(cls), params, key))
+
+    def params_class(self, name: str) -> type:
+        """The `Params` dataclass of `name` (ConfigError as `get`)."""
+        return _params(self.get(name))
 
     def parameters(self, name: str) -> list[str]:
         """One line per parameter of `name` (type, default, range, meaning), for `ls`."""
-        cls = self.get(name)
-        p_cls = params_class(cls)
-        if p_cls is not None:
-            return describe(p_cls)
-        try:
-            sig = inspect.signature(cls)
-        except (TypeError, ValueError):
-            return ["(parameters not declared)"]
-        return [
-            f"{p.name} = {p.default!r}" if p.default is not p.empty else f"{p.name} (required)"
-            for p in sig.parameters.values()
-            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        ] + ["(older keyword interface: no Params dataclass, values are not type-checked)"]
+        return describe(self.params_class(name))
 
 
-def _check_allocate_takes_ctx(name: str, cls: Any) -> None:
-    """The allocator protocol passes `ctx` (repro/core/interfaces.py); an allocate() written before
-    it was part of the protocol gets a ConfigError that says what to add."""
-    try:
-        params = inspect.signature(cls.allocate).parameters
-    except (TypeError, ValueError):
-        return
-    if "ctx" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
-    raise ConfigError(
-        f"allocator {name!r}: its allocate() takes no `ctx`, which every allocator is passed "
-        "(repro/core/interfaces.py). Add the parameter `ctx: AllocationContext | None = None` "
-        "(it holds the selected examples' token lengths and the step shape; an allocator that "
-        "deals by count can ignore it)"
-    )
+def _params(cls: Any) -> type:
+    """The Params of a class `get` returned (it refuses a class without one)."""
+    p_cls = params_class(cls)
+    assert p_cls is not None, cls
+    return p_cls
 
 
 SELECTORS = Registry("selectors", "cluster_repro.selectors", "select")

@@ -4,9 +4,10 @@ command that reads results (report, claims, status, launch, results, the matcher
 Identity (docs/files.md, "The results store"):
 
 - A **run** is one run folder `<root>/<name>/<config_hash>/` and its record `run.json`: the
-  folder's schema version, its run id and config hash, and its stored config. Which
-  cell of a table a run belongs to is decided from its stored config (reports/load.py), never
-  from the columns of a result row.
+  folder's schema version, its run id and config hash (with the version of the defaults the hash
+  was made under: a run of another is refused, `other_hash_version`), and its stored config.
+  Which cell of a table a run belongs to is decided from its stored config (reports/load.py),
+  never from the columns of a result row.
 - A **measurement** is (run, eval identity, protocol, benchmark, metric). The eval identity
   (`eval_id`, a result column) names the settings an evaluation ran with: the pipeline's eval
   stage (the config's eval_hash) or one `cluster-repro eval --run`, which writes into a folder
@@ -44,7 +45,8 @@ from repro.core.results import (
     sidecar_path,
 )
 
-RUN_RECORD = "run.json"  # in a run folder: {"schema", "run_id", "config_hash", "name", "config"}
+# In a run folder: {"schema", "run_id", "config_hash", "config_hash_version", "name", "config"}.
+RUN_RECORD = "run.json"
 EVAL_RECORD = "model-eval.json"  # in a model evaluation's folder: {"schema", "run_id", "model", ...}
 EVALS_DIR = "evals"  # <run>/evals/<eval_id>/: one `cluster-repro eval --run` each
 RUNS_INDEX = "runs.jsonl"  # in a merged set: one line per run (its record, config and status)
@@ -84,16 +86,13 @@ def selection_ratio(cfg: Any) -> float | None:
     """The selector's `ratio` parameter as it runs with it (its default where the config leaves
     it out: CluSTER's r in percent), or None for a selector without one."""
     from repro.core.config.builder import ConfigError
-    from repro.core.params import build_params, params_class
+    from repro.core.params import build_params
     from repro.core.registry import SELECTORS
 
     params = cfg.selection.params
     try:
-        p_cls = params_class(SELECTORS.get(cfg.selection.method))
-        if p_cls is not None:
-            value = getattr(build_params(p_cls, params, "selection.params"), "ratio", None)
-        else:
-            value = params.get("ratio")
+        p_cls = SELECTORS.params_class(cfg.selection.method)
+        value = getattr(build_params(p_cls, params, "selection.params"), "ratio", None)
     except ConfigError:  # a selector not installed here: the params as written
         value = params.get("ratio")
     return None if value is None else float(value)
@@ -240,18 +239,26 @@ def _lock_holder(run_dir: Path) -> str:
 # ----------------------------------------------------------------------------- records and versions
 
 
-def write_run_record(run_dir: Path, cfg: Any) -> None:
-    """The run folder's record, written when the run starts: its schema version, its identity
-    (run id, config hash, name) and its config as it runs (what the store places it by;
-    config.yaml beside it is the same config for people)."""
-    path = Path(run_dir) / RUN_RECORD
-    record = {
+def run_record(cfg: Any) -> dict[str, Any]:
+    """A run's record: its schema version, its identity (run id, config hash and the version of
+    the defaults it was made under, name) and its config as it runs (what the store places it
+    by; config.yaml beside it is the same config for people)."""
+    from repro.core.config.schema import CONFIG_HASH_VERSION
+
+    return {
         "schema": schema.VERSION,
         "run_id": f"{cfg.name}-{cfg.hash()}",
         "config_hash": cfg.hash(),
+        "config_hash_version": CONFIG_HASH_VERSION,
         "name": cfg.name,
         "config": cfg.to_dict(),
     }
+
+
+def write_run_record(run_dir: Path, cfg: Any) -> None:
+    """The run folder's record (`run_record`), written when the run starts."""
+    path = Path(run_dir) / RUN_RECORD
+    record = run_record(cfg)
     if path.is_file():
         try:
             if read_json(path) == record:
@@ -279,6 +286,35 @@ def _record(path: Path, what: str, root: Path) -> dict[str, Any]:
             f"rebuild it with `{migrate_command(root)}`"
         )
     return rec
+
+
+def other_hash_version(record: dict[str, Any]) -> str | None:
+    """What a run record says of its config hash version where it is not this suite's (None:
+    it is this one's). Its hash, and so its folder's name and run id, were made under other
+    defaults (repro/core/config/schema.py CONFIG_HASH_VERSION): its config hashes otherwise here."""
+    from repro.core.config.schema import CONFIG_HASH_VERSION
+
+    found = record.get("config_hash_version")
+    if found == CONFIG_HASH_VERSION:
+        return None
+    return "its record states no config hash version" if found is None else f"config hash version {found}"
+
+
+def other_hash_message(folders: list[str], root: Path | str) -> str:
+    """The refusal of runs whose config hash is of another version: `folders` names each."""
+    from repro.core.config.schema import CONFIG_HASH_VERSION
+
+    lines = "\n".join(f"  {x}" for x in folders[:20]) + (
+        f"\n  ... and {len(folders) - 20} more" if len(folders) > 20 else ""
+    )
+    return (
+        f"{len(folders)} run(s) under {root} are named by the config hash of another version of the "
+        f"suite (this one hashes by version {CONFIG_HASH_VERSION}): their configs hash otherwise "
+        f"here, so their rows cannot be placed as this version's runs:\n{lines}\nRerun each "
+        "(`cluster-repro run <folder>/config.yaml`: it trains into the folder its config names "
+        f"now) and move the old folders out of {root}; `cluster-repro results --migrate` cannot "
+        "rename a run"
+    )
 
 
 def _states_no_schema(part: Path) -> bool:
@@ -495,6 +531,7 @@ def _open_folder(
 ) -> Store:
     runs: dict[str, StoredRun] = {}
     where: dict[str, Path] = {}
+    other_hash: list[str] = []
     for d in folders:
         rec = _record(d / RUN_RECORD, "run record", root)
         run_id = str(rec.get("run_id") or "")
@@ -509,8 +546,14 @@ def _open_folder(
         if not isinstance(cfg, dict):
             raise StoreError(f"{d / RUN_RECORD}: no config (a mapping); {migrate_command(root)}")
         record = {k: v for k, v in rec.items() if k != "config"}
+        found = other_hash_version(record)
+        if found is not None:
+            other_hash.append(f"{d}: {found}")
+            continue
         runs[run_id] = StoredRun(run_id, RUN, run_status(d), cfg, record, d)
         where[run_id] = d
+    if other_hash:
+        raise StoreError(other_hash_message(other_hash, root))
     for d in model_evals:
         rec = _record(d / EVAL_RECORD, "evaluation record", root)
         run_id = str(rec.get("run_id") or "")
@@ -622,6 +665,7 @@ def _open_merged(csv_path: Path, allow_damaged: bool) -> Store:
     except DamagedResultFile as e:
         raise DamagedResultsError(damaged_message([e], allowed=False)) from None
     runs: dict[str, StoredRun] = {}
+    other_hash: list[str] = []
     with open(index, encoding="utf-8") as fh:
         for i, line in enumerate(fh, start=1):
             if not line.strip():
@@ -635,6 +679,12 @@ def _open_merged(csv_path: Path, allow_damaged: bool) -> Store:
                 )
             except (ValueError, KeyError, TypeError) as err:
                 raise StoreError(f"{index}:{i}: expected a run entry of the set ({err}); {fix}") from None
+            stored = runs[entry["run_id"]]
+            found = other_hash_version(stored.record) if isinstance(stored.record, dict) else None
+            if stored.kind == RUN and found is not None:
+                other_hash.append(f"{index}:{i}: run {stored.run_id}: {found}")
+    if other_hash:
+        raise StoreError(other_hash_message(other_hash, root))
     seen: dict[tuple[str, ...], Row] = {}
     for i, row in enumerate(rows, start=2):
         run = runs.get(row.get("run_id", ""))

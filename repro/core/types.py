@@ -168,26 +168,6 @@ class SelectionDiagnostics:
             features_reused=d.get("features_reused"),
         )
 
-    @classmethod
-    def from_legacy_info(cls, info: dict[str, Any]) -> SelectionDiagnostics:
-        """A selection.json written before diagnostics existed kept them in `info`."""
-        costs = {
-            step: StepCost(info.get(f"{step}_s"), info.get(f"{step}_peak_mem_mb"))
-            for step in SELECTION_STEPS
-            if info.get(f"{step}_s") is not None or info.get(f"{step}_peak_mem_mb") is not None
-        }
-        return cls.from_dict(
-            {
-                "with_replacement": info.get("with_replacement", False),
-                "costs": {k: dataclasses.asdict(v) for k, v in costs.items()},
-                "cluster_sizes_before_cap": info.get("cluster_sizes_before_cap"),
-                "cluster_sizes_after_cap": info.get("cluster_sizes_after_cap"),
-                "category_agreement": info.get("category_agreement"),
-                "features_reused": info.get("features_reused"),
-            },
-            "selection.json (info)",
-        )
-
 
 @dataclass
 class Selection:
@@ -237,19 +217,13 @@ class Selection:
         gw = d.get("group_weights")
         if gw is not None and not isinstance(gw, dict):
             raise RunFileError(f"{where}: group_weights is {gw!r}, expected a mapping or null")
-        info = d.get("info") or {}
-        diag = d.get("diagnostics")
         return cls(
             ids=ids,
             clusters=d.get("clusters"),
             scores=d.get("scores"),
             group_weights={int(k): v for k, v in gw.items()} if gw else None,
-            info=info,
-            diagnostics=(
-                SelectionDiagnostics.from_legacy_info(info)
-                if diag is None
-                else SelectionDiagnostics.from_dict(diag, where)
-            ),
+            info=d.get("info") or {},
+            diagnostics=SelectionDiagnostics.from_dict(d.get("diagnostics"), where),
         )
 
 

@@ -78,8 +78,7 @@ def feature_key(cfg: ExperimentConfig) -> str | None:
     key: dict[str, Any] = {"model": model, "data": dataclasses.asdict(cfg.data), "features": features}
     if pool_seed_uses(cfg):
         key["seed"] = cfg.seed
-    if cfg.selection_seed is not None:  # features may draw from it; unset: keys as before
-        key["selection_seed"] = cfg.selection_seed
+    key["selection_seed"] = cfg.selection_seed  # features may draw from it
     blob = json.dumps(
         key,
         sort_keys=True,

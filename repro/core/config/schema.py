@@ -5,8 +5,8 @@ repro/core/config/builder.py) and validates them (repro/core/config/checks.py); 
 what a config *is*. `config_hash` is stable:
 canonical JSON of the fields that change what is trained (paths, launch and eval settings and
 train.report_to are left out, so moving the data does not rerun work; the eval settings have their
-own `eval_hash`), with the selector's and allocator's parameters in their canonical form
-(repro/core/params.py): `ratio: 50` and `ratio: 50.0` are one run.
+own `eval_hash`), every value equal to its default left out, as the selector's and allocator's
+parameters are (repro/core/params.py): `ratio: 50`, `ratio: 50.0` and no ratio are one run.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from repro.core.params import canonical_form, field_default
 from repro.core.prompts import FORMATS
 
 # A source's prompt format: "auto" or a format of repro/core/prompts.py (the one list of formats
@@ -96,8 +97,7 @@ class DataConfig:
     demo_max_share: float = 0.30
     # Which of the paper's domains the pool belongs to (code or medical): where the claims'
     # checks apply (docs/claims.md). null: from the sources' names (repro/core/domains.py: the
-    # paper's sets and the mini pools; the demo is code), else unknown. Not part of the hash
-    # while null.
+    # paper's sets and the mini pools; the demo is code), else unknown.
     domain: Literal["code", "medical"] | None = None
 
 
@@ -118,7 +118,6 @@ class SelectionConfig:
     params: dict[str, Any] = field(default_factory=dict)
     # Written by `match_compute_of` (repro/experiments/compute.py), not by hand: which run's
     # compute this budget matches, from measured or planned costs, and the numbers that gave `n`.
-    # Null (the default) leaves the hash as before; set, it enters it.
     matched: dict[str, Any] | None = None
 
 
@@ -224,8 +223,7 @@ class ExperimentConfig:
     name: str = "demo"
     seed: int = 42
     # Separate seeds for the two sources of run-to-run spread (reports/analyses.py splits a
-    # metric's variance over them). null: `seed`, so a config that leaves them out selects,
-    # trains and hashes exactly as before. selection_seed: the selector's draws
+    # metric's variance over them). null: `seed`. selection_seed: the selector's draws
     # (SelectionContext.seed: which examples are kept); training_seed: how they are trained, the
     # allocator's deal and order (the schedule) and the trainer's draws (LoRA init, dropout,
     # every per-rank stream). `seed` alone still draws the pool's held-out split
@@ -271,9 +269,17 @@ class ExperimentConfig:
 # name or the eval limit later redoes only the evaluation and the result rows, never the
 # selection or the training. `train.report_to` only says where the training's scalars are shown.
 _HASH_EXCLUDED = {"name", "output_dir", "data_dir", "launch", "eval", "train.report_to"}
-# Keys left out of the hash while they are null (their default): added after configs were
-# hashed, so every config that leaves them unset keeps its hash and run folder.
-_HASH_EXCLUDED_WHEN_NULL = ("selection_seed", "training_seed")
+
+# A hash is of the canonical form (repro/core/params.py canonical_form): every value equal to its
+# schema default is left out, so a config that spells a default out and one that leaves it out
+# are one run, and a key added with a default that keeps the old behaviour changes no hash. But a
+# changed default would change what a config that leaves it out runs, under the same hash. So
+# each hash carries the version of the defaults it was made under, bumped with any change of one:
+# CONFIG_HASH_VERSION for the keys config_hash takes (all but those above) and the
+# built-in selectors' and allocators' Params, EVAL_HASH_VERSION for the `eval` section.
+# tests/test_hash_defaults.py holds the defaults of each version and fails until it is bumped.
+CONFIG_HASH_VERSION = 1
+EVAL_HASH_VERSION = 1
 
 
 def _short_hash(d: Any) -> str:
@@ -281,36 +287,28 @@ def _short_hash(d: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+def _reset(obj: Any, key: str) -> Any:
+    """A copy of the dataclass `obj` with the dotted `key` at its default."""
+    head, _, rest = key.partition(".")
+    if rest:
+        return dataclasses.replace(obj, **{head: _reset(getattr(obj, head), rest)})
+    return dataclasses.replace(obj, **{head: field_default(type(obj), head)})
+
+
 def config_hash(cfg: ExperimentConfig) -> str:
-    """The run's training identity: 12 hex digits of the canonical JSON of every field that
-    changes what is selected and trained (all but name, paths, launch, eval, train.report_to),
-    with the selector's and allocator's parameters in their canonical form."""
-    d = cfg.to_dict()
+    """The run's training identity: 12 hex digits of the canonical JSON of the config's canonical
+    form (defaults left out) without the keys that do not change training
+    (name, paths, launch, eval, train.report_to), with its selector's and allocator's parameters
+    in their canonical form too, and CONFIG_HASH_VERSION."""
+    sel, alloc = canonical_params(cfg)
+    cfg = dataclasses.replace(
+        cfg,
+        selection=dataclasses.replace(cfg.selection, params=sel),
+        allocation=dataclasses.replace(cfg.allocation, params=alloc),
+    )
     for key in _HASH_EXCLUDED:
-        *section, last = key.split(".")
-        parent = d
-        for part in section:
-            parent = parent[part]
-        parent.pop(last, None)
-    for key in _HASH_EXCLUDED_WHEN_NULL:
-        if d.get(key) is None:
-            d.pop(key, None)
-    if d["train"].get("schedule_steps") == "kept":  # added later, left out at its default
-        d["train"].pop("schedule_steps")
-    if d["train"].get("length_grouped") is False:  # added later, left out at its default
-        d["train"].pop("length_grouped")
-    if d["selection"].get("matched") is None:  # added later, left out while null as above
-        d["selection"].pop("matched", None)
-    if d["data"].get("domain") is None:  # added later, left out while null as above
-        d["data"].pop("domain", None)
-    # revision (model, data sources): added later, left out while null like the keys above.
-    if d["model"].get("revision") is None:
-        d["model"].pop("revision", None)
-    for src in d["data"]["sources"]:
-        if src.get("revision") is None:
-            src.pop("revision", None)
-    d["selection"]["params"], d["allocation"]["params"] = canonical_params(cfg)
-    return _short_hash(d)
+        cfg = _reset(cfg, key)
+    return _short_hash({"version": CONFIG_HASH_VERSION, "config": canonical_form(cfg)})
 
 
 def canonical_params(cfg: ExperimentConfig) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -333,8 +331,6 @@ def canonical_params(cfg: ExperimentConfig) -> tuple[dict[str, Any], dict[str, A
 
 
 def eval_hash(cfg: ExperimentConfig) -> str:
-    """The evaluation's identity: 12 hex digits of the canonical JSON of the `eval` section."""
-    d = dataclasses.asdict(cfg.eval)
-    if d.get("evalplus_version") is None:  # added later, left out while null (its default)
-        d.pop("evalplus_version", None)
-    return _short_hash(d)
+    """The evaluation's identity: 12 hex digits of the canonical JSON of the `eval` section's
+    canonical form (defaults left out) and EVAL_HASH_VERSION."""
+    return _short_hash({"version": EVAL_HASH_VERSION, "eval": canonical_form(cfg.eval)})

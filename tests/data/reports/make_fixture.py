@@ -38,7 +38,7 @@ from repro.core.config.load import load_config  # noqa: E402
 from repro.core.config.schema import eval_hash  # noqa: E402
 from repro.core.io import atomic_write_json, atomic_write_jsonl  # noqa: E402
 from repro.core.steps import idle_share, worker_idle_shares  # noqa: E402
-from repro.core.store import run_settings, write_set  # noqa: E402
+from repro.core.store import run_record, run_settings, write_set  # noqa: E402
 
 VERSIONS = json.dumps(
     {"lm_eval": "0.4.13", "torch": "2.13.0", "transformers": "5.24.0", "python": "3.11.9"}, sort_keys=True
@@ -465,7 +465,7 @@ def main() -> None:
                 {"step_tokens": sums.tolist(), "world_size": int(sums.shape[1])},
             )
         rid = f"{name}-{h}"
-        record = {"schema": schema.VERSION, "run_id": rid, "config_hash": h, "name": name}
+        record = {k: v for k, v in run_record(cfg).items() if k != "config"}
         status = {"state": "done", "detail": "", "stage": None, "diverged_step": None, "total_steps": None}
         entries.append(
             {
