@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from repro.core import config_schema
+from repro.core.config import schema as config_schema
 from repro.core.config.load import from_dict
 from repro.core.config.schema import ExperimentConfig, eval_hash
 from repro.core.params import canonical_form, params_class
