@@ -336,9 +336,7 @@ def test_a_run_labelled_as_a_grid_cell_and_a_bad_base_are_refused(tmp_path: Path
         ConfigError, match=r"runs: the labels \['demo\.tiny\.full\.ws2\.s42'\] are also grid cell ids"
     ):
         load_experiment(path)
-    with pytest.raises(
-        ConfigError, match=r"--base config 'nope' not found: no such file, nor a shipped config"
-    ):
+    with pytest.raises(ConfigError, match=r"--base 'nope' not found: no such file, nor a shipped config"):
         load_experiment(path, base="nope")
     with pytest.raises(
         ConfigError, match=r"^--base experiments/demo: .* is an experiment file; a base is one"

@@ -307,7 +307,7 @@ def test_validate_run_and_grid_refuse_before_any_stage(tmp_path: Path, cli) -> N
     runs = tmp_path / "runs.yaml"
     runs.write_text(
         f"base: {quick}\nruns:\n  - {{label: ok, overrides: [selection.method=full]}}\n"
-        "  - label: typo\n    overrides: ['eval.benchmarks=[medqa_4options]']\n"
+        "  - label: typo\n    overrides: [seed=2, 'eval.benchmarks=[medqa_4options]']\n"
     )
     rc, _, err = cli("grid", str(runs), f"output_dir={tmp_path / 'out'}")
     assert rc == 2

@@ -128,7 +128,7 @@ def _check_top(data: dict[str, Any], p: Path) -> None:
 def _base(data: dict[str, Any], p: Path, base: str | Path | None) -> dict[str, Any]:
     """The mapping of the base config: `base` (--base) when given, else the file's `base`."""
     if base is not None:
-        base_path = resolve_config_path(base, "--base config")
+        base_path = resolve_config_path(base, "--base")
         where = f"--base {base}"
     else:
         if not isinstance(data["base"], str):

@@ -32,7 +32,7 @@ def reference_of(entry: dict[str, Any], where: str) -> str | None:
     """The label (a run) or method (a grid's) whose kept count `entry` takes, or None.
 
     ConfigError, prefixed by `where` (the file and the entry), for another spelling of the key
-    (grid files once said `match:`) and for a reference that is not a name."""
+    (`match:`) and for a reference that is not a name."""
     for old in _OLD_SPELLINGS:
         if old in entry:
             raise ConfigError(
