@@ -438,7 +438,7 @@ def ablation_table(
         if rows
         else [
             "No runs vary this factor alone yet (run the ablation grid, e.g. "
-            "configs/runs/demo-ablation.yaml, then report again)."
+            "configs/experiments/demo-ablation.yaml, then report again)."
         ]
     )
     return Table(

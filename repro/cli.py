@@ -3,13 +3,13 @@
 cluster-repro demo [--quick]                  the embedded CPU mini-reproduction
 cluster-repro run CONFIG [key.sub=value ...]  every stage of one experiment
 cluster-repro select CONFIG [k=v ...]         stages up to the schedule (selection.csv)
-cluster-repro grid RUNS_FILE [k=v ...]        every run of a run list (configs/runs/)
+cluster-repro grid EXPERIMENT [k=v ...]       every run and grid cell of an experiment file, here
 cluster-repro validate CONFIG [k=v ...]       load and preflight-check a config, print its hash
 cluster-repro ls selectors|allocators|configs|formats|benchmarks|columns   what is available
 cluster-repro results [--results DIR]        merge every run's results into one set (--migrate: older ones)
 cluster-repro bench BENCH [flags]             a benchmark (`cluster-repro bench --help` lists them)
 cluster-repro eval --run RUN | --model M      a run's model, or any model, on the benchmarks
-cluster-repro launch GRID [--results DIR]     a grid's cells as jobs (SLURM or here); status: theirs
+cluster-repro launch EXPERIMENT [--results DIR]  the same cells as jobs (SLURM or here); status: theirs
 cluster-repro report [--results DIR] [--out DIR] every table and figure from the results
 cluster-repro claims [--results DIR] [--out DIR] each paper claim against the results: a verdict
 

@@ -1,6 +1,6 @@
 """The embedded default: a small real data-parallel experiment that runs on a laptop's CPU.
 
-`cluster-repro demo` runs the runs of configs/runs/demo.yaml (full data, CluSTER at r = 0.5 and
+`cluster-repro demo` runs the runs of configs/experiments/demo.yaml (full data, CluSTER at r = 0.5 and
 random at CluSTER's kept count) on the generated demo pool (SmolLM2-135M-Instruct with LoRA,
 4 gloo workers), then prints a table led by held-out loss (overall and per category: what carries
 signal at this scale), then exact-match quality per category, data used, and the selection,
@@ -8,7 +8,7 @@ training and end-to-end seconds, and ends with the paper's claims checked on its
 (`demo_claims`). `--quick` swaps in a tiny random model and a smaller
 pool (what the tests use). Every run is the same config plus a few overrides.
 
-Runs that differ only in their seed (configs/runs/demo-seeds.yaml) get one more table,
+Runs that differ only in their seed (configs/experiments/demo-seeds.yaml) get one more table,
 `seeds_table`: the mean and 95% Student-t interval over seeds per method, of the demo score, the
 held-out loss and the held-out loss per category, and the paired difference of each method at a
 budget (CluSTER) minus random at the same kept count and seed (reports/stats.py).
@@ -23,8 +23,8 @@ from typing import Any
 from repro.core.config.load import SHIPPED_CONFIGS, load_config
 from repro.core.config.schema import ExperimentConfig
 
-# The demo's runs (full, CluSTER r = 0.5, random at CluSTER's kept count): a run-list file.
-DEMO_RUNS = SHIPPED_CONFIGS / "runs" / "demo.yaml"
+# The demo's runs (full, CluSTER r = 0.5, random at CluSTER's kept count): an experiment file.
+DEMO_RUNS = SHIPPED_CONFIGS / "experiments" / "demo.yaml"
 
 
 def demo_config(quick: bool, overrides: list[str] = ()) -> ExperimentConfig:
@@ -35,14 +35,13 @@ def demo_config(quick: bool, overrides: list[str] = ()) -> ExperimentConfig:
 def run_demo(
     quick: bool = False, overrides: list[str] = (), force: bool = False, runs_file: Path | None = None
 ) -> tuple[list[Path], Path]:
-    """Run every run of the demo's run list; return the run directories and the merged results."""
+    """Run every run of the demo's experiment file; return the run directories and the merged results."""
     from repro.core.store import merge_results
-    from repro.experiments.runlists import load_run_list, run_list
+    from repro.experiments.experiment import load_experiment
+    from repro.experiments.inline import run_cells
 
-    rl = load_run_list(runs_file or DEMO_RUNS)
-    if quick:
-        rl.base = SHIPPED_CONFIGS / "demo-quick.yaml"
-    run_dirs = run_list(rl, list(overrides), force=force)
+    base = SHIPPED_CONFIGS / "demo-quick.yaml" if quick else None
+    run_dirs = run_cells(load_experiment(runs_file or DEMO_RUNS, list(overrides), base), force=force)
     out_dir = Path(demo_config(quick, list(overrides)).output_dir)
     merged, _ = merge_results(out_dir)
     return run_dirs, merged

@@ -102,7 +102,7 @@ def report(found: dict[str, list[Problem]]) -> str:
 
 
 def _noun(where: str) -> str:
-    """What a `where` of preflight names: a grid cell ("cell <id>"), a run of a run list
+    """What a `where` of preflight names: a grid cell ("cell <id>"), a labelled run
     ("<file> run <label>") or a config file."""
     if where.startswith("cell ") or " cell " in where:
         return "cell"

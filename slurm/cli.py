@@ -1,8 +1,9 @@
-"""`cluster-repro launch` and `cluster-repro status`: a grid on SLURM (or locally), and where it stands.
+"""`cluster-repro launch` and `cluster-repro status`: an experiment file's cells as jobs (SLURM,
+or this machine), and where they stand.
 
-    cluster-repro launch GRID --cluster slurm --profile PROFILE [--results DIR] [--dry-run]
-        [--only axis=v] [--wait]
-    cluster-repro status GRID [--profile PROFILE] [--results DIR] [--only axis=v]
+    cluster-repro launch EXPERIMENT --cluster slurm --profile PROFILE [--results DIR] [--dry-run]
+        [--base CONFIG] [--only axis=v] [--wait]
+    cluster-repro status EXPERIMENT [--profile PROFILE] [--results DIR] [--base CONFIG] [--only axis=v]
 
 Registered into the main CLI by `repro/cli.py` (it calls `register`).
 """
@@ -10,29 +11,31 @@ Registered into the main CLI by `repro/cli.py` (it calls `register`).
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from dataclasses import replace
 
 from repro.core.config.builder import ConfigError
+from repro.experiments.experiment import add_arguments
 
 
 def register(sub: argparse._SubParsersAction, epilog: str) -> None:
     p = sub.add_parser(
         "launch",
-        help="submit every cell of a grid (SLURM via submitit, or locally)",
-        description="Expand a grid file (datasets x models x methods x ratios x world sizes x "
-        "seeds, minus exclusions) into experiments and submit them: one job per cell with one "
+        help="run every run and grid cell of an experiment file as jobs (SLURM via submitit, or here)",
+        description="Plan an experiment file's cells (its labelled runs: and the cells of its "
+        "grid:; shipped ones in configs/experiments/) and submit them: one job per cell with one "
         "task (GPU) per worker, job arrays for cells that share resources, and one shared "
         "features job per (model, pool) that CluSTER cells wait for. Finished cells are skipped, "
-        "so launching again resumes a grid; a timed-out or preempted job requeues itself and "
+        "so launching again resumes; a timed-out or preempted job requeues itself and "
         "training resumes from its checkpoint. Every cell to run is preflight-checked first "
         "(benchmark, selector and allocator names, data files, the output and model folders, "
         "batches, feature shards, ratio; repro/preflight.py): a launch submits nothing while any "
         "cell has a problem. --dry-run "
         "prints the jobs, GPUs, an estimate of GPU-hours (from tokens, parameter count and the "
         "profile's MFU) and each cell's problems, and submits nothing (exit 2 on a problem).",
-        epilog="Grids: configs/grids/. Profiles: configs/clusters/ (example.yaml documents every "
-        "key). Docs: docs/slurm.md. " + epilog,
+        epilog="Experiment files: configs/experiments/. Profiles: configs/clusters/ (example.yaml "
+        "documents every key). Docs: docs/slurm.md. " + epilog,
     )
     _common(p)
     p.add_argument(
@@ -64,13 +67,13 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
 
     p = sub.add_parser(
         "status",
-        help="each cell of a launched grid: done, pending, running, failed (+ log)",
+        help="each cell of a launched experiment file: done, pending, running, failed (+ log)",
         description="Show each cell's state: done (its results exist, for its eval settings), "
         "diverged (its training stopped on a non-finite loss: no result), "
         "pending, running, failed (with the path of its log and the reason), outdated (its job "
         "finished, but the eval settings changed since: launch re-evaluates it), or not "
         "launched. Asks SLURM's accounting "
-        "(sacct) about the jobs a launch recorded in <output_dir>/_launch/<grid>/jobs.json.",
+        "(sacct) about the jobs a launch recorded in <output_dir>/_launch/<name>/jobs.json.",
         epilog=epilog,
     )
     _common(p)
@@ -78,19 +81,7 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "grid",
-        help="an experiment file (runs and/or grid; a run list or grid file is one), or a shipped "
-        "one by name, e.g. grids/paper "
-        "(configs/grids/paper.yaml; run lists, configs/runs/, are for "
-        "`cluster-repro grid`)",
-    )
-    p.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="key.sub=value",
-        help="config overrides for every cell, e.g. data_dir=DATA_DIR",
-    )
+    add_arguments(p)
     p.add_argument(
         "--profile",
         default=None,
@@ -104,14 +95,6 @@ def _common(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DIR",
         help="where the runs go: their output_dir (default: the profile's output_dir, else the config's)",
-    )
-    p.add_argument(
-        "--only",
-        action="append",
-        default=[],
-        metavar="AXIS=V[,V]",
-        help="only cells whose axis has one of these values (dataset, model, method, "
-        "ratio, world_size, seed, id); repeatable; cells they match come along",
     )
 
 
@@ -138,8 +121,8 @@ def format_plan(ctx, jobs, done) -> str:
     prof = ctx.profile
     g = prof.gpu
     lines = [
-        f"Grid {ctx.grid.name} ({ctx.grid.path}): {len(ctx.cells)} cells, {len(done)} done, "
-        f"{sum(j.kind == 'cell' for j in jobs)} to run",
+        f"Experiment {ctx.experiment.name} ({ctx.experiment.path}): {len(ctx.cells)} cells, "
+        f"{len(done)} done, {sum(j.kind == 'cell' for j in jobs)} to run",
         f"Profile {prof.name}: {prof.gpus_per_node} GPUs/node, {g.name}, "
         f"{g.peak_tflops:g} TFLOP/s peak, "
         + (f"{g.memory_gb:g} GiB per GPU" if g.memory_gb else "GPU memory not stated")
@@ -170,7 +153,7 @@ def format_plan(ctx, jobs, done) -> str:
             scale_lines.append(_scale_line(ctx, pj, est))
         else:
             cell = ctx.by_id[pj.name]
-            est = estimate_cell(cell, ctx.by_id, ctx.grid.estimate, prof, lambda c: cell_config(ctx, c))
+            est = estimate_cell(cell, ctx.by_id, ctx.experiment.estimate, prof, lambda c: cell_config(ctx, c))
             kept = f"{est.kept_fraction:.2f}" if est.kept_fraction is not None else "?"
             what = (pj.after or "") + (f" [{est.note}]" if est.note else "")
         if est.gpu_hours is None:
@@ -274,7 +257,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     )
 
     prof = _profile(args, required=args.cluster == "slurm" and not args.dry_run)
-    ctx = load_context(args.grid, args.overrides, args.only, prof, args.results)
+    ctx = load_context(args, prof)
     # Every cell that would run is checked before anything is planned or submitted: a problem
     # found now costs nothing; found by a job, it costs the GPU-hours of everything before it.
     found = preflight_cells(ctx, [c for c in ctx.cells if not is_done(ctx, c) and not is_diverged(ctx, c)])
@@ -303,7 +286,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if bad and not args.dry_run:
         print(
             f"config error: {len(bad)} of {len(found)} cells to run have problems; nothing was "
-            f"submitted (fix the grid, or leave those cells out with --only):\n{checks}",
+            f"submitted (fix the experiment file, or leave those cells out with --only):\n{checks}",
             file=sys.stderr,
         )
         return 2
@@ -353,8 +336,13 @@ def cmd_launch(args: argparse.Namespace) -> int:
         return 1
     print(f"submitted {len(submitted)} jobs; record: {ctx.launch_dir / 'jobs.json'}")
     print(
-        f"follow with: cluster-repro status {args.grid}"
-        + (f" --results {ctx.output_dir}" if args.results else "")
+        "follow with: "
+        + shlex.join(
+            ["cluster-repro", "status", args.experiment, *args.overrides]
+            + (["--base", args.base] if args.base else [])
+            + [f"--only={o}" for o in args.only]
+            + (["--results", str(ctx.output_dir)] if args.results else [])
+        )
     )
     if not args.wait and args.cluster == "slurm":
         return 0
@@ -386,7 +374,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from slurm.launcher import cell_statuses, load_context
 
     prof = _profile(args, required=False)
-    ctx = load_context(args.grid, args.overrides, args.only, prof, args.results)
+    ctx = load_context(args, prof)
     rows = cell_statuses(ctx)
     width = max(len(r.cell) for r in rows)
     counts: dict[str, int] = {}

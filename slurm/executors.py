@@ -63,7 +63,7 @@ def slurm_parameters(
 def check_sbatch_text(params: dict[str, Any], folder: Path | None = None) -> None:
     """ConfigError when a value that submitit writes into the sbatch file (job name, profile
     values, setup lines, the log folder) holds a control character: a newline there would start
-    a line of its own, e.g. an extra `#SBATCH` directive. Grid names and profiles are checked
+    a line of its own, e.g. an extra `#SBATCH` directive. Experiment names and profiles are checked
     when loaded; this is the last check, where the text is used."""
 
     def texts(value: Any, key: str):

@@ -1,8 +1,9 @@
-"""Submit a grid with submitit, and read back where each cell stands.
+"""Submit an experiment file's cells with submitit, and read back where each cell stands.
 
-    launch: expand the grid -> drop finished cells -> one features job per (model, pool) that
-            CluSTER cells share -> the cells, one job each (arrays when several share resources),
-            waiting on their features job through `--dependency=afterok` -> jobs.json
+    launch: plan the cells (repro/experiments/experiment.py) -> drop finished cells -> one
+            features job per (model, pool) that CluSTER cells share -> the cells, one job each
+            (arrays when several share resources), waiting on their features job through
+            `--dependency=afterok` -> jobs.json
     status: each cell's state: done (its results exist, for its eval settings), pending, running,
             failed (with the log path), outdated (results for other eval settings), or not
             launched; SLURM's accounting (sacct) is asked about submitted jobs.
@@ -10,7 +11,7 @@
 Backends: `slurm` (sbatch through submitit; needs `srun`/`sbatch` and a cluster profile),
 `local` (submitit's LocalExecutor: subprocesses on this machine, the same job code and task
 layout) and `debug` (in this process, one task; workers are spawned locally). Everything about a
-launch lives in `<output_dir>/_launch/<grid name>/`: `jobs.json` (cell -> job id, log paths),
+launch lives in `<output_dir>/_launch/<experiment name>/`: `jobs.json` (cell -> job id, log paths),
 `state/` (each cell's last state, written by its job), `submitit/` (pickles and logs).
 """
 
@@ -26,8 +27,8 @@ from repro.core.config.builder import ConfigError
 from repro.core.config.schema import ExperimentConfig
 from repro.core.io import atomic_write_json, read_json
 from repro.core.log import get_logger, progress_bar
-from repro.experiments.experiment import load_experiment
-from repro.experiments.grids import Cell, Grid, select_cells
+from repro.experiments.cells import Cell, Experiment
+from repro.experiments.experiment import experiment_of
 from repro.experiments.matching import resolve_match
 from slurm.executors import make_executor
 from slurm.jobs import CellJob, FeatureShardJob, FeaturesJob
@@ -56,7 +57,7 @@ logger = get_logger("launch")
 
 @dataclass
 class Context:
-    grid: Grid
+    experiment: Experiment
     cells: list[Cell]
     by_id: dict[str, Cell]
     output_dir: Path
@@ -67,25 +68,21 @@ class Context:
 
     @property
     def launch_dir(self) -> Path:
-        return self.output_dir / "_launch" / self.grid.name
+        return self.output_dir / "_launch" / self.experiment.name
 
     def shared_dir(self, key: str) -> Path:
         return self.output_dir / "_shared" / "features" / key
 
 
-def load_context(
-    grid_path: str, extra: list[str], only: list[str], profile: ClusterProfile, output_dir: str | None
-) -> Context:
-    """The grid's cells with one absolute output directory: --results, else the profile's,
-    else the base config's (relative paths resolve against the current directory)."""
-    grid = load_experiment(grid_path, extra)
-    out = output_dir or profile.output_dir or grid.cells[0].check_config().output_dir
+def load_context(args: Any, profile: ClusterProfile) -> Context:
+    """The cells a command's arguments name (repro/experiments/experiment.py add_arguments), with
+    one absolute output directory: `args.results`, else the profile's, else the base config's
+    (relative paths resolve against the current directory)."""
+    experiment, _ = experiment_of(args)
+    out = args.results or profile.output_dir or experiment.cells[0].check_config().output_dir
     out_abs = Path(out).expanduser().resolve()
-    grid = load_experiment(grid_path, [*extra, f"output_dir={out_abs}"])
-    cells = select_cells(grid, only)
-    if not cells:
-        raise ConfigError(f"--only {' '.join(only)}: no cell of {grid_path} matches")
-    return Context(grid, cells, {c.id: c for c in grid.cells}, out_abs, profile)
+    experiment, cells = experiment_of(args, [f"output_dir={out_abs}"])
+    return Context(experiment, cells, {c.id: c for c in experiment.cells}, out_abs, profile)
 
 
 def cell_config(ctx: Context, cell: Cell) -> ExperimentConfig | None:
@@ -344,7 +341,7 @@ def preflight_cells(ctx: Context, cells: list[Cell]) -> dict[str, list]:
 
 def _record(ctx: Context) -> dict[str, Any]:
     path = ctx.launch_dir / "jobs.json"
-    return read_json(path) if path.is_file() else {"grid": str(ctx.grid.path), "jobs": {}}
+    return read_json(path) if path.is_file() else {"experiment": str(ctx.experiment.path), "jobs": {}}
 
 
 def _paths(job: Any) -> tuple[str, str]:
@@ -424,9 +421,9 @@ def submit(ctx: Context, jobs: list[PlannedJob], backend: str) -> dict[str, Any]
                 if backend != "slurm" and dep is not None:
                     _wait_ok(dep, after)
             name = (
-                f"{ctx.grid.name}:{group[0].name}"
+                f"{ctx.experiment.name}:{group[0].name}"
                 if len(group) == 1
-                else f"{ctx.grid.name}:{len(group)}x{group[0].kind}"
+                else f"{ctx.experiment.name}:{len(group)}x{group[0].kind}"
             )
             ex = make_executor(
                 backend,

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from repro.experiments.grids import Cell
+from repro.experiments.cells import Cell
 from slurm.profile import ClusterProfile
 
 

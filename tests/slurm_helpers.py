@@ -35,7 +35,8 @@ CONFIGS = REPO / "configs"
 
 SLURM_DIR = Path(os.environ.get("CLUSTER_REPRO_SLURM_DIR", "/tmp/cluster-repro-slurm"))
 PROFILE = str(CONFIGS / "clusters" / "local.yaml")
-QUICK = f"base: {(CONFIGS / 'demo-quick.yaml').as_posix()}\nmodels: {{tiny: {{}}}}\n"
+# The start of an experiment file on the quick demo's config: its grid's one model, the tiny one.
+QUICK = f"base: {(CONFIGS / 'demo-quick.yaml').as_posix()}\ngrid:\n  models: {{tiny: {{}}}}\n"
 
 
 def _up(env: dict[str, str]) -> bool:

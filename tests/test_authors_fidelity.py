@@ -305,7 +305,7 @@ def test_the_paper_grids_run_cluster_the_authors_way() -> None:
     from tests.conftest import CONFIGS
 
     for name in ("paper.yaml", "paper-baselines.yaml"):
-        grid = yaml.safe_load((CONFIGS / "grids" / name).read_text())
+        grid = yaml.safe_load((CONFIGS / "experiments" / name).read_text())["grid"]
         overrides = grid["methods"]["cluster"]["overrides"]
         cfg = load_config(CONFIGS / "paper" / "recipe.yaml", overrides)
         params = cfg.selection.params

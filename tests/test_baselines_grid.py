@@ -1,4 +1,4 @@
-"""The ablation grid (configs/runs/demo-ablation.yaml) and crossing baselines with CluSTER's
+"""The ablation grid (configs/experiments/demo-ablation.yaml) and crossing baselines with CluSTER's
 allocator from config alone, through the pipeline's real stages (tiny model, no training)."""
 
 from __future__ import annotations
@@ -13,31 +13,29 @@ from repro.core.config.load import from_dict
 from repro.core.interfaces import SelectionError
 from repro.core.io import read_json
 from repro.core.registry import ALLOCATORS, SELECTORS
-from repro.experiments.runlists import load_run_list, run_configs
+from repro.experiments.experiment import load_experiment
 from repro.pipeline import run_experiment
 from tests.baselines_fixtures import BASELINES
 from tests.conftest import CONFIGS
 
-GRID = CONFIGS / "runs" / "demo-ablation.yaml"
+GRID = CONFIGS / "experiments" / "demo-ablation.yaml"
 
 
 @pytest.mark.parametrize("base", [None, CONFIGS / "demo-quick.yaml"])
 def test_the_ablation_grid_is_complete_and_every_run_is_valid(base: Path | None) -> None:
-    rl = load_run_list(GRID)
-    if base is not None:
-        rl.base = base
-    runs = run_configs(rl)  # every config loads and validates
-    by_label = {spec.label: cfg for spec, cfg in runs}
-    for spec, cfg in runs:  # every selector and allocator exists and accepts its parameters
+    cells = load_experiment(GRID, base=base).cells  # every config loads and validates
+    by_label = {c.id: c.check_config() for c in cells}
+    for c in cells:  # every selector and allocator exists and accepts its parameters
+        cfg = by_label[c.id]
         SELECTORS.create(cfg.selection.method, cfg.selection.params, "selection.params")
         ALLOCATORS.create(cfg.allocation.method, cfg.allocation.params, "allocation.params")
-        if spec.match_kept_count_of:
-            assert spec.match_kept_count_of == "cluster-r0.5"
+        if c.match_of:
+            assert (c.match_of, c.match_by) == ("cluster-r0.5", "kept_count")
     methods = {cfg.selection.method for cfg in by_label.values()}
     assert {"full", "cluster", "uniform"} | BASELINES <= methods
     ref = by_label["cluster-r0.5"]
     assert ref.selection.params["ratio"] == 50 and ref.allocation.weight_mode == "rank"
-    matched = {s.label for s, _ in runs if s.match_kept_count_of == "cluster-r0.5"}
+    matched = {c.id for c in cells if c.match_of == "cluster-r0.5"}
     assert BASELINES <= matched
     cluster_runs = [c for c in by_label.values() if c.selection.method == "cluster"]
     assert {c.selection.params.get("prune", "close") for c in cluster_runs} == {

@@ -20,7 +20,6 @@ from reports.claims.file import CLAIMS_FILE, ClaimsFileError, load_claims
 from reports.claims.time import time_rows
 from reports.claims.verdicts import evaluate
 from repro.cli import main
-from repro.core.config.load import SHIPPED_CONFIGS
 
 N_POOL = 96
 SEEDS = (0, 1, 2)
@@ -109,7 +108,7 @@ def _by(verdicts, name: str, cell: str):
 
 
 def test_each_verdict_kind_from_a_store_built_to_give_it(store: Path, tmp_path: Path) -> None:
-    from repro.experiments.runlists import load_run_list, run_configs
+    from repro.experiments.experiment import load_experiment
 
     rep = load_rep(store)
     verdicts = evaluate(rep, load_claims(), str(store))
@@ -159,7 +158,7 @@ def test_each_verdict_kind_from_a_store_built_to_give_it(store: Path, tmp_path: 
     # Purity: 86-90% is above 72%; 50-60% below it.
     assert _by(verdicts, "C6/purity", "cluster r=1").verdict == "consistent"
     assert _by(verdicts, "C6/purity", "cluster r=0.5").verdict == "not reproduced"
-    # not run: no weights-off cell. The row names it and prints a run list that validates.
+    # not run: no weights-off cell. The row names it and prints an experiment file that validates.
     off = [v for v in verdicts if v.check.name == "C5/rank-vs-none"]
     assert {v.verdict for v in off} == {"not run"}
     v = off[0]
@@ -168,9 +167,8 @@ def test_each_verdict_kind_from_a_store_built_to_give_it(store: Path, tmp_path: 
     assert cmd.startswith("cluster-repro grid missing.yaml --base configs/demo-quick.yaml")
     assert f"output_dir={store}" in cmd
     (tmp_path / "missing.yaml").write_text(snippet)
-    rl = load_run_list(tmp_path / "missing.yaml")
-    rl.base = SHIPPED_CONFIGS / "demo-quick.yaml"  # what --base does
-    cfgs = [c for _, c in run_configs(rl)]
+    cells = load_experiment(tmp_path / "missing.yaml", base="configs/demo-quick.yaml").cells
+    cfgs = [c.check_config() for c in cells]
     assert {c.seed for c in cfgs} == set(SEEDS)
     assert {c.allocation.weight_mode for c in cfgs} == {"rank", "none"}
     assert {c.selection.method for c in cfgs} == {"cluster"}

@@ -4,7 +4,7 @@ the cells it says are missing.
 A typo in a claims file (a method, a protocol, a domain, a parameter) would match nothing and
 read as `not run` forever: load_claims refuses it, naming the file, the check and the key, with
 a "did you mean". The snippets are checked end to end: each check's snippet goes through the
-real run-list loader and config builder, the configs it yields become result rows (the columns
+real experiment-file loader and config builder, the configs it yields become result rows (the columns
 repro/run_rows.py writes from a config; synthetic losses and times, nothing trains), and the
 check, evaluated on those rows, finds its cell and its reference instead of `not run` again."""
 
@@ -22,7 +22,7 @@ from reports.claims.verdicts import _spec_label, cell_matches, evaluate, not_run
 from repro.cli import main
 from repro.core.config.load import SHIPPED_CONFIGS
 from repro.core.config.schema import ExperimentConfig
-from repro.experiments.runlists import load_run_list, run_configs
+from repro.experiments.experiment import load_experiment
 
 CHECK = {
     "id": "x",
@@ -208,18 +208,22 @@ def test_the_not_run_snippet_runs_exactly_the_missing_cells(tmp_path: Path, chk:
     assert "issue" not in command  # it speaks to users
     base = cmd.split("--base ")[1].split()[0]
     (tmp_path / "missing.yaml").write_text(snippet)
-    rl = load_run_list(tmp_path / "missing.yaml")
-    # What --base does. 8 workers need a base whose global batch divides among 8 (demo-quick's
-    # 8 examples at 2 per device do not): the snippet keeps the store's recipe as it is.
+    # --base as the command gives it. 8 workers need a base whose global batch divides among 8
+    # (demo-quick's 8 examples at 2 per device do not): the snippet keeps the store's recipe as it is.
     shipped = base.removeprefix("configs/")  # a medical check: the medical mini pool's config
-    rl.base = SHIPPED_CONFIGS / ("mini/code.yaml" if chk.cell.get("world_size") == 8 else shipped)
+    planned = load_experiment(
+        tmp_path / "missing.yaml",
+        [f"output_dir={tmp_path / 'store'}"],
+        SHIPPED_CONFIGS / ("mini/code.yaml" if chk.cell.get("world_size") == 8 else shipped),
+    )
     cells: dict[str, ExperimentConfig] = {}
-    for spec, cfg in run_configs(rl, [f"output_dir={tmp_path / 'store'}"]):
-        ref_of = spec.match_kept_count_of or spec.match_compute_of
+    for c in planned.cells:
+        cfg = c.check_config()
+        ref_of = c.match_of
         if ref_of:  # the match record the runner writes (repro/experiments/matching.py, compute.py)
             ref = cells[ref_of]
             data = cfg.to_dict()
-            by = "kept_count" if spec.match_kept_count_of else "compute"
+            by = c.match_by
             data["selection"].update(n=40 if by == "kept_count" else 60, fraction=None)
             data["selection"]["matched"] = {"by": by, "of": ref_of, "run_id": f"{ref.name}-{ref.hash()}"}
             cfg = from_dict(data)
@@ -232,7 +236,7 @@ def test_the_not_run_snippet_runs_exactly_the_missing_cells(tmp_path: Path, chk:
             train_s=2.0 * n / 96,
             purity=0.8,
         )
-        cells[spec.label] = cfg
+        cells[c.id] = cfg
     rep = load_rep(tmp_path / "store")
     # The snippet's cell is the check's cell, in the report's own terms ...
     matching = [c for c in rep.cells if cell_matches(c, chk.cell)]

@@ -49,10 +49,10 @@ def cli(capsys: pytest.CaptureFixture):
 def _grid(tmp_path: Path, seeds: str = "[1, 2]", extra: str = "") -> Path:
     grid = tmp_path / "grid.yaml"
     grid.write_text(
-        f"base: {Path(QUICK).as_posix()}\nname: t\n"
-        "datasets: {demo: {}}\nmodels: {tiny: {}}\n"
-        "methods:\n  full: {overrides: [selection.method=full]}\n"
-        f"world_sizes: [1]\nseeds: {seeds}\n{extra}"
+        f"base: {Path(QUICK).as_posix()}\nname: t\ngrid:\n"
+        "  datasets: {demo: {}}\n  models: {tiny: {}}\n"
+        "  methods:\n    full: {overrides: [selection.method=full]}\n"
+        f"  world_sizes: [1]\n  seeds: {seeds}\n{extra}"
     )
     return grid
 

@@ -167,7 +167,7 @@ def test_feature_workers_must_be_a_positive_integer() -> None:
 
 def test_feature_workers_do_not_enter_the_shared_feature_key(tmp_path: Path) -> None:
     """slurm/ shares one features file per key: the file does not depend on the process count."""
-    from repro.experiments.grids import Cell
+    from repro.experiments.cells import Cell
 
     def key(**params):
         data = {

@@ -11,9 +11,8 @@ from repro.core.config.load import from_dict, load_config
 from repro.core.steps import derive
 from tests.conftest import CONFIGS
 
-# grids/ and clusters/ hold grid files and cluster profiles (slurm/), not experiment configs.
-SHIPPED = sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name not in ("runs", "grids", "clusters"))
-RUN_LISTS = sorted((CONFIGS / "runs").glob("*.yaml"))
+# experiments/ and clusters/ hold experiment files and cluster profiles, not experiment configs.
+SHIPPED = sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name not in ("experiments", "clusters"))
 
 
 def test_configs_are_shipped() -> None:
@@ -190,27 +189,3 @@ def test_derived_values() -> None:
     cfg2 = from_dict({}, ["world_size=4", "train.global_batch_size=64"])
     with pytest.raises(ConfigError, match="fewer than one optimizer step"):
         derive(cfg2, n_pool=10, n_selected=8, per_worker_len=2)
-
-
-@pytest.mark.parametrize("path", RUN_LISTS, ids=lambda p: p.name)
-def test_every_shipped_run_list_validates(path: Path) -> None:
-    from repro.experiments.runlists import load_run_list, run_configs
-
-    rl = load_run_list(path)
-    cfgs = run_configs(rl)
-    # Every run is a distinct experiment (matched runs differ once their selection.n is known).
-    fixed = [c.hash() for r, c in cfgs if r.match_kept_count_of is None]
-    assert len(set(fixed)) == len(fixed)
-    assert "cluster-repro" in path.read_text().split("base:")[0]
-
-
-def test_run_list_errors(tmp_path: Path) -> None:
-    from repro.experiments.runlists import load_run_list
-
-    f = tmp_path / "r.yaml"
-    f.write_text("base: x.yaml\nruns:\n  - {label: a, match_kept_count_of: b}\n")
-    with pytest.raises(ConfigError, match="must be an earlier run's label"):
-        load_run_list(f)
-    f.write_text("base: x.yaml\nrunz: []\n")
-    with pytest.raises(ConfigError, match="unknown keys"):
-        load_run_list(f)

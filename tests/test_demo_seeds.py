@@ -1,4 +1,4 @@
-"""The 3-seed demo ablation (configs/runs/demo-seeds.yaml): its runs, and a quick pass of it
+"""The 3-seed demo ablation (configs/experiments/demo-seeds.yaml): its runs, and a quick pass of it
 through `cluster-repro grid` (tiny random model, two seeds, CluSTER and random only) that prints
 the per-category held-out loss and the table over seeds (mean, 95% interval, CluSTER - random)."""
 
@@ -14,29 +14,28 @@ import yaml
 
 from repro.core.io import read_json, read_jsonl
 from repro.core.results import PART_NAME, read_rows
-from repro.experiments.runlists import load_run_list, run_configs
+from repro.experiments.experiment import load_experiment
 from repro.run_rows import train_log_totals
 from tests.conftest import CONFIGS
 
-SEEDS = CONFIGS / "runs" / "demo-seeds.yaml"
+SEEDS = CONFIGS / "experiments" / "demo-seeds.yaml"
 
 
 def test_the_seed_ablation_runs_full_cluster_and_matched_random_over_three_seeds() -> None:
-    rl = load_run_list(SEEDS)
-    assert rl.base == (CONFIGS / "demo.yaml").resolve()  # the SmolLM2 demo by default
-    runs = run_configs(rl)
+    assert yaml.safe_load(SEEDS.read_text())["base"] == "../demo.yaml"  # the SmolLM2 demo by default
     by_seed: dict[int, dict[str, tuple]] = {}
-    for spec, cfg in runs:
-        kind = cfg.selection.method + ("-compute" if spec.match_compute_of else "")
-        by_seed.setdefault(cfg.seed, {})[kind] = (spec, cfg)
+    for c in load_experiment(SEEDS).cells:
+        cfg = c.check_config()
+        kind = cfg.selection.method + ("-compute" if c.match_by == "compute" else "")
+        by_seed.setdefault(cfg.seed, {})[kind] = (c, cfg)
     assert sorted(by_seed) == [0, 1, 2]
     for methods in by_seed.values():
         assert sorted(methods) == ["cluster", "full", "random", "random-compute"]
-        cspec, ccfg = methods["cluster"]
+        cluster, ccfg = methods["cluster"]
         assert ccfg.selection.params == {"ratio": 50}
         assert (ccfg.allocation.method, ccfg.allocation.weight_mode) == ("cluster-interleave", "rank")
-        assert methods["random"][0].match_kept_count_of == cspec.label  # the same seed's CluSTER
-        assert methods["random-compute"][0].match_compute_of == cspec.label  # ... at its compute
+        assert methods["random"][0].match_of == cluster.id  # the same seed's CluSTER
+        assert methods["random-compute"][0].match_of == cluster.id  # ... at its compute
         for _, c in methods.values():  # the skewed pool: 5% .. 30% per category
             assert (c.data.demo_min_share, c.data.demo_max_share) == (0.05, 0.30)
 

@@ -25,7 +25,7 @@ from repro.core.distributed import (
     run_group,
     slurm_env,
 )
-from repro.experiments.grids import load_grid
+from repro.experiments.experiment import load_experiment
 from slurm.executors import sbatch_script, slurm_parameters
 from slurm.jobs import export_torch_env
 from slurm.profile import load_profile
@@ -263,7 +263,7 @@ def test_a_job_exports_the_slurm_rendezvous_for_env_init(clean_env: pytest.Monke
 def test_an_eight_worker_cell_asks_for_two_whole_nodes_of_four_gpus(tmp_path: Path) -> None:
     prof = load_profile(CONFIGS / "clusters" / "example.yaml")
     assert prof.gpus_per_node == 4
-    grid = load_grid(CONFIGS / "grids" / "paper.yaml")
+    grid = load_experiment(CONFIGS / "experiments" / "paper.yaml")
     cell = next(c for c in grid.cells if c.axes["world_size"] == 8)
     params = slurm_parameters(prof, 8, f"paper:{cell.id}")
     assert (params["nodes"], params["ntasks_per_node"], params["gpus_per_node"]) == (2, 4, 4)

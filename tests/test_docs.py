@@ -1,7 +1,7 @@
 """The README and docs/ name only things that exist, and the README stays a ten-minute read.
 
 - Every path of this repository a page names in backticks (`repro/core/steps.py`,
-  `configs/grids/paper.yaml`) exists; every module or attribute named by its dotted name
+  `configs/experiments/paper.yaml`) exists; every module or attribute named by its dotted name
   (`method.clustering.cluster_agreement`) imports; a file named with a symbol right after it
   (`repro/core/config/checks.py` `NUMERIC_RANGES`) defines that symbol; every relative link resolves.
 - The README is at most 220 lines, opens with a table of contents that links each of its

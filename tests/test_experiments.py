@@ -1,5 +1,5 @@
-"""repro/experiments/: run lists and grid files, kept-count matching, shared-feature keys, and the
-profile validator they share with the experiment config. Fast: configs only, no training (the
+"""repro/experiments/: experiment files (runs and grids), kept-count matching, shared-feature keys,
+and the profile validator they share with the experiment config. Fast: configs only, no training (the
 runs that match for real are in tests/test_demo.py and tests/test_slurm_cluster.py)."""
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from repro.core.config.builder import ConfigError
 from repro.core.config.load import from_dict, load_config
 from repro.core.io import atomic_write_json
 from repro.core.rundir import stage_marker
-from repro.experiments.grids import load_grid
+from repro.experiments.experiment import load_experiment
 from repro.experiments.matching import matched_config
-from repro.experiments.runlists import load_run_list
 from slurm.jobs import CellJob
 from slurm.launcher import Context, cell_config, plan_jobs
 from slurm.profile import load_profile
@@ -27,14 +26,15 @@ from tests.conftest import CONFIGS
 QUICK = (CONFIGS / "demo-quick.yaml").as_posix()
 GRID = f"""name: g
 base: {QUICK}
-datasets: {{demo: {{}}}}
-models: {{tiny: {{}}}}
-methods:
-  cluster: {{overrides: [selection.method=cluster], ratios: [50]}}
-  uniform: {{overrides: [selection.method=uniform]}}
-  random: {{overrides: [selection.method=random], match_kept_count_of: cluster}}
-world_sizes: [2]
-seeds: [1]
+grid:
+  datasets: {{demo: {{}}}}
+  models: {{tiny: {{}}}}
+  methods:
+    cluster: {{overrides: [selection.method=cluster], ratios: [50]}}
+    uniform: {{overrides: [selection.method=uniform]}}
+    random: {{overrides: [selection.method=random], match_kept_count_of: cluster}}
+  world_sizes: [2]
+  seeds: [1]
 """
 RUNS = f"""base: {QUICK}
 runs:
@@ -58,24 +58,24 @@ def _selected(cfg, kept: int) -> None:
 # ----------------------------------------------------------------------------- kept-count matching
 
 
-def test_one_spelling_of_the_match_key_in_grids_and_run_lists(tmp_path: Path) -> None:
+def test_one_spelling_of_the_match_key_in_grids_and_runs(tmp_path: Path) -> None:
     grid = _file(tmp_path, GRID.replace("match_kept_count_of: cluster", "match: cluster"))
     with pytest.raises(
         ConfigError,
-        match=rf"^{grid}: methods\.random: unknown key 'match'; write "
+        match=rf"^{grid}: grid\.methods\.random: unknown key 'match'; write "
         r"'match_kept_count_of: cluster'",
     ):
-        load_grid(grid)
+        load_experiment(grid)
     runs = _file(tmp_path, RUNS.replace("match_kept_count_of: c", "match: c"), "runs.yaml")
     with pytest.raises(
         ConfigError,
         match=rf"^{runs}: runs\[1\]: unknown key 'match'; write "
         r"'match_kept_count_of: c'",
     ):
-        load_run_list(runs)
+        load_experiment(runs)
     bad = _file(tmp_path, RUNS.replace("match_kept_count_of: c", "match_kept_count_of: [c]"), "bad.yaml")
     with pytest.raises(ConfigError, match=r"runs\[1\]: match_kept_count_of: expected the name"):
-        load_run_list(bad)
+        load_experiment(bad)
 
 
 def test_the_runner_the_cells_and_the_jobs_match_the_same_way(tmp_path: Path) -> None:
@@ -83,7 +83,7 @@ def test_the_runner_the_cells_and_the_jobs_match_the_same_way(tmp_path: Path) ->
     the reference's kept count, with no fraction left over: the same config whether the run
     list, the grid cell, the launcher or the cell's job builds it."""
     out = f"output_dir={tmp_path}"
-    grid = load_grid(_file(tmp_path, GRID), [out])
+    grid = load_experiment(_file(tmp_path, GRID), [out])
     by_id = {c.id: c for c in grid.cells}
     cell = by_id["demo.tiny.random-r50.ws2.s1"]
     ref = by_id[cell.match_of]
@@ -113,10 +113,12 @@ def test_the_runner_the_cells_and_the_jobs_match_the_same_way(tmp_path: Path) ->
     ref_cfg = ref.config()
     assert matched_config(with_fraction, ref_cfg, ref_cfg.run_dir(), ref.id, "x") == via_launcher
 
-    rl = load_run_list(_file(tmp_path, RUNS, "runs.yaml"))
-    c_cfg = load_config(rl.base, [*rl.runs[0].overrides, out])
+    c, r = load_experiment(_file(tmp_path, RUNS, "runs.yaml"), [out]).cells
+    c_cfg = load_config(QUICK, ["selection.method=cluster", out])
+    assert c.config() == c_cfg and r.match_of == "c"
     _selected(c_cfg, 11)
-    r_cfg = load_config(rl.base, [*rl.runs[1].overrides, out])
+    r_cfg = load_config(QUICK, ["selection.method=random", out])
+    assert r.check_config() == r_cfg
     assert matched_config(r_cfg, c_cfg, c_cfg.run_dir(), "c", "x").selection.n == 11
 
 
@@ -137,7 +139,7 @@ def _set_default(monkeypatch: pytest.MonkeyPatch, cls: type, name: str, value: o
 
 
 def test_the_selector_owns_the_feature_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    grid = load_grid(_file(tmp_path, GRID), [f"output_dir={tmp_path}"])
+    grid = load_experiment(_file(tmp_path, GRID), [f"output_dir={tmp_path}"])
     by_method = {c.axes["method"]: c for c in grid.cells}
     cluster, uniform = by_method["cluster"], by_method["uniform"]
     assert by_method["random"].feature_key() is None  # computes no features
@@ -166,19 +168,41 @@ def test_the_selector_owns_the_feature_key(tmp_path: Path, monkeypatch: pytest.M
 # ----------------------------------------------------------------------------- which file, which command
 
 
-def test_every_command_takes_every_experiment_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """A run list and a grid file are both experiment files: `launch` and `status` plan a run
-    list's runs as cells (ids = labels); only an experiment config is sent to `run`."""
-    runs = _file(tmp_path, RUNS, "runs.yaml")
-    assert main(["launch", str(runs), "--dry-run", "--cluster", "local", f"output_dir={tmp_path}/o"]) == 0
-    out = capsys.readouterr().out
-    rl = load_run_list(runs)
-    assert all(r.label in out for r in rl.runs)
-    assert main(["status", str(runs), f"output_dir={tmp_path}/o"]) == 0
-    assert main(["grid", QUICK]) == 2
-    assert "this is an experiment config" in capsys.readouterr().err
-    assert main(["launch", QUICK, "--dry-run"]) == 2
-    assert "this is an experiment config" in capsys.readouterr().err
+def test_grid_launch_and_status_take_the_same_arguments_and_plan_the_same_cells(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """One experiment file, one argument list (EXPERIMENT, overrides, --base, --only): the three
+    commands plan the same cells, --base included; a matched cell's reference comes along."""
+    from repro.cli import build_parser
+    from repro.experiments.experiment import experiment_of
+
+    path = _file(tmp_path, RUNS, "runs.yaml")
+    demo = CONFIGS / "demo.yaml"
+    common = [str(path), "train.epochs=2", "--base", str(demo), "--only", "label=r"]
+    planned = {}
+    for cmd in ("grid", "launch", "status"):
+        args = build_parser().parse_args([cmd, *common])
+        experiment, cells = experiment_of(args)
+        assert experiment.name == "runs"  # the file's stem: the launch folder
+        planned[cmd] = [(c.id, c.check_config().hash()) for c in cells]
+    assert planned["grid"] == planned["launch"] == planned["status"]
+    assert [cid for cid, _ in planned["grid"]] == ["c", "r"]
+    c, r = experiment_of(build_parser().parse_args(["grid", *common]))[1]
+    assert c.config() == load_config(demo, ["selection.method=cluster", "train.epochs=2"])
+    assert r.check_config() == load_config(demo, ["selection.method=random", "train.epochs=2"])
+    assert c.config().hash() != load_experiment(path, ["train.epochs=2"]).cells[0].config().hash()
+
+    out = f"output_dir={tmp_path}/o"
+    assert main(["launch", str(path), "--base", str(demo), "--dry-run", "--cluster", "local", out]) == 0
+    assert "Experiment runs (" in capsys.readouterr().out
+    assert main(["status", str(path), "--base", "demo", out]) == 0
+    assert re.search(r"^c\s+not launched", capsys.readouterr().out, re.M)
+    # An experiment config is not an experiment file: each command says which command runs it.
+    for cmd in (["grid", QUICK], ["launch", QUICK, "--dry-run"], ["status", QUICK]):
+        assert main(cmd) == 2
+        assert "this is an experiment config (one experiment)" in capsys.readouterr().err
+    assert main(["run", str(path)]) == 2
+    assert f"run its cells with `cluster-repro grid {path}`" in capsys.readouterr().err
 
 
 EXPERIMENT = """
@@ -201,8 +225,6 @@ grid:
 def test_one_experiment_file_runs_inline_and_launch_plans_the_same_cells(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    from repro.experiments.experiment import load_experiment
-
     path = tmp_path / "both.yaml"
     path.write_text(EXPERIMENT.format(base=QUICK))
     out = f"output_dir={tmp_path}/runs"
@@ -216,7 +238,7 @@ def test_one_experiment_file_runs_inline_and_launch_plans_the_same_cells(
     assert made == sorted(f"{c.check_config().name}/{c.check_config().hash()}" for c in cells)
     # launch and status plan the same cells, and know them done: the same run folders
     assert main(["launch", str(path), "--dry-run", "--cluster", "local", out]) == 0
-    assert f"Grid both ({path}): 2 cells, 2 done, 0 to run" in capsys.readouterr().out
+    assert f"Experiment both ({path}): 2 cells, 2 done, 0 to run" in capsys.readouterr().out
     assert main(["status", str(path), out]) == 0
     status = capsys.readouterr().out
     assert all(re.search(rf"^{re.escape(c.id)}\s+done", status, re.M) for c in cells), status
@@ -271,13 +293,14 @@ def test_launch_settings_that_nothing_read_are_gone() -> None:
 
 COMPUTE_GRID = f"""name: c
 base: {QUICK}
-datasets: {{demo: {{rows: 2000, tokens_per_example: 300}}}}
-models: {{tiny: {{params_b: 0.5}}}}
-methods:
-  cluster: {{overrides: [selection.method=cluster], ratios: [50]}}
-  random-compute: {{overrides: [selection.method=random], match_compute_of: cluster}}
-world_sizes: [2]
-seeds: [1]
+grid:
+  datasets: {{demo: {{rows: 2000, tokens_per_example: 300}}}}
+  models: {{tiny: {{params_b: 0.5}}}}
+  methods:
+    cluster: {{overrides: [selection.method=cluster], ratios: [50]}}
+    random-compute: {{overrides: [selection.method=random], match_compute_of: cluster}}
+  world_sizes: [2]
+  seeds: [1]
 estimate: {{cluster_kept_at_r100: 0.79}}
 """
 
@@ -292,7 +315,7 @@ def test_match_compute_of_plans_the_count_of_equal_cost(
     from slurm.plan import estimate_cell, estimate_features
 
     path = _file(tmp_path, COMPUTE_GRID, "c.yaml")
-    grid = load_grid(path, [f"output_dir={tmp_path}/o"])
+    grid = load_experiment(path, [f"output_dir={tmp_path}/o"])
     by_id = {c.id: c for c in grid.cells}
     cell, ref = by_id["demo.tiny.random-compute-r50.ws2.s1"], by_id["demo.tiny.cluster-r50.ws2.s1"]
     assert cell.match_of == ref.id and cell.match_by == "compute"
@@ -334,33 +357,32 @@ def test_match_compute_of_plans_the_count_of_equal_cost(
 
 
 def test_compute_matching_errors_name_the_file_the_entry_and_the_key(tmp_path: Path) -> None:
-    from repro.experiments.runlists import preflight_run_list
-
     both = _file(
         tmp_path, RUNS.replace("match_kept_count_of: c", "match_kept_count_of: c, match_compute_of: c")
     )
     with pytest.raises(
         ConfigError, match=rf"^{both}: runs\[1\]: gives both match_kept_count_of .* and match_compute_of"
     ):
-        load_run_list(both)
+        load_experiment(both)
     grid = COMPUTE_GRID.replace(
         "match_compute_of: cluster", "match_compute_of: cluster, match_kept_count_of: cluster"
     )
     g = _file(tmp_path, grid, "g.yaml")
-    with pytest.raises(ConfigError, match=rf"^{g}: methods\.random-compute: gives both"):
-        load_grid(g)
+    with pytest.raises(ConfigError, match=rf"^{g}: grid\.methods\.random-compute: gives both"):
+        load_experiment(g)
     unknown = _file(tmp_path, RUNS.replace("match_kept_count_of: c", "match_compute_of: cc"), "u.yaml")
     with pytest.raises(
         ConfigError, match=rf"^{unknown}: runs\[1\] \(r\): match_compute_of: 'cc' is not the label"
     ):
-        load_run_list(unknown)
+        load_experiment(unknown)
     g = _file(
         tmp_path, COMPUTE_GRID.replace("match_compute_of: cluster", "match_compute_of: clusterr"), "g2.yaml"
     )
     with pytest.raises(
-        ConfigError, match=rf"^{g}: methods\.random-compute\.match_compute_of: 'clusterr' is not a method"
+        ConfigError,
+        match=rf"^{g}: grid\.methods\.random-compute\.match_compute_of: 'clusterr' is not a method",
     ):
-        load_grid(g)
+        load_experiment(g)
     # A selector that sets its own count cannot be matched in compute, as in count.
     own = RUNS.replace(
         "match_kept_count_of: c, overrides: [selection.method=random]",
@@ -368,25 +390,26 @@ def test_compute_matching_errors_name_the_file_the_entry_and_the_key(tmp_path: P
     )
     with pytest.raises(
         ConfigError,
-        match=r"run r: match_compute_of: selector 'full' sets its own kept count .* "
+        match=r"runs\[1\] \(r\): match_compute_of: selector 'full' sets its own kept count .* "
         r"cannot run at the compute of 'c' \(remove match_compute_of",
     ):
-        preflight_run_list(load_run_list(_file(tmp_path, own, "o.yaml")))
+        load_experiment(_file(tmp_path, own, "o.yaml"))
     g = _file(tmp_path, COMPUTE_GRID.replace("selection.method=random]", "selection.method=full]"), "g3.yaml")
     with pytest.raises(
-        ConfigError, match=rf"^{g}: methods\.random-compute\.match_compute_of: selector 'full'"
+        ConfigError, match=rf"^{g}: grid\.methods\.random-compute\.match_compute_of: selector 'full'"
     ):
-        load_grid(g)
+        load_experiment(g)
     # A selector whose own selection cost is unknown (LESS trains a warm-up model) cannot be either.
     g = _file(tmp_path, COMPUTE_GRID.replace("selection.method=random]", "selection.method=less]"), "g4.yaml")
     with pytest.raises(
-        ConfigError, match=rf"^{g}: methods\.random-compute: match_compute_of: selector 'less' declares no"
+        ConfigError,
+        match=rf"^{g}: grid\.methods\.random-compute: match_compute_of: selector 'less' declares no",
     ):
-        load_grid(g)
+        load_experiment(g)
     # The per-token cost and the pool's tokens are the reference's: the same model and data.
     other = RUNS.replace(
         "match_kept_count_of: c, overrides: [selection.method=random]",
         "match_compute_of: c, overrides: [selection.method=random, data.max_length=128]",
     )
-    with pytest.raises(ConfigError, match=r"run r: match_compute_of: 'c' has another data section"):
-        preflight_run_list(load_run_list(_file(tmp_path, other, "d.yaml")))
+    with pytest.raises(ConfigError, match=r"runs\[1\] \(r\): match_compute_of: 'c' has another data section"):
+        load_experiment(_file(tmp_path, other, "d.yaml"))

@@ -252,7 +252,7 @@ def test_a_run_list_label_names_one_run(tmp_path, capsys):
     ],
 )
 def test_a_grid_cell_is_planned_once(tmp_path, axis, expect):
-    from repro.experiments.grids import load_grid
+    from repro.experiments.experiment import load_experiment
 
     ws = "" if axis.startswith("world_sizes") else "world_sizes: [4]"
     ratios = axis if axis.startswith("ratios") else "ratios: [50]"
@@ -261,37 +261,39 @@ def test_a_grid_cell_is_planned_once(tmp_path, axis, expect):
         f"""
         name: dup
         base: {BASE}
-        datasets: {{demo: {{}}}}
-        models: {{tiny: {{}}}}
-        methods:
-          cluster: {{overrides: [selection.method=cluster], {ratios}}}
-        {ws or axis}
-        seeds: [0]
+        grid:
+          datasets: {{demo: {{}}}}
+          models: {{tiny: {{}}}}
+          methods:
+            cluster: {{overrides: [selection.method=cluster], {ratios}}}
+          {ws or axis}
+          seeds: [0]
         """,
     )
     with pytest.raises(ConfigError, match=expect):
-        load_grid(g)
+        load_experiment(g)
 
 
 def test_two_methods_that_name_one_cell_are_refused(tmp_path):
-    from repro.experiments.grids import load_grid
+    from repro.experiments.experiment import load_experiment
 
     g = _write(
         tmp_path / "g.yaml",
         f"""
         name: dup
         base: {BASE}
-        datasets: {{demo: {{}}}}
-        models: {{tiny: {{}}}}
-        methods:
-          cluster: {{overrides: [selection.method=cluster], ratios: [50]}}
-          cluster-r50: {{overrides: [selection.method=random, selection.n=24]}}
-        world_sizes: [4]
-        seeds: [0]
+        grid:
+          datasets: {{demo: {{}}}}
+          models: {{tiny: {{}}}}
+          methods:
+            cluster: {{overrides: [selection.method=cluster], ratios: [50]}}
+            cluster-r50: {{overrides: [selection.method=random, selection.n=24]}}
+          world_sizes: [4]
+          seeds: [0]
         """,
     )
     with pytest.raises(ConfigError, match=r"two cells are both demo\.tiny\.cluster-r50\.ws4\.s0"):
-        load_grid(g)
+        load_experiment(g)
 
 
 # ----------------------------------------------------------------------------- class 3
@@ -310,7 +312,7 @@ def test_matching_a_selector_that_sets_its_own_count_fails_before_anything_runs(
     )
     assert main(["grid", str(rl)]) == 2
     err = capsys.readouterr().err
-    assert "run b: match_kept_count_of: selector 'full' sets its own kept count" in err
+    assert "runs[1] (b): match_kept_count_of: selector 'full' sets its own kept count" in err
     assert not (tmp_path / "out").exists()  # run a did not train first
 
 

@@ -104,11 +104,11 @@ def test_the_commit_comes_from_the_hub_cache_offline(tmp_path, monkeypatch):
     assert hub.hub_commit("model", "org/x", B) == B  # a commit is its own resolution
 
 
-@pytest.mark.parametrize("grid", ["paper", "paper-baselines", "newer-models"])
-def test_the_paper_grids_state_their_revisions(grid):
-    from repro.experiments.grids import load_grid
+@pytest.mark.parametrize("name", ["paper", "paper-baselines", "newer-models"])
+def test_the_paper_grids_state_their_revisions(name):
+    from repro.experiments.experiment import load_experiment
 
-    for cell in load_grid(resolve_config_path(f"grids/{grid}", "grid")).cells:
+    for cell in load_experiment(f"experiments/{name}").cells:
         cfg = cell.check_config()
         assert cfg.model.revision, cell.id
         assert all(s.revision for s in cfg.data.sources if s.path.startswith("hf:")), cell.id
@@ -124,11 +124,12 @@ def _grid(tmp_path: Path) -> Path:
 name: nodata
 base: {resolve_config_path("demo-quick", "base")}
 set: {{eval.benchmarks: [medqa], data_dir: {tmp_path / "empty"}}}
-datasets: {{demo: {{}}}}
-models: {{tiny: {{}}}}
-methods: {{full: {{overrides: [selection.method=full]}}}}
-world_sizes: [4]
-seeds: [0]
+grid:
+  datasets: {{demo: {{}}}}
+  models: {{tiny: {{}}}}
+  methods: {{full: {{overrides: [selection.method=full]}}}}
+  world_sizes: [4]
+  seeds: [0]
 """
     )
     (tmp_path / "empty").mkdir()

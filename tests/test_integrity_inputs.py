@@ -337,13 +337,14 @@ def test_cli_subprocess_exit_status_and_no_traceback(tmp_path: Path) -> None:
 
 GRID = """name: {name}
 base: {base}
-datasets: {{demo: {{}}}}
-models: {{tiny: {{}}}}
-methods:
-  full: {{overrides: [selection.method=full]}}
-  cluster: {{overrides: [selection.method=cluster], ratios: {ratios}}}
-world_sizes: [4]
-seeds: [1]
+grid:
+  datasets: {{demo: {{}}}}
+  models: {{tiny: {{}}}}
+  methods:
+    full: {{overrides: [selection.method=full]}}
+    cluster: {{overrides: [selection.method=cluster], ratios: {ratios}}}
+  world_sizes: [4]
+  seeds: [1]
 """
 
 
@@ -356,11 +357,11 @@ def _grid(tmp_path: Path, name: str = "g", ratios: str = "[50]") -> Path:
 
 
 def test_a_newline_in_a_grid_name_never_becomes_an_sbatch_line(tmp_path: Path) -> None:
-    from repro.experiments.grids import load_grid
+    from repro.experiments.experiment import load_experiment
     from slurm.executors import sbatch_script
     from slurm.profile import load_profile
 
-    grid = load_grid(_grid(tmp_path, "ok-grid"))
+    grid = load_experiment(_grid(tmp_path, "ok-grid"))
     assert len(grid.cells) == 2
     for name, why in [
         ("evil\n#SBATCH --uid=0", "control characters"),
@@ -369,11 +370,11 @@ def test_a_newline_in_a_grid_name_never_becomes_an_sbatch_line(tmp_path: Path) -
         ("..", "'..'"),
     ]:
         with pytest.raises(ConfigError, match=rf"grid\.yaml: name: .* is not allowed: .*{why}"):
-            load_grid(_grid(tmp_path, name))
-    with pytest.raises(ConfigError, match=r"methods\.cluster\.ratios: '50\\n#x' is not a ratio"):
-        load_grid(_grid(tmp_path, ratios='["50\\n#x"]'))
-    with pytest.raises(ConfigError, match=r"methods\.cluster\.ratios: 150 is not a ratio: .*is 50"):
-        load_grid(_grid(tmp_path, ratios="[150]"))
+            load_experiment(_grid(tmp_path, name))
+    with pytest.raises(ConfigError, match=r"grid\.methods\.cluster\.ratios: '50\\n#x' is not a ratio"):
+        load_experiment(_grid(tmp_path, ratios='["50\\n#x"]'))
+    with pytest.raises(ConfigError, match=r"grid\.methods\.cluster\.ratios: 150 is not a ratio: .*is 50"):
+        load_experiment(_grid(tmp_path, ratios="[150]"))
     # The last check, where submitit writes the file: a job name or folder with a newline.
     prof = load_profile(CONFIGS / "clusters" / "local.yaml")
     text = sbatch_script(prof, 4, "g:cell", tmp_path / "submitit", python="python")
@@ -457,13 +458,13 @@ def test_a_raw_control_character_in_an_override_is_refused_not_folded_by_yaml() 
     assert parse_override('name="a\\nb"') == ("name", "a\nb")  # an escape: then check_name refuses
 
 
-def test_malformed_run_lists_and_grids_are_errors_not_type_errors(tmp_path: Path) -> None:
-    from repro.experiments.grids import load_grid
-    from repro.experiments.runlists import load_run_list
+def test_malformed_experiment_files_are_errors_not_type_errors(tmp_path: Path) -> None:
+    from repro.experiments.experiment import load_experiment
 
     p = tmp_path / "runs.yaml"
     for body, msg in [
-        (f"base: {QUICK}\nruns: 5\n", r"'runs' a list of runs, got str and int"),
+        (f"base: {QUICK}\nruns: 5\n", r"runs: expected a non-empty list of runs \(label, overrides\), got 5"),
+        ("base: 5\nruns: [{label: a}]\n", r"base: expected a config file name, got 5"),
         (
             f"base: {QUICK}\noverrides: 5\nruns: [{{label: a}}]\n",
             r"overrides: expected a list of 'key.sub=value' strings, got 5",
@@ -475,11 +476,11 @@ def test_malformed_run_lists_and_grids_are_errors_not_type_errors(tmp_path: Path
     ]:
         p.write_text(body)
         with pytest.raises(ConfigError, match=msg):
-            load_run_list(p)
+            load_experiment(p)
     g = _grid(tmp_path)
     g.write_text(g.read_text() + "estimate: 5\n")
-    with pytest.raises(ConfigError, match=r"'estimate' must be a mapping"):
-        load_grid(g)
+    with pytest.raises(ConfigError, match=r"estimate: expected a mapping of dry-run assumptions, got 5"):
+        load_experiment(g)
 
 
 def test_random_seed_offset_must_be_a_seed(tmp_path: Path) -> None:

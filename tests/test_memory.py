@@ -125,7 +125,7 @@ def test_launch_force_submits_a_cell_over_memory_but_not_other_problems(tmp_path
         "-m",
         "repro",
         "launch",
-        str(CONFIGS / "grids" / "paper.yaml"),
+        str(CONFIGS / "experiments" / "paper.yaml"),
         "--profile",
         str(prof),
         "--dry-run",

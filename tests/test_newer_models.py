@@ -1,4 +1,4 @@
-"""configs/grids/newer-models.yaml (Qwen2.5, Llama-3.1, Mistral-7B-v0.3 on the paper's cells) and
+"""configs/experiments/newer-models.yaml (Qwen2.5, Llama-3.1, Mistral-7B-v0.3 on the paper's cells) and
 `data.chat_template`: the dry-run plan, the chat prompts, and one cell's pipeline on CPU with the
 tiny model standing in for the hub model. (Every shipped grid also goes through the expansion and
 preflight tests of test_slurm_grid.py and test_preflight.py.)"""
@@ -19,10 +19,10 @@ from repro.core.memory import model_shape
 from repro.core.prompts import DataError
 from repro.core.tokens import tokenize_example
 from repro.core.types import Example
-from repro.experiments.grids import load_grid
+from repro.experiments.experiment import load_experiment
 from tests.conftest import CONFIGS
 
-GRID = CONFIGS / "grids" / "newer-models.yaml"
+GRID = CONFIGS / "experiments" / "newer-models.yaml"
 # A ChatML template, the form of Qwen2.5's (whose tokenizer is not available offline); the tiny
 # model's byte-level tokenizer carries it here.
 CHATML = (
@@ -32,7 +32,7 @@ CHATML = (
 
 
 def test_grid_cells_models_and_prompt_templates() -> None:
-    cells = {c.id: c for c in load_grid(GRID).cells}
+    cells = {c.id: c for c in load_experiment(GRID).cells}
     # 3 datasets x 4 models x (full + CluSTER at 3 ratios) x 3 seeds at 4 GPUs, and the 8-GPU
     # scaling runs of Magicoder with Qwen2.5-7B.
     assert len(cells) == 3 * 4 * 4 * 3 + 4 * 3
@@ -144,11 +144,12 @@ def test_a_qwen_cell_runs_end_to_end_with_the_tiny_model_standing_in(
     # refuses one config twice).
     data = yaml.safe_load(GRID.read_text())
     data["base"] = str((GRID.parent / data["base"]).resolve())
-    data["models"] = {"qwen25-7b": data["models"]["qwen25-7b"]}
-    data["datasets"] = {"magicoder": data["datasets"]["magicoder"]}  # (the data is overridden too)
+    axes = data["grid"]
+    axes["models"] = {"qwen25-7b": axes["models"]["qwen25-7b"]}
+    axes["datasets"] = {"magicoder": axes["datasets"]["magicoder"]}  # (the data is overridden too)
     one = tmp_path / "newer-models-qwen7b.yaml"
     one.write_text(yaml.safe_dump(data))
-    grid = load_grid(
+    grid = load_experiment(
         one,
         [
             f"output_dir={tmp_path}",

@@ -45,7 +45,7 @@ def test_shipped_configs_resolve_by_name_and_a_real_file_wins(
     monkeypatch.chdir(tmp_path)  # no configs/ here
     for spelling in ("demo", "demo.yaml", "configs/demo.yaml"):
         assert resolve_config_path(spelling) == SHIPPED_CONFIGS / "demo.yaml"
-    assert resolve_config_path("runs/demo-grid") == SHIPPED_CONFIGS / "runs" / "demo-grid.yaml"
+    assert resolve_config_path("experiments/demo-grid") == SHIPPED_CONFIGS / "experiments" / "demo-grid.yaml"
     assert load_config("mini/code").name == load_config(REPO / "configs/mini/code.yaml").name
     # A file of that name in the current directory is the user's: it wins over the shipped one.
     (tmp_path / "demo.yaml").write_text("name: mine\n")
@@ -57,11 +57,11 @@ def test_shipped_configs_resolve_by_name_and_a_real_file_wins(
 def test_an_unknown_config_name_lists_the_shipped_ones() -> None:
     with pytest.raises(
         ConfigError,
-        match=r"config file 'runs/demo-grdi' not found: no such file, "
+        match=r"config file 'experiments/demo-grdi' not found: no such file, "
         r"nor a shipped config of that name; did you mean "
-        r"'runs/demo-grid'\?",
+        r"'experiments/demo-grid'\?",
     ) as e:
-        load_config("runs/demo-grdi")
+        load_config("experiments/demo-grdi")
     assert all(name in str(e.value) for name in shipped_configs())
     for outside in ("../demo", "/nonexistent/demo.yaml"):  # never a file outside the shipped set
         with pytest.raises(ConfigError, match="not found"):
@@ -69,17 +69,23 @@ def test_an_unknown_config_name_lists_the_shipped_ones() -> None:
 
 
 def test_every_shipped_config_loads_with_its_loader() -> None:
-    """`ls configs` names each kind of file; each loads by name (experiment configs, run lists,
-    grids, cluster profiles), so a shipped file that stopped parsing fails here."""
-    from repro.experiments.grids import load_grid
-    from repro.experiments.runlists import load_run_list
+    """`ls configs` names each kind of file; each loads by name (experiment configs, experiment
+    files, cluster profiles), so a shipped file that stopped parsing fails here."""
+    from repro.experiments.experiment import load_experiment
     from slurm.profile import load_profile
 
     names = shipped_configs()
-    assert {"demo", "demo-quick", "mini/code", "runs/demo", "grids/paper", "clusters/local"} <= set(names)
+    assert {
+        "demo",
+        "demo-quick",
+        "mini/code",
+        "experiments/demo",
+        "experiments/paper",
+        "clusters/local",
+    } <= set(names)
     for name in names:
         kind = name.split("/")[0]
-        loader = {"runs": load_run_list, "grids": load_grid, "clusters": load_profile}.get(kind, load_config)
+        loader = {"experiments": load_experiment, "clusters": load_profile}.get(kind, load_config)
         assert loader(name) is not None, name
 
 
@@ -170,7 +176,7 @@ def test_the_wheel_has_the_data_files_and_validates_demo_from_an_empty_directory
     where = cli(
         "-c",
         "import repro; from repro.core.config.load import resolve_config_path as r; "
-        "print(repro.__file__); print(r('runs/demo-grid'))",
+        "print(repro.__file__); print(r('experiments/demo-grid'))",
     )
     assert where.returncode == 0, where.stderr
     assert all(Path(line).resolve().is_relative_to(site.resolve()) for line in where.stdout.split()), (

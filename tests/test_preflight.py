@@ -1,5 +1,5 @@
 """Preflight (repro/preflight.py): what would fail only after training is found before anything
-runs, in every shipped grid, run list and config, and by validate, run, grid and launch."""
+runs, in every shipped experiment file and config, and by validate, run, grid and launch."""
 
 from __future__ import annotations
 
@@ -14,14 +14,13 @@ from repro.core.config.builder import ConfigError
 from repro.core.config.load import from_dict, load_config
 from repro.core.params import Parameterized
 from repro.core.registry import SELECTORS
-from repro.experiments.grids import load_grid
+from repro.experiments.experiment import load_experiment
 from repro.preflight import preflight, require_clean
 from repro.problems import CheckContext, PreflightError, Problem
 from slurm.profile import ClusterProfile, load_profile
 from tests.conftest import CONFIGS
 
-GRIDS = sorted((CONFIGS / "grids").glob("*.yaml"))
-RUN_LISTS = sorted((CONFIGS / "runs").glob("*.yaml"))
+EXPERIMENTS = sorted((CONFIGS / "experiments").glob("*.yaml"))
 CONFIG_FILES = sorted(
     [*CONFIGS.glob("*.yaml"), *(CONFIGS / "mini").glob("*.yaml"), *(CONFIGS / "paper").glob("*.yaml")]
 )
@@ -60,32 +59,27 @@ def data_env(shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_the_shipped_files_are_all_found() -> None:
-    names = {p.relative_to(CONFIGS).as_posix() for p in [*GRIDS, *RUN_LISTS, *CONFIG_FILES]}
+    names = {p.relative_to(CONFIGS).as_posix() for p in [*EXPERIMENTS, *CONFIG_FILES]}
     assert {
-        "grids/paper.yaml",
-        "grids/paper-baselines.yaml",
-        "runs/demo-ablation.yaml",
+        "experiments/paper.yaml",
+        "experiments/paper-baselines.yaml",
+        "experiments/demo-ablation.yaml",
         "demo.yaml",
         "mini/medical.yaml",
         "paper/recipe.yaml",
     } <= names
 
 
-@pytest.mark.parametrize("path", GRIDS, ids=lambda p: p.name)
-def test_every_cell_of_every_shipped_grid_passes_preflight(path: Path, data_env: Path) -> None:
-    prof = load_profile(CONFIGS / "clusters" / "example.yaml")
-    grid = load_grid(path)
-    bad = {c.id: _errors(preflight(c.check_config(), CheckContext(profile=prof))) for c in grid.cells}
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.name)
+def test_every_cell_of_every_shipped_experiment_file_passes_preflight(path: Path, data_env: Path) -> None:
+    """As the command its header names checks it: `launch` with the example cluster profile, `grid`
+    on this machine."""
+    launched = "cluster-repro launch" in path.read_text().split("\nbase:")[0]
+    ctx = CheckContext(profile=load_profile(CONFIGS / "clusters" / "example.yaml")) if launched else None
+    cells = load_experiment(path).cells
+    bad = {c.id: _errors(preflight(c.check_config(), ctx)) for c in cells}
     assert not {k: v for k, v in bad.items() if v}
-    assert len(bad) == len(grid.cells) > 0
-
-
-@pytest.mark.parametrize("path", RUN_LISTS, ids=lambda p: p.name)
-def test_every_run_of_every_shipped_run_list_passes_preflight(path: Path, data_env: Path) -> None:
-    from repro.experiments.runlists import load_run_list, preflight_run_list
-
-    found = preflight_run_list(load_run_list(path))  # raises PreflightError on a problem
-    assert len(found) == len(load_run_list(path).runs)
+    assert len(bad) == len(cells) > 0
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.relative_to(CONFIGS).as_posix())
@@ -97,7 +91,7 @@ def test_the_paper_grids_name_the_medical_benchmarks_as_the_suite_does(data_env:
     from evals.benchmarks import BENCHMARKS
 
     for name in ("paper.yaml", "paper-baselines.yaml"):
-        med = [c for c in load_grid(CONFIGS / "grids" / name).cells if c.axes["dataset"] == "medinstruct"]
+        med = [c for c in load_experiment(f"experiments/{name}").cells if c.axes["dataset"] == "medinstruct"]
         assert med and all(set(c.check_config().eval.benchmarks) <= set(BENCHMARKS) for c in med)
 
 
@@ -325,7 +319,7 @@ def test_validate_run_and_grid_refuse_before_any_stage(tmp_path: Path, cli) -> N
     runs = tmp_path / "runs.yaml"
     runs.write_text(
         f"base: {quick}\nruns:\n  - {{label: ok, overrides: [selection.method=full]}}\n"
-        "  - label: typo\n    overrides: ['eval.benchmarks=[medqa_4options]']\n"
+        "  - label: typo\n    overrides: [seed=2, 'eval.benchmarks=[medqa_4options]']\n"
     )
     rc, _, err = cli("grid", str(runs), f"output_dir={tmp_path / 'out'}")
     assert rc == 2
@@ -339,13 +333,13 @@ def test_validate_run_and_grid_refuse_before_any_stage(tmp_path: Path, cli) -> N
 def test_launch_lists_each_cells_problems_and_submits_nothing(tmp_path: Path, cli) -> None:
     grid = tmp_path / "grid.yaml"
     grid.write_text(
-        f"base: {(CONFIGS / 'demo-quick.yaml').as_posix()}\nname: t\n"
-        "datasets: {demo: {}}\nmodels: {tiny: {}}\n"
-        "methods:\n  full: {overrides: [selection.method=full]}\n"
-        "  mine: {overrides: [selection.method=no-such-selector]}\n"
-        "  cl: {overrides: [selection.method=cluster, allocation.method=cluster-interleave],"
+        f"base: {(CONFIGS / 'demo-quick.yaml').as_posix()}\nname: t\ngrid:\n"
+        "  datasets: {demo: {}}\n  models: {tiny: {}}\n"
+        "  methods:\n    full: {overrides: [selection.method=full]}\n"
+        "    mine: {overrides: [selection.method=no-such-selector]}\n"
+        "    cl: {overrides: [selection.method=cluster, allocation.method=cluster-interleave],"
         " ratios: [0.5, 50]}\n"
-        "world_sizes: [1]\nseeds: [1]\n"
+        "  world_sizes: [1]\n  seeds: [1]\n"
     )
     out = tmp_path / "out"
     rc, out_text, err = cli("launch", str(grid), "--dry-run", "--results", str(out))

@@ -29,7 +29,7 @@ from repro.core.config.load import load_config
 from repro.core.interfaces import SelectionError
 from repro.core.io import read_json, read_jsonl, temp_path
 from repro.core.rundir import model_dir_of
-from repro.experiments.grids import load_grid
+from repro.experiments.experiment import load_experiment
 from repro.experiments.sharing import feature_key, pool_seed_uses
 from slurm.launcher import Context, plan_jobs
 from slurm.profile import load_profile
@@ -45,7 +45,7 @@ def _dead_pid() -> int:
 
 
 def test_the_paper_grid_computes_one_feature_pass_per_dataset_and_model(tmp_path: Path) -> None:
-    grid = load_grid(CONFIGS / "grids" / "paper.yaml", [f"output_dir={tmp_path}"])
+    grid = load_experiment(CONFIGS / "experiments" / "paper.yaml", [f"output_dir={tmp_path}"])
     ctx = Context(
         grid,
         grid.cells,
@@ -319,15 +319,15 @@ def test_the_plan_shows_shards_and_refuses_a_clustering_that_does_not_fit(tmp_pa
 
     grid_file = tmp_path / "g.yaml"
     grid_file.write_text(
-        f"base: {QUICK.as_posix()}\nname: g\n"
-        "datasets: {demo: {rows: 2000000, tokens_per_example: 100}}\n"
-        "models: {tiny: {params_b: 0.001, hidden_size: 4096}}\n"
-        "methods: {cluster: {overrides: [selection.method=cluster, selection.params.feature_shards=5], "
-        "ratios: [50]}}\nworld_sizes: [4]\nseeds: [1]\n"
+        f"base: {QUICK.as_posix()}\nname: g\ngrid:\n"
+        "  datasets: {demo: {rows: 2000000, tokens_per_example: 100}}\n"
+        "  models: {tiny: {params_b: 0.001, hidden_size: 4096}}\n"
+        "  methods: {cluster: {overrides: [selection.method=cluster, selection.params.feature_shards=5], "
+        "ratios: [50]}}\n  world_sizes: [4]\n  seeds: [1]\n"
     )
     prof = tmp_path / "p.yaml"
     prof.write_text("name: p\ngpus_per_node: 4\nmem_per_gpu_gb: 16\nmax_array_size: 2\n")
-    grid = load_grid(grid_file, [f"output_dir={tmp_path}"])
+    grid = load_experiment(grid_file, [f"output_dir={tmp_path}"])
     ctx = Context(grid, grid.cells, {c.id: c for c in grid.cells}, tmp_path, load_profile(prof))
     jobs, done = plan_jobs(ctx)
     shards = [j for j in jobs if j.kind == "shard"]
@@ -341,6 +341,6 @@ def test_the_plan_shows_shards_and_refuses_a_clustering_that_does_not_fit(tmp_pa
     assert "5 shard(s) in 3 array(s)" in line and "disk 54.9 GiB" in line
     (refused,) = plan_refusals(ctx, jobs)  # exact k-means copies 2 x 30.5 GiB > 16 GiB
     assert "kmeans: fast" in refused and "cluster_proj_dim" in refused and "REFUSED" in line
-    grid = load_grid(grid_file, [f"output_dir={tmp_path}", "selection.params.kmeans=fast"])
+    grid = load_experiment(grid_file, [f"output_dir={tmp_path}", "selection.params.kmeans=fast"])
     ctx = Context(grid, grid.cells, {c.id: c for c in grid.cells}, tmp_path, load_profile(prof))
     assert plan_refusals(ctx, plan_jobs(ctx)[0]) == []  # blocks over the file: fits

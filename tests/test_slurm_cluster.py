@@ -63,7 +63,7 @@ def test_quick_demo_grid_runs_as_a_features_job_and_two_task_cells(slurm_cluster
     cell job, with 7 task processes instead of 13 (each pays ~8 CPU-s of imports on 2 cores;
     docs/measurements.md, "The suite under 12 minutes"). 8 tasks in one group, on 2 nodes of 4
     GPUs: the test above."""
-    shipped = (CONFIGS / "grids" / "demo-quick.yaml").read_text()
+    shipped = (CONFIGS / "experiments" / "demo-quick.yaml").read_text()
     assert "world_sizes: [4]" in shipped and "base: ../demo-quick.yaml" in shipped
     grid = tmp_path / "demo-quick.yaml"
     grid.write_text(

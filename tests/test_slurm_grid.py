@@ -1,23 +1,26 @@
-"""Grids, cluster profiles, the dry-run plan and the sbatch script (no scheduler needed here;
-tests/test_slurm_cluster.py runs them through a real SLURM)."""
+"""Grids of experiment files, cluster profiles, the dry-run plan and the sbatch script (no
+scheduler needed here; tests/test_slurm_cluster.py runs them through a real SLURM)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from repro.core.config.builder import ConfigError
-from repro.experiments.grids import Cell, load_grid, select_cells
+from repro.experiments.cells import Cell, select_cells
+from repro.experiments.experiment import load_experiment
 from slurm.executors import sbatch_script
 from slurm.launcher import PROJECT_ROOT, Context, plan_jobs
 from slurm.plan import estimate_cell
 from slurm.profile import load_profile
 from tests.conftest import CONFIGS, REPO
 
-GRIDS = CONFIGS / "grids"
+EXPERIMENTS = CONFIGS / "experiments"
 GOLDEN = Path(__file__).parent / "golden"
 
 
@@ -30,15 +33,19 @@ def _write(tmp_path: Path, text: str) -> Path:
 BASE = f"base: {(CONFIGS / 'demo-quick.yaml').as_posix()}\n"
 
 
-@pytest.mark.parametrize("path", sorted(GRIDS.glob("*.yaml")), ids=lambda p: p.name)
-def test_every_shipped_grid_expands_and_says_how_to_run_it(path: Path) -> None:
-    grid = load_grid(path)
-    assert grid.cells and len({c.id for c in grid.cells}) == len(grid.cells)
-    assert "cluster-repro launch" in path.read_text().split("\n\n")[0]
-    for c in grid.cells:
+@pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_experiment_file_says_how_to_run_it(path: Path) -> None:
+    """Its header names the command that runs it; a grid cell's config has its axes, and its run
+    folder's name is its id (shared by files that hold the same cell). (Every shipped file loads:
+    tests/test_experiment_identity.py.)"""
+    header = path.read_text().split("\nbase:")[0]
+    assert re.search(rf"cluster-repro (grid|launch) configs/experiments/{path.name}", header), header
+    if "grid" not in yaml.safe_load(path.read_text()):
+        return
+    for c in load_experiment(path).cells:
         cfg = c.check_config()
         assert cfg.world_size == c.axes["world_size"] and cfg.seed == c.axes["seed"]
-        assert cfg.name == c.id  # the run folder's name: shared by grids that hold the same cell
+        assert cfg.name == c.id
 
 
 def test_every_shipped_profile_loads() -> None:
@@ -49,7 +56,7 @@ def test_every_shipped_profile_loads() -> None:
 
 
 def test_paper_grid_has_the_papers_cells_and_recipe() -> None:
-    grid = load_grid(GRIDS / "paper.yaml")
+    grid = load_experiment(EXPERIMENTS / "paper.yaml")
     ids = {c.id for c in grid.cells}
     # 2 code sets x 2 CodeLlama + MedInstruct x 2 Llama-2, each full + CluSTER at 3 ratios, 3 seeds
     # at 4 GPUs; the scaling runs (Magicoder, CodeLlama-Python-7B) again at 8 GPUs.
@@ -73,8 +80,8 @@ def test_paper_grid_has_the_papers_cells_and_recipe() -> None:
 
 
 def test_baselines_grid_matches_cluster_kept_counts_and_shares_cluster_cells() -> None:
-    base = load_grid(GRIDS / "paper-baselines.yaml")
-    main = {c.id: c for c in load_grid(GRIDS / "paper.yaml").cells}
+    base = load_experiment(EXPERIMENTS / "paper-baselines.yaml")
+    main = {c.id: c for c in load_experiment(EXPERIMENTS / "paper.yaml").cells}
     by_id = {c.id: c for c in base.cells}
     rnd = by_id["magicoder.codellama-python-7b.random-r50.ws4.s42"]
     assert rnd.match_of == "magicoder.codellama-python-7b.cluster-r50.ws4.s42"
@@ -95,18 +102,19 @@ def test_exclusions_matches_and_errors(tmp_path: Path) -> None:
     body = (
         BASE
         + """name: t
-datasets: {a: {}, b: {overrides: [data.demo_train_size=64]}}
-models: {tiny: {}}
-methods:
-  cluster: {overrides: [selection.method=cluster], ratios: [100, 50]}
-  random: {overrides: [selection.method=random], match_kept_count_of: cluster}
-world_sizes: [1, 2]
-seeds: [1]
-exclude:
-  - {dataset: b, world_size: 2}
+grid:
+  datasets: {a: {}, b: {overrides: [data.demo_train_size=64]}}
+  models: {tiny: {}}
+  methods:
+    cluster: {overrides: [selection.method=cluster], ratios: [100, 50]}
+    random: {overrides: [selection.method=random], match_kept_count_of: cluster}
+  world_sizes: [1, 2]
+  seeds: [1]
+  exclude:
+    - {dataset: b, world_size: 2}
 """
     )
-    grid = load_grid(_write(tmp_path, body))
+    grid = load_experiment(_write(tmp_path, body))
     ids = [c.id for c in grid.cells]
     assert len(ids) == 2 * 2 * 2 + 2 * 2 * 1  # a: both world sizes; b: only ws1
     assert "b.tiny.cluster-r50.ws2.s1" not in ids and "b.tiny.random-r100.ws1.s1" in ids
@@ -127,29 +135,29 @@ exclude:
     }
 
     bad_exclusion = body.replace("{dataset: b, world_size: 2}", "{dataset: b, world: 2}")
-    with pytest.raises(ConfigError, match=r"exclude\[0\] has unknown axes \['world'\]"):
-        load_grid(_write(tmp_path, bad_exclusion))
+    with pytest.raises(ConfigError, match=r": grid\.exclude\[0\]: unknown axes \['world'\]"):
+        load_experiment(_write(tmp_path, bad_exclusion))
     orphan = body.replace("{dataset: b, world_size: 2}", "{method: cluster, ratio: 50}")
     with pytest.raises(
         ConfigError, match="random-r50.* takes the kept count of .*cluster-r50.*exclusions drop"
     ):
-        load_grid(_write(tmp_path, orphan))
+        load_experiment(_write(tmp_path, orphan))
     with pytest.raises(
         ConfigError,
-        match=r"cell a\.tiny\.cluster-r100\.ws1\.s1: unknown key "
+        match=r": grid: cell a\.tiny\.cluster-r100\.ws1\.s1: unknown key "
         r"'train.lrr'; did you mean 'train.lr'",
     ):
-        load_grid(_write(tmp_path, body), ["train.lrr=1"])
+        load_experiment(_write(tmp_path, body), ["train.lrr=1"])
     with pytest.raises(ConfigError, match="world_size: this is an axis of the grid"):
-        load_grid(_write(tmp_path, body), ["world_size=8"])
+        load_experiment(_write(tmp_path, body), ["world_size=8"])
     with pytest.raises(
         ConfigError,
-        match=r"methods\.random\.match_kept_count_of: 'cluster2' is "
+        match=r"grid\.methods\.random\.match_kept_count_of: 'cluster2' is "
         "not a method",
     ):
-        load_grid(_write(tmp_path, body.replace("of: cluster", "of: cluster2")))
+        load_experiment(_write(tmp_path, body.replace("of: cluster", "of: cluster2")))
     with pytest.raises(ConfigError, match=r"unknown keys \['ratio'\]"):
-        load_grid(_write(tmp_path, body.replace("ratios: [100, 50]", "ratio: [100, 50]")))
+        load_experiment(_write(tmp_path, body.replace("ratios: [100, 50]", "ratio: [100, 50]")))
     with pytest.raises(ConfigError, match="--only 'colour=red': unknown axis"):
         select_cells(grid, ["colour=red"])
 
@@ -173,7 +181,7 @@ def test_profile_errors_name_the_key(tmp_path: Path) -> None:
 
 
 def test_estimate_follows_tokens_parameters_and_mfu() -> None:
-    grid = load_grid(GRIDS / "paper.yaml")
+    grid = load_experiment(EXPERIMENTS / "paper.yaml")
     prof = load_profile(CONFIGS / "clusters" / "example.yaml")
     by_id = {c.id: c for c in grid.cells}
     full = estimate_cell(by_id["magicoder.codellama-python-7b.full.ws4.s42"], by_id, grid.estimate, prof)
@@ -217,7 +225,7 @@ def test_dry_run_prints_jobs_gpus_and_gpu_hours(tmp_path: Path) -> None:
             "-m",
             "repro",
             "launch",
-            str(GRIDS / "paper.yaml"),
+            str(EXPERIMENTS / "paper.yaml"),
             "--dry-run",
             "--results",
             str(tmp_path),
@@ -247,7 +255,7 @@ def test_dry_run_prints_jobs_gpus_and_gpu_hours(tmp_path: Path) -> None:
 
 def test_plan_shares_features_and_orders_dependencies(tmp_path: Path) -> None:
     prof = load_profile(CONFIGS / "clusters" / "local.yaml")
-    grid = load_grid(GRIDS / "demo-quick.yaml", [f"output_dir={tmp_path}"])
+    grid = load_experiment(EXPERIMENTS / "demo-quick.yaml", [f"output_dir={tmp_path}"])
     ctx = Context(grid, grid.cells, {c.id: c for c in grid.cells}, tmp_path, prof)
     jobs, done = plan_jobs(ctx)
     assert not done
@@ -267,7 +275,7 @@ def test_plan_shares_features_and_orders_dependencies(tmp_path: Path) -> None:
 
 
 def test_sbatch_script_for_a_paper_cell_matches_the_golden_file() -> None:
-    grid = load_grid(GRIDS / "paper.yaml")
+    grid = load_experiment(EXPERIMENTS / "paper.yaml")
     cell = next(c for c in grid.cells if c.id == "magicoder.codellama-python-7b.cluster-r50.ws4.s42")
     prof = load_profile(CONFIGS / "clusters" / "example.yaml")
     text = sbatch_script(
@@ -294,7 +302,7 @@ def test_a_cell_is_done_only_for_its_eval_settings_and_keeps_its_run_folder(tmp_
     prof = load_profile(CONFIGS / "clusters" / "local.yaml")
 
     def context(*extra: str) -> Context:
-        grid = load_grid(GRIDS / "demo-quick.yaml", [f"output_dir={tmp_path}", *extra])
+        grid = load_experiment(EXPERIMENTS / "demo-quick.yaml", [f"output_dir={tmp_path}", *extra])
         return Context(grid, grid.cells, {c.id: c for c in grid.cells}, tmp_path, prof)
 
     cid = "demo.tiny.full.ws4.s42"

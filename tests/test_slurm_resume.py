@@ -20,11 +20,11 @@ def test_cancelled_job_is_reported_failed_not_waited_on(slurm_cluster: Path, tmp
     grid = tmp_path / "cancel.yaml"
     grid.write_text(
         QUICK
-        + """name: cancel
-datasets: {demo: {}}
-methods: {full: {overrides: [selection.method=full]}}
-world_sizes: [1]
-seeds: [5]
+        + """  datasets: {demo: {}}
+  methods: {full: {overrides: [selection.method=full]}}
+  world_sizes: [1]
+  seeds: [5]
+name: cancel
 """
     )
     out = tmp_path / "runs"
@@ -47,11 +47,11 @@ def test_killed_job_relaunched_resumes_from_its_checkpoint(slurm_cluster: Path, 
     grid = tmp_path / "resume.yaml"
     grid.write_text(
         QUICK
-        + """name: resume
-datasets: {demo: {overrides: [train.checkpoint_every=2, eval.demo_tasks=false]}}
-methods: {full: {overrides: [selection.method=full]}}
-world_sizes: [2]
-seeds: [7]
+        + """  datasets: {demo: {overrides: [train.checkpoint_every=2, eval.demo_tasks=false]}}
+  methods: {full: {overrides: [selection.method=full]}}
+  world_sizes: [2]
+  seeds: [7]
+name: resume
 """
     )
     out = tmp_path / "runs"
@@ -87,11 +87,11 @@ def test_preempted_job_requeues_itself_and_finishes(slurm_cluster: Path, tmp_pat
     grid = tmp_path / "preempt.yaml"
     grid.write_text(
         QUICK
-        + """name: preempt
-datasets: {demo: {overrides: [eval.demo_tasks=false]}}
-methods: {full: {overrides: [selection.method=full]}}
-world_sizes: [1]
-seeds: [9]
+        + """  datasets: {demo: {overrides: [eval.demo_tasks=false]}}
+  methods: {full: {overrides: [selection.method=full]}}
+  world_sizes: [1]
+  seeds: [9]
+name: preempt
 """
     )
     out = tmp_path / "runs"

@@ -19,14 +19,15 @@ def test_feature_shards_run_as_job_arrays_and_merge_bit_for_bit(slurm_cluster, t
     profile.write_text((CONFIGS / "clusters" / "local.yaml").read_text() + "max_array_size: 1\n")
     grid = tmp_path / "shards.yaml"
     grid.write_text(
-        f"base: {(CONFIGS / 'demo-quick.yaml').as_posix()}\nmodels: {{tiny: {{}}}}\n"
-        """name: shards
-datasets: {demo: {overrides: [data.demo_train_size=48, eval.demo_tasks=false, train.max_steps=2]}}
-methods:
-  cluster: {overrides: [selection.method=cluster, selection.params.feature_shards=2,
-                        allocation.method=cluster-interleave], ratios: [100]}
-world_sizes: [1]  # one task: the cell only reads the merged features
-seeds: [1]
+        f"base: {(CONFIGS / 'demo-quick.yaml').as_posix()}\nname: shards\n"
+        """grid:
+  models: {tiny: {}}
+  datasets: {demo: {overrides: [data.demo_train_size=48, eval.demo_tasks=false, train.max_steps=2]}}
+  methods:
+    cluster: {overrides: [selection.method=cluster, selection.params.feature_shards=2,
+                          allocation.method=cluster-interleave], ratios: [100]}
+  world_sizes: [1]  # one task: the cell only reads the merged features
+  seeds: [1]
 """
     )
     out = tmp_path / "runs"

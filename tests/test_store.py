@@ -148,12 +148,12 @@ def test_status_and_launch_say_diverged_and_compute_matching_refuses_its_cost(tm
     match_compute_of took its one-step cost."""
     from repro.core.config.builder import ConfigError
     from repro.experiments.compute import measured_costs
-    from repro.experiments.grids import load_grid
+    from repro.experiments.experiment import load_experiment
     from slurm.launcher import Context, cell_statuses, plan_jobs
     from slurm.profile import load_profile
     from tests.conftest import CONFIGS
 
-    grid = load_grid(CONFIGS / "grids" / "demo-quick.yaml", [f"output_dir={tmp_path}"])
+    grid = load_experiment(CONFIGS / "experiments" / "demo-quick.yaml", [f"output_dir={tmp_path}"])
     ctx = Context(
         grid,
         grid.cells,

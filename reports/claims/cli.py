@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
         "every setting of the results that holds its cells: the 95%% Student-t interval of the "
         "difference over seeds (one seed: over its items, no firm verdict) against the "
         "claim's threshold gives consistent / not reproduced / inconclusive; a claim whose cells "
-        "are missing is 'not run', with the run-list snippet and command that run them. Each "
+        "are missing is 'not run', with the experiment-file snippet and command that run them. Each "
         "verdict names its run ids, scale, protocol, and whether it is a CPU-scale verdict. Also "
         "the training time taken apart (token share, straggler idle, selection share, end to end, "
         "token balancing). See docs/claims.md.",

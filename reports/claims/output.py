@@ -127,7 +127,7 @@ def claims_table(verdicts: list[Verdict], claims: list[Claim], plan_notes: list[
 # the example profile, A100-80GB, MFU 0.14), stated from the docs: reports/ does not import the
 # launcher (layers), and the dry run is a command of its own.
 PLAN_NOTES = (
-    "Plan vs paper (C2): the paper grid's dry run (`cluster-repro launch configs/grids/paper.yaml "
+    "Plan vs paper (C2): the paper grid's dry run (`cluster-repro launch configs/experiments/paper.yaml "
     "--profile configs/clusters/example.yaml --dry-run`, A100-80GB, MFU 0.14) plans 19.3 GPU-h, "
     "4.8 h wall on 4 GPUs, for full data on Magicoder + CodeLlama-Python-7B; the paper reports "
     "1.13 h (docs/slurm.md). They disagree by 4.2x: the paper's runs reached a higher MFU or "

@@ -13,7 +13,7 @@ by the scale of the runs (`scale_label`: the model's parameter count and the poo
 - `inconclusive`: the interval spans the threshold, or it rests on one seed (its items' interval
   covers item noise only: the row says where this run lies), or there is none;
 - `not run`: the store lacks the cell or its reference; the row names what is missing and the
-  command (a run-list snippet) that runs it.
+  command (a experiment-file snippet) that runs it.
 
 Beside each verdict, `adjusted`: the family-wise reading, Holm over the rows of one claims run
 (`holm_adjust`).
@@ -861,7 +861,7 @@ def shipped_config_of(name: str) -> str | None:
         return None
     for path in sorted(SHIPPED_CONFIGS.rglob("*.yaml")):
         rel = path.relative_to(SHIPPED_CONFIGS)
-        if rel.parts[0] in ("runs", "grids", "clusters"):  # experiment files and profiles
+        if rel.parts[0] in ("experiments", "clusters"):  # experiment files and profiles
             continue
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -903,7 +903,7 @@ def _base_for(
 
 
 def not_run_command(rep: Report, chk: Check, results: str, setting: tuple[str, str, int] | None) -> str:
-    """A run-list snippet that runs the check's cell and reference at `setting` (or the store's
+    """A experiment-file snippet that runs the check's cell and reference at `setting` (or the store's
     first) with its seeds, and the command that runs it (runs already done are skipped: the
     same config is the same run folder). At the paper's scale, the paper grid to launch too."""
     base, seeds, ws, paper = _base_for(rep, chk, setting)
@@ -952,8 +952,8 @@ def not_run_command(rep: Report, chk: Check, results: str, setting: tuple[str, s
         cmd += " data_dir=DATA_DIR"
     if paper:
         cmd += (
-            "\n# at the paper's scale, on SLURM: cluster-repro launch configs/grids/paper.yaml "
+            "\n# at the paper's scale, on SLURM: cluster-repro launch configs/experiments/paper.yaml "
             "--profile PROFILE (full, CluSTER r = 1.0/0.75/0.5 at 4 and 8 GPUs); the ablations and "
-            "baselines: configs/grids/paper-baselines.yaml"
+            "baselines: configs/experiments/paper-baselines.yaml"
         )
     return f"{cmd}\n# missing.yaml:\n{snippet}"

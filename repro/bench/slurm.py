@@ -38,11 +38,13 @@ def _grid(tmp: Path, world_size: int) -> Path:
             {
                 "name": "bench",
                 "base": str(ROOT / "configs" / "demo-quick.yaml"),
-                "datasets": {"demo": {}},
-                "models": {"tiny": {}},
-                "methods": {"full": {"overrides": ["selection.method=full"]}},
-                "world_sizes": [world_size],
-                "seeds": [42],
+                "grid": {
+                    "datasets": {"demo": {}},
+                    "models": {"tiny": {}},
+                    "methods": {"full": {"overrides": ["selection.method=full"]}},
+                    "world_sizes": [world_size],
+                    "seeds": [42],
+                },
             }
         )
     )
@@ -114,11 +116,10 @@ def run_once(world_size: int, profile: str, how: str) -> dict[str, float]:
         out = tmp / "runs"
         env = {**os.environ, "CLUSTER_REPRO_NO_PROGRESS": "1"}
         if how == "direct":
-            from repro.experiments.grids import load_grid
+            from repro.experiments.experiment import load_experiment
 
             cfg = tmp / "cell.yaml"
-
-            cell = load_grid(grid, [f"output_dir={out}"]).cells[0]
+            cell = load_experiment(grid, [f"output_dir={out}"]).cells[0]
             cfg.write_text(yaml.safe_dump(cell.config().to_dict()))
             p, wall, cpu = _timed_cli(["run", str(cfg)], env)
             if p.returncode:

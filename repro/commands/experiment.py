@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from repro.core.config.builder import ConfigError
-from repro.core.config.load import load_config, resolve_config_path
+from repro.core.config.load import load_config
+from repro.experiments.experiment import add_arguments, experiment_of
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
@@ -62,28 +63,17 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
 
     p = sub.add_parser(
         "grid",
-        help="run every run and cell of an experiment file here, in order",
-        description="Run every experiment of an experiment file (its labelled `runs:` and the "
-        "cells of its `grid:`; a run list of configs/runs/ or a grid file of configs/grids/ "
-        "is one) here, in order, in this process; a run can take another's kept count "
-        "(match_kept_count_of) or its compute (match_compute_of). `cluster-repro launch` runs "
-        "the same file's cells as jobs (repro/experiments/experiment.py).",
+        help="run every run and grid cell of an experiment file here, one after another",
+        description="Run every experiment of an experiment file (its labelled runs: and the "
+        "cells of its grid:; shipped ones in configs/experiments/) here, in this process, one "
+        "after another, each with every stage of `cluster-repro run`. A run or method can take "
+        "another's kept count (match_kept_count_of) or its compute (match_compute_of): it runs "
+        "after that one. Every cell is checked before the first one runs. `cluster-repro "
+        "launch` runs the same file's cells as jobs.",
         epilog=epilog,
     )
-    p.add_argument(
-        "runs_file",
-        help="an experiment file (runs and/or grid), or a shipped one by name, e.g. "
-        "runs/demo-grid (configs/runs/demo-grid.yaml)",
-    )
-    p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="overrides applied to every run")
-    p.add_argument("--force", action="store_true", help="redo every stage of every run")
-    p.add_argument(
-        "--base",
-        default=None,
-        metavar="CONFIG",
-        help="run every run on this base config instead of the run list's own, e.g. "
-        "demo-quick (configs/demo-quick.yaml) for a quick pass of a demo grid",
-    )
+    add_arguments(p)
+    p.add_argument("--force", action="store_true", help="redo every stage of every cell")
     p.set_defaults(func=_grid)
 
     p = sub.add_parser(
@@ -119,26 +109,32 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _grid(args: argparse.Namespace) -> int:
     from repro.demo import summary_table
-    from repro.experiments.experiment import has_grid, load_experiment, run_cells
-    from repro.experiments.runlists import load_run_list, run_list
+    from repro.experiments.inline import run_cells
 
-    if has_grid(args.runs_file):  # a grid part: its cells, here, one after another
-        if args.base:
-            raise ConfigError("--base: replaces a run list's base; a grid names its own in the file")
-        run_dirs = run_cells(load_experiment(args.runs_file, args.overrides), force=args.force)
-    else:
-        rl = load_run_list(args.runs_file)
-        if args.base:
-            rl.base = resolve_config_path(args.base, "--base").resolve()
-        run_dirs = run_list(rl, args.overrides, force=args.force)
-    print(summary_table(run_dirs))
+    experiment, cells = experiment_of(args)
+    print(summary_table(run_cells(experiment, cells, force=args.force)))
     return 0
+
+
+def _config(args: argparse.Namespace):  # noqa: ANN202 (ExperimentConfig)
+    """The config of `run`, `select` and `validate`; an experiment file given instead is named as one."""
+    from repro.experiments.experiment import is_experiment_file
+
+    try:
+        return load_config(args.config, args.overrides)
+    except ConfigError as e:
+        if is_experiment_file(args.config):
+            raise ConfigError(
+                f"{e}. It is an experiment file (runs: and/or grid:): run its cells with "
+                f"`cluster-repro grid {args.config}` here, or `cluster-repro launch {args.config}` as jobs"
+            ) from None
+        raise
 
 
 def _run(args: argparse.Namespace) -> int:
     from repro.pipeline import run_experiment
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = _config(args)
     preflight(args.config, cfg)
     run_dir = run_experiment(
         cfg,
@@ -159,7 +155,7 @@ def _validate(args: argparse.Namespace) -> int:
 
     from repro.core.config.schema import eval_hash
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = _config(args)
     preflight(args.config, cfg)
     if not args.quiet:
         print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")

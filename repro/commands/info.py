@@ -102,7 +102,7 @@ def _cmd_ls(what: str, task_paths: list[str]) -> int:
                 f"{b.task_name('<source>')}  [{b.origin}]"
             )
         return 0
-    if what == "configs":  # every name works as CONFIG, RUNS_FILE, GRID or --profile anywhere
+    if what == "configs":  # every name works as CONFIG, EXPERIMENT, --base or --profile anywhere
         from repro.core.config.load import SHIPPED_CONFIGS, shipped_configs
 
         for name in shipped_configs():

@@ -45,7 +45,7 @@ PAPER_POOL = {"code": 75_197, "medical": 52_002}
 PAPER_MIN_PARAMS = 6_000_000_000
 PAPER_MIN_POOL_SHARE = 0.5
 
-# The benchmarks of the paper's protocol per domain (eval benchmark names, configs/grids/paper.yaml)
+# The benchmarks of the paper's protocol per domain (eval benchmark names, configs/experiments/paper.yaml)
 PAPER_BENCHMARKS = {
     "code": ("humaneval", "humaneval_plus", "mbpp", "mbpp_plus"),
     "medical": ("medqa", "medmcqa", "pubmedqa", "mmlu_medical"),

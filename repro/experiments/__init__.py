@@ -1,16 +1,14 @@
-"""Experiments: the files that name many runs, and what runs share.
+"""Experiment files: many experiments in one YAML file, and what they share.
 
-Two kinds of file list experiments, and each command takes one kind (`files.py` tells them apart
-and redirects the wrong one):
+One format (`experiment.py`; the shipped files are in configs/experiments/): a base config,
+shared overrides, labelled `runs:` (`runs.py`) and/or a `grid:` of datasets x models x methods x
+ratios x world sizes x seeds (`grids.py`). `load_experiment` plans both parts into cells
+(`cells.py`); `cluster-repro grid` runs them here (`inline.py`), `cluster-repro launch` as jobs
+and `cluster-repro status` says where they stand (slurm/).
 
-    run list    configs/runs/    runs one after another on this machine    `cluster-repro grid`
-                (`runlists.py`)  (a base config + one label and overrides per run)
-    grid file   configs/grids/   datasets x models x methods x ratios x     `cluster-repro launch`,
-                (`grids.py`)     world sizes x seeds, one job per cell     `cluster-repro status`
-
-Both can run a method at another's kept count: the YAML key `match_kept_count_of` (`matching.py`,
-the one implementation the local runner, the launcher and its jobs use), or at the kept count of
-equal cost: `match_compute_of` (`compute.py`). Cells whose selectors
-compute the same features from the same model, data and seed share one feature pass
-(`sharing.py`: the key; the selector says what identifies its features).
+A run or a method can run at another's kept count: the key `match_kept_count_of` (`matching.py`,
+the one implementation the inline executor, the launcher and its jobs use), or at the kept count
+of equal cost: `match_compute_of` (`compute.py`). Cells whose selectors compute the same
+features from the same model, data and seed share one feature pass (`sharing.py`: the key; the
+selector says what identifies its features).
 """

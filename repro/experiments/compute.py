@@ -1,8 +1,8 @@
 """Compute matching: run a method at the kept count whose cost equals another run's total cost.
 
 `match_kept_count_of` (matching.py) compares at equal count; equal count is not equal cost, since
-CluSTER pays for a feature pass and clustering before it trains. A run list's run or a grid's
-method that says `match_compute_of: <run label or method>` gets `selection.n` = the kept count
+CluSTER pays for a feature pass and clustering before it trains. A run or a grid's method of an
+experiment file that says `match_compute_of: <run label or method>` gets `selection.n` = the kept count
 whose training plus its own selection costs what the named run's training plus selection cost,
 in device-seconds (seconds x workers: a job holds all its workers' devices while it selects):
 
@@ -33,7 +33,7 @@ before they were recorded) give real tokens, factor 1, and the record says so.
 Own kind: a run whose training finished, of the matched selector, with the same model, data,
 train, allocation and world size, and not itself matched in compute; of the same seed and matched
 in count to the same run first, then of the same seed, then any. List it before the
-compute-matched run (the shipped run lists do): the count is worked out when the named run has
+compute-matched run (the shipped experiment files do): the count is worked out when the named run has
 trained, from what has trained by then.
 
 Costs are **measured** when the named run has trained (its train and select/schedule markers),
@@ -90,7 +90,7 @@ class Costs:
 
 
 def compute_reference_of(entry: dict[str, Any], where: str) -> str | None:
-    """The label (run list) or method (grid) whose compute `entry` matches, or None; ConfigError
+    """The label (a run) or method (a grid's) whose compute `entry` matches, or None; ConfigError
     (prefixed by `where`: the file and the entry) for a reference that is not a name. (An entry
     with both this key and match_kept_count_of is refused by matching.reference_of.)"""
     ref = entry.get(COMPUTE_KEY)

@@ -1,157 +1,191 @@
-"""One experiment file, one planner: labelled runs and/or a grid, turned into cells.
+"""The experiment file: many experiments in one YAML file, planned into cells by one loader.
 
-    name: my-comparison              # the launch folder's name (default: the file's stem)
-    base: demo-quick.yaml            # a config file, relative to this file
-    overrides: [output_dir=runs]     # for every run and cell (optional)
-    runs:                            # labelled runs (what a run list holds)
+    name: my-comparison              # optional: the launch folder's name (default: the file's stem)
+    base: ../demo-quick.yaml         # the config every run and cell starts from, relative to this file
+    overrides: [train.epochs=1]      # optional: `key.sub=value` strings, for every run and cell
+    set: {data.heldout_fraction: 0.0}  # optional: the same, as YAML values (lists, mappings)
+    runs:                            # labelled runs (runs.py)
       - label: cluster-r0.5
         overrides: [selection.method=cluster, selection.params.ratio=50]
       - label: random-at-cluster
         match_kept_count_of: cluster-r0.5
         overrides: [selection.method=random]
-    grid:                            # a product (what a grid file holds at its top level)
+    grid:                            # a product of axes (grids.py)
       datasets: {demo: {}}
       models: {tiny: {}}
       methods: {full: {overrides: [selection.method=full]}}
       world_sizes: [4]
       seeds: [0, 1]
+    estimate: {cluster_kept_at_r100: 0.79}   # optional: the dry run's assumptions (slurm/plan.py)
 
-Either part alone is an experiment file, so every run list (`base` + `runs`) is one as it is, and
-a grid file (its axes at the top level) is read as one too, with a note naming the `grid:` key.
-`load_experiment` plans the cells (repro/experiments/grids.py Cell: a run becomes a cell whose id
-is its label); the executors run them:
+A file holds `runs:`, `grid:` or both; the shipped ones are in `configs/experiments/`.
+`load_experiment` plans every cell (repro/experiments/cells.py: a run becomes a cell whose id is
+its label; a grid cell's id is `dataset.model.method[-rRATIO].wsW.sSEED`), each config validated,
+no config declared twice. The same cells run three ways:
 
-    inline   run_cells here, in this process, in order (`cluster-repro grid`; tests)
-    local    submitit's local executor, one job after another on this machine
-             (`cluster-repro launch FILE --cluster local`)
-    slurm    submitit on SLURM, with dependencies and arrays (`cluster-repro launch FILE`)
+    `cluster-repro grid FILE`      here, in this process, one after another (inline.py)
+    `cluster-repro launch FILE`    as jobs through submitit: on SLURM, or on this machine
+                                   (`--cluster local`); `--dry-run` prints the plan (slurm/)
+    `cluster-repro status FILE`    where each cell stands
 
-`cluster-repro status` takes the same file. `match_kept_count_of` and `match_compute_of`
-(compute.py) work in both parts (a run names an earlier run's label; a grid method names another
-method).
+Every command that takes a file takes the same arguments (`add_arguments`): overrides for every
+cell, `--base CONFIG` (every run and cell starts from CONFIG instead of the file's base) and
+`--only AXIS=V` (a part of the cells, with the cells they match).
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+import dataclasses
+import difflib
 from pathlib import Path
 from typing import Any
 
-from repro.core.config.builder import ConfigError, read_yaml_file
-from repro.core.config.load import load_config, resolve_config_path
-from repro.experiments.files import _GRID_AXES, CONFIG, RUN_LIST, kind_of, read_mapping
-from repro.experiments.grids import Cell, Grid, declared, grid_cell_name, grid_from_mapping, refuse_repeats
-from repro.experiments.inline import run_in_order
-from repro.experiments.runlists import run_list_from_mapping
+from repro.core.config.builder import ConfigError, check_name, parse_override, read_yaml_file
+from repro.core.config.load import SHIPPED_CONFIGS, resolve_config_path
+from repro.core.config.schema import ExperimentConfig
+from repro.experiments.cells import Cell, Experiment, refuse_repeats, select_cells
+from repro.experiments.grids import GRID_KEYS, plan_grid
+from repro.experiments.runs import plan_runs
 
-_SHARED = ("name", "base", "overrides", "set")
-_TOP = {*_SHARED, "runs", "grid"}
+SHIPPED = "configs/experiments/"
+TOP_KEYS = ("name", "base", "overrides", "set", "runs", "grid", "estimate")
+_CONFIG_KEYS = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"name"}
 
 
-def has_grid(path: str | Path) -> bool:
-    """Whether the file has a grid part (`grid:`, or a grid file's axes at the top level)."""
+def load_experiment(
+    path: str | Path, extra: list[str] | tuple[str, ...] = (), base: str | Path | None = None
+) -> Experiment:
+    """The cells of an experiment file (`path`, or a shipped one by name), with the command
+    line's `extra` overrides, starting from `base` (a config file or shipped name) instead of
+    the file's own base when given. ConfigError naming the file, the key and what was expected."""
     p = resolve_config_path(path, "experiment file")
-    data = read_yaml_file(p, "experiment file") or {}
-    return isinstance(data, dict) and ("grid" in data or bool(set(data) & _GRID_AXES))
-
-
-def load_experiment(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Grid:
-    """The cells of an experiment file (runs, grid, or both), every config validated now."""
-    p = resolve_config_path(path, "experiment file")
-    data = read_yaml_file(p, "experiment file") or {}
+    data = read_yaml_file(p, "experiment file", f" (shipped experiment files: {SHIPPED})") or {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
-    if kind_of(data) == CONFIG:  # one experiment config: names `cluster-repro run`
-        read_mapping(p, RUN_LIST)
-    if set(data) & _GRID_AXES and "grid" not in data:  # a grid file of before `grid:`
-        print(
-            f"note: {p}: a grid file; an experiment file holds these axes under the key `grid:` "
-            "(beside `runs:`); it is read as it is",
-            file=sys.stderr,
+        raise ConfigError(
+            f"{p}: expected an experiment file (a mapping with runs: and/or grid:), got {type(data).__name__}"
         )
-        return grid_from_mapping(data, p, extra)
-    unknown = set(data) - _TOP
-    if unknown:
-        raise ConfigError(f"{p}: unknown keys {sorted(unknown)} (allowed: {', '.join(sorted(_TOP))})")
-    if "runs" not in data and "grid" not in data:
-        raise ConfigError(f"{p}: an experiment file needs `runs:` (labelled runs) and/or `grid:` (axes)")
+    _check_top(data, p)
     name = data.get("name", p.stem)
-    cells: list[Cell] = []
-    estimate: dict[str, Any] = {}
-    if "grid" in data:
-        if not isinstance(data["grid"], dict):
-            raise ConfigError(f"{p}: grid: expected a mapping of axes (datasets, models, methods, ...)")
-        g = grid_from_mapping(
-            {**{k: data[k] for k in _SHARED if k in data}, "name": name, **data["grid"]}, p, extra
+    if not isinstance(name, str):
+        raise ConfigError(f"{p}: name: expected a string (the launch folder's name), got {name!r}")
+    check_name(name, f"{p}: name")  # the launch folder, and the start of every job name
+    base_data = _base(data, p, base)
+    shared = {k: data[k] for k in ("set", "overrides") if k in data}
+    pairs = [parse_override(o) for o in extra]
+    grid = plan_grid(data["grid"], p, base_data, shared, pairs) if "grid" in data else []
+    runs = plan_runs(data["runs"], p, base_data, shared, pairs) if "runs" in data else []
+    clash = sorted({d.cell.id for d in grid} & {d.cell.id for d in runs})
+    if clash:
+        raise ConfigError(
+            f"{p}: runs: the labels {clash} are also grid cell ids (one run folder, two cells): "
+            "give the runs other labels"
         )
-        cells += g.cells
-        estimate = g.estimate
-    runs = run_cells_of(data, p, extra) if "runs" in data else []
-    ids = [c.id for c in cells + runs]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
-    if dup:
-        raise ConfigError(f"{p}: {dup} name both a run and a grid cell: give the run another label")
-    if runs:  # one experiment, one cell, across the runs and the grid (grid_from_mapping checked the grid)
-        named = [declared(c, grid_cell_name(c)) for c in cells]
-        refuse_repeats(named + [declared(c, f"runs[{i}] ({c.id})") for i, c in enumerate(runs)], p)
-    return Grid(str(name), p, cells + runs, estimate)
+    refuse_repeats(grid + runs, p)  # one experiment, one cell, across the runs and the grid
+    estimate = data.get("estimate") or {}
+    if not isinstance(estimate, dict):
+        raise ConfigError(f"{p}: estimate: expected a mapping of dry-run assumptions, got {estimate!r}")
+    return Experiment(name, p, [d.cell for d in grid + runs], dict(estimate))
 
 
-def run_cells_of(data: dict[str, Any], p: Path, extra: list[str] | tuple[str, ...] = ()) -> list[Cell]:
-    """The labelled runs as cells: id = label, axes from each run's config (so `--only`, the plan
-    and the launcher read them as they read a grid's), the matched run's reference by label."""
-    if "set" in data:
-        raise ConfigError(f"{p}: set: applies to the grid's cells; for runs, write `overrides`")
-    from repro.contracts import unmatchable
-    from repro.experiments.compute import check_compute_matchable, same_inputs_or_error
-
-    rl = run_list_from_mapping({k: data[k] for k in ("base", "overrides", "runs") if k in data}, p)
-    cells = []
-    by_label: dict[str, Any] = {}
-    for r in rl.runs:
-        cfg = load_config(rl.base, [*rl.overrides, *r.overrides, *extra])
-        by_label[r.label] = cfg
-        if r.match_ref:  # what the run list's preflight refuses, refused as cells too
-            why = unmatchable(cfg.selection.method, r.match_ref, r.match_key)
-            if why:
-                raise ConfigError(f"{p}: run {r.label}: {r.match_key}: {why}")
-        if r.match_compute_of:
-            same_inputs_or_error(cfg, by_label[r.match_compute_of], f"{p}: run {r.label}", r.match_compute_of)
-            check_compute_matchable(cfg, f"{p}: run {r.label}")
-        axes = {
-            "dataset": "+".join(Path(s.path).stem for s in cfg.data.sources),
-            "model": cfg.model.name_or_path,
-            "method": cfg.selection.method,
-            "ratio": cfg.selection.params.get("ratio"),
-            "world_size": cfg.world_size,
-            "seed": cfg.seed,
-            "label": r.label,
-        }
-        by = "compute" if r.match_compute_of else "kept_count"
-        cells.append(Cell(r.label, axes, cfg.to_dict(), r.match_ref, {}, match_by=by))
-    return cells
+def _check_top(data: dict[str, Any], p: Path) -> None:
+    """ConfigError for a file that is not an experiment file, or has keys it does not know."""
+    keys = set(data)
+    if "runs" not in keys and "grid" not in keys:
+        if "base" not in keys and keys & _CONFIG_KEYS:
+            shipped = SHIPPED_CONFIGS / "experiments" / f"{p.stem}.yaml"
+            hint = f"; or did you mean experiments/{p.stem}?" if shipped.is_file() else ""
+            raise ConfigError(
+                f"{p}: this is an experiment config (one experiment), not an experiment file (a base "
+                f"config with runs: and/or grid:; shipped ones: {SHIPPED}); run it with "
+                f"`cluster-repro run {p}`{hint}"
+            )
+        raise ConfigError(
+            f"{p}: an experiment file needs runs: (labelled runs) and/or grid: (axes: "
+            f"{', '.join(GRID_KEYS)}); found keys: {', '.join(map(str, data)) or 'none'}"
+        )
+    axes = sorted(keys & set(GRID_KEYS))
+    if axes:
+        raise ConfigError(f"{p}: {', '.join(axes)}: axes of a grid; write them under the key grid:")
+    for k in sorted(keys - set(TOP_KEYS), key=str):
+        hint = difflib.get_close_matches(str(k), TOP_KEYS, n=1, cutoff=0.6)
+        raise ConfigError(
+            f"{p}: unknown key {k!r}{f'; did you mean {hint[0]!r}?' if hint else ''} "
+            f"(allowed: {', '.join(TOP_KEYS)})"
+        )
+    if "base" not in keys:
+        raise ConfigError(
+            f"{p}: base: required: the config file every run and cell starts from, relative to this file"
+        )
 
 
-def run_cells(grid: Grid, force: bool = False) -> list[Path]:
-    """The inline executor: every cell in order, in this process (a matched cell after its
-    reference, which the planner puts first). Preflight checks every cell before any runs."""
-    from repro.preflight import require_clean
-    from repro.problems import report
+def _base(data: dict[str, Any], p: Path, base: str | Path | None) -> dict[str, Any]:
+    """The mapping of the base config: `base` (--base) when given, else the file's `base`."""
+    if base is not None:
+        base_path = resolve_config_path(base, "--base")
+        where = f"--base {base}"
+    else:
+        if not isinstance(data["base"], str):
+            raise ConfigError(f"{p}: base: expected a config file name, got {data['base']!r}")
+        base_path = (p.parent / data["base"]).resolve()
+        if not base_path.is_file():
+            raise ConfigError(f"{p}: base: config {data['base']!r} not found (looked at {base_path})")
+        where = f"{p}: base"
+    out = read_yaml_file(base_path, "base config") or {}
+    if not isinstance(out, dict):
+        raise ConfigError(f"{where}: {base_path} is not a config (a mapping), got {type(out).__name__}")
+    if {"runs", "grid"} & set(out):
+        raise ConfigError(f"{where}: {base_path} is an experiment file; a base is one experiment config")
+    return out
 
-    notes = require_clean([(f"{grid.path} cell {c.id}", c.check_config()) for c in grid.cells])
-    if any(notes.values()):
-        print(report(notes), file=sys.stderr, flush=True)
-    return run_in_order(
-        [
-            (c.id, c.config() if c.match_of is None else c.check_config(), c.match_of, c.match_by)
-            for c in grid.cells
-        ],
-        where=lambda cid: f"{grid.path}: cell {cid}",
-        label_of=lambda ref: _label_of(grid, ref),
-        force=force,
+
+def is_experiment_file(path: str | Path) -> bool:
+    """Whether `path` (or the shipped file of that name) is a mapping with runs: or grid:."""
+    try:
+        data = read_yaml_file(resolve_config_path(path), "file")
+    except ConfigError:
+        return False
+    return isinstance(data, dict) and bool({"runs", "grid"} & set(data))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of every command that takes an experiment file (grid, launch, status)."""
+    p.add_argument(
+        "experiment",
+        metavar="EXPERIMENT",
+        help="an experiment file (YAML with runs: and/or grid:), or a shipped one by name, e.g. "
+        f"experiments/demo-grid ({SHIPPED}demo-grid.yaml; `cluster-repro ls configs` lists them)",
+    )
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key.sub=value",
+        help="config overrides for every run and cell, e.g. data_dir=DATA_DIR",
+    )
+    p.add_argument(
+        "--base",
+        default=None,
+        metavar="CONFIG",
+        help="every run and cell starts from this config instead of the file's base, e.g. "
+        "demo-quick (configs/demo-quick.yaml) for a quick pass of a demo experiment",
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="AXIS=V[,V]",
+        help="only the cells whose axis has one of these values (dataset, model, method, ratio, "
+        "world_size, seed, label, id); repeatable; the cells they match come along",
     )
 
 
-def _label_of(grid: Grid, cell_id: str) -> str:
-    """What a compute match's record calls the cell it matches: a run's label, or the cell id."""
-    return next((str(c.axes.get("label") or c.id) for c in grid.cells if c.id == cell_id), cell_id)
+def experiment_of(
+    args: argparse.Namespace, extra: list[str] | tuple[str, ...] = ()
+) -> tuple[Experiment, list[Cell]]:
+    """The experiment a command's arguments (`add_arguments`) name, and its cells that `--only`
+    picks; `extra`: overrides after the command line's."""
+    exp = load_experiment(args.experiment, [*args.overrides, *extra], args.base)
+    cells = select_cells(exp, args.only)
+    if not cells:
+        raise ConfigError(f"--only {' '.join(args.only)}: no cell of {exp.path} matches")
+    return exp, cells

@@ -1,43 +1,52 @@
-"""The inline executor: items run one after another in this process, a matched one once its
-reference has run. `grid` runs a grid's cells (experiment.run_cells) and a run list's runs
-(runlists.run_list) through it.
-"""
+"""The inline executor: an experiment file's cells one after another in this process, a matched
+one once its reference has run (`cluster-repro grid`; the demo)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from repro.core.config.schema import ExperimentConfig
+from repro.experiments.cells import Cell, Experiment
 from repro.experiments.matching import resolve_match
 
 
-def run_in_order(
-    items: list[tuple[str, ExperimentConfig, str | None, str]],
-    where: Callable[[str], str],
-    label_of: Callable[[str], str],
-    force: bool = False,
-) -> list[Path]:
-    """Run (id, config, matched-to id or None, "kept_count" or "compute") items one after another
-    in this process, a matched one at its reference's kept count or cost once that has run (the
-    reference comes first); returns the run directories. What `grid` runs, for a grid's cells and
-    a run list's runs alike; `where(id)` and `label_of(reference id)` name them in messages."""
-    from repro.pipeline import run_experiment
+def where_of(experiment: Experiment, c: Cell) -> str:
+    """How preflight and messages name a cell: '<file> run <label>' or '<file> cell <id>'."""
+    return f"{experiment.path} {'run' if c.is_run else 'cell'} {c.id}"
 
+
+def run_cells(experiment: Experiment, cells: list[Cell] | None = None, force: bool = False) -> list[Path]:
+    """Run `cells` (default: all of the experiment's) in order, in this process; returns their run
+    directories. Preflight checks every cell before any runs (repro/preflight.py); a matched cell
+    runs at its reference's kept count or cost once the reference has run (the planner puts the
+    reference first)."""
+    from repro.pipeline import run_experiment
+    from repro.preflight import require_clean
+    from repro.problems import report
+
+    todo = experiment.cells if cells is None else cells
+    notes = require_clean([(where_of(experiment, c), c.check_config()) for c in todo])
+    if any(notes.values()):
+        print(report(notes), file=sys.stderr, flush=True)
+    by_id = {c.id: c for c in experiment.cells}
     done: dict[str, Path] = {}
     done_cfg: dict[str, ExperimentConfig] = {}
-    for item_id, cfg, ref, by in items:
-        if ref is not None:
-            matched = resolve_match(cfg, by, done_cfg[ref], done[ref], label_of(ref), where(item_id))
+    for c in todo:
+        cfg = c.config() if c.match_of is None else c.check_config()
+        if c.match_of is not None:
+            ref = by_id[c.match_of]
+            matched = resolve_match(
+                cfg, c.match_by, done_cfg[ref.id], done[ref.id], ref.id, where_of(experiment, c)
+            )
             if matched is None:  # run_experiment returned, so the reference has selected and trained
-                raise RuntimeError(f"{where(item_id)}: {ref} has nothing to match ({by})")
+                raise RuntimeError(f"{where_of(experiment, c)}: {ref.id} has nothing to match ({c.match_by})")
             cfg = matched
-            if by == "compute":
-                _say_matched(item_id, cfg)
-        print(f"\n=== {item_id} ===", file=sys.stderr, flush=True)
-        done[item_id] = run_experiment(cfg, force=force)
-        done_cfg[item_id] = cfg
+            if c.match_by == "compute":
+                _say_matched(c.id, cfg)
+        print(f"\n=== {c.id} ===", file=sys.stderr, flush=True)
+        done[c.id] = run_experiment(cfg, force=force)
+        done_cfg[c.id] = cfg
     return list(done.values())
 
 

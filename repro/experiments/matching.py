@@ -1,17 +1,17 @@
 """Kept-count matching: run a method at exactly the kept count of another run.
 
 A baseline is compared with CluSTER at the same budget, but CluSTER's kept count is known only
-once its clusters are (the soft cap and the balanced budget decide it). So a run list's run or a
-grid's method says `match_kept_count_of: <run label or method>`; its config selects from the whole
-pool until the run it matches has selected, and then gets `selection.n` = that run's kept count
-(unique examples, from its select-stage marker), no `selection.fraction`, and the record of the
-match in `selection.matched` ({"by": "kept_count", "of": label, "run_id", "kept"}): it enters the
-config hash, and the reports place the run by it (the cell of random at CluSTER's count, whatever
-count each seed got).
+once its clusters are (the soft cap and the balanced budget decide it). So a run or a grid's
+method of an experiment file says `match_kept_count_of: <run label or method>`; its config
+selects from the whole pool until the run it matches has selected, and then gets `selection.n` =
+that run's kept count (unique examples, from its select-stage marker), no `selection.fraction`,
+and the record of the match in `selection.matched` ({"by": "kept_count", "of": label, "run_id",
+"kept"}): it enters the config hash, and the reports place the run by it (the cell of random at
+CluSTER's count, whatever count each seed got).
 
-The local runner (`runlists.py`), the grid's cells (`grids.py`), the launcher and its jobs
-(`slurm/launcher.py`, `slurm/jobs.py`) all match through the functions below; `resolve_match`
-also takes `match_compute_of` (compute.py: the kept count of equal cost).
+The inline executor (`inline.py`), the launcher and its jobs (`slurm/launcher.py`,
+`slurm/jobs.py`) all match through the functions below; `resolve_match` also takes
+`match_compute_of` (compute.py: the kept count of equal cost).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ _OLD_SPELLINGS = ("match",)
 
 
 def reference_of(entry: dict[str, Any], where: str) -> str | None:
-    """The label (run list) or method (grid) whose kept count `entry` takes, or None.
+    """The label (a run) or method (a grid's) whose kept count `entry` takes, or None.
 
     ConfigError, prefixed by `where` (the file and the entry), for another spelling of the key
-    (grid files once said `match:`) and for a reference that is not a name."""
+    (`match:`) and for a reference that is not a name."""
     for old in _OLD_SPELLINGS:
         if old in entry:
             raise ConfigError(

@@ -1,4 +1,4 @@
-"""Shared-feature keys: which cells of a grid can share one feature pass.
+"""Shared-feature keys: which cells of an experiment file can share one feature pass.
 
 A selector that computes features from the model and the pool alone (CluSTER's gradient-proxy
 features: not the ratio, not the world size, not the budget) says what else identifies them

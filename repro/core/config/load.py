@@ -24,7 +24,7 @@ from repro.core.config.builder import ConfigError, build, parse_override, read_y
 from repro.core.config.checks import validate
 from repro.core.config.schema import ExperimentConfig
 
-# The configs the package ships (experiment configs, run lists, grids, cluster profiles). They live
+# The configs the package ships (experiment configs, experiment files, cluster profiles). They live
 # inside the package so that an installed wheel has them; the repository's top-level `configs` is a
 # link to this folder, so the documented `configs/...` paths work in a checkout.
 SHIPPED_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -32,7 +32,7 @@ SHIPPED_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 def shipped_configs() -> list[str]:
     """The name of every shipped config: its path under SHIPPED_CONFIGS without `.yaml`, sorted
-    (`demo`, `runs/demo-grid`, `grids/paper`, `clusters/local`, ...)."""
+    (`demo`, `experiments/demo-grid`, `experiments/paper`, `clusters/local`, ...)."""
     return sorted(
         p.relative_to(SHIPPED_CONFIGS).with_suffix("").as_posix() for p in SHIPPED_CONFIGS.rglob("*.yaml")
     )
@@ -40,9 +40,9 @@ def shipped_configs() -> list[str]:
 
 def resolve_config_path(path: str | os.PathLike[str], what: str = "config file") -> Path:
     """The file `path` names: a file that exists wins; else, for a relative path, the shipped
-    config of that name (`demo`, `demo.yaml`, `runs/demo-grid`, or the checkout's spelling
-    `configs/runs/demo-grid.yaml`), so every shipped config works from any directory and from an
-    installed wheel. Otherwise ConfigError naming `path` (`what` says what kind of file), with a
+    config of that name (`demo`, `demo.yaml`, `experiments/demo-grid`, or the checkout's spelling
+    `configs/experiments/demo-grid.yaml`), so every shipped config works from any directory and
+    from an installed wheel. Otherwise ConfigError naming `path` (`what` says what kind of file), with a
     "did you mean" and the shipped names."""
     p = Path(path).expanduser()
     if p.is_file():
