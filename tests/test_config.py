@@ -9,8 +9,11 @@ import pytest
 from repro.core.config import ConfigError, derive, from_dict, load_config, parse_override
 from tests.conftest import CONFIGS
 
-# grids/ and clusters/ hold grid files and cluster profiles (slurm/), not experiment configs.
-SHIPPED = sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name not in ("runs", "grids", "clusters"))
+# grids/, clusters/ and tracks/ hold grid files, cluster profiles (slurm/) and tracks
+# (repro/core/tracks.py), not experiment configs.
+SHIPPED = sorted(
+    p for p in CONFIGS.rglob("*.yaml") if p.parent.name not in ("runs", "grids", "clusters", "tracks")
+)
 RUN_LISTS = sorted((CONFIGS / "runs").glob("*.yaml"))
 
 

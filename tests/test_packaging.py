@@ -71,6 +71,7 @@ def test_an_unknown_config_name_lists_the_shipped_ones() -> None:
 def test_every_shipped_config_loads_with_its_loader() -> None:
     """`ls configs` names each kind of file; each loads by name (experiment configs, run lists,
     grids, cluster profiles), so a shipped file that stopped parsing fails here."""
+    from repro.core.tracks import load_track
     from repro.experiments.grids import load_grid
     from repro.experiments.runlists import load_run_list
     from slurm.profile import load_profile
@@ -79,7 +80,8 @@ def test_every_shipped_config_loads_with_its_loader() -> None:
     assert {"demo", "demo-quick", "mini/code", "runs/demo", "grids/paper", "clusters/local"} <= set(names)
     for name in names:
         kind = name.split("/")[0]
-        loader = {"runs": load_run_list, "grids": load_grid, "clusters": load_profile}.get(kind, load_config)
+        loaders = {"runs": load_run_list, "grids": load_grid, "clusters": load_profile, "tracks": load_track}
+        loader = loaders.get(kind, load_config)
         assert loader(name) is not None, name
 
 

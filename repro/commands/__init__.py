@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "slurm.cli",  # launch, status
     "reports.cli",  # report
     "reports.claims_cli",  # claims
+    "repro.commands.track",  # track run, board, export, verify, agreement
 )
 
 
