@@ -4,7 +4,7 @@ fixed track (configs/tracks/, repro/core/tracks.py) the way a field compares.
     track run TRACK --method SPEC [--params k=v,...] --results DIR    the missing runs, here
     track run TRACK --method SPEC --results DIR --plan FILE           the runs as an experiment
                                                                       file (launch runs it on SLURM)
-    track board TRACK --results DIR [DIR ...] [--submissions FILE ...] --out DIR
+    track board TRACK --results DIR[,DIR...] [--submissions FILE[,FILE...]] --out DIR
     track export TRACK --results DIR --method NAME --out FILE         one method's rows + provenance
     track verify FILE                                                 refuse a file, with the reason
     track agreement SMALL_RESULTS LARGE_RESULTS [--track T]           decision accuracy
@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+from repro.core.argtypes import int_list, str_list
 
 
 def register(sub: argparse._SubParsersAction, epilog: str) -> None:
@@ -48,16 +50,24 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
         help="the selector: a registered name, an installed package's entry point, or module:Class",
     )
     r.add_argument(
-        "--params", default="", metavar="k=v,...", help="the selector's parameters, comma-separated"
+        "--params",
+        type=str_list(),
+        default=[],
+        metavar="k=v,...",
+        help="the selector's parameters, comma-separated",
     )
     r.add_argument(
         "--results", required=True, metavar="DIR", help="the results folder (every run's output_dir)"
     )
     r.add_argument(
-        "--seeds", default="", metavar="S,...", help="only these seeds of the track (default: all)"
+        "--seeds",
+        type=int_list(),
+        default=None,
+        metavar="S,...",
+        help="only these seeds of the track (default: all)",
     )
     r.add_argument(
-        "--budgets", default="", metavar="B,...", help="only these budgets of the track (default: all)"
+        "--budgets", type=str_list(), default=None, metavar="B,...", help="only these budgets (default: all)"
     )
     r.add_argument(
         "--plan", default=None, metavar="FILE", help="write the runs as an experiment file; run nothing"
@@ -81,10 +91,18 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
     )
     b.add_argument("track", help="a shipped track or a track file")
     b.add_argument(
-        "--results", nargs="+", required=True, metavar="DIR", help="results folders (or merged results.csv)"
+        "--results",
+        type=str_list(),
+        required=True,
+        metavar="DIR,...",
+        help="results folders (or merged results.csv files), comma-separated",
     )
     b.add_argument(
-        "--submissions", nargs="*", default=[], metavar="FILE", help="submission files (verified first)"
+        "--submissions",
+        type=str_list(),
+        default=[],
+        metavar="FILE,...",
+        help="submission files (`track export`), comma-separated; each is verified first",
     )
     b.add_argument("--out", required=True, metavar="DIR", help="where the board's files go")
     b.set_defaults(func=_board)
@@ -132,10 +150,6 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
     a.set_defaults(func=_agreement)
 
 
-def _split(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
 def _run(args: argparse.Namespace) -> int:
     import yaml
 
@@ -145,13 +159,9 @@ def _run(args: argparse.Namespace) -> int:
     from repro.tracks.runs import cells, check_method, run, run_list_mapping, states
 
     track = load_track(args.track)
-    params = _split(args.params)
-    try:
-        seeds = [int(s) for s in _split(args.seeds)] or None
-    except ValueError:
-        raise ConfigError(f"--seeds: expected comma-separated integers, got {args.seeds!r}") from None
+    params = list(args.params)
     matchable, why = check_method(args.method, params)
-    todo = cells(track, args.method, params, seeds, _split(args.budgets) or None, matchable)
+    todo = cells(track, args.method, params, args.seeds, args.budgets, matchable)
     results = Path(args.results).resolve()
     if not matchable:
         print(f"note: no random run at the method's compute: {why}", file=sys.stderr)
