@@ -221,6 +221,36 @@ def test_the_comparison_runs_every_baseline_at_every_budget_and_seed() -> None:
         check_method("random", [])
 
 
+def test_a_plan_is_an_experiment_file_the_runner_and_the_launcher_read(tmp_path: Path) -> None:
+    """`track run --plan` writes the same runs as an experiment file (what `grid` and `launch`
+    take): every run, its label, and each match to an earlier run."""
+    from repro.experiments.experiment import load_experiment
+
+    plan = tmp_path / "plan.yaml"
+    argv = ["track", "run", "quick", "--method", "uniform", "--results", str(tmp_path / "r")]
+    with pytest.raises(ConfigError, match="sets its own kept count"):
+        _cli_raising(*argv)
+    argv[4] = "ifd"
+    assert _cli(*argv, "--plan", str(plan), "--seeds", "1", "--budgets", "50%") == 0
+    grid = load_experiment(plan)
+    track = load_track("quick")
+    want = cells(track, "ifd", seeds=[1], budgets=["50%"])
+    assert [c.id for c in grid.cells] == [c.label for c in want]
+    assert [c.match_of for c in grid.cells] == [c.match_of for c in want]
+    for cell, c in zip(grid.cells, want):
+        cfg = cell.check_config()
+        assert cfg.name == "track-quick" and cfg.seed == 1 and cfg.world_size == 2
+        assert cfg.hash() == track.config(1, [f"output_dir={tmp_path / 'r'}", *c.overrides]).hash()
+
+
+def _cli_raising(*argv: str) -> None:
+    """The command's function itself (main() turns its errors into an exit status)."""
+    from repro.cli import build_parser
+
+    args = build_parser().parse_args(list(argv))
+    args.func(args)
+
+
 # ----------------------------------------------------------------------------- track run
 
 

@@ -36,7 +36,6 @@ from reports.stats import Estimate, holm, mean_ci, paired_diff
 from repro.core.tracks import CLUSTER, FULL, METHOD, RANDOM, RANDOM_COMPUTE, RANDOM_COUNT, MetricSpec, Track
 
 ALPHA = 0.05
-ROLE_ORDER = {METHOD: 0, CLUSTER: 1, RANDOM: 2, FULL: 3}
 
 
 def run_value(r: Run, m: MetricSpec) -> float | None:

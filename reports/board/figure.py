@@ -9,11 +9,13 @@ style (reports/figure_style.py), PNG and PDF, byte-identical for the same board.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from reports.board.board import Board, Entry
-from reports.figure_style import COLORS, DPI, FONT_PT, MARKERS, PAGE_IN, RC, _save
+from reports.figure_style import COLORS, DPI, LINE_IN, MARKERS, PAGE_IN, RC, _save
+from repro.core.tracks import FULL
 
 FIGURE = "pareto"
 
@@ -45,20 +47,32 @@ def pareto_figure(board: Board, out_dir: Path) -> list[Path]:
     matplotlib.use("Agg", force=True)
     from matplotlib.figure import Figure
 
+    pts = _points(board)
+    seen_full = False
+    shown = []
+    for e in pts:  # full data is one point, whatever the budget
+        if e.role == FULL:
+            if seen_full:
+                continue
+            seen_full = True
+        shown.append(e)
+    ncol = 2
+    rows = math.ceil(len(shown) / ncol) if shown else 0
+    axes_h, top, below = 2.6, 0.3, 0.5 + rows * LINE_IN
+    height = top + axes_h + below
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(PAGE_IN, 3.4), dpi=DPI)
-        ax = fig.add_axes([0.1, 0.14, 0.6, 0.78])
-        pts = _points(board)
+        fig = Figure(figsize=(PAGE_IN, height), dpi=DPI)
+        ax = fig.add_axes([0.7 / PAGE_IN, below / height, (PAGE_IN - 0.9) / PAGE_IN, axes_h / height])
         m = board.track.metrics.primary
-        if not pts:
+        if not shown:
             ax.text(0.5, 0.5, "no run with a cost and a score yet", ha="center", va="center")
             ax.set_axis_off()
             return _save(fig, out_dir, FIGURE)
-        labels = list(dict.fromkeys(e.label for e in pts))
+        labels = list(dict.fromkeys(e.label for e in shown))
         budgets = board.track.names()
-        for e in pts:
+        for e in shown:
             color = COLORS[labels.index(e.label) % len(COLORS)]
-            marker = MARKERS[budgets.index(e.budget) % len(MARKERS)]
+            marker = "*" if e.role == FULL else MARKERS[budgets.index(e.budget) % len(MARKERS)]
             q = e.quality
             err: Any = None
             if q is not None and q.lo is not None and q.hi is not None:
@@ -71,15 +85,25 @@ def pareto_figure(board: Board, out_dir: Path) -> list[Path]:
                 marker=marker,
                 linestyle="none",
                 capsize=2,
-                label=f"{e.label} @ {e.budget}",
+                label=e.label if e.role == FULL else f"{e.label} @ {e.budget}",
             )
-        xy = [(e.total_device_s.value, e.quality.value) for e in pts]  # type: ignore[union-attr]
+        xy = [(e.total_device_s.value, e.quality.value) for e in shown]  # type: ignore[union-attr]
         front = pareto_front(xy, m.higher_is_better)
         ax.plot([xy[i][0] for i in front], [xy[i][1] for i in front], color="0.5", lw=0.8, zorder=0)
-        ax.set_xlabel("total cost: selection + training (device-seconds, mean over seeds)")
+        ax.set_xlabel("total cost: selection + training (device-seconds, mean over seeds)", labelpad=1)
         unit = "" if m.metric in ("loss", "perplexity") else " (%)"
-        ax.set_ylabel(f"{m.name}{unit}, {'higher' if m.higher_is_better else 'lower'} is better")
-        ax.set_title(f"track {board.track.track} v{board.track.version}: quality against cost", loc="left")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=FONT_PT - 1, frameon=False)
-        fig.set_dpi(DPI)
+        ax.set_ylabel(f"{m.name}{unit}\n{'higher' if m.higher_is_better else 'lower'} is better")
+        ax.set_title(
+            f"track {board.track.track} v{board.track.version}: quality against cost (line: Pareto front)",
+            loc="left",
+        )
+        ax.legend(
+            loc="upper left",
+            bbox_to_anchor=(0.0, -0.42 / axes_h),
+            ncol=ncol,
+            frameon=False,
+            borderaxespad=0.0,
+            handletextpad=0.4,
+            columnspacing=1.5,
+        )
         return _save(fig, out_dir, FIGURE)

@@ -93,7 +93,7 @@ def board_table(board: Board) -> Table:
 
 
 _CSS = """
-body{font-family:DejaVu Sans,Helvetica,Arial,sans-serif;margin:2em;color:#222;max-width:80em}
+body{font-family:DejaVu Sans,Helvetica,Arial,sans-serif;margin:2em;color:#222}
 h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.5em}
 table.board{border-collapse:collapse;font-size:0.85em}
 table.board th,table.board td{border-bottom:1px solid #ddd;padding:0.3em 0.6em;text-align:right}
@@ -101,14 +101,21 @@ table.board th{background:#f3f3f3;vertical-align:bottom}
 table.board td.text,table.board th.text{text-align:left}
 table.board tr.budget td{background:#fafafa;font-weight:bold;text-align:left}
 table.board tr.reference td{color:#666}
-td.best{font-weight:bold}
-figure{margin:1.5em 0}figure img{max-width:100%;height:auto}
+table.board td.num{white-space:nowrap}
+table.board span.ci{display:block;font-size:0.8em;color:#666}
+td.best span.mean{font-weight:bold}
+figure{margin:1.5em 0}figure img{width:100%;max-width:60em;height:auto}
 .notes li{font-size:0.85em;margin:0.2em 0}
 """
 
 
 def _cell(v: object, col: Column) -> str:
-    return html.escape(fmt(v, col))
+    """A cell's text: the mean, and its interval below it in smaller type."""
+    text = fmt(v, col)
+    head, sep, tail = text.partition(" [")
+    if not sep:
+        return f'<span class="mean">{html.escape(text)}</span>'
+    return f'<span class="mean">{html.escape(head)}</span><span class="ci">[{html.escape(tail)}</span>'
 
 
 def to_html(board: Board, table: Table, png: bytes) -> str:

@@ -457,5 +457,10 @@ def _classify(track: Track, cfg: ExperimentConfig) -> Place | None:
         ):
             if sel.method == "random":
                 return Place(RANDOM, b.name, "random")
-            return Place(METHOD, b.name, method_label(sel.method, params))
+            label = method_label(sel.method, params)
+            if (
+                cfg.allocation != track._config(cfg.seed, ()).allocation
+            ):  # its own allocator: part of its name
+                label += f" + {cfg.allocation.method} ({cfg.allocation.weight_mode} weights)"
+            return Place(METHOD, b.name, label)
     return None
