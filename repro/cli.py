@@ -35,6 +35,7 @@ COMMAND_MODULES = (
     "slurm.cli",  # launch, status
     "reports.cli",  # report
     "reports.claims.cli",  # claims
+    "repro.commands.track",  # track run, board, export, verify, agreement
 )
 
 EPILOG = (

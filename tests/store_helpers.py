@@ -105,6 +105,7 @@ def fake_run(
     step_tokens: list[list[int]] | None = None,
     padding: float = 1.0,
     cfg: ExperimentConfig | None = None,
+    model_dir: Path | None = None,
 ) -> Path:
     """A finished (or, with `until`/`fail`/`diverged_at`, an unfinished, failed or diverged) run
     of `base` + overrides (output_dir=root, seed) with the given numbers; returns its folder.
@@ -112,7 +113,8 @@ def fake_run(
     `purity`: the clusters' agreement with the categories, with its chance distribution's mean,
     the permutation p and the most a partition can reach; `model_params`: the base model's
     parameter count the model stage records (default: a 135M model's, below the paper's scale;
-    None: not recorded);
+    None: not recorded); `model_dir`: a real model folder its model stage records, with its
+    fingerprint (a compute match tokenizes the pool with it; default: a folder that is not there);
     `padding`: each step's padded tokens over its real ones in the training logs."""
     if cfg is None:
         cfg = load_config(base, [f"output_dir={root}", f"seed={seed}", *overrides])
@@ -137,6 +139,10 @@ def fake_run(
     if stop("model"):
         return run_dir
     model_info = {"model_dir": str(root / "no-model-dir"), "inputs": {}, "model_params": model_params}
+    if model_dir is not None:
+        from repro.core.fingerprints import model_fingerprint
+
+        model_info.update(model_dir=str(model_dir), inputs={"model": model_fingerprint(model_dir)})
     _marker(run_dir, "model", model_info, 0.01)
     if stop("pool"):
         return run_dir

@@ -11,8 +11,11 @@ from repro.core.config.load import from_dict, load_config
 from repro.core.steps import derive
 from tests.conftest import CONFIGS
 
-# experiments/ and clusters/ hold experiment files and cluster profiles, not experiment configs.
-SHIPPED = sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name not in ("experiments", "clusters"))
+# experiments/, clusters/ and tracks/ hold experiment files, cluster profiles (slurm/) and tracks
+# (repro/core/tracks.py), not experiment configs.
+SHIPPED = sorted(
+    p for p in CONFIGS.rglob("*.yaml") if p.parent.name not in ("experiments", "clusters", "tracks")
+)
 
 
 def test_configs_are_shipped() -> None:

@@ -70,7 +70,8 @@ def test_an_unknown_config_name_lists_the_shipped_ones() -> None:
 
 def test_every_shipped_config_loads_with_its_loader() -> None:
     """`ls configs` names each kind of file; each loads by name (experiment configs, experiment
-    files, cluster profiles), so a shipped file that stopped parsing fails here."""
+    files, cluster profiles, tracks), so a shipped file that stopped parsing fails here."""
+    from repro.core.tracks import load_track
     from repro.experiments.experiment import load_experiment
     from slurm.profile import load_profile
 
@@ -85,7 +86,8 @@ def test_every_shipped_config_loads_with_its_loader() -> None:
     } <= set(names)
     for name in names:
         kind = name.split("/")[0]
-        loader = {"experiments": load_experiment, "clusters": load_profile}.get(kind, load_config)
+        loaders = {"experiments": load_experiment, "clusters": load_profile, "tracks": load_track}
+        loader = loaders.get(kind, load_config)
         assert loader(name) is not None, name
 
 

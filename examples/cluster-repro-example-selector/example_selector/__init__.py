@@ -19,6 +19,10 @@ from repro.core.types import Pool, Selection
 class LongestResponse(Parameterized):
     """Keep the `budget` examples with the longest responses (unit: chars or words)."""
 
+    # Its own selection cost in forward passes over the pool: none (it runs no model), so a
+    # random run at its compute can be worked out (match_compute_of; a track's baseline).
+    planned_selection_passes = 0
+
     @dataclass
     class Params:
         unit: Literal["chars", "words"] = param("chars", help="how a response's length is counted")
