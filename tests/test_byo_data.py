@@ -16,6 +16,7 @@ import pytest
 from repro.core.config import from_dict
 from repro.core.data import IGNORE_INDEX, DataError, TokenizedPool, chat_template_of, load_pool_report
 from repro.core.prompts import FORMATS, RowError, detect_format, plain_chat_prompt, render
+from tests.feature_helpers import plant_features
 
 CHAT = [
     {"from": "system", "value": "Be brief."},
@@ -218,9 +219,8 @@ def test_the_kept_fraction_is_explained_at_selection(tmp_path: Path, capsys):
     rng = np.random.default_rng(0)
     centers = np.eye(4, 16) * 10
     X = np.concatenate([c + 0.1 * rng.standard_normal((n, 16)) for c, n in zip(centers, sizes)])
-    np.save(tmp_path / "features.npy", X.astype(np.float32))
-    (tmp_path / "features.json").write_text(json.dumps({"n": len(X), "seconds": 0.0}))
     pool = Pool([Example(f"e{i}", "p", "r", "s") for i in range(len(X))])
+    plant_features(tmp_path, X.astype(np.float32), pool)
     cfg = from_dict({}, ["world_size=4", "train.per_device_batch_size=1", "train.global_batch_size=4"])
     sel = ClusterSelector(ratio=50).select(pool, None, SelectionContext(cfg, 0, 4, tmp_path))
     err = capsys.readouterr().err
