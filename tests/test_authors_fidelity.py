@@ -13,7 +13,6 @@ residue mod K with `random.Random(seed + e + 12345 + r)`. The suite runs as a us
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from pathlib import Path
@@ -27,6 +26,7 @@ from repro.core.config.load import from_dict
 from repro.core.interfaces import AllocationContext, SelectionContext, SelectionError
 from repro.core.registry import ALLOCATORS, SELECTORS
 from repro.core.types import Example, Pool, Selection
+from tests.feature_helpers import plant_features
 
 EPOCHS = 2
 BATCH = 2  # per-device batch: the suite's old default would round m_adj to an even number
@@ -130,8 +130,7 @@ def _pool(n: int) -> Pool:
 
 
 def _ctx(tmp_path: Path, X: np.ndarray, k: int, seed: int, drop_last: bool = True, batch: int = BATCH):
-    np.save(tmp_path / "features.npy", X)
-    (tmp_path / "features.json").write_text(json.dumps({"n": len(X), "feature_type": "gradient-proxy"}))
+    plant_features(tmp_path, X, _pool(len(X)))
     cfg = from_dict(
         {},
         [

@@ -20,6 +20,7 @@ from repro.core.io import atomic_write_jsonl
 from repro.core.registry import SELECTORS
 from repro.core.types import Example, Pool
 from tests.baselines_fixtures import one_torch_thread  # noqa: F401  (autouse fixture)
+from tests.feature_helpers import plant_features
 
 
 def _ex(i: int, prompt: str, response: str, category: str | None = None) -> Example:
@@ -63,8 +64,7 @@ def test_uniform_upsamples_every_cluster_to_the_largest(tmp_path: Path) -> None:
     X = np.zeros((16, 8), dtype=np.float32)
     X[:6, 0], X[6:, 1] = 5.0, 5.0
     X += 0.1 * r.standard_normal(X.shape).astype(np.float32)
-    np.save(tmp_path / "features.npy", X)
-    (tmp_path / "features.json").write_text(json.dumps({"n": 16, "feature_type": "gradient-proxy"}))
+    plant_features(tmp_path, X, pool)
     cfg = from_dict({}, ["world_size=2"])
     sel = SELECTORS.create("uniform", {"n_init": 2}, "k").select(pool, None, _ctx(cfg, tmp_path))
     assert sel.info["method"] == "uniform" and sel.diagnostics.with_replacement is True

@@ -26,6 +26,7 @@ from repro.core.io import read_json
 from repro.core.registry import SELECTORS
 from repro.core.types import Example, Pool
 from tests.baselines_fixtures import one_torch_thread  # noqa: F401  (autouse fixture)
+from tests.feature_helpers import plant_features
 
 WORDS = ["alpha", "beta", "gamma", "delta", "omega", "sigma"]
 
@@ -144,9 +145,8 @@ def _planted(tmp_path: Path, sizes: list[int]) -> tuple[Pool, SelectionContext]:
     X = np.zeros((n, 8), dtype=np.float32)
     X[np.arange(n), np.repeat(np.arange(len(sizes)), sizes)] = 5.0
     X += 0.1 * np.random.default_rng(0).standard_normal(X.shape).astype(np.float32)
-    np.save(tmp_path / "features.npy", X)
-    (tmp_path / "features.json").write_text(json.dumps({"n": n, "feature_type": "gradient-proxy"}))
     pool = Pool([_ex(i, f"p{i}", f"r{i}") for i in range(n)])
+    plant_features(tmp_path, X, pool)
     return pool, _ctx(from_dict({}, ["world_size=2"]), tmp_path)
 
 

@@ -17,6 +17,7 @@ from repro.core.config.load import from_dict
 from repro.core.data import chat_template_of, load_pool_report
 from repro.core.prompts import FORMATS, DataError, RowError, detect_format, plain_chat_prompt, render
 from repro.core.tokens import IGNORE_INDEX, TokenizedPool
+from tests.feature_helpers import plant_features
 
 CHAT = [
     {"from": "system", "value": "Be brief."},
@@ -219,9 +220,8 @@ def test_the_kept_fraction_is_explained_at_selection(tmp_path: Path, capsys):
     rng = np.random.default_rng(0)
     centers = np.eye(4, 16) * 10
     X = np.concatenate([c + 0.1 * rng.standard_normal((n, 16)) for c, n in zip(centers, sizes)])
-    np.save(tmp_path / "features.npy", X.astype(np.float32))
-    (tmp_path / "features.json").write_text(json.dumps({"n": len(X), "seconds": 0.0}))
     pool = Pool([Example(f"e{i}", "p", "r", "s") for i in range(len(X))])
+    plant_features(tmp_path, X.astype(np.float32), pool)
     cfg = from_dict({}, ["world_size=4", "train.per_device_batch_size=1", "train.global_batch_size=4"])
     sel = ClusterSelector(ratio=50).select(pool, None, SelectionContext(cfg, 0, 4, tmp_path))
     err = capsys.readouterr().err

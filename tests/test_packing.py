@@ -7,7 +7,6 @@ no model runs: the feature pass itself is tested in test_cluster_selector.py and
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ from repro.core.config.load import from_dict
 from repro.core.interfaces import SelectionContext, SelectionError
 from repro.core.registry import SELECTORS
 from repro.core.types import Example, Pool
+from tests.feature_helpers import plant_features
 
 
 @settings(max_examples=40, deadline=None)
@@ -113,11 +113,8 @@ def features_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pool, Path, 
     features.json, as the feature pass leaves them)."""
     work = tmp_path_factory.mktemp("packing")
     X = _blobs(N, D, 6, 3)
-    np.save(work / "features.npy", X)
-    (work / "features.json").write_text(
-        json.dumps({"n": N, "dim": D, "seconds": 0.0, "feature_type": "gradient-proxy"})
-    )
     pool = Pool([Example(id=f"ex-{i:03d}", prompt="p", response="r", source="t") for i in range(N)])
+    plant_features(work, X, pool)
     return pool, work, X
 
 
@@ -137,9 +134,9 @@ def _select(features_run, **params):
     return selector.select(pool, None, ctx)
 
 
-def test_one_cluster_per_worker_is_the_methods_steps_as_before(features_run) -> None:
-    """C = 1 (the default) is the paper's steps composed directly, as the selector ran them before
-    clusters_per_worker existed: K clusters, the cap, m_adj of each, weights from cluster sizes."""
+def test_one_cluster_per_worker_is_the_methods_steps(features_run) -> None:
+    """C = 1 (the default) is the paper's steps composed directly: K clusters, the cap, m_adj of
+    each, weights from cluster sizes."""
     pool, _, X = features_run
     default, explicit = _select(features_run), _select(features_run, clusters_per_worker=1)
     Xn = normalize_features(X, K)
