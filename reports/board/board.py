@@ -31,7 +31,7 @@ from itertools import combinations
 import numpy as np
 
 from reports.board.sources import Placed, Sources
-from reports.load import RAW_METRICS, Run
+from reports.runs import RAW_METRICS, Run
 from reports.stats import Estimate, holm, mean_ci, paired_diff
 from repro.core.tracks import CLUSTER, FULL, METHOD, RANDOM, RANDOM_COMPUTE, RANDOM_COUNT, MetricSpec, Track
 

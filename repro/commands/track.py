@@ -153,7 +153,7 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     import yaml
 
-    from repro.core.builder import ConfigError
+    from repro.core.config.builder import ConfigError
     from repro.core.io import atomic_write_text
     from repro.core.tracks import load_track
     from repro.tracks.runs import cells, check_method, run, run_list_mapping, states
@@ -253,7 +253,7 @@ def _agreement(args: argparse.Namespace) -> int:
 
 def _track_of(store: Path, name: str | None):
     """The track named, else the one the store's runs are named after (track-<name>)."""
-    from repro.core.builder import ConfigError
+    from repro.core.config.builder import ConfigError
     from repro.core.store import open_store
     from repro.core.tracks import RUN_NAME_PREFIX, load_track
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from repro.core.builder import ConfigError, build, parse_override, read_yaml_file
+from repro.core.config.builder import ConfigError, build, parse_override, read_yaml_file
 from repro.core.config.load import SHIPPED_CONFIGS, from_dict
 from repro.core.config.schema import ExperimentConfig
 
@@ -431,7 +431,7 @@ def place(track: Track, config: dict[str, Any]) -> tuple[list[str], Place | None
 
 
 def _classify(track: Track, cfg: ExperimentConfig) -> Place | None:
-    from repro.core.config_schema import canonical_params
+    from repro.core.config.schema import canonical_params
 
     sel = cfg.selection
     params, _ = canonical_params(cfg)

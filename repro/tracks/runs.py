@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.core.builder import ConfigError, parse_override
+from repro.core.config.builder import ConfigError, parse_override
 from repro.core.config.schema import ExperimentConfig
 from repro.core.io import read_json
 from repro.core.tracks import Budget, Track, cluster_overrides
