@@ -10,7 +10,7 @@ from typing import Any
 
 from reports.board.sources import Sources
 from reports.board.submission import FORMAT, FORMAT_VERSION, digest, seal
-from reports.load import ReportInputError
+from reports.runs import ReportInputError
 from repro.core.io import atomic_write_text, read_json
 from repro.core.tracks import METHOD, RANDOM_COMPUTE
 

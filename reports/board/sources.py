@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reports.load import ReportInputError, Run, build_runs, load
+from reports.load import build_runs, load
+from reports.runs import ReportInputError, Run
 from repro.core.tracks import RANDOM_COMPUTE, RANDOM_COUNT, Place, Track, place
 
 
