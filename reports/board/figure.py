@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.board.board import Board, Entry
-from reports.figure_style import COLORS, DPI, LINE_IN, MARKERS, PAGE_IN, RC, _save
+from reports.figures.style import COLORS, DPI, LINE_IN, MARKERS, PAGE_IN, RC, _save
 from repro.core.tracks import FULL
 
 FIGURE = "pareto"
