@@ -31,6 +31,7 @@ from reports.board.submission import SubmissionError, read_submission, seal
 from reports.load import load
 from repro.core.config.builder import ConfigError
 from repro.core.config.load import from_dict
+from repro.core.registry import ALLOCATORS, SELECTORS
 from repro.core.tracks import load_track
 from repro.tracks.runs import cells, states
 from tests.chromium_helpers import open_page
@@ -72,10 +73,16 @@ def site(tmp_path_factory: pytest.TempPathFactory):
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
+    registries = (SELECTORS, ALLOCATORS)
+    held = [(dict(r._items), set(r._from_entry_point)) for r in registries]
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(target))
         mp.setenv("PYTHONPATH", os.pathsep.join([str(target), str(REPO), os.environ.get("PYTHONPATH", "")]))
         yield target
+    # the package leaves with its folder: the registries forget what they loaded from it, so a
+    # later test file in this process lists the suite's own selectors only
+    for r, (items, from_ep) in zip(registries, held):
+        r._items, r._from_entry_point = items, from_ep
 
 
 def _n_kept(cfg, n_pool: int = 48) -> int:

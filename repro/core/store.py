@@ -300,13 +300,17 @@ def other_hash_version(record: dict[str, Any]) -> str | None:
     return "its record states no config hash version" if found is None else f"config hash version {found}"
 
 
+def _listed(names: list[str], most: int = 20) -> str:
+    """One indented line per name, the first `most` of them, then how many more."""
+    more = f"\n  ... and {len(names) - most} more" if len(names) > most else ""
+    return "\n".join(f"  {x}" for x in names[:most]) + more
+
+
 def other_hash_message(folders: list[str], root: Path | str) -> str:
     """The refusal of runs whose config hash is of another version: `folders` names each."""
     from repro.core.config.schema import CONFIG_HASH_VERSION
 
-    lines = "\n".join(f"  {x}" for x in folders[:20]) + (
-        f"\n  ... and {len(folders) - 20} more" if len(folders) > 20 else ""
-    )
+    lines = _listed(folders)
     return (
         f"{len(folders)} run(s) under {root} are named by the config hash of another version of the "
         f"suite (this one hashes by version {CONFIG_HASH_VERSION}): their configs hash otherwise "
@@ -516,9 +520,7 @@ def _owner(d: Path, runs: set[Path]) -> Path | None:
 
 
 def _old_message(old: list[str], root: Path) -> str:
-    lines = "\n".join(f"  {x}" for x in old[:20]) + (
-        f"\n  ... and {len(old) - 20} more" if len(old) > 20 else ""
-    )
+    lines = _listed(old)
     return (
         f"{len(old)} file(s) under {root} were written by an older version of the suite (this one "
         f"reads schema version {schema.VERSION}):\n{lines}\nRebuild the run folders' results with "
