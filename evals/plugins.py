@@ -26,6 +26,8 @@ built-in benchmarks, so an installed package never changes what a shipped config
 from __future__ import annotations
 
 import glob
+import os
+import sys
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -197,9 +199,35 @@ def _entry_benchmark(ep: Any) -> Benchmark:
     )
 
 
+_SEEN: dict[str, Any] = {}  # the entry points of GROUP and the sys.path state they were read under
+
+
+def _path_state() -> tuple[tuple[str, int | None], ...]:
+    """Each sys.path entry with its folder's modification time (None: not a folder here)."""
+    state = []
+    for p in sys.path:
+        try:
+            state.append((p, os.stat(p or ".").st_mtime_ns))
+        except OSError:
+            state.append((p, None))
+    return tuple(state)
+
+
+def _group_entry_points() -> tuple[Any, ...]:
+    """The entry points of GROUP, read again only when sys.path or one of its folders changed:
+    installing or removing a package changes its folder's modification time (importlib.metadata
+    keeps its own folder listings the same way). A preflight asks for the known benchmarks for
+    every check of every cell, and each read opens every installed distribution's metadata."""
+    state = _path_state()
+    if _SEEN.get("state") != state:
+        _SEEN["points"] = tuple(entry_points(group=GROUP))
+        _SEEN["state"] = state
+    return _SEEN["points"]
+
+
 def package_benchmarks() -> list[Benchmark]:
     """The benchmarks installed packages advertise in the entry-point group."""
-    return [_entry_benchmark(ep) for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name)]
+    return [_entry_benchmark(ep) for ep in sorted(_group_entry_points(), key=lambda e: e.name)]
 
 
 def plugin_benchmarks(task_paths: Iterable[str], reserved: Collection[str]) -> dict[str, Benchmark]:

@@ -46,7 +46,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-import torch
 
 from repro.core.interfaces import AllocationContext, SelectionError
 from repro.core.params import Parameterized, param
@@ -89,6 +88,8 @@ class UniformShuffleAllocator(Parameterized):
         if n == 0:
             raise SelectionError("uniform-shuffle: the selection is empty")
         total = -(-n // world_size) * world_size
+        import torch  # here, not at import: commands that never allocate start without torch
+
         order = []
         for epoch in range(epochs):
             g = torch.Generator()

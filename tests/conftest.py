@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,10 +16,56 @@ CONFIGS = REPO / "configs"
 
 # The SLURM fixtures and helpers: tests/slurm_helpers.py (test_slurm_cluster, _resume, _shards).
 # Where files run: `make test` is `pytest -n 4 --dist loadfile`, each file's tests on one worker
-# (its module fixtures built once), files handed out by xdist in its default order, most tests
-# first. 4 workers on 2 cores: with 3, a worker waiting on a SLURM job or a subprocess left the
-# cores idle about 15% of the run; with 4 they are busy 99% of it (docs/measurements.md, "The
-# suite under 12 minutes"). Handing files out longest first measured no faster.
+# (its module fixtures built once). 4 workers on 2 cores: with 3, a worker waiting on a SLURM job
+# or a subprocess left the cores idle about 15% of the run; with 4 they are busy 99% of it
+# (docs/measurements.md, "The test suite"). Files go out in the order of HEAVY_FILES first, then
+# in xdist's own order (most tests first), below.
+
+# The files that take longest (SLURM jobs and their waits, several training or CLI processes, a
+# hub server), most first. xdist hands out files with the most tests first, so these, which have
+# one to three tests each, would come last; and a worker down to its last two tests is handed its
+# next file, so at the end several of them queue on one worker while the others are idle. Handed
+# out first, they overlap the many short files instead. A name not collected is skipped.
+HEAVY_FILES = (
+    "tests/test_slurm_cluster.py",
+    "tests/test_slurm_resume.py",
+    "tests/test_slurm_shards.py",
+    "tests/test_hub_run.py",
+    "tests/test_demo.py",
+    "tests/test_trainer.py",
+    "tests/test_store_model.py",
+    "tests/test_byo_docs.py",
+    "tests/test_baselines_grid.py",
+    "tests/test_worker_start.py",
+    "tests/test_memory.py",
+    "tests/test_evals_run.py",
+    "tests/test_sharding.py",
+    "tests/test_hub_benchmarks.py",
+    "tests/test_evalplus_fidelity.py",
+    "tests/test_example_selector.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `--dist loadfile`, xdist's file scheduler with HEAVY_FILES moved to the front of its
+    queue, once, before the first file goes out; any other mode: xdist's own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class HeavyFilesFirst(LoadFileScheduling):
+        _ordered = False
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self._ordered:
+                self._ordered = True
+                for scope in reversed(HEAVY_FILES):
+                    if scope in self.workqueue:
+                        self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+    return HeavyFilesFirst(config, log)
 
 
 def _shared_data() -> Path | None:

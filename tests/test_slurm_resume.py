@@ -47,13 +47,14 @@ def test_killed_job_relaunched_resumes_from_its_checkpoint(slurm_cluster: Path, 
     grid = tmp_path / "resume.yaml"
     grid.write_text(
         QUICK
-        + """  datasets: {demo: {overrides: [train.checkpoint_every=2, eval.demo_tasks=false]}}
+        + """  datasets:
+    demo: {overrides: [train.checkpoint_every=2, train.max_steps=6, eval.demo_tasks=false]}
   methods: {full: {overrides: [selection.method=full]}}
   world_sizes: [2]
   seeds: [7]
 name: resume
 """
-    )
+    )  # 6 steps (of the pool's 24): killed after 3, resumed from 2, so the second job runs 4
     out = tmp_path / "runs"
     cell = "demo.tiny.full.ws2.s7"
     # Every worker of the first job dies hard (os._exit(137), as under kill -9) after step 3
@@ -72,7 +73,7 @@ name: resume
     second = launch(grid, out, "--wait")
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
     train = read_json(run / "train.json")
-    assert train["resumed_from_step"] == 2
+    assert train["resumed_from_step"] == 2 and train["total_steps"] == 6
     assert train["steps_run"] == train["total_steps"] - 2
     steps = [json.loads(x)["step"] for x in (run / "train_log" / "rank1.jsonl").read_text().splitlines()]
     assert steps == list(range(train["total_steps"]))  # no step lost or repeated in the log

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import functools
 import math
 import os
 import types
@@ -33,6 +34,14 @@ class ConfigError(UserError, ValueError):
 
 
 # ----------------------------------------------------------------------------- building
+
+
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """`typing.get_type_hints(cls)`, worked out once per class: the annotations are strings
+    (`from __future__ import annotations`), compiled and evaluated at every call, and every
+    config built, checked or hashed reads them for each of its sections. Read-only."""
+    return typing.get_type_hints(cls)
 
 
 def _is_dataclass_type(tp: Any) -> typing.TypeGuard[type]:
@@ -119,7 +128,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
 
 
 def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
     for key, value in data.items():
@@ -295,7 +304,7 @@ def _list_item_dataclass(tp: Any) -> Any:
 def numeric_keys(cls: type, prefix: str = "") -> list[str]:
     """The range keys (as a ranges table names them: dotted, `[]` for every item of a list) of
     every field of the dataclass `cls` that takes a number."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"
@@ -312,7 +321,8 @@ def numeric_keys(cls: type, prefix: str = "") -> list[str]:
 def _fields(obj: Any, prefix: str = "", pattern: str = "") -> typing.Iterator[tuple[str, str, Any, Any]]:
     """(key as the user writes it, NUMERIC_RANGES key, value, annotation) of every leaf field,
     sections and lists of sections walked into (data.sources[1].limit)."""
-    hints = typing.get_type_hints(type(obj))
+    cls: type = type(obj)
+    hints = type_hints(cls)
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         key, pat = f"{prefix}{f.name}", f"{pattern}{f.name}"
