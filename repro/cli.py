@@ -5,7 +5,7 @@ cluster-repro run CONFIG [key.sub=value ...]  every stage of one experiment
 cluster-repro select CONFIG [k=v ...]         stages up to the schedule (selection.csv)
 cluster-repro grid RUNS_FILE [k=v ...]        every run of a run list (configs/runs/)
 cluster-repro validate CONFIG [k=v ...]       load and preflight-check a config, print its hash
-cluster-repro ls selectors|allocators|configs|formats|benchmarks|columns   what is available
+cluster-repro ls selectors|allocators|sources|configs|formats|benchmarks|columns   what is available
 cluster-repro results [--results DIR]        merge every run's results into one set (--migrate: older ones)
 cluster-repro bench BENCH [flags]             a benchmark (`cluster-repro bench --help` lists them)
 cluster-repro eval --run RUN | --model M      a run's model, or any model, on the benchmarks

@@ -182,7 +182,7 @@ def test_every_command_takes_every_experiment_file(tmp_path: Path, capsys: pytes
 EXPERIMENT = """
 name: both
 base: {base}
-overrides: [train.epochs=1, eval.demo_tasks=false, world_size=2, train.global_batch_size=4]
+overrides: [train.epochs=1, "eval.benchmarks=[]", world_size=2, train.global_batch_size=4]
 runs:
   - label: all-data
     overrides: [selection.method=full]

@@ -29,6 +29,7 @@ from repro.core.config import (
     numeric_keys,
     parse_override,
 )
+from repro.core.config_schema import DataSource
 from tests.conftest import CONFIGS, REPO
 
 QUICK = CONFIGS / "demo-quick.yaml"
@@ -77,7 +78,7 @@ def test_every_numeric_key_of_every_section_has_a_range() -> None:
     defaults = ExperimentConfig()
     for key in keys:
         if key.startswith("data.sources[]."):
-            value = getattr(defaults.data.sources[0], key.rsplit(".", 1)[1])
+            value = getattr(DataSource(path="x.json"), key.rsplit(".", 1)[1])
         else:
             value = defaults
             for part in key.split("."):

@@ -3,9 +3,9 @@
 repro/cli.py registers every module of COMMAND_MODULES, in
 order (`cluster-repro --help` lists the commands in it), and calls the parsed command's func.
 
-A package's own commands register the same way (evals.cli, slurm.cli, reports.cli,
-reports.claims_cli); a module that
-does not exist (a package left out of the install) is left out of the command line.
+A package's own commands register the same way (the demo's repro.demo.cli, evals.cli, slurm.cli,
+reports.cli, reports.claims_cli); a module that does not exist (a package left out of the
+install) is left out of the command line.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 
 COMMAND_MODULES = (
-    "repro.commands.experiment",  # demo, run, select, grid, validate
+    "repro.demo.cli",  # demo
+    "repro.commands.experiment",  # run, select, grid, validate
     "repro.commands.info",  # ls, results
     "repro.commands.bench",  # bench
     "evals.cli",  # eval

@@ -37,7 +37,6 @@ from repro.core.builder import (  # noqa: F401 (re-exported)
 )
 from repro.core.checks import NUMERIC_RANGES, validate  # noqa: F401 (re-exported)
 from repro.core.config_schema import (  # noqa: F401 (re-exported)
-    DEMO_MAX_NEW_TOKENS,
     AllocationConfig,
     DataConfig,
     DataSource,
