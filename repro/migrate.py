@@ -3,7 +3,8 @@
     cluster-repro results --migrate DIR
 
 Every reader of results (repro/core/store.py) refuses files of another schema version with this
-command; nothing else keeps a branch for them. From version 1 to 2 (schema.VERSION):
+command; nothing else keeps a branch for them. To this version (schema.VERSION) from version 1
+or 2:
 
 - a run folder without `run.json`: the record is written from its stored config, which must still
   hash to the folder's name (else the run is named, and rerunning it is the fix);
@@ -15,7 +16,12 @@ command; nothing else keeps a branch for them. From version 1 to 2 (schema.VERSI
   printed: its settings are in the `lm_eval_results.json` beside it.
 
 What cannot be rebuilt is named with the reason, and the command exits with status 2 after
-doing the rest.
+doing the rest. A run folder of version 2 is one such: version 3 reads a config's data sources
+otherwise (a registered source's settings are its `params`; the demo's were `data.demo_*` keys,
+its held-out tasks `eval.demo_tasks`), so its config no longer loads or no longer hashes to the
+folder's name. It is named with the command that reruns it under this version, into a folder of
+its own; the old folder is to be moved out of the results folder, which readers refuse while it
+is there.
 """
 
 from __future__ import annotations
@@ -58,12 +64,16 @@ def migrate_run_folder(run_dir: Path) -> str | None:
     try:
         cfg = load_config(run_dir / "config.yaml")
     except Exception as e:  # noqa: BLE001 - a config this version cannot read: named, not raised
-        raise StoreError(f"{run_dir}: its config.yaml does not load here ({e}); rerun the run") from None
+        raise StoreError(
+            f"{run_dir}: its config.yaml does not load here ({e}); rerun the run with this version's "
+            "config, then move this folder out of the results folder"
+        ) from None
     if cfg.hash() != run_dir.name or cfg.name != run_dir.parent.name:
         raise StoreError(
             f"{run_dir}: its config now hashes to {cfg.name}/{cfg.hash()}, not to the folder's "
             f"{run_dir.parent.name}/{run_dir.name}: this version identifies it otherwise; rerun it "
-            f"(`cluster-repro run {run_dir / 'config.yaml'}`)"
+            f"(`cluster-repro run {run_dir / 'config.yaml'}`, into {cfg.name}/{cfg.hash()}), then "
+            "move this folder out of the results folder"
         )
     done = []
     if stage_marker(run_dir, "results").is_file():

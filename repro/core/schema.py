@@ -31,7 +31,9 @@ Role = Literal["id", "setting", "measure", "cost", "outcome", "provenance"]
 # The version of the results this suite writes: result files (their checksum sidecar), run folders
 # (run.json), model evaluations (eval.json) and merged sets (their manifest and runs.jsonl) state
 # it. Readers refuse another one with the command that rebuilds it (repro/core/store.py).
-VERSION = 2
+# Version 3: a registered data source's settings are its params (data.sources[].params), the
+# demo's held-out tasks a benchmark (eval.benchmarks), so a config hashes otherwise than in 2.
+VERSION = 3
 
 # pandas dtype of each column type in results.parquet.
 PARQUET_DTYPES: dict[str, str] = {"str": "string", "json": "string", "int": "Int64", "float": "float64"}
