@@ -257,7 +257,8 @@ def test_a_missing_extra_is_a_preflight_error_naming_the_pip_command(
 ) -> None:
     from repro.preflight import preflight
 
-    cfg = from_dict({"model": {"name_or_path": "tiny-random-llama"}, "selection": params})
+    data = {"sources": [{"path": "demo"}]}
+    cfg = from_dict({"model": {"name_or_path": "tiny-random-llama"}, "data": data, "selection": params})
     assert not [p for p in preflight(cfg) if p.blocking]
     _without(monkeypatch, *extras.EXTRAS[extra][:1])
     errors = [p for p in preflight(cfg) if p.blocking]

@@ -47,7 +47,7 @@ from repro.core.prompts import (
     detect_format,
     render,
 )
-from repro.core.sources import FILE_SUFFIXES, HUB_PREFIX, WHAT_A_PATH_IS, is_plugin, plugin_of, source_name
+from repro.core.sources import HUB_PREFIX, WHAT_A_PATH_IS, is_plugin, plugin_of, source_name
 from repro.core.tokens import IGNORE_INDEX, TokenizedPool, collate, tokenize_example
 from repro.core.types import Example, Pool
 
@@ -411,9 +411,7 @@ def _load_source(
             if src.split != "train":
                 name = f"{name}-{src.split}"
             train_raws = list(_read_hub(i, src))
-        else:
-            if not src.path.endswith(FILE_SUFFIXES):  # pragma: no cover - is_plugin took it
-                raise DataError(f"data.sources[{i}].path = {src.path!r}: expected {WHAT_A_PATH_IS}")
+        else:  # a .json / .jsonl file (any other path names a registered source)
             p = _resolve(cfg, i, src.path, "path")
             name, file = p.name.rsplit(".", 1)[0], str(p)
             train_raws = list(_read_jsonl(p) if p.suffix == ".jsonl" else _read_json(p))
