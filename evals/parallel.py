@@ -39,7 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.benchmarks import EvalSettings, protocol_map, resolve_template, split_benchmarks
+from evals.benchmarks import (
+    EvalSettings,
+    heldout_benchmarks,
+    protocol_map,
+    resolve_template,
+    split_benchmarks,
+)
 from evals.harness import make_lm
 from evals.run import Processes, run_benchmarks
 from repro.core.config import ExperimentConfig, ModelConfig
@@ -71,8 +77,8 @@ def job_for_run(cfg: ExperimentConfig, run_dir: Path) -> EvalJob:
 
     data_dir = cfg.resolved_data_dir()
     limits = cfg.eval.max_new_tokens
-    # The benchmarks lm-eval runs; those of the held-out rows the eval stage scores itself.
-    names, heldout = split_benchmarks(cfg.eval.benchmarks, cfg.eval.task_paths)
+    # The benchmarks lm-eval runs; those of held-out rows the eval stage scores itself.
+    names, _ = split_benchmarks(cfg.eval.benchmarks, cfg.eval.task_paths)
     protocol = protocol_map(cfg.eval.protocol, names)
     template = "magicoder"
     if "evalplus" in protocol.values():  # preflight checked it; here it must resolve
@@ -89,9 +95,9 @@ def job_for_run(cfg: ExperimentConfig, run_dir: Path) -> EvalJob:
         limit=cfg.eval.limit,
         batch_size=cfg.eval.batch_size,
         task_paths=list(cfg.eval.task_paths),
-        # eval.max_new_tokens minus the entries of the benchmarks of held-out rows.
+        # eval.max_new_tokens minus the entries of the benchmarks of held-out rows (evaluated or not).
         max_gen_toks=(
-            {k: v for k, v in limits.items() if k not in {b.name for b in heldout}}
+            {k: v for k, v in limits.items() if k not in heldout_benchmarks(cfg.eval.task_paths)}
             if isinstance(limits, dict)
             else limits
         ),

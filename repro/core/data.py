@@ -459,13 +459,13 @@ def _load_source(
 def load_pool_report(cfg: ExperimentConfig, tokenizer: Any = None) -> tuple[Pool, Pool, list[SourceReport]]:
     """`load_pool`, plus one SourceReport per source (rows read, excluded, skipped, sizes, how
     conversations were rendered)."""
-    if not cfg.data.sources:
-        raise DataError(f"data.sources: no data source given; expected at least one: {WHAT_A_PATH_IS}")
     if cfg.data.chat_template and tokenizer is None:
         raise DataError(
             "data.chat_template is true: loading the pool needs the model's "
             "tokenizer (its chat template renders the prompts)"
         )
+    if not cfg.data.sources:
+        raise DataError(f"data.sources: no data source given; expected at least one: {WHAT_A_PATH_IS}")
     chat = chat_template_of(tokenizer)
     single_turn = tokenizer if cfg.data.chat_template else None
     train: list[Example] = []
