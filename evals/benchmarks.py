@@ -131,6 +131,21 @@ def expand_benchmarks(names: list[str] | str, task_paths: Iterable[str] = ()) ->
     return list(dict.fromkeys(out))
 
 
+def split_benchmarks(
+    names: list[str] | str, task_paths: Iterable[str] = ()
+) -> tuple[list[str], list[Benchmark]]:
+    """eval.benchmarks (names and aliases) -> (the benchmarks lm-eval runs, the benchmarks that
+    score the run's held-out rows in the eval stage: evals/plugins.py), each in order."""
+    known = known_benchmarks(task_paths)
+    names = expand_benchmarks(names, task_paths)
+    return [n for n in names if not known[n].heldout], [known[n] for n in names if known[n].heldout]
+
+
+def heldout_benchmarks(task_paths: Iterable[str] = ()) -> dict[str, Benchmark]:
+    """Every known benchmark that scores a run's held-out rows (the demo's), by name."""
+    return {n: b for n, b in known_benchmarks(task_paths).items() if b.heldout}
+
+
 @dataclass
 class EvalSettings:
     """How to evaluate. `num_fewshot`: per-benchmark shot counts (default: the task's, which is

@@ -39,7 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.benchmarks import EvalSettings, expand_benchmarks, protocol_map, resolve_template
+from evals.benchmarks import (
+    EvalSettings,
+    heldout_benchmarks,
+    protocol_map,
+    resolve_template,
+    split_benchmarks,
+)
 from evals.harness import make_lm
 from evals.run import Processes, run_benchmarks
 from repro.core.config.schema import ExperimentConfig, ModelConfig
@@ -71,7 +77,9 @@ def job_for_run(cfg: ExperimentConfig, run_dir: Path) -> EvalJob:
 
     data_dir = cfg.resolved_data_dir()
     limits = cfg.eval.max_new_tokens
-    protocol = protocol_map(cfg.eval.protocol, expand_benchmarks(cfg.eval.benchmarks, cfg.eval.task_paths))
+    # The benchmarks lm-eval runs; those of held-out rows the eval stage scores itself.
+    names, _ = split_benchmarks(cfg.eval.benchmarks, cfg.eval.task_paths)
+    protocol = protocol_map(cfg.eval.protocol, names)
     template = "magicoder"
     if "evalplus" in protocol.values():  # preflight checked it; here it must resolve
         template, problem = resolve_template(
@@ -87,9 +95,11 @@ def job_for_run(cfg: ExperimentConfig, run_dir: Path) -> EvalJob:
         limit=cfg.eval.limit,
         batch_size=cfg.eval.batch_size,
         task_paths=list(cfg.eval.task_paths),
-        # eval.max_new_tokens minus the demo tasks' entry: the benchmarks' limits.
+        # eval.max_new_tokens minus the entries of the benchmarks of held-out rows (evaluated or not).
         max_gen_toks=(
-            {k: v for k, v in limits.items() if k != "demo"} if isinstance(limits, dict) else limits
+            {k: v for k, v in limits.items() if k not in heldout_benchmarks(cfg.eval.task_paths)}
+            if isinstance(limits, dict)
+            else limits
         ),
         protocol=protocol,
         template=template,
@@ -99,7 +109,7 @@ def job_for_run(cfg: ExperimentConfig, run_dir: Path) -> EvalJob:
         model_dir=str(run_dir / "model"),
         base_model_dir=str(model_dir_of(run_dir)),
         model=cfg.model,
-        benchmarks=tuple(cfg.eval.benchmarks),
+        benchmarks=tuple(names),
         settings=settings,
         out_dir=str(run_dir / "eval_benchmarks"),
         torch_threads=cfg.launch.torch_threads,

@@ -16,6 +16,21 @@ cannot be found) and shows in the reports as the eight built-in ones do (docs/ad
   entry point's name is the benchmark's, `task` the lm-eval task it runs, from `task_dir` (a folder
   of task YAMLs) or, without one, from lm-eval's own tasks.
 
+  Or, instead of `task`, `score`: a benchmark that scores the run's own held-out rows in the
+  pipeline's eval stage (the rows a data source gives with what its scorer needs; the demo's
+  held-out tasks are one: repro/demo/tasks.py, advertised by this package's pyproject.toml).
+  {kind, metric, score, max_new_tokens}, where
+
+      score(model, tokenizer, heldout, max_new_tokens, batch_size, device, limit)
+          -> ({category: {"value", "stderr", "n"}, ..., "overall": {...}}, samples)
+
+  takes the fine-tuned model and the held-out Pool, picks the rows it scores, and gives one score
+  per category and over all of them (the rows `<name>/<category>`, `<name>/overall`) and one
+  sample per row scored ({"id", "category", "score", ...}: eval_samples.jsonl).
+  `max_new_tokens` is its own generation limit (eval.max_new_tokens.<name> overrides it). Its
+  kind may also be `pool`: the reports then give its categories a table and an average of their
+  own, under its name.
+
 A plugin's lm-eval task runs as it is: `eval.source`/`--source` (local or hub) chooses between the
 built-in benchmarks' task variants only. Data files its YAML names (`dataset_kwargs.data_files`,
 relative paths read from the current directory, as lm-eval reads them) are looked for before it
@@ -28,8 +43,8 @@ from __future__ import annotations
 import glob
 import os
 import sys
-from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -39,7 +54,9 @@ from repro.core.errors import UserError
 
 GROUP = "cluster_repro.benchmarks"
 KINDS = ("code", "medical", "other")  # what the reports group a benchmark under
-_ENTRY_KEYS = ("name", "kind", "task", "metric", "metrics", "task_dir")
+# ... and for a benchmark of held-out rows: its categories, as a group of their own
+POOL_KIND = "pool"
+_ENTRY_KEYS = ("name", "kind", "task", "metric", "metrics", "task_dir", "score", "max_new_tokens")
 
 
 class BenchmarkPluginError(UserError, ValueError):
@@ -57,6 +74,15 @@ class Benchmark:
     task_dir: str | None = None  # a plugin's folder of task YAMLs; None: lm-eval's own tasks
     yaml: str | None = None  # the YAML file that defines a plugin's task, where known
     origin: str = "built-in"  # where it came from, for `cluster-repro ls benchmarks`
+    # A benchmark of the run's held-out rows: the function that scores them in the eval stage
+    # (no lm-eval task), and its own generation limit.
+    score: Callable[..., Any] | None = field(default=None, compare=False)
+    max_new_tokens: int | None = None
+
+    @property
+    def heldout(self) -> bool:
+        """Whether it scores the run's held-out rows (in the eval stage, not through lm-eval)."""
+        return self.score is not None
 
     def task_name(self, source: str) -> str:
         """The lm-eval task to run: evals/tasks' `<name>_<source>` for a built-in benchmark, the
@@ -109,10 +135,10 @@ def _metrics_of(path: Path, cfg: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _kind_of(where: str, kind: Any) -> str:
-    if kind not in KINDS:
+def _kind_of(where: str, kind: Any, kinds: tuple[str, ...] = KINDS) -> str:
+    if kind not in kinds:
         raise BenchmarkPluginError(
-            f"{where}: kind {kind!r}: expected one of {', '.join(KINDS)} "
+            f"{where}: kind {kind!r}: expected one of {', '.join(kinds)} "
             "(what the reports group the benchmark under)"
         )
     return kind
@@ -166,18 +192,18 @@ def _entry_benchmark(ep: Any) -> Benchmark:
         raise BenchmarkPluginError(
             f"{where}: name {spec['name']!r} differs from the entry point's name, which is the benchmark's"
         )
+    origin = f"entry point of {dist.name if dist else 'an installed package'}"
+    if "score" in spec:
+        return _heldout_benchmark(ep.name, spec, where, origin)
+    if "max_new_tokens" in spec:
+        raise BenchmarkPluginError(
+            f"{where}: max_new_tokens: only a benchmark with `score` takes one (an lm-eval task's "
+            "YAML sets its own generation limit)"
+        )
     task = spec.get("task")
     if not isinstance(task, str) or not task:
         raise BenchmarkPluginError(f"{where}: task: expected the lm-eval task name, got {task!r}")
-    metrics = spec.get("metrics", [spec["metric"]] if "metric" in spec else None)
-    if (
-        not isinstance(metrics, (list, tuple))
-        or not metrics
-        or not all(isinstance(m, str) and m for m in metrics)
-    ):
-        raise BenchmarkPluginError(
-            f"{where}: metric: expected a metric name (or metrics: a list of them), got {metrics!r}"
-        )
+    metrics = _metrics(where, spec)
     yaml = task_dir = None
     if spec.get("task_dir") is not None:
         folder = Path(spec["task_dir"])
@@ -195,7 +221,55 @@ def _entry_benchmark(ep: Any) -> Benchmark:
         plugin=True,
         task_dir=task_dir,
         yaml=yaml,
-        origin=f"entry point of {dist.name if dist else 'an installed package'}",
+        origin=origin,
+    )
+
+
+def _metrics(where: str, spec: Mapping[str, Any]) -> tuple[str, ...]:
+    metrics = spec.get("metrics", [spec["metric"]] if "metric" in spec else None)
+    if (
+        not isinstance(metrics, (list, tuple))
+        or not metrics
+        or not all(isinstance(m, str) and m for m in metrics)
+    ):
+        raise BenchmarkPluginError(
+            f"{where}: metric: expected a metric name (or metrics: a list of them), got {metrics!r}"
+        )
+    return tuple(metrics)
+
+
+def _heldout_benchmark(name: str, spec: Mapping[str, Any], where: str, origin: str) -> Benchmark:
+    """A benchmark of the run's held-out rows: {kind, metric, score, max_new_tokens}."""
+    if "task" in spec or "task_dir" in spec:
+        raise BenchmarkPluginError(
+            f"{where}: give `task` (an lm-eval task) or `score` (a function that scores the run's "
+            "held-out rows), not both"
+        )
+    if not callable(spec["score"]):
+        raise BenchmarkPluginError(
+            f"{where}: score: expected a function (model, tokenizer, heldout, max_new_tokens, "
+            f"batch_size, device, limit) -> (scores, samples), got {spec['score']!r}"
+        )
+    limit = spec.get("max_new_tokens")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise BenchmarkPluginError(
+            f"{where}: max_new_tokens: expected its own generation limit, a positive number of "
+            f"tokens, got {limit!r}"
+        )
+    metrics = _metrics(where, spec)
+    if len(metrics) != 1:
+        raise BenchmarkPluginError(
+            f"{where}: metric: a benchmark of held-out rows reports one, got {list(metrics)}"
+        )
+    return Benchmark(
+        name=name,
+        kind=_kind_of(where, spec.get("kind"), (*KINDS, POOL_KIND)),
+        metrics=metrics,
+        harness_task="",
+        plugin=True,
+        origin=origin,
+        score=spec["score"],
+        max_new_tokens=limit,
     )
 
 

@@ -29,6 +29,7 @@ from evals.benchmarks import EvalSettings, expand_benchmarks, known_benchmarks
 from evals.entries import entries_from_items, status_entry
 from evals.harness import task_manager
 from evals.plugins import Benchmark
+from repro.core.errors import UserValueError
 from repro.core.io import atomic_write_json, atomic_write_jsonl
 from repro.core.log import get_logger
 
@@ -305,6 +306,12 @@ def run_benchmarks(
     clear_reference_timings()
     known = known_benchmarks(settings.task_paths)
     names = expand_benchmarks(benchmarks, settings.task_paths)
+    for n in names:
+        if known[n].heldout:
+            raise UserValueError(
+                f"benchmark {n!r} scores the held-out rows of a run's pool, in the run's own eval "
+                "stage (cluster-repro run; eval.benchmarks), not through lm-eval: leave it out here"
+            )
     tm = task_manager(settings, [known[n] for n in names])
     entries: list[dict[str, Any]] = []
     done = procs.broadcast(_finished(out_dir, settings, resume_key) if lead else None)

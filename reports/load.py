@@ -384,22 +384,21 @@ def read_jsonl(path: Path, expected: str, read: Any) -> list[Any]:
 
 
 def load_items(run_dir: Path) -> dict[str, dict[str, float]]:
-    """Per-item scores of one run: eval_samples.jsonl rows with `id`, `score` and `benchmark` (or
-    the demo's `category`, read as benchmark demo/<category>; every demo item also counts for
-    demo/overall). Empty when the run folder or file is not there."""
+    """Per-item scores of one run: eval_samples.jsonl rows (the items of the benchmarks of
+    held-out rows: the demo's) with `id`, `score` and `benchmark` (`<name>/<category>`; every
+    item also counts for `<name>/overall`). Empty when the run folder or file is not there."""
     path = run_dir / "eval_samples.jsonl"
     if not path.is_file():
         return {}
     items: dict[str, dict[str, float]] = {}
     rows = read_jsonl(
         path,
-        "JSON with id, score and benchmark or category",
-        lambda d: (d.get("benchmark") or f"demo/{d['category']}", str(d["id"]), float(d["score"])),
+        "JSON with id, score and benchmark",
+        lambda d: (str(d["benchmark"]), str(d["id"]), float(d["score"])),
     )
     for bench, iid, score in rows:
         items.setdefault(bench, {})[iid] = score
-        if bench.startswith("demo/"):
-            items.setdefault("demo/overall", {})[iid] = score
+        items.setdefault(f"{bench.partition('/')[0]}/overall", {})[iid] = score
     return items
 
 

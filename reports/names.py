@@ -85,10 +85,8 @@ def cell_method_name(c: Cell, variants: bool = True) -> str:
 
 
 def benchmark_name(benchmark: str) -> str:
-    """'HumanEval+' for humaneval_plus, 'MMLU-med.' for mmlu_medical; demo categories as they
-    are."""
-    if benchmark.startswith("demo/"):
-        return benchmark
+    """'HumanEval+' for humaneval_plus, 'MMLU-med.' for mmlu_medical; any other (a category row
+    such as demo/add) as it is."""
     return BENCHMARKS.get(norm_benchmark(benchmark), benchmark)
 
 

@@ -24,6 +24,9 @@ DOMAINS = {
     "code": ("humaneval", "humanevalplus", "mbpp", "mbppplus"),
     "medical": ("medqa", "medqa4options", "medmcqa", "pubmedqa", "mmlumedical"),
 }
+# The kind a benchmark of held-out rows may state (evals/plugins.py POOL_KIND): its rows
+# `<name>/<category>` form a group of their own, named `<name>`; `<name>/overall` pools them.
+POOL_KIND = "pool"
 
 
 class ReportInputError(UserError, ValueError):
@@ -43,15 +46,17 @@ def split_protocol(benchmark: str) -> tuple[str, str]:
 
 
 def domain_of(benchmark: str, kinds: dict[str, str] | None = None) -> str | None:
-    """'code', 'medical', 'demo' (the demo's categories, not its pooled 'overall'), or None.
+    """'code', 'medical', a benchmark of held-out rows' group (the categories `demo/<c>` of the
+    demo's tasks form the group `demo`; its pooled `demo/overall` is in none), or None.
     `kinds`: benchmark -> the kind its rows state (`benchmark_kind`, Run.kinds), which places a
     benchmark the paper's domains do not list (a plugin's: docs/add-a-benchmark.md).
     `<benchmark>@<protocol>`: `<domain>@<protocol>`."""
     if "@" in benchmark:
         dom = domain_of(split_protocol(benchmark)[0], kinds)
         return dom and f"{dom}@{split_protocol(benchmark)[1]}"
-    if benchmark.startswith("demo/"):
-        return None if benchmark == "demo/overall" else "demo"
+    if (kinds or {}).get(benchmark) == POOL_KIND:
+        group, _, category = benchmark.partition("/")
+        return None if category in ("", "overall") else group
     key = norm_benchmark(benchmark)
     for dom, names in DOMAINS.items():
         if key in names:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from reports.load import Cell
-from reports.runs import RAW_METRICS, Run, domain_of
+from reports.runs import POOL_KIND, RAW_METRICS, Run, domain_of
 from reports.stats import Estimate, SeedDiff, item_diff, mean_ci, paired_diff
 
 MISSING = None
@@ -88,11 +88,11 @@ class Report:
                     metrics.setdefault(b, set()).add(m)
                 for b in r.missing:
                     metrics.setdefault(b, set())
-        order = {"code": 0, "medical": 1, "demo": 2}
         # The kinds the rows state (plugin benchmarks), for `domain`.
         self.kinds = {b: k for c in cells for r in c.runs for b, k in r.kinds.items()}
         self.quality: list[QualityKey] = []
-        for b in sorted(metrics, key=lambda b: (order.get(self.domain(b) or "", 3), b)):
+        order = self._domain_order
+        for b in sorted(metrics, key=lambda b: (order(self.domain(b)), b)):
             ms = sorted(metrics[b]) or [None]
             self.quality += [(b, m) for m in ms]
         # Benchmarks each setting evaluates (a run lacking one of them is missing, not n/a).
@@ -101,13 +101,22 @@ class Report:
             exp = self.expected.setdefault((c.first.dataset, c.first.model), set())
             for r in c.runs:
                 exp |= {b for (b, _) in r.scores} | r.missing
-        self.domains = sorted(
-            {d for (b, _) in self.quality if (d := self.domain(b))}, key=lambda d: order.get(d, 3)
-        )
+        self.domains = sorted({d for (b, _) in self.quality if (d := self.domain(b))}, key=order)
 
     def domain(self, benchmark: str) -> str | None:
         """The benchmark's domain (reports/load.py domain_of), by name or by its rows' kind."""
         return domain_of(benchmark, self.kinds)
+
+    def pool_group(self, domain: str) -> bool:
+        """Whether `domain` is the group of a benchmark of held-out rows (the demo's categories)."""
+        return any(k == POOL_KIND and b.partition("/")[0] == domain for b, k in self.kinds.items())
+
+    def _domain_order(self, domain: str | None) -> int:
+        """Where a domain's columns and table go: code, medical, a benchmark of held-out rows'
+        group (the demo's), then the rest."""
+        if domain in ("code", "medical"):
+            return 0 if domain == "code" else 1
+        return 2 if domain is not None and self.pool_group(domain) else 3
 
     # -- per-run values ------------------------------------------------------------------
     def run_value(self, r: Run, key: QualityKey) -> float | None:

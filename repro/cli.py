@@ -5,7 +5,7 @@ cluster-repro run CONFIG [key.sub=value ...]  every stage of one experiment
 cluster-repro select CONFIG [k=v ...]         stages up to the schedule (selection.csv)
 cluster-repro grid EXPERIMENT [k=v ...]       every run and grid cell of an experiment file, here
 cluster-repro validate CONFIG [k=v ...]       load and preflight-check a config, print its hash
-cluster-repro ls selectors|allocators|configs|formats|benchmarks|columns   what is available
+cluster-repro ls selectors|allocators|sources|configs|formats|benchmarks|columns   what is available
 cluster-repro results [--results DIR]        merge every run's results into one set (--migrate: older ones)
 cluster-repro bench BENCH [flags]             a benchmark (`cluster-repro bench --help` lists them)
 cluster-repro eval --run RUN | --model M      a run's model, or any model, on the benchmarks
@@ -14,7 +14,8 @@ cluster-repro report [--results DIR] [--out DIR] every table and figure from the
 cluster-repro claims [--results DIR] [--out DIR] each paper claim against the results: a verdict
 
 The subcommands register themselves (repro/commands/: `register(subparsers, epilog)` in each
-module of COMMAND_MODULES, the packages' own evals.cli, slurm.cli and reports.cli among them);
+module of COMMAND_MODULES, the packages' own repro.demo.cli, evals.cli, slurm.cli and reports.cli
+among them);
 this module parses, calls the command's func, and turns errors into one line and an exit status.
 """
 
@@ -28,7 +29,8 @@ from repro.core.rundir import RunStopped
 
 # The modules whose `register(subparsers, epilog)` adds subcommands, in the order --help lists them.
 COMMAND_MODULES = (
-    "repro.commands.experiment",  # demo, run, select, grid, validate
+    "repro.demo.cli",  # demo
+    "repro.commands.experiment",  # run, select, grid, validate
     "repro.commands.info",  # ls, results
     "repro.commands.bench",  # bench
     "evals.cli",  # eval

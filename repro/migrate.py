@@ -70,12 +70,16 @@ def migrate_run_folder(run_dir: Path) -> str | None:
     try:
         cfg = load_config(run_dir / "config.yaml")
     except Exception as e:  # noqa: BLE001 - a config this version cannot read: named, not raised
-        raise StoreError(f"{run_dir}: its config.yaml does not load here ({e}); rerun the run") from None
+        raise StoreError(
+            f"{run_dir}: its config.yaml does not load here ({e}); rerun the run with this version's "
+            "config, then move this folder out of the results folder"
+        ) from None
     if cfg.hash() != run_dir.name or cfg.name != run_dir.parent.name:
         raise StoreError(
             f"{run_dir}: its config now hashes to {cfg.name}/{cfg.hash()}, not to the folder's "
             f"{run_dir.parent.name}/{run_dir.name}: this version identifies it otherwise; rerun it "
-            f"(`cluster-repro run {run_dir / 'config.yaml'}`)"
+            f"(`cluster-repro run {run_dir / 'config.yaml'}`, into {cfg.name}/{cfg.hash()}), then "
+            "move this folder out of the results folder"
         )
     done = []
     if stage_marker(run_dir, "results").is_file():

@@ -353,33 +353,41 @@ def stage_train(cfg: ExperimentConfig, run_dir: Path, force: bool) -> dict[str, 
 def stage_eval(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     import torch
 
-    from evals.demo_task import demo_task_scores, heldout_loss
-    from repro.core.config.schema import DEMO_MAX_NEW_TOKENS
+    from evals.benchmarks import split_benchmarks
+    from evals.heldout import heldout_loss
     from repro.core.models import load_finetuned
 
     _, held = load_pool_files(run_dir)
     out: dict[str, Any] = {"scores": {}}
     t0 = time.perf_counter()
-    if cfg.eval.benchmarks:  # the paper's benchmarks through lm-eval, on every GPU (evals/parallel.py)
+    # lm-eval's benchmarks, and those that score the held-out rows here (the demo's tasks).
+    harness, tasks = split_benchmarks(cfg.eval.benchmarks, cfg.eval.task_paths)
+    if harness:  # the paper's benchmarks through lm-eval, on every GPU (evals/parallel.py)
         from evals.parallel import evaluate_run
 
         out["benchmarks"] = evaluate_run(cfg, run_dir)
     heldout = cfg.eval.heldout_loss and len(held) > 0
-    demo = cfg.eval.demo_tasks and any(e.meta.get("check") for e in held.examples)
-    if heldout or demo:
+    if heldout or tasks:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model, tok = load_finetuned(run_dir / "model", model_dir_of(run_dir), cfg.model, device=device)
         if heldout:
             out["scores"]["heldout"] = heldout_loss(
                 model, tok, held, cfg.data.max_length, cfg.eval.batch_size, device
             )
-        if demo:
-            max_new = cfg.eval.gen_limit("demo") or DEMO_MAX_NEW_TOKENS
-            scores, samples = demo_task_scores(
-                model, tok, held, max_new, cfg.eval.batch_size, device, cfg.eval.limit
-            )
-            out["scores"]["demo"] = scores
-            out["demo_max_new_tokens"] = max_new
+        samples: list[dict[str, Any]] = []
+        out["tasks"] = {}
+        for b in tasks:
+            max_new = cfg.eval.gen_limit(b.name) or b.max_new_tokens
+            assert b.score is not None and max_new is not None  # evals/plugins.py checked both
+            scores, items = b.score(model, tok, held, max_new, cfg.eval.batch_size, device, cfg.eval.limit)
+            out["tasks"][b.name] = {
+                "kind": b.kind,
+                "metric": b.metrics[0],
+                "max_new_tokens": max_new,
+                "scores": scores,
+            }
+            samples += [{**x, "benchmark": f"{b.name}/{x.get('category') or 'none'}"} for x in items]
+        if tasks:
             atomic_write_jsonl(run_dir / "eval_samples.jsonl", samples)
     out["eval_s"] = time.perf_counter() - t0
     return out
@@ -388,11 +396,14 @@ def stage_eval(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
 def join_eval_stage(cfg: ExperimentConfig, run_dir: Path) -> None:
     """Tasks 1.. of a job that trained together: score their share of the benchmarks of task 0's
     eval stage (evals/parallel.py). Nothing where that stage has finished already (as task 0
-    then skips it) or has no benchmarks."""
-    if cfg.eval.benchmarks and not stage_marker(run_dir, "eval").is_file():
-        from evals.parallel import evaluate_run
+    then skips it) or has no lm-eval benchmarks."""
+    from evals.benchmarks import split_benchmarks
 
-        evaluate_run(cfg, run_dir)
+    if cfg.eval.benchmarks and not stage_marker(run_dir, "eval").is_file():
+        if split_benchmarks(cfg.eval.benchmarks, cfg.eval.task_paths)[0]:
+            from evals.parallel import evaluate_run
+
+            evaluate_run(cfg, run_dir)
 
 
 def stage_results(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:

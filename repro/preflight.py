@@ -109,21 +109,47 @@ def check_benchmarks(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
             out.append(Problem(f"eval.benchmarks[{i}]", str(e)))
     names = list(dict.fromkeys(names))
     out += _plugin_data_notes([table[n] for n in names if table[n].plugin])
+    out += _heldout_sources(cfg, [n for n in names if table[n].heldout])
     if getattr(cfg.eval, "source", "local") == "local":
         out += _benchmark_data_notes(cfg, ctx, [n for n in names if not table[n].plugin])
     return out
 
 
+def _heldout_sources(cfg: ExperimentConfig, names: list[str]) -> list[Problem]:
+    """A benchmark of held-out rows scores the rows a data source gives it: a note where no source
+    of data.sources declares it (it then scores nothing; a grid's base may name it for the
+    cells of its own source)."""
+    from repro.core.sources import declared
+
+    given = {getattr(declared(src.path), "benchmark", None) for src in cfg.data.sources}
+    return [
+        Problem(
+            "eval.benchmarks",
+            f"{n!r} scores the held-out rows a data source gives it, and no source of data.sources "
+            f"does (a registered source declares the benchmark of its held-out rows: `cluster-repro "
+            f"ls sources`): it scores nothing here",
+            blocking=False,
+        )
+        for n in names
+        if n not in given
+    ]
+
+
 @check
 def check_generation_limits(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
-    """eval.max_new_tokens as a mapping: every key is a generation task (the demo's or a code
-    benchmark); the values were checked at config load."""
+    """eval.max_new_tokens as a mapping: every key is a generation task (a code benchmark, or a
+    benchmark that scores held-out rows: the demo's); the values were checked at config load."""
     limits = cfg.eval.max_new_tokens
     if not isinstance(limits, dict):
         return []
-    from evals.benchmarks import CODE_BENCHMARKS
+    from evals.benchmarks import CODE_BENCHMARKS, heldout_benchmarks
+    from evals.plugins import BenchmarkPluginError
 
-    tasks = ("demo", *CODE_BENCHMARKS)  # every generation task of the eval stage
+    try:
+        pool_tasks = list(heldout_benchmarks(cfg.eval.task_paths))
+    except BenchmarkPluginError:  # check_benchmarks names it
+        pool_tasks = []
+    tasks = (*pool_tasks, *CODE_BENCHMARKS)  # every generation task of the eval stage
     return [
         Problem(
             f"eval.max_new_tokens.{task}",
@@ -350,40 +376,27 @@ def check_model_extra(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]
 
 @check
 def check_data_files(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
-    """Local data files exist (relative paths against data_dir, else $CLUSTER_REPRO_DATA).
-    `demo` is generated (from at least 2 examples per category); `hf:` sources cannot be
-    checked offline (a note)."""
+    """At least one source. Local data files exist (relative paths against data_dir, else
+    $CLUSTER_REPRO_DATA); a registered data source resolves and takes its params (its class
+    checks them: the demo's sizes and shares); `hf:` sources cannot be checked offline (a note)."""
+    from repro.core.sources import HUB_PREFIX, WHAT_A_PATH_IS, is_plugin, plugin_of
+
+    if not cfg.data.sources:
+        return [Problem("data.sources", f"no data source given; expected at least one: {WHAT_A_PATH_IS}")]
     out: list[Problem] = []
     for i, src in enumerate(cfg.data.sources):
         key = f"data.sources[{i}]"
-        if src.path == "demo":
-            from repro.core.demo_pool import CATEGORIES, category_shares
-
+        if is_plugin(src.path):
             try:
-                category_shares(len(CATEGORIES), cfg.data.demo_min_share, cfg.data.demo_max_share)
-            except ValueError as e:
-                out.append(Problem("data.demo_min_share", f"with data.demo_max_share: {e}"))
-            if cfg.data.demo_train_size < 2 * len(CATEGORIES):
-                out.append(
-                    Problem(
-                        "data.demo_train_size",
-                        f"{cfg.data.demo_train_size}: the "
-                        f"generated demo pool needs >= {2 * len(CATEGORIES)} (2 per "
-                        "category)",
-                    )
-                )
-        elif src.path.startswith("hf:"):
+                plugin_of(src, i)
+            except ConfigError as e:
+                out.append(_keyed(str(e), key))
+        elif src.path.startswith(HUB_PREFIX):
             out.append(
                 Problem(
                     f"{key}.path",
                     f"{src.path}: a hub dataset, not checked here (it is fetched when the pool stage runs)",
                     blocking=False,
-                )
-            )
-        elif not src.path.endswith((".json", ".jsonl")):
-            out.append(
-                Problem(
-                    f"{key}.path", f"{src.path!r}: expected 'demo', 'hf:<hub id>', or a .json / .jsonl file"
                 )
             )
         else:
@@ -430,9 +443,9 @@ def _file_problems(cfg: ExperimentConfig, ctx: CheckContext, key: str, rel: str)
 @check
 def check_batches(cfg: ExperimentConfig, ctx: CheckContext) -> list[Problem]:
     """Budget settings that only fail later: selection.n against a pool whose size the config
-    bounds (demo, or every source with a `limit`). (Global batch vs per-device batch x world
-    size, and eval.limit, are checked at load; the selector's own parameters, the feature batch
-    among them, by its Params.)"""
+    bounds (a registered source that gives its count, or every source with a `limit`). (Global
+    batch vs per-device batch x world size, and eval.limit, are checked at load; the selector's
+    own parameters, the feature batch among them, by its Params.)"""
     out: list[Problem] = []
     bound = _pool_upper_bound(cfg)
     if cfg.selection.n is not None and bound is not None and cfg.selection.n > bound:
@@ -509,12 +522,14 @@ def check_feature_shards(cfg: ExperimentConfig, ctx: CheckContext) -> list[Probl
 
 
 def _pool_upper_bound(cfg: ExperimentConfig) -> int | None:
-    """The most training examples the sources can give, when the config says (else None)."""
+    """The most training examples the sources can give, when the config says (else None): a
+    registered source's own count, a file's `limit`."""
+    from repro.core.sources import training_rows
+
     total = 0
-    for src in cfg.data.sources:
-        if src.path == "demo":
-            n = cfg.data.demo_train_size
-            total += n if src.limit is None else min(n, src.limit)
+    for i, src in enumerate(cfg.data.sources):
+        if (n := training_rows(src, i)) is not None:
+            total += n
         elif src.limit is not None:
             total += src.limit
         else:

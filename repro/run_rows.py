@@ -224,7 +224,7 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
                 "n": h["n"],
             }
         )
-        # Per category (the demo's held-out items have one): heldout/<category> loss, so a
+        # Per category (where the held-out rows have one): heldout/<category> loss, so a
         # selection that starves a rare category shows beside the pooled loss.
         for cat, c in h.get("by_category", {}).items():
             rows.append(
@@ -237,18 +237,23 @@ def result_rows(cfg: ExperimentConfig, run_dir: Path) -> list[dict[str, Any]]:
                     "n": c["n"],
                 }
             )
-    for cat, s in scores.get("demo", {}).items():
-        metric = "exact_or_exec"
-        rows.append(
-            {
-                **scored,
-                "benchmark": f"demo/{cat}",
-                "metric": metric,
-                "value": s["value"],
-                "stderr": s["stderr"],
-                "n": s["n"],
-            }
-        )
+    # The benchmarks of held-out rows (the demo's tasks): <name>/<category> and <name>/overall,
+    # with the kind and generation limit the benchmark ran with, as lm-eval's rows state theirs.
+    for name, task in (ev.get("tasks") or {}).items():
+        said = {"benchmark_kind": task["kind"], "eval_max_gen_toks": task["max_new_tokens"]}
+        versions = json.dumps({**json.loads(scored["versions"]), **said}, sort_keys=True)
+        for cat, s in task["scores"].items():
+            rows.append(
+                {
+                    **scored,
+                    "benchmark": f"{name}/{cat}",
+                    "metric": task["metric"],
+                    "value": s["value"],
+                    "stderr": s["stderr"],
+                    "n": s["n"],
+                    "versions": versions,
+                }
+            )
     # A benchmark without its data is an entry of metric "missing" (evals/run.py), so it comes
     # through here as a row like any other.
     if ev.get("benchmarks"):

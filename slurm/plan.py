@@ -59,10 +59,12 @@ class Estimate:
 
 
 def _pool_rows(cell: Cell, cfg: Any) -> int | None:
+    from repro.core.sources import training_rows
+
     rows = cell.estimate.get("rows")
     src = cfg.data.sources[0]
-    if rows is None and len(cfg.data.sources) == 1 and src.path == "demo":
-        return cfg.data.demo_train_size
+    if rows is None and len(cfg.data.sources) == 1:
+        return training_rows(src, 0)  # a registered source that says its count (the demo)
     if rows is None:
         return None
     if src.limit is not None:

@@ -262,20 +262,26 @@ def fake_run(
         scores: dict[str, Any] = {}
         if loss is not None:
             scores["heldout"] = {"loss": loss, "loss_stderr": 0.01, "perplexity": 2.718**loss, "n": 24}
-        if demo_items:
-            scores["demo"] = {
-                "overall": {
-                    "value": sum(demo_items.values()) / len(demo_items),
-                    "stderr": None,
-                    "n": len(demo_items),
-                }
+        tasks: dict[str, Any] = {}
+        if demo_items:  # the demo benchmark's items (repro/demo/tasks.py), all of one category
+            n = len(demo_items)
+            overall = {"value": sum(demo_items.values()) / n, "stderr": None, "n": n}
+            tasks["demo"] = {
+                "kind": "pool",
+                "metric": "exact_or_exec",
+                "max_new_tokens": 12,
+                "scores": {"overall": overall},
             }
             atomic_write_jsonl(
                 run_dir / "eval_samples.jsonl",
-                [{"id": i, "category": "overall", "score": v} for i, v in demo_items.items()],
+                [
+                    {"id": i, "category": "overall", "score": v, "benchmark": "demo/overall"}
+                    for i, v in demo_items.items()
+                ],
             )
         ev = {
             "scores": scores,
+            "tasks": tasks,
             "benchmarks": list(benchmarks),
             "eval_s": 5.0,
             "eval_settings": asdict(cfg.eval),

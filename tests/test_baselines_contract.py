@@ -64,8 +64,7 @@ def env(tmp_path_factory: pytest.TempPathFactory):
         {},
         [
             "model.name_or_path=tiny-random-llama",
-            "data.demo_train_size=40",
-            "data.demo_heldout_per_category=1",
+            "data.sources=[{path: demo, params: {train_size: 40, heldout_per_category: 1}}]",
             "data.max_length=256",
             f"world_size={K}",
         ],

@@ -143,8 +143,38 @@ def test_entry_points_are_checked_and_named(tmp_path):
         _entry_benchmark(_ep("NOT_THERE"))
 
 
+def _score(model, tokenizer, heldout, max_new_tokens, batch_size, device="cpu", limit=None):
+    return {}, []
+
+
+HELDOUT = {"kind": "pool", "metric": "exact", "score": _score, "max_new_tokens": 16}
+BOTH = {**HELDOUT, "task": "medq5"}
+NO_LIMIT = {"kind": "pool", "metric": "exact", "score": _score}
+POOL_TASK = {"kind": "pool", "task": "medq5", "metric": "acc"}
+
+
+def test_a_benchmark_of_held_out_rows_is_checked_and_kept_out_of_lm_eval():
+    """`score` instead of `task` (the demo's kind, repro/demo/tasks.py): its own generation limit
+    is required, `pool` is a kind only it may state, and lm-eval never runs it."""
+    b = _entry_benchmark(_ep("HELDOUT"))
+    assert b.heldout and (b.kind, b.metrics, b.max_new_tokens, b.harness_task) == ("pool", ("exact",), 16, "")
+    with pytest.raises(BenchmarkPluginError, match=r"give `task` \(an lm-eval task\) or `score`"):
+        _entry_benchmark(_ep("BOTH"))
+    with pytest.raises(BenchmarkPluginError, match=r"max_new_tokens: expected its own generation limit"):
+        _entry_benchmark(_ep("NO_LIMIT"))
+    with pytest.raises(BenchmarkPluginError, match=r"kind 'pool': expected one of code, medical, other"):
+        _entry_benchmark(_ep("POOL_TASK"))
+    with pytest.raises(ValueError, match=r"benchmark 'demo' scores the held-out rows of a run's pool"):
+        run_benchmarks(object(), ["demo"], EvalSettings(), None)
+
+
 def test_reports_group_a_benchmark_by_the_kind_its_rows_state():
     from reports.runs import domain_of
+
+    # A benchmark of held-out rows: its categories are a group of their own, the pooled row none.
+    kinds = {"demo/add": "pool", "demo/overall": "pool"}
+    assert domain_of("demo/add", kinds) == "demo" and domain_of("demo/overall", kinds) is None
+    assert domain_of("demo/add") is None  # the kind its rows state decides, not its name
 
     assert domain_of("medq5", {"medq5": "medical"}) == "medical"
     assert domain_of("medq5", {"medq5": "other"}) is None  # a column of its own, in no average

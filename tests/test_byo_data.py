@@ -265,3 +265,79 @@ def test_the_messages_docs_byo_data_shows_are_the_codes(tmp_path: Path, monkeypa
         assert str(ei.value).startswith(shown + ";"), (str(ei.value), shown)
     kept = next(b for b in text if "cluster: kept" in b).strip()
     assert kept == "[cluster-repro] " + explain_kept([5, 30, 30, 25], 50, 2)
+
+
+def test_a_data_source_of_your_own_plugs_in_through_its_entry_point(tmp_path: Path, monkeypatch, capsys):
+    """docs/byo-data.md's own data source class, installed as a package installs it (real metadata
+    on sys.path: a .dist-info folder with entry_points.txt, as `pip install` leaves it), reached
+    through the registry exactly as the suite's demo pool is: its rows, its params in the hash,
+    preflight's did-you-mean, what it declares (seeded, no held-out rows of its own, no domain)
+    and `cluster-repro ls sources`."""
+    import importlib
+    import re
+    import sys
+
+    from repro.cli import main
+    from repro.core.domains import config_domain
+    from repro.core.registry import DATA_SOURCES
+    from repro.experiments.sharing import pool_seed_uses
+    from repro.preflight import preflight
+    from tests.conftest import REPO
+
+    page = (REPO / "docs" / "byo-data.md").read_text(encoding="utf-8")
+    code = next(
+        b for b in re.findall(r"^```python\n(.*?)^```$", page, re.S | re.M) if "class ArithSource" in b
+    )
+    pkg = tmp_path / "arith_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "source.py").write_text(code)
+    dist = tmp_path / "acme_arith-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-arith\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[cluster_repro.data_sources]\narith = arith_pkg.source:ArithSource\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    try:
+        assert "arith" in DATA_SOURCES.names() and "acme-arith" in DATA_SOURCES.origin("arith")
+        cfg = from_dict(
+            {"data": {"sources": [{"path": "arith", "params": {"n": 20}}], "heldout_fraction": 0.25}}
+        )
+        train, held, (report,) = load_pool_report(cfg)
+        assert (len(train), len(held), report.format, report.path) == (15, 5, "alpaca", "data source 'arith'")
+        assert all(
+            e.id.startswith("arith-") and e.prompt.startswith("Below is an instruction")
+            for e in train.examples
+        )
+        assert load_pool_report(cfg)[0].ids == train.ids  # the same seed: the same rows and split
+        default = from_dict({"data": {"sources": [{"path": "arith"}]}})
+        assert (
+            default.hash()
+            == from_dict({"data": {"sources": [{"path": "arith", "params": {"n": 100}}]}}).hash()
+        )
+        assert default.hash() != cfg.hash()
+        problems = [
+            str(p)
+            for p in preflight(from_dict({"data": {"sources": [{"path": "arith", "params": {"nn": 3}}]}}))
+        ]
+        assert (
+            "data.sources[0].params.nn: data source 'arith' takes no parameter 'nn'; did you mean "
+            in "\n".join(problems)
+        )
+        assert pool_seed_uses(cfg) == [
+            "data.sources[0]: the 'arith' source draws its rows from the seed",
+            "data.heldout_fraction = 0.25: the held-out split is drawn from the seed",
+        ]
+        assert config_domain(cfg.to_dict()) is None  # it declares none
+        assert main(["ls", "sources"]) == 0
+        out = capsys.readouterr().out
+        assert "arith  [arith_pkg.source:ArithSource (entry point of acme-arith)]" in out
+        assert "n = 100  (an integer >= 1): rows" in out
+        assert "format alpaca, domain unknown, seeded true, own held-out rows false" in out
+    finally:
+        DATA_SOURCES._items.pop("arith", None)
+        DATA_SOURCES._from_entry_point.discard("arith")
+        for m in ("arith_pkg.source", "arith_pkg"):
+            sys.modules.pop(m, None)

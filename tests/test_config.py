@@ -96,6 +96,44 @@ def test_hash_is_stable_and_ignores_paths() -> None:
     assert a.hash() == load_config(CONFIGS / "demo.yaml").hash()
 
 
+def test_a_registered_source_s_params_enter_the_hash_in_their_canonical_form() -> None:
+    """data.sources[i].params are the source's own typed Params (repro/core/sources.py): a value
+    at its default, or an int where a float is asked, is the same run; any other value is not."""
+    base = load_config(CONFIGS / "demo-quick.yaml")
+    assert base.data.sources[0].params["min_share"] == 0.05  # written out, equal to the default
+    same = load_config(
+        CONFIGS / "demo-quick.yaml", ["data.sources[0].params={train_size: 96, heldout_per_category: 2}"]
+    )
+    assert same.hash() == base.hash()
+    bigger = load_config(CONFIGS / "demo-quick.yaml", ["data.sources[0].params.train_size=120"])
+    assert bigger.data.sources[0].params["train_size"] == 120 and bigger.hash() != base.hash()
+
+
+def test_data_sources_need_a_path_and_params_belong_to_registered_sources() -> None:
+    with pytest.raises(
+        ConfigError, match=r"data.sources\[0\].path: required, and not given \(given: format\)"
+    ):
+        from_dict({"data": {"sources": [{"format": "alpaca"}]}})
+    with pytest.raises(ConfigError, match=r"data.sources\[0\].params: 'x.jsonl' is a file or a hub dataset"):
+        from_dict({"data": {"sources": [{"path": "x.jsonl", "params": {"n": 1}}]}})
+    # A config without data loads (code that reads only its other sections); preflight and the
+    # pool stage say that it names no source.
+    assert from_dict({}).data.sources == []
+
+
+def test_an_override_can_index_a_list_that_is_there() -> None:
+    cfg = load_config(
+        CONFIGS / "demo-quick.yaml", ["data.sources[0].params.train_size=48", "data.sources[0].limit=40"]
+    )
+    assert cfg.data.sources[0].params["train_size"] == 48 and cfg.data.sources[0].limit == 40
+    with pytest.raises(
+        ConfigError, match=r"'sources' has 1 item\(s\).*set the whole list: data.sources=\[...\]"
+    ):
+        load_config(CONFIGS / "demo-quick.yaml", ["data.sources[1].limit=4"])
+    with pytest.raises(ConfigError, match=r"'sources' is not a list here"):
+        from_dict({}, ["data.sources[0].limit=4"])
+
+
 def test_report_to_is_not_part_of_the_training_identity() -> None:
     """train.report_to says where the training's scalars are shown, not what is trained: the
     run folder is the same for every choice, while a sibling key of train still counts."""
@@ -136,8 +174,7 @@ def test_changing_eval_settings_reevaluates_without_retraining(tmp_path: Path, s
         f"output_dir={tmp_path}",
         f"data_dir={shared_data}",
         "world_size=1",
-        "data.demo_train_size=24",
-        "data.demo_heldout_per_category=1",
+        "data.sources=[{path: demo, params: {train_size: 24, heldout_per_category: 1}}]",
         "train.global_batch_size=2",
         "train.max_steps=2",
         "eval.max_new_tokens=4",
@@ -163,7 +200,7 @@ def test_changing_eval_settings_reevaluates_without_retraining(tmp_path: Path, s
     assert first[("demo/overall", "exact_or_exec")]["n"] == "12"  # 12 categories x 1 held-out
     assert json.loads(first[("heldout", "loss")]["eval_settings"])["limit"] is None
 
-    cfg2 = load_config(CONFIGS / "demo-quick.yaml", [*base, "eval.limit=3", "eval.benchmarks=[medqa]"])
+    cfg2 = load_config(CONFIGS / "demo-quick.yaml", [*base, "eval.limit=3", "eval.benchmarks=[demo, medqa]"])
     assert run_experiment(cfg2) == run_dir
     for p, (mtime, data) in kept.items():
         assert p.stat().st_mtime_ns == mtime and p.read_bytes() == data, f"{p} was redone"
@@ -171,11 +208,11 @@ def test_changing_eval_settings_reevaluates_without_retraining(tmp_path: Path, s
     assert second[("demo/overall", "exact_or_exec")]["n"] == "3"
     assert second[("medqa", "acc")]["n"] == "3"  # lm-eval's limit: the first 3 items
     settings = json.loads(second[("medqa", "acc")]["eval_settings"])
-    assert settings["limit"] == 3 and settings["benchmarks"] == ["medqa"]
+    assert settings["limit"] == 3 and settings["benchmarks"] == ["demo", "medqa"]
     assert {r["config_hash"] for r in second.values()} == {cfg.hash()}
     assert (run_dir / "eval_benchmarks" / "benchmarks.json").is_file()
 
-    # Back to no benchmarks: the medqa rows and logs go; training is still untouched.
+    # Back to the demo's benchmark alone: the medqa rows and logs go; training is untouched.
     run_experiment(load_config(CONFIGS / "demo-quick.yaml", base))
     assert not any(b == "medqa" for b, _ in rows()) and not (run_dir / "eval_benchmarks").exists()
     assert all(p.stat().st_mtime_ns == m for p, (m, _) in kept.items())

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from repro.core.config.builder import ConfigError
 from repro.core.config.load import from_dict
 from repro.core.data import load_pool, load_pool_report
 from repro.core.prompts import (
@@ -196,7 +197,8 @@ def test_env_var_data_dir_and_absolute_paths(tmp_path, monkeypatch):
 
 
 def test_unsupported_path_kind(tmp_path):
-    with pytest.raises(DataError, match=r"\.json / \.jsonl"):
+    # Neither a file the suite reads nor a hub dataset: looked up as a registered data source.
+    with pytest.raises(ConfigError, match=r"data.sources\[0\].path: 'data.csv': expected a \.json / \.jsonl"):
         load_pool(cfg_for(tmp_path, [{"path": "data.csv"}]))
 
 
@@ -279,7 +281,7 @@ def test_auto_detection():
     assert "['answer', 'question']" in msg
     for spec in ("instruction+output", "problem+solution", "instruction+response", "LONG_ANSWER"):
         assert spec in msg
-    assert set(FORMATS) == {"alpaca", "magicoder", "pubmedqa", "demo", "sharegpt", "messages"}
+    assert set(FORMATS) == {"alpaca", "magicoder", "pubmedqa", "sharegpt", "messages"}
 
 
 def test_auto_detection_in_load_names_the_file(tmp_path):
@@ -289,7 +291,8 @@ def test_auto_detection_in_load_names_the_file(tmp_path):
 
 
 def test_demo_source_keeps_category_and_meta(tmp_path):
-    train, held = load_pool(from_dict({"data": {"demo_train_size": 24, "demo_heldout_per_category": 1}}))
+    demo = {"path": "demo", "params": {"train_size": 24, "heldout_per_category": 1}}
+    train, held = load_pool(from_dict({"data": {"sources": [demo]}}))
     assert len(train) == 24 and len(held) == 12
     assert train.ids[0] == "demo-train-00000"  # the generator's ids, not re-prefixed
     assert all(e.category for e in train.examples + held.examples)

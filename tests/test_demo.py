@@ -46,6 +46,9 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
     )
     assert float(full["value"]) > 0
     assert by["full"][("demo/overall", "exact_or_exec")]["n"] == "24"  # 12 categories x 2 held-out
+    # The demo benchmark's rows state its kind and the limit it generated under, as lm-eval's do.
+    said = json.loads(by["full"][("demo/overall", "exact_or_exec")]["versions"])
+    assert (said["benchmark_kind"], said["eval_max_gen_toks"]) == ("pool", 12)
     n_pool = int(full["n_pool"])
     assert int(full["n_selected"]) == n_pool
     # CluSTER keeps K * m_adj; random is run at exactly CluSTER's kept count.
@@ -173,3 +176,41 @@ def test_quick_demo_runs_end_to_end(tmp_path: Path) -> None:
     )
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stderr.count("done already") == 3 * 7
+
+
+def test_the_demo_plugs_in_through_its_entry_points(capsys) -> None:
+    """The demo is found as an installed package's plugins are (this package's pyproject.toml
+    advertises both), and what the stages know of it is what it declares: never its name."""
+    from evals.benchmarks import known_benchmarks
+    from repro.cli import main
+    from repro.core.config.load import load_config
+    from repro.core.domains import config_domain
+    from repro.core.registry import DATA_SOURCES
+    from repro.core.sources import declared
+    from repro.experiments.sharing import pool_seed_uses
+
+    assert "entry point of cluster-repro" in DATA_SOURCES.origin("demo")
+    source = declared("demo")
+    assert (source.format.name, source.domain, source.seeded, source.own_heldout, source.benchmark) == (
+        "demo",
+        "code",
+        True,
+        True,
+        "demo",
+    )
+    bench = known_benchmarks()["demo"]
+    assert bench.heldout and (bench.kind, bench.metrics, bench.max_new_tokens) == (
+        "pool",
+        ("exact_or_exec",),
+        48,
+    )
+    assert bench.origin == "entry point of cluster-repro"
+    cfg = load_config("demo")
+    assert config_domain(cfg.to_dict()) == "code"  # the domain it declares
+    # Its own held-out rows: heldout_fraction draws nothing; the seed draws the pool itself.
+    assert pool_seed_uses(cfg) == ["data.sources[0]: the 'demo' source draws its rows from the seed"]
+    assert main(["ls", "sources"]) == 0
+    out = capsys.readouterr().out
+    assert "demo  [repro.demo.source:DemoSource (entry point of cluster-repro)]" in out
+    assert "train_size = 480  (an integer >= 24 (2 per category: the generated pool has 12))" in out
+    assert "format demo, domain code, seeded true, own held-out rows true (scored by benchmark demo)" in out

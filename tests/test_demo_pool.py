@@ -1,4 +1,4 @@
-"""Tests for the generated demo pool (repro/core/demo_pool.py): sizes, skew, planted duplicates,
+"""Tests for the generated demo pool (repro/demo/pool.py): sizes, skew, planted duplicates,
 held-out separation, determinism, and the scorer (right answers 1.0, wrong ones 0.0)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
-from repro.core.demo_pool import CATEGORIES, category_counts, category_shares, generate_demo_pool
-from repro.core.demo_score import score_generation
+from repro.demo.pool import CATEGORIES, category_counts, category_shares, generate_demo_pool
+from repro.demo.score import score_generation
 
 
 @pytest.fixture(scope="module")

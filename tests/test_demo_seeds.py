@@ -37,7 +37,8 @@ def test_the_seed_ablation_runs_full_cluster_and_matched_random_over_three_seeds
         assert methods["random"][0].match_of == cluster.id  # the same seed's CluSTER
         assert methods["random-compute"][0].match_of == cluster.id  # ... at its compute
         for _, c in methods.values():  # the skewed pool: 5% .. 30% per category
-            assert (c.data.demo_min_share, c.data.demo_max_share) == (0.05, 0.30)
+            params = c.data.sources[0].params
+            assert (params["min_share"], params["max_share"]) == (0.05, 0.30)
 
 
 def test_quick_seed_ablation_prints_per_category_loss_and_intervals(tmp_path: Path, capsys) -> None:
@@ -69,8 +70,7 @@ def test_quick_seed_ablation_prints_per_category_loss_and_intervals(tmp_path: Pa
                 "demo-quick",
                 f"output_dir={out_dir}",
                 "world_size=2",
-                "data.demo_train_size=48",
-                "data.demo_heldout_per_category=1",
+                "data.sources=[{path: demo, params: {train_size: 48, heldout_per_category: 1}}]",
                 "train.epochs=1",
                 "train.global_batch_size=4",
                 "eval.max_new_tokens=4",

@@ -221,7 +221,7 @@ def _finished_run(
     cfg = ExperimentConfig(
         name=name, output_dir=str(tmp_path), data_dir=str(shared_data), model=mcfg, world_size=world_size
     )
-    cfg.eval.heldout_loss = cfg.eval.demo_tasks = False
+    cfg.eval.heldout_loss = False
     cfg.eval.benchmarks = benchmarks
     for key, value in eval_keys.items():
         setattr(cfg.eval, key, value)

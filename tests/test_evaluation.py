@@ -1,10 +1,10 @@
-"""Tests for evals.demo_task's generation: stopping at the first line changes no exact-match score."""
+"""Tests for evals.heldout's generation: stopping at the first line changes no exact-match score."""
 
 from __future__ import annotations
 
 import torch
 
-from evals.demo_task import FirstLineDone, generate
+from evals.heldout import FirstLineDone, generate
 from repro.core import models as M
 from repro.core.config.schema import LoraConfig, ModelConfig
 
@@ -46,13 +46,13 @@ def test_heldout_loss_per_category_is_the_loss_of_that_category_alone():
     weighted losses make up the pooled loss."""
     import math
 
-    from evals.demo_task import heldout_loss
+    from evals.heldout import heldout_loss
     from repro.core.config.load import load_config
     from repro.core.data import load_pool
     from repro.core.types import Pool
     from tests.conftest import CONFIGS
 
-    cfg = load_config(CONFIGS / "demo-quick.yaml", ["data.demo_train_size=24"])
+    cfg = load_config(CONFIGS / "demo-quick.yaml", ["data.sources[0].params.train_size=24"])
     mcfg = ModelConfig(name_or_path="tiny-random-llama", lora=LoraConfig(enabled=False))
     model, tok = M.load_model_and_tokenizer(M.materialize_model(mcfg, seed=3), mcfg)
     _, held = load_pool(cfg)

@@ -90,8 +90,7 @@ def test_the_installed_package_runs_through_the_whole_pipeline(installed: Path, 
             "selection.method=longest-response",
             "selection.n=24",
             "selection.params.unit=words",
-            "data.demo_train_size=48",
-            "data.demo_heldout_per_category=1",
+            "data.sources=[{path: demo, params: {train_size: 48, heldout_per_category: 1}}]",
             "train.epochs=1",
             "world_size=2",
             "train.global_batch_size=4",
@@ -145,8 +144,7 @@ def test_the_readme_selector_code_runs(tmp_path: Path) -> None:
     assert cmds, "the section shows how to run the selector"
     args = cmds[0].split() + [
         f"output_dir={tmp_path / 'runs'}",
-        "data.demo_train_size=48",
-        "data.demo_heldout_per_category=1",
+        "data.sources=[{path: demo, params: {train_size: 48, heldout_per_category: 1}}]",
         "model.name_or_path=tiny-random-llama",
     ]
     env = {

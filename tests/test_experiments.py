@@ -208,7 +208,7 @@ def test_grid_launch_and_status_take_the_same_arguments_and_plan_the_same_cells(
 EXPERIMENT = """
 name: both
 base: {base}
-overrides: [train.epochs=1, eval.demo_tasks=false, world_size=2, train.global_batch_size=4]
+overrides: [train.epochs=1, "eval.benchmarks=[]", world_size=2, train.global_batch_size=4]
 runs:
   - label: all-data
     overrides: [selection.method=full]

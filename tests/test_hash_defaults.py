@@ -21,8 +21,8 @@ import pytest
 from repro.core.config import schema as config_schema
 from repro.core.config.load import from_dict
 from repro.core.config.schema import ExperimentConfig, eval_hash
-from repro.core.params import canonical_form, params_class
-from repro.core.registry import ALLOCATORS, SELECTORS
+from repro.core.params import canonical_form, field_default, params_class
+from repro.core.registry import ALLOCATORS, DATA_SOURCES, SELECTORS
 
 GOLDEN = Path(__file__).parent / "golden" / "hash_defaults.json"
 WRITE = "python -m tests.test_hash_defaults --write"
@@ -34,26 +34,36 @@ def _json(value: Any) -> Any:
 
 def _leaves(obj: Any, prefix: str = "") -> dict[str, Any]:
     """dotted key -> default of every leaf of the dataclass instance `obj` (a list of sections,
-    data.sources: its default as a whole and its items' keys as `sources[].key`)."""
+    data.sources: its default as a whole and its items' keys as `sources[].key`, "(required)"
+    for a key without a default)."""
     out: dict[str, Any] = {}
+    hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
-        value, key = getattr(obj, f.name), f"{prefix}{f.name}"
+        value, key, tp = getattr(obj, f.name), f"{prefix}{f.name}", hints[f.name]
         if dataclasses.is_dataclass(value):
             out.update(_leaves(value, key + "."))
-        elif isinstance(value, list) and value and dataclasses.is_dataclass(value[0]):
+        elif typing.get_origin(tp) is list and dataclasses.is_dataclass(typing.get_args(tp)[0]):
             out[key] = _json([dataclasses.asdict(v) for v in value])
-            out.update(_leaves(type(value[0])(), key + "[]."))
+            item = typing.get_args(tp)[0]
+            for g in dataclasses.fields(item):
+                default = field_default(item, g.name)
+                out[f"{key}[].{g.name}"] = "(required)" if default is dataclasses.MISSING else _json(default)
         else:
             out[key] = _json(value)
     return out
 
 
+OWN = {"repro", "method", "baselines"}  # the suite's own packages
+
+
 def _builtin_params() -> dict[str, Any]:
-    """`selectors.<name>.<param>` (and allocators) -> the default of every built-in's Params."""
+    """`selectors.<name>.<param>` (and allocators, data sources) -> the default of every
+    built-in's Params: the suite's own, the demo's data source among them (found through this
+    package's entry point, like any installed package's)."""
     out = {}
-    for reg in (SELECTORS, ALLOCATORS):
+    for reg in (SELECTORS, ALLOCATORS, DATA_SOURCES):
         for name in reg.names():
-            if "entry point" in reg.origin(name):  # an installed package's: its own business
+            if reg.get(name).__module__.split(".")[0] not in OWN:  # another package's business
                 continue
             p_cls = params_class(reg.get(name))
             assert p_cls is not None, name
@@ -161,9 +171,9 @@ def test_every_key_is_in_its_hash_once_it_differs_from_its_default(path, cls, na
     """Written out at its default, a key is the same run as left out; any other value is another
     run, for the keys that change training (config_hash) and the eval's (eval_hash); the keys
     that change neither are in neither."""
-    base = ExperimentConfig()
+    base = from_dict(BASE, source="test")
     key = f"{path}{name}"
-    spelled = from_dict(_nested(key, _json(_get(base, key))), source="test")
+    spelled = from_dict(_merged(BASE, _nested(key, _json(_get(base, key)))), source="test")
     assert (spelled.hash(), eval_hash(spelled)) == (base.hash(), eval_hash(base)), key
     other = _set(base, key, _other(_get(base, key), tp))
     if path == "eval.":
@@ -172,6 +182,20 @@ def test_every_key_is_in_its_hash_once_it_differs_from_its_default(path, cls, na
         assert other.hash() == base.hash() and eval_hash(other) == eval_hash(base), key
     else:
         assert other.hash() != base.hash() and eval_hash(other) == eval_hash(base), key
+
+
+# The config every key is varied from: the defaults, with the one data source a config needs (a
+# file's path, so the hash reads no registry).
+BASE: dict[str, Any] = {"data": {"sources": [{"path": "pool.jsonl"}]}}
+
+
+def _merged(base: Any, over: Any) -> Any:
+    """`over` laid on `base`: mappings key by key, a list's first item on the base's first."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        return {**base, **{k: _merged(base[k], v) if k in base else v for k, v in over.items()}}
+    if isinstance(base, list) and isinstance(over, list) and base and over:
+        return [_merged(base[0], over[0]), *base[1:]]
+    return over
 
 
 def _nested(dotted: str, value: Any) -> dict[str, Any]:

@@ -39,7 +39,7 @@ def _cell(out: Path, data_revision: str = "main", model_revision: str = "main") 
         "data.on_bad_row=skip",  # CodeAlpaca rows longer than max_length under a byte tokenizer
         "world_size=1",
         "train.max_steps=2",
-        "eval.demo_tasks=false",
+        "eval.benchmarks=[]",
     ]
 
 

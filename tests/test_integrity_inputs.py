@@ -22,7 +22,7 @@ import pytest
 from repro.core.config.builder import NAME_MAX_BYTES, ConfigError, numeric_keys, parse_override
 from repro.core.config.checks import NUMERIC_RANGES
 from repro.core.config.load import from_dict, load_config
-from repro.core.config.schema import ExperimentConfig
+from repro.core.config.schema import DataSource, ExperimentConfig
 from tests.conftest import CONFIGS, REPO
 
 QUICK = CONFIGS / "demo-quick.yaml"
@@ -71,7 +71,7 @@ def test_every_numeric_key_of_every_section_has_a_range() -> None:
     defaults = ExperimentConfig()
     for key in keys:
         if key.startswith("data.sources[]."):
-            value = getattr(defaults.data.sources[0], key.rsplit(".", 1)[1])
+            value = getattr(DataSource(path="x.json"), key.rsplit(".", 1)[1])
         else:
             value = defaults
             for part in key.split("."):

@@ -195,3 +195,17 @@ def test_the_stage_table_is_what_the_pipeline_runs_and_the_job_split_reads():
 
     with pytest.raises(ValueError, match="stage 'trian': expected one of model, pool"):
         stages.after("trian")
+
+
+def test_no_module_outside_the_demo_plugin_names_the_demo() -> None:
+    """The demo is a plugin like any user's (repro/demo/, docs/demo.md): no other library module
+    holds the string "demo" as a value, so no layer can branch on it. What a stage needs to know of
+    a data source or a benchmark it declares (repro/core/sources.py, evals/plugins.py)."""
+    found = []
+    for module, path in library_modules().items():
+        if module == "repro.demo" or module.startswith("repro.demo."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and node.value == "demo":
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, "the demo named outside repro/demo/: " + ", ".join(found)

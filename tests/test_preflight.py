@@ -207,11 +207,15 @@ def test_missing_data_files_are_named(tmp_path: Path, monkeypatch) -> None:
         "CLUSTER_REPRO_DATA"
     ]
     errs = _errors(preflight(_quick("data.sources=[{path: pool.csv}]")))
-    assert errs[0].startswith("data.sources[0].path: 'pool.csv': expected 'demo', 'hf:<hub id>'")
+    assert errs[0].startswith(
+        "data.sources[0].path: 'pool.csv': expected a .json / .jsonl file (relative to data_dir), "
+        "'hf:<hub id>', or a registered data source (`cluster-repro ls sources`); unknown data "
+        "source 'pool.csv'. Known: demo."
+    )
 
 
 def test_hub_sources_are_a_note_and_the_profile_env_sets_the_data_dir(tmp_path: Path, monkeypatch) -> None:
-    problems = preflight(_quick("data.sources=[{path: 'hf:org/set'}]"))
+    problems = preflight(_quick("data.sources=[{path: 'hf:org/set'}]", "eval.benchmarks=[]"))
     assert _errors(problems) == []
     assert [str(p) for p in problems] == [
         "data.sources[0].path: hf:org/set: a hub dataset, not checked here (it is fetched when "
@@ -251,8 +255,11 @@ def test_batches_budget_and_world_size_against_the_profile() -> None:
     ]
     errs = _errors(preflight(_quick("selection.method=cluster", "selection.params.feature_batch_size=0")))
     assert errs == ["selection.params.feature_batch_size: expected an integer >= 1, got 0"]
-    errs = _errors(preflight(_quick("data.demo_train_size=16")))
-    assert errs == ["data.demo_train_size: 16: the generated demo pool needs >= 24 (2 per category)"]
+    errs = _errors(preflight(_quick("data.sources[0].params.train_size=16")))
+    assert errs == [
+        "data.sources[0].params.train_size: expected an integer >= 24 (2 per category: the "
+        "generated pool has 12), got 16"
+    ]
     cfg = _quick("world_size=6", "train.global_batch_size=12")
     assert _errors(preflight(cfg)) == []  # no profile: nothing to fit
     errs = _errors(preflight(cfg, CheckContext(profile=ClusterProfile(name="p", gpus_per_node=4))))

@@ -46,12 +46,12 @@ TINY = [
     "name=t",
     "model.name_or_path=tiny-random-llama",
     "data.max_length=256",
-    "eval.demo_tasks=false",
+    "eval.benchmarks=[]",
     "world_size=2",
     "train.per_device_batch_size=1",
     "train.global_batch_size=2",
 ]
-DEMO = ["data.demo_train_size=24", "data.demo_heldout_per_category=1"]
+DEMO = ["data.sources=[{path: demo, params: {train_size: 24, heldout_per_category: 1}}]"]
 HELPER = "selection.method=tests.run_safety_helpers:RecordedFeatures"
 
 

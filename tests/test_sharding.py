@@ -26,10 +26,9 @@ from tests.crash_hook import STEP_VAR, crash_env
 
 TINY = [
     "model.name_or_path=tiny-random-llama",
-    "data.demo_train_size=48",
-    "data.demo_heldout_per_category=1",
+    "data.sources=[{path: demo, params: {train_size: 48, heldout_per_category: 1}}]",
     "data.max_length=256",
-    "eval.demo_tasks=false",
+    "eval.benchmarks=[]",
     "eval.heldout_loss=false",
 ]
 

@@ -103,7 +103,7 @@ def test_exclusions_matches_and_errors(tmp_path: Path) -> None:
         BASE
         + """name: t
 grid:
-  datasets: {a: {}, b: {overrides: [data.demo_train_size=64]}}
+  datasets: {a: {}, b: {overrides: ["data.sources[0].params.train_size=64"]}}
   models: {tiny: {}}
   methods:
     cluster: {overrides: [selection.method=cluster], ratios: [100, 50]}
@@ -119,7 +119,8 @@ grid:
     assert len(ids) == 2 * 2 * 2 + 2 * 2 * 1  # a: both world sizes; b: only ws1
     assert "b.tiny.cluster-r50.ws2.s1" not in ids and "b.tiny.random-r100.ws1.s1" in ids
     b = next(c for c in grid.cells if c.id == "b.tiny.cluster-r50.ws1.s1")
-    assert b.config().data.demo_train_size == 64 and b.config().selection.params["ratio"] == 50
+    assert b.config().data.sources[0].params["train_size"] == 64
+    assert b.config().selection.params["ratio"] == 50
     assert b.feature_key() is not None
     assert next(c for c in grid.cells if c.axes["method"] == "random").feature_key() is None
     # Cells that differ only in ratio or world size share one features key; another seed does not.

@@ -48,7 +48,7 @@ def test_killed_job_relaunched_resumes_from_its_checkpoint(slurm_cluster: Path, 
     grid.write_text(
         QUICK
         + """  datasets:
-    demo: {overrides: [train.checkpoint_every=2, train.max_steps=6, eval.demo_tasks=false]}
+    demo: {overrides: [train.checkpoint_every=2, train.max_steps=6, "eval.benchmarks=[]"]}
   methods: {full: {overrides: [selection.method=full]}}
   world_sizes: [2]
   seeds: [7]
@@ -88,7 +88,7 @@ def test_preempted_job_requeues_itself_and_finishes(slurm_cluster: Path, tmp_pat
     grid = tmp_path / "preempt.yaml"
     grid.write_text(
         QUICK
-        + """  datasets: {demo: {overrides: [eval.demo_tasks=false]}}
+        + """  datasets: {demo: {overrides: ["eval.benchmarks=[]"]}}
   methods: {full: {overrides: [selection.method=full]}}
   world_sizes: [1]
   seeds: [9]

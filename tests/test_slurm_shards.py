@@ -22,7 +22,8 @@ def test_feature_shards_run_as_job_arrays_and_merge_bit_for_bit(slurm_cluster, t
         f"base: {(CONFIGS / 'demo-quick.yaml').as_posix()}\nname: shards\n"
         """grid:
   models: {tiny: {}}
-  datasets: {demo: {overrides: [data.demo_train_size=48, eval.demo_tasks=false, train.max_steps=2]}}
+  datasets:
+    demo: {overrides: ["data.sources[0].params.train_size=48", "eval.benchmarks=[]", train.max_steps=2]}
   methods:
     cluster: {overrides: [selection.method=cluster, selection.params.feature_shards=2,
                           allocation.method=cluster-interleave], ratios: [100]}

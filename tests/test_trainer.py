@@ -43,10 +43,9 @@ def _tiny_cfg(tmp_path: Path, *extra: str):
             f"output_dir={tmp_path}",
             "name=t",
             "model.name_or_path=tiny-random-llama",
-            "data.demo_train_size=48",
-            "data.demo_heldout_per_category=1",
+            "data.sources=[{path: demo, params: {train_size: 48, heldout_per_category: 1}}]",
             "data.max_length=256",
-            "eval.demo_tasks=false",
+            "eval.benchmarks=[]",
             *extra,
         ],
     )
@@ -203,14 +202,13 @@ def _run_cli(args: list[str], env_extra: dict[str, str] | None = None) -> subpro
 def test_killed_run_resumes_to_the_same_weights(tmp_path: Path) -> None:
     common = [
         "model.name_or_path=tiny-random-llama",
-        "data.demo_train_size=64",
-        "data.demo_heldout_per_category=1",
+        "data.sources=[{path: demo, params: {train_size: 64, heldout_per_category: 1}}]",
         "world_size=2",
         "train.per_device_batch_size=2",
         "train.global_batch_size=4",
         "train.epochs=1",
         "train.checkpoint_every=3",
-        "eval.demo_tasks=false",
+        "eval.benchmarks=[]",
         "data.max_length=256",
         "train.report_to=tensorboard",
     ]

@@ -53,7 +53,7 @@ def bench_ddp(
     overrides: list[str],
 ) -> list[dict[str, Any]]:
     from repro.core.config.load import load_config
-    from repro.demo import demo_config
+    from repro.demo.run import demo_config
     from repro.pipeline import run_experiment
 
     rows = []

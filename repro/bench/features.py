@@ -111,11 +111,11 @@ def _batches(
 
     rng = random.Random(seed * 1000 + batch_size)
     if tok is not None:
-        from repro.core.demo_pool import generate_demo_pool
         from repro.core.prompts import render
+        from repro.demo.source import DemoSource
 
-        rows, _ = generate_demo_pool(seed, 480, 8)
-        texts = [r.prompt + r.response + "\n\n" for r in (render(x, "demo") for x in rows)]
+        rows = DemoSource().rows(seed).train  # the demo pool at its default size (480 rows)
+        texts = [r.prompt + r.response + "\n\n" for r in (render(x, DemoSource.format) for x in rows)]
         stream = [t for ids in tok(texts, add_special_tokens=False)["input_ids"] for t in ids]
         pad = tok.pad_token_id
     else:

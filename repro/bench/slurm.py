@@ -39,7 +39,7 @@ def _grid(tmp: Path, world_size: int) -> Path:
                 "name": "bench",
                 "base": str(ROOT / "configs" / "demo-quick.yaml"),
                 "grid": {
-                    "datasets": {"demo": {}},
+                    "datasets": {"demo-pool": {}},  # the base's own source
                     "models": {"tiny": {}},
                     "methods": {"full": {"overrides": ["selection.method=full"]}},
                     "world_sizes": [world_size],

@@ -9,16 +9,19 @@ from pathlib import Path
 def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG001 (no overrides)
     p = sub.add_parser(
         "ls",
-        help="list registered selectors, allocators, shipped configs, data formats, benchmarks or "
-        "result columns",
-        description="List what is available. selectors, allocators: each with its parameters, "
-        "their types and defaults. columns: the result rows' columns (type, unit, meaning). "
-        "formats: each data format with its "
-        "fields (docs/byo-data.md). benchmarks: the built-in ones, those of "
+        help="list registered selectors, allocators, data sources, shipped configs, data formats, "
+        "benchmarks or result columns",
+        description="List what is available. selectors, allocators, sources (registered data "
+        "sources, such as the demo pool): each with its parameters, their types and defaults. "
+        "columns: the result rows' columns (type, unit, meaning). formats: each data format "
+        "with its fields (docs/byo-data.md). benchmarks: the built-in ones, those of "
         "installed packages and, with --task-path, those of task YAML folders "
         "(docs/add-a-benchmark.md).",
     )
-    p.add_argument("what", choices=["selectors", "allocators", "configs", "formats", "benchmarks", "columns"])
+    p.add_argument(
+        "what",
+        choices=["selectors", "allocators", "sources", "configs", "formats", "benchmarks", "columns"],
+    )
     p.add_argument(
         "--task-path",
         action="append",
@@ -79,7 +82,7 @@ def _results(args: argparse.Namespace) -> int:
 
 
 def _cmd_ls(what: str, task_paths: list[str]) -> int:
-    from repro.core.registry import ALLOCATORS, SELECTORS
+    from repro.core.registry import ALLOCATORS, DATA_SOURCES, SELECTORS
 
     if what == "columns":
         from repro.core.schema import markdown_table
@@ -97,10 +100,12 @@ def _cmd_ls(what: str, task_paths: list[str]) -> int:
         from evals.benchmarks import known_benchmarks
 
         for b in known_benchmarks(task_paths).values():
-            print(
-                f"{b.name:20s} {b.kind:8s} {','.join(b.metrics):16s} lm-eval task "
-                f"{b.task_name('<source>')}  [{b.origin}]"
+            runs = (
+                f"scores the held-out rows a data source gives it (generation limit {b.max_new_tokens})"
+                if b.heldout
+                else f"lm-eval task {b.task_name('<source>')}"
             )
+            print(f"{b.name:20s} {b.kind:8s} {','.join(b.metrics):16s} {runs}  [{b.origin}]")
         return 0
     if what == "configs":  # every name works as CONFIG, EXPERIMENT, --base or --profile anywhere
         from repro.core.config.load import SHIPPED_CONFIGS, shipped_configs
@@ -109,11 +114,17 @@ def _cmd_ls(what: str, task_paths: list[str]) -> int:
             first = (SHIPPED_CONFIGS / f"{name}.yaml").read_text(encoding="utf-8").splitlines()[:1]
             print(f"{name:24s} {first[0].lstrip('# ') if first else ''}")
         return 0
-    reg = SELECTORS if what == "selectors" else ALLOCATORS
+    reg = {"selectors": SELECTORS, "allocators": ALLOCATORS, "sources": DATA_SOURCES}[what]
     for name in reg.names():
         obj = reg.get(name)
         doc = (obj.__doc__ or "").strip().splitlines()
         print(f"{name}  [{reg.origin(name)}]\n    {doc[0] if doc else ''}")
+        if reg is DATA_SOURCES:  # what the stages read of it (repro/core/sources.py)
+            print(
+                f"    format {obj.format.name}, domain {obj.domain or 'unknown'}, seeded "
+                f"{str(obj.seeded).lower()}, own held-out rows {str(obj.own_heldout).lower()}"
+                + (f" (scored by benchmark {obj.benchmark})" if obj.benchmark else "")
+            )
         for line in reg.parameters(name) or ["(no parameters)"]:
             print(f"      {line}")
     return 0

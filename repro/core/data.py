@@ -1,8 +1,9 @@
 """Loading instruction data into Pools, and tokenizing Examples for training.
 
-`load_pool(cfg, tokenizer)` reads every `cfg.data.sources[i]` (the generated demo pool, a local
-.json/.jsonl file under the data directory, or a hub dataset "hf:<id>"), renders rows with their
-prompt format (`repro.core.prompts`), and returns (train_pool, heldout_pool). Conversations
+`load_pool(cfg, tokenizer)` reads every `cfg.data.sources[i]` (a local .json/.jsonl file under the
+data directory, a hub dataset "hf:<id>", or a registered data source such as the generated demo
+pool: repro/core/sources.py), renders rows with their prompt format (`repro.core.prompts`, or a
+registered source's own), and returns (train_pool, heldout_pool). Conversations
 (sharegpt, messages) are rendered with the tokenizer's chat template when it has one, else with
 the suite's plain template; each source's report says which (`template`). Bad rows either stop
 the load with a message naming the file, line/row and field (`data.on_bad_row: error`, the
@@ -12,8 +13,10 @@ read, test ids excluded, skipped, train/held-out sizes), since `Pool` has no fie
 
 Example ids are stable across runs: "{source name}-{row's own id}" when the row has one ("id",
 "task_id", or the key of an id -> object file), else "{source name}-{row index:06d}". The source
-name is the file stem (hub: the last part of the id), with ".{i}" added if an earlier source
-already uses it. An id that already starts with "{name}-" (the demo's "demo-train-00000") is kept.
+name is the file stem (hub: the last part of the id; a registered source: its name), with ".{i}"
+added if an earlier source already uses it. An id that already starts with "{name}-" (the demo's
+"demo-train-00000") is kept. A registered source that gives its own held-out rows keeps them
+(data.heldout_fraction does not split it); every other source's held-out rows are a seeded share.
 
 With `data.chat_template: true`, an Example's prompt is the row's user turn (instruction and input)
 through the model tokenizer's chat template, with the assistant's turn opened (`chat_prompt`);
@@ -35,7 +38,16 @@ from typing import Any
 
 from repro.core.config.schema import DataSource, ExperimentConfig
 from repro.core.log import get_logger
-from repro.core.prompts import FORMATS, ChatTemplate, DataError, RowError, detect_format, render
+from repro.core.prompts import (
+    FORMATS,
+    ChatTemplate,
+    DataError,
+    PromptFormat,
+    RowError,
+    detect_format,
+    render,
+)
+from repro.core.sources import HUB_PREFIX, WHAT_A_PATH_IS, is_plugin, plugin_of, source_name
 from repro.core.types import Example, Pool
 
 logger = get_logger("data")
@@ -49,7 +61,7 @@ _SKIP_HINT = "; set data.on_bad_row=skip to skip and count bad rows instead"
 @dataclass
 class SourceReport:
     """What loading one source did. `rows` counts rows read, bad and excluded ones included (a
-    `limit` stops reading early; for the demo, its held-out rows are included)."""
+    `limit` stops reading early; a source's own held-out rows are included)."""
 
     index: int
     path: str
@@ -272,7 +284,7 @@ class _SourceLoader:
         seen: dict[str, str],
         report: SourceReport,
         file: str,
-        fmt: str,
+        fmt: PromptFormat,
         exclude: set[str],
         chat: ChatTemplate | None,
         tokenizer: Any = None,
@@ -280,7 +292,7 @@ class _SourceLoader:
         self.cfg, self.seen, self.report = cfg, seen, report
         self.file, self.fmt, self.exclude, self.chat = file, fmt, exclude, chat
         # not None (data.chat_template): single-turn prompts go through its chat template
-        self.tokenizer = None if FORMATS[fmt].conversation else tokenizer
+        self.tokenizer = None if fmt.conversation else tokenizer
 
     def bad(self, raw: _Raw, err: RowError) -> None:
         if self.cfg.data.on_bad_row == "error":
@@ -364,36 +376,34 @@ def _load_source(
     tokenizer: Any,
 ) -> tuple[list[Example], list[Example], SourceReport]:
     held: list[Example] = []
-    if src.path == "demo":
-        from repro.core.demo_pool import generate_demo_pool  # lazy: only demo runs need the generator
-
-        train_rows, held_rows = generate_demo_pool(
-            cfg.seed,
-            cfg.data.demo_train_size,
-            cfg.data.demo_heldout_per_category,
-            cfg.data.demo_min_share,
-            cfg.data.demo_max_share,
-        )
-        name, file = "demo", "demo pool (generated)"
-        train_raws = [_Raw(f"train row {k}", k, r) for k, r in enumerate(train_rows)]
-        held_raws = [_Raw(f"held-out row {k}", k, r) for k, r in enumerate(held_rows)]
-        fmt: str = "demo" if src.format == "auto" else src.format
+    held_raws: list[_Raw] = []
+    own_heldout = False
+    spec: PromptFormat
+    if is_plugin(src.path):
+        plugin = plugin_of(src, i)
+        got = plugin.rows(cfg.seed)
+        name, file = source_name(src.path), f"data source {src.path!r}"
+        train_raws = [_Raw(f"train row {k}", k, r) for k, r in enumerate(got.train)]
+        own_heldout = bool(plugin.own_heldout)
+        held_raws = [_Raw(f"held-out row {k}", k, r) for k, r in enumerate(got.heldout)]
+        if held_raws and not own_heldout:
+            raise DataError(
+                f"data.sources[{i}]: {file} gave held-out rows but does not declare own_heldout "
+                "(a bug of the data source: data.heldout_fraction splits its rows)"
+            )
+        spec = plugin.format if src.format == "auto" else FORMATS[src.format]
+        if not train_raws:
+            raise DataError(f"data.sources[{i}]: {file} gave no rows")
     else:
-        if src.path.startswith("hf:"):
+        if src.path.startswith(HUB_PREFIX):
             name, file = src.path[3:].rstrip("/").split("/")[-1], src.path
             if src.split != "train":
                 name = f"{name}-{src.split}"
             train_raws = list(_read_hub(i, src))
-        else:
-            if not src.path.endswith((".json", ".jsonl")):
-                raise DataError(
-                    f"data.sources[{i}].path = {src.path!r}: expected 'demo', 'hf:<hub id>', "
-                    "or a .json / .jsonl file"
-                )
+        else:  # a .json / .jsonl file (any other path names a registered source)
             p = _resolve(cfg, i, src.path, "path")
             name, file = p.name.rsplit(".", 1)[0], str(p)
             train_raws = list(_read_jsonl(p) if p.suffix == ".jsonl" else _read_json(p))
-        held_raws = []
         fmt = src.format
         if not train_raws:
             raise DataError(f"data.sources[{i}]: {file} has no rows")
@@ -407,21 +417,22 @@ def _load_source(
                     f"{r0.error or 'not an object'})"
                 )
             fmt = detect_format(first, f"the first row of {file}")
+        spec = FORMATS[fmt]
     if name in names:
         name = f"{name}.{i}"  # two sources with the same stem must not collide on ids
     names.add(name)
-    report = SourceReport(i, file, name, fmt)
-    if FORMATS[fmt].conversation:
+    report = SourceReport(i, file, name, spec.name)
+    if spec.conversation:
         report.template = (
             "chat template of the tokenizer"
             if chat is not None
             else "plain (### User: / ### Assistant:; no chat template)"
         )
-        logger.info(f"{file}: {fmt} conversations rendered with the {report.template}")
-    loader = _SourceLoader(cfg, seen, report, file, fmt, _exclude_ids(cfg, i, src), chat, tokenizer)
+        logger.info(f"{file}: {spec.name} conversations rendered with the {report.template}")
+    loader = _SourceLoader(cfg, seen, report, file, spec, _exclude_ids(cfg, i, src), chat, tokenizer)
     train = loader.examples(iter(train_raws), src.limit)
-    if src.path == "demo":
-        held = loader.examples(iter(held_raws), None)  # the demo's own held-out tasks, with answers
+    if own_heldout:
+        held = loader.examples(iter(held_raws), None)  # the source's own held-out rows
     elif cfg.data.heldout_fraction > 0 and train:
         # Membership by a seeded shuffle (stable for a seed); both parts keep the file order.
         order = list(range(len(train)))
@@ -442,6 +453,8 @@ def load_pool_report(cfg: ExperimentConfig, tokenizer: Any = None) -> tuple[Pool
             "data.chat_template is true: loading the pool needs the model's "
             "tokenizer (its chat template renders the prompts)"
         )
+    if not cfg.data.sources:
+        raise DataError(f"data.sources: no data source given; expected at least one: {WHAT_A_PATH_IS}")
     chat = chat_template_of(tokenizer)
     single_turn = tokenizer if cfg.data.chat_template else None
     train: list[Example] = []

@@ -3,13 +3,11 @@ paper's own setting is: what decides where a claim's check applies (reports/clai
 whether a verdict speaks about the paper's scale.
 
 A pool's domain is its config's `data.domain` where the config declares one, else the domain of
-its sources by name (`DATASET_DOMAINS`: the paper's training sets and the suite's mini pools),
-else unknown (None). A pool mixed from sources of different domains, or with a source the map
-does not know, is unknown: declare it.
-
-The demo pool (generated, `path: demo`) is `code`: its twelve tasks are small programs and
-string, list and arithmetic exercises, some scored by running Python (repro/core/demo_pool.py);
-nothing in it is medical, so no medical claim is read from it.
+its sources: a file or hub dataset by name (`DATASET_DOMAINS`: the paper's training sets and the
+suite's mini pools), a registered data source by the domain its class declares
+(repro/core/sources.py; the generated demo pool declares `code`). Else unknown (None). A pool
+mixed from sources of different domains, or with a source of no known domain, is unknown:
+declare it.
 """
 
 from __future__ import annotations
@@ -28,8 +26,7 @@ DATASET_DOMAINS: dict[str, str] = {
     # well-known variants of the paper's code sets
     "magicoder-evol-instruct-110k": "code",
     "evol-codealpaca-v1": "code",
-    # the suite's own pools: the generated demo and the mini pools (configs/mini/)
-    "demo": "code",
+    # the suite's own mini pools (configs/mini/)
     "code_alpaca_2k": "code",
     "code_alpaca_20k": "code",
     "chatdoctor5k": "medical",
@@ -61,6 +58,16 @@ def dataset_domain(stem: str) -> str | None:
     return DATASET_DOMAINS.get(stem.lower())
 
 
+def source_domain(path: str) -> str | None:
+    """A source's domain: the one a registered data source declares, else its name's."""
+    from repro.core.sources import declared, is_plugin
+
+    if is_plugin(path):
+        cls = declared(path)
+        return getattr(cls, "domain", None) if cls is not None else None
+    return dataset_domain(source_stem(path))
+
+
 def config_domain(config: dict[str, Any]) -> str | None:
     """The pool's domain from a config as a mapping (`ExperimentConfig.to_dict()`, a stored
     config): data.domain where set, else its sources' common domain by name, else None."""
@@ -69,7 +76,7 @@ def config_domain(config: dict[str, Any]) -> str | None:
     if declared:
         return str(declared)
     sources = data.get("sources") or []
-    found = {dataset_domain(source_stem(str(s.get("path", "")))) for s in sources if isinstance(s, dict)}
+    found = {source_domain(str(s.get("path", ""))) for s in sources if isinstance(s, dict)}
     if len(found) != 1:
         return None
     return found.pop()

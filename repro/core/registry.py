@@ -1,14 +1,17 @@
-"""Name registries for selectors and allocators, open to other installed packages.
+"""Name registries for selectors, allocators and data sources, open to other installed packages.
 
 A name resolves, in order, to: a built-in registered with `@register_selector("name")`; a
-third-party class advertised in the entry-point group `cluster_repro.selectors` (or
-`cluster_repro.allocators`) of any installed distribution; or a `module:Class` path. An unknown
-name gets a "did you mean" and the list of known names.
+class advertised in the entry-point group `cluster_repro.selectors` (or
+`cluster_repro.allocators`, `cluster_repro.data_sources`) of any installed distribution; or a
+`module:Class` path. An unknown name gets a "did you mean" and the list of known names.
 
 A third party's pyproject.toml:
 
     [project.entry-points."cluster_repro.selectors"]
     my-method = "my_package.selector:MySelector"
+
+The suite's own demo pool is a data source of this kind: this package's pyproject.toml
+advertises it in `cluster_repro.data_sources` (repro/demo/source.py, repro/core/sources.py).
 """
 
 from __future__ import annotations
@@ -30,21 +33,25 @@ from repro.core.params import build_params, canonical, describe, params_class
 _BUILTIN_PACKAGES = {
     "selectors": ["baselines", "method"],
     "allocators": ["method"],
+    "data sources": [],  # every one comes through its entry point, the suite's own included
 }
 
 
 class Registry:
-    """Maps names to classes of one kind: selectors or allocators.
+    """Maps names to classes of one kind: selectors, allocators or data sources.
 
     Whatever a name resolves to must be a class with the protocol's method (`select` or
     `allocate`, repro/core/interfaces.py); anything else (a function such as `os:system`, a module
     constant) is refused by `get` before it is called, so a wrong `module:Class` fails with a
     message before any stage runs, never with an AttributeError after one."""
 
-    def __init__(self, kind: str, group: str, method: str) -> None:
+    def __init__(
+        self, kind: str, group: str, method: str, protocol: str = "repro/core/interfaces.py"
+    ) -> None:
         self.kind = kind
         self.group = group
         self.method = method  # the protocol's method every class of this kind has
+        self.protocol = protocol  # the file that states the protocol, for messages
         self._items: dict[str, Any] = {}
         self._from_entry_point: set[str] = set()  # names get() loaded from an entry point
         self._loaded_builtins = False
@@ -104,7 +111,7 @@ class Registry:
         if not (inspect.isclass(obj) and callable(getattr(obj, self.method, None))):
             raise ConfigError(
                 f"{name!r} resolves to {obj!r}, not {a(kind)} class: expected a class "
-                f"with {a(self.method + '()')} method (repro/core/interfaces.py)"
+                f"with {a(self.method + '()')} method ({self.protocol})"
             )
         if params_class(obj) is None:
             raise ConfigError(
@@ -209,6 +216,8 @@ def _params(cls: Any) -> type:
 
 SELECTORS = Registry("selectors", "cluster_repro.selectors", "select")
 ALLOCATORS = Registry("allocators", "cluster_repro.allocators", "allocate")
+# The classes a data.sources[].path can name instead of a file (repro/core/sources.py).
+DATA_SOURCES = Registry("data sources", "cluster_repro.data_sources", "rows", "repro/core/sources.py")
 
 register_selector = SELECTORS.register
 register_allocator = ALLOCATORS.register

@@ -45,6 +45,7 @@ from typing import Any, Literal
 from repro.core.config.builder import ConfigError, build, parse_override, read_yaml_file
 from repro.core.config.load import SHIPPED_CONFIGS, from_dict
 from repro.core.config.schema import ExperimentConfig
+from repro.core.sources import is_plugin
 
 TRACKS_DIR = SHIPPED_CONFIGS / "tracks"
 RUN_NAME_PREFIX = "track-"
@@ -308,7 +309,7 @@ def _check_config(track: Track) -> None:
             f"{track.path}: pool.source: {track.pool.source!r}, but the config's data.sources are "
             f"{sources!r} (base {track.base} with the overrides)"
         )
-    paths = [s.path for s in cfg.data.sources if s.path != "demo" and not s.path.startswith("hf:")]
+    paths = [s.path for s in cfg.data.sources if not is_plugin(s.path) and not s.path.startswith("hf:")]
     paths += [s.exclude_ids_file for s in cfg.data.sources if s.exclude_ids_file]
     said = track.pool.sha256 or {}
     missing = [p for p in paths if p not in said]

@@ -9,9 +9,10 @@ run folder (slurm/jobs.py). The selector owns its defaults, so a changed default
 
 What the key hashes, before any data is read (the plan needs it):
 - the pool's definition: `data` (sources, limits, max_length, held-out share, ...). The seed
-  enters only where it changes the pool (`pool_seed_uses`): a held-out split drawn from a file
-  source (heldout_fraction > 0), and the generated demo pool. With heldout_fraction 0 (the
-  paper's recipe) the seeds of a dataset x model share one pass;
+  enters only where it changes the pool (`pool_seed_uses`): a held-out split drawn from a source
+  (heldout_fraction > 0), and a registered source that declares its rows seeded (the generated
+  demo pool). With heldout_fraction 0 (the paper's recipe) the seeds of a dataset x model share
+  one pass;
 - the model: `model` without its LoRA settings (the features use the initial base model). The
   seed enters only for the builtin tiny random model, whose weights it draws. The config names
   no revision beyond `name_or_path`; the model stage's fingerprint (repro/core/fingerprints.py)
@@ -45,13 +46,18 @@ def feature_pass(cfg: ExperimentConfig) -> dict[str, Any] | None:
 def pool_seed_uses(cfg: ExperimentConfig) -> list[str]:
     """Where `cfg.seed` changes the pool or the model the features are computed from (empty: the
     seed changes neither, so cells that differ only in it share one feature pass). Every use of
-    the seed on the way to the features: the demo pool's generator (repro/core/data.py
-    `_load_source`), the held-out split of file and hub sources (same function; heldout_fraction
-    > 0), and the tiny random model's weights (repro/core/models.py materialize_model)."""
+    the seed on the way to the features: a registered source that declares its rows seeded (the
+    demo pool's generator; repro/core/sources.py), the held-out split of every source that gives
+    no held-out rows of its own (repro/core/data.py `_load_source`; heldout_fraction > 0), and
+    the tiny random model's weights (repro/core/models.py materialize_model)."""
+    from repro.core.sources import declared
+
     uses = []
-    if any(s.path == "demo" for s in cfg.data.sources):
-        uses.append("data.sources: the demo pool is generated from the seed")
-    if cfg.data.heldout_fraction > 0 and any(s.path != "demo" for s in cfg.data.sources):
+    classes = [declared(s.path) for s in cfg.data.sources]
+    for i, (src, cls) in enumerate(zip(cfg.data.sources, classes)):
+        if getattr(cls, "seeded", False):
+            uses.append(f"data.sources[{i}]: the {src.path!r} source draws its rows from the seed")
+    if cfg.data.heldout_fraction > 0 and any(not getattr(c, "own_heldout", False) for c in classes):
         uses.append(
             f"data.heldout_fraction = {cfg.data.heldout_fraction}: the held-out split is drawn from the seed"
         )

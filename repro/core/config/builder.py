@@ -17,6 +17,7 @@ import difflib
 import functools
 import math
 import os
+import re
 import types
 import typing
 import unicodedata
@@ -138,22 +139,51 @@ def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
             extra = f"; did you mean {(prefix + '.' if prefix else '') + hint[0]!r}?" if hint else ""
             raise ConfigError(f"unknown key {full!r}{extra} (allowed here: {', '.join(names)})")
         kwargs[key] = _coerce(value, hints[key], full)
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and f.name not in kwargs:
+            full = f"{prefix}.{f.name}" if prefix else f.name
+            raise ConfigError(
+                f"{full}: required, and not given (given: {', '.join(map(str, data)) or 'nothing'})"
+            )
     return cls(**kwargs)
 
 
 def set_dotted(d: dict[str, Any], dotted: str, value: Any, where: str = "override") -> None:
-    """d["a"]["b"]["c"] = value for dotted "a.b.c", creating sections on the way; ConfigError
-    (prefixed by `where`) when a part on the way is a value, not a section."""
+    """d["a"]["b"]["c"] = value for dotted "a.b.c", creating sections on the way. A part may
+    index an item of a list that is there (`data.sources[0].params.train_size`). ConfigError
+    (prefixed by `where`) when a part on the way is a value, not a section, or names an item the
+    list does not have."""
     parts = dotted.split(".")
-    cur = d
-    for p in parts[:-1]:
-        nxt = cur.get(p)
-        if nxt is None:
-            nxt = cur[p] = {}
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"{where} {dotted!r}: {p!r} is not a section")
-        cur = nxt
-    cur[parts[-1]] = value
+    cur: Any = d
+    for n, part in enumerate(parts):
+        last = n == len(parts) - 1
+        m = re.fullmatch(r"(.+)\[(\d+)\]", part)
+        if m is None:
+            if last:
+                cur[part] = value
+                return
+            nxt = cur.get(part)
+            if nxt is None:
+                nxt = cur[part] = {}
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"{where} {dotted!r}: {part!r} is not a section")
+            cur = nxt
+            continue
+        name, index = m.group(1), int(m.group(2))
+        items = cur.get(name)
+        if not isinstance(items, list) or index >= len(items):
+            has = f"has {len(items)} item(s)" if isinstance(items, list) else "is not a list here"
+            raise ConfigError(
+                f"{where} {dotted!r}: {name!r} {has}; an override changes an item that is there "
+                f"(to add one, set the whole list: {'.'.join([*parts[:n], name])}=[...])"
+            )
+        if last:
+            items[index] = value
+            return
+        if not isinstance(items[index], dict):
+            raise ConfigError(f"{where} {dotted!r}: {part!r} is not a section")
+        cur = items[index]
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

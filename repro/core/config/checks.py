@@ -27,10 +27,6 @@ NUMERIC_RANGES: dict[str, Range] = {
     "data.sources[].limit": Range(1, note="null: every row"),
     "data.max_length": Range(8, note="tokens"),
     "data.heldout_fraction": Range(0, 1, hi_incl=False, note="a fraction"),
-    "data.demo_train_size": Range(1),
-    "data.demo_heldout_per_category": Range(0),
-    "data.demo_min_share": Range(0, 1, lo_incl=False, hi_incl=False, note="a fraction of the pool"),
-    "data.demo_max_share": Range(0, 1, lo_incl=False, hi_incl=False, note="a fraction of the pool"),
     "selection.fraction": Range(0, 1, lo_incl=False, note="write 0.5 for half the pool, not 50"),
     "selection.n": Range(1, note="a count of examples"),
     "train.epochs": Range(1),
@@ -65,7 +61,7 @@ def validate(cfg: ExperimentConfig) -> None:
     check_numbers(cfg, NUMERIC_RANGES)
     # selection/allocation params are the method's own: its class checks them.
     check_texts(cfg, skip=("selection.params", "allocation.params"))
-    need(bool(cfg.data.sources), "data.sources: expected at least one source")
+    _validate_source_params(cfg)
     need(
         cfg.model.tiny_hidden_size % 4 == 0,
         f"model.tiny_hidden_size: expected a multiple of 4 (4 heads), got {cfg.model.tiny_hidden_size}",
@@ -121,6 +117,20 @@ def _validate_revisions(cfg: ExperimentConfig) -> None:
                 f"data.sources[{i}].revision: {src.revision!r} pins a hub dataset, but the source "
                 f"{src.path!r} is not one ('hf:<id>'); a local file is fingerprinted by its bytes: "
                 "remove revision"
+            )
+
+
+def _validate_source_params(cfg: ExperimentConfig) -> None:
+    """data.sources[].params belong to a registered data source (its class checks them, at
+    preflight); a file or a hub dataset takes none. (No sources at all is preflight's to say:
+    a config without data still loads, for the code that only reads its other sections.)"""
+    from repro.core.sources import WHAT_A_PATH_IS, is_plugin
+
+    for i, src in enumerate(cfg.data.sources):
+        if src.params and not is_plugin(src.path):
+            raise ConfigError(
+                f"data.sources[{i}].params: {src.path!r} is a file or a hub dataset, which takes no "
+                f"parameters; only a registered data source does (a path is {WHAT_A_PATH_IS})"
             )
 
 

@@ -63,9 +63,10 @@ class ModelConfig:
 
 @dataclass
 class DataSource:
-    # "demo" (generated), a path relative to data_dir (.json or .jsonl), or "hf:<hub id>".
-    path: str = "demo"
-    # Prompt format; "auto" picks from the fields of the first row.
+    # A .json / .jsonl file relative to data_dir, "hf:<hub id>", or a registered data source
+    # (`cluster-repro ls sources`; repro/core/sources.py). Required.
+    path: str
+    # Prompt format; "auto": a registered source's own, else picked from the first row's fields.
     format: PromptFormatName = "auto"  # type: ignore[valid-type]
     split: str = "train"  # for hub datasets
     limit: int | None = None  # first N rows (after bad-row handling), None = all
@@ -74,11 +75,14 @@ class DataSource:
     # A hub dataset's (hf:) branch, tag or commit (null: the default branch); its resolved
     # commit is recorded like the model's.
     revision: str | None = None
+    # A registered data source's parameters (its Params, checked by its class; canonical in the
+    # hash); a file or a hub dataset takes none.
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class DataConfig:
-    sources: list[DataSource] = field(default_factory=lambda: [DataSource()])
+    sources: list[DataSource] = field(default_factory=list)  # at least one (preflight checks)
     max_length: int = 256  # tokens; longer examples are truncated from the right (see docs)
     heldout_fraction: float = 0.1  # share of the pool kept out of training, for loss/perplexity
     on_bad_row: Literal["error", "skip"] = "error"
@@ -86,18 +90,10 @@ class DataConfig:
     # with the assistant's turn opened, instead of the dataset's own template (repro/core/data.py);
     # an error at the pool stage if the tokenizer has no template. false: the dataset's template.
     chat_template: bool = False
-    # Demo pool generator knobs (path == "demo").
-    demo_train_size: int = 480
-    demo_heldout_per_category: int = 8
-    # The demo training pool's category skew: the rarest category's share of the training rows
-    # and the commonest's (the ranks between fall off steeply, repro/core/demo_pool.py
-    # category_shares; the seed decides which category is which rank). Held-out rows stay
-    # demo_heldout_per_category per category.
-    demo_min_share: float = 0.05
-    demo_max_share: float = 0.30
     # Which of the paper's domains the pool belongs to (code or medical): where the claims'
-    # checks apply (docs/claims.md). null: from the sources' names (repro/core/domains.py: the
-    # paper's sets and the mini pools; the demo is code), else unknown.
+    # checks apply (docs/claims.md). null: from the sources (repro/core/domains.py: the paper's
+    # sets and the mini pools by name, a registered source by the domain it declares), else
+    # unknown.
     domain: Literal["code", "medical"] | None = None
 
 
@@ -164,25 +160,22 @@ class TrainConfig:
     report_to: Literal["none", "tensorboard", "wandb", "trackio"] = "none"
 
 
-# The demo tasks' own generation limit (tokens), used when eval.max_new_tokens does not set one.
-DEMO_MAX_NEW_TOKENS = 48
-
-
 @dataclass
 class EvalConfig:
     heldout_loss: bool = True
-    # Generation-scored held-out tasks of the demo pool (exact match / execution).
-    demo_tasks: bool = True
-    benchmarks: list[str] = field(default_factory=list)  # lm-eval benchmarks (docs/benchmarks.md)
+    # Benchmarks (docs/benchmarks.md): lm-eval's, and those that score the held-out rows a data
+    # source gives (the demo's: `demo`).
+    benchmarks: list[str] = field(default_factory=list)
     # Folders of lm-eval task YAMLs whose tasks become benchmarks by their task name
     # (docs/add-a-benchmark.md); relative paths are read from the current directory, as lm-eval's
     # --include_path.
     task_paths: list[str] = field(default_factory=list)
     batch_size: int = 8
-    # The limit on generated tokens of every generation task the eval stage runs: the demo tasks
-    # and the code benchmarks. One number for all; a mapping per task ({humaneval: 1024,
-    # mbpp: 256, demo: 28}); null (or a task the mapping leaves out): the task's own limit
-    # (demo 48, HumanEval(+) 1024, MBPP(+) 256). Benchmark rows record it (eval_max_gen_toks).
+    # The limit on generated tokens of every generation task the eval stage runs: the code
+    # benchmarks and those scoring a source's held-out rows. One number for all; a mapping per
+    # task ({humaneval: 1024, mbpp: 256, demo: 28}); null (or a task the mapping leaves out): the
+    # task's own limit (HumanEval(+) 1024, MBPP(+) 256, demo 48). Benchmark rows record it
+    # (eval_max_gen_toks).
     max_new_tokens: int | dict[str, int] | None = None
     limit: int | None = None
     # How the benchmarks are scored: one protocol for all, or a mapping per benchmark
@@ -202,8 +195,8 @@ class EvalConfig:
     workers: int | None = None
 
     def gen_limit(self, task: str) -> int | None:
-        """The generation limit this config states for `task` (a benchmark name or "demo"), or
-        None where it states none (the task's own limit applies)."""
+        """The generation limit this config states for `task` (a benchmark's name), or None where
+        it states none (the task's own limit applies)."""
         if isinstance(self.max_new_tokens, dict):
             return self.max_new_tokens.get(task)
         return self.max_new_tokens
@@ -220,7 +213,7 @@ class LaunchConfig:
 
 @dataclass
 class ExperimentConfig:
-    name: str = "demo"
+    name: str = "experiment"
     seed: int = 42
     # Separate seeds for the two sources of run-to-run spread (reports/analyses.py splits a
     # metric's variance over them). null: `seed`. selection_seed: the selector's draws
@@ -278,8 +271,8 @@ _HASH_EXCLUDED = {"name", "output_dir", "data_dir", "launch", "eval", "train.rep
 # CONFIG_HASH_VERSION for the keys config_hash takes (all but those above) and the
 # built-in selectors' and allocators' Params, EVAL_HASH_VERSION for the `eval` section.
 # tests/test_hash_defaults.py holds the defaults of each version and fails until it is bumped.
-CONFIG_HASH_VERSION = 1
-EVAL_HASH_VERSION = 1
+CONFIG_HASH_VERSION = 2
+EVAL_HASH_VERSION = 2
 
 
 def _short_hash(d: Any) -> str:
@@ -298,13 +291,17 @@ def _reset(obj: Any, key: str) -> Any:
 def config_hash(cfg: ExperimentConfig) -> str:
     """The run's training identity: 12 hex digits of the canonical JSON of the config's canonical
     form (defaults left out) without the keys that do not change training
-    (name, paths, launch, eval, train.report_to), with its selector's and allocator's parameters
-    in their canonical form too, and CONFIG_HASH_VERSION."""
+    (name, paths, launch, eval, train.report_to), with its selector's, allocator's and registered
+    data sources' parameters in their canonical form too, and CONFIG_HASH_VERSION."""
+    from repro.core.sources import canonical_params as source_params
+
     sel, alloc = canonical_params(cfg)
+    sources = [dataclasses.replace(s, params=source_params(s, i)) for i, s in enumerate(cfg.data.sources)]
     cfg = dataclasses.replace(
         cfg,
         selection=dataclasses.replace(cfg.selection, params=sel),
         allocation=dataclasses.replace(cfg.allocation, params=alloc),
+        data=dataclasses.replace(cfg.data, sources=sources),
     )
     for key in _HASH_EXCLUDED:
         cfg = _reset(cfg, key)

@@ -1,4 +1,4 @@
-"""Scoring a model's response to a demo-pool task (repro/core/demo_pool.py): exact match on the
+"""Scoring a model's response to a demo-pool task (repro/demo/pool.py): exact match on the
 first line, normalized, or, for `python_function`, the extracted function run against its assert
 statements in an isolated, resource-limited subprocess: `score_generation`, `extract_code` and
 `run_python_tests`.

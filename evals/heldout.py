@@ -1,7 +1,8 @@
-"""Minimal evaluation: held-out loss and perplexity, and the demo pool's checkable tasks.
+"""What every run can score on its own held-out rows, without benchmark data: the held-out loss
+and perplexity (per category where the rows have one), and greedy generation for the benchmarks
+that score a data source's held-out rows (evals/plugins.py; the demo's: repro/demo/tasks.py).
 
-The eight paper benchmarks run through lm-evaluation-harness in `evals/`; this module only scores
-what every run can score without any benchmark data.
+The eight paper benchmarks run through lm-evaluation-harness in `evals/`.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ def heldout_loss(
 ) -> dict[str, Any]:
     """Token-weighted mean next-token loss on response tokens (nats) and its perplexity.
 
-    Where the examples have categories (the demo's), "by_category" holds the same numbers per
-    category ({category: {"loss", "perplexity", "n", "tokens", "loss_stderr"}}, sorted by name),
-    so a selection that starves a rare category shows there even when the pooled loss hides it.
+    Where the examples have categories (the demo's, a user's `category` field), "by_category"
+    holds the same numbers per category ({category: {"loss", "perplexity", "n", "tokens",
+    "loss_stderr"}}, sorted by name), so a selection that starves a rare category shows there
+    even when the pooled loss hides it.
     """
     from repro.core.tokens import TokenizedPool, collate
 
@@ -144,65 +146,3 @@ def generate(
     finally:
         tokenizer.padding_side = old_side
     return out
-
-
-def demo_task_scores(
-    model: Any,
-    tokenizer: Any,
-    pool: Pool,
-    max_new_tokens: int,
-    batch_size: int,
-    device: str = "cpu",
-    limit: int | None = None,
-) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
-    """Generate for the demo's held-out items and score them (exact match or execution).
-
-    Returns ({category: {"value", "stderr", "n"}} plus "overall", per-sample log rows).
-    """
-    from repro.core.demo_score import score_generation
-
-    items = [e for e in pool.examples if e.meta.get("check")]
-    if limit is not None:
-        items = items[:limit]
-    model.eval()
-    # Exact-match items are scored on their first line, so they decode only up to it; the Python
-    # items (whole functions) decode in batches of their own, up to max_new_tokens.
-    gens_of: dict[str, str] = {}
-    for first_line in (True, False):
-        group = [e for e in items if (e.meta["check"] == "exact") == first_line]
-        outs = generate(
-            model,
-            tokenizer,
-            [e.prompt for e in group],
-            max_new_tokens,
-            batch_size,
-            device,
-            first_line_only=first_line,
-        )
-        gens_of.update({e.id: g for e, g in zip(group, outs)})
-    gens = [gens_of[e.id] for e in items]
-    by_cat: dict[str, list[float]] = defaultdict(list)
-    samples = []
-    for ex, g in zip(items, gens):
-        s = score_generation(ex.meta, g)
-        by_cat[ex.category or "none"].append(s)
-        samples.append(
-            {
-                "id": ex.id,
-                "category": ex.category,
-                "generation": g,
-                "answer": ex.meta.get("answer"),
-                "score": s,
-            }
-        )
-    scores: dict[str, dict[str, Any]] = {}
-    for cat, vals in sorted(by_cat.items()):
-        scores[cat] = _binary_summary(vals)
-    scores["overall"] = _binary_summary([v for vals in by_cat.values() for v in vals])
-    return scores, samples
-
-
-def _binary_summary(vals: list[float]) -> dict[str, Any]:
-    n = len(vals)
-    p = sum(vals) / n if n else float("nan")
-    return {"value": p, "stderr": math.sqrt(p * (1 - p) / n) if n > 1 else None, "n": n}

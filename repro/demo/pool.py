@@ -4,9 +4,9 @@
 rarest category is 5% of the pool and the commonest 30%: `category_shares`) and planted
 near/exact duplicates (so data selection has something to find), plus held-out rows that share no
 underlying problem with training (the same number per category, however rare it is in training).
-`score_generation` (repro/core/demo_score.py) checks a model's response:
-exact-match on the first line, or, for `python_function`, running the code against assert
-statements in a resource-limited subprocess.
+`score_generation` (repro/demo/score.py) checks a model's response: exact-match on the first
+line, or, for `python_function`, running the code against assert statements in a
+resource-limited subprocess. The data source around it is repro/demo/source.py.
 
 Everything random comes from one `random.Random(seed)`, so the same arguments give byte-identical
 rows (never the global `random` module or `hash()`, which varies per process).

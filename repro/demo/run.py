@@ -1,4 +1,4 @@
-"""The embedded default: a small real data-parallel experiment that runs on a laptop's CPU.
+"""`cluster-repro demo`: a small real data-parallel experiment that runs on a laptop's CPU.
 
 `cluster-repro demo` runs the runs of configs/experiments/demo.yaml (full data, CluSTER at r = 0.5 and
 random at CluSTER's kept count) on the generated demo pool (SmolLM2-135M-Instruct with LoRA,
