@@ -96,16 +96,19 @@ def _n_kept(cfg, n_pool: int = 48) -> int:
     return int(n_pool * s.fraction)
 
 
-def _fill(track, results: Path, skip: set[str], method: str = METHOD, loss_of=None) -> dict[str, Path]:
-    """Write every run of the comparison but `skip` as a finished run (no training), in the
-    order the runner would, each matched one at the count or compute its reference gives."""
+def _fill(
+    track, results: Path, skip: set[str], method: str = METHOD, loss_of=None, seeds=None, budgets=None
+) -> dict[str, Path]:
+    """Write every run of the comparison (at `seeds` and `budgets`, default all) but `skip` as a
+    finished run (no training), in the order the runner would, each matched one at the count or
+    compute its reference gives."""
     from repro.core.models import materialize_model
     from repro.experiments.matching import resolve_match
 
-    model = {s: materialize_model(track.config(s).model, s) for s in track.seeds}
+    model = {s: materialize_model(track.config(s).model, s) for s in seeds or track.seeds}
     done: dict[str, tuple] = {}
     out = {}
-    for c in cells(track, method):
+    for c in cells(track, method, seeds=seeds, budgets=budgets):
         if c.label in skip:
             continue
         cfg = track.config(c.seed, [f"output_dir={results}", *c.overrides])
@@ -283,6 +286,72 @@ def test_track_run_fills_exactly_the_missing_runs_and_a_second_run_trains_nothin
     assert matched["config"]["selection"]["matched"]["of"] == f"{METHOD}-25pct-s2"
     assert _cli("track", "run", "quick", "--method", METHOD, "--results", str(results)) == 0
     assert _attempts(results) == after  # a second run opens nothing
+
+
+def test_track_run_flags_that_do_not_go_together_say_what_to_add(tmp_path: Path) -> None:
+    argv = ["track", "run", "quick", "--method", "ifd", "--results", str(tmp_path)]
+    with pytest.raises(
+        ConfigError, match="--profile is for SLURM jobs: add --cluster slurm .* with profile P"
+    ):
+        _cli_raising(*argv, "--profile", "P")
+    with pytest.raises(ConfigError, match="--plan FILE writes the runs for .*give one of the two"):
+        _cli_raising(*argv, "--cluster", "slurm", "--profile", "local", "--plan", str(tmp_path / "p.yaml"))
+    argv[2] = "paper-code"
+    with pytest.raises(ConfigError, match="runs on SLURM: add --cluster slurm --profile PROFILE"):
+        _cli_raising(*argv)
+    assert not any(tmp_path.iterdir())
+
+
+SLURM_METHOD = "ifd"
+# What the SLURM store lacks: random at CluSTER's kept count, whose reference (CluSTER at 50%) is
+# in the store already (one job: each of its 2 tasks pays seconds of imports on 2 cores).
+SLURM_MISSING = ("random-count-of-cluster-50pct-s0",)
+
+
+def test_track_run_on_slurm_submits_exactly_the_missing_runs_and_a_second_call_nothing(
+    slurm_cluster: Path, tmp_path: Path, capsys
+) -> None:
+    """`track run --cluster slurm` hands the runs the store lacks to the launcher: a dry run
+    shows them and submits nothing; the launch submits one job per missing run (the matched one
+    reads its finished reference's folder, not submitted again); they finish; a second call
+    submits nothing."""
+    from repro.core.io import read_json
+    from tests.slurm_helpers import PROFILE
+
+    track = load_track("quick")
+    results = tmp_path / "store"
+    part = ["--seeds", "0", "--budgets", "50%"]
+    faked = _fill(track, results, set(SLURM_MISSING), SLURM_METHOD, seeds=[0], budgets=["50%"])
+    argv = ["track", "run", "quick", "--method", SLURM_METHOD, "--results", str(results), *part]
+    argv += ["--cluster", "slurm", "--profile", PROFILE]
+    launch_dir = results / "_launch" / track.run_name
+
+    assert _cli(*argv, "--dry-run") == 0
+    out = capsys.readouterr()
+    assert f"6 in {results}, 1 to run" in out.err
+    assert "2 cells, 1 done, 1 to run" in out.out  # the missing run, and the reference it reads
+    plan = [line.split()[0] for line in out.out.splitlines() if line.startswith(("random-", "cluster-"))]
+    assert plan == list(SLURM_MISSING)
+    assert not launch_dir.exists()  # a dry run submits nothing and writes nothing in the store
+
+    assert _cli(*argv, "--wait") == 0
+    jobs = read_json(launch_dir / "jobs.json")["jobs"]
+    assert set(jobs) == set(SLURM_MISSING)  # no features job: CluSTER has selected already
+    found = {
+        s.cell.label: s
+        for s in states(track, cells(track, SLURM_METHOD, seeds=[0], budgets=["50%"]), results)
+    }
+    assert all(s.done for s in found.values())
+    folders = {p.parent for p in results.glob("track-quick/*/run.json")}
+    assert folders == set(faked.values()) | {found[label].config.run_dir() for label in SLURM_MISSING}
+    matched = found["random-count-of-cluster-50pct-s0"].config.selection
+    ref = faked["cluster-50pct-s0"]
+    assert matched.matched["run_id"] == f"track-quick-{ref.name}"
+    assert matched.n == read_json(ref / "stages" / "select.json")["n_unique"]
+
+    assert _cli(*argv) == 0
+    assert "nothing to submit: all 7 runs are in" in capsys.readouterr().out
+    assert read_json(launch_dir / "jobs.json")["jobs"] == jobs
 
 
 # ----------------------------------------------------------------------------- the board

@@ -2,6 +2,9 @@
 fixed track (configs/tracks/, repro/core/tracks.py) the way a field compares.
 
     track run TRACK --method SPEC [--params k=v,...] --results DIR    the missing runs, here
+    track run TRACK --method SPEC --results DIR --cluster slurm --profile P [--dry-run] [--wait]
+                                                                      the missing runs as SLURM
+                                                                      jobs (through the launcher)
     track run TRACK --method SPEC --results DIR --plan FILE           the runs as an experiment
                                                                       file (launch runs it on SLURM)
     track board TRACK --results DIR[,DIR...] [--submissions FILE[,FILE...]] --out DIR
@@ -15,8 +18,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from repro.core.argtypes import int_list, str_list
+from repro.core.config.builder import ConfigError
+
+if TYPE_CHECKING:
+    from repro.core.tracks import Track
+    from repro.tracks.runs import CellState
 
 
 def register(sub: argparse._SubParsersAction, epilog: str) -> None:
@@ -35,9 +44,11 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
         "run",
         help="run the track's missing runs for a method (baselines already in the store are reused)",
         description="Turn the track and the method into the suite's runs, and run those the results "
-        "store lacks, here, one after another (a run's folder is its config's hash, so baseline runs "
-        "another method already made are reused). With --plan, write them as an experiment file "
-        "instead (`cluster-repro launch FILE --cluster slurm --profile P` runs it as jobs).",
+        "store lacks (a run's folder is its config's hash, so baseline runs another method already "
+        "made are reused): here, one after another, or with --cluster slurm --profile P as SLURM "
+        "jobs through `cluster-repro launch`'s machinery (its plan, preflight, shared features jobs "
+        "and job record in DIR/_launch/track-<track>/). With --plan, write them as an experiment "
+        "file instead (`cluster-repro launch FILE --cluster slurm --profile P` runs it as jobs).",
         epilog=epilog,
     )
     r.add_argument(
@@ -70,10 +81,36 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
         "--budgets", type=str_list(), default=None, metavar="B,...", help="only these budgets (default: all)"
     )
     r.add_argument(
-        "--plan", default=None, metavar="FILE", help="write the runs as an experiment file; run nothing"
+        "--cluster",
+        choices=["local", "slurm"],
+        default="local",
+        help="local: run the missing runs here, in this process, one after another (default); "
+        "slurm: submit them as SLURM jobs with --profile, as `cluster-repro launch` does (the "
+        "runs the store holds are not submitted; runs queued by an earlier call are left alone)",
     )
     r.add_argument(
-        "--dry-run", action="store_true", help="list the runs and which the store holds; run nothing"
+        "--profile",
+        default=None,
+        metavar="P",
+        help="with --cluster slurm: the cluster profile, a YAML file or a shipped one by name "
+        "(partition, account, GPUs per node...; configs/clusters/example.yaml documents every key)",
+    )
+    r.add_argument(
+        "--wait",
+        action="store_true",
+        help="with --cluster slurm: block until every submitted job ends; exit 1 if any failed",
+    )
+    r.add_argument(
+        "--plan",
+        default=None,
+        metavar="FILE",
+        help="write every run as an experiment file for `cluster-repro launch`; run nothing",
+    )
+    r.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the runs and which the store holds; with --cluster slurm also print the launch "
+        "plan (jobs, GPUs, GPU-hours, each run's preflight problems); run and submit nothing",
     )
     r.add_argument(
         "overrides", nargs="*", metavar="key=value", help="where things are, e.g. data_dir=DATA_DIR"
@@ -153,11 +190,11 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     import yaml
 
-    from repro.core.config.builder import ConfigError
     from repro.core.io import atomic_write_text
     from repro.core.tracks import load_track
     from repro.tracks.runs import cells, check_method, run, run_list_mapping, states
 
+    _check_run_flags(args)
     track = load_track(args.track)
     params = list(args.params)
     matchable, why = check_method(args.method, params)
@@ -166,17 +203,18 @@ def _run(args: argparse.Namespace) -> int:
     if not matchable:
         print(f"note: no random run at the method's compute: {why}", file=sys.stderr)
     if args.plan:
-        text = yaml.safe_dump(run_list_mapping(track, todo, str(results)), sort_keys=False)
+        text = yaml.safe_dump(run_list_mapping(track, todo, str(results), args.overrides), sort_keys=False)
         head = (
             f"# Track {track.track} v{track.version}, method {args.method}: every run (`track run --plan`).\n"
         )
         atomic_write_text(Path(args.plan), head + text)
         print(f"{args.plan}: {len(todo)} runs; run them with `cluster-repro launch {args.plan}`")
         return 0
-    if track.runs_on == "slurm" and not args.dry_run:
+    if track.runs_on == "slurm" and args.cluster != "slurm" and not args.dry_run:
         raise ConfigError(
-            f"track {track.track} runs on SLURM: write its runs with --plan FILE, then "
-            "`cluster-repro launch FILE --cluster slurm --profile PROFILE`"
+            f"track {track.track} runs on SLURM: add --cluster slurm --profile PROFILE (your cluster "
+            "profile; configs/clusters/example.yaml documents every key) to submit its missing runs "
+            "as jobs, or write its runs with --plan FILE for `cluster-repro launch`"
         )
     found = states(track, todo, results, args.overrides)
     held = [s for s in found if s.done]
@@ -188,6 +226,11 @@ def _run(args: argparse.Namespace) -> int:
     )
     for s in missing:
         print(f"  to run: {s.cell.label}", file=sys.stderr)
+    if args.cluster == "slurm":
+        if not missing:
+            print(f"nothing to submit: all {len(found)} runs are in {results}")
+            return 0
+        return _launch(args, track, found, results)
     if args.dry_run or not missing:
         return 0
     dirs = run(track, found)
@@ -196,6 +239,63 @@ def _run(args: argparse.Namespace) -> int:
         f"--results {args.results} --out BOARD_DIR"
     )
     return 0
+
+
+def _check_run_flags(args: argparse.Namespace) -> None:
+    """ConfigError for flags of `track run` that do not go together, saying what to add or drop."""
+    if args.cluster != "slurm":
+        for flag, given in (("--profile", args.profile), ("--wait", args.wait)):
+            if given:
+                raise ConfigError(
+                    f"{flag} is for SLURM jobs: add --cluster slurm to submit the missing runs as jobs"
+                    + (f" with profile {args.profile}" if args.profile else "")
+                    + f", or drop {flag} to run them here"
+                )
+    elif args.plan:
+        raise ConfigError(
+            "--plan FILE writes the runs for `cluster-repro launch FILE`, --cluster slurm submits "
+            "them itself: give one of the two"
+        )
+
+
+def _launch(args: argparse.Namespace, track: Track, found: list[CellState], results: Path) -> int:
+    """Submit the runs the store lacks as jobs: they (and the finished runs they are matched
+    to, which the launcher reads and skips) go as an experiment file through `cluster-repro
+    launch`'s own command. The file is kept in the launch's folder (DIR/_launch/track-<track>/,
+    beside its jobs.json), so `cluster-repro status FILE` follows the jobs; a dry run writes it
+    to a temporary folder and leaves the store as it was."""
+    import tempfile
+
+    import yaml
+
+    from repro.core.io import atomic_write_text
+    from repro.tracks.runs import launch_cells, method_label, run_list_mapping
+    from slurm.cli import cmd_launch
+
+    mapping = run_list_mapping(track, launch_cells(found), str(results), args.overrides)
+    head = (
+        f"# Track {track.track} v{track.version}, method {args.method}: the runs the store lacked "
+        "(`track run --cluster slurm`), with the finished runs they are matched to.\n"
+    )
+    name = f"track-run-{method_label(args.method, list(args.params))}.yaml"
+    with tempfile.TemporaryDirectory(prefix="track-run-") as tmp:
+        folder = Path(tmp) if args.dry_run else results / "_launch" / track.run_name
+        path = folder / name
+        atomic_write_text(path, head + yaml.safe_dump(mapping, sort_keys=False))
+        launch = argparse.Namespace(
+            experiment=str(path),
+            overrides=[],  # in the file's overrides, before each run's own
+            base=None,
+            only=[],
+            profile=args.profile,
+            results=str(results),
+            cluster="slurm",
+            dry_run=args.dry_run,
+            wait=args.wait,
+            force=False,
+            allow_missing_benchmarks=False,
+        )
+        return cmd_launch(launch)
 
 
 def _board(args: argparse.Namespace) -> int:
@@ -253,7 +353,6 @@ def _agreement(args: argparse.Namespace) -> int:
 
 def _track_of(store: Path, name: str | None):
     """The track named, else the one the store's runs are named after (track-<name>)."""
-    from repro.core.config.builder import ConfigError
     from repro.core.store import open_store
     from repro.core.tracks import RUN_NAME_PREFIX, load_track
 

@@ -18,7 +18,7 @@ A track names everything but the method, so every comparison on it is comparable
       primary: {name: held-out loss, benchmarks: [heldout], metric: loss, better: lower}
       secondary: [{name: demo tasks, benchmarks: [demo/overall], metric: exact_or_exec}]
     protocol: how the metrics are scored, in words (the eval settings are the config's)
-    runs_on: local                    # local (`track run`) or slurm (`track run --plan`, then launch)
+    runs_on: local                    # local (`track run`) or slurm (`track run --cluster slurm`)
     cluster: [allocation.method=cluster-interleave, ...]   # the CluSTER baseline's overrides
 
 Every track runs the same baselines beside a method (`BASELINES`): full data, random at each

@@ -18,6 +18,8 @@ cells and its compute-matched random runs. `states` says which cells the store h
 results current for the track's eval settings); `run` runs the rest through the experiment
 layer's runner (repro/experiments/inline.py `run_in_order`, with `resolve_match` for a matched
 run whose reference is already in the store), and never opens a finished run's folder.
+`launch_cells` picks the cells that `run_list_mapping` hands to the launcher as an experiment
+file (`track run --cluster slurm`): the missing ones, and the finished runs they are matched to.
 """
 
 from __future__ import annotations
@@ -76,6 +78,11 @@ def method_overrides(method: str, params: list[str]) -> list[str]:
     return out
 
 
+def method_label(method: str, params: list[str]) -> str:
+    """The method's part of its runs' labels: its name and its `--params`, label-safe."""
+    return slug(method + ("-" + "-".join(params) if params else ""))
+
+
 def check_method(method: str, params: list[str]) -> tuple[bool, str]:
     """ConfigError unless `method` is a selector that takes a budget (not one of the track's
     baselines); returns (whether its compute can be matched, and if not why)."""
@@ -117,7 +124,7 @@ def cells(
             raise ConfigError(f"--seeds: {s} is not a seed of track {track.track} ({track.seeds})")
     chosen: list[Budget] = [track.budget(b) for b in budgets] if budgets else list(track.budgets)
     m_ovr = method_overrides(method, list(params)) if method else []
-    m_label = slug(method + ("-" + "-".join(params) if params else "")) if method else ""
+    m_label = method_label(method, list(params)) if method else ""
     out: list[TrackCell] = []
     for seed in seeds or track.seeds:
         s = f"s{seed}"
@@ -267,9 +274,26 @@ def run(track: Track, found: list[CellState]) -> list[Path]:
     return run_in_order(items, where=lambda label: where[label])
 
 
-def run_list_mapping(track: Track, todo: list[TrackCell], results: str) -> dict[str, Any]:
+def launch_cells(found: list[CellState]) -> list[TrackCell]:
+    """The cells of `found` an experiment file for the launcher holds: those the store lacks,
+    and the finished runs that a missing matched cell takes its kept count or compute from (the
+    launcher matches a cell to a run of its own experiment, by label, and reads that run's
+    folder; it skips the finished run itself). In the order of `found`."""
+    missing = {s.cell.label for s in found if not s.done}
+    refs = {s.cell.match_of for s in found if not s.done and s.cell.match_of is not None}
+    return [s.cell for s in found if s.cell.label in missing or s.cell.label in refs]
+
+
+def run_list_mapping(
+    track: Track,
+    todo: list[TrackCell],
+    results: str,
+    extra: list[str] = (),  # type: ignore[assignment]
+) -> dict[str, Any]:
     """The cells as an experiment file (a run list: base, overrides, runs) that `cluster-repro
-    grid` runs here and `cluster-repro launch` runs as jobs (`track run --plan`)."""
+    grid` runs here and `cluster-repro launch` runs as jobs (`track run --plan`, and `track run
+    --cluster slurm` through the launcher); `extra`: overrides of every run (where things are),
+    before each run's own, as `states` applies them."""
     runs = []
     for c in todo:
         entry: dict[str, Any] = {"label": c.label, "overrides": [f"seed={c.seed}", *c.overrides]}
@@ -280,6 +304,6 @@ def run_list_mapping(track: Track, todo: list[TrackCell], results: str) -> dict[
     return {
         "name": track.run_name,
         "base": str(track.base_path),
-        "overrides": [*shared, f"output_dir={results}"],
+        "overrides": [*shared, f"output_dir={results}", *extra],
         "runs": runs,
     }
