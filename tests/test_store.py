@@ -229,7 +229,7 @@ def test_older_files_are_refused_by_every_reader_alike_and_migrate_rebuilds_them
     (old_set / "results.csv").write_text(
         "run_id,method,seed,benchmark,metric,value\nr,full,0,heldout,loss,2.0\n"
     )
-    with pytest.raises(ReportInputError, match="not a results set of schema version 3"):
+    with pytest.raises(ReportInputError, match="not a results set of schema version 2"):
         load(old_set / "results.csv")
     # migrate: the old folder gets its record and its rows again (from its own stage files), the
     # old evaluation is set aside with the command that evaluates again; then every reader works.
@@ -241,41 +241,6 @@ def test_older_files_are_refused_by_every_reader_alike_and_migrate_rebuilds_them
     assert after == before
     assert main(["report", "--results", str(root), "--out", str(tmp_path / "rep")]) == 0
     assert main(["claims", "--results", str(root / "results.csv"), "--out", str(tmp_path / "cl")]) == 0
-
-
-def test_a_run_of_version_2_is_refused_and_migrate_says_to_rerun_it(tmp_path: Path, capsys) -> None:
-    """Version 3 reads a config's data sources otherwise (the demo's settings are its source's
-    params): a run folder the previous version wrote, its stored config holding the demo's old
-    keys, is never merged beside the runs of this one. Every reader names it with the migrate
-    command, and migrate names the run to redo and the folder to move away."""
-    import yaml
-
-    root = tmp_path / "runs"
-    runs = _three_seeds(root)
-    old = runs["full", 0]
-    record = json.loads((old / "run.json").read_text())
-    record["schema"] = 2
-    record["config"]["data"] = {**record["config"]["data"], "demo_train_size": 96}
-    (old / "run.json").write_text(json.dumps(record))
-    cfg = yaml.safe_load((old / "config.yaml").read_text())
-    cfg["data"]["demo_train_size"] = 96
-    (old / "config.yaml").write_text(yaml.safe_dump(cfg))
-    side = json.loads(sidecar_path(old / PART_NAME).read_text())
-    sidecar_path(old / PART_NAME).write_text(json.dumps({**side, "schema": 2}))
-    for cmd in (
-        ["results", "--results", str(root)],
-        ["report", "--results", str(root), "--out", str(tmp_path / "r")],
-    ):
-        assert main(cmd) == 2, cmd
-        err = capsys.readouterr().err
-        assert "run record of schema version 2, this suite reads 3" in err and str(old) in err
-        assert f"cluster-repro results --migrate {root}" in err
-    assert main(["results", "--results", str(root), "--migrate"]) == 2
-    err = capsys.readouterr().err
-    assert f"{old}: its config.yaml does not load here" in err and "unknown key 'data.demo_train_size'" in err
-    assert "rerun the run with this version's config, then move this folder out of the results folder" in err
-    shutil.move(str(old), str(tmp_path / "set-aside"))  # what the message says: then it reads
-    assert main(["results", "--results", str(root)]) == 0
 
 
 CONFIG_GRID = Path(__file__).resolve().parent.parent / "configs" / "grids" / "demo-quick.yaml"

@@ -377,7 +377,7 @@ def _differences(track: Track, cfg: ExperimentConfig) -> list[str]:
         if _free(k):
             continue
         a, b = have.get(k, "unset"), want.get(k, "unset")
-        if json.dumps(a, default=str) != json.dumps(b, default=str):
+        if json.dumps(a, default=str, sort_keys=True) != json.dumps(b, default=str, sort_keys=True):
             out.append(f"{k} (run {json.dumps(a, default=str)}, track {json.dumps(b, default=str)})")
     if cfg.seed not in track.seeds:
         out.append(f"seed (run {cfg.seed}, track {track.seeds})")

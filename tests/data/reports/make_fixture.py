@@ -43,6 +43,10 @@ from repro.core.store import run_record, run_settings, write_set  # noqa: E402
 VERSIONS = json.dumps(
     {"lm_eval": "0.4.13", "torch": "2.13.0", "transformers": "5.24.0", "python": "3.11.9"}, sort_keys=True
 )
+# The demo benchmark's rows state its kind and generation limit (repro/run_rows.py).
+DEMO_VERSIONS = json.dumps(
+    {**json.loads(VERSIONS), "benchmark_kind": "pool", "eval_max_gen_toks": 12}, sort_keys=True
+)
 CATS = ("a", "b", "c")
 ITEMS = 8  # per category
 
@@ -130,10 +134,15 @@ def run_rows(
         per_cat = []
         for c in CATS:
             if f"demo/{c}" in missing:
-                rows.append({**base, "benchmark": f"demo/{c}", "metric": "missing", "n": 0})
+                rows.append(
+                    {**base, "benchmark": f"demo/{c}", "metric": "missing", "n": 0, "versions": DEMO_VERSIONS}
+                )
                 continue
             sc = (rng.uniform(size=ITEMS) < quality).astype(float)
-            samples += [{"id": f"{c}-{i}", "category": c, "score": float(s)} for i, s in enumerate(sc)]
+            samples += [
+                {"id": f"{c}-{i}", "category": c, "score": float(s), "benchmark": f"demo/{c}"}
+                for i, s in enumerate(sc)
+            ]
             per_cat.append(sc)
             rows.append(
                 {
@@ -143,6 +152,7 @@ def run_rows(
                     "value": float(sc.mean()),
                     "stderr": float(sc.std() / np.sqrt(ITEMS)),
                     "n": ITEMS,
+                    "versions": DEMO_VERSIONS,
                 }
             )
         allsc = np.concatenate(per_cat)
@@ -154,6 +164,7 @@ def run_rows(
                 "value": float(allsc.mean()),
                 "stderr": None,
                 "n": int(allsc.size),
+                "versions": DEMO_VERSIONS,
             }
         )
         loss = round(2.5 - quality + rng.uniform(0, 0.05), 4)
