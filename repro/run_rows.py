@@ -285,7 +285,10 @@ def diagnostic_rows(
     predicted_idle_share (from the schedule's padded tokens, n = steps; with more than one worker)
     and predicted_idle_share_real (the same from real tokens); cost/train busiest_tokens and
     busiest_padded_tokens (the sum over steps of the busiest worker's, n = steps), fsdp (1 or 0)
-    and energy_j only where the GPU reports energy."""
+    and energy_j only where the GPU reports energy; cost/select shared_features_device_s where the
+    run reused a feature pass another process computed (a shared features job, or an earlier run
+    of the same features): that pass's device-seconds, which its own select stage's seconds leave
+    out (repro/core/rundir.py shared_features_device_s)."""
     diag = selection.diagnostics
     rows: list[dict[str, Any]] = []
 
@@ -300,6 +303,7 @@ def diagnostic_rows(
         add(f"cost/{step}", "seconds", cost.seconds)
         add(f"cost/{step}", "peak_mem_mb", cost.peak_mem_mb)
     add("cost/allocation", "seconds", sched.allocation_s)
+    add("cost/select", "shared_features_device_s", rundir.shared_features_device_s(run_dir) or None)
     add("cost/model", "params", _model_params(run_dir))  # the base model's size: the claims' scale
     add("cost/train", "energy_j", train.get("energy_j"))
     if train.get("strategy"):  # 1: fsdp, where the all-reduce wait is not measured; 0: ddp

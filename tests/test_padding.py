@@ -240,6 +240,12 @@ def test_compute_matching_without_its_own_kind_says_so_and_counts_a_shared_featu
     assert m["padding_per_example"] == 1.0 and "drawn at random" in m["padding_from"]
     assert m["shared_features_device_s"] == pytest.approx(120.0)
     assert m["target_device_s"] == pytest.approx((4.0 + 8.0) * 4 + 120.0)
+    # the run's own rows carry the reused pass (its select stage's seconds leave it out), so the
+    # board counts it in CluSTER's selection cost as the match did
+    from repro.run_rows import result_rows
+
+    shared = [r for r in result_rows(c_cfg, c_dir) if r["benchmark"] == "cost/select"]
+    assert [(r["metric"], r["value"]) for r in shared] == [("shared_features_device_s", 120.0)]
 
 
 def test_a_compute_matched_run_off_its_target_is_flagged_and_no_record_is_no_match(

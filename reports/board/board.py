@@ -12,7 +12,8 @@ full data as the reference line. For each:
   count) and against random at equal compute (matched to this run's selection + training
   cost), with intervals over the seeds (`paired_diff`), signed so that + is better;
 - its costs from the rows: selection device-seconds (selection_s x workers: the devices are held
-  while it selects) and their share of training's, the total (selection + training, device-s:
+  while it selects; plus a reused feature pass's device-seconds, `SHARED_FEATURES`) and their
+  share of training's, the total (selection + training, device-s:
   what compute matching equalizes), end-to-end seconds and the predicted straggler idle;
 - its rank: 1 + the number of methods significantly better than it. Every pair of methods of a
   budget is compared on the seeds they share (the paired difference's t-test, p against 0) and
@@ -104,19 +105,25 @@ def _col(r: Run, name: str) -> float | None:
     return None if v is None else float(v)
 
 
+# A feature pass the run reused (a shared features job under launch, or an earlier run of the
+# same features): its device-seconds, which the run's own selection_s leaves out
+# (repro/run_rows.py). Counted in the run's selection cost, as compute matching counts it.
+SHARED_FEATURES = ("cost/select", "shared_features_device_s")
+
+
 def _selection_dev(r: Run) -> float | None:
     s = _col(r, "selection_s")
-    return None if s is None else s * (r.world_size or 1)
+    return None if s is None else s * (r.world_size or 1) + float(r.diag.get(SHARED_FEATURES) or 0.0)
 
 
 def _total_dev(r: Run) -> float | None:
-    s, t = _col(r, "selection_s"), _col(r, "train_s")
-    return None if s is None or t is None or r.status == "diverged" else (s + t) * (r.world_size or 1)
+    s, t = _selection_dev(r), _col(r, "train_s")
+    return None if s is None or t is None or r.status == "diverged" else s + t * (r.world_size or 1)
 
 
 def _share(r: Run) -> float | None:
-    s, t = _col(r, "selection_s"), _col(r, "train_s")
-    return None if s is None or not t or r.status == "diverged" else 100.0 * s / t
+    s, t = _selection_dev(r), _col(r, "train_s")
+    return None if s is None or not t or r.status == "diverged" else 100.0 * s / (t * (r.world_size or 1))
 
 
 def _idle(r: Run) -> float | None:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from repro.core import stages
 from repro.core.io import atomic_write_json, read_json
 from repro.core.log import get_logger
+from repro.core.types import read_selection
 
 if TYPE_CHECKING:
     from repro.core.config.schema import ExperimentConfig
@@ -300,3 +301,16 @@ def stage_current(cfg: ExperimentConfig, run_dir: Path, name: str) -> bool:
 
 def model_dir_of(run_dir: Path) -> Path:
     return Path(read_json(stage_marker(run_dir, "model"))["model_dir"])
+
+
+def shared_features_device_s(run_dir: Path) -> float:
+    """Device-seconds of a feature pass the run reused from a shared features job (its selection
+    says the features were reused, and no earlier attempt of its select stage computed them): the
+    pass's seconds x the processes that held devices for it (features.json). 0 otherwise."""
+    sel_path, meta_path = run_dir / "selection.json", run_dir / "features.json"
+    if not sel_path.is_file() or not meta_path.is_file() or prior_seconds(run_dir, "select") > 0:
+        return 0.0
+    if not read_selection(sel_path).diagnostics.features_reused:
+        return 0.0
+    meta = read_json(meta_path)
+    return float(meta.get("seconds") or 0.0) * int(meta.get("world_size") or meta.get("workers") or 1)

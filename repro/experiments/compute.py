@@ -62,7 +62,7 @@ from repro.core.config.builder import ConfigError
 from repro.core.config.load import from_dict
 from repro.core.config.schema import ExperimentConfig
 from repro.core.io import read_json
-from repro.core.rundir import prior_seconds, stage_marker
+from repro.core.rundir import prior_seconds, shared_features_device_s, stage_marker
 
 COMPUTE_KEY = "match_compute_of"
 _SAID: set[tuple[str, float]] = set()  # the capped notes printed in this process
@@ -126,21 +126,6 @@ def _trained_totals(run_dir: Path) -> tuple[float, float, float, str] | None:
     if logged["padded_tokens"]:
         return float(train["train_s"]), real, float(logged["padded_tokens"]), "padded"
     return float(train["train_s"]), real, real, "real"
-
-
-def shared_features_device_s(run_dir: Path) -> float:
-    """Device-seconds of a feature pass the run reused from a shared features job (its selection
-    says the features were reused, and no earlier attempt of its select stage computed them): the
-    pass's seconds x the processes that held devices for it (features.json). 0 otherwise."""
-    from repro.core.types import read_selection
-
-    sel_path, meta_path = run_dir / "selection.json", run_dir / "features.json"
-    if not sel_path.is_file() or not meta_path.is_file() or prior_seconds(run_dir, "select") > 0:
-        return 0.0
-    if not read_selection(sel_path).diagnostics.features_reused:
-        return 0.0
-    meta = read_json(meta_path)
-    return float(meta.get("seconds") or 0.0) * int(meta.get("world_size") or meta.get("workers") or 1)
 
 
 def measured_costs(ref_cfg: ExperimentConfig, ref_run_dir: Path) -> Costs | None:
