@@ -299,7 +299,9 @@ def _main_first(rep: Report) -> list[Cell]:
     return sorted(rep.cells, key=lambda c: not in_main(c))
 
 
-def _cluster_cells(rep: Report) -> list[tuple[Cell, list[int]]]:
+def _indexed_cells(rep: Report, kind: str, most: int) -> list[tuple[Cell, list[int]]]:
+    """The first `most` cells (main ones first) whose runs have `<kind>/<k>` diagnostic rows
+    (clusters, workers), each with its sorted indices k: a few cells keep a figure readable."""
     out = []
     for c in _main_first(rep):
         ks = sorted(
@@ -307,16 +309,16 @@ def _cluster_cells(rep: Report) -> list[tuple[Cell, list[int]]]:
                 int(b.split("/")[1])
                 for r in c.runs
                 for (b, _) in r.diag
-                if b.startswith("cluster/") and b.split("/")[1].isdigit()
+                if b.startswith(f"{kind}/") and b.split("/")[1].isdigit()
             }
         )
         if ks:
             out.append((c, ks))
-    return out[:4]  # four cells (main ones first) keep the figure readable
+    return out[:most]
 
 
 def cluster_sizes(rep: Report, out_dir: Path) -> list[Path]:
-    cc = _cluster_cells(rep)
+    cc = _indexed_cells(rep, "cluster", 4)
     ncols = 1 if len(cc) <= 1 else 2
     nrows = max(1, math.ceil(len(cc) / ncols))
     width = COLUMN_IN if ncols == 1 else PAGE_IN
@@ -360,19 +362,7 @@ def cluster_sizes(rep: Report, out_dir: Path) -> list[Path]:
 def worker_balance(rep: Report, out_dir: Path) -> list[Path]:
     """Per worker: tokens per step, and the all-reduce wait as a share of the step (the total
     wait over the total step time, so runs of any length compare; n/a under fsdp)."""
-    cells = []
-    for c in _main_first(rep):
-        ks = sorted(
-            {
-                int(b.split("/")[1])
-                for r in c.runs
-                for (b, _) in r.diag
-                if b.startswith("worker/") and b.split("/")[1].isdigit()
-            }
-        )
-        if ks:
-            cells.append((c, ks))
-    cells = cells[:6]  # six cells (main ones first) keep the figure readable
+    cells = _indexed_cells(rep, "worker", 6)
     names = [
         f"{cell_method_name(c)} · {setting_name(c.first.dataset, '', c.first.world_size)}"
         + (" (wait: n/a, fsdp)" if rep.fsdp(c) else "")
