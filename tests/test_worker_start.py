@@ -159,4 +159,6 @@ def test_a_group_that_did_not_form_is_started_again_and_any_other_failure_is_not
     with pytest.raises(D.mp.ProcessRaisedException, match="ValueError: rank 1 refuses"):
         spawn_workers(_refuse, 2, args=(str(calls),))
     assert sorted(p.name for p in calls.iterdir()) == ["0", "1"]  # one attempt, each rank once
-    assert not [r for r in caplog.records if "did not form" in r.getMessage()]
+    # the function's failure never restarts the group (a real gloo flake before it ran may: the
+    # restart that says so names gloo's error, never the function's)
+    assert not [r for r in caplog.records if "did not form" in r.getMessage() and "refuses" in r.getMessage()]
