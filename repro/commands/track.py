@@ -28,6 +28,12 @@ if TYPE_CHECKING:
     from repro.tracks.runs import CellState
 
 
+def _shipped_tracks() -> list[str]:
+    """The shipped tracks' names, without importing the track module (the help stays fast)."""
+    tracks = Path(__file__).resolve().parents[1] / "configs" / "tracks"
+    return sorted(p.stem for p in tracks.glob("*.yaml"))
+
+
 def register(sub: argparse._SubParsersAction, epilog: str) -> None:
     p = sub.add_parser(
         "track",
@@ -51,9 +57,7 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:
         "file instead (`cluster-repro launch FILE --cluster slurm --profile P` runs it as jobs).",
         epilog=epilog,
     )
-    r.add_argument(
-        "track", help="a shipped track (quick, mini-code, mini-medical, paper-code, paper-medical) or a file"
-    )
+    r.add_argument("track", help=f"a shipped track ({', '.join(_shipped_tracks())}) or a file")
     r.add_argument(
         "--method",
         required=True,
