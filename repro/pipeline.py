@@ -207,6 +207,25 @@ def validate_selection(
     contracts.check_selection(sel, pool, method, budget, exact)
 
 
+def _start_up(model_dir: Path) -> None:
+    """A process's one-time start-up, paid before the select stage's clock starts: the libraries
+    the suite's selectors import when first called (scikit-learn's k-means, transformers, the
+    model's own classes and its tokenizer) and the fork server their workers come from. Without
+    it the first run of a process (`track run`, `grid`) counted about 4 s of imports as selection
+    (10x a quick-track run's own), and the random run matched to its compute got that much more
+    data. A plugin's own imports at select time are still counted: import at module level."""
+    import sklearn.cluster  # noqa: F401
+    from transformers import AutoConfig, AutoTokenizer
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    from repro.core.distributed import warm_up_fork_server
+
+    with contextlib.suppress(Exception):  # a model transformers cannot read fails in the selector, with its message
+        MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(model_dir))]  # imports the model's module
+        AutoTokenizer.from_pretrained(model_dir)
+    warm_up_fork_server()
+
+
 def stage_select(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     train, _ = load_pool_files(run_dir)
     s = cfg.selection
@@ -223,6 +242,7 @@ def stage_select(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     )
     if budget is not None:  # refused before any selector work, with the numbers
         contracts.check_micro_batch(budget, cfg, f"the selection budget ({_budget_source(cfg)})")
+    _start_up(ctx.model_dir)
     sel, seconds = contracts.call_plugin(
         "selector", s.method, run_dir, lambda: selector.select(train, budget, ctx)
     )

@@ -58,3 +58,25 @@ def _hold() -> None:
     deadline = time.monotonic() + 120
     while not Path(folder, "release").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+class SeesStartUp(Parameterized):
+    """Writes what its process had started when select() was called (start_up.json in the run
+    folder: which libraries were imported, whether the workers' fork server was up), then stops
+    the run: the select stage's clock starts after the process's one-time start-up."""
+
+    @dataclass
+    class Params:
+        pass
+
+    def select(self, pool: Pool, budget: int | None, ctx: SelectionContext) -> Selection:
+        import sys
+        from multiprocessing import forkserver
+
+        watched = ["sklearn.cluster", "transformers.models.llama.modeling_llama"]
+        seen = {
+            "imported": [m for m in watched if m in sys.modules],
+            "fork_server_up": forkserver._forkserver._forkserver_pid is not None,
+        }
+        atomic_write_json(Path(ctx.workdir) / "start_up.json", seen)
+        raise RuntimeError("SeesStartUp stops here")

@@ -313,3 +313,24 @@ def test_a_diverging_training_stops_with_a_diverged_row(
     assert quality and set(quality) == {"diverged"}
     md = (tmp_path / "report" / "tables" / "main.md").read_text()
     assert "| diverged |" in md
+
+
+# ----------------------------------------------------------------------------- selection's clock
+
+
+def test_the_select_stage_clock_starts_after_the_process_start_up(tmp_path: Path) -> None:
+    """In a fresh process (as `track run`'s first run, or one SLURM job), the libraries the
+    suite's selectors import on first use and the workers' fork server are ready before the
+    selector is called: its seconds, which compute matching buys random data with, are the same
+    whether or not the run is its process's first (the first used to count about 4 s more)."""
+    cfg = _cfg(tmp_path / "runs", *DEMO, "selection.method=tests.run_safety_helpers:SeesStartUp")
+    path = tmp_path / "cfg.yaml"
+    save_config(cfg, path)
+    code = "import sys; from repro.cli import main; sys.exit(main(['run', sys.argv[1]]))"
+    run = subprocess.run([sys.executable, "-c", code, str(path)], cwd=REPO, capture_output=True, text=True)
+    assert run.returncode != 0 and "SeesStartUp stops here" in run.stderr
+    seen = read_json(cfg.run_dir() / "start_up.json")
+    assert seen == {
+        "imported": ["sklearn.cluster", "transformers.models.llama.modeling_llama"],
+        "fork_server_up": True,
+    }

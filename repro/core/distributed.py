@@ -415,6 +415,23 @@ def _ready_fork_server() -> bool:
     return True
 
 
+def _nothing() -> None:
+    pass
+
+
+def warm_up_fork_server() -> None:
+    """Have the fork server that workers come from up, its preloaded modules imported: a process
+    pays this once, at its first launch. A stage that times its own work (the select stage's
+    seconds, which compute matching reads) calls this first, so its seconds do not depend on
+    whether it is the first launch of its process (`track run` and `grid` run many runs in one,
+    a SLURM job one). A no-op child forked from the server waits for it to be ready."""
+    if start_method() != "forkserver" or not _ready_fork_server():
+        return
+    child = mp.get_context("forkserver").Process(target=_nothing)
+    child.start()
+    child.join()
+
+
 class GroupStartError(RuntimeError):
     """The local group did not form: gloo could not connect its ranks to each other. Raised
     before the worker function runs, so `spawn_workers` may start the group again."""
