@@ -213,17 +213,21 @@ def _start_up(model_dir: Path) -> None:
     model's own classes and its tokenizer) and the fork server their workers come from. Without
     it the first run of a process (`track run`, `grid`) counted about 4 s of imports as selection
     (10x a quick-track run's own), and the random run matched to its compute got that much more
-    data. A plugin's own imports at select time are still counted: import at module level."""
+    data. A plugin's own imports at select time are still counted: import at module level. The
+    driver calls it before the select stage's clock starts (the rows' selection_s is the stage's
+    time) and logs how long it took."""
     import sklearn.cluster  # noqa: F401
     from transformers import AutoConfig, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
     from repro.core.distributed import warm_up_fork_server
 
+    t0 = time.perf_counter()
     with contextlib.suppress(Exception):  # a model transformers cannot read fails in the selector, with its message
         MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(model_dir))]  # imports the model's module
         AutoTokenizer.from_pretrained(model_dir)
     warm_up_fork_server()
+    logger.info(f"select: start-up (libraries, workers' fork server) {time.perf_counter() - t0:.1f}s, not counted in it")
 
 
 def stage_select(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
@@ -242,7 +246,6 @@ def stage_select(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:
     )
     if budget is not None:  # refused before any selector work, with the numbers
         contracts.check_micro_batch(budget, cfg, f"the selection budget ({_budget_source(cfg)})")
-    _start_up(ctx.model_dir)
     sel, seconds = contracts.call_plugin(
         "selector", s.method, run_dir, lambda: selector.select(train, budget, ctx)
     )
@@ -512,6 +515,8 @@ def _run_stages(cfg: ExperimentConfig, run_dir: Path, force: bool, until: str, l
         key = stage_key(cfg, name)
         if force or not stage_done(run_dir, name, key):
             invalidate_eval_outputs(run_dir, after=name)
+        if name == "select" and (force or not stage_done(run_dir, name, key)):
+            _start_up(model_dir_of(run_dir))  # before the stage's clock: not selection's seconds
         info = _stage(run_dir, name, force, lambda run=run: run(cfg, run_dir, force), key, record=leader)
         if name == "train" and info.get("status") == "diverged":
             stop_diverged(cfg, run_dir, info, force, leader)

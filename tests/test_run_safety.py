@@ -329,6 +329,9 @@ def test_the_select_stage_clock_starts_after_the_process_start_up(tmp_path: Path
     code = "import sys; from repro.cli import main; sys.exit(main(['run', sys.argv[1]]))"
     run = subprocess.run([sys.executable, "-c", code, str(path)], cwd=REPO, capture_output=True, text=True)
     assert run.returncode != 0 and "SeesStartUp stops here" in run.stderr
+    # The start-up is paid before the stage's clock starts: the rows' selection_s is the stage's time.
+    log = run.stderr
+    assert "select: start-up" in log and log.index("select: start-up") < log.index("select: running")
     seen = read_json(cfg.run_dir() / "start_up.json")
     assert seen == {
         "imported": ["sklearn.cluster", "transformers.models.llama.modeling_llama"],
