@@ -232,6 +232,14 @@ def test_the_comparison_runs_every_baseline_at_every_budget_and_seed() -> None:
         from repro.tracks.runs import check_method
 
         check_method("random", [])
+    # A method that declares no cost in forward passes (S2L trains a small model to select) still
+    # gets its random runs at equal compute: they buy data with its measured cost once it has run.
+    from repro.core.registry import SELECTORS
+
+    assert getattr(SELECTORS.get("s2l"), "planned_selection_passes", None) is None
+    check_method("s2l", [])
+    s2l = [c for c in cells(track, "s2l") if c.role == "random-compute" and c.match_of.startswith("s2l")]
+    assert len(s2l) == 2 * 3
 
 
 def test_a_plan_is_an_experiment_file_the_runner_and_the_launcher_read(tmp_path: Path) -> None:

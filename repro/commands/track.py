@@ -201,11 +201,9 @@ def _run(args: argparse.Namespace) -> int:
     _check_run_flags(args)
     track = load_track(args.track)
     params = list(args.params)
-    matchable, why = check_method(args.method, params)
-    todo = cells(track, args.method, params, args.seeds, args.budgets, matchable)
+    check_method(args.method, params)
+    todo = cells(track, args.method, params, args.seeds, args.budgets)
     results = Path(args.results).resolve()
-    if not matchable:
-        print(f"note: no random run at the method's compute: {why}", file=sys.stderr)
     if args.plan:
         text = yaml.safe_dump(run_list_mapping(track, todo, str(results), args.overrides), sort_keys=False)
         head = (

@@ -83,13 +83,13 @@ def method_label(method: str, params: list[str]) -> str:
     return slug(method + ("-" + "-".join(params) if params else ""))
 
 
-def check_method(method: str, params: list[str]) -> tuple[bool, str]:
+def check_method(method: str, params: list[str]) -> None:
     """ConfigError unless `method` is a selector that takes a budget (not one of the track's
-    baselines); returns (whether its compute can be matched, and if not why)."""
+    baselines). Any such method gets its random runs at equal compute: their kept count comes
+    from the method's measured costs once its run has trained (repro/experiments/compute.py), so
+    the method need not declare its own selection cost (`planned_selection_passes`)."""
     from repro.contracts import takes_budget
     from repro.core.registry import SELECTORS
-    from repro.experiments.compute import selection_passes
-
     if method in BASELINE_NAMES:
         raise ConfigError(
             f"--method {method}: {method} is a baseline every track runs; compare another method"
@@ -100,13 +100,6 @@ def check_method(method: str, params: list[str]) -> tuple[bool, str]:
             f"--method {method}: the selector sets its own kept count (takes_budget = False), so it "
             "cannot run at a track's budgets (kept fractions or counts)"
         )
-    if selection_passes(method) is None:
-        return False, (
-            f"selector {method!r} declares no planned_selection_passes (its own selection cost in "
-            "forward passes over the pool), so no random run of equal compute can be worked out; "
-            "give its class `planned_selection_passes = <passes>` (0 when it runs no model)"
-        )
-    return True, ""
 
 
 def cells(
@@ -115,7 +108,6 @@ def cells(
     params: list[str] = (),  # type: ignore[assignment]
     seeds: list[int] | None = None,
     budgets: list[str] | None = None,
-    compute_matchable: bool = True,
 ) -> list[TrackCell]:
     """Every run the comparison of `method` on `track` needs (None: the baselines alone), in the
     order they run (module docstring). `seeds` and `budgets` restrict it to some of the track's."""
@@ -158,18 +150,17 @@ def cells(
             if method:
                 ml = f"{m_label}-{bs}-{s}"
                 out.append(TrackCell(ml, "method", b.name, seed, [*m_ovr, *b.overrides()]))
-                if compute_matchable:
-                    later.append(
-                        TrackCell(
-                            f"random-compute-of-{ml}",
-                            "random-compute",
-                            b.name,
-                            seed,
-                            ["selection.method=random"],
-                            ml,
-                            "compute",
-                        )
+                later.append(
+                    TrackCell(
+                        f"random-compute-of-{ml}",
+                        "random-compute",
+                        b.name,
+                        seed,
+                        ["selection.method=random"],
+                        ml,
+                        "compute",
                     )
+                )
         out += later
     return out
 
