@@ -423,8 +423,11 @@ def warm_up_fork_server() -> None:
     """Have the fork server that workers come from up, its preloaded modules imported: a process
     pays this once, at its first launch. A stage that times its own work (the select stage's
     seconds, which compute matching reads) calls this first, so its seconds do not depend on
-    whether it is the first launch of its process (`track run` and `grid` run many runs in one,
-    a SLURM job one). A no-op child forked from the server waits for it to be ready."""
+    whether it is the first launch of its process (`track run` and `grid` run many runs in one).
+    A no-op child forked from the server waits for it to be ready. Nothing where the ranks were
+    launched (torchrun, srun): those fork no workers."""
+    if dist.is_initialized() or launched_group(None) is not None:
+        return  # the ranks exist already (torchrun, srun): no worker is forked here
     if start_method() != "forkserver" or not _ready_fork_server():
         return
     child = mp.get_context("forkserver").Process(target=_nothing)
