@@ -223,11 +223,13 @@ def _start_up(model_dir: Path) -> None:
     from repro.core.distributed import warm_up_fork_server
 
     t0 = time.perf_counter()
-    with contextlib.suppress(Exception):  # a model transformers cannot read fails in the selector, with its message
+    # A model transformers cannot read fails in the selector, with its message.
+    with contextlib.suppress(Exception):
         MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(model_dir))]  # imports the model's module
         AutoTokenizer.from_pretrained(model_dir)
     warm_up_fork_server()
-    logger.info(f"select: start-up (libraries, workers' fork server) {time.perf_counter() - t0:.1f}s, not counted in it")
+    took = time.perf_counter() - t0
+    logger.info(f"select: start-up (libraries, workers' fork server) {took:.1f}s, not counted in it")
 
 
 def stage_select(cfg: ExperimentConfig, run_dir: Path) -> dict[str, Any]:

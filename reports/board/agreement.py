@@ -157,7 +157,14 @@ def decision_accuracy(small: Board, large: Board) -> list[BudgetAgreement]:
         label = b_small if b_small == b_large else f"{b_small} / {b_large}"
         out.append(
             BudgetAgreement(
-                label, names, pairs, agree, agree / pairs if pairs else None, seed_interval(per_seed, pairs), flips, left
+                label,
+                names,
+                pairs,
+                agree,
+                agree / pairs if pairs else None,
+                seed_interval(per_seed, pairs),
+                flips,
+                left,
             )
         )
     return out

@@ -90,6 +90,7 @@ def check_method(method: str, params: list[str]) -> None:
     the method need not declare its own selection cost (`planned_selection_passes`)."""
     from repro.contracts import takes_budget
     from repro.core.registry import SELECTORS
+
     if method in BASELINE_NAMES:
         raise ConfigError(
             f"--method {method}: {method} is a baseline every track runs; compare another method"
