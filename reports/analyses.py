@@ -356,7 +356,8 @@ def cost_table(rep: Report) -> Table:
         )
     notes = [
         "Device-hours = seconds x world size / 3600 (the job holds every device for the stage; on "
-        "CPU these are process-hours). selection h: the select and schedule stages (selection_s), "
+        "CPU these are process-hours). selection h: the select and schedule stages (selection_s, "
+        "with a feature pass reused from a shared features job), "
         "of which features h is the feature pass (cost/features). train h saved: the full-data "
         "run's training at the same dataset, model, workers and seed minus this run's, mean over "
         "seeds. break-even trainings: selection h / train h saved, how many trainings on the "

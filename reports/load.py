@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.runs import (
+    SHARED_FEATURES,
     ReportInputError,
     Run,
     cost_columns,
@@ -294,11 +295,27 @@ def build_runs(store: Store) -> tuple[list[Run], list[str]]:
             run.status = "diverged"
             run.diverged_step = stored.status.diverged_step
         _measurements(run, typed, notes)
+        count_reused_features(run)
         if stored.folder is not None:
             run.items = load_items(stored.folder)
             run.step_tokens = load_step_tokens(stored.folder)
         runs.append(run)
     return runs, notes
+
+
+def count_reused_features(run: Run) -> None:
+    """Add a feature pass the run reused (`SHARED_FEATURES`: a shared features job's
+    device-seconds) to its `selection_s` and `end_to_end_s`, as the seconds it would have taken
+    on the run's own workers (device-seconds / world size): the run's rows leave it out, since
+    its select stage did not compute it, but its selection needed it. Compute matching counts
+    it the same way (repro/experiments/compute.py)."""
+    shared = float(run.diag.get(SHARED_FEATURES) or 0.0)
+    if shared <= 0 or run.costs.get("selection_s") is None:
+        return
+    run.reused_features_s = shared / (run.world_size or 1)
+    for col in ("selection_s", "end_to_end_s"):
+        if run.costs.get(col) is not None:
+            run.costs[col] = float(run.costs[col]) + run.reused_features_s  # type: ignore[arg-type]
 
 
 def _measurements(run: Run, typed: list[tuple[str, dict[str, Any]]], notes: list[str]) -> None:

@@ -131,9 +131,19 @@ class Run:
     eval_ids: dict[str, str] = field(default_factory=dict)
     # benchmark key -> the version of its data file, where the rows state one (MBPP+, HumanEval+)
     data_versions: dict[str, str] = field(default_factory=dict)
+    # Seconds of a reused feature pass added to costs' selection_s and end_to_end_s (its
+    # device-seconds over this run's workers: reports/load.py `count_reused_features`); 0: none
+    reused_features_s: float = 0.0
 
     def score(self, benchmark: str, metric: str) -> float | None:
         return self.scores.get((benchmark, metric))
+
+
+# A feature pass the run reused (a shared features job under `launch`, or an earlier run of the
+# same features): its device-seconds, in a cost/select row (repro/run_rows.py). The run's own
+# select stage did not compute it, so its rows' `selection_s` leaves it out; reports/load.py
+# adds it back (`count_reused_features`), so every table, figure, claim and board counts it once.
+SHARED_FEATURES = ("cost/select", "shared_features_device_s")
 
 
 def cost_columns() -> list[str]:

@@ -116,8 +116,9 @@ def main_table(rep: Report) -> Table:
         rows,
         notes=[
             "Train time is the training loop alone (as the paper reports it); selection "
-            "(features, clustering, choice, allocation) is separate; end-to-end adds data "
-            "loading, start-up and evaluation.",
+            "(features, clustering, choice, allocation; a feature pass reused from a shared "
+            "features job counts as its device-seconds / workers) is separate; end-to-end adds "
+            "data loading, start-up and evaluation.",
             "Δ: paired difference in points against full data and against random at the "
             "same kept count, same seed.",
             "base: the model before fine-tuning (`cluster-repro eval --model`), shown in "
@@ -230,7 +231,8 @@ def overhead_table(rep: Report) -> Table:
         cols,
         rows,
         notes=[
-            "choice s: keeping m_adj examples per cluster; selection total = select + schedule stages.",
+            "choice s: keeping m_adj examples per cluster; selection total = select + schedule stages "
+            "(+ a feature pass reused from a shared features job, its device-seconds / workers).",
             "Energy comes from GPU energy counters (NVML) around training; where no GPU reports it "
             "the cell says 'not measured' (never estimated). Peak memory: process RSS on CPU, "
             "allocated device memory on GPU; step peaks from Python's tracemalloc.",

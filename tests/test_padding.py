@@ -248,6 +248,33 @@ def test_compute_matching_without_its_own_kind_says_so_and_counts_a_shared_featu
     assert [(r["metric"], r["value"]) for r in shared] == [("shared_features_device_s", 120.0)]
 
 
+def test_a_reused_feature_pass_is_counted_once_in_every_report_cost(tmp_path: Path, monkeypatch) -> None:
+    """A run whose feature pass came from a shared features job (30 s on 4 processes: 120
+    device-s) did not compute it in its select stage, so its rows' selection_s (4 s) leave it
+    out. The reports add it as the seconds it takes on the run's 4 workers (30 s) to selection_s
+    and end_to_end_s, so the tables, the cost table's selection hours and the board all count it,
+    and the board counts it once: (4 + 30) x 4 = 136 device-s, as compute matching does."""
+    from reports.board.board import _selection_dev, _share, _total_dev
+    from reports.load import load
+    from reports.runs import SHARED_FEATURES
+    from repro.pipeline import stage_results
+
+    c_cfg, c_dir = _store(tmp_path, random_count=False, shared_s=30.0)
+    own = next(r for r in load(tmp_path).runs if r.method == "cluster")  # rows from before the reuse
+    assert own.reused_features_s == 0.0 and SHARED_FEATURES not in own.diag
+    stage_results(c_cfg, c_dir)  # its rows again, now stating the reused pass
+    run = next(r for r in load(tmp_path).runs if r.method == "cluster")
+    row = next(r for r in run.rows if r["benchmark"] == "cost/select")
+    assert float(row["selection_s"]) == pytest.approx(4.0)  # the row stays what the stage measured
+    assert run.diag[SHARED_FEATURES] == pytest.approx(120.0) and run.reused_features_s == pytest.approx(30.0)
+    assert run.costs["selection_s"] == pytest.approx(34.0)
+    assert run.costs["end_to_end_s"] == pytest.approx(float(row["end_to_end_s"]) + 30.0)
+    assert _selection_dev(run) == pytest.approx(136.0)
+    assert _total_dev(run) == pytest.approx(136.0 + 8.0 * 4)
+    assert _share(run) == pytest.approx(100.0 * 136.0 / 32.0)
+    assert _selection_dev(own) == pytest.approx(16.0)
+
+
 def test_a_compute_matched_run_off_its_target_is_flagged_and_no_record_is_no_match(
     tmp_path: Path, monkeypatch
 ) -> None:

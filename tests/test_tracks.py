@@ -407,25 +407,6 @@ def test_ranks_tie_what_no_test_tells_apart_and_the_page_loads_in_chromium(
     assert value["complete"] and value["img"][0] > 100 and value["img"][1] > 100
 
 
-def test_a_reused_feature_pass_is_in_the_selection_cost() -> None:
-    """A run that reused a feature pass (a shared features job) states its device-seconds in a
-    cost/select row; the board adds them to the run's selection (selection_s x workers), its
-    total and its share of training, as compute matching does."""
-    from types import SimpleNamespace
-
-    from reports.board.board import SHARED_FEATURES, _selection_dev, _share, _total_dev
-
-    def run(shared: float | None) -> SimpleNamespace:
-        diag = {} if shared is None else {SHARED_FEATURES: shared}
-        costs = {"selection_s": 4.0, "train_s": 8.0}
-        return SimpleNamespace(costs=costs, world_size=4, diag=diag, status="ok")
-
-    own, reused = run(None), run(120.0)
-    assert (_selection_dev(own), _total_dev(own), _share(own)) == (16.0, 48.0, 50.0)
-    assert (_selection_dev(reused), _total_dev(reused)) == (136.0, 168.0)
-    assert _share(reused) == pytest.approx(100.0 * 136.0 / 32.0)
-
-
 # ----------------------------------------------------------------------------- submissions
 
 

@@ -12,7 +12,7 @@ full data as the reference line. For each:
   count) and against random at equal compute (matched to this run's selection + training
   cost), with intervals over the seeds (`paired_diff`), signed so that + is better;
 - its costs from the rows: selection device-seconds (selection_s x workers: the devices are held
-  while it selects; plus a reused feature pass's device-seconds, `SHARED_FEATURES`) and their
+  while it selects; selection_s holds a reused feature pass: reports/load.py) and their
   share of training's, the total (selection + training, device-s:
   what compute matching equalizes), end-to-end seconds and the predicted straggler idle;
 - its rank: 1 + the number of methods significantly better than it. Every pair of methods of a
@@ -105,15 +105,12 @@ def _col(r: Run, name: str) -> float | None:
     return None if v is None else float(v)
 
 
-# A feature pass the run reused (a shared features job under launch, or an earlier run of the
-# same features): its device-seconds, which the run's own selection_s leaves out
-# (repro/run_rows.py). Counted in the run's selection cost, as compute matching counts it.
-SHARED_FEATURES = ("cost/select", "shared_features_device_s")
-
-
 def _selection_dev(r: Run) -> float | None:
+    """Selection device-seconds: selection_s x workers. A feature pass the run reused from a
+    shared features job is in its selection_s already (reports/load.py count_reused_features),
+    as compute matching counts it."""
     s = _col(r, "selection_s")
-    return None if s is None else s * (r.world_size or 1) + float(r.diag.get(SHARED_FEATURES) or 0.0)
+    return None if s is None else s * (r.world_size or 1)
 
 
 def _total_dev(r: Run) -> float | None:
