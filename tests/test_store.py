@@ -343,6 +343,33 @@ def test_the_store_states_and_the_runs_without_results(tmp_path: Path) -> None:
     assert any("have no results yet" in n and "failed" in n for n in loaded.notes)
 
 
+def test_a_portable_set_names_no_path_of_the_machine_and_reads_the_same(tmp_path: Path) -> None:
+    """`cluster-repro results --portable` writes a set to share or commit: no run folders and no
+    output_dir or data_dir in the stored configs (both outside the config hash), yet it reads
+    back with the same runs, cells, costs and scores as the results folder. Without the flag the
+    set names the folders, so a set moved with them still finds their per-item files."""
+    root, data = tmp_path / "runs", tmp_path / "data"
+    data.mkdir()
+    _three_seeds(root)
+    fake_run(root, ["selection.method=random", "selection.n=16", f"data_dir={data}"], seed=0)
+    shared = tmp_path / "share" / "results.csv"
+    assert main(["results", "--results", str(root), "--out", str(shared), "--portable"]) == 0
+    index = shared.with_name("results.runs.jsonl")
+    assert str(tmp_path) not in index.read_text() + shared.read_text()
+    entries = [json.loads(line) for line in index.read_text().splitlines()]
+    assert entries and all(e["folder"] is None and "output_dir" not in e["config"] for e in entries)
+    here, there = load(root), load(shared)
+
+    def numbers(runs):
+        return sorted((r.run_id, r.config_hash, r.costs, r.scores, r.diag) for r in runs)
+
+    assert numbers(here.runs) == numbers(there.runs) and len(here.runs) == 3 * len(SEEDS) + 1
+    assert sorted(c.key for c in group_cells(there.runs)) == sorted(c.key for c in group_cells(here.runs))
+    plain = tmp_path / "plain" / "results.csv"
+    assert main(["results", "--results", str(root), "--out", str(plain)]) == 0
+    assert str(root) in plain.with_name("results.runs.jsonl").read_text()
+
+
 def test_a_run_record_changed_by_hand_is_refused(tmp_path: Path) -> None:
     """The record is the run's identity: a config edited in it (so that it no longer hashes to
     its run id) would move the run to another cell silently."""

@@ -59,6 +59,13 @@ def register(sub: argparse._SubParsersAction, epilog: str) -> None:  # noqa: ARG
         "the merge with exit status 2",
     )
     p.add_argument(
+        "--portable",
+        action="store_true",
+        help="name no path of this machine in the set (no run folders; no output_dir or data_dir in "
+        "the stored configs), to share or commit it; reports and boards read it the same, but "
+        "per-item scores and `track export` need the run folders",
+    )
+    p.add_argument(
         "--migrate",
         action="store_true",
         help="rebuild every run folder and results file of DIR written by an older version of "
@@ -75,7 +82,10 @@ def _results(args: argparse.Namespace) -> int:
 
         migrate_store(Path(args.results))
     path, n = merge_results(
-        Path(args.results), Path(args.out) if args.out else None, allow_damaged=args.allow_damaged
+        Path(args.results),
+        Path(args.out) if args.out else None,
+        allow_damaged=args.allow_damaged,
+        portable=args.portable,
     )
     print(f"{path} ({n} rows); also {path.with_suffix('.parquet')} and {path.stem}.runs.jsonl")
     return 0

@@ -712,12 +712,20 @@ def _manifest(csv_path: Path) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------- merging
 
 
+# Config keys that say where things were on the machine that ran (no result depends on them:
+# they are outside the config hash); a portable set leaves them out.
+LOCAL_KEYS = ("output_dir", "data_dir")
+
+
 def merge_results(
-    output_dir: Path, out_csv: Path | None = None, allow_damaged: bool = False
+    output_dir: Path, out_csv: Path | None = None, allow_damaged: bool = False, portable: bool = False
 ) -> tuple[Path, int]:
     """Merge every run's rows under output_dir into one set (`write_set`): results.csv (+ its
     checksum sidecar), results.parquet and results.runs.jsonl (each run's record, stored config
-    and status), under one manifest. -> (path, rows)."""
+    and status), under one manifest. `portable`: the runs index names no path of this machine
+    (no run folders, no `LOCAL_KEYS` in the configs), for a set to share or commit; it reads as
+    any set, but what needs the run folders (per-item scores, step tokens, `track export`)
+    then has none. -> (path, rows)."""
     store = open_store(Path(output_dir), allow_damaged=allow_damaged)
     if store.damaged:
         import sys
@@ -728,7 +736,10 @@ def merge_results(
     entries = []
     for r in runs:
         e = r.index_entry()
-        if r.folder is not None:  # relative to the set, so a set moved with its folders still finds them
+        if portable:
+            e["folder"] = None
+            e["config"] = {k: v for k, v in (e["config"] or {}).items() if k not in LOCAL_KEYS}
+        elif r.folder is not None:  # relative to the set, so a set moved with its folders still finds them
             folder = Path(r.folder).resolve()
             base = out_csv.parent.resolve()
             e["folder"] = str(folder.relative_to(base)) if folder.is_relative_to(base) else str(folder)
