@@ -343,21 +343,31 @@ def test_the_store_states_and_the_runs_without_results(tmp_path: Path) -> None:
     assert any("have no results yet" in n and "failed" in n for n in loaded.notes)
 
 
-def test_a_portable_set_names_no_path_of_the_machine_and_reads_the_same(tmp_path: Path) -> None:
+def test_a_portable_set_names_no_path_of_the_machine_and_reads_the_same(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`cluster-repro results --portable` writes a set to share or commit: no run folders and no
     output_dir or data_dir in the stored configs (both outside the config hash), yet it reads
     back with the same runs, cells, costs and scores as the results folder. Without the flag the
-    set names the folders, so a set moved with them still finds their per-item files."""
+    set names the folders, so a set moved with them still finds their per-item files. A run
+    still running (or killed) is left out of a portable set and named: it has no results, and
+    the store that finishes it gives a later set; a failed run stays, shown as failed."""
     root, data = tmp_path / "runs", tmp_path / "data"
     data.mkdir()
     _three_seeds(root)
     fake_run(root, ["selection.method=random", "selection.n=16", f"data_dir={data}"], seed=0)
+    running = fake_run(root, ["selection.method=full"], seed=3, until="select").name
+    fake_run(root, ["selection.method=full"], seed=4, fail="train")
     shared = tmp_path / "share" / "results.csv"
     assert main(["results", "--results", str(root), "--out", str(shared), "--portable"]) == 0
+    assert running in capsys.readouterr().err
     index = shared.with_name("results.runs.jsonl")
     assert str(tmp_path) not in index.read_text() + shared.read_text()
     entries = [json.loads(line) for line in index.read_text().splitlines()]
     assert entries and all(e["folder"] is None and "output_dir" not in e["config"] for e in entries)
+    states = sorted(e["status"]["state"] for e in entries)
+    assert INCOMPLETE not in states and states.count(FAILED) == 1
+    assert running not in index.read_text()
     here, there = load(root), load(shared)
 
     def numbers(runs):

@@ -725,7 +725,9 @@ def merge_results(
     and status), under one manifest. `portable`: the runs index names no path of this machine
     (no run folders, no `LOCAL_KEYS` in the configs), for a set to share or commit; it reads as
     any set, but what needs the run folders (per-item scores, step tokens, `track export`)
-    then has none. -> (path, rows)."""
+    then has none; and it leaves out the runs not finished (running now, or killed), naming
+    them on stderr: a set to share holds results, and one of those is only a later store's.
+    -> (path, rows)."""
     store = open_store(Path(output_dir), allow_damaged=allow_damaged)
     if store.damaged:
         import sys
@@ -733,6 +735,18 @@ def merge_results(
         print(f"warning: {damaged_message(store.damaged, allowed=True)}", file=sys.stderr, flush=True)
     out_csv = Path(out_csv or Path(output_dir) / "results.csv")
     runs = sorted(store.runs.values(), key=lambda r: r.run_id)
+    if portable:
+        unfinished = [r.run_id for r in runs if r.status.state == INCOMPLETE]
+        if unfinished:
+            import sys
+
+            print(
+                f"note: {len(unfinished)} run(s) not finished are left out of the portable set "
+                f"(running now or killed; merge again once they end): {', '.join(unfinished)}",
+                file=sys.stderr,
+                flush=True,
+            )
+        runs = [r for r in runs if r.status.state != INCOMPLETE]
     entries = []
     for r in runs:
         e = r.index_entry()
@@ -744,7 +758,8 @@ def merge_results(
             base = out_csv.parent.resolve()
             e["folder"] = str(folder.relative_to(base)) if folder.is_relative_to(base) else str(folder)
         entries.append(e)
-    return out_csv, write_set(out_csv, [row for _, row in store.rows()], entries)
+    rows = [row for r in runs for _, row in r.rows]
+    return out_csv, write_set(out_csv, rows, entries)
 
 
 def write_set(out_csv: Path, rows: list[dict[str, str]], entries: list[dict[str, Any]]) -> int:
