@@ -12,6 +12,7 @@ from reports.board.sources import Sources
 from reports.board.submission import FORMAT, FORMAT_VERSION, digest, seal
 from reports.runs import ReportInputError
 from repro.core.io import atomic_write_text, read_json
+from repro.core.store import LOCAL_KEYS
 from repro.core.tracks import METHOD, RANDOM_COMPUTE
 
 
@@ -117,7 +118,8 @@ def export_submission(src: Sources, name: str, out: Path) -> Path:
                 "config_hash": r.config_hash,
                 "role": p.place.role,
                 "budget": p.budget,
-                "config": r.config,
+                # where things were on the exporting machine is no setting (outside the hash)
+                "config": {k: v for k, v in (r.config or {}).items() if k not in LOCAL_KEYS},
                 "record": {k: v for k, v in status.items() if k != "config"},
                 "status": {"state": "diverged" if r.status == "diverged" else "done"},
                 "model_fingerprint": model_fp,
