@@ -441,6 +441,7 @@ def test_export_verify_refuses_each_bad_file_and_the_board_merges_a_verified_one
         pkg["source_sha256"]
     ) == 64
     assert all(r["model_fingerprint"]["sha256"] and r["data_fingerprint"]["pool_sha256"] for r in doc["runs"])
+    assert str(results) not in sub.read_text()  # no path of the exporting machine (output_dir)
     assert _cli("track", "verify", str(sub)) == 0
 
     def tampered(d: dict) -> None:
@@ -513,3 +514,27 @@ def test_the_per_seed_interval_holds_its_level_in_simulation() -> None:
         assert simulated_coverage(seed_sd=sd)[1] >= 0.95
     assert seed_interval([1.0, 1.0, 35 / 36], 36).hi == 1.0  # never above 1
     assert seed_interval([0.5, 0.5, 0.5], 36).lo == pytest.approx(0.5 - 0.5 / 36)  # equal seeds: half a pair
+
+
+# ----------------------------------------------------------------------------- the shipped board
+
+SHIPPED = REPO / "docs" / "results" / "mini-medical"
+
+
+def test_the_shipped_mini_medical_board_is_the_one_its_shipped_results_give(tmp_path: Path) -> None:
+    """docs/results/mini-medical/ holds the merged sets (`results --portable`) of the runs behind
+    the board in docs/measurements.md, and that board. Rebuilt from the sets, every run is placed
+    in the track and the board's Markdown and CSV are the shipped ones: a change to how boards
+    are built, or to the sets, shows here. No set names a path of the machine that ran it."""
+    sets = sorted(SHIPPED.glob("*/results.csv"))
+    assert sets, f"no merged sets under {SHIPPED}"
+    for s in sets:
+        entries = [json.loads(x) for x in s.with_name("results.runs.jsonl").read_text().splitlines()]
+        assert all(e["folder"] is None and "output_dir" not in e["config"] for e in entries), s
+    src = read_sources(load_track("mini-medical"), sets)
+    assert not [n for n in src.notes if "left out" in n or "no results yet" in n], src.notes
+    methods = {p.place.label for p in src.placed}
+    assert {"ifd", "s2l", "dedup-minhash", "CluSTER", "random", "full data"} <= methods
+    write_board(build_board(src), tmp_path)
+    for name in ("board.md", "board.csv"):
+        assert (tmp_path / name).read_text() == (SHIPPED / "board" / name).read_text(), name
