@@ -27,6 +27,7 @@ repro/migrate.py): no reader keeps a branch for older files.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -726,20 +727,16 @@ def merge_results(
     (no run folders, no `LOCAL_KEYS` in the configs), for a set to share or commit; it reads as
     any set, but what needs the run folders (per-item scores, step tokens, `track export`)
     then has none; and it leaves out the runs not finished (running now, or killed), naming
-    them on stderr: a set to share holds results, and one of those is only a later store's.
+    them on stderr: they hold no results yet, and a later merge takes them once they end.
     -> (path, rows)."""
     store = open_store(Path(output_dir), allow_damaged=allow_damaged)
     if store.damaged:
-        import sys
-
         print(f"warning: {damaged_message(store.damaged, allowed=True)}", file=sys.stderr, flush=True)
     out_csv = Path(out_csv or Path(output_dir) / "results.csv")
     runs = sorted(store.runs.values(), key=lambda r: r.run_id)
     if portable:
         unfinished = [r.run_id for r in runs if r.status.state == INCOMPLETE]
         if unfinished:
-            import sys
-
             print(
                 f"note: {len(unfinished)} run(s) not finished are left out of the portable set "
                 f"(running now or killed; merge again once they end): {', '.join(unfinished)}",
